@@ -1,0 +1,11 @@
+#!/usr/bin/env node
+// The built CLI lives in dist/; this stub exists so that `npm ci` can link the bin before any build.
+import { existsSync } from "node:fs";
+
+const main = new URL("../dist/index.js", import.meta.url);
+if (!existsSync(main)) {
+  process.stderr.write("crw: the CLI is not built yet; run `npm run build` in the repository first\n");
+  process.exit(2);
+}
+const { runCli } = await import(main.href);
+process.exitCode = await runCli(process.argv.slice(2));

@@ -1,0 +1,20 @@
+/**
+ * The command groups of `crw`. Each group's module is imported only when its group runs, so that a command
+ * the owner runs once per step (`crw flow next`) loads nothing it does not use.
+ */
+export interface CommandGroup {
+  name: string;
+  summary: string;
+  run?: (args: string[]) => Promise<number>;
+}
+
+export const groups: CommandGroup[] = [
+  {
+    name: "flow",
+    summary: "run a workflow durably as session calls (start, next, dispatched, resume, show, …)",
+  },
+  { name: "daemon", summary: "start, stop or inspect the delegation daemon" },
+  { name: "workflow", summary: "submit a workflow definition to the daemon and follow it" },
+  { name: "session", summary: "talk to a daemon session: send, delegate, read" },
+  { name: "tap", summary: "follow a delegated child session live" },
+];

@@ -1,0 +1,1 @@
+export { migrate, migrationsDir, migrationsTable } from "./migrate.js";

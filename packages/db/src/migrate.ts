@@ -1,0 +1,25 @@
+import { resolve } from "node:path";
+import { runner } from "node-pg-migrate";
+
+/** `migrations/` at the repository root: the only source of the schema (same depth from src/ and dist/). */
+export const migrationsDir = resolve(import.meta.dirname, "../../../migrations");
+
+export const migrationsTable = "pgmigrations";
+
+/**
+ * Runs every pending migration up, in file order (an out-of-order file is an error), each in its own
+ * transaction, under node-pg-migrate's advisory lock so that daemons sharing a database migrate once.
+ * Returns the names of the migrations it ran.
+ */
+export async function migrate(databaseUrl: string): Promise<string[]> {
+  const ran = await runner({
+    databaseUrl,
+    dir: migrationsDir,
+    direction: "up",
+    migrationsTable,
+    count: Number.POSITIVE_INFINITY,
+    checkOrder: true,
+    log: () => {},
+  });
+  return ran.map((m) => m.name);
+}

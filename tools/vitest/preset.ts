@@ -1,0 +1,37 @@
+import { resolve } from "node:path";
+import { defaultServerConditions } from "vite";
+import type { ViteUserConfig } from "vitest/config";
+
+const root = resolve(import.meta.dirname, "../..");
+
+export interface CrwVitestOptions {
+  /** Start (or borrow from DATABASE_URL) one PostgreSQL for the run and migrate a template database. */
+  postgres?: boolean;
+}
+
+/**
+ * The one vitest setup every project uses: sources resolved through the `@crw/source` condition (no build
+ * needed for unit tests), a JSON report per project under `.reports/` that `.ci/run` sums, and the
+ * PostgreSQL harness when a project needs a database.
+ */
+export function crwVitest(name: string, dir: string, options: CrwVitestOptions = {}): ViteUserConfig {
+  const conditions = ["@crw/source", ...defaultServerConditions];
+  return {
+    root: dir,
+    resolve: { conditions },
+    ssr: { resolve: { conditions } },
+    // Global setup files run in vitest's own environment, which reads neither of the two above.
+    environments: { __vitest__: { resolve: { conditions } } },
+    test: {
+      name,
+      include: ["test/**/*.test.ts", "src/**/*.test.ts"],
+      globalSetup: options.postgres ? [resolve(root, "tools/src/pg/global-setup.ts")] : [],
+      reporters: ["default", "json"],
+      outputFile: { json: resolve(root, ".reports", `${name}.json`) },
+      pool: "forks",
+      passWithNoTests: true,
+      testTimeout: 30_000,
+      hookTimeout: 120_000,
+    },
+  };
+}
