@@ -1,1 +1,2 @@
+export * from "./host/index.js";
 export type * from "./host/sessionHost.js";
