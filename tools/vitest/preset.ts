@@ -11,7 +11,7 @@ export interface CrwVitestOptions {
 
 /**
  * The one vitest setup every project uses: sources resolved through the `@crw/source` condition (no build
- * needed for unit tests), a JSON report per project under `.reports/` that `.ci/run` sums, and the
+ * needed for unit tests), a JSON report per project in its `.reports/vitest.json` that `.ci/run` sums, and the
  * PostgreSQL harness when a project needs a database.
  */
 export function crwVitest(name: string, dir: string, options: CrwVitestOptions = {}): ViteUserConfig {
@@ -27,7 +27,7 @@ export function crwVitest(name: string, dir: string, options: CrwVitestOptions =
       include: ["test/**/*.test.ts", "src/**/*.test.ts"],
       globalSetup: options.postgres ? [resolve(root, "tools/src/pg/global-setup.ts")] : [],
       reporters: ["default", "json"],
-      outputFile: { json: resolve(root, ".reports", `${name}.json`) },
+      outputFile: { json: resolve(dir, ".reports", "vitest.json") },
       pool: "forks",
       passWithNoTests: true,
       testTimeout: 30_000,
