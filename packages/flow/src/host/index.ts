@@ -1,1 +1,18 @@
-export {};
+export {
+  type AppServerHostEvent,
+  type AppServerHostOptions,
+  createAppServerHost,
+  subagentSourceKinds,
+} from "./appServerHost.js";
+export { HostProtocolError, HostRpcError, HostUnreachableError } from "./errors.js";
+/** The Codex app-server protocol's types, generated from the pinned `@openai/codex` (see generated/VERSION). */
+export type * as AppServerProtocol from "./generated/index.js";
+export { RolloutUnreadableError, readRolloutTokenCount } from "./rolloutTokens.js";
+export { HostSpecError, hostTransportFromSpec } from "./transport/fromSpec.js";
+export {
+  type CommandTransportOptions,
+  commandTransport,
+  defaultHostCommand,
+} from "./transport/stdioTransport.js";
+export type { HostChannel, HostTransport, TransportHandlers } from "./transport/transport.js";
+export { wsTransport } from "./transport/wsTransport.js";

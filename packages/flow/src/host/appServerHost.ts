@@ -1,0 +1,231 @@
+import type { z } from "zod";
+import { HostProtocolError, HostRpcError, HostUnreachableError, toError } from "./errors.js";
+import { toHostThread } from "./mapThread.js";
+import { RolloutUnreadableError, readRolloutTokenCount } from "./rolloutTokens.js";
+import { type RpcConnection as Rpc, RpcConnection, type RpcEvent } from "./rpcConnection.js";
+import type { HostFailure, HostResult, HostThread, SessionHost, TokenCount } from "./sessionHost.js";
+import { hostTransportFromSpec } from "./transport/fromSpec.js";
+import type { HostTransport } from "./transport/transport.js";
+import {
+  configWarningWire,
+  type InitializeParams,
+  type ThreadListParams,
+  type ThreadReadParams,
+  type ThreadResumeParams,
+  type ThreadSourceKind,
+  type TurnInterruptParams,
+  type TurnStartParams,
+  threadListResponseWire,
+  threadReadResponseWire,
+  turnStartResponseWire,
+} from "./wire.js";
+
+export interface AppServerHostOptions {
+  /** A transport, or its spec string (`ws://…`, a command line, empty for `codex app-server proxy`). */
+  transport: HostTransport | string;
+  /** Bound on each request (default 10 s): a request never answered reads as `unreachable`. */
+  requestTimeoutMs?: number;
+  /** Bound on opening the transport and the initialize handshake (default 10 s). */
+  connectTimeoutMs?: number;
+  clientInfo?: { name: string; title: string; version: string };
+  /** Typed events for the caller to log: notifications, refused server requests, reconnects, warnings. */
+  onEvent?: (event: AppServerHostEvent) => void;
+}
+
+export type AppServerHostEvent =
+  | RpcEvent
+  | { type: "connected"; describe: string }
+  | { type: "config_warning"; summary: string; details: string | null };
+
+/** The subagent threads the owner's multi-agent tools spawn. */
+export const subagentSourceKinds: ThreadSourceKind[] = ["subAgentThreadSpawn"];
+
+const listPageLimit = 100;
+const listPagesMax = 50;
+
+/**
+ * `SessionHost` over the Codex app-server protocol. The connection opens lazily, is shared by every call,
+ * and is opened again by the next call after it died (an app-server restart): each answer is data, and a
+ * host that cannot be asked answers `{ ok: false, reason: "unreachable" }` within the request bound.
+ */
+export function createAppServerHost(options: AppServerHostOptions): SessionHost & {
+  /** For a caller that wants the raw protocol (the app-server backend, tests). */
+  request(method: string, params: unknown): Promise<HostResult<unknown>>;
+} {
+  const transport =
+    typeof options.transport === "string" ? hostTransportFromSpec(options.transport) : options.transport;
+  const requestTimeoutMs = options.requestTimeoutMs ?? 10_000;
+  const connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
+  const emit = options.onEvent ?? (() => {});
+  let connection: Promise<Rpc> | null = null;
+  let closed = false;
+
+  const onRpcEvent = (event: RpcEvent) => {
+    if (event.type === "notification" && event.notification.method === "configWarning") {
+      const warning = configWarningWire.safeParse(event.notification.params);
+      emit({
+        type: "config_warning",
+        summary: warning.success ? warning.data.summary : "configWarning",
+        details: warning.success ? (warning.data.details ?? null) : null,
+      });
+    }
+    emit(event);
+  };
+
+  async function open(): Promise<Rpc> {
+    const rpc = await RpcConnection.open(transport, connectTimeoutMs, onRpcEvent);
+    try {
+      const params: InitializeParams = {
+        clientInfo: options.clientInfo ?? { name: "crw", title: "crw flow", version: "0.1.0" },
+        capabilities: { experimentalApi: true, requestAttestation: false },
+      };
+      await rpc.request("initialize", params, connectTimeoutMs);
+      rpc.notify("initialized");
+    } catch (e) {
+      rpc.close();
+      throw e;
+    }
+    emit({ type: "connected", describe: transport.describe });
+    return rpc;
+  }
+
+  async function connected(): Promise<Rpc> {
+    if (closed) throw new HostUnreachableError("closed", "the host adapter was closed");
+    const current = connection;
+    if (current) {
+      const rpc = await current.catch(() => null);
+      if (rpc?.isOpen) return rpc;
+      if (connection === current) connection = null;
+    }
+    if (!connection) {
+      const opening = open();
+      connection = opening;
+      opening.catch(() => {
+        if (connection === opening) connection = null;
+      });
+    }
+    return connection;
+  }
+
+  async function call(method: string, params: unknown): Promise<unknown> {
+    const rpc = await connected();
+    return rpc.request(method, params, requestTimeoutMs);
+  }
+
+  async function attempt<T>(run: () => Promise<T>): Promise<HostResult<T>> {
+    try {
+      return { ok: true, value: await run() };
+    } catch (e) {
+      return failureOf(e);
+    }
+  }
+
+  function parse<S extends z.ZodType>(schema: S, value: unknown, method: string): z.output<S> {
+    const parsed = schema.safeParse(value);
+    if (!parsed.success) {
+      throw new HostProtocolError(
+        `${method}: the host's answer is not the protocol: ${parsed.error.message}`,
+        method,
+      );
+    }
+    return parsed.data;
+  }
+
+  async function readThreadRaw(threadId: string, includeTurns: boolean) {
+    const params: ThreadReadParams = { threadId, includeTurns };
+    return parse(threadReadResponseWire, await call("thread/read", params), "thread/read").thread;
+  }
+
+  return {
+    request: (method, params) => attempt(() => call(method, params)),
+
+    readThread: (threadId) => attempt(async () => toHostThread(await readThreadRaw(threadId, true))),
+
+    listSubagents: (ownerThreadId) =>
+      attempt(async () => {
+        const ids: string[] = [];
+        let cursor: string | null = null;
+        for (let page = 0; page < listPagesMax; page++) {
+          const params: ThreadListParams = {
+            sourceKinds: subagentSourceKinds,
+            parentThreadId: ownerThreadId,
+            limit: listPageLimit,
+            cursor,
+          };
+          const answer = parse(threadListResponseWire, await call("thread/list", params), "thread/list");
+          for (const thread of answer.data) if (thread.parentThreadId === ownerThreadId) ids.push(thread.id);
+          cursor = answer.nextCursor;
+          if (!cursor) break;
+        }
+        const threads: HostThread[] = [];
+        for (const id of ids) {
+          try {
+            threads.push(toHostThread(await readThreadRaw(id, true)));
+          } catch (e) {
+            // Listed, then gone (deleted or archived meanwhile): not the owner's subagent any more.
+            if (failureOf(e).reason !== "unknown_thread") throw e;
+          }
+        }
+        return threads;
+      }),
+
+    async readTokenCount(thread: HostThread): Promise<HostResult<TokenCount | undefined>> {
+      if (!thread.rolloutPath) {
+        return {
+          ok: false,
+          reason: "protocol",
+          message: `thread ${thread.id}: the host names no rollout file`,
+        };
+      }
+      try {
+        return { ok: true, value: await readRolloutTokenCount(thread.rolloutPath) };
+      } catch (e) {
+        const error = toError(e);
+        return { ok: false, reason: "protocol", message: error.message };
+      }
+    },
+
+    interruptTurn: (threadId, turnId) =>
+      attempt(async () => {
+        const params: TurnInterruptParams = { threadId, turnId };
+        await call("turn/interrupt", params);
+      }),
+
+    startTurn: (threadId, text) =>
+      attempt(async () => {
+        const thread = await readThreadRaw(threadId, false);
+        if (thread.status.type === "notLoaded") {
+          const resume: ThreadResumeParams = { threadId, excludeTurns: true };
+          await call("thread/resume", resume);
+        }
+        const params: TurnStartParams = { threadId, input: [{ type: "text", text, text_elements: [] }] };
+        const answer = parse(turnStartResponseWire, await call("turn/start", params), "turn/start");
+        return { turnId: answer.turn.id };
+      }),
+
+    async close() {
+      closed = true;
+      const current = connection;
+      connection = null;
+      const rpc = await current?.catch(() => null);
+      rpc?.close();
+    },
+  };
+}
+
+/** Unknown-thread answers of the pinned app-server (`thread not loaded: <id>`, `invalid thread id: …`). */
+const unknownThreadPattern = /thread not (loaded|found)|invalid thread id|no (such )?thread|unknown thread/i;
+
+export function failureOf(e: unknown): HostFailure {
+  const error = toError(e);
+  if (error instanceof HostUnreachableError)
+    return { ok: false, reason: "unreachable", message: error.message };
+  if (error instanceof HostRpcError) {
+    const reason = unknownThreadPattern.test(error.message) ? "unknown_thread" : "protocol";
+    return { ok: false, reason, message: `${error.method}: ${error.message}` };
+  }
+  if (error instanceof RolloutUnreadableError || error instanceof HostProtocolError) {
+    return { ok: false, reason: "protocol", message: error.message };
+  }
+  return { ok: false, reason: "protocol", message: error.message };
+}
