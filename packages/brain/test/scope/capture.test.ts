@@ -1,0 +1,415 @@
+import { describe, expect, it } from "vitest";
+import {
+  canonicalJson,
+  captureDelegatedExecutionScope,
+  continuationScope,
+  DelegatedScopeError,
+  delegatedScopeFromAccess,
+  parseDelegatedExecutionScope,
+  readOnlyContinuationScope,
+  SCOPE_LIMITS,
+  scopeExceedsCurrentAccess,
+} from "../../src/scope/index.js";
+
+const base = {
+  accountId: "acct-1",
+  target: { kind: "host", ref: "proj-a" },
+  projectRef: "proj-a",
+  workDir: "/srv/proj-a",
+};
+
+function code(fn: () => unknown): string | undefined {
+  try {
+    fn();
+  } catch (e) {
+    if (e instanceof DelegatedScopeError) return e.code;
+    throw e;
+  }
+  return undefined;
+}
+
+describe("captureDelegatedExecutionScope", () => {
+  it("S004-193: intersects the scope's tool allow-list with the current account grant", () => {
+    const json = captureDelegatedExecutionScope(
+      { ...base, tools: { allow: ["Read", "Write", "Bash"] } },
+      { accountId: "acct-1", tools: { allow: ["Read", "Bash(git *)", "Edit"] } },
+    );
+    const scope = parseDelegatedExecutionScope(json);
+    // Write is not granted; Bash narrows to the granted git subset; Edit was never requested.
+    expect(scope.tools.allow).toEqual(["Bash(git *)", "Read"]);
+  });
+
+  it("S004-194: unions denials of scope and authority", () => {
+    const scope = parseDelegatedExecutionScope(
+      captureDelegatedExecutionScope(
+        { ...base, tools: { deny: ["Bash(rm *)", "Write"] } },
+        { accountId: "acct-1", tools: { deny: ["Write", "Bash(curl *)"] } },
+      ),
+    );
+    expect(scope.tools.deny).toEqual(["Bash(curl *)", "Bash(rm *)", "Write"]);
+  });
+
+  it("S004-195: returns detached canonical JSON", () => {
+    const input = { ...base, tools: { allow: ["Write", "Read"], deny: [] as string[] }, role: "reviewer" };
+    const json = captureDelegatedExecutionScope(input);
+    expect(typeof json).toBe("string");
+    input.tools.allow.push("Bash");
+    input.role = "changed";
+    const again = parseDelegatedExecutionScope(json);
+    expect(again.tools.allow).toEqual(["Read", "Write"]);
+    expect(again.role).toBe("reviewer");
+    // Canonical: re-serializing the parsed value gives the same bytes, keys sorted, no whitespace.
+    expect(canonicalJson(JSON.parse(json))).toBe(json);
+    const keys = Object.keys(JSON.parse(json));
+    expect(keys).toEqual([...keys].sort());
+    // Two spellings of the same scope capture to the same text.
+    const reordered = {
+      role: "reviewer",
+      tools: { deny: [], allow: ["Read", "Write", "Read"] },
+      workDir: base.workDir,
+      projectRef: "proj-a",
+      target: base.target,
+      accountId: "acct-1",
+    };
+    expect(captureDelegatedExecutionScope(reordered)).toBe(json);
+  });
+
+  it("S004-196: missing authority adds no restriction", () => {
+    const scope = parseDelegatedExecutionScope(captureDelegatedExecutionScope({ ...base, operator: true }));
+    expect(scope.tools.allow).toBeUndefined();
+    expect(scope.tools.deny).toEqual([]);
+    expect(scope.operator).toBe(true);
+    expect(scope.permissionBoundary).toBe("workspace-write");
+    expect(scope.readOnly).toBe(false);
+  });
+
+  it("S004-197: an explicit empty allow-list grants no tools, on either side", () => {
+    const fromScope = parseDelegatedExecutionScope(
+      captureDelegatedExecutionScope(
+        { ...base, tools: { allow: [] } },
+        { accountId: "acct-1", tools: { allow: ["*"] } },
+      ),
+    );
+    expect(fromScope.tools.allow).toEqual([]);
+    const fromGrant = parseDelegatedExecutionScope(
+      captureDelegatedExecutionScope({ ...base }, { accountId: "acct-1", tools: { allow: [] } }),
+    );
+    expect(fromGrant.tools.allow).toEqual([]);
+  });
+
+  it("S004-198: an invalid scope throws a typed error naming the field", () => {
+    const cases: unknown[] = [
+      undefined,
+      "scope",
+      { ...base, accountId: "" },
+      { ...base, target: { kind: "cloud" } },
+      { ...base, tools: { allow: ["Bad Name!"] } },
+      { ...base, unexpected: true },
+      { ...base, permissionBoundary: "everything" },
+      { ...base, workDir: "relative/dir" },
+      { ...base, readOnly: "yes" },
+      { ...base, callback: () => 1 },
+    ];
+    for (const raw of cases) expect(code(() => captureDelegatedExecutionScope(raw))).toMatch(/invalid_scope/);
+    try {
+      captureDelegatedExecutionScope({ ...base, tools: { allow: ["ok", "not ok"] } });
+    } catch (e) {
+      expect(e).toBeInstanceOf(DelegatedScopeError);
+      expect((e as DelegatedScopeError).message).toContain("tools.allow.1");
+      expect((e as DelegatedScopeError).retryable).toBe(false);
+    }
+  });
+
+  it("S004-192: the capture is pure and validates the complete scope, nested members included", () => {
+    const input = { ...base, tools: { allow: ["Read"], deny: ["Write"] }, sharedArtifacts: ["/a/b"] };
+    const before = JSON.stringify(input);
+    const first = captureDelegatedExecutionScope(input, { accountId: "acct-1", tools: { allow: ["Read"] } });
+    const second = captureDelegatedExecutionScope(input, { accountId: "acct-1", tools: { allow: ["Read"] } });
+    expect(first).toBe(second);
+    expect(JSON.stringify(input)).toBe(before);
+    // A bad value deep inside (the third artifact, the managed root, the dream) refuses the whole scope.
+    expect(
+      code(() => captureDelegatedExecutionScope({ ...base, sharedArtifacts: ["/a", "/b", "/c/../d"] })),
+    ).toBe("invalid_scope");
+    expect(
+      code(() =>
+        captureDelegatedExecutionScope({
+          ...base,
+          target: { kind: "managed", ref: "m", root: "/guest/../x" },
+          projectRef: null,
+        }),
+      ),
+    ).toBe("invalid_scope");
+  });
+
+  it("S004-199: capture is bounded by the normalizer limits and does no I/O (synchronous)", () => {
+    const many = Array.from({ length: SCOPE_LIMITS.toolEntries + 1 }, (_, i) => `Tool${i}`);
+    expect(code(() => captureDelegatedExecutionScope({ ...base, tools: { allow: many } }))).toBe(
+      "scope_limit_exceeded",
+    );
+    expect(
+      code(() =>
+        captureDelegatedExecutionScope({ ...base, context: "x".repeat(SCOPE_LIMITS.contextLength + 1) }),
+      ),
+    ).toBe("scope_limit_exceeded");
+    // The result is a value, not a promise: nothing was awaited, so no file or socket was touched.
+    const result = captureDelegatedExecutionScope({
+      ...base,
+      tools: { allow: many.slice(0, SCOPE_LIMITS.toolEntries) },
+    });
+    expect(typeof result).toBe("string");
+  });
+
+  it("S004-200: the operator flag is captured only with the authority's proof", () => {
+    const proven = parseDelegatedExecutionScope(
+      captureDelegatedExecutionScope({ ...base, operator: true }, { accountId: "acct-1", operator: true }),
+    );
+    expect(proven.operator).toBe(true);
+    const unproven = parseDelegatedExecutionScope(
+      captureDelegatedExecutionScope({ ...base, operator: true }, { accountId: "acct-1", operator: false }),
+    );
+    expect(unproven.operator).toBe(false);
+  });
+
+  it("refuses a scope for another account than its authority (cross-account)", () => {
+    expect(code(() => captureDelegatedExecutionScope(base, { accountId: "acct-2" }))).toBe(
+      "invalid_authority",
+    );
+  });
+
+  it("narrows the permission boundary and makes a read-only boundary read-only", () => {
+    const scope = parseDelegatedExecutionScope(
+      captureDelegatedExecutionScope(
+        { ...base, permissionBoundary: "full-access" },
+        { accountId: "acct-1", permissionBoundary: "read-only" },
+      ),
+    );
+    expect(scope.permissionBoundary).toBe("read-only");
+    expect(scope.readOnly).toBe(true);
+  });
+
+  it("S004-205: the capture composes no prompt or tool catalog: its output holds only scope fields", () => {
+    const scope = JSON.parse(
+      captureDelegatedExecutionScope(
+        { ...base, role: "reviewer" },
+        { accountId: "acct-1", tools: { allow: ["Read"] } },
+      ),
+    );
+    expect(Object.keys(scope).sort()).toEqual(
+      [
+        "accountId",
+        "operator",
+        "permissionBoundary",
+        "projectRef",
+        "readOnly",
+        "role",
+        "target",
+        "tools",
+        "version",
+        "workDir",
+      ].sort(),
+    );
+  });
+});
+
+describe("dream marker", () => {
+  const dream = { runId: "dream-1", accountUserId: "acct-1" };
+
+  it("S004-565: the host mints DelegatedExecutionScope.dream through its authority and it is stored durably", () => {
+    const scope = parseDelegatedExecutionScope(
+      captureDelegatedExecutionScope(base, { accountId: "acct-1", dream }),
+    );
+    expect(scope.dream).toEqual(dream);
+    const repeated = parseDelegatedExecutionScope(
+      captureDelegatedExecutionScope({ ...base, dream }, { accountId: "acct-1", dream }),
+    );
+    expect(repeated.dream).toEqual(dream);
+  });
+
+  it("S004-566: a scope naming a dream the host did not mint is refused; access descriptors cannot carry one", () => {
+    expect(code(() => captureDelegatedExecutionScope({ ...base, dream }))).toBe("dream_not_host_minted");
+    expect(code(() => captureDelegatedExecutionScope({ ...base, dream }, { accountId: "acct-1" }))).toBe(
+      "dream_not_host_minted",
+    );
+    expect(
+      code(() =>
+        captureDelegatedExecutionScope(
+          { ...base, dream },
+          { accountId: "acct-1", dream: { ...dream, runId: "other" } },
+        ),
+      ),
+    ).toBe("dream_not_host_minted");
+    // A model-built descriptor with a smuggled dream member: the field-by-field builder drops it.
+    const smuggled = { accountId: "acct-1", target: { kind: "host", ref: "proj-a" } as const, dream };
+    const built = parseDelegatedExecutionScope(
+      captureDelegatedExecutionScope(delegatedScopeFromAccess(smuggled), { accountId: "acct-1" }),
+    );
+    expect(built.dream).toBeUndefined();
+  });
+
+  it("S004-568: a malformed dream value fails the whole scope closed", () => {
+    for (const bad of [
+      { runId: "", accountUserId: "acct-1" },
+      { runId: "r" },
+      "dream",
+      { ...dream, extra: 1 },
+      { runId: "r", accountUserId: "acct-2" },
+    ]) {
+      expect(
+        code(() => captureDelegatedExecutionScope({ ...base, dream: bad }, { accountId: "acct-1", dream })),
+      ).toMatch(/invalid_scope|invalid_authority/);
+      expect(
+        code(() =>
+          parseDelegatedExecutionScope(
+            JSON.stringify({ ...JSON.parse(captureDelegatedExecutionScope(base)), dream: bad }),
+          ),
+        ),
+      ).toBe("invalid_scope");
+    }
+  });
+
+  it("S004-569: dream survives a continuation's narrowing, read-only included", () => {
+    const stored = captureDelegatedExecutionScope(
+      { ...base, tools: { allow: ["Read", "Bash"] } },
+      { accountId: "acct-1", dream },
+    );
+    const cont = parseDelegatedExecutionScope(
+      continuationScope(stored, { accountId: "acct-1", tools: { allow: ["Read"] } }),
+    );
+    expect(cont.dream).toEqual(dream);
+    expect(cont.tools.allow).toEqual(["Read"]);
+    const ro = parseDelegatedExecutionScope(readOnlyContinuationScope(stored, { accountId: "acct-1" }));
+    expect(ro.dream).toEqual(dream);
+    expect(ro.readOnly).toBe(true);
+  });
+});
+
+describe("continuations", () => {
+  const stored = captureDelegatedExecutionScope(
+    {
+      ...base,
+      tools: { allow: ["Read", "Write", "Bash(git *)"], deny: ["Bash(git push*)"] },
+      permissionBoundary: "full-access",
+    },
+    { accountId: "acct-1", operator: true },
+  );
+
+  it("S004-213: readOnlyContinuationScope is minted from the caller's current access and the child's stored scope", () => {
+    const scope = parseDelegatedExecutionScope(
+      readOnlyContinuationScope(stored, {
+        accountId: "acct-1",
+        operator: true,
+        tools: { allow: ["Read", "Bash"], deny: ["Bash(git reset*)"] },
+      }),
+    );
+    expect(scope.readOnly).toBe(true);
+    expect(scope.permissionBoundary).toBe("read-only");
+    expect(scope.tools.allow).toEqual(["Bash(git *)", "Read"]);
+    expect(scope.tools.deny).toEqual(["Bash(git push*)", "Bash(git reset*)"]);
+    expect(scope.workDir).toBe(base.workDir);
+  });
+
+  it("S004-318: ordinary continuation clamps to the caller's grant instead of refusing like verbatim mode", () => {
+    const caller = { accountId: "acct-1", operator: true, tools: { allow: ["Read", "Bash(git status)"] } };
+    expect(scopeExceedsCurrentAccess(stored, caller)?.field).toBe("tools");
+    const clamped = parseDelegatedExecutionScope(continuationScope(stored, caller));
+    expect(clamped.tools.allow).toEqual(["Bash(git status)", "Read"]);
+  });
+
+  it("S004-211: a continuation keeps the captured working directory from the durable scope", () => {
+    const cont = parseDelegatedExecutionScope(
+      continuationScope(stored, { accountId: "acct-1", operator: true }),
+    );
+    expect(cont.workDir).toBe("/srv/proj-a");
+    expect(cont.target).toEqual({ kind: "host", ref: "proj-a" });
+  });
+
+  it("refuses a malformed stored scope instead of granting defaults", () => {
+    expect(code(() => continuationScope("{not json", { accountId: "acct-1" }))).toBe("invalid_scope");
+    expect(
+      code(() => readOnlyContinuationScope(JSON.stringify({ accountId: "acct-1" }), { accountId: "acct-1" })),
+    ).toBe("invalid_scope");
+    expect(code(() => continuationScope(stored, { accountId: "acct-2" }))).toBe("invalid_authority");
+  });
+});
+
+describe("scopeExceedsCurrentAccess", () => {
+  const stored = captureDelegatedExecutionScope(
+    { ...base, tools: { allow: ["Read", "Bash(git *)"], deny: ["Write"] } },
+    undefined,
+  );
+
+  it("S004-317: an allow-list entry that merely overlaps a held tool fails the check", () => {
+    expect(
+      scopeExceedsCurrentAccess(stored, {
+        accountId: "acct-1",
+        tools: { allow: ["Read", "Bash(git status)"] },
+      })?.field,
+    ).toBe("tools");
+    expect(
+      scopeExceedsCurrentAccess(stored, { accountId: "acct-1", tools: { allow: ["Read", "Bash(git *)"] } }),
+    ).toBeUndefined();
+    expect(
+      scopeExceedsCurrentAccess(stored, { accountId: "acct-1", tools: { allow: ["*"] } }),
+    ).toBeUndefined();
+  });
+
+  it("reports denials, boundary, read-only, operator and account excess", () => {
+    expect(scopeExceedsCurrentAccess(stored, { accountId: "acct-1", tools: { deny: ["Bash"] } })?.field).toBe(
+      "deny",
+    );
+    expect(
+      scopeExceedsCurrentAccess(stored, { accountId: "acct-1", tools: { deny: ["Write"] } }),
+    ).toBeUndefined();
+    expect(
+      scopeExceedsCurrentAccess(stored, { accountId: "acct-1", permissionBoundary: "read-only" })?.field,
+    ).toBe("permissionBoundary");
+    expect(scopeExceedsCurrentAccess(stored, { accountId: "acct-1", readOnly: true })?.field).toBe(
+      "readOnly",
+    );
+    expect(scopeExceedsCurrentAccess(stored, { accountId: "acct-2" })?.field).toBe("account");
+    const op = captureDelegatedExecutionScope({ ...base, operator: true });
+    expect(scopeExceedsCurrentAccess(op, { accountId: "acct-1", operator: false })?.field).toBe("operator");
+  });
+
+  it("S004-269: an administrator's host child may carry another host ref than its host parent", () => {
+    const admin = captureDelegatedExecutionScope({
+      accountId: "acct-1",
+      operator: true,
+      target: { kind: "host", ref: null },
+      workDir: "/opt/other",
+    });
+    expect(
+      scopeExceedsCurrentAccess(admin, {
+        accountId: "acct-1",
+        operator: true,
+        target: { kind: "host", ref: "proj-a" },
+      }),
+    ).toBeUndefined();
+  });
+
+  it("S004-270: scoped and managed parents still require the same target", () => {
+    expect(
+      scopeExceedsCurrentAccess(stored, { accountId: "acct-1", target: { kind: "host", ref: "proj-b" } })
+        ?.field,
+    ).toBe("target");
+    const managed = captureDelegatedExecutionScope({
+      accountId: "acct-1",
+      target: { kind: "managed", ref: "m1", root: "/guest" },
+      workDir: "/guest/w",
+    });
+    expect(
+      scopeExceedsCurrentAccess(managed, {
+        accountId: "acct-1",
+        operator: true,
+        target: { kind: "managed", ref: "m2", root: "/guest" },
+      })?.field,
+    ).toBe("target");
+    expect(
+      scopeExceedsCurrentAccess(managed, {
+        accountId: "acct-1",
+        target: { kind: "managed", ref: "m1", root: "/guest" },
+      }),
+    ).toBeUndefined();
+  });
+});

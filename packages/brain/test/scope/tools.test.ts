@@ -1,0 +1,70 @@
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { entryCovers, globCovers, globMatches, listCovers, toolCallVerdict } from "../../src/scope/index.js";
+
+describe("tool patterns", () => {
+  it("matches globs over names and subjects", () => {
+    expect(globMatches("mcp__*", "mcp__github__search")).toBe(true);
+    expect(globMatches("Read", "ReadAll")).toBe(false);
+    expect(globMatches("a*b*c", "axxbyyc")).toBe(true);
+    expect(globMatches("a*b*c", "axxbyy")).toBe(false);
+  });
+
+  it("S004-316: listCovers needs every allow-list entry fully covered by one held entry", () => {
+    expect(listCovers(["Read", "Bash(git *)"], ["Read", "Bash(git status)"])).toBe(true);
+    expect(listCovers(["Read", "Bash(git *)"], ["Read", "Bash"])).toBe(false);
+    expect(listCovers(["Bash(git *)", "Bash(ls *)"], ["Bash(* --help)"])).toBe(false);
+    expect(listCovers(["mcp__*"], ["mcp__github__*"])).toBe(true);
+    expect(listCovers(["mcp__github__*"], ["mcp__*"])).toBe(false);
+    expect(listCovers(undefined, undefined)).toBe(true);
+    expect(listCovers(["*"], undefined)).toBe(false);
+    expect(listCovers([], [])).toBe(true);
+  });
+
+  it("glob coverage agrees with matching on every sampled string (exact language inclusion)", () => {
+    const alphabet = fc.constantFrom("a", "b", "*");
+    const glob = fc.array(alphabet, { maxLength: 5 }).map((cs) => cs.join(""));
+    const word = fc.array(fc.constantFrom("a", "b"), { maxLength: 6 }).map((cs) => cs.join(""));
+    fc.assert(
+      fc.property(glob, glob, fc.array(word, { maxLength: 30 }), (outer, inner, words) => {
+        if (globCovers(outer, inner)) {
+          for (const w of words) if (globMatches(inner, w)) expect(globMatches(outer, w)).toBe(true);
+        }
+      }),
+    );
+    // And a refusal always has a witness: replace each star of `inner` by a letter `outer` never names.
+    fc.assert(
+      fc.property(glob, glob, (outer, inner) => {
+        if (!globCovers(outer, inner)) {
+          const witness = inner.replaceAll("*", "z");
+          expect(globMatches(inner, witness)).toBe(true);
+          expect(globMatches(outer, witness)).toBe(false);
+        }
+      }),
+    );
+  });
+
+  it("decides a call: denial wins, an argument pattern needs a subject, empty allow grants nothing", () => {
+    const lists = { allow: ["read", "shell(git *)"], deny: ["shell(git push*)"] };
+    expect(toolCallVerdict(lists, "read", "/x")).toEqual({ ok: true });
+    expect(toolCallVerdict(lists, "shell", "git status")).toEqual({ ok: true });
+    expect(toolCallVerdict(lists, "shell", "git push origin")).toEqual({
+      ok: false,
+      reason: "denied",
+      entry: "shell(git push*)",
+    });
+    expect(toolCallVerdict(lists, "shell", "rm -rf /")).toEqual({ ok: false, reason: "not_allowed" });
+    expect(toolCallVerdict(lists, "shell")).toEqual({
+      ok: false,
+      reason: "denied",
+      entry: "shell(git push*)",
+    });
+    expect(toolCallVerdict({ allow: [], deny: [] }, "read", "/x")).toEqual({
+      ok: false,
+      reason: "not_allowed",
+    });
+    expect(toolCallVerdict({ deny: [] }, "anything")).toEqual({ ok: true });
+    expect(entryCovers("shell", "shell(git *)")).toBe(true);
+    expect(entryCovers("shell(git *)", "shell")).toBe(false);
+  });
+});

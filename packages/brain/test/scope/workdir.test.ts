@@ -1,0 +1,246 @@
+import { execFileSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import {
+  captureDelegatedExecutionScope,
+  DelegatedScopeError,
+  delegatedWorkDir,
+  isCanonicalArtifactPath,
+  parseDelegatedExecutionScope,
+  pathSpelling,
+  projectContextRoot,
+} from "../../src/scope/index.js";
+
+const root = realpathSync(mkdtempSync(join(tmpdir(), "crw-workdir-")));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+const project = join(root, "proj");
+mkdirSync(join(project, "src"), { recursive: true });
+mkdirSync(join(project, ".git"));
+const outside = join(root, "elsewhere");
+mkdirSync(outside);
+
+async function refusal(promise: Promise<unknown>): Promise<string> {
+  try {
+    await promise;
+  } catch (e) {
+    if (e instanceof DelegatedScopeError) return e.code;
+    throw e;
+  }
+  return "accepted";
+}
+
+describe("delegatedWorkDir", () => {
+  it("S004-257: scoped callers stay inside the selected host project", async () => {
+    const placed = await delegatedWorkDir(join(project, "src"), {
+      kind: "scoped",
+      project: { ref: "proj", root: project },
+    });
+    expect(placed).toEqual({
+      workDir: join(project, "src"),
+      target: { kind: "host", ref: "proj" },
+      projectRef: "proj",
+      instructionRoot: project,
+    });
+    expect(
+      await refusal(delegatedWorkDir(outside, { kind: "scoped", project: { ref: "proj", root: project } })),
+    ).toBe("work_dir_outside_project");
+    expect(
+      await refusal(
+        delegatedWorkDir(`${project}/../elsewhere`, {
+          kind: "scoped",
+          project: { ref: "proj", root: project },
+        }),
+      ),
+    ).toBe("work_dir_outside_project");
+  });
+
+  it("S004-255: validates against the child's own live policy (the same path, different policies)", async () => {
+    const scoped = { kind: "scoped", project: { ref: "proj", root: project } } as const;
+    expect(await refusal(delegatedWorkDir(outside, scoped))).toBe("work_dir_outside_project");
+    expect((await delegatedWorkDir(outside, { kind: "admin", canExecuteHost: true })).workDir).toBe(outside);
+    expect(await refusal(delegatedWorkDir(outside, { kind: "admin", canExecuteHost: false }))).toBe(
+      "work_dir_not_permitted",
+    );
+  });
+
+  it("S004-259: an all-access administrator with canExecuteHost may select any existing readable host directory", async () => {
+    const placed = await delegatedWorkDir(outside, { kind: "admin", canExecuteHost: true });
+    expect(placed.workDir).toBe(outside);
+    expect(
+      await refusal(delegatedWorkDir(join(root, "missing"), { kind: "admin", canExecuteHost: true })),
+    ).toBe("work_dir_unavailable");
+    writeFileSync(join(root, "file.txt"), "x");
+    expect(
+      await refusal(delegatedWorkDir(join(root, "file.txt"), { kind: "admin", canExecuteHost: true })),
+    ).toBe("work_dir_unavailable");
+  });
+
+  it("S004-260: projectForPath resolves a registered host project", async () => {
+    const placed = await delegatedWorkDir(project, {
+      kind: "admin",
+      canExecuteHost: true,
+      projectForPath: (dir) => (dir === project ? { ref: "proj", root: project } : undefined),
+    });
+    expect(placed.target).toEqual({ kind: "host", ref: "proj" });
+    expect(placed.projectRef).toBe("proj");
+  });
+
+  it("S004-262: records the project's host ref, or the nameless admin-only host target for an unregistered directory", async () => {
+    const placed = await delegatedWorkDir(outside, {
+      kind: "admin",
+      canExecuteHost: true,
+      projectForPath: () => undefined,
+    });
+    expect(placed.target).toEqual({ kind: "host", ref: null });
+    expect(placed.projectRef).toBeNull();
+    // It persists together with its target in the durable scope.
+    const scope = parseDelegatedExecutionScope(
+      captureDelegatedExecutionScope({
+        accountId: "a",
+        operator: true,
+        target: placed.target,
+        projectRef: placed.projectRef,
+        workDir: placed.workDir,
+      }),
+    );
+    expect(scope.workDir).toBe(outside);
+    expect(scope.target).toEqual({ kind: "host", ref: null });
+  });
+
+  it("S004-261: projectContextRoot proves a linked Git worktree through gitdir/commondir", async () => {
+    // Written by hand exactly as Git lays a linked worktree out.
+    const repo = join(root, "repo");
+    const wt = join(root, "repo-feature");
+    mkdirSync(join(repo, ".git", "worktrees", "feature"), { recursive: true });
+    writeFileSync(join(repo, ".git", "worktrees", "feature", "commondir"), "../..\n");
+    mkdirSync(join(wt, "pkg"), { recursive: true });
+    writeFileSync(join(wt, ".git"), `gitdir: ${join(repo, ".git", "worktrees", "feature")}\n`);
+    expect(await projectContextRoot(join(wt, "pkg"))).toEqual({ root: wt, repositoryRoot: repo });
+    expect(await projectContextRoot(join(repo))).toEqual({ root: repo, repositoryRoot: repo });
+  });
+
+  it("S004-263: a node placed in a sibling worktree keeps its repository's ref but reads instructions from the worktree", async () => {
+    const repo = join(root, "real-repo");
+    mkdirSync(repo);
+    const git = (...args: string[]) => execFileSync("git", args, { cwd: repo, stdio: "pipe" });
+    git("init", "-q", "-b", "main");
+    git(
+      "-c",
+      "user.email=t@example.invalid",
+      "-c",
+      "user.name=t",
+      "commit",
+      "-q",
+      "--allow-empty",
+      "-m",
+      "init",
+    );
+    const sibling = join(root, "real-repo-wt");
+    git("worktree", "add", "-q", sibling, "-b", "side");
+    writeFileSync(join(sibling, "AGENTS.md"), "worktree rules");
+    const placed = await delegatedWorkDir(sibling, {
+      kind: "admin",
+      canExecuteHost: true,
+      projectForPath: (dir) => (dir === repo ? { ref: "real", root: repo } : undefined),
+    });
+    expect(placed.target).toEqual({ kind: "host", ref: "real" });
+    expect(placed.workDir).toBe(sibling);
+    expect(placed.instructionRoot).toBe(sibling);
+  });
+
+  it("S004-258: managed callers keep their guest mount and inherited narrower root", async () => {
+    const policy = { kind: "managed", ref: "guest-1", guestRoot: "/workspace/team" } as const;
+    const placed = await delegatedWorkDir("/workspace/team/app/./src", policy);
+    expect(placed).toEqual({
+      workDir: "/workspace/team/app/src",
+      target: { kind: "managed", ref: "guest-1", root: "/workspace/team" },
+      projectRef: "guest-1",
+      instructionRoot: "/workspace/team",
+    });
+    expect(await refusal(delegatedWorkDir("/workspace/other", policy))).toBe("work_dir_outside_project");
+    expect(await refusal(delegatedWorkDir("/workspace/team/../other", policy))).toBe(
+      "work_dir_outside_project",
+    );
+  });
+});
+
+describe("placement spelling", () => {
+  it("S004-077: drive and UNC placements are accepted only for local references, alongside POSIX", async () => {
+    const local = { kind: "local", targetId: "laptop" } as const;
+    expect((await delegatedWorkDir("C:\\Users\\owner\\repo", local)).workDir).toBe("C:\\Users\\owner\\repo");
+    expect((await delegatedWorkDir("\\\\server\\share\\repo", local)).workDir).toBe(
+      "\\\\server\\share\\repo",
+    );
+    expect((await delegatedWorkDir("/home/owner/repo", local)).workDir).toBe("/home/owner/repo");
+    for (const kind of ["host", "managed"] as const) {
+      const target = kind === "host" ? { kind, ref: "p" } : { kind, ref: "m", root: "/g" };
+      const scope = { accountId: "a", target, workDir: "C:\\Users\\owner\\repo" };
+      expect(() => captureDelegatedExecutionScope(scope)).toThrow(/POSIX/);
+    }
+  });
+
+  it("S004-080: a Windows placement survives persistence and continuation unchanged", () => {
+    const json = captureDelegatedExecutionScope({
+      accountId: "a",
+      target: { kind: "local", targetId: "laptop" },
+      workDir: "C:\\Users\\owner\\repo",
+    });
+    const scope = parseDelegatedExecutionScope(JSON.parse(JSON.stringify(json)));
+    expect(scope.workDir).toBe("C:\\Users\\owner\\repo");
+    expect(scope.target).toEqual({ kind: "local", targetId: "laptop" });
+  });
+
+  it("S004-081: ambiguous drive-relative and current-drive paths are refused", async () => {
+    const local = { kind: "local", targetId: "laptop" } as const;
+    expect(pathSpelling("C:repo")).toBe("drive-relative");
+    expect(pathSpelling("\\Users\\owner")).toBe("current-drive");
+    expect(await refusal(delegatedWorkDir("C:repo", local))).toBe("invalid_work_dir");
+    expect(await refusal(delegatedWorkDir("\\Users\\owner", local))).toBe("invalid_work_dir");
+    expect(await refusal(delegatedWorkDir("relative/dir", local))).toBe("invalid_work_dir");
+    expect(() =>
+      captureDelegatedExecutionScope({
+        accountId: "a",
+        target: { kind: "local", targetId: "l" },
+        workDir: "D:x",
+      }),
+    ).toThrow(/drive-relative/);
+  });
+
+  it("S004-083: host and managed scopes require POSIX paths", async () => {
+    expect(await refusal(delegatedWorkDir("C:\\x", { kind: "admin", canExecuteHost: true }))).toBe(
+      "invalid_work_dir",
+    );
+    expect(
+      await refusal(delegatedWorkDir("\\\\srv\\share", { kind: "managed", ref: "m", guestRoot: "/g" })),
+    ).toBe("invalid_work_dir");
+  });
+
+  it("S004-082: artifact grants use the canonical forward-slash spelling, drive and UNC included", () => {
+    for (const ok of ["/a/b", "C:/Users/o/out.json", "//server/share/out.json"])
+      expect(isCanonicalArtifactPath(ok)).toBe(true);
+    for (const bad of ["C:\\Users\\o", "/a//b", "/a/./b", "/a/../b", "a/b", "/a/b/", "C:out"])
+      expect(isCanonicalArtifactPath(bad)).toBe(false);
+  });
+
+  it("S004-078: the parser validates projectRef before workDir, and exact canonical sharedArtifacts", () => {
+    // Both are wrong: the projectRef issue is reported (and stops the check) before the workDir issue.
+    expect(() =>
+      captureDelegatedExecutionScope({
+        accountId: "a",
+        target: { kind: "host", ref: "p" },
+        projectRef: "q",
+        workDir: "relative",
+      }),
+    ).toThrow(/projectRef[^;]*$/);
+    expect(() =>
+      captureDelegatedExecutionScope({
+        accountId: "a",
+        target: { kind: "local", targetId: "l" },
+        sharedArtifacts: ["C:\\out.json"],
+      }),
+    ).toThrow(/sharedArtifacts\.0/);
+  });
+});
