@@ -1,1 +1,6 @@
+export { PgDelegationRepository } from "./delegation/repository.js";
+export { DelegationDbError, type DelegationDbErrorCode, toError } from "./errors.js";
 export { migrate, migrationsDir, migrationsTable } from "./migrate.js";
+export * from "./repositories/delegation.js";
+export * from "./repositories/journal.js";
+export { type Isolation, type Queryable, RETRYABLE_SQLSTATES, tx } from "./tx.js";

@@ -1,0 +1,117 @@
+import type pg from "pg";
+import { DelegationDbError } from "../errors.js";
+import type { AppendOptions, DeliveredResult, QueuedResult } from "../repositories/delegation.js";
+import type { TranscriptMessage } from "../repositories/journal.js";
+import { tx } from "../tx.js";
+import { appendIn, assertVisible } from "./journal.js";
+import { assertUuid, notFound, type Row, resultFromRow } from "./rows.js";
+
+const RESULT_COLUMNS = `r.id, r.queue_seq, r.parent_session_id, r.child_session_id, r.run_id, r.tool_call_id, r.kind,
+  r.outcome, r.mode, r.body, r.byte_size, s.path as spill_path`;
+
+export async function queuedResults(
+  pool: pg.Pool,
+  sessionId: string,
+  principalAccountId: string,
+  limit = 1000,
+): Promise<QueuedResult[]> {
+  assertUuid("sessionId", sessionId);
+  const { rows } = await pool.query<Row>(
+    `select ${RESULT_COLUMNS} from delegation_results r left join spilled_outputs s on s.id = r.spill_id
+      where r.parent_session_id = $1::uuid and r.principal_account_id = $2::uuid
+        and not exists (select 1 from delegation_result_acks a where a.result_id = r.id)
+      order by r.queue_seq limit $3`,
+    [sessionId, principalAccountId, limit],
+  );
+  return rows.map(resultFromRow);
+}
+
+export async function queuedResultIds(
+  pool: pg.Pool,
+  sessionId: string,
+  principalAccountId: string,
+): Promise<string[]> {
+  return (await queuedResults(pool, sessionId, principalAccountId)).map((r) => r.id);
+}
+
+export async function getResult(
+  pool: pg.Pool,
+  resultId: string,
+  principalAccountId: string,
+): Promise<QueuedResult> {
+  assertUuid("resultId", resultId);
+  const { rows } = await pool.query<Row>(
+    `select ${RESULT_COLUMNS} from delegation_results r left join spilled_outputs s on s.id = r.spill_id
+      where r.id = $1::uuid and r.principal_account_id = $2::uuid`,
+    [resultId, principalAccountId],
+  );
+  if (!rows[0]) throw notFound("result", { resultId });
+  return resultFromRow(rows[0]);
+}
+
+/**
+ * Exactly-once delivery. Under the parent session's row lock, the still-unacknowledged results among
+ * `resultIds` get their journal rows and their acknowledgements in one transaction: either both are durable
+ * or neither is. A concurrent deliverer waits for the lock, then finds them acknowledged and skips them.
+ */
+export function deliverResults(
+  pool: pg.Pool,
+  sessionId: string,
+  principalAccountId: string,
+  resultIds: readonly string[],
+  message: (result: QueuedResult) => TranscriptMessage,
+  options: AppendOptions = {},
+): Promise<{ delivered: DeliveredResult[]; skipped: string[] }> {
+  assertUuid("sessionId", sessionId);
+  for (const id of resultIds) assertUuid("resultId", id);
+  if (resultIds.length === 0) return Promise.resolve({ delivered: [], skipped: [] });
+  return tx(pool, async (c) => {
+    await assertVisible(c, sessionId, principalAccountId);
+    await c.query("select 1 from sessions where id = $1::uuid for update", [sessionId]);
+    const { rows } = await c.query<Row>(
+      `select ${RESULT_COLUMNS} from delegation_results r left join spilled_outputs s on s.id = r.spill_id
+        where r.id = any($3::uuid[]) and r.parent_session_id = $1::uuid and r.principal_account_id = $2::uuid
+          and not exists (select 1 from delegation_result_acks a where a.result_id = r.id)
+        order by r.queue_seq`,
+      [sessionId, principalAccountId, resultIds],
+    );
+    const pending = rows.map(resultFromRow);
+    const pendingIds = new Set(pending.map((r) => r.id));
+    const skipped = resultIds.filter((id) => !pendingIds.has(id));
+    if (pending.length === 0) return { delivered: [], skipped };
+    const entries = await appendIn(
+      c,
+      sessionId,
+      principalAccountId,
+      pending.map((r) => {
+        const m = message(r);
+        const carried = m.role === "custom" || m.role === "toolResult" ? m.details?.resultId : undefined;
+        if (carried !== r.id) {
+          throw new DelegationDbError(
+            "invalid_input",
+            "a delivered message must carry its details.resultId",
+            {
+              resultId: r.id,
+            },
+          );
+        }
+        return { body: { type: "message" as const, message: m } };
+      }),
+    );
+    options.probe?.("delivery.between_append_and_ack");
+    await c.query(
+      `insert into delegation_result_acks (result_id, parent_session_id, journal_seq)
+       select * from unnest($1::uuid[], $2::uuid[], $3::bigint[])`,
+      [pending.map((r) => r.id), pending.map(() => sessionId), entries.map((e) => e.seq)],
+    );
+    return {
+      delivered: pending.map((r, i) => ({
+        resultId: r.id,
+        journalSeq: (entries[i] as { seq: number }).seq,
+        toolCallId: r.toolCallId,
+        kind: r.kind,
+      })),
+      skipped,
+    };
+  });
+}

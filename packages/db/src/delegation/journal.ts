@@ -1,0 +1,231 @@
+import type pg from "pg";
+import { DelegationDbError } from "../errors.js";
+import type { AppendOptions } from "../repositories/delegation.js";
+import {
+  type JournalBody,
+  type JournalEntry,
+  type JournalWrite,
+  journalBodySchema,
+  resultIdOf,
+  type TranscriptMessage,
+} from "../repositories/journal.js";
+import { type Queryable, tx } from "../tx.js";
+import { assertUuid, decodeBody, entryFromRow, notFound, type Row } from "./rows.js";
+
+interface RowShape {
+  kind: "message" | "custom_message" | "compaction" | "tool_intent";
+  role: string | null;
+  body: string;
+  resultId: string | null;
+  toolCallId: string | null;
+  settled: boolean;
+}
+
+function shape(sessionId: string, write: JournalWrite): RowShape {
+  const parsed = journalBodySchema.safeParse(write.body);
+  if (!parsed.success) {
+    throw new DelegationDbError(
+      "malformed_entry",
+      `refused a malformed journal entry: ${parsed.error.message}`,
+      {
+        sessionId,
+      },
+    );
+  }
+  const body: JournalBody = parsed.data;
+  const base = {
+    body: JSON.stringify(body),
+    resultId: resultIdOf(body) ?? null,
+    settled: write.settled ?? true,
+  };
+  switch (body.type) {
+    case "compaction":
+      return { ...base, kind: "compaction", role: null, toolCallId: null };
+    case "tool_intent":
+      return { ...base, kind: "tool_intent", role: null, toolCallId: body.toolCallId };
+    case "message": {
+      const m = body.message;
+      if (m.role === "custom") return { ...base, kind: "custom_message", role: null, toolCallId: null };
+      return {
+        ...base,
+        kind: "message",
+        role: m.role,
+        toolCallId: m.role === "toolResult" ? m.toolCallId : null,
+      };
+    }
+  }
+}
+
+/**
+ * Appends rows inside the caller's transaction. Taking the sequence numbers row-locks the session until
+ * commit, so a journal has one writer at a time and its seqs have no gaps or duplicates.
+ */
+export async function appendIn(
+  client: Queryable,
+  sessionId: string,
+  principalAccountId: string,
+  writes: readonly JournalWrite[],
+): Promise<JournalEntry[]> {
+  assertUuid("sessionId", sessionId);
+  const rows = writes.map((w) => shape(sessionId, w));
+  if (rows.length === 0) return [];
+  const taken = await client.query<{ first: string }>(
+    `update sessions set next_seq = next_seq + $3
+      where id = $1::uuid and principal_account_id = $2::uuid
+      returning next_seq - $3 as first`,
+    [sessionId, principalAccountId, rows.length],
+  );
+  const first = taken.rows[0];
+  if (!first) throw notFound("session", { sessionId });
+  const start = Number(first.first);
+  try {
+    const inserted = await client.query<Row>(
+      `insert into journal_entries (session_id, seq, kind, role, body, result_id, tool_call_id, settled)
+       select $1::uuid, t.seq, t.kind, t.role, t.body, t.result_id, t.tool_call_id, t.settled
+         from unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::uuid[], $7::text[], $8::boolean[])
+           as t(seq, kind, role, body, result_id, tool_call_id, settled)
+       returning session_id, seq, body, settled, created_at`,
+      [
+        sessionId,
+        rows.map((_, i) => start + i),
+        rows.map((r) => r.kind),
+        rows.map((r) => r.role),
+        rows.map((r) => r.body),
+        rows.map((r) => r.resultId),
+        rows.map((r) => r.toolCallId),
+        rows.map((r) => r.settled),
+      ],
+    );
+    return inserted.rows.map(entryFromRow).sort((a, b) => a.seq - b.seq);
+  } catch (e) {
+    if ((e as { code?: string }).code === "23505") {
+      throw new DelegationDbError(
+        "conflict",
+        "this result is already in the session's journal",
+        { sessionId },
+        {
+          cause: e,
+        },
+      );
+    }
+    throw e;
+  }
+}
+
+export function append(
+  pool: pg.Pool,
+  sessionId: string,
+  principalAccountId: string,
+  writes: readonly JournalWrite[],
+  _options?: AppendOptions,
+): Promise<JournalEntry[]> {
+  return tx(pool, (c) => appendIn(c, sessionId, principalAccountId, writes));
+}
+
+export async function readJournal(
+  pool: pg.Pool,
+  sessionId: string,
+  principalAccountId: string,
+  options: { fromSeq?: number; includeProvisional?: boolean } = {},
+): Promise<JournalEntry[]> {
+  assertUuid("sessionId", sessionId);
+  return tx(
+    pool,
+    async (c) => {
+      await assertVisible(c, sessionId, principalAccountId);
+      const { rows } = await c.query<Row>(
+        `select session_id, seq, body, settled, created_at from journal_entries
+          where session_id = $1::uuid and not discarded and seq >= $2 and (settled or $3)
+          order by seq`,
+        [sessionId, options.fromSeq ?? 1, options.includeProvisional ?? false],
+      );
+      return rows.map(entryFromRow);
+    },
+    { isolation: "repeatable read", readOnly: true },
+  );
+}
+
+export async function assertVisible(
+  c: Queryable,
+  sessionId: string,
+  principalAccountId: string,
+): Promise<void> {
+  const { rowCount } = await c.query(
+    `select 1 from sessions where id = $1::uuid and principal_account_id = $2::uuid and visibility = 'visible'`,
+    [sessionId, principalAccountId],
+  );
+  if (!rowCount) throw notFound("session", { sessionId });
+}
+
+export async function recentAssistantMessages(
+  pool: pg.Pool,
+  sessionId: string,
+  principalAccountId: string,
+  limit: number,
+  beforeSeq?: number,
+): Promise<Array<{ seq: number; message: TranscriptMessage }>> {
+  assertUuid("sessionId", sessionId);
+  await assertVisible(pool, sessionId, principalAccountId);
+  const { rows } = await pool.query<Row>(
+    `select seq, body from journal_entries
+      where session_id = $1::uuid and role = 'assistant' and not discarded and settled and seq < $2
+      order by seq desc limit $3`,
+    [sessionId, beforeSeq ?? Number.MAX_SAFE_INTEGER, limit],
+  );
+  return rows.map((r) => {
+    const seq = Number(r.seq);
+    const body = decodeBody(sessionId, seq, String(r.body));
+    if (body.type !== "message")
+      throw new DelegationDbError("malformed_entry", "assistant row is not a message", { sessionId, seq });
+    return { seq, message: body.message };
+  });
+}
+
+export async function settleProvisional(
+  pool: pg.Pool,
+  sessionId: string,
+  principalAccountId: string,
+  as: "settled" | "discarded",
+): Promise<number> {
+  assertUuid("sessionId", sessionId);
+  const { rowCount } = await pool.query(
+    `update journal_entries j set settled = true, discarded = $3
+       from sessions s
+      where s.id = j.session_id and s.id = $1::uuid and s.principal_account_id = $2::uuid
+        and not j.settled and not j.discarded`,
+    [sessionId, principalAccountId, as === "discarded"],
+  );
+  return rowCount ?? 0;
+}
+
+/**
+ * Delivery is proved by the journal alone: every settled, undiscarded row whose original JSON carries
+ * details.resultId, including rows a compaction has since summarised. One repeatable-read snapshot, so a
+ * delivery committing meanwhile is either wholly in the answer or wholly out of it.
+ */
+export async function settledResultIds(
+  pool: pg.Pool,
+  sessionId: string,
+  principalAccountId: string,
+): Promise<string[]> {
+  assertUuid("sessionId", sessionId);
+  return tx(
+    pool,
+    async (c) => {
+      await assertVisible(c, sessionId, principalAccountId);
+      const { rows } = await c.query<Row>(
+        `select seq, body from journal_entries
+          where session_id = $1::uuid and settled and not discarded and kind in ('custom_message', 'message')
+          order by seq`,
+        [sessionId],
+      );
+      const ids: string[] = [];
+      for (const r of rows) {
+        const id = resultIdOf(decodeBody(sessionId, Number(r.seq), String(r.body)));
+        if (id) ids.push(id);
+      }
+      return ids;
+    },
+    { isolation: "repeatable read", readOnly: true },
+  );
+}

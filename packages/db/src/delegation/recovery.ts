@@ -1,0 +1,143 @@
+import type pg from "pg";
+import type { SpillRecord, SubagentRun } from "../repositories/delegation.js";
+import { tx } from "../tx.js";
+import { assertUuid, type Row, runFromRow } from "./rows.js";
+
+/**
+ * Recovery ownership: a live process holds a session-level advisory lock named by its owner id for as long
+ * as its connection lives. A run whose `locked_by` names an owner nobody holds any more was left by a dead
+ * process (SIGKILL runs no hooks, but PostgreSQL drops a dead backend's locks) and may be claimed.
+ */
+const OWNER_LOCK_CLASS = 7305;
+
+export async function holdOwnerLease(pool: pg.Pool, owner: string): Promise<() => Promise<void>> {
+  const client = await pool.connect();
+  try {
+    await client.query("select pg_advisory_lock($1, hashtext($2))", [OWNER_LOCK_CLASS, owner]);
+  } catch (e) {
+    client.release(true);
+    throw e;
+  }
+  return async () => {
+    try {
+      await client.query("select pg_advisory_unlock($1, hashtext($2))", [OWNER_LOCK_CLASS, owner]);
+    } finally {
+      client.release();
+    }
+  };
+}
+
+export function claimOpenRuns(pool: pg.Pool, owner: string, limit: number): Promise<SubagentRun[]> {
+  return tx(pool, async (c) => {
+    const { rows } = await c.query<Row>(
+      `with orphaned as (
+         select r.id from subagent_runs r
+          where r.status in ('queued', 'running', 'settling')
+            and (r.locked_by is null or r.locked_by = $1 or not exists (
+                  select 1 from pg_locks l
+                   where l.locktype = 'advisory' and l.granted and l.classid = $3::oid
+                     and l.objid = (hashtext(r.locked_by)::bigint & 4294967295)::oid and l.objsubid = 2))
+          order by r.created_at
+          for update of r skip locked
+          limit $2)
+       update subagent_runs r set locked_by = $1, locked_at = now(), updated_at = now()
+         from orphaned where r.id = orphaned.id
+       returning r.*`,
+      [owner, limit, OWNER_LOCK_CLASS],
+    );
+    return rows.map(runFromRow).sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime());
+  });
+}
+
+export async function releaseRun(pool: pg.Pool, runId: string, owner: string): Promise<void> {
+  assertUuid("runId", runId);
+  await pool.query(
+    "update subagent_runs set locked_by = null, locked_at = null where id = $1::uuid and locked_by = $2",
+    [runId, owner],
+  );
+}
+
+/** Charged when a continuation is actually dispatched; the new generation fences the old lifetime's writes. */
+export async function chargeRecoveryAttempt(
+  pool: pg.Pool,
+  runId: string,
+  generation: number,
+): Promise<{ generation: number; recoveryAttempts: number } | null> {
+  assertUuid("runId", runId);
+  const { rows } = await pool.query<Row>(
+    `update subagent_runs set recovery_attempts = recovery_attempts + 1, generation = generation + 1,
+            updated_at = now()
+      where id = $1::uuid and generation = $2 and status in ('queued', 'running', 'settling')
+      returning generation, recovery_attempts`,
+    [runId, generation],
+  );
+  const r = rows[0];
+  return r ? { generation: Number(r.generation), recoveryAttempts: Number(r.recovery_attempts) } : null;
+}
+
+/** Boot, before recovery claims: unfinished private fork copies go, with everything under them. */
+export async function discardPrivateSessions(pool: pg.Pool): Promise<string[]> {
+  return tx(pool, async (c) => {
+    const { rows } = await c.query<{ id: string }>(
+      `with recursive doomed(id) as (
+         select id from sessions where visibility = 'private'
+         union select s.id from sessions s join doomed d on s.parent_session_id = d.id)
+       select id from doomed`,
+    );
+    const ids = rows.map((r) => r.id);
+    if (ids.length === 0) return [];
+    await c.query("delete from delegated_steers where child_session_id = any($1::uuid[])", [ids]);
+    await c.query("delete from delegation_result_acks where parent_session_id = any($1::uuid[])", [ids]);
+    await c.query(
+      "delete from delegation_results where parent_session_id = any($1::uuid[]) or child_session_id = any($1::uuid[])",
+      [ids],
+    );
+    await c.query("delete from spilled_outputs where session_id = any($1::uuid[])", [ids]);
+    await c.query("delete from subagent_runs where parent_session_id = any($1::uuid[])", [ids]);
+    await c.query("delete from journal_entries where session_id = any($1::uuid[])", [ids]);
+    // Children first (they reference their parents); a parent's run keeps its row with a null child.
+    for (let left = ids.length; left > 0; ) {
+      const { rowCount } = await c.query(
+        `delete from sessions where id = any($1::uuid[])
+            and not exists (select 1 from sessions k where k.parent_session_id = sessions.id)`,
+        [ids],
+      );
+      if (!rowCount) break;
+      left -= rowCount;
+    }
+    return ids;
+  });
+}
+
+export async function sessionsWithDanglingToolCalls(
+  pool: pg.Pool,
+): Promise<Array<{ sessionId: string; principalAccountId: string }>> {
+  const { rows } = await pool.query<{ session_id: string; principal_account_id: string }>(
+    `select distinct i.session_id, s.principal_account_id from journal_entries i
+       join sessions s on s.id = i.session_id
+      where i.kind = 'tool_intent' and not i.discarded and s.visibility = 'visible'
+        and not exists (select 1 from journal_entries r
+                         where r.session_id = i.session_id and r.tool_call_id = i.tool_call_id
+                           and r.role = 'toolResult' and not r.discarded)`,
+  );
+  return rows.map((r) => ({ sessionId: r.session_id, principalAccountId: r.principal_account_id }));
+}
+
+export async function recordSpill(
+  pool: pg.Pool,
+  record: Omit<SpillRecord, "id"> & { principalAccountId: string },
+): Promise<SpillRecord> {
+  assertUuid("sessionId", record.sessionId);
+  const { rows } = await pool.query<Row>(
+    `insert into spilled_outputs (session_id, principal_account_id, path, byte_size, sha256)
+     values ($1::uuid, $2::uuid, $3, $4, $5) returning id`,
+    [record.sessionId, record.principalAccountId, record.path, record.byteSize, record.sha256],
+  );
+  return {
+    id: String((rows[0] as Row).id),
+    sessionId: record.sessionId,
+    path: record.path,
+    byteSize: record.byteSize,
+    sha256: record.sha256,
+  };
+}

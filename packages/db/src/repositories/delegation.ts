@@ -1,0 +1,272 @@
+import type { JournalEntry, JournalWrite, TranscriptMessage } from "./journal.js";
+
+/**
+ * The asynchronous contracts of the delegation core's persistence. Every read and write names the
+ * principal account, and child reads name the parent too: a session of another account, or a child of
+ * another parent, is "not found", never a different answer. The PostgreSQL implementation is
+ * `PgDelegationRepository`.
+ */
+
+export interface AccountGrant {
+  /** null: every tool; [] : none. */
+  readonly toolAllow: readonly string[] | null;
+  readonly toolDeny: readonly string[];
+  readonly permissionSettings: Readonly<Record<string, unknown>>;
+  readonly isOwner: boolean;
+  readonly isAdministrator: boolean;
+}
+
+export interface Account extends AccountGrant {
+  readonly id: string;
+  readonly name: string;
+}
+
+export interface NewAccount {
+  readonly name: string;
+  readonly toolAllow?: readonly string[] | null;
+  readonly toolDeny?: readonly string[];
+  readonly permissionSettings?: Record<string, unknown>;
+  readonly isOwner?: boolean;
+  readonly isAdministrator?: boolean;
+}
+
+export interface SessionRow {
+  readonly id: string;
+  readonly kind: "root" | "delegated";
+  readonly parentSessionId: string | null;
+  readonly principalAccountId: string;
+  readonly model: string;
+  /** Canonical JSON of the durable scope (delegated sessions only). */
+  readonly scope: string | null;
+  readonly createdAt: Date;
+}
+
+export type RunStatus = "queued" | "running" | "settling" | "succeeded" | "failed" | "aborted";
+export const OPEN_RUN_STATUSES: readonly RunStatus[] = ["queued", "running", "settling"];
+
+export interface SubagentRun {
+  readonly id: string;
+  readonly parentSessionId: string;
+  readonly principalAccountId: string;
+  readonly toolCallId: string;
+  /** null only when boot discarded the unfinished private fork copy this call created. */
+  readonly childSessionId: string | null;
+  readonly kind: "delegate" | "continue";
+  readonly mode: "foreground" | "background";
+  readonly task: string;
+  readonly status: RunStatus;
+  readonly generation: number;
+  readonly readOnlyScope: string | null;
+  readonly recoveryAttempts: number;
+  readonly error: { readonly code: string; readonly message: string } | null;
+  readonly createdAt: Date;
+  readonly startedAt: Date | null;
+  readonly settledAt: Date | null;
+}
+
+export interface NewDelegation {
+  readonly parentSessionId: string;
+  readonly principalAccountId: string;
+  readonly toolCallId: string;
+  readonly task: string;
+  readonly mode: "foreground" | "background";
+  readonly model: string;
+  /** Canonical JSON of the captured scope. */
+  readonly scope: string;
+  /** A fork copy: private until `commitFork`, after its journal branch has been copied. */
+  readonly fork?: { readonly fromSessionId: string };
+}
+
+export interface NewContinuation {
+  readonly parentSessionId: string;
+  readonly principalAccountId: string;
+  readonly childSessionId: string;
+  readonly toolCallId: string;
+  readonly task: string;
+  readonly mode: "foreground" | "background";
+  readonly readOnlyScope: string | null;
+}
+
+export interface SettledResult {
+  readonly runId: string;
+  readonly generation: number;
+  readonly resultId: string;
+  readonly outcome: "ok" | "error";
+  /** The inline body or the bounded spill placeholder. */
+  readonly body: string;
+  readonly byteSize: number;
+  readonly spillId?: string;
+  readonly error?: { readonly code: string; readonly message: string };
+}
+
+export interface QueuedResult {
+  readonly id: string;
+  readonly queueSeq: number;
+  readonly parentSessionId: string;
+  readonly childSessionId: string | null;
+  readonly runId: string | null;
+  readonly toolCallId: string;
+  readonly kind: "subagent" | "workflow_summary";
+  readonly outcome: "ok" | "error";
+  readonly mode: "foreground" | "background";
+  readonly body: string;
+  readonly byteSize: number;
+  readonly spillPath: string | null;
+}
+
+export interface DeliveredResult {
+  readonly resultId: string;
+  readonly journalSeq: number;
+  readonly toolCallId: string;
+  readonly kind: "subagent" | "workflow_summary";
+}
+
+export interface SteerReceipt {
+  readonly id: string;
+  readonly childSessionId: string;
+  readonly text: string;
+  readonly status: "pending" | "delivered" | "dropped";
+  readonly journalSeq: number | null;
+  readonly dropReason: string | null;
+}
+
+export interface SpillRecord {
+  readonly id: string;
+  readonly sessionId: string;
+  readonly path: string;
+  readonly byteSize: number;
+  readonly sha256: string;
+}
+
+/** Hooks a test or crash harness may use to stop the process inside a transaction (see brain's faults). */
+export type TransactionProbe = (point: "delivery.between_append_and_ack" | "settle.before_commit") => void;
+
+export interface AppendOptions {
+  /** Called inside the transaction after the journal rows are written and before the acknowledgements. */
+  readonly probe?: TransactionProbe;
+}
+
+export interface DelegationRepository {
+  // accounts
+  createAccount(input: NewAccount): Promise<Account>;
+  getAccount(accountId: string): Promise<Account>;
+  addApiToken(accountId: string, tokenHash: Buffer, label?: string): Promise<void>;
+  accountByTokenHash(tokenHash: Buffer): Promise<Account | null>;
+
+  // sessions
+  createRootSession(principalAccountId: string, model: string): Promise<SessionRow>;
+  getSession(sessionId: string, principalAccountId: string): Promise<SessionRow>;
+  /** The child, only when `parentSessionId` delegated to it (the ownership guard). */
+  getChildSession(
+    parentSessionId: string,
+    childSessionId: string,
+    principalAccountId: string,
+  ): Promise<SessionRow>;
+  /** Ancestors from the direct parent up to the root (cycle- and cross-account-checked). */
+  ancestry(sessionId: string, principalAccountId: string): Promise<SessionRow[]>;
+
+  // journal
+  append(
+    sessionId: string,
+    principalAccountId: string,
+    entries: readonly JournalWrite[],
+    options?: AppendOptions,
+  ): Promise<JournalEntry[]>;
+  /** Settled, undiscarded rows in order; from the latest compaction's kept seq when `fromCompaction`. */
+  readJournal(
+    sessionId: string,
+    principalAccountId: string,
+    options?: { fromSeq?: number; includeProvisional?: boolean },
+  ): Promise<JournalEntry[]>;
+  /** Assistant messages newest-first, at most `limit`, with seq below `beforeSeq`. */
+  recentAssistantMessages(
+    sessionId: string,
+    principalAccountId: string,
+    limit: number,
+    beforeSeq?: number,
+  ): Promise<Array<{ seq: number; message: TranscriptMessage }>>;
+  /** Mark provisional rows settled (a finished turn) or discarded (an interrupted tail). */
+  settleProvisional(
+    sessionId: string,
+    principalAccountId: string,
+    as: "settled" | "discarded",
+  ): Promise<number>;
+
+  // delegation
+  createDelegation(input: NewDelegation): Promise<{ run: SubagentRun; child: SessionRow; created: boolean }>;
+  createContinuation(input: NewContinuation): Promise<{ run: SubagentRun; created: boolean }>;
+  getRun(runId: string, principalAccountId: string): Promise<SubagentRun>;
+  openRunForChild(childSessionId: string, principalAccountId: string): Promise<SubagentRun | null>;
+  /** queued -> running; false when the row moved on (another owner, a new generation). */
+  markRunStarted(runId: string, generation: number, owner: string): Promise<boolean>;
+  markRunSettling(runId: string, generation: number): Promise<boolean>;
+  /** Writes the result into the inbox and terminalizes the run, in one transaction; idempotent. */
+  settleRun(result: SettledResult, options?: AppendOptions): Promise<{ settled: boolean; resultId: string }>;
+  /** Open runs whose parent is `sessionId` (live helpers). */
+  openChildRuns(sessionId: string, principalAccountId: string): Promise<SubagentRun[]>;
+
+  // delivery
+  /**
+   * The ids of results whose delivery is proved by the parent's journal: settled, undiscarded rows carrying
+   * details.resultId, before or after a compaction, read in one repeatable-read snapshot.
+   */
+  settledResultIds(sessionId: string, principalAccountId: string): Promise<string[]>;
+  /** Results in the inbox not yet acknowledged, FIFO. */
+  queuedResultIds(sessionId: string, principalAccountId: string): Promise<string[]>;
+  queuedResults(sessionId: string, principalAccountId: string, limit?: number): Promise<QueuedResult[]>;
+  getResult(resultId: string, principalAccountId: string): Promise<QueuedResult>;
+  /**
+   * Appends each still-unacknowledged result's journal message and its acknowledgement in one transaction.
+   * `message(result)` builds the journal row; a result already acknowledged is skipped (returned in
+   * `skipped`), so concurrent deliverers deliver each result once.
+   */
+  deliverResults(
+    sessionId: string,
+    principalAccountId: string,
+    resultIds: readonly string[],
+    message: (result: QueuedResult) => TranscriptMessage,
+    options?: AppendOptions,
+  ): Promise<{ delivered: DeliveredResult[]; skipped: string[] }>;
+
+  // steers
+  enqueueSteer(childSessionId: string, principalAccountId: string, text: string): Promise<SteerReceipt>;
+  pendingSteers(childSessionId: string, principalAccountId: string): Promise<SteerReceipt[]>;
+  /** Appends the steers' user messages to the child's journal and marks them delivered, in one transaction. */
+  deliverSteers(
+    childSessionId: string,
+    principalAccountId: string,
+    steerIds: readonly string[],
+  ): Promise<SteerReceipt[]>;
+  dropSteers(childSessionId: string, principalAccountId: string, reason: string): Promise<SteerReceipt[]>;
+
+  // spill
+  recordSpill(record: Omit<SpillRecord, "id"> & { principalAccountId: string }): Promise<SpillRecord>;
+
+  // recovery
+  /** Deletes unfinished private fork copies (and anything under them); returns their ids. */
+  discardPrivateSessions(): Promise<string[]>;
+  /** Takes the recovery lease of open runs (for update skip locked), oldest first. */
+  claimOpenRuns(owner: string, limit: number): Promise<SubagentRun[]>;
+  /** Holds the advisory lock that tells other processes `owner` is alive; resolve the returned fn to let go. */
+  holdOwnerLease(owner: string): Promise<() => Promise<void>>;
+  releaseRun(runId: string, owner: string): Promise<void>;
+  /** One durable recovery attempt, charged when a continuation is actually dispatched. */
+  chargeRecoveryAttempt(
+    runId: string,
+    generation: number,
+  ): Promise<{ generation: number; recoveryAttempts: number } | null>;
+  /**
+   * Copies the source's settled rows up to `uptoSeq` into a private fork child in batches, each its own
+   * transaction, outside any writer transaction of the source.
+   */
+  copyJournalBranch(
+    sourceSessionId: string,
+    targetSessionId: string,
+    principalAccountId: string,
+    uptoSeq: number,
+  ): Promise<number>;
+  /** Makes a fork copy visible: after this commit, readers see it; before, boot discards it. */
+  commitFork(sessionId: string, principalAccountId: string): Promise<void>;
+  /** Sessions with a tool_intent that has no toolResult after it. */
+  sessionsWithDanglingToolCalls(): Promise<Array<{ sessionId: string; principalAccountId: string }>>;
+}

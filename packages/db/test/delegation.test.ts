@@ -1,0 +1,291 @@
+import { randomUUID } from "node:crypto";
+import { useTestDatabase } from "@crw/tools/pg";
+import { describe, expect, it } from "vitest";
+import {
+  type DelegationDbError,
+  PgDelegationRepository,
+  type QueuedResult,
+  type TranscriptMessage,
+} from "../src/index.js";
+
+const db = useTestDatabase();
+const repo = () => new PgDelegationRepository(db.pool);
+
+let n = 0;
+async function family(children = 1) {
+  const r = repo();
+  const account = await r.createAccount({ name: `acct-${++n}-${randomUUID().slice(0, 8)}` });
+  const parent = await r.createRootSession(account.id, "scripted");
+  const runs = [];
+  for (let i = 0; i < children; i++) {
+    const d = await r.createDelegation({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: `call-${i}`,
+      task: `task ${i}`,
+      mode: "background",
+      model: "scripted",
+      scope: "{}",
+    });
+    runs.push(d.run);
+  }
+  return { r, account, parent, runs };
+}
+
+async function settle(r: PgDelegationRepository, run: { id: string; generation: number }, body = "done") {
+  const resultId = randomUUID();
+  await r.settleRun({
+    runId: run.id,
+    generation: run.generation,
+    resultId,
+    outcome: "ok",
+    body,
+    byteSize: body.length,
+  });
+  return resultId;
+}
+
+const asMessage = (q: QueuedResult): TranscriptMessage => ({
+  role: "custom",
+  customType: "delegation_result",
+  content: q.body,
+  details: { resultId: q.id },
+});
+
+describe("DelegationRepository on PostgreSQL", () => {
+  it("S004-025: a result's journal entry and its acknowledgement commit together or not at all", async () => {
+    const { r, account, parent, runs } = await family(1);
+    const id = await settle(r, runs[0] as never);
+    await expect(
+      r.deliverResults(parent.id, account.id, [id], asMessage, {
+        probe: () => {
+          throw new Error("crash between append and ack");
+        },
+      }),
+    ).rejects.toThrow(/crash between/);
+    expect(await r.readJournal(parent.id, account.id)).toHaveLength(0);
+    expect(await r.queuedResultIds(parent.id, account.id)).toEqual([id]);
+
+    const out = await r.deliverResults(parent.id, account.id, [id], asMessage);
+    expect(out.delivered.map((d) => d.resultId)).toEqual([id]);
+    expect(await r.queuedResultIds(parent.id, account.id)).toEqual([]);
+    const journal = await r.readJournal(parent.id, account.id);
+    expect(journal).toHaveLength(1);
+    expect(journal[0]?.body).toMatchObject({ type: "message", message: { details: { resultId: id } } });
+  });
+
+  it("delivery is exactly once when many deliverers race for the same results", async () => {
+    const { r, account, parent, runs } = await family(12);
+    const ids = await Promise.all(runs.map((run) => settle(r, run)));
+    const outs = await Promise.all(
+      Array.from({ length: 8 }, () => r.deliverResults(parent.id, account.id, ids, asMessage)),
+    );
+    const delivered = outs.flatMap((o) => o.delivered.map((d) => d.resultId));
+    expect(delivered.sort()).toEqual([...ids].sort());
+    const settled = await r.settledResultIds(parent.id, account.id);
+    expect(settled.sort()).toEqual([...ids].sort());
+    expect(new Set(settled).size).toBe(settled.length);
+  });
+
+  it("S004-023: settledResultIds comes from settled, undiscarded entries carrying details.resultId", async () => {
+    const { r, account, parent, runs } = await family(3);
+    const [a, b, c] = [
+      await settle(r, runs[0] as never),
+      await settle(r, runs[1] as never),
+      await settle(r, runs[2] as never),
+    ];
+    await r.deliverResults(parent.id, account.id, [a], asMessage);
+    // b is in the journal only provisionally (a turn still streaming), then discarded by recovery
+    await r.append(parent.id, account.id, [
+      {
+        body: { type: "message", message: asMessage({ id: b, body: "x" } as QueuedResult) },
+        settled: false,
+      },
+    ]);
+    expect(await r.settledResultIds(parent.id, account.id)).toEqual([a]);
+    await r.settleProvisional(parent.id, account.id, "discarded");
+    expect(await r.settledResultIds(parent.id, account.id)).toEqual([a]);
+    await r.deliverResults(parent.id, account.id, [c, b], asMessage);
+    expect(await r.settledResultIds(parent.id, account.id)).toEqual([a, b, c]);
+  });
+
+  it("S004-024: settledResultIds still counts results delivered before a compaction", async () => {
+    const { r, account, parent, runs } = await family(2);
+    const first = await settle(r, runs[0] as never);
+    await r.deliverResults(parent.id, account.id, [first], asMessage);
+    const [mark] = await r.append(parent.id, account.id, [
+      { body: { type: "message", message: { role: "user", content: "more" } } },
+    ]);
+    await r.append(parent.id, account.id, [
+      { body: { type: "compaction", summary: "earlier work", firstKeptSeq: mark?.seq ?? 1 } },
+    ]);
+    const second = await settle(r, runs[1] as never);
+    await r.deliverResults(parent.id, account.id, [second], asMessage);
+    expect(await r.settledResultIds(parent.id, account.id)).toEqual([first, second]);
+  });
+
+  it("S004-035: the read decodes the original JSON and refuses a malformed row instead of skipping it", async () => {
+    const { r, account, parent } = await family(0);
+    await db.pool.query(
+      `insert into journal_entries (session_id, seq, kind, body) values ($1, 1, 'custom_message', '{"type":"message"')`,
+      [parent.id],
+    );
+    await expect(r.settledResultIds(parent.id, account.id)).rejects.toMatchObject({
+      code: "malformed_entry",
+    });
+  });
+
+  it("queuedResultIds is FIFO in settle order and scoped by parent and principal", async () => {
+    const { r, account, parent, runs } = await family(4);
+    const ids: string[] = [];
+    for (const run of [runs[2], runs[0], runs[3], runs[1]]) ids.push(await settle(r, run as never));
+    expect(await r.queuedResultIds(parent.id, account.id)).toEqual(ids);
+    const other = await r.createAccount({ name: `other-${randomUUID()}` });
+    await expect(r.queuedResultIds(parent.id, other.id)).resolves.toEqual([]);
+    await expect(r.readJournal(parent.id, other.id)).rejects.toMatchObject({ code: "not_found" });
+  });
+
+  it("refuses a malformed journal entry with a typed error and writes nothing", async () => {
+    const { r, account, parent } = await family(0);
+    const bad = { type: "message", message: { role: "assistant", content: "not an array" } } as never;
+    await expect(
+      r.append(parent.id, account.id, [
+        { body: { type: "message", message: { role: "user", content: "ok" } } },
+        { body: bad },
+      ]),
+    ).rejects.toMatchObject({ code: "malformed_entry" });
+    expect(await r.readJournal(parent.id, account.id)).toEqual([]);
+  });
+
+  it("refuses a cross-account parent link with a typed error and writes nothing", async () => {
+    const { r, parent } = await family(0);
+    const intruder = await r.createAccount({ name: `intruder-${randomUUID()}` });
+    const err = (await r
+      .createDelegation({
+        parentSessionId: parent.id,
+        principalAccountId: intruder.id,
+        toolCallId: "x",
+        task: "t",
+        mode: "foreground",
+        model: "scripted",
+        scope: "{}",
+      })
+      .catch((e: unknown) => e)) as DelegationDbError;
+    expect(err.code).toBe("cross_account");
+    const { rowCount } = await db.pool.query("select 1 from sessions where principal_account_id = $1", [
+      intruder.id,
+    ]);
+    expect(rowCount).toBe(0);
+  });
+
+  it("the same Delegate tool call never creates a second child; a child has at most one open call", async () => {
+    const { r, account, parent, runs } = await family(1);
+    const run = runs[0];
+    if (!run?.childSessionId) throw new Error("no child");
+    const again = await r.createDelegation({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "call-0",
+      task: "task 0",
+      mode: "background",
+      model: "scripted",
+      scope: "{}",
+    });
+    expect(again.created).toBe(false);
+    expect(again.run.id).toBe(run.id);
+    await expect(
+      r.createContinuation({
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        childSessionId: run.childSessionId,
+        toolCallId: "call-1",
+        task: "more",
+        mode: "foreground",
+        readOnlyScope: null,
+      }),
+    ).rejects.toMatchObject({ code: "conflict", context: { reason: "child_busy" } });
+  });
+
+  it("settling a run twice writes one result; a stale generation is refused", async () => {
+    const { r, runs } = await family(1);
+    const run = runs[0] as never as { id: string; generation: number };
+    const first = await settle(r, run);
+    const second = await r.settleRun({
+      runId: run.id,
+      generation: run.generation,
+      resultId: randomUUID(),
+      outcome: "ok",
+      body: "again",
+      byteSize: 5,
+    });
+    expect(second).toEqual({ settled: false, resultId: first });
+  });
+
+  it("a live owner's runs cannot be claimed; a dead owner's can", async () => {
+    const { r, runs } = await family(2);
+    const live = `live-${randomUUID()}`;
+    const release = await r.holdOwnerLease(live);
+    const [a, b] = runs as [never, never] as [
+      { id: string; generation: number },
+      { id: string; generation: number },
+    ];
+    expect(await r.markRunStarted(a.id, a.generation, live)).toBe(true);
+    expect(await r.markRunStarted(b.id, b.generation, "dead-owner")).toBe(true);
+    const claimed = await r.claimOpenRuns(`rec-${randomUUID()}`, 100);
+    expect(claimed.map((c) => c.id)).toContain(b.id);
+    expect(claimed.map((c) => c.id)).not.toContain(a.id);
+    await release();
+    const later = await r.claimOpenRuns(`rec2-${randomUUID()}`, 100);
+    expect(later.map((c) => c.id)).toContain(a.id);
+  });
+
+  it("S004-246: a private fork copy is absent from readers until it commits", async () => {
+    const { r, account, parent } = await family(0);
+    await r.append(parent.id, account.id, [
+      { body: { type: "message", message: { role: "user", content: "context" } } },
+      {
+        body: {
+          type: "message",
+          message: { role: "assistant", content: [{ type: "text", text: "ok" }], stopReason: "stop" },
+        },
+      },
+    ]);
+    const fork = await r.createDelegation({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "fork-1",
+      task: "forked",
+      mode: "background",
+      model: "scripted",
+      scope: "{}",
+      fork: { fromSessionId: parent.id },
+    });
+    expect(await r.copyJournalBranch(parent.id, fork.child.id, account.id, 2)).toBe(2);
+    await expect(r.getSession(fork.child.id, account.id)).rejects.toMatchObject({ code: "not_found" });
+    await expect(r.readJournal(fork.child.id, account.id)).rejects.toMatchObject({ code: "not_found" });
+    await expect(r.getChildSession(parent.id, fork.child.id, account.id)).rejects.toMatchObject({
+      code: "not_found",
+    });
+    await r.commitFork(fork.child.id, account.id);
+    expect(await r.readJournal(fork.child.id, account.id)).toHaveLength(2);
+  });
+
+  it("S004-247: boot discards unfinished private copies and S004-248: keeps the parent's run", async () => {
+    const { r, account, parent } = await family(0);
+    const fork = await r.createDelegation({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "fork-2",
+      task: "forked",
+      mode: "background",
+      model: "scripted",
+      scope: "{}",
+      fork: { fromSessionId: parent.id },
+    });
+    const discarded = await r.discardPrivateSessions();
+    expect(discarded).toContain(fork.child.id);
+    const run = await r.getRun(fork.run.id, account.id);
+    expect(run.childSessionId).toBeNull();
+    expect(run.status).toBe("queued");
+  });
+});
