@@ -1,4 +1,14 @@
+import { resolve } from "node:path";
 import { defineConfig } from "vitest/config";
 import { crwVitest } from "../../tools/vitest/preset.ts";
 
-export default defineConfig(crwVitest("subagent", import.meta.dirname, { postgres: true }));
+const config = crwVitest("subagent", import.meta.dirname, { postgres: true });
+// Runner tests fork the built runner (plain Node cannot run .ts): build it first when sources are newer.
+config.test = {
+  ...config.test,
+  globalSetup: [
+    ...((config.test?.globalSetup ?? []) as string[]),
+    resolve(import.meta.dirname, "test/support/build-runner.ts"),
+  ],
+};
+export default defineConfig(config);

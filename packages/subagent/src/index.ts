@@ -1,1 +1,52 @@
-export {};
+export { buildIdentityOf } from "./buildIdentity.js";
+export type { ChildTurnContext, ChildTurnExecutor } from "./childTurn.js";
+export * from "./errors.js";
+export { FairQueue, FairQueueInvariantError } from "./fairQueue.js";
+export { EventLoopSampler, HEARTBEAT_INTERVAL_MS, measureProcessTree, type TreeMemory } from "./heartbeat.js";
+export {
+  DESKTOP_UNKNOWN_OUTCOME_SUFFIX,
+  HOST_RPC_CLOSED_TEXT,
+  HOST_RPC_DEFAULT_TIMEOUT_MS,
+  HostRpcClient,
+  HostRpcClosedError,
+  HostRpcRefusedError,
+  HostRpcRemoteError,
+  HostRpcTimeoutError,
+  type HostRpcTransport,
+} from "./hostRpc.js";
+export { ModelCatalog } from "./modelCatalog.js";
+export * from "./protocol/index.js";
+export {
+  LateBoundRetryPolicySource,
+  MemoryRetryPolicySource,
+  RetryPolicyMirror,
+  type RetryPolicySource,
+  RetryPolicyUnavailableError,
+  startupRetryDelayMs,
+} from "./retryPolicy.js";
+export {
+  currentDispatchedTurn,
+  type DispatchedTurn,
+  outsideDispatchedTurn,
+  runInDispatchedTurn,
+} from "./rpcTurn.js";
+export {
+  hasTypeScriptLoader,
+  RunnerEntryMissingError,
+  resolveRunnerEntry,
+  runnerExecArgv,
+} from "./runnerEntry.js";
+export {
+  type HostRpcHandler,
+  type HostRpcRequestContext,
+  MEASURE_FAILED_TEXT,
+  RUNNER_BOOT_TIMEOUT_MS,
+  type RunnerHostEvent,
+  type RunnerStats,
+  SubagentRunnerHost,
+  type SubagentRunnerHostDeps,
+  TAP_TIMEOUT_MS,
+  type TapHandle,
+} from "./runnerHost.js";
+export { ScriptedTurnError, ScriptedTurnExecutor } from "./scriptedExecutor.js";
+export { SessionViews } from "./sessionViews.js";

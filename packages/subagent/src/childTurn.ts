@@ -1,0 +1,23 @@
+import type { HostRpcMethod } from "./protocol/hostRpcMethods.js";
+import type { DelegatedTurnRequest, DelegatedTurnResult, TapEvent } from "./protocol/turn.js";
+
+/**
+ * What runs one delegated child turn, wherever it runs. The same contract serves the daemon's in-process
+ * path and the executor inside a runner, so placement changes where a turn runs, never what it does.
+ *
+ * - `signal` aborts the turn (Stop, channel abort, shutdown); an aborted turn resolves with
+ *   `stopReason: "aborted"` or rejects, and is never replayed.
+ * - `emit` carries full text/reasoning/tool events; they only leave the process while a view is tapped.
+ * - `progress` is the parent's narrow, low-frequency stream.
+ * - `hostRpc` makes a reverse call to the daemon under this turn.
+ */
+export interface ChildTurnContext {
+  readonly signal: AbortSignal;
+  emit(event: TapEvent): void;
+  progress(text: string): void;
+  hostRpc(method: HostRpcMethod, params: unknown): Promise<unknown>;
+}
+
+export interface ChildTurnExecutor {
+  runTurn(request: DelegatedTurnRequest, context: ChildTurnContext): Promise<DelegatedTurnResult>;
+}

@@ -1,0 +1,31 @@
+import type { z } from "zod";
+import { type InputFrame, inputFrameSchema } from "./input.js";
+import { type OutputFrame, outputFrameSchema } from "./output.js";
+
+export * from "./envelope.js";
+export * from "./hostRpcMethods.js";
+export * from "./input.js";
+export * from "./output.js";
+export * from "./policy.js";
+export * from "./turn.js";
+
+export type FrameParse<T> = { ok: true; frame: T } | { ok: false; issues: string };
+
+function summarize(error: z.ZodError): string {
+  return error.issues
+    .slice(0, 5)
+    .map((i) => `${i.path.join(".") || "<frame>"}: ${i.message}`)
+    .join("; ");
+}
+
+/** Validate a frame received by the runner. Invalid frames are refused by the caller, never acted on. */
+export function parseInputFrame(raw: unknown): FrameParse<InputFrame> {
+  const r = inputFrameSchema.safeParse(raw);
+  return r.success ? { ok: true, frame: r.data } : { ok: false, issues: summarize(r.error) };
+}
+
+/** Validate a frame received by the daemon from a runner. */
+export function parseOutputFrame(raw: unknown): FrameParse<OutputFrame> {
+  const r = outputFrameSchema.safeParse(raw);
+  return r.success ? { ok: true, frame: r.data } : { ok: false, issues: summarize(r.error) };
+}

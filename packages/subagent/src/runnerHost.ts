@@ -1,0 +1,632 @@
+import { type ChildProcess, fork } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import {
+  DelegationAbortedError,
+  RemoteTurnError,
+  RunnerExitedError,
+  RunnerStartupCancelledError,
+  RunnerStartupError,
+  TapTimeoutError,
+  toError,
+} from "./errors.js";
+import { HEARTBEAT_INTERVAL_MS, measureProcessTree, type TreeMemory } from "./heartbeat.js";
+import { errorToRemote, type RemoteError } from "./protocol/envelope.js";
+import { type HostRpcMethod, hostRpcParamsSchemas } from "./protocol/hostRpcMethods.js";
+import { type OutputFrame, type OutputFrameOf, parseOutputFrame } from "./protocol/index.js";
+import type { InputFrame } from "./protocol/input.js";
+import type { HeartbeatFrame, ReleaseState } from "./protocol/output.js";
+import type { ModelCatalogPublication, RetryPolicy } from "./protocol/policy.js";
+import type { DelegatedTurnRequest, DelegatedTurnResult, TapEvent, TapSnapshot } from "./protocol/turn.js";
+import type { RetryPolicySource } from "./retryPolicy.js";
+import { runnerExecArgv } from "./runnerEntry.js";
+
+/** Boot deadline of one physical attempt: fork, hello, boot reply. Not a retry budget. */
+export const RUNNER_BOOT_TIMEOUT_MS = 60_000;
+/** A tap waits this long for the runner's snapshot. */
+export const TAP_TIMEOUT_MS = 2_000;
+export const MEASURE_FAILED_TEXT = "could not measure runner descendants";
+
+export interface HostRpcRequestContext {
+  readonly runnerId: string;
+  readonly turnId: string;
+  readonly sessionId: string;
+  readonly signal: AbortSignal;
+}
+/** The daemon's handler of reverse host calls; params arrive validated against the method's schema. */
+export type HostRpcHandler = (
+  method: HostRpcMethod,
+  params: unknown,
+  context: HostRpcRequestContext,
+) => Promise<unknown>;
+
+export type RunnerHostEvent =
+  | { type: "frame_refused"; runnerId: string; issues: string }
+  | { type: "heartbeat"; runnerId: string; heartbeat: HeartbeatFrame; memory: TreeMemory }
+  | { type: "measure_failed"; runnerId: string; message: typeof MEASURE_FAILED_TEXT; error: string }
+  | { type: "exit"; runnerId: string; code: number | null; signal: NodeJS.Signals | null }
+  | { type: "stderr"; runnerId: string; line: string };
+
+export interface SubagentRunnerHostDeps {
+  readonly runnerId: string;
+  /** RUNNER_ENTRY (see runnerEntry.ts). */
+  readonly entry: string;
+  /** The daemon's build identity, captured once per startup episode. */
+  readonly buildId: string;
+  readonly retryPolicySource: RetryPolicySource;
+  readonly catalog: ModelCatalogPublication;
+  readonly bootTimeoutMs?: number;
+  readonly heartbeatIntervalMs?: number;
+  readonly env?: NodeJS.ProcessEnv;
+  readonly execArgv?: readonly string[];
+  /** Node binary to fork with; a missing one is a fork failure. */
+  readonly execPath?: string;
+  readonly hostRpc?: HostRpcHandler;
+  readonly onEvent?: (event: RunnerHostEvent) => void;
+  /** Lifetime check: false once the pool replaced or reset the lifetime this attempt belongs to. */
+  readonly isCurrent?: () => boolean;
+  readonly procRoot?: string;
+}
+
+type ReplyType = "bootReply" | "turnReply" | "releaseReply" | "tapReply" | "ack";
+interface Pending {
+  readonly reply: ReplyType;
+  readonly resolve: (frame: OutputFrame) => void;
+  readonly reject: (error: Error) => void;
+}
+interface ActiveTurn {
+  readonly sessionId: string;
+  readonly onProgress?: (text: string) => void;
+  readonly rpcs: Set<AbortController>;
+}
+export interface TapHandle {
+  readonly snapshot: TapSnapshot;
+  close(): Promise<void>;
+}
+export interface RunnerStats {
+  readonly runnerId: string;
+  readonly pid: number | undefined;
+  readonly state: "ready" | "exited";
+  readonly activeTurns: number;
+  /** Absent before the first heartbeat. */
+  readonly load?: {
+    eventLoopP99Ms: number;
+    rssBytes: number;
+    turns: number;
+    sessions: number;
+    memory: TreeMemory;
+  };
+}
+
+/**
+ * One runner process, seen from the daemon. `start` is one physical fork + handshake attempt: it resolves
+ * with a ready host or rejects with a RunnerStartupError naming the category. A ready host relays requests
+ * as typed frames; when the process exits every pending request is rejected at once (a pending release
+ * resolves "released") and nothing is replayed.
+ */
+export class SubagentRunnerHost {
+  readonly #pending = new Map<string, Pending>();
+  readonly #turns = new Map<string, ActiveTurn>();
+  readonly #rpcs = new Map<string, AbortController>();
+  readonly #taps = new Map<string, (event: TapEvent) => void>();
+  #state: "ready" | "exited" = "ready";
+  #heartbeat: { frame: HeartbeatFrame; memory: TreeMemory } | undefined;
+  #containment: { revision: number; killTokens: readonly string[] } | undefined;
+  #sentPolicyRevision: number;
+  #unsubscribePolicy: () => void;
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+
+  private constructor(
+    private readonly deps: SubagentRunnerHostDeps,
+    private readonly child: ChildProcess,
+    sentPolicy: RetryPolicy,
+    unsubscribePolicy: () => void,
+    exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>,
+  ) {
+    this.#sentPolicyRevision = sentPolicy.revision;
+    this.#unsubscribePolicy = unsubscribePolicy;
+    this.exited = exited;
+  }
+
+  get runnerId(): string {
+    return this.deps.runnerId;
+  }
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+  get isReady(): boolean {
+    return this.#state === "ready";
+  }
+  get activeTurns(): number {
+    return this.#turns.size;
+  }
+  /** Whether a reverse host-call handler is attached (DelegatedTurnRunner.supportsHostRpc). */
+  supportsHostRpc(): boolean {
+    return this.deps.hostRpc !== undefined;
+  }
+  /** Newest containment state; daemon-private, for runner-death cleanup only. */
+  get containment(): { revision: number; killTokens: readonly string[] } | undefined {
+    return this.#containment;
+  }
+
+  stats(): RunnerStats {
+    const hb = this.#heartbeat;
+    return {
+      runnerId: this.deps.runnerId,
+      pid: this.child.pid,
+      state: this.#state,
+      activeTurns: this.#turns.size,
+      ...(hb && {
+        load: {
+          eventLoopP99Ms: hb.frame.eventLoopP99Ms,
+          rssBytes: hb.frame.rssBytes,
+          turns: hb.frame.turns,
+          sessions: hb.frame.sessions,
+          memory: hb.memory,
+        },
+      }),
+    };
+  }
+
+  static start(deps: SubagentRunnerHostDeps): Promise<SubagentRunnerHost> {
+    return startRunnerHost(deps, (child, policy, unsubscribe, exited) => {
+      const host = new SubagentRunnerHost(deps, child, policy, unsubscribe, exited);
+      host.#attach();
+      return host;
+    });
+  }
+
+  #attach(): void {
+    this.child.on("message", (raw) => this.#receive(raw));
+    this.exited.then((exit) => this.#onExit(exit));
+  }
+
+  /** A later policy revision reaches the runner as retryPolicyChanged; older ones never do. */
+  policyChanged(policy: RetryPolicy): void {
+    if (this.#state !== "ready" || policy.revision <= this.#sentPolicyRevision) return;
+    this.#sentPolicyRevision = policy.revision;
+    this.#request({ type: "retryPolicyChanged", requestId: randomUUID(), retryPolicy: policy }, "ack").catch(
+      () => {},
+    );
+  }
+
+  async runTurn(
+    request: DelegatedTurnRequest,
+    options: { signal?: AbortSignal; onProgress?: (text: string) => void } = {},
+  ): Promise<DelegatedTurnResult> {
+    if (options.signal?.aborted) throw new DelegationAbortedError(request.channelId);
+    const turn: ActiveTurn = {
+      sessionId: request.sessionId,
+      onProgress: options.onProgress,
+      rpcs: new Set(),
+    };
+    this.#turns.set(request.turnId, turn);
+    const onAbort = () => {
+      this.#request(
+        { type: "abort", requestId: randomUUID(), turnId: request.turnId, interruption: { origin: "stop" } },
+        "ack",
+      ).catch(() => {});
+    };
+    options.signal?.addEventListener("abort", onAbort, { once: true });
+    try {
+      const reply = (await this.#request(
+        { type: "turn", requestId: randomUUID(), turn: request },
+        "turnReply",
+      )) as OutputFrameOf<"turnReply">;
+      if ("error" in reply.result) throw remoteTurnError(reply.result.error);
+      return reply.result.ok;
+    } finally {
+      options.signal?.removeEventListener("abort", onAbort);
+      this.#turns.delete(request.turnId);
+      // Reverse calls are turn-bound: a finished turn retires their authority.
+      for (const c of turn.rpcs) c.abort();
+    }
+  }
+
+  /** Ask the runner to forget an idle session. Waits without a deadline: the answer or the exit ends it. */
+  async release(sessionId: string): Promise<ReleaseState> {
+    if (this.#state !== "ready" || !this.child.connected) return "released";
+    try {
+      const reply = (await this.#request(
+        { type: "release", requestId: randomUUID(), sessionId },
+        "releaseReply",
+      )) as OutputFrameOf<"releaseReply">;
+      return "error" in reply.result ? "failed" : reply.result.ok.state;
+    } catch (e) {
+      if (e instanceof RunnerExitedError) return "released";
+      throw e;
+    }
+  }
+
+  /**
+   * A live read-only view of a child: the snapshot, then its events while subscribed. Starts no turn.
+   * Fails with "sub-agent runner tap timed out" when the runner does not answer within two seconds.
+   */
+  async tap(
+    sessionId: string,
+    onEvent: (event: TapEvent) => void,
+    history: { before?: string; limit?: number } = {},
+  ): Promise<TapHandle> {
+    const tapId = randomUUID();
+    this.#taps.set(tapId, onEvent);
+    const requestId = randomUUID();
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new TapTimeoutError()), TAP_TIMEOUT_MS);
+    });
+    try {
+      const reply = (await Promise.race([
+        this.#request(
+          {
+            type: "tap",
+            requestId,
+            tapId,
+            sessionId,
+            history: {
+              limit: history.limit ?? 50,
+              ...(history.before !== undefined && { before: history.before }),
+            },
+          },
+          "tapReply",
+        ),
+        timeout,
+      ])) as OutputFrameOf<"tapReply">;
+      if ("error" in reply.result) throw remoteTurnError(reply.result.error);
+      return { snapshot: reply.result.ok, close: () => this.#untap(tapId) };
+    } catch (e) {
+      this.#pending.delete(requestId);
+      await this.#untap(tapId);
+      throw e;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async #untap(tapId: string): Promise<void> {
+    if (!this.#taps.delete(tapId) || this.#state !== "ready") return;
+    await this.#request({ type: "untap", requestId: randomUUID(), tapId }, "ack").catch(() => {});
+  }
+
+  get tapCount(): number {
+    return this.#taps.size;
+  }
+
+  async publishCatalog(catalog: ModelCatalogPublication): Promise<void> {
+    await this.#request({ type: "modelsChanged", requestId: randomUUID(), catalog }, "ack");
+  }
+
+  /** Ask the runner to stop; kills it if it has not exited within the grace period. */
+  async shutdown(graceMs = 5_000): Promise<void> {
+    if (this.#state === "exited") return;
+    this.#request({ type: "shutdown", requestId: randomUUID() }, "ack").catch(() => {});
+    const timer = setTimeout(() => this.kill(), graceMs);
+    await this.exited;
+    clearTimeout(timer);
+  }
+
+  kill(): void {
+    if (this.#state === "ready") this.child.kill("SIGKILL");
+  }
+
+  #request(frame: InputFrame, reply: ReplyType): Promise<OutputFrame> {
+    return new Promise((resolve, reject) => {
+      if (this.#state !== "ready" || !this.child.connected) {
+        return reject(
+          new RunnerExitedError(this.deps.runnerId, {
+            code: this.child.exitCode,
+            signal: this.child.signalCode,
+          }),
+        );
+      }
+      this.#pending.set(frame.requestId, { reply, resolve, reject });
+      this.child.send(frame, (err) => {
+        if (err && this.#pending.delete(frame.requestId)) {
+          reject(
+            new RunnerExitedError(this.deps.runnerId, {
+              code: this.child.exitCode,
+              signal: this.child.signalCode,
+            }),
+          );
+        }
+      });
+    });
+  }
+
+  #post(frame: InputFrame): void {
+    if (this.#state === "ready" && this.child.connected) this.child.send(frame, () => {});
+  }
+
+  #refuse(issues: string): void {
+    this.deps.onEvent?.({ type: "frame_refused", runnerId: this.deps.runnerId, issues });
+  }
+
+  #receive(raw: unknown): void {
+    const parsed = parseOutputFrame(raw);
+    if (!parsed.ok) {
+      this.#refuse(parsed.issues);
+      return;
+    }
+    const frame = parsed.frame;
+    switch (frame.type) {
+      case "bootReply":
+      case "turnReply":
+      case "releaseReply":
+      case "tapReply":
+      case "ack": {
+        const pending = this.#pending.get(frame.requestId);
+        if (!pending) {
+          this.#refuse(`${frame.type} for unknown request`);
+          return;
+        }
+        if (pending.reply !== frame.type) {
+          this.#refuse(`${frame.type} answers a request expecting ${pending.reply}`);
+          return;
+        }
+        this.#pending.delete(frame.requestId);
+        pending.resolve(frame);
+        return;
+      }
+      case "hello":
+        this.#refuse("hello after handshake");
+        return;
+      case "heartbeat":
+        return void this.#onHeartbeat(frame);
+      case "progress":
+        this.#turns.get(frame.turnId)?.onProgress?.(frame.text);
+        return;
+      case "tapEvent":
+        this.#taps.get(frame.tapId)?.(frame.event);
+        return;
+      case "hostRpc":
+        this.#onHostRpc(frame);
+        return;
+      case "hostRpcCancel":
+        this.#rpcs.get(frame.rpcId)?.abort();
+        return;
+    }
+  }
+
+  async #onHeartbeat(frame: HeartbeatFrame): Promise<void> {
+    if (frame.containment && frame.containment.revision > (this.#containment?.revision ?? -1)) {
+      this.#containment = frame.containment;
+    }
+    let memory: TreeMemory;
+    try {
+      const tree = await measureProcessTree(this.child.pid ?? -1, this.deps.procRoot);
+      memory = { ...tree, complete: true };
+    } catch (e) {
+      this.deps.onEvent?.({
+        type: "measure_failed",
+        runnerId: this.deps.runnerId,
+        message: MEASURE_FAILED_TEXT,
+        error: toError(e).message,
+      });
+      memory = { rssBytes: frame.rssBytes, processes: 1, complete: false };
+    }
+    this.#heartbeat = { frame, memory };
+    this.deps.onEvent?.({ type: "heartbeat", runnerId: this.deps.runnerId, heartbeat: frame, memory });
+  }
+
+  #onHostRpc(frame: OutputFrameOf<"hostRpc">): void {
+    const reply = (result: { ok: unknown } | { error: RemoteError }) =>
+      this.#post({ type: "hostRpcReply", requestId: frame.requestId, result });
+    const turn = this.#turns.get(frame.turnId);
+    if (!turn) {
+      reply({
+        error: {
+          name: "HostRpcRefusedError",
+          code: "outside_turn",
+          message: `${frame.method} outside a dispatched turn`,
+        },
+      });
+      return;
+    }
+    const handler = this.deps.hostRpc;
+    if (!handler) {
+      reply({
+        error: { name: "HostRpcRefusedError", code: "unsupported", message: "no host call handler" },
+      });
+      return;
+    }
+    const params = hostRpcParamsSchemas[frame.method].safeParse(frame.params);
+    if (!params.success) {
+      reply({
+        error: {
+          name: "HostRpcRefusedError",
+          code: "invalid_params",
+          message: `${frame.method}: invalid params`,
+        },
+      });
+      return;
+    }
+    const controller = new AbortController();
+    turn.rpcs.add(controller);
+    this.#rpcs.set(frame.requestId, controller);
+    handler(frame.method, params.data, {
+      runnerId: this.deps.runnerId,
+      turnId: frame.turnId,
+      sessionId: turn.sessionId,
+      signal: controller.signal,
+    })
+      .then(
+        (ok) => reply({ ok: ok ?? null }),
+        (e) => reply({ error: errorToRemote(toError(e)) }),
+      )
+      .finally(() => {
+        turn.rpcs.delete(controller);
+        this.#rpcs.delete(frame.requestId);
+      });
+  }
+
+  #onExit(exit: { code: number | null; signal: NodeJS.Signals | null }): void {
+    this.#state = "exited";
+    this.#unsubscribePolicy();
+    const error = new RunnerExitedError(this.deps.runnerId, exit);
+    for (const [id, p] of [...this.#pending]) {
+      this.#pending.delete(id);
+      if (p.reply === "releaseReply")
+        p.resolve({ type: "releaseReply", requestId: id, result: { ok: { state: "released" } } });
+      else p.reject(error);
+    }
+    for (const c of this.#rpcs.values()) c.abort();
+    this.#rpcs.clear();
+    this.#taps.clear();
+    this.deps.onEvent?.({ type: "exit", runnerId: this.deps.runnerId, ...exit });
+  }
+}
+
+function remoteTurnError(remote: RemoteError): Error {
+  if (remote.name === "DelegationAbortedError") return new DelegationAbortedError("", remote.message);
+  return new RemoteTurnError(remote);
+}
+
+type Exit = { code: number | null; signal: NodeJS.Signals | null };
+
+/**
+ * One physical attempt: fork, hello (build identity compared), boot (policy and catalog), boot reply, all
+ * under one deadline. The policy subscription is taken before the initial read so a revision committed
+ * while the read is in flight is not lost; the newer of the two is what boot carries.
+ */
+function startRunnerHost(
+  deps: SubagentRunnerHostDeps,
+  build: (
+    child: ChildProcess,
+    policy: RetryPolicy,
+    unsubscribe: () => void,
+    exited: Promise<Exit>,
+  ) => SubagentRunnerHost,
+): Promise<SubagentRunnerHost> {
+  if (deps.isCurrent && !deps.isCurrent()) {
+    return Promise.reject(new RunnerStartupCancelledError("runner startup belongs to a replaced lifetime"));
+  }
+  let newest: RetryPolicy | undefined;
+  let host: SubagentRunnerHost | undefined;
+  const unsubscribe = deps.retryPolicySource.subscribe((p) => {
+    if (!newest || p.revision > newest.revision) newest = p;
+    host?.policyChanged(p);
+  });
+  let child: ChildProcess;
+  try {
+    child = fork(deps.entry, [], {
+      execArgv: runnerExecArgv(deps.entry, deps.execArgv ?? process.execArgv),
+      ...(deps.execPath && { execPath: deps.execPath }),
+      env: { ...process.env, ...deps.env },
+      stdio: ["ignore", "ignore", "pipe", "ipc"],
+      serialization: "json",
+    });
+  } catch (e) {
+    unsubscribe();
+    return Promise.reject(
+      new RunnerStartupError("fork_failed", "could not fork a sub-agent runner", { cause: e }),
+    );
+  }
+  const exited = new Promise<Exit>((resolve) => {
+    child.once("exit", (code, signal) => resolve({ code, signal }));
+    child.once("error", () => {
+      // A spawn error emits no exit when the process never started.
+      if (child.pid === undefined) resolve({ code: null, signal: null });
+    });
+  });
+  let buffered = "";
+  child.stderr?.setEncoding("utf8");
+  child.stderr?.on("data", (chunk: string) => {
+    buffered += chunk;
+    let nl = buffered.indexOf("\n");
+    while (nl >= 0) {
+      deps.onEvent?.({ type: "stderr", runnerId: deps.runnerId, line: buffered.slice(0, nl) });
+      buffered = buffered.slice(nl + 1);
+      nl = buffered.indexOf("\n");
+    }
+  });
+
+  return new Promise<SubagentRunnerHost>((resolve, reject) => {
+    let settled = false;
+    const bootRequestId = randomUUID();
+    const fail = (error: Error) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(deadline);
+      child.off("message", onMessage);
+      unsubscribe();
+      if (child.exitCode === null && child.signalCode === null && child.pid !== undefined)
+        child.kill("SIGKILL");
+      reject(error);
+    };
+    const deadline = setTimeout(
+      () => fail(new RunnerStartupError("boot_timeout", "sub-agent runner did not become ready in time")),
+      deps.bootTimeoutMs ?? RUNNER_BOOT_TIMEOUT_MS,
+    );
+    child.once("error", (e) => {
+      if (child.pid === undefined)
+        fail(new RunnerStartupError("fork_failed", "could not fork a sub-agent runner", { cause: e }));
+    });
+    exited.then((exit) =>
+      fail(
+        new RunnerStartupError(
+          "boot_failed",
+          `sub-agent runner exited during startup (code ${exit.code ?? "none"})`,
+        ),
+      ),
+    );
+    const onMessage = (raw: unknown) => {
+      const parsed = parseOutputFrame(raw);
+      if (!parsed.ok)
+        return deps.onEvent?.({ type: "frame_refused", runnerId: deps.runnerId, issues: parsed.issues });
+      const frame = parsed.frame;
+      if (frame.type === "hello") return void onHello(frame);
+      if (frame.type === "bootReply" && frame.requestId === bootRequestId) return onBootReply(frame);
+      deps.onEvent?.({
+        type: "frame_refused",
+        runnerId: deps.runnerId,
+        issues: `${frame.type} during handshake`,
+      });
+    };
+    const onHello = async (frame: OutputFrameOf<"hello">) => {
+      if (frame.buildId !== deps.buildId) {
+        return fail(
+          new RunnerStartupError("build_mismatch", "sub-agent runner build differs from the daemon build"),
+        );
+      }
+      let policy: RetryPolicy;
+      try {
+        const read = await deps.retryPolicySource.read();
+        policy = newest && newest.revision > read.revision ? newest : read;
+      } catch (e) {
+        // Not an availability failure: an unexpected error propagates unchanged.
+        return fail(toError(e));
+      }
+      if (settled) return;
+      newest = policy;
+      child.send(
+        {
+          type: "boot",
+          requestId: bootRequestId,
+          runnerId: deps.runnerId,
+          buildId: deps.buildId,
+          retryPolicy: policy,
+          catalog: deps.catalog,
+          heartbeatIntervalMs: deps.heartbeatIntervalMs ?? HEARTBEAT_INTERVAL_MS,
+        } satisfies InputFrame,
+        () => {},
+      );
+    };
+    const onBootReply = (frame: OutputFrameOf<"bootReply">) => {
+      if ("error" in frame.result) {
+        const category = frame.result.error.code === "build_mismatch" ? "build_mismatch" : "boot_failed";
+        return fail(
+          new RunnerStartupError(category, `sub-agent runner refused boot (${frame.result.error.code})`),
+        );
+      }
+      if (deps.isCurrent && !deps.isCurrent()) {
+        return fail(new RunnerStartupCancelledError("runner became ready for a replaced lifetime"));
+      }
+      settled = true;
+      clearTimeout(deadline);
+      child.off("message", onMessage);
+      host = build(child, newest as RetryPolicy, unsubscribe, exited);
+      // A revision committed between boot and ready is forwarded now.
+      if (newest) host.policyChanged(newest);
+      resolve(host);
+    };
+    child.on("message", onMessage);
+  });
+}

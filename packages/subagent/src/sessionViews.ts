@@ -1,0 +1,102 @@
+import type { DelegatedTurnRequest, HistoryEntry, TapEvent, TapSnapshot } from "./protocol/turn.js";
+
+interface SessionView {
+  model: string | null;
+  history: HistoryEntry[];
+  /** Events of the turn in flight, replayed to a view that subscribes mid-turn. */
+  live: TapEvent[];
+  activeTurns: number;
+  seq: number;
+}
+
+/**
+ * What a runner knows about the child sessions it serves, for read-only views: model identity, history and
+ * the live turn's events. Views (taps) subscribe per session; full events are forwarded only to them, so
+ * nothing crosses IPC for a session nobody watches. A view never starts or borrows a turn.
+ */
+export class SessionViews {
+  readonly #sessions = new Map<string, SessionView>();
+  /** tapId -> sessionId */
+  readonly #taps = new Map<string, string>();
+
+  constructor(private readonly forward: (tapId: string, event: TapEvent) => void) {}
+
+  get sessionCount(): number {
+    return this.#sessions.size;
+  }
+
+  get tapCount(): number {
+    return this.#taps.size;
+  }
+
+  isBusy(sessionId: string): boolean {
+    return (this.#sessions.get(sessionId)?.activeTurns ?? 0) > 0;
+  }
+
+  beginTurn(request: DelegatedTurnRequest): void {
+    const view = this.#view(request.sessionId);
+    if (request.model) view.model = request.model;
+    view.activeTurns += 1;
+    view.live = [];
+    this.#append(view, "user", request.prompt);
+  }
+
+  event(sessionId: string, event: TapEvent): void {
+    const view = this.#sessions.get(sessionId);
+    if (!view) return;
+    view.live.push(event);
+    for (const [tapId, tapped] of this.#taps) if (tapped === sessionId) this.forward(tapId, event);
+  }
+
+  endTurn(sessionId: string, text: string | undefined): void {
+    const view = this.#sessions.get(sessionId);
+    if (!view) return;
+    view.activeTurns = Math.max(0, view.activeTurns - 1);
+    for (const e of view.live)
+      if (e.kind === "tool" && e.phase === "end") this.#append(view, "tool", e.result ?? "");
+    if (text !== undefined) this.#append(view, "assistant", text);
+    view.live = [];
+  }
+
+  subscribe(tapId: string, sessionId: string, history: { before?: string; limit: number }): TapSnapshot {
+    const view = this.#sessions.get(sessionId);
+    this.#taps.set(tapId, sessionId);
+    if (!view) return { sessionId, model: null, history: [], live: [] };
+    let end = view.history.length;
+    if (history.before !== undefined) {
+      const at = view.history.findIndex((h) => h.id === history.before);
+      end = Math.max(at, 0);
+    }
+    return {
+      sessionId,
+      model: view.model,
+      history: view.history.slice(Math.max(0, end - history.limit), end),
+      live: [...view.live],
+    };
+  }
+
+  unsubscribe(tapId: string): boolean {
+    return this.#taps.delete(tapId);
+  }
+
+  /** Forget an idle session; a busy one stays. */
+  release(sessionId: string): "released" | "busy" {
+    if (this.isBusy(sessionId)) return "busy";
+    this.#sessions.delete(sessionId);
+    return "released";
+  }
+
+  #view(sessionId: string): SessionView {
+    let view = this.#sessions.get(sessionId);
+    if (!view) {
+      view = { model: null, history: [], live: [], activeTurns: 0, seq: 0 };
+      this.#sessions.set(sessionId, view);
+    }
+    return view;
+  }
+
+  #append(view: SessionView, role: HistoryEntry["role"], text: string): void {
+    view.seq += 1;
+    view.history.push({ id: `h${view.seq}`, role, text });
+  }
+}
