@@ -8,6 +8,8 @@ export default defineConfig({
   platform: "node",
   sourcemap: true,
   clean: true,
+  // Dependencies load from node_modules at run time; only this package's own code is bundled.
+  skipNodeModulesBundle: true,
   // Each entry self-contained: a runner's build identity is the digest of its one file.
   splitting: false,
   // Built code resolves sibling packages through their dist, so the source condition stays off here.

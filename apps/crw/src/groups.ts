@@ -13,7 +13,11 @@ export const groups: CommandGroup[] = [
     name: "flow",
     summary: "run a workflow durably as session calls (start, next, dispatched, resume, show, …)",
   },
-  { name: "daemon", summary: "start, stop or inspect the delegation daemon" },
+  {
+    name: "daemon",
+    summary: "start, stop or inspect the delegation daemon",
+    run: async (args) => (await import("./daemon/command.js")).runDaemonCli(args),
+  },
   { name: "workflow", summary: "submit a workflow definition to the daemon and follow it" },
   { name: "session", summary: "talk to a daemon session: send, delegate, read" },
   { name: "tap", summary: "follow a delegated child session live" },

@@ -1,0 +1,229 @@
+import { spawn } from "node:child_process";
+import { closeSync, mkdirSync, openSync } from "node:fs";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+
+const HELP = `Usage: crw daemon <command> [options]
+
+Commands:
+  start    start the daemon in the background and wait until it is ready
+  run      run the daemon in the foreground (logs to stdout as JSON lines)
+  stop     stop the running daemon gracefully and wait for it to exit
+  status   print the running daemon's health
+
+Options:
+  --data-dir DIR   the daemon's data directory (default: $CRW_DAEMON_DIR, $CRW_HOME/daemon or ~/.crw/daemon)
+  --config FILE    a JSON config file (default: <data-dir>/daemon.json when present)
+  --port N         API port (default 7420; 0 picks a free one)
+  --json           machine-readable output (start, stop, status)
+
+Environment: DATABASE_URL uses that PostgreSQL instead of the embedded one in the data directory.`;
+
+const READY_TIMEOUT_MS = 90_000;
+const STOP_TIMEOUT_MS = 60_000;
+
+interface Flags {
+  dataDir?: string;
+  config?: string;
+  port?: number;
+  json: boolean;
+}
+
+const out = (s: string) => process.stdout.write(`${s}\n`);
+const err = (s: string) => process.stderr.write(`crw daemon: ${s}\n`);
+
+function parse(args: string[]): { command: string | undefined; flags: Flags } | number {
+  let parsed: ReturnType<
+    typeof parseArgs<{ options: Record<string, { type: "string" | "boolean" }>; allowPositionals: true }>
+  >;
+  try {
+    parsed = parseArgs({
+      args,
+      allowPositionals: true,
+      options: {
+        "data-dir": { type: "string" },
+        config: { type: "string" },
+        port: { type: "string" },
+        json: { type: "boolean" },
+        help: { type: "boolean" },
+      },
+    });
+  } catch (e) {
+    err(`${e instanceof Error ? e.message : String(e)}; see 'crw daemon --help'`);
+    return 2;
+  }
+  const v = parsed.values as Record<string, string | boolean | undefined>;
+  if (v.help || parsed.positionals.length === 0) {
+    out(HELP);
+    return v.help ? 0 : 2;
+  }
+  let port: number | undefined;
+  if (typeof v.port === "string") {
+    port = Number(v.port);
+    if (!Number.isInteger(port) || port < 0 || port > 65_535) {
+      err(`--port must be a whole number 0..65535, not '${v.port}'`);
+      return 2;
+    }
+  }
+  if (parsed.positionals.length > 1) {
+    err(`unexpected '${parsed.positionals[1]}'; see 'crw daemon --help'`);
+    return 2;
+  }
+  return {
+    command: parsed.positionals[0],
+    flags: {
+      dataDir: v["data-dir"] as string | undefined,
+      config: v.config as string | undefined,
+      port,
+      json: v.json === true,
+    },
+  };
+}
+
+export async function runDaemonCli(args: string[]): Promise<number> {
+  const p = parse(args);
+  if (typeof p === "number") return p;
+  const daemon = await import("@crw/daemon");
+  let config: import("@crw/daemon").DaemonConfig;
+  try {
+    config = daemon.loadConfig({
+      file: p.flags.config,
+      overrides: {
+        ...(p.flags.dataDir ? { dataDir: p.flags.dataDir } : {}),
+        ...(p.flags.port !== undefined ? { port: p.flags.port } : {}),
+      },
+    });
+  } catch (e) {
+    err(e instanceof Error ? e.message : String(e));
+    return 2;
+  }
+  switch (p.command) {
+    case "run":
+      return runForeground(daemon, config);
+    case "start":
+      return start(daemon, config, p.flags, args);
+    case "stop":
+      return stop(daemon, config, p.flags);
+    case "status":
+      return status(daemon, config, p.flags);
+    default:
+      err(`unknown command '${p.command}'; see 'crw daemon --help'`);
+      return 2;
+  }
+}
+
+type DaemonModule = typeof import("@crw/daemon");
+
+async function runForeground(
+  daemon: DaemonModule,
+  config: import("@crw/daemon").DaemonConfig,
+): Promise<number> {
+  try {
+    const d = await daemon.startDaemon(config, { handleSignals: true });
+    await d.stopped;
+    return 0;
+  } catch (e) {
+    err(e instanceof Error ? e.message : String(e));
+    return 1;
+  }
+}
+
+async function fetchHealth(url: string): Promise<Record<string, unknown> | undefined> {
+  try {
+    const res = await fetch(`${url}/health`, { signal: AbortSignal.timeout(5_000) });
+    return (await res.json()) as Record<string, unknown>;
+  } catch {
+    return undefined;
+  }
+}
+
+async function start(
+  daemon: DaemonModule,
+  config: import("@crw/daemon").DaemonConfig,
+  flags: Flags,
+  args: string[],
+): Promise<number> {
+  const running = await daemon.readState(config.dataDir);
+  if (running) {
+    const msg = `already running (pid ${running.pid}) at ${running.url}`;
+    if (flags.json) out(JSON.stringify({ ok: true, already: true, ...running }));
+    else out(`crw daemon ${msg}`);
+    return 0;
+  }
+  mkdirSync(config.dataDir, { recursive: true });
+  const logFile = join(config.dataDir, "daemon.log");
+  const fd = openSync(logFile, "a");
+  const runArgs = args.map((a) => (a === "start" ? "run" : a));
+  const child = spawn(process.execPath, [process.argv[1] as string, "daemon", ...runArgs], {
+    detached: true,
+    stdio: ["ignore", fd, fd],
+    env: process.env,
+  });
+  closeSync(fd);
+  let exited: number | null = null;
+  child.once("exit", (code) => {
+    exited = code ?? 1;
+  });
+  child.unref();
+  const until = Date.now() + READY_TIMEOUT_MS;
+  while (Date.now() < until) {
+    if (exited !== null) {
+      err(`the daemon exited during start (code ${exited}); see ${logFile}`);
+      return 1;
+    }
+    const state = await daemon.readState(config.dataDir);
+    if (state && state.pid === child.pid) {
+      const health = await fetchHealth(state.url);
+      if (health?.status === "ok") {
+        if (flags.json) out(JSON.stringify({ ok: true, ...state, log: logFile }));
+        else
+          out(
+            `crw daemon ready at ${state.url} (pid ${state.pid}); logs in ${logFile}; stop it with 'crw daemon stop'`,
+          );
+        return 0;
+      }
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  err(`the daemon did not become ready in ${READY_TIMEOUT_MS / 1000} s; see ${logFile}`);
+  return 1;
+}
+
+async function stop(
+  daemon: DaemonModule,
+  config: import("@crw/daemon").DaemonConfig,
+  flags: Flags,
+): Promise<number> {
+  const state = await daemon.readState(config.dataDir);
+  if (!state) {
+    if (flags.json) out(JSON.stringify({ ok: true, running: false }));
+    else out(`no daemon runs on ${config.dataDir}`);
+    return 0;
+  }
+  process.kill(state.pid, "SIGTERM");
+  const until = Date.now() + STOP_TIMEOUT_MS;
+  while (daemon.processAlive(state.pid)) {
+    if (Date.now() > until) {
+      err(`pid ${state.pid} did not exit within ${STOP_TIMEOUT_MS / 1000} s; it may still be draining`);
+      return 1;
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  if (flags.json) out(JSON.stringify({ ok: true, stopped: state.pid }));
+  else out(`crw daemon (pid ${state.pid}) stopped`);
+  return 0;
+}
+
+async function status(
+  daemon: DaemonModule,
+  config: import("@crw/daemon").DaemonConfig,
+  flags: Flags,
+): Promise<number> {
+  const state = await daemon.readState(config.dataDir);
+  const health = state ? await fetchHealth(state.url) : undefined;
+  if (flags.json) out(JSON.stringify({ running: Boolean(state), ...(state ?? {}), health: health ?? null }));
+  else if (!state) out(`no daemon runs on ${config.dataDir}; start one with 'crw daemon start'`);
+  else
+    out(`crw daemon at ${state.url} (pid ${state.pid}): ${health ? String(health.status) : "not answering"}`);
+  return state && health?.status === "ok" ? 0 : 1;
+}

@@ -1,0 +1,89 @@
+import { execFile } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { promisify } from "node:util";
+import { afterAll, describe, expect, it } from "vitest";
+
+const run = promisify(execFile);
+const bin = resolve(import.meta.dirname, "../bin/crw.mjs");
+const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-cli-"));
+
+async function crw(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  const env = { ...process.env };
+  delete env.DATABASE_URL; // this suite is about the embedded cluster in the data directory
+  try {
+    const { stdout, stderr } = await run(process.execPath, [bin, ...args], { env, timeout: 120_000 });
+    return { code: 0, stdout, stderr };
+  } catch (e) {
+    const err = e as { code: number; stdout: string; stderr: string };
+    return { code: err.code, stdout: err.stdout, stderr: err.stderr };
+  }
+}
+
+const postmasterPid = (): number | undefined => {
+  const file = join(dataDir, "postgres", "postmaster.pid");
+  return existsSync(file) ? Number(readFileSync(file, "utf8").split("\n")[0]) : undefined;
+};
+const alive = (pid: number | undefined) => {
+  if (!pid) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+afterAll(() => {
+  const pid = postmasterPid();
+  if (alive(pid)) process.kill(pid as number, "SIGKILL");
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+describe("crw daemon start | status | stop with the embedded PostgreSQL", () => {
+  let firstPid = 0;
+
+  it("start runs the daemon in the background on its own embedded PostgreSQL and waits until it is ready", async () => {
+    const r = await crw("daemon", "start", "--data-dir", dataDir, "--port", "0", "--json");
+    expect(r.code, r.stderr).toBe(0);
+    const started = JSON.parse(r.stdout) as { pid: number; url: string; database: string };
+    expect(started.database).toBe("embedded");
+    firstPid = started.pid;
+    const s = await crw("daemon", "status", "--data-dir", dataDir, "--json");
+    expect(s.code).toBe(0);
+    expect(JSON.parse(s.stdout)).toMatchObject({
+      running: true,
+      health: { status: "ok", database: { kind: "embedded", ok: true } },
+    });
+  });
+
+  it("after a SIGKILL the next start adopts the cluster the dead daemon left running, with its rows", async () => {
+    const token = readFileSync(join(dataDir, "owner.token"), "utf8").trim();
+    process.kill(firstPid, "SIGKILL");
+    while (alive(firstPid)) await new Promise((r) => setTimeout(r, 20));
+    expect(alive(postmasterPid())).toBe(true);
+    expect((await crw("daemon", "status", "--data-dir", dataDir)).code).toBe(1);
+    const r = await crw("daemon", "start", "--data-dir", dataDir, "--port", "0", "--json");
+    expect(r.code, r.stderr).toBe(0);
+    const s = JSON.parse((await crw("daemon", "status", "--data-dir", dataDir, "--json")).stdout);
+    expect(s.health.database.kind).toBe("adopted");
+    expect(readFileSync(join(dataDir, "owner.token"), "utf8").trim()).toBe(token);
+  });
+
+  it("stop ends the daemon and its PostgreSQL; a second stop says none runs", async () => {
+    const pg = postmasterPid();
+    const r = await crw("daemon", "stop", "--data-dir", dataDir);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/stopped/);
+    expect(alive(pg)).toBe(false);
+    const again = await crw("daemon", "stop", "--data-dir", dataDir);
+    expect(again.stdout).toMatch(/no daemon runs/);
+  });
+
+  it("bad flags are input errors (exit 2) that point at the help", async () => {
+    const r = await crw("daemon", "start", "--port", "eighty");
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/--port/);
+  });
+});

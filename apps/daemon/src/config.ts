@@ -1,0 +1,140 @@
+import { readFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { isAbsolute, join, resolve } from "node:path";
+import { z } from "zod";
+
+/**
+ * The daemon's configuration, read once at start: defaults, then the JSON file (`--config`, else
+ * `<dataDir>/daemon.json` when it exists), then the environment. Inner code trusts the resolved type.
+ */
+const fileSchema = z
+  .object({
+    dataDir: z.string().min(1),
+    databaseUrl: z.string().url(),
+    host: z.string().min(1),
+    port: z.number().int().min(0).max(65_535),
+    logLevel: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]),
+    shutdownGraceMs: z.number().int().min(0).max(600_000),
+    runtime: z
+      .object({
+        subagentRunnerEnabled: z.boolean(),
+        maxRunners: z.number().int().min(0).max(256),
+      })
+      .partial()
+      .strict(),
+  })
+  .partial()
+  .strict();
+
+export type DaemonConfigFile = z.infer<typeof fileSchema>;
+
+export interface DaemonConfig {
+  /** Where the daemon keeps its state: the embedded PostgreSQL cluster, the lock and state files, logs. */
+  dataDir: string;
+  /** An external PostgreSQL; undefined runs an embedded one under `<dataDir>/postgres`. */
+  databaseUrl: string | undefined;
+  host: string;
+  /** 0 picks a free port (the state file says which). */
+  port: number;
+  logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
+  /** How long a graceful shutdown waits for in-flight work (journal writes, turns) before it closes anyway. */
+  shutdownGraceMs: number;
+  runtime: { subagentRunnerEnabled: boolean; maxRunners: number | undefined };
+}
+
+export class ConfigError extends Error {
+  override readonly name = "ConfigError";
+  readonly code = "config_invalid";
+  readonly retryable = false;
+  constructor(
+    message: string,
+    readonly source: string,
+  ) {
+    super(message);
+  }
+}
+
+export function defaultDataDir(env: NodeJS.ProcessEnv = process.env): string {
+  if (env.CRW_DAEMON_DIR) return resolve(env.CRW_DAEMON_DIR);
+  if (env.CRW_HOME) return join(resolve(env.CRW_HOME), "daemon");
+  return join(homedir(), ".crw", "daemon");
+}
+
+function parseFile(path: string): DaemonConfigFile {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(path, "utf8"));
+  } catch (e) {
+    throw new ConfigError(`cannot read ${path}: ${e instanceof Error ? e.message : String(e)}`, path);
+  }
+  const parsed = fileSchema.safeParse(raw);
+  if (!parsed.success) throw new ConfigError(`${path}: ${z.prettifyError(parsed.error)}`, path);
+  return parsed.data;
+}
+
+const envBool = (name: string, value: string): boolean => {
+  if (/^(1|true|yes|on)$/i.test(value)) return true;
+  if (/^(0|false|no|off)$/i.test(value)) return false;
+  throw new ConfigError(`${name} must be true or false, not '${value}'`, name);
+};
+
+const envInt = (name: string, value: string, max: number): number => {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0 || n > max)
+    throw new ConfigError(`${name} must be a whole number 0..${max}, not '${value}'`, name);
+  return n;
+};
+
+export interface LoadConfigOptions {
+  /** An explicit config file (a missing one is an error); else `<dataDir>/daemon.json` if present. */
+  file?: string;
+  env?: NodeJS.ProcessEnv;
+  /** Values from command-line flags; they win over everything. */
+  overrides?: DaemonConfigFile;
+}
+
+export function loadConfig(options: LoadConfigOptions = {}): DaemonConfig {
+  const env = options.env ?? process.env;
+  const overrides = fileSchema.safeParse(options.overrides ?? {});
+  if (!overrides.success) throw new ConfigError(z.prettifyError(overrides.error), "flags");
+  const baseDir = overrides.data.dataDir ?? env.CRW_DAEMON_DIR ?? defaultDataDir(env);
+  const implicit = join(resolve(baseDir), "daemon.json");
+  let file: DaemonConfigFile = {};
+  if (options.file) file = parseFile(options.file);
+  else {
+    try {
+      file = parseFile(implicit);
+    } catch (e) {
+      if (!(e instanceof ConfigError) || !/ENOENT/.test(e.message)) throw e;
+    }
+  }
+  const fromEnv: DaemonConfigFile = {};
+  if (env.DATABASE_URL) fromEnv.databaseUrl = env.DATABASE_URL;
+  if (env.CRW_DAEMON_HOST) fromEnv.host = env.CRW_DAEMON_HOST;
+  if (env.CRW_DAEMON_PORT) fromEnv.port = envInt("CRW_DAEMON_PORT", env.CRW_DAEMON_PORT, 65_535);
+  if (env.CRW_LOG_LEVEL) fromEnv.logLevel = fileSchema.shape.logLevel.parse(env.CRW_LOG_LEVEL);
+  const runtimeEnv: NonNullable<DaemonConfigFile["runtime"]> = {};
+  if (env.CRW_SUBAGENT_RUNNER_ENABLED)
+    runtimeEnv.subagentRunnerEnabled = envBool(
+      "CRW_SUBAGENT_RUNNER_ENABLED",
+      env.CRW_SUBAGENT_RUNNER_ENABLED,
+    );
+  if (env.CRW_MAX_RUNNERS) runtimeEnv.maxRunners = envInt("CRW_MAX_RUNNERS", env.CRW_MAX_RUNNERS, 256);
+
+  const merged = { ...file, ...fromEnv, ...overrides.data };
+  const runtime = { ...file.runtime, ...runtimeEnv, ...overrides.data.runtime };
+  const dataDir = resolve(merged.dataDir ?? baseDir);
+  if (!isAbsolute(dataDir)) throw new ConfigError(`dataDir must be absolute: ${dataDir}`, "dataDir");
+  return {
+    dataDir,
+    databaseUrl: merged.databaseUrl,
+    host: merged.host ?? "127.0.0.1",
+    port: merged.port ?? 7420,
+    logLevel: merged.logLevel ?? "info",
+    shutdownGraceMs: merged.shutdownGraceMs ?? 10_000,
+    runtime: {
+      subagentRunnerEnabled: runtime.subagentRunnerEnabled ?? true,
+      maxRunners: runtime.maxRunners,
+    },
+  };
+}

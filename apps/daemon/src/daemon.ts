@@ -1,0 +1,163 @@
+import { migrate, PgDelegationRepository } from "@crw/db";
+import pg from "pg";
+import { type Logger, pino } from "pino";
+import { z } from "zod";
+import type { DaemonConfig } from "./config.js";
+import { type DaemonState, lockDataDir, removeState, writeState } from "./lifecycle.js";
+import { ensureOwnerToken, tokenHash } from "./ownerToken.js";
+import { type DaemonDatabase, openDaemonDatabase } from "./postgres.js";
+import { RpcRegistry } from "./rpc.js";
+import { type ApiServer, startApiServer } from "./server.js";
+
+export type DaemonPhase = "starting" | "recovering" | "ready" | "stopping" | "stopped";
+
+export interface Daemon {
+  readonly config: DaemonConfig;
+  readonly state: DaemonState;
+  readonly rpc: RpcRegistry;
+  readonly log: Logger;
+  phase(): DaemonPhase;
+  /** Graceful stop: refuse new work, let in-flight requests finish (bounded by shutdownGraceMs), close. */
+  stop(reason?: string): Promise<void>;
+  /** Resolves once the daemon has stopped, however it stopped. */
+  readonly stopped: Promise<void>;
+}
+
+export interface StartDaemonOptions {
+  log?: Logger;
+  /** Install SIGTERM/SIGINT handlers that stop the daemon (the process entry does; embedders may not). */
+  handleSignals?: boolean;
+}
+
+/**
+ * Start order: lock the data directory, open PostgreSQL (embedded by default), migrate, make sure an owner
+ * token exists, recover, then listen. Nothing is accepted before recovery: the API port is not open yet.
+ */
+export async function startDaemon(config: DaemonConfig, options: StartDaemonOptions = {}): Promise<Daemon> {
+  const log = options.log ?? pino({ level: config.logLevel, base: { pid: process.pid } });
+  let phase: DaemonPhase = "starting";
+  const startedAt = new Date();
+  const unlock = await lockDataDir(config.dataDir);
+  let db: DaemonDatabase | undefined;
+  let pool: pg.Pool | undefined;
+  let server: ApiServer | undefined;
+  const cleanup = async () => {
+    await server?.close().catch((e: unknown) => log.warn({ err: e }, "api close failed"));
+    await pool?.end().catch((e: unknown) => log.warn({ err: e }, "pool end failed"));
+    await db?.stop().catch((e: unknown) => log.warn({ err: e }, "database stop failed"));
+    await removeState(config.dataDir);
+    await unlock();
+  };
+  try {
+    db = await openDaemonDatabase(config, (msg, fields) => log.info(fields ?? {}, msg));
+    const ran = await migrate(db.url);
+    log.info({ ran, database: db.kind }, "migrations applied");
+    pool = new pg.Pool({ connectionString: db.url, max: 10 });
+    pool.on("error", (e) => log.warn({ err: e }, "idle database client failed"));
+    const repo = new PgDelegationRepository(pool);
+    await ensureOwnerToken(repo, config.dataDir);
+
+    phase = "recovering";
+    // Boot recovery of delegations and workflows runs here, before the port opens.
+    phase = "ready";
+
+    const rpc = new RpcRegistry();
+    const inFlight = new Set<Promise<unknown>>();
+    const dbPool = pool;
+    const dbKind = db.kind;
+    const health = async () => {
+      const started = Date.now();
+      let database: { ok: boolean; latencyMs?: number; error?: string };
+      try {
+        await dbPool.query("select 1");
+        database = { ok: true, latencyMs: Date.now() - started };
+      } catch (e) {
+        database = { ok: false, error: e instanceof Error ? e.message : String(e) };
+      }
+      return {
+        status: phase === "ready" && database.ok ? "ok" : phase,
+        phase,
+        pid: process.pid,
+        uptimeSeconds: Math.round((Date.now() - startedAt.getTime()) / 1000),
+        database: { kind: dbKind, ...database },
+        runtime: { subagentRunnerEnabled: config.runtime.subagentRunnerEnabled },
+      };
+    };
+    rpc.register("daemon.health", { params: z.object({}).strict(), handler: () => health() });
+    rpc.register("daemon.whoami", {
+      params: z.object({}).strict(),
+      handler: async (_p, ctx) => {
+        const account = await repo.getAccount(ctx.accountId);
+        return { accountId: account.id, name: account.name, isOwner: account.isOwner };
+      },
+    });
+    server = await startApiServer({
+      host: config.host,
+      port: config.port,
+      handle: (frame, ctx) => {
+        if (phase !== "ready") return Promise.resolve(refusedWhileStopping(frame));
+        const p = rpc.handle(frame, ctx);
+        inFlight.add(p);
+        void p.finally(() => inFlight.delete(p));
+        return p;
+      },
+      authenticate: async (token) => {
+        const account = await repo.accountByTokenHash(tokenHash(token));
+        return account ? { accountId: account.id } : undefined;
+      },
+      health,
+      log,
+    });
+    const state: DaemonState = {
+      pid: process.pid,
+      host: config.host,
+      port: server.port,
+      url: `http://${config.host}:${server.port}`,
+      startedAt: startedAt.toISOString(),
+      database: db.kind,
+    };
+    await writeState(config.dataDir, state);
+    log.info({ url: state.url, dataDir: config.dataDir }, "daemon ready");
+
+    let resolveStopped: () => void = () => {};
+    const stopped = new Promise<void>((r) => {
+      resolveStopped = r;
+    });
+    let stopping: Promise<void> | undefined;
+    const stop = (reason = "requested") => {
+      stopping ??= (async () => {
+        phase = "stopping";
+        log.info({ reason, inFlight: inFlight.size }, "daemon stopping");
+        const grace = new Promise((r) => setTimeout(r, config.shutdownGraceMs).unref());
+        await Promise.race([Promise.allSettled([...inFlight]), grace]);
+        await cleanup();
+        phase = "stopped";
+        log.info({}, "daemon stopped");
+        resolveStopped();
+      })();
+      return stopping;
+    };
+    if (options.handleSignals) {
+      for (const signal of ["SIGTERM", "SIGINT"] as const) process.once(signal, () => void stop(signal));
+    }
+    return { config, state, rpc, log, phase: () => phase, stop, stopped };
+  } catch (e) {
+    log.error({ err: e }, "daemon failed to start");
+    await cleanup();
+    throw e;
+  }
+}
+
+function refusedWhileStopping(frame: unknown): object | undefined {
+  const id = (frame as { id?: unknown })?.id;
+  if (typeof id !== "string" && typeof id !== "number") return undefined;
+  return {
+    jsonrpc: "2.0",
+    id,
+    error: {
+      code: -32000,
+      message: "the daemon is stopping",
+      data: { name: "DaemonStoppingError", code: "daemon_stopping" },
+    },
+  };
+}

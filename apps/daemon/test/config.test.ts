@@ -1,0 +1,54 @@
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { ConfigError, loadConfig } from "../src/index.js";
+
+const dir = () => mkdtempSync(join(tmpdir(), "crw-config-"));
+
+describe("daemon configuration", () => {
+  it("has defaults that need no file and no environment", () => {
+    const dataDir = dir();
+    const c = loadConfig({ env: { CRW_DAEMON_DIR: dataDir } });
+    expect(c).toMatchObject({ dataDir, host: "127.0.0.1", port: 7420, databaseUrl: undefined });
+    expect(c.runtime.subagentRunnerEnabled).toBe(true);
+  });
+
+  it("reads <dataDir>/daemon.json, then the environment, then flags, each winning over the one before", () => {
+    const dataDir = dir();
+    writeFileSync(
+      join(dataDir, "daemon.json"),
+      JSON.stringify({ port: 9000, logLevel: "debug", runtime: { maxRunners: 3 } }),
+    );
+    const env = { CRW_DAEMON_DIR: dataDir, CRW_DAEMON_PORT: "9100", CRW_SUBAGENT_RUNNER_ENABLED: "false" };
+    expect(loadConfig({ env })).toMatchObject({
+      port: 9100,
+      logLevel: "debug",
+      runtime: { maxRunners: 3, subagentRunnerEnabled: false },
+    });
+    expect(loadConfig({ env, overrides: { port: 0 } }).port).toBe(0);
+  });
+
+  it("refuses a config file with an unknown or mistyped member, naming the file and the member", () => {
+    const dataDir = dir();
+    const file = join(dataDir, "custom.json");
+    writeFileSync(file, JSON.stringify({ port: "eighty", colour: "blue" }));
+    expect(() => loadConfig({ file, env: {} })).toThrow(ConfigError);
+    try {
+      loadConfig({ file, env: {} });
+    } catch (e) {
+      expect((e as Error).message).toContain(file);
+      expect((e as Error).message).toMatch(/port|colour/);
+    }
+  });
+
+  it("refuses a missing explicit file and malformed environment values", () => {
+    expect(() => loadConfig({ file: join(dir(), "nope.json"), env: {} })).toThrow(/cannot read/);
+    expect(() => loadConfig({ env: { CRW_DAEMON_DIR: dir(), CRW_DAEMON_PORT: "http" } })).toThrow(
+      /CRW_DAEMON_PORT/,
+    );
+    expect(() =>
+      loadConfig({ env: { CRW_DAEMON_DIR: dir(), CRW_SUBAGENT_RUNNER_ENABLED: "maybe" } }),
+    ).toThrow(/CRW_SUBAGENT_RUNNER_ENABLED/);
+  });
+});
