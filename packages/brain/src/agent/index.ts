@@ -1,1 +1,63 @@
-export {};
+export { assistantText, fromPiMessage, toPiMessage } from "./convert.js";
+export {
+  AgentConfigError,
+  type AgentConfigErrorCode,
+  type ErrorData,
+  errorData,
+  type ToolCallRefusedCode,
+  ToolCallRefusedError,
+} from "./errors.js";
+export {
+  ASK_USER_GUIDANCE,
+  composeInteractivePrompt,
+  composeWorkerPrompt,
+  escapeAccountInstructions,
+  type ForkPrefix,
+  forkPrefix,
+  PERSONA_TEMPLATES,
+  type PromptFragment,
+  PromptFragmentRegistry,
+  type PromptInputs,
+  type PromptRoute,
+  personaTemplatesFor,
+  REVIEW_ROLE,
+  registerAskUserGuidance,
+  selectPromptRoute,
+  sessionPromptFragments,
+  type ToolSummary,
+} from "./prompt.js";
+export {
+  loadPi,
+  type ModelConfig,
+  ModelConfigSchema,
+  type PiModules,
+  parseModelConfig,
+  type ResolvedModel,
+  type ResolvedModelConfig,
+  resolveModel,
+} from "./providers.js";
+export { isReadOnlyCommand } from "./readonly-shell.js";
+export { SCRIPTED_API, type ScriptStep, ScriptStepSchema, scriptedReply } from "./scripted.js";
+export {
+  CHILD_TOOL_NAMES,
+  type CheckedCall,
+  type ChildToolName,
+  type ChildToolOptions,
+  checkChildToolCall,
+  createChildTools,
+  effectiveReadOnly,
+  permittedToolNames,
+} from "./tools.js";
+export {
+  type ChildTurnHooks,
+  type ChildTurnInput,
+  type ChildTurnOutcome,
+  type ChildTurnProgress,
+  type ChildTurnRunner,
+  type ChildTurnStopReason,
+  inProcessChildTurnRunner,
+  runChildTurn,
+  type ToolCallRecord,
+  type ToolIntent,
+  type TurnUsage,
+} from "./turn.js";

@@ -1,0 +1,340 @@
+import { spawn } from "node:child_process";
+import { mkdir, open, readFile, realpath } from "node:fs/promises";
+import { dirname, isAbsolute, relative, resolve, sep } from "node:path";
+import type { AgentTool, AgentToolResult } from "@mariozechner/pi-agent-core";
+import type { TSchema } from "@mariozechner/pi-ai";
+import { z } from "zod";
+import type { DelegatedExecutionScope } from "../scope/index.js";
+import { toolCallVerdict } from "../scope/index.js";
+import { ToolCallRefusedError } from "./errors.js";
+import { isReadOnlyCommand } from "./readonly-shell.js";
+
+/**
+ * The child tool set: read, write, edit and shell, confined to the child's working directory and to its
+ * durable scope. Scope patterns see a file tool's subject as its path relative to the working directory
+ * (`write(src/*)`) and the shell's as its command line (`shell(git *)`).
+ */
+export const CHILD_TOOL_NAMES = ["read", "write", "edit", "shell"] as const;
+export type ChildToolName = (typeof CHILD_TOOL_NAMES)[number];
+const WRITING_TOOLS = new Set<string>(["write", "edit"]);
+
+export interface ChildToolOptions {
+  readonly workDir: string;
+  readonly scope: DelegatedExecutionScope;
+  /** The per-call read-only clamp (a continuation from a plan-mode turn), on top of the scope's own flag. */
+  readonly readOnly?: boolean;
+  /** Every shell command is bounded; past this it is killed and reported. */
+  readonly shellTimeoutMs?: number;
+  /** Output beyond this many bytes is cut (the tail is kept for the shell, the head for read). */
+  readonly maxOutputBytes?: number;
+}
+
+const ReadArgs = z.strictObject({
+  path: z.string().min(1),
+  offset: z.number().int().positive().optional(),
+  limit: z.number().int().positive().optional(),
+});
+const WriteArgs = z.strictObject({ path: z.string().min(1), content: z.string() });
+const EditArgs = z.strictObject({ path: z.string().min(1), oldText: z.string().min(1), newText: z.string() });
+const ShellArgs = z.strictObject({
+  command: z.string().min(1),
+  timeoutSeconds: z.number().positive().max(3600).optional(),
+});
+
+const SCHEMAS: Record<ChildToolName, object> = {
+  read: {
+    type: "object",
+    properties: {
+      path: { type: "string", description: "File path, relative to the working directory" },
+      offset: { type: "integer", minimum: 1, description: "First line to return (1-based)" },
+      limit: { type: "integer", minimum: 1, description: "Number of lines to return" },
+    },
+    required: ["path"],
+    additionalProperties: false,
+  },
+  write: {
+    type: "object",
+    properties: { path: { type: "string" }, content: { type: "string" } },
+    required: ["path", "content"],
+    additionalProperties: false,
+  },
+  edit: {
+    type: "object",
+    properties: {
+      path: { type: "string" },
+      oldText: { type: "string", description: "Exact text to replace; must occur exactly once" },
+      newText: { type: "string" },
+    },
+    required: ["path", "oldText", "newText"],
+    additionalProperties: false,
+  },
+  shell: {
+    type: "object",
+    properties: { command: { type: "string" }, timeoutSeconds: { type: "number" } },
+    required: ["command"],
+    additionalProperties: false,
+  },
+};
+
+const DESCRIPTIONS: Record<ChildToolName, string> = {
+  read: "Read a text file in the working directory.",
+  write: "Create or replace a file in the working directory (parent directories are created).",
+  edit: "Replace one exact occurrence of oldText with newText in a file.",
+  shell: "Run a shell command in the working directory and return its exit code and output.",
+};
+
+export function effectiveReadOnly(options: ChildToolOptions): boolean {
+  return (
+    options.scope.readOnly || options.scope.permissionBoundary === "read-only" || options.readOnly === true
+  );
+}
+
+/** The tools whose name the scope's lists can ever allow: the catalog the model is shown. */
+export function permittedToolNames(options: ChildToolOptions): ChildToolName[] {
+  return CHILD_TOOL_NAMES.filter((name) => {
+    const lists = options.scope.tools;
+    // A denial without an argument pattern removes the whole tool; one with a pattern removes only calls.
+    if (lists.deny.some((d) => !d.includes("(") && toolCallVerdict({ deny: [d] }, name, "").ok === false))
+      return false;
+    if (lists.allow === undefined) return true;
+    return lists.allow.some(
+      (entry) => toolCallVerdict({ allow: [entry.replace(/\(.*\)$/s, "")], deny: [] }, name).ok,
+    );
+  }).filter((name) => !(WRITING_TOOLS.has(name) && effectiveReadOnly(options)));
+}
+
+function subjectPath(workDir: string, path: string): { absolute: string; subject: string } | undefined {
+  const absolute = resolve(workDir, path);
+  const rel = relative(workDir, absolute);
+  if (rel === "") return { absolute, subject: "." };
+  if (rel.startsWith("..") || isAbsolute(rel)) return undefined;
+  return { absolute, subject: rel.split(sep).join("/") };
+}
+
+export interface CheckedCall {
+  readonly name: ChildToolName;
+  readonly subject: string;
+  readonly absolutePath?: string;
+}
+
+/**
+ * Decides whether a call may run, before it has any effect. Throws `ToolCallRefusedError` for a tool the
+ * scope does not allow or denies, a write in a read-only turn, or a path outside the working directory.
+ */
+export function checkChildToolCall(
+  options: ChildToolOptions,
+  name: string,
+  args: Record<string, unknown>,
+): CheckedCall {
+  if (!(CHILD_TOOL_NAMES as readonly string[]).includes(name)) {
+    throw new ToolCallRefusedError("unknown_tool", `no tool named ${name}`, { toolName: name });
+  }
+  const tool = name as ChildToolName;
+  let subject: string;
+  let absolutePath: string | undefined;
+  if (tool === "shell") subject = typeof args.command === "string" ? args.command : "";
+  else {
+    const placed = subjectPath(options.workDir, typeof args.path === "string" ? args.path : "");
+    if (!placed) {
+      throw new ToolCallRefusedError(
+        "outside_work_dir",
+        `${tool} refused: ${String(args.path)} is outside the working directory`,
+        {
+          toolName: tool,
+          subject: String(args.path),
+        },
+      );
+    }
+    subject = placed.subject;
+    absolutePath = placed.absolute;
+  }
+  const verdict = toolCallVerdict(options.scope.tools, tool, subject);
+  if (!verdict.ok) {
+    if (verdict.reason === "denied") {
+      throw new ToolCallRefusedError("tool_denied", `${tool} refused: denied by ${verdict.entry}`, {
+        toolName: tool,
+        subject,
+        entry: verdict.entry,
+      });
+    }
+    throw new ToolCallRefusedError(
+      "tool_not_allowed",
+      `${tool} refused: not in this session's tool allow-list`,
+      { toolName: tool, subject },
+    );
+  }
+  if (effectiveReadOnly(options)) {
+    if (WRITING_TOOLS.has(tool)) {
+      throw new ToolCallRefusedError("read_only", `${tool} refused: this turn is read-only`, {
+        toolName: tool,
+        subject,
+      });
+    }
+    if (tool === "shell" && !isReadOnlyCommand(subject)) {
+      throw new ToolCallRefusedError(
+        "read_only",
+        "shell refused: only non-mutating commands run in a read-only turn",
+        { toolName: tool, subject },
+      );
+    }
+  }
+  return { name: tool, subject, ...(absolutePath ? { absolutePath } : {}) };
+}
+
+/** Symlinks must not lead out of the working directory either: check the real path of what exists. */
+async function confined(workDir: string, absolute: string, toolName: string): Promise<void> {
+  const realRoot = await realpath(workDir);
+  let probe = absolute;
+  for (;;) {
+    const real = await realpath(probe).catch(() => undefined);
+    if (real !== undefined) {
+      const rel = relative(realRoot, real);
+      if (rel.startsWith("..") || isAbsolute(rel)) {
+        throw new ToolCallRefusedError(
+          "outside_work_dir",
+          `${toolName} refused: the path leads outside the working directory`,
+          {
+            toolName,
+            subject: absolute,
+          },
+        );
+      }
+      return;
+    }
+    const parent = dirname(probe);
+    if (parent === probe) return;
+    probe = parent;
+  }
+}
+
+function text(body: string, details: Record<string, unknown> = {}): AgentToolResult<Record<string, unknown>> {
+  return { content: [{ type: "text", text: body }], details };
+}
+
+async function writeDurably(path: string, content: string): Promise<void> {
+  await mkdir(dirname(path), { recursive: true });
+  const handle = await open(path, "w");
+  try {
+    await handle.writeFile(content, "utf8");
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+function runShell(command: string, cwd: string, timeoutMs: number, maxBytes: number, signal?: AbortSignal) {
+  return new Promise<{ exitCode: number | null; signal: string | null; output: string; timedOut: boolean }>(
+    (resolvePromise, reject) => {
+      const child = spawn("/bin/sh", ["-c", command], {
+        cwd,
+        detached: true,
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      const chunks: Buffer[] = [];
+      let size = 0;
+      const collect = (chunk: Buffer) => {
+        chunks.push(chunk);
+        size += chunk.length;
+        while (size > maxBytes && chunks.length > 1) size -= (chunks.shift() as Buffer).length;
+      };
+      child.stdout.on("data", collect);
+      child.stderr.on("data", collect);
+      let timedOut = false;
+      const kill = () => {
+        try {
+          if (child.pid) process.kill(-child.pid, "SIGKILL");
+        } catch {
+          // Already gone.
+        }
+      };
+      const timer = setTimeout(() => {
+        timedOut = true;
+        kill();
+      }, timeoutMs);
+      signal?.addEventListener("abort", kill, { once: true });
+      child.on("error", (e) => {
+        clearTimeout(timer);
+        reject(e);
+      });
+      child.on("close", (exitCode, sig) => {
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", kill);
+        let output = Buffer.concat(chunks).toString("utf8");
+        if (output.length > maxBytes) output = output.slice(-maxBytes);
+        resolvePromise({ exitCode, signal: sig, output, timedOut });
+      });
+    },
+  );
+}
+
+/**
+ * Builds the tool objects for pi-agent-core. Each `execute` re-checks the call (the scope is the authority,
+ * not the catalog) before touching anything; failures throw, which the loop turns into an error result.
+ */
+export function createChildTools(options: ChildToolOptions): AgentTool[] {
+  const maxBytes = options.maxOutputBytes ?? 64 * 1024;
+  const tools: Record<ChildToolName, AgentTool["execute"]> = {
+    read: async (_id, params) => {
+      const args = ReadArgs.parse(params);
+      const call = checkChildToolCall(options, "read", args);
+      await confined(options.workDir, call.absolutePath as string, "read");
+      const body = await readFile(call.absolutePath as string, "utf8");
+      let lines = body.split("\n");
+      const start = (args.offset ?? 1) - 1;
+      lines = lines.slice(start, args.limit === undefined ? undefined : start + args.limit);
+      let out = lines.join("\n");
+      if (Buffer.byteLength(out) > maxBytes)
+        out = `${Buffer.from(out).subarray(0, maxBytes).toString("utf8")}\n[output cut at ${maxBytes} bytes]`;
+      return text(out, { path: call.subject });
+    },
+    write: async (_id, params) => {
+      const args = WriteArgs.parse(params);
+      const call = checkChildToolCall(options, "write", args);
+      await confined(options.workDir, call.absolutePath as string, "write");
+      await writeDurably(call.absolutePath as string, args.content);
+      return text(`wrote ${Buffer.byteLength(args.content)} bytes to ${call.subject}`, {
+        path: call.subject,
+      });
+    },
+    edit: async (_id, params) => {
+      const args = EditArgs.parse(params);
+      const call = checkChildToolCall(options, "edit", args);
+      await confined(options.workDir, call.absolutePath as string, "edit");
+      const before = await readFile(call.absolutePath as string, "utf8");
+      const first = before.indexOf(args.oldText);
+      if (first < 0) throw new Error(`edit failed: oldText not found in ${call.subject}`);
+      if (before.indexOf(args.oldText, first + 1) >= 0)
+        throw new Error(`edit failed: oldText occurs more than once in ${call.subject}`);
+      await writeDurably(
+        call.absolutePath as string,
+        before.slice(0, first) + args.newText + before.slice(first + args.oldText.length),
+      );
+      return text(`edited ${call.subject}`, { path: call.subject });
+    },
+    shell: async (_id, params, signal) => {
+      const args = ShellArgs.parse(params);
+      const call = checkChildToolCall(options, "shell", args);
+      const timeoutMs = Math.min(
+        args.timeoutSeconds ? args.timeoutSeconds * 1000 : Number.POSITIVE_INFINITY,
+        options.shellTimeoutMs ?? 120_000,
+      );
+      const run = await runShell(call.subject, options.workDir, timeoutMs, maxBytes, signal);
+      const status = run.timedOut
+        ? `timed out after ${timeoutMs} ms`
+        : run.exitCode === null
+          ? `killed by ${run.signal}`
+          : `exit code ${run.exitCode}`;
+      const body = `${status}\n${run.output}`;
+      if (run.exitCode !== 0) throw new Error(body);
+      return text(body, { exitCode: run.exitCode });
+    },
+  };
+  return permittedToolNames(options).map((name) => ({
+    name,
+    label: name,
+    description: DESCRIPTIONS[name],
+    parameters: SCHEMAS[name] as TSchema,
+    executionMode: "sequential",
+    execute: tools[name],
+  }));
+}

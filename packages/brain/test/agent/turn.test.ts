@@ -1,0 +1,339 @@
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { TranscriptMessage } from "@crw/db";
+import { afterAll, describe, expect, it } from "vitest";
+import { type ChildTurnInput, runChildTurn, type ScriptStep } from "../../src/agent/index.js";
+import { captureDelegatedExecutionScope } from "../../src/scope/index.js";
+
+const root = realpathSync(mkdtempSync(join(tmpdir(), "crw-turn-")));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+let n = 0;
+function workDir(): string {
+  const dir = join(root, `w${n++}`);
+  mkdirSync(dir);
+  return dir;
+}
+
+function scope(dir: string, extra: Record<string, unknown> = {}) {
+  return captureDelegatedExecutionScope({
+    accountId: "acct",
+    target: { kind: "host", ref: "p" },
+    workDir: dir,
+    ...extra,
+  });
+}
+
+function turn(
+  dir: string,
+  script: ScriptStep[],
+  extra: Partial<ChildTurnInput> = {},
+): Promise<Awaited<ReturnType<typeof runChildTurn>>> {
+  return runChildTurn({
+    sessionId: "child-1",
+    systemPrompt: "You are a worker.",
+    messages: [],
+    input: "do the task",
+    scope: scope(dir),
+    workDir: dir,
+    model: { api: "scripted", script },
+    ...extra,
+  });
+}
+
+describe("runChildTurn with the scripted provider", () => {
+  it("answers deterministically with no script, and reports the outcome", async () => {
+    const dir = workDir();
+    const out = await turn(dir, [], { input: "summarise the repo\nsecond line" });
+    expect(out.stopReason).toBe("stop");
+    expect(out.finalText).toBe("Done: summarise the repo");
+    expect(out.messages).toEqual([
+      { role: "user", content: "summarise the repo\nsecond line" },
+      {
+        role: "assistant",
+        content: [{ type: "text", text: "Done: summarise the repo" }],
+        stopReason: "stop",
+        model: "scripted",
+      },
+    ]);
+    expect(out.usage.providerCalls).toBe(1);
+    expect(out.usage.totalTokens).toBeGreaterThan(0);
+  });
+
+  it("runs real tools in the workDir, writes intents before effects, and records every call", async () => {
+    const dir = workDir();
+    const intents: string[] = [];
+    const seenAtIntent: boolean[] = [];
+    const journal: TranscriptMessage[] = [];
+    const out = await turn(
+      dir,
+      [
+        {
+          text: "writing",
+          toolCalls: [{ name: "write", arguments: { path: "notes/a.txt", content: "alpha\nbeta\n" } }],
+        },
+        {
+          toolCalls: [
+            { name: "edit", arguments: { path: "notes/a.txt", oldText: "beta", newText: "gamma" } },
+          ],
+        },
+        {
+          toolCalls: [
+            { name: "read", arguments: { path: "notes/a.txt" } },
+            { name: "shell", arguments: { command: "wc -l notes/a.txt" } },
+          ],
+        },
+        { text: "  all done  " },
+      ],
+      {
+        hooks: {
+          onToolIntent: (intent) => {
+            intents.push(`${intent.toolName}:${intent.toolCallId}`);
+            if (intent.toolName === "write") seenAtIntent.push(existsSync(join(dir, "notes/a.txt")));
+          },
+          onMessage: (m) => {
+            journal.push(m);
+          },
+        },
+      },
+    );
+    expect(out.stopReason).toBe("stop");
+    expect(out.finalText).toBe("  all done  ");
+    expect(readFileSync(join(dir, "notes/a.txt"), "utf8")).toBe("alpha\ngamma\n");
+    expect(seenAtIntent).toEqual([false]);
+    expect(intents).toEqual(["write:call_0_0", "edit:call_1_0", "read:call_2_0", "shell:call_2_1"]);
+    expect(out.toolCalls.map((c) => [c.toolName, c.isError])).toEqual([
+      ["write", false],
+      ["edit", false],
+      ["read", false],
+      ["shell", false],
+    ]);
+    expect(out.toolCalls[2]?.result).toBe("alpha\ngamma\n");
+    expect(out.toolCalls[3]?.result).toContain("2 notes/a.txt");
+    expect(journal).toEqual(out.messages);
+    expect(out.messages.map((m) => m.role)).toEqual([
+      "user",
+      "assistant",
+      "toolResult",
+      "assistant",
+      "toolResult",
+      "assistant",
+      "toolResult",
+      "toolResult",
+      "assistant",
+    ]);
+    expect(out.usage.providerCalls).toBe(4);
+  });
+
+  it("refuses a call outside the allow-list with a typed error and never runs it", async () => {
+    const dir = workDir();
+    const out = await turn(
+      dir,
+      [
+        {
+          toolCalls: [
+            { name: "write", arguments: { path: "x.txt", content: "x" } },
+            { name: "shell", arguments: { command: "touch y.txt" } },
+          ],
+        },
+        { text: "ok" },
+      ],
+      { scope: scope(dir, { tools: { allow: ["read", "shell(git *)"] } }) },
+    );
+    expect(existsSync(join(dir, "x.txt"))).toBe(false);
+    expect(existsSync(join(dir, "y.txt"))).toBe(false);
+    expect(out.toolCalls.map((c) => c.refused?.code)).toEqual(["tool_not_allowed", "tool_not_allowed"]);
+    expect(out.toolCalls[0]?.refused?.name).toBe("ToolCallRefusedError");
+    expect(out.toolCalls.every((c) => c.isError)).toBe(true);
+    expect(out.stopReason).toBe("stop");
+  });
+
+  it("honours denials, read-only and the working directory boundary", async () => {
+    const dir = workDir();
+    writeFileSync(join(dir, "f.txt"), "one");
+    mkdirSync(join(root, "secret"), { recursive: true });
+    writeFileSync(join(root, "secret", "s.txt"), "secret");
+    symlinkSync(join(root, "secret"), join(dir, "link"));
+    const denied = await turn(
+      dir,
+      [{ toolCalls: [{ name: "shell", arguments: { command: "rm f.txt" } }] }, { text: "." }],
+      {
+        scope: scope(dir, { tools: { deny: ["shell(rm *)"] } }),
+      },
+    );
+    expect(denied.toolCalls[0]?.refused?.code).toBe("tool_denied");
+    expect(existsSync(join(dir, "f.txt"))).toBe(true);
+
+    const readOnly = await turn(
+      dir,
+      [
+        {
+          toolCalls: [
+            { name: "write", arguments: { path: "f.txt", content: "two" } },
+            { name: "shell", arguments: { command: "echo two > f.txt" } },
+            { name: "shell", arguments: { command: "cat f.txt | wc -c" } },
+          ],
+        },
+        { text: "." },
+      ],
+      { readOnly: true },
+    );
+    expect(readOnly.toolCalls.map((c) => c.refused?.code ?? "ran")).toEqual([
+      "read_only",
+      "read_only",
+      "ran",
+    ]);
+    expect(readFileSync(join(dir, "f.txt"), "utf8")).toBe("one");
+
+    const escaped = await turn(dir, [
+      {
+        toolCalls: [
+          { name: "read", arguments: { path: "../secret/s.txt" } },
+          { name: "read", arguments: { path: "link/s.txt" } },
+        ],
+      },
+      { text: "." },
+    ]);
+    expect(escaped.toolCalls.map((c) => c.refused?.code ?? c.result)).toEqual([
+      "outside_work_dir",
+      expect.stringContaining("outside the working directory"),
+    ]);
+    expect(escaped.toolCalls.every((c) => c.isError)).toBe(true);
+  });
+
+  it("blocks a tool call whose intent could not be recorded", async () => {
+    const dir = workDir();
+    const out = await turn(
+      dir,
+      [{ toolCalls: [{ name: "write", arguments: { path: "z.txt", content: "z" } }] }, { text: "." }],
+      {
+        hooks: {
+          onToolIntent: () => {
+            throw new Error("database unavailable");
+          },
+        },
+      },
+    );
+    expect(existsSync(join(dir, "z.txt"))).toBe(false);
+    expect(out.toolCalls[0]?.refused?.message).toBe("database unavailable");
+  });
+
+  it("delivers steered messages after the current tool round and before the next provider request, FIFO", async () => {
+    const dir = workDir();
+    const queue: TranscriptMessage[] = [
+      { role: "custom", customType: "delegation_result", content: "result A" },
+      { role: "custom", customType: "delegation_result", content: "result B" },
+    ];
+    let drains = 0;
+    const out = await turn(
+      dir,
+      [{ toolCalls: [{ name: "shell", arguments: { command: "true" } }] }, { text: "saw {{last}}" }],
+      {
+        hooks: {
+          drainSteering: () => {
+            drains++;
+            return queue.splice(0);
+          },
+        },
+      },
+    );
+    expect(out.messages.map((m) => (m.role === "custom" ? m.content : m.role))).toEqual([
+      "user",
+      "assistant",
+      "toolResult",
+      "result A",
+      "result B",
+      "assistant",
+    ]);
+    expect(out.messages[3]).toEqual(
+      queue.length === 0
+        ? { role: "custom", customType: "delegation_result", content: "result A" }
+        : undefined,
+    );
+    expect(out.finalText).toBe("saw result B");
+    expect(drains).toBeGreaterThanOrEqual(2);
+  });
+
+  it("reports a provider error as an outcome, not a rejection, and an abort as aborted", async () => {
+    const dir = workDir();
+    const failed = await turn(dir, [{ stopReason: "error", errorMessage: "rate limited" }]);
+    expect(failed.stopReason).toBe("error");
+    expect(failed.errorMessage).toBe("rate limited");
+    const controller = new AbortController();
+    controller.abort();
+    const aborted = await turn(dir, [{ text: "never" }], { signal: controller.signal });
+    expect(aborted.stopReason).toBe("aborted");
+  });
+
+  it("a failing journal hook ends the turn with an error outcome", async () => {
+    const dir = workDir();
+    const out = await turn(dir, [{ text: "hi" }], {
+      hooks: {
+        onMessage: (m) => {
+          if (m.role === "assistant") throw new Error("journal write failed");
+        },
+      },
+    });
+    expect(out.stopReason).toBe("error");
+    expect(out.errorMessage).toBe("journal write failed");
+  });
+
+  it("continues from a transcript and picks the same next scripted step a fresh run would", async () => {
+    const dir = workDir();
+    const script: ScriptStep[] = [
+      { toolCalls: [{ name: "shell", arguments: { command: "echo 1" } }] },
+      { text: "second" },
+      { text: "third" },
+    ];
+    const first = await turn(dir, script);
+    expect(first.finalText).toBe("second");
+    const history = first.messages;
+    const next = await turn(dir, script, { messages: history, input: "and now?" });
+    expect(next.finalText).toBe("third");
+    const interrupted: TranscriptMessage[] = [
+      ...history,
+      { role: "custom", customType: "interrupted", content: "the daemon restarted" },
+    ];
+    const resumed = await turn(dir, script, { messages: interrupted, input: undefined });
+    expect(resumed.finalText).toBe("third");
+    expect(resumed.messages.map((m) => m.role)).toEqual(["assistant"]);
+  });
+
+  it("stops a runaway turn at its provider request bound", async () => {
+    const dir = workDir();
+    const loop: ScriptStep[] = Array.from({ length: 20 }, () => ({
+      toolCalls: [{ name: "shell", arguments: { command: "true" } }],
+    }));
+    const out = await turn(dir, loop, { limits: { maxProviderCalls: 3 } });
+    expect(out.stopReason).toBe("error");
+    expect(out.errorMessage).toContain("limit of 3");
+    expect(out.usage.providerCalls).toBe(3);
+  });
+
+  it("refuses invalid input before anything runs", async () => {
+    const dir = workDir();
+    await expect(turn(dir, [], { workDir: "relative" })).rejects.toMatchObject({
+      name: "AgentConfigError",
+      code: "invalid_turn_input",
+    });
+    await expect(turn(dir, [], { input: undefined })).rejects.toMatchObject({ code: "invalid_turn_input" });
+    await expect(turn(dir, [], { scope: "{}" })).rejects.toMatchObject({ name: "DelegatedScopeError" });
+    await expect(turn(dir, [], { model: { api: "openai-responses", modelId: "" } })).rejects.toMatchObject({
+      code: "invalid_model_config",
+    });
+    await expect(
+      turn(dir, [], {
+        messages: [{ role: "assistant", content: [], stopReason: "weird" } as unknown as TranscriptMessage],
+      }),
+    ).rejects.toMatchObject({ code: "invalid_turn_input" });
+  });
+});
