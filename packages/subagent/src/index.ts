@@ -1,5 +1,13 @@
 export { buildIdentityOf } from "./buildIdentity.js";
 export type { ChildTurnContext, ChildTurnExecutor } from "./childTurn.js";
+export { type Clock, ManualClock, systemClock } from "./clock.js";
+export {
+  type Placement,
+  predictsRunnerDispatch,
+  type RemoteCallFence,
+  SubagentDispatch,
+  type SubagentDispatchDeps,
+} from "./dispatch.js";
 export * from "./errors.js";
 export { FairQueue, FairQueueInvariantError } from "./fairQueue.js";
 export { EventLoopSampler, HEARTBEAT_INTERVAL_MS, measureProcessTree, type TreeMemory } from "./heartbeat.js";
@@ -15,7 +23,24 @@ export {
   type HostRpcTransport,
 } from "./hostRpc.js";
 export { ModelCatalog } from "./modelCatalog.js";
+export { effectiveRunners, type SessionPlacementState, SubagentRunnerPool } from "./pool.js";
+export type {
+  PoolEvent,
+  PoolHealth,
+  ResultDeliveredSink,
+  RetryProgress,
+  RunnerExitTokensSink,
+  RunnerPoolSizing,
+  SpawnFailure,
+  SubagentRunnerPoolDeps,
+} from "./poolTypes.js";
 export * from "./protocol/index.js";
+export {
+  RESTART_REQUIRED_ALERT_KEY,
+  type RestartRequiredAlert,
+  type RestartRequiredSink,
+  restartRequiredAlert,
+} from "./restartAlert.js";
 export {
   LateBoundRetryPolicySource,
   MemoryRetryPolicySource,

@@ -16,7 +16,13 @@ import { type OutputFrame, type OutputFrameOf, parseOutputFrame } from "./protoc
 import type { InputFrame } from "./protocol/input.js";
 import type { HeartbeatFrame, ReleaseState } from "./protocol/output.js";
 import type { ModelCatalogPublication, RetryPolicy } from "./protocol/policy.js";
-import type { DelegatedTurnRequest, DelegatedTurnResult, TapEvent, TapSnapshot } from "./protocol/turn.js";
+import {
+  type DelegatedTurnRequest,
+  type DelegatedTurnResult,
+  type TapEvent,
+  type TapSnapshot,
+  tapCursorSchema,
+} from "./protocol/turn.js";
 import type { RetryPolicySource } from "./retryPolicy.js";
 import { runnerExecArgv } from "./runnerEntry.js";
 
@@ -246,6 +252,7 @@ export class SubagentRunnerHost {
     onEvent: (event: TapEvent) => void,
     history: { before?: string; limit?: number } = {},
   ): Promise<TapHandle> {
+    if (history.before !== undefined) tapCursorSchema.parse(history.before);
     const tapId = randomUUID();
     this.#taps.set(tapId, onEvent);
     const requestId = randomUUID();

@@ -1,0 +1,166 @@
+import type { ChildTurnExecutor } from "./childTurn.js";
+import { DelegationAbortedError, toError } from "./errors.js";
+import { HostRpcRefusedError } from "./hostRpc.js";
+import type { SubagentRunnerPool } from "./pool.js";
+import { hostRpcParamsSchemas } from "./protocol/hostRpcMethods.js";
+import type { DelegatedTurnRequest, DelegatedTurnResult, TapEvent } from "./protocol/turn.js";
+import { currentDispatchedTurn, outsideDispatchedTurn, runInDispatchedTurn } from "./rpcTurn.js";
+import type { HostRpcHandler } from "./runnerHost.js";
+import { SessionViews } from "./sessionViews.js";
+
+/**
+ * Whether ordinary delegated work would run in a runner: the explicit switch and the runner's optional
+ * usable capability (absent pool, or an operator maximum of zero, is not usable).
+ */
+export function predictsRunnerDispatch(runner: { usable(): boolean } | undefined, enabled: boolean): boolean {
+  return enabled && (runner?.usable() ?? false);
+}
+
+/** Holds the remote-call fence around one delegated call, for either mode, queue wait included. */
+export type RemoteCallFence = <T>(request: DelegatedTurnRequest, work: () => Promise<T>) => Promise<T>;
+
+export interface SubagentDispatchDeps {
+  readonly pool?: SubagentRunnerPool;
+  /** The daemon's own executor of a child turn (the rollback path). */
+  readonly inProcess: ChildTurnExecutor;
+  /** runtime.subagentRunnerEnabled, read per call so a change applies without redeploying; default true. */
+  readonly runnerEnabled?: () => boolean;
+  readonly fence?: RemoteCallFence;
+  /** Reverse host-call handler for turns run in the daemon (runners reach the pool's instead). */
+  readonly hostRpc?: HostRpcHandler;
+}
+
+export type Placement = "runner" | "in-process";
+
+/**
+ * The one decision between in-process execution and a runner process, and the one call site of both.
+ *
+ * - Runner mode unless `runtime.subagentRunnerEnabled` is false or the operator maximum is zero. A
+ *   memory-derived zero capacity stays runner mode and is refused by the pool.
+ * - The same fence wraps either mode, including the pool's queue wait.
+ * - A failed turn is rejected to the caller and never replayed; a runner startup failure never falls back
+ *   to the daemon's event loop.
+ */
+export class SubagentDispatch {
+  /** Children that ran in the daemon, for read-only views without a routed runner. */
+  readonly #localViews = new SessionViews((tapId, event) => this.#localTaps.get(tapId)?.(event));
+  readonly #localTaps = new Map<string, (event: TapEvent) => void>();
+  readonly #localControllers = new Map<string, { channelId: string; controller: AbortController }>();
+  #tapSeq = 0;
+
+  constructor(private readonly deps: SubagentDispatchDeps) {}
+
+  placement(): Placement {
+    return predictsRunnerDispatch(this.deps.pool, this.deps.runnerEnabled?.() ?? true)
+      ? "runner"
+      : "in-process";
+  }
+
+  /** Whether the chosen placement has the shared reverse host-call handler. */
+  supportsHostRpc(): boolean {
+    return this.placement() === "runner"
+      ? (this.deps.pool?.supportsHostRpc() ?? false)
+      : this.deps.hostRpc !== undefined;
+  }
+
+  send(
+    request: DelegatedTurnRequest,
+    options: { signal?: AbortSignal; onProgress?: (text: string) => void } = {},
+  ): Promise<DelegatedTurnResult> {
+    const placement = this.placement();
+    const fence = this.deps.fence ?? ((_r, work) => work());
+    return fence(request, () =>
+      placement === "runner" && this.deps.pool
+        ? this.deps.pool.runTurn(request, options)
+        : this.#runInProcess(request, options),
+    );
+  }
+
+  /** Abort a parent channel in both placements. */
+  abortChannel(channelId: string): void {
+    this.deps.pool?.abortChannel(channelId);
+    for (const t of this.#localControllers.values()) if (t.channelId === channelId) t.controller.abort();
+  }
+
+  /** A read-only view: the routed runner's tap, or the in-daemon child directly. */
+  async tap(
+    sessionId: string,
+    onEvent: (event: TapEvent) => void,
+    history: { before?: string; limit?: number } = {},
+  ): Promise<{ snapshot: ReturnType<SessionViews["subscribe"]>; close(): Promise<void> }> {
+    const remote = await this.deps.pool?.tap(sessionId, onEvent, history);
+    if (remote) return remote;
+    const tapId = `local-${++this.#tapSeq}`;
+    this.#localTaps.set(tapId, onEvent);
+    const snapshot = outsideDispatchedTurn(() =>
+      this.#localViews.subscribe(tapId, sessionId, {
+        limit: history.limit ?? 50,
+        ...(history.before && { before: history.before }),
+      }),
+    );
+    return {
+      snapshot,
+      close: async () => {
+        this.#localTaps.delete(tapId);
+        this.#localViews.unsubscribe(tapId);
+      },
+    };
+  }
+
+  async #runInProcess(
+    request: DelegatedTurnRequest,
+    options: { signal?: AbortSignal; onProgress?: (text: string) => void },
+  ): Promise<DelegatedTurnResult> {
+    if (options.signal?.aborted) throw new DelegationAbortedError(request.channelId);
+    const controller = new AbortController();
+    const onAbort = () => controller.abort();
+    options.signal?.addEventListener("abort", onAbort, { once: true });
+    this.#localControllers.set(request.turnId, { channelId: request.channelId, controller });
+    this.#localViews.beginTurn(request);
+    let text: string | undefined;
+    try {
+      const result = await runInDispatchedTurn(
+        { turnId: request.turnId, sessionId: request.sessionId, signal: controller.signal },
+        () =>
+          this.deps.inProcess.runTurn(request, {
+            signal: controller.signal,
+            emit: (event) => this.#localViews.event(request.sessionId, event),
+            progress: (t) => options.onProgress?.(t),
+            hostRpc: (method, params) => this.#localHostRpc(request, method, params, controller.signal),
+          }),
+      );
+      text = result.text;
+      return result;
+    } catch (e) {
+      throw toError(e);
+    } finally {
+      options.signal?.removeEventListener("abort", onAbort);
+      this.#localControllers.delete(request.turnId);
+      this.#localViews.endTurn(request.sessionId, text);
+    }
+  }
+
+  async #localHostRpc(
+    request: DelegatedTurnRequest,
+    method: Parameters<HostRpcHandler>[0],
+    params: unknown,
+    signal: AbortSignal,
+  ): Promise<unknown> {
+    if (currentDispatchedTurn()?.turnId !== request.turnId) {
+      throw new HostRpcRefusedError(
+        "outside_turn",
+        `host call ${method} refused: no dispatched turn owns it`,
+      );
+    }
+    if (!this.deps.hostRpc) throw new HostRpcRefusedError("unsupported", `no daemon handler for ${method}`);
+    const checked = hostRpcParamsSchemas[method].safeParse(params);
+    if (!checked.success)
+      throw new HostRpcRefusedError("invalid_params", `host call ${method}: invalid params`);
+    return this.deps.hostRpc(method, checked.data, {
+      runnerId: "daemon",
+      turnId: request.turnId,
+      sessionId: request.sessionId,
+      signal,
+    });
+  }
+}

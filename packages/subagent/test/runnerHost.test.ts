@@ -1,0 +1,309 @@
+import { readFileSync } from "node:fs";
+import { mkdtemp, readFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import {
+  MEASURE_FAILED_TEXT,
+  RemoteTurnError,
+  RunnerExitedError,
+  RunnerStartupError,
+  SubagentRunnerHost,
+  TAP_TIMEOUT_TEXT,
+  TapTimeoutError,
+} from "@crw/subagent";
+import { afterEach, describe, expect, it } from "vitest";
+import { hostDeps, policySource, startHost, turn, waitFor } from "./support/runners.js";
+
+const hosts: SubagentRunnerHost[] = [];
+afterEach(async () => {
+  await Promise.all(hosts.splice(0).map((h) => h.shutdown(1_000)));
+});
+async function ready(overrides: Parameters<typeof startHost>[0] = {}) {
+  const started = await startHost(overrides);
+  hosts.push(started.host);
+  return started;
+}
+
+describe("SubagentRunnerHost handshake (real forked runner)", () => {
+  it("S004-463: one host is one fork + handshake that reaches ready and runs a scripted turn", async () => {
+    const { host } = await ready();
+    expect(host.isReady).toBe(true);
+    expect(host.pid).toBeGreaterThan(0);
+    expect(host.pid).not.toBe(process.pid);
+    const result = await host.runTurn(
+      turn({
+        script: [
+          { kind: "text", text: "hello " },
+          { kind: "text", text: "world" },
+        ],
+      }),
+    );
+    expect(result).toMatchObject({ text: "hello world", stopReason: "end" });
+  });
+
+  it("S004-458: the build handshake refuses a cross-build daemon/runner pair", async () => {
+    const { deps } = hostDeps({ buildId: "crw-runner-some-other-build" });
+    const error = await SubagentRunnerHost.start(deps).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(RunnerStartupError);
+    expect((error as RunnerStartupError).category).toBe("build_mismatch");
+    expect((error as RunnerStartupError).retryable).toBe(false);
+  });
+
+  it("S004-520: a runner that never says hello fails with boot_timeout and is killed", async () => {
+    const { deps } = hostDeps({ bootTimeoutMs: 1_500, env: { CRW_RUNNER_FAULT: "hang-before-hello" } });
+    const error = await SubagentRunnerHost.start(deps).catch((e: unknown) => e);
+    expect(error).toMatchObject({ name: "RunnerStartupError", category: "boot_timeout" });
+  });
+
+  it("S004-520: a runner that exits during startup fails with boot_failed", async () => {
+    const { deps } = hostDeps({ env: { CRW_RUNNER_FAULT: "exit-before-hello" } });
+    await expect(SubagentRunnerHost.start(deps)).rejects.toMatchObject({ category: "boot_failed" });
+    const refused = hostDeps({ env: { CRW_RUNNER_FAULT: "fail-boot" } });
+    await expect(SubagentRunnerHost.start(refused.deps)).rejects.toMatchObject({ category: "boot_failed" });
+  });
+
+  it("S004-520: a node binary that cannot be started fails with fork_failed", async () => {
+    const { deps } = hostDeps({ execPath: "/nonexistent/node" });
+    await expect(SubagentRunnerHost.start(deps)).rejects.toMatchObject({ category: "fork_failed" });
+  });
+
+  it("S004-521: an unexpected error while reading the policy propagates unchanged, not as a startup category", async () => {
+    const boom = new TypeError("policy table is corrupt");
+    const { deps } = hostDeps({
+      retryPolicySource: { read: async () => Promise.reject(boom), subscribe: () => () => {} },
+    });
+    await expect(SubagentRunnerHost.start(deps)).rejects.toBe(boom);
+  });
+
+  it("S004-151: malformed and hostile frames from a runner are refused and logged, never acted on", async () => {
+    const { host, events } = await ready({ env: { CRW_RUNNER_FAULT: "garbage-before-hello" } });
+    expect(host.isReady).toBe(true);
+    const refused = events.filter((e) => e.type === "frame_refused");
+    expect(refused.length).toBeGreaterThanOrEqual(2);
+    expect((await host.runTurn(turn({ prompt: "x" }))).stopReason).toBe("end");
+  });
+
+  it("S004-476: a lifetime replaced before fork or before ready rejects the attempt", async () => {
+    const before = hostDeps({ isCurrent: () => false });
+    await expect(SubagentRunnerHost.start(before.deps)).rejects.toMatchObject({
+      name: "RunnerStartupCancelledError",
+    });
+    let current = true;
+    const after = hostDeps({
+      isCurrent: () => {
+        const was = current;
+        current = false; // the first check (before fork) passes, the one after ready does not
+        return was;
+      },
+    });
+    await expect(SubagentRunnerHost.start(after.deps)).rejects.toMatchObject({
+      name: "RunnerStartupCancelledError",
+    });
+  });
+});
+
+describe("SubagentRunnerHost lifecycle", () => {
+  it("a runner killed mid-turn rejects its caller at once with a typed error and runs nothing again", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "crw-runner-"));
+    const marker = join(dir, "effects.log");
+    const { host } = await ready();
+    const request = turn({
+      script: [
+        { kind: "appendFile", path: marker, line: "started" },
+        { kind: "wait", ms: 60_000 },
+        { kind: "appendFile", path: marker, line: "finished" },
+      ],
+    });
+    const running = host.runTurn(request);
+    await waitFor(() => host.activeTurns === 1);
+    await waitFor(() => {
+      try {
+        return readFileSync(marker, "utf8").includes("started");
+      } catch {
+        return false;
+      }
+    });
+    process.kill(host.pid as number, "SIGKILL");
+    const error = await running.catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(RunnerExitedError);
+    expect((error as RunnerExitedError).exit.signal).toBe("SIGKILL");
+    expect((error as RunnerExitedError).retryable).toBe(false);
+    expect(host.isReady).toBe(false);
+    await expect(host.runTurn(turn())).rejects.toBeInstanceOf(RunnerExitedError);
+    expect(await readFile(marker, "utf8")).toBe("started\n");
+  });
+
+  it("S004-524: release waits for the runner's answer: busy while a turn runs, released when idle", async () => {
+    const { host } = await ready();
+    const sessionId = "s-release";
+    const running = host.runTurn(
+      turn({
+        sessionId,
+        script: [
+          { kind: "wait", ms: 400 },
+          { kind: "text", text: "ok" },
+        ],
+      }),
+    );
+    await waitFor(() => host.activeTurns === 1);
+    expect(await host.release(sessionId)).toBe("busy");
+    await running;
+    expect(await host.release(sessionId)).toBe("released");
+  });
+
+  it("S004-525: runner exit resolves a pending release as released; a release after exit is released", async () => {
+    const { host } = await ready({ env: { CRW_RUNNER_FAULT: "stall-tap" } });
+    const running = host
+      .runTurn(turn({ sessionId: "s1", script: [{ kind: "wait", ms: 60_000 }] }))
+      .catch((e) => e);
+    await waitFor(() => host.activeTurns === 1);
+    host.kill();
+    expect(await host.release("s1")).toBe("released");
+    expect(await running).toBeInstanceOf(RunnerExitedError);
+    expect(await host.release("s1")).toBe("released");
+  });
+
+  it("a failed turn comes back as a typed error with the runner's name and code", async () => {
+    const { host } = await ready();
+    const error = await host
+      .runTurn(turn({ script: [{ kind: "fail", message: "nope", code: "model_refused" }] }))
+      .catch((e) => e);
+    expect(error).toBeInstanceOf(RemoteTurnError);
+    expect((error as RemoteTurnError).remote).toEqual({
+      name: "ScriptedTurnError",
+      code: "model_refused",
+      message: "nope",
+    });
+    expect((await host.runTurn(turn())).stopReason).toBe("end");
+  });
+
+  it("aborting a running turn stops it in the runner", async () => {
+    const { host } = await ready();
+    const controller = new AbortController();
+    const running = host.runTurn(
+      turn({
+        script: [
+          { kind: "text", text: "a" },
+          { kind: "wait", ms: 60_000 },
+        ],
+      }),
+      {
+        signal: controller.signal,
+      },
+    );
+    await waitFor(() => host.activeTurns === 1);
+    controller.abort();
+    expect(await running).toMatchObject({ stopReason: "aborted", text: "a" });
+  });
+});
+
+describe("heartbeat", () => {
+  it("S004-488: the heartbeat carries event-loop p99, RSS and counts; S004-490: absent before the first beat", async () => {
+    const { host, events } = await ready({ heartbeatIntervalMs: 100 });
+    expect(host.stats().load).toBeUndefined();
+    await waitFor(() => events.some((e) => e.type === "heartbeat"));
+    const load = host.stats().load;
+    expect(load?.rssBytes).toBeGreaterThan(1_000_000);
+    expect(load?.eventLoopP99Ms).toBeGreaterThanOrEqual(0);
+    expect(load?.memory.complete).toBe(true);
+    expect(load?.memory.rssBytes).toBeGreaterThanOrEqual(load?.rssBytes ? load.rssBytes * 0.5 : 0);
+  });
+
+  it("S004-495: the pool measures the memory of the runner's process tree", async () => {
+    const { host, events } = await ready({ heartbeatIntervalMs: 100 });
+    await waitFor(() => events.some((e) => e.type === "heartbeat"));
+    const hb = events.find((e) => e.type === "heartbeat");
+    expect(hb?.type === "heartbeat" && hb.memory.processes).toBeGreaterThanOrEqual(1);
+    expect(host.stats().load?.memory.complete).toBe(true);
+  });
+
+  it("S004-496: a failed measurement logs the fixed text and keeps the heartbeat RSS as incomplete", async () => {
+    const { host, events } = await ready({ heartbeatIntervalMs: 100, procRoot: "/nonexistent-proc" });
+    await waitFor(() => events.some((e) => e.type === "heartbeat"));
+    const failed = events.find((e) => e.type === "measure_failed");
+    expect(failed).toMatchObject({ message: MEASURE_FAILED_TEXT });
+    expect(MEASURE_FAILED_TEXT).toBe("could not measure runner descendants");
+    const load = host.stats().load;
+    expect(load?.memory).toEqual({ rssBytes: load?.rssBytes, processes: 1, complete: false });
+  });
+});
+
+describe("tap", () => {
+  it("S004-482: a tap returns model identity and history, then forwards live events while subscribed", async () => {
+    const { host } = await ready();
+    const sessionId = "s-tap";
+    await host.runTurn(
+      turn({ sessionId, model: "scripted-1", prompt: "first", script: [{ kind: "text", text: "one" }] }),
+    );
+    const seen: string[] = [];
+    const view = await host.tap(sessionId, (e) => seen.push(`${e.kind}:${"text" in e ? e.text : e.name}`));
+    expect(view.snapshot.model).toBe("scripted-1");
+    expect(view.snapshot.history.map((h) => [h.role, h.text])).toEqual([
+      ["user", "first"],
+      ["assistant", "one"],
+    ]);
+    await host.runTurn(
+      turn({
+        sessionId,
+        script: [
+          { kind: "reasoning", text: "hmm" },
+          { kind: "tool", name: "Read", result: "file" },
+          { kind: "text", text: "two" },
+        ],
+      }),
+    );
+    await waitFor(() => seen.length === 4);
+    expect(seen).toEqual(["reasoning:hmm", "tool:Read", "tool:Read", "text:two"]);
+    await view.close();
+    await host.runTurn(turn({ sessionId, script: [{ kind: "text", text: "three" }] }));
+    await new Promise((r) => setTimeout(r, 100));
+    expect(seen).toHaveLength(4);
+  });
+
+  it("S004-485: a tap starts no turn; closing the view releases the tap", async () => {
+    const { host } = await ready();
+    const view = await host.tap("s-never-ran", () => {});
+    expect(view.snapshot).toEqual({ sessionId: "s-never-ran", model: null, history: [], live: [] });
+    expect(host.activeTurns).toBe(0);
+    expect(host.tapCount).toBe(1);
+    await view.close();
+    expect(host.tapCount).toBe(0);
+  });
+
+  it("S004-497: history.before pages the history by cursor", async () => {
+    const { host } = await ready();
+    const sessionId = "s-page";
+    for (const p of ["a", "b", "c"])
+      await host.runTurn(turn({ sessionId, prompt: p, script: [{ kind: "text", text: p.toUpperCase() }] }));
+    const all = await host.tap(sessionId, () => {}, { limit: 100 });
+    expect(all.snapshot.history.map((h) => h.text)).toEqual(["a", "A", "b", "B", "c", "C"]);
+    const cursor = all.snapshot.history[4]?.id as string;
+    const page = await host.tap(sessionId, () => {}, { before: cursor, limit: 2 });
+    expect(page.snapshot.history.map((h) => h.text)).toEqual(["b", "B"]);
+    await expect(host.tap(sessionId, () => {}, { before: "x".repeat(129) })).rejects.toThrow(/128/);
+  });
+
+  it("S004-498: a tap waits at most two seconds, then fails with the fixed text", async () => {
+    const { host } = await ready({ env: { CRW_RUNNER_FAULT: "stall-tap" } });
+    const started = Date.now();
+    const error = await host.tap("s", () => {}).catch((e) => e);
+    expect(error).toBeInstanceOf(TapTimeoutError);
+    expect((error as Error).message).toBe(TAP_TIMEOUT_TEXT);
+    expect(TAP_TIMEOUT_TEXT).toBe("sub-agent runner tap timed out");
+    expect(Date.now() - started).toBeGreaterThanOrEqual(1_900);
+    expect(host.tapCount).toBe(0);
+  });
+});
+
+describe("retry policy over IPC", () => {
+  it("S004-455, S004-461: the host subscribes before its initial read and forwards newer revisions to the runner", async () => {
+    const source = policySource();
+    const { host } = await ready({ retryPolicySource: source });
+    expect(source.listenerCount).toBe(1);
+    source.commit({ maxRetries: 5, initialDelayMs: 10, multiplier: 3 });
+    await host.shutdown(2_000);
+    hosts.pop();
+    // S004-461: shutdown removes the host's policy subscription.
+    expect(source.listenerCount).toBe(0);
+  });
+});
