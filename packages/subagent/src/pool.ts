@@ -312,19 +312,27 @@ export class SubagentRunnerPool {
       runnerId: slot.host.runnerId,
       nested,
     });
-    slot.host
-      .runTurn(request, { signal: waiting.controller.signal, onProgress: waiting.onProgress })
-      .then(waiting.resolve, (e) => waiting.reject(toError(e)))
-      .finally(() => {
-        waiting.detach();
-        slot.turns -= 1;
-        if (nested) slot.nestedTurns -= 1;
-        this.#running.delete(request.turnId);
-        if (![...this.#running.values()].some((w) => w.request.sessionId === request.sessionId)) {
-          this.#states.delete(request.sessionId);
-        }
-        this.#pump();
-      });
+    // Bookkeeping settles before the caller resumes, so counts and states are exact when it looks.
+    const settle = () => {
+      waiting.detach();
+      slot.turns -= 1;
+      if (nested) slot.nestedTurns -= 1;
+      this.#running.delete(request.turnId);
+      if (![...this.#running.values()].some((w) => w.request.sessionId === request.sessionId)) {
+        this.#states.delete(request.sessionId);
+      }
+      queueMicrotask(() => this.#pump());
+    };
+    slot.host.runTurn(request, { signal: waiting.controller.signal, onProgress: waiting.onProgress }).then(
+      (result) => {
+        settle();
+        waiting.resolve(result);
+      },
+      (e) => {
+        settle();
+        waiting.reject(toError(e));
+      },
+    );
   }
 
   #abortOne(waiting: Waiting): void {

@@ -54,9 +54,9 @@ export function turn(partial: Partial<DelegatedTurnRequest> = {}): DelegatedTurn
   };
 }
 
-export async function waitFor(check: () => boolean, ms = 10_000): Promise<void> {
+export async function waitFor(check: () => boolean | Promise<boolean>, ms = 10_000): Promise<void> {
   const until = Date.now() + ms;
-  while (!check()) {
+  while (!(await check())) {
     if (Date.now() > until) throw new Error("condition not reached in time");
     await new Promise((r) => setTimeout(r, 10));
   }

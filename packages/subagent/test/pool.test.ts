@@ -1,0 +1,203 @@
+import { DelegationAbortedError, RunnerExitedError, RunnerUnavailableError } from "@crw/subagent";
+import { describe, expect, it } from "vitest";
+import { closePoolsAfterEach, effectsFile, makePool } from "./support/pools.js";
+import { turn, waitFor } from "./support/runners.js";
+
+closePoolsAfterEach();
+
+describe("runner pool admission", () => {
+  it("S004-479: with no requested capacity there is no startup episode", async () => {
+    const { pool, events } = makePool();
+    await new Promise((r) => setTimeout(r, 50));
+    expect(events).toEqual([]);
+    expect(pool.health()).toMatchObject({ runners: [], startupRetry: null, spawnFailure: null, queued: 0 });
+  });
+
+  it("S004-184: when every runner is full a turn waits in the queue instead of being refused (S004-186: reported queued)", async () => {
+    const { pool } = makePool({ size: { maxRunners: 1, turnsPerRunner: 1 } });
+    const first = pool.runTurn(
+      turn({
+        sessionId: "s-a",
+        script: [
+          { kind: "wait", ms: 300 },
+          { kind: "text", text: "A" },
+        ],
+      }),
+    );
+    const second = pool.runTurn(
+      turn({ sessionId: "s-b", channelId: "ch-2", script: [{ kind: "text", text: "B" }] }),
+    );
+    expect(pool.sessionState("s-a")).toBe("queued");
+    expect(pool.sessionState("s-b")).toBe("queued");
+    await waitFor(() => pool.sessionState("s-a") === "running");
+    expect(pool.sessionState("s-b")).toBe("queued");
+    expect(pool.health().queued).toBe(1);
+    expect((await first).text).toBe("A");
+    expect((await second).text).toBe("B");
+    expect(pool.sessionState("s-b")).toBeUndefined();
+    expect(pool.health().runners).toHaveLength(1);
+  });
+
+  it("S004-531: the admission queue is a FairQueue: several producers are served in rotation, FIFO each", async () => {
+    const effects = await effectsFile();
+    const { pool } = makePool({ size: { maxRunners: 1, turnsPerRunner: 1 } });
+    const runs: Promise<unknown>[] = [];
+    for (const [channel, count] of [
+      ["a", 4],
+      ["b", 2],
+      ["c", 3],
+    ] as const) {
+      for (let i = 1; i <= count; i++) {
+        runs.push(
+          pool.runTurn(
+            turn({
+              channelId: channel,
+              script: [{ kind: "appendFile", path: effects.path, line: `${channel}${i}` }],
+            }),
+          ),
+        );
+      }
+    }
+    await Promise.all(runs);
+    expect(await effects.lines()).toEqual(["a1", "b1", "c1", "a2", "b2", "c2", "a3", "c3", "a4"]);
+  });
+
+  it("S004-187: aborting a channel removes its queued turns with DelegationAbortedError; they never run", async () => {
+    const effects = await effectsFile();
+    const { pool } = makePool();
+    const running = pool.runTurn(
+      turn({
+        channelId: "keep",
+        script: [
+          { kind: "wait", ms: 300 },
+          { kind: "appendFile", path: effects.path, line: "keep" },
+        ],
+      }),
+    );
+    const doomed = [1, 2].map((i) =>
+      pool
+        .runTurn(
+          turn({
+            channelId: "doomed",
+            sessionId: `d${i}`,
+            script: [{ kind: "appendFile", path: effects.path, line: `doomed${i}` }],
+          }),
+        )
+        .catch((e: unknown) => e),
+    );
+    expect(pool.abortChannel("doomed")).toBe(2);
+    for (const d of doomed) expect(await d).toBeInstanceOf(DelegationAbortedError);
+    expect(pool.sessionState("d1")).toBeUndefined();
+    await running;
+    expect(await effects.lines()).toEqual(["keep"]);
+  });
+
+  it("S004-519: a memory-derived zero capacity stays runner mode and refuses admission", async () => {
+    const { pool, events } = makePool({
+      size: { maxRunners: 4, memoryBudgetBytes: 100, runnerMemoryBytes: 1_000 },
+    });
+    expect(pool.usable()).toBe(true);
+    const error = await pool.runTurn(turn()).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(RunnerUnavailableError);
+    expect((error as RunnerUnavailableError).reason).toBe("no_capacity");
+    expect(events.filter((e) => e.type === "runner_ready")).toHaveLength(0);
+    expect(pool.health()).toMatchObject({ mode: "runner", effectiveRunners: 0 });
+  });
+
+  it("S004-493: nested child turns count toward placement; S004-494: only when parent and child share a runner", async () => {
+    const { pool, events } = makePool({ size: { maxRunners: 2, turnsPerRunner: 3 } });
+    const parent = pool.runTurn(turn({ sessionId: "parent", script: [{ kind: "wait", ms: 500 }] }));
+    await waitFor(() => pool.sessionState("parent") === "running");
+    const child = pool.runTurn(
+      turn({ sessionId: "child", parentSessionId: "parent", script: [{ kind: "wait", ms: 200 }] }),
+    );
+    await waitFor(() => pool.sessionState("child") === "running");
+    expect(pool.routeOf("child")).toBe(pool.routeOf("parent"));
+    expect(pool.health()).toMatchObject({ turns: 2, nestedTurns: 1 });
+    // A child whose parent is not routed anywhere is not a nested edge.
+    const orphan = pool.runTurn(turn({ sessionId: "orphan", parentSessionId: "elsewhere", script: [] }));
+    await Promise.all([parent, child, orphan]);
+    const dispatched = events.filter((e) => e.type === "turn_dispatched");
+    expect(dispatched.map((e) => e.type === "turn_dispatched" && e.nested)).toEqual([false, true, false]);
+    expect(pool.health().nestedTurns).toBe(0);
+  });
+
+  it("S004-489: health turn, session and nested counts come from the pool's own placement bookkeeping", async () => {
+    const { pool } = makePool({ size: { maxRunners: 1, turnsPerRunner: 2 } });
+    const a = pool.runTurn(turn({ sessionId: "h1", script: [{ kind: "wait", ms: 300 }] }));
+    const b = pool.runTurn(turn({ sessionId: "h2", script: [{ kind: "wait", ms: 300 }] }));
+    await waitFor(() => pool.health().turns === 2);
+    expect(pool.health()).toMatchObject({ turns: 2, sessions: 2, queued: 0 });
+    await Promise.all([a, b]);
+    expect(pool.health()).toMatchObject({ turns: 0, sessions: 2 });
+  });
+});
+
+describe("routing and release", () => {
+  it("S004-526: a busy release keeps the route; S004-527: a released session's route is retired", async () => {
+    const { pool } = makePool();
+    const running = pool.runTurn(turn({ sessionId: "r1", script: [{ kind: "wait", ms: 300 }] }));
+    await waitFor(() => pool.sessionState("r1") === "running");
+    const routed = pool.routeOf("r1");
+    expect(routed).toBeDefined();
+    expect(await pool.release("r1")).toBe("busy");
+    expect(pool.routeOf("r1")).toBe(routed);
+    await running;
+    expect(await pool.release("r1")).toBe("released");
+    expect(pool.routeOf("r1")).toBeUndefined();
+  });
+
+  it("S004-523: a runner killed mid-turn fails that turn at once and the pool never replays it", async () => {
+    const effects = await effectsFile();
+    const { pool, events } = makePool();
+    const doomed = pool
+      .runTurn(
+        turn({
+          sessionId: "k1",
+          script: [
+            { kind: "appendFile", path: effects.path, line: "k1" },
+            { kind: "wait", ms: 60_000 },
+          ],
+        }),
+      )
+      .catch((e: unknown) => e);
+    await waitFor(() => pool.sessionState("k1") === "running");
+    await waitFor(async () => (await effects.lines()).length === 1);
+    // Kill the runner process for real.
+    const killed = await killRunnerOf(pool, "k1");
+    expect(killed).toBe(true);
+    const error = await doomed;
+    expect(error).toBeInstanceOf(RunnerExitedError);
+    expect(pool.routeOf("k1")).toBeUndefined();
+    // A later turn gets a fresh runner; the failed one is not run again.
+    const next = await pool.runTurn(
+      turn({ sessionId: "k2", script: [{ kind: "appendFile", path: effects.path, line: "k2" }] }),
+    );
+    expect(next.stopReason).toBe("end");
+    expect(await effects.lines()).toEqual(["k1", "k2"]);
+    expect(events.filter((e) => e.type === "turn_dispatched")).toHaveLength(2);
+  });
+});
+
+/** SIGKILL the runner process hosting a session, found through the OS process table (children of this process). */
+async function killRunnerOf(
+  pool: import("@crw/subagent").SubagentRunnerPool,
+  sessionId: string,
+): Promise<boolean> {
+  const runnerId = pool.routeOf(sessionId);
+  if (!runnerId) return false;
+  const { readFile, readdir } = await import("node:fs/promises");
+  for (const entry of await readdir("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = await readFile(`/proc/${entry}/stat`, "utf8");
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      const cmd = await readFile(`/proc/${entry}/cmdline`, "utf8");
+      if (ppid === process.pid && cmd.includes("runner.js")) {
+        process.kill(Number(entry), "SIGKILL");
+        return true;
+      }
+    } catch {}
+  }
+  return false;
+}
