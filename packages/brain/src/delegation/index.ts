@@ -1,1 +1,43 @@
-export {};
+export { contextFromJournal, danglingToolCalls, endsWithAnswer } from "./context.js";
+export { type DelegationEvent, drainResults, type ResultDeliveredEvent, resultMessage } from "./delivery.js";
+export { DelegationError, type DelegationErrorCode } from "./errors.js";
+export { FAULT_POINTS, type FaultPoint, faultPoint } from "./faults.js";
+export { KeyedMutex, Notifier } from "./notifier.js";
+export { ASSISTANT_PAGE, lastSettledAssistantText, readSubagent } from "./readSubagent.js";
+export { INTERRUPTED_CONTEXT, type RecoveryReport, recoverDelegations } from "./recovery.js";
+export { type MutatingTool, scopedTools } from "./scopedTools.js";
+export {
+  createScriptedTurnRunner,
+  type Script,
+  scriptedTurnReply,
+  scriptSchema,
+  scriptTask,
+} from "./scripted.js";
+export {
+  type ContinueArgs,
+  type DelegateArgs,
+  type DelegationReceipt,
+  DelegationService,
+  type DelegationServiceOptions,
+  type PendingResultDrainOutcome,
+} from "./service.js";
+export {
+  DEFAULT_TOOL_RESULT_INLINE_BYTES,
+  FileSpillStore,
+  type PreparedCompletion,
+  prepareCompletion,
+  type SpillStore,
+} from "./spill.js";
+export { delegationTools } from "./tools.js";
+export type {
+  ProgressEvent,
+  ProgressSink,
+  SessionTurnRunner,
+  ToolContext,
+  ToolOutput,
+  TurnHost,
+  TurnOutcome,
+  TurnRequest,
+  TurnTool,
+} from "./turn.js";
+export { type SessionTurnInput, SessionTurns } from "./turns.js";

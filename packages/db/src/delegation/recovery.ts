@@ -130,7 +130,10 @@ export async function recordSpill(
   assertUuid("sessionId", record.sessionId);
   const { rows } = await pool.query<Row>(
     `insert into spilled_outputs (session_id, principal_account_id, path, byte_size, sha256)
-     values ($1::uuid, $2::uuid, $3, $4, $5) returning id`,
+     values ($1::uuid, $2::uuid, $3, $4, $5)
+     on conflict (path) do update set byte_size = excluded.byte_size, sha256 = excluded.sha256
+       where spilled_outputs.session_id = excluded.session_id
+     returning id`,
     [record.sessionId, record.principalAccountId, record.path, record.byteSize, record.sha256],
   );
   return {
@@ -140,4 +143,20 @@ export async function recordSpill(
     byteSize: record.byteSize,
     sha256: record.sha256,
   };
+}
+
+export async function sessionsWithQueuedResults(
+  pool: pg.Pool,
+): Promise<Array<{ sessionId: string; principalAccountId: string; kind: "root" | "delegated" }>> {
+  const { rows } = await pool.query<{ id: string; principal_account_id: string; kind: string }>(
+    `select distinct s.id, s.principal_account_id, s.kind from delegation_results r
+       join sessions s on s.id = r.parent_session_id
+      where s.visibility = 'visible'
+        and not exists (select 1 from delegation_result_acks a where a.result_id = r.id)`,
+  );
+  return rows.map((r) => ({
+    sessionId: r.id,
+    principalAccountId: r.principal_account_id,
+    kind: r.kind === "root" ? "root" : "delegated",
+  }));
 }

@@ -41,6 +41,7 @@ export class PgDelegationRepository implements DelegationRepository {
   markRunStarted: DelegationRepository["markRunStarted"] = (r, g, o) =>
     runs.markRunStarted(this.pool, r, g, o);
   markRunSettling: DelegationRepository["markRunSettling"] = (r, g) => runs.markRunSettling(this.pool, r, g);
+  startRun: DelegationRepository["startRun"] = (r, g, o) => runs.startRun(this.pool, r, g, o);
   settleRun: DelegationRepository["settleRun"] = (r, o) => runs.settleRun(this.pool, r, o);
   openChildRuns: DelegationRepository["openChildRuns"] = (s, p) => runs.openChildRuns(this.pool, s, p);
 
@@ -71,6 +72,8 @@ export class PgDelegationRepository implements DelegationRepository {
     recovery.chargeRecoveryAttempt(this.pool, r, g);
   sessionsWithDanglingToolCalls: DelegationRepository["sessionsWithDanglingToolCalls"] = () =>
     recovery.sessionsWithDanglingToolCalls(this.pool);
+  sessionsWithQueuedResults: DelegationRepository["sessionsWithQueuedResults"] = () =>
+    recovery.sessionsWithQueuedResults(this.pool);
   copyJournalBranch: DelegationRepository["copyJournalBranch"] = (s, t, p, u) =>
     forks.copyJournalBranch(this.pool, s, t, p, u);
   commitFork: DelegationRepository["commitFork"] = (s, p) => forks.commitFork(this.pool, s, p);

@@ -9,6 +9,7 @@ import type {
   SubagentRun,
 } from "../repositories/delegation.js";
 import { type Queryable, tx } from "../tx.js";
+import { appendIn } from "./journal.js";
 import { assertUuid, notFound, type Row, runFromRow, sessionFromRow } from "./rows.js";
 
 const OPEN = "('queued', 'running', 'settling')";
@@ -199,6 +200,39 @@ export async function markRunStarted(
     [runId, generation, owner],
   );
   return (rowCount ?? 0) > 0;
+}
+
+export function startRun(
+  pool: pg.Pool,
+  runId: string,
+  generation: number,
+  owner: string,
+): Promise<{ started: boolean; appended: boolean; run: SubagentRun | null }> {
+  assertUuid("runId", runId);
+  return tx(pool, async (c) => {
+    const { rows } = await c.query<Row>("select * from subagent_runs where id = $1::uuid for update", [
+      runId,
+    ]);
+    const row = rows[0];
+    if (!row) throw notFound("run", { runId });
+    const run = runFromRow(row);
+    if (run.generation !== generation || !["queued", "running"].includes(run.status) || !run.childSessionId) {
+      return { started: false, appended: false, run };
+    }
+    const appended = run.status === "queued";
+    if (appended) {
+      await appendIn(c, run.childSessionId, run.principalAccountId, [
+        { body: { type: "message", message: { role: "user", content: run.task } } },
+      ]);
+    }
+    const upd = await c.query<Row>(
+      `update subagent_runs set status = 'running', started_at = coalesce(started_at, now()), updated_at = now(),
+              locked_by = $2, locked_at = now()
+        where id = $1::uuid returning *`,
+      [runId, owner],
+    );
+    return { started: true, appended, run: runFromRow(upd.rows[0] as Row) };
+  });
 }
 
 export async function markRunSettling(pool: pg.Pool, runId: string, generation: number): Promise<boolean> {

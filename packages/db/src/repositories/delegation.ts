@@ -200,6 +200,16 @@ export interface DelegationRepository {
   /** queued -> running; false when the row moved on (another owner, a new generation). */
   markRunStarted(runId: string, generation: number, owner: string): Promise<boolean>;
   markRunSettling(runId: string, generation: number): Promise<boolean>;
+  /**
+   * queued -> running and, for a run that had not started, the task's user message appended to the child's
+   * journal, in one transaction: a started run always has its task in the journal. `started` is false when
+   * the row moved on (another generation, terminal); `appended` says whether the task was written now.
+   */
+  startRun(
+    runId: string,
+    generation: number,
+    owner: string,
+  ): Promise<{ started: boolean; appended: boolean; run: SubagentRun | null }>;
   /** Writes the result into the inbox and terminalizes the run, in one transaction; idempotent. */
   settleRun(result: SettledResult, options?: AppendOptions): Promise<{ settled: boolean; resultId: string }>;
   /** Open runs whose parent is `sessionId` (live helpers). */
@@ -269,4 +279,8 @@ export interface DelegationRepository {
   commitFork(sessionId: string, principalAccountId: string): Promise<void>;
   /** Sessions with a tool_intent that has no toolResult after it. */
   sessionsWithDanglingToolCalls(): Promise<Array<{ sessionId: string; principalAccountId: string }>>;
+  /** Sessions with results in their inbox that no journal entry has acknowledged yet. */
+  sessionsWithQueuedResults(): Promise<
+    Array<{ sessionId: string; principalAccountId: string; kind: "root" | "delegated" }>
+  >;
 }

@@ -1,0 +1,92 @@
+import type { DelegationRepository, DeliveredResult, QueuedResult, TranscriptMessage } from "@crw/db";
+import { faultPoint } from "./faults.js";
+import type { Notifier } from "./notifier.js";
+
+/** The parent-facing message of a delivered result; carries details.resultId, the proof of delivery. */
+export function resultMessage(result: QueuedResult): TranscriptMessage {
+  const head =
+    result.kind === "workflow_summary"
+      ? `[workflow summary for call ${result.toolCallId}: ${result.outcome}]`
+      : `[delegation result for call ${result.toolCallId} from child ${result.childSessionId ?? "(discarded)"}: ${result.outcome}]`;
+  return {
+    role: "custom",
+    customType: "delegation_result",
+    content: `${head}\n${result.body}`,
+    details: {
+      resultId: result.id,
+      ...(result.childSessionId ? { childSessionId: result.childSessionId } : {}),
+      ...(result.runId ? { runId: result.runId } : {}),
+      outcome: result.outcome,
+      byteSize: result.byteSize,
+      ...(result.spillPath ? { spillPath: result.spillPath } : {}),
+    },
+  };
+}
+
+export interface ResultDeliveredEvent {
+  readonly parentSessionId: string;
+  readonly delivered: readonly DeliveredResult[];
+}
+
+/** Typed events of the delegation core; apps turn them into logs. */
+export type DelegationEvent =
+  | {
+      readonly type: "delegation.result_steered";
+      readonly parentSessionId: string;
+      readonly resultId: string;
+    }
+  | {
+      readonly type: "delegation.result_delivered";
+      readonly parentSessionId: string;
+      readonly resultIds: readonly string[];
+    }
+  | { readonly type: "delegation.recovered"; readonly runId: string; readonly action: string }
+  | { readonly type: "delegation.publish_failed"; readonly parentSessionId: string; readonly error: string };
+
+export interface DeliveryDeps {
+  readonly repo: DelegationRepository;
+  readonly notifier: Notifier;
+  readonly onResultDelivered?: (event: ResultDeliveredEvent) => void | Promise<void>;
+  readonly emit: (event: DelegationEvent) => void;
+}
+
+/**
+ * Moves a session's queued results into its journal: one transaction appends each result's message and
+ * acknowledges it, in FIFO order; after the commit `onResultDelivered` publishes. A failure to publish is
+ * reported and never undoes, or repeats, the delivery.
+ */
+export async function drainResults(
+  deps: DeliveryDeps,
+  sessionId: string,
+  principalAccountId: string,
+): Promise<TranscriptMessage[]> {
+  const queued = await deps.repo.queuedResults(sessionId, principalAccountId);
+  if (queued.length === 0) return [];
+  const out = await deps.repo.deliverResults(
+    sessionId,
+    principalAccountId,
+    queued.map((q) => q.id),
+    resultMessage,
+    { probe: (point) => (point === "delivery.between_append_and_ack" ? faultPoint(point) : undefined) },
+  );
+  if (out.delivered.length === 0) return [];
+  faultPoint("delivery.after_commit");
+  deps.emit({
+    type: "delegation.result_delivered",
+    parentSessionId: sessionId,
+    resultIds: out.delivered.map((d) => d.resultId),
+  });
+  if (deps.onResultDelivered) {
+    try {
+      await deps.onResultDelivered({ parentSessionId: sessionId, delivered: out.delivered });
+    } catch (e) {
+      deps.emit({
+        type: "delegation.publish_failed",
+        parentSessionId: sessionId,
+        error: e instanceof Error ? e.message : String(e),
+      });
+    }
+  }
+  const byId = new Map(queued.map((q) => [q.id, q]));
+  return out.delivered.map((d) => resultMessage(byId.get(d.resultId) as QueuedResult));
+}

@@ -1,0 +1,34 @@
+/** The typed errors of delegation. Across processes, match on `code`, never on `instanceof`. */
+export type DelegationErrorCode =
+  /** The child is busy in a way this caller must wait out (a planning caller, or a read-only call). */
+  | "wait_required"
+  /** write access asked for from a read-only turn. */
+  | "write_access_refused"
+  /** A tool call outside the scope's allow-list, or inside its deny-list. */
+  | "tool_not_allowed"
+  | "invalid_input"
+  | "not_found"
+  /** The full result could not be written to the spill store. */
+  | "spill_failed"
+  | "child_failed"
+  | "aborted";
+
+export class DelegationError extends Error {
+  override readonly name = "DelegationError";
+  constructor(
+    readonly code: DelegationErrorCode,
+    message: string,
+    readonly context: Readonly<Record<string, unknown>> = {},
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+  /** Waiting is the one condition a later identical request can clear. */
+  get retryable(): boolean {
+    return this.code === "wait_required";
+  }
+}
+
+export function toError(e: unknown): Error {
+  return e instanceof Error ? e : new Error(String(e));
+}

@@ -1,0 +1,37 @@
+import type { DelegationRepository } from "@crw/db";
+import { assistantText } from "./context.js";
+
+export const ASSISTANT_PAGE = 32;
+
+/**
+ * The canonical reader of a session's answer: assistant bodies newest-first, in pages of 32, until one has
+ * non-empty text or the rows run out. The answer keeps its original whitespace (no trimming wrapper), so
+ * any number of empty failed continuations after it cannot hide it.
+ */
+export async function lastSettledAssistantText(
+  repo: DelegationRepository,
+  sessionId: string,
+  principalAccountId: string,
+): Promise<string | undefined> {
+  let before: number | undefined;
+  for (;;) {
+    const page = await repo.recentAssistantMessages(sessionId, principalAccountId, ASSISTANT_PAGE, before);
+    for (const row of page) {
+      const text = assistantText(row.message);
+      if (text.trim().length > 0) return text;
+    }
+    if (page.length < ASSISTANT_PAGE) return undefined;
+    before = page[page.length - 1]?.seq;
+  }
+}
+
+/** DelegateRead: the ownership guard first (the child must be this parent's, under this principal), then the read. */
+export async function readSubagent(
+  repo: DelegationRepository,
+  parentSessionId: string,
+  childSessionId: string,
+  principalAccountId: string,
+): Promise<string | undefined> {
+  await repo.getChildSession(parentSessionId, childSessionId, principalAccountId);
+  return lastSettledAssistantText(repo, childSessionId, principalAccountId);
+}

@@ -1,0 +1,110 @@
+import { createHash } from "node:crypto";
+import { mkdir, open, rename } from "node:fs/promises";
+import { join } from "node:path";
+import type { DelegationRepository, SubagentRun } from "@crw/db";
+import { faultPoint } from "./faults.js";
+
+/** Where results above the inline limit go, complete. A write resolves only once the bytes are synced. */
+export interface SpillStore {
+  write(
+    sessionId: string,
+    name: string,
+    data: string,
+  ): Promise<{ path: string; byteSize: number; sha256: string }>;
+}
+
+const SAFE = /^[A-Za-z0-9._-]{1,200}$/;
+
+/** Files under `root/<session>/`, written to a temporary name, fsynced, renamed, directory fsynced. */
+export class FileSpillStore implements SpillStore {
+  constructor(readonly root: string) {}
+
+  async write(sessionId: string, name: string, data: string) {
+    if (!SAFE.test(sessionId) || !SAFE.test(name)) throw new Error("spill names are plain file names");
+    const dir = join(this.root, sessionId);
+    await mkdir(dir, { recursive: true });
+    const path = join(dir, name);
+    const tmp = `${path}.tmp-${process.pid}`;
+    const bytes = Buffer.from(data, "utf8");
+    const fh = await open(tmp, "w");
+    try {
+      const half = Math.floor(bytes.length / 2);
+      await fh.write(bytes.subarray(0, half));
+      faultPoint("spill.during");
+      await fh.write(bytes.subarray(half));
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    await rename(tmp, path);
+    const d = await open(dir, "r");
+    try {
+      await d.sync();
+    } finally {
+      await d.close();
+    }
+    return { path, byteSize: bytes.length, sha256: createHash("sha256").update(bytes).digest("hex") };
+  }
+}
+
+export const DEFAULT_TOOL_RESULT_INLINE_BYTES = 32 * 1024;
+const PREVIEW_BYTES = 1024;
+
+export interface PreparedCompletion {
+  readonly outcome: "ok" | "error";
+  readonly body: string;
+  readonly byteSize: number;
+  readonly spillId?: string;
+  readonly error?: { readonly code: string; readonly message: string };
+}
+
+function preview(text: string): string {
+  const bytes = Buffer.from(text, "utf8");
+  if (bytes.length <= PREVIEW_BYTES) return text;
+  return bytes
+    .subarray(0, PREVIEW_BYTES)
+    .toString("utf8")
+    .replace(/\uFFFD+$/, "");
+}
+
+/**
+ * createCompletionDelivery's preparation: a body up to `inlineBytes` (UTF-8) stays inline; above it, the
+ * complete body goes to the spill store and the inbox gets the bounded placeholder (path, size, preview).
+ * A failed write is an explicit error result with a DelegateRead hint, never a truncated success. Nothing
+ * here acknowledges delivery: only the parent's journal commit does.
+ */
+export async function prepareCompletion(args: {
+  repo: DelegationRepository;
+  spill: SpillStore;
+  inlineBytes: number;
+  run: SubagentRun;
+  outcome: "ok" | "error";
+  body: string;
+}): Promise<PreparedCompletion> {
+  const byteSize = Buffer.byteLength(args.body, "utf8");
+  if (byteSize <= args.inlineBytes) return { outcome: args.outcome, body: args.body, byteSize };
+  try {
+    const written = await args.spill.write(args.run.parentSessionId, `${args.run.id}.txt`, args.body);
+    const record = await args.repo.recordSpill({
+      sessionId: args.run.parentSessionId,
+      principalAccountId: args.run.principalAccountId,
+      path: written.path,
+      byteSize: written.byteSize,
+      sha256: written.sha256,
+    });
+    return {
+      outcome: args.outcome,
+      body: `[full result: ${written.byteSize} bytes at ${written.path}; read that path with Read]\n[preview]\n${preview(args.body)}`,
+      byteSize: written.byteSize,
+      spillId: record.id,
+    };
+  } catch (e) {
+    const message = e instanceof Error ? e.message : String(e);
+    return {
+      outcome: "error",
+      body: `The child finished, but its ${byteSize}-byte result could not be stored (${message}). Read it with DelegateRead on child ${args.run.childSessionId}.`,
+      byteSize,
+      error: { code: "spill_failed", message },
+    };
+  }
+}

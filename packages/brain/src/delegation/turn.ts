@@ -1,0 +1,94 @@
+import type {
+  AssistantMessage,
+  ResultDetails,
+  ToolCallContent,
+  ToolResultMessage,
+  TranscriptMessage,
+} from "@crw/db";
+import type { DelegatedExecutionScope } from "../scope/index.js";
+
+/**
+ * The seam through which a session's turn runs: the delegation core journals and settles, a runner (the
+ * agent loop in process, a runner process of the pool, or the scripted runner of tests) produces the
+ * messages. The contract, which every runner keeps:
+ *  1. each assistant message is passed to `host.record` and awaited before any tool it calls runs;
+ *  2. each tool call is announced with `host.beforeToolCall` and awaited before the tool runs (intent
+ *     before effect), and its result is passed to `host.record`;
+ *  3. after every tool round and before the next provider request, `host.drainSteering()` is awaited and
+ *     the messages it returns (already journaled, FIFO) join the context;
+ *  4. the outcome is returned, never thrown, for provider failures and aborts.
+ */
+export interface SessionTurnRunner {
+  runTurn(request: TurnRequest, host: TurnHost): Promise<TurnOutcome>;
+}
+
+export interface TurnRequest {
+  readonly sessionId: string;
+  readonly principalAccountId: string;
+  readonly model: string;
+  readonly systemPrompt: string;
+  /** The model context: the journal after the latest compaction, ending with this turn's input. */
+  readonly context: readonly TranscriptMessage[];
+  readonly tools: readonly TurnTool[];
+  /** The scope this turn runs under (the read-only clamp applied); null for a root session. */
+  readonly scope: DelegatedExecutionScope | null;
+  readonly readOnly: boolean;
+  readonly workDir: string | null;
+  readonly signal: AbortSignal;
+}
+
+export interface TurnHost {
+  record(message: AssistantMessage | ToolResultMessage): Promise<void>;
+  beforeToolCall(call: ToolCallContent): Promise<void>;
+  drainSteering(): Promise<TranscriptMessage[]>;
+  progress(event: ProgressEvent): void;
+}
+
+export interface TurnOutcome {
+  readonly stopReason: "stop" | "error" | "aborted";
+  readonly errorMessage?: string;
+}
+
+export interface ToolOutput {
+  readonly content: string;
+  readonly isError?: boolean;
+  /** A delivered result (a foreground Delegate): the toolResult acknowledges it in its own transaction. */
+  readonly details?: ResultDetails;
+}
+
+export interface ToolContext {
+  readonly sessionId: string;
+  readonly principalAccountId: string;
+  readonly toolCallId: string;
+  readonly readOnly: boolean;
+  readonly workDir: string | null;
+  readonly signal: AbortSignal;
+  readonly progress: (event: ProgressEvent) => void;
+}
+
+export interface TurnTool {
+  readonly name: string;
+  readonly description: string;
+  /** JSON Schema of the arguments. */
+  readonly parameters: Readonly<Record<string, unknown>>;
+  /** The subject the scope's argument patterns match (a path or a command line), if any. */
+  subject?(args: Readonly<Record<string, unknown>>): string | undefined;
+  execute(args: Readonly<Record<string, unknown>>, ctx: ToolContext): Promise<ToolOutput>;
+}
+
+/**
+ * What a turn reports while it works. `session` events carry identity only; they are not activity and are
+ * never forwarded into an inherited progress sink.
+ */
+export type ProgressEvent =
+  | { readonly type: "text"; readonly sessionId: string; readonly text: string }
+  | {
+      readonly type: "tool";
+      readonly sessionId: string;
+      readonly toolName: string;
+      readonly toolCallId: string;
+    }
+  | { readonly type: "compaction"; readonly sessionId: string }
+  | { readonly type: "session"; readonly sessionId: string; readonly parentSessionId: string | null };
+
+export type ProgressSink = (event: ProgressEvent) => void;

@@ -1,0 +1,126 @@
+import type {
+  AssistantMessage,
+  DelegationRepository,
+  JournalWrite,
+  SessionRow,
+  ToolCallContent,
+  ToolResultMessage,
+  TranscriptMessage,
+} from "@crw/db";
+import type { DelegatedExecutionScope } from "../scope/index.js";
+import { contextFromJournal } from "./context.js";
+import { KeyedMutex } from "./notifier.js";
+import { type MutatingTool, scopedTools } from "./scopedTools.js";
+import type { ProgressSink, SessionTurnRunner, TurnHost, TurnOutcome } from "./turn.js";
+
+export interface SessionTurnInput {
+  readonly session: SessionRow;
+  /** Journaled at the start of the turn, in the turn's lock (the task, a steer, delivered results). */
+  readonly input: readonly JournalWrite[];
+  readonly tools: readonly MutatingTool[];
+  readonly scope: DelegatedExecutionScope | null;
+  readonly readOnly: boolean;
+  readonly systemPrompt: string;
+  readonly progress: ProgressSink;
+  /** After each tool round: journals and returns what arrived meanwhile (results, steers), FIFO. */
+  readonly drainSteering: () => Promise<TranscriptMessage[]>;
+  readonly signal?: AbortSignal;
+}
+
+/**
+ * Runs one turn of one session at a time, journaling through `TurnHost`: each assistant message and tool
+ * result is durable before the runner goes on, and each tool call's intent is durable before the tool runs.
+ * `isStreaming` tells result delivery whether the session will drain its queue at the next tool round.
+ */
+export class SessionTurns {
+  readonly #lock = new KeyedMutex();
+  readonly #streaming = new Set<string>();
+
+  constructor(
+    private readonly repo: DelegationRepository,
+    private readonly runner: SessionTurnRunner,
+  ) {}
+
+  isStreaming(sessionId: string): boolean {
+    return this.#streaming.has(sessionId);
+  }
+
+  /** Whether a turn runs or waits to run for this session in this process. */
+  isBusy(sessionId: string): boolean {
+    return this.#lock.busy(sessionId);
+  }
+
+  exclusive<T>(sessionId: string, fn: () => Promise<T>): Promise<T> {
+    return this.#lock.run(sessionId, fn);
+  }
+
+  /** Call inside `exclusive` for the session. */
+  async runLocked(turn: SessionTurnInput): Promise<TurnOutcome> {
+    const { session } = turn;
+    const principal = session.principalAccountId;
+    if (turn.input.length > 0) await this.repo.append(session.id, principal, turn.input);
+    const context = contextFromJournal(await this.repo.readJournal(session.id, principal));
+    const host: TurnHost = {
+      record: (message) => this.#record(session, message),
+      beforeToolCall: async (call: ToolCallContent) => {
+        await this.repo.append(session.id, principal, [
+          {
+            body: {
+              type: "tool_intent",
+              toolCallId: call.id,
+              toolName: call.name,
+              arguments: call.arguments,
+            },
+          },
+        ]);
+      },
+      drainSteering: turn.drainSteering,
+      progress: turn.progress,
+    };
+    this.#streaming.add(session.id);
+    try {
+      return await this.runner.runTurn(
+        {
+          sessionId: session.id,
+          principalAccountId: principal,
+          model: session.model,
+          systemPrompt: turn.systemPrompt,
+          context,
+          tools: scopedTools(turn.tools, turn.scope, turn.readOnly),
+          scope: turn.scope,
+          readOnly: turn.readOnly,
+          workDir: turn.scope?.workDir ?? null,
+          signal: turn.signal ?? new AbortController().signal,
+        },
+        host,
+      );
+    } catch (e) {
+      // A runner that throws broke its contract; the turn still ends as data.
+      return { stopReason: "error", errorMessage: e instanceof Error ? e.message : String(e) };
+    } finally {
+      this.#streaming.delete(session.id);
+    }
+  }
+
+  async #record(session: SessionRow, message: AssistantMessage | ToolResultMessage): Promise<void> {
+    const principal = session.principalAccountId;
+    const resultId = message.role === "toolResult" ? message.details?.resultId : undefined;
+    if (!resultId) {
+      await this.repo.append(session.id, principal, [{ body: { type: "message", message } }]);
+      return;
+    }
+    // A foreground Delegate's result: the toolResult is its delivery, appended and acknowledged together.
+    const out = await this.repo.deliverResults(session.id, principal, [resultId], () => message);
+    if (out.delivered.length === 0) {
+      const { details: _delivered, ...plain } = message as ToolResultMessage;
+      await this.repo.append(session.id, principal, [
+        {
+          body: {
+            type: "message",
+            message: { ...plain, content: `${plain.content}\n(already delivered earlier)` },
+          },
+        },
+      ]);
+    }
+  }
+}

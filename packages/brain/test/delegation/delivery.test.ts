@@ -1,0 +1,240 @@
+import { useTestDatabase } from "@crw/tools/pg";
+import { describe, expect, it } from "vitest";
+import {
+  delegateCall,
+  gateTool,
+  latch,
+  makeService,
+  messages,
+  newParent,
+  resultIdsIn,
+  scriptTask,
+  waitFor,
+} from "./helpers.js";
+
+const db = useTestDatabase();
+
+describe("delivery of delegated results", () => {
+  it("S004-025: a foreground result is the parent's toolResult, appended and acknowledged together", async () => {
+    const { service, repo } = makeService(db.pool);
+    const { account, parent } = await newParent(service);
+    const outcome = await service.prompt(
+      parent.id,
+      account.id,
+      scriptTask({ rounds: [[delegateCall({ answer: "  child says hi\n" })]], answer: "parent done" }),
+    );
+    expect(outcome.stopReason).toBe("stop");
+    await service.whenIdle();
+    const journal = await repo.readJournal(parent.id, account.id);
+    const toolResult = messages(journal).find((m) => m.role === "toolResult");
+    expect(toolResult).toMatchObject({ toolName: "Delegate", content: "  child says hi\n", isError: false });
+    const ids = await repo.settledResultIds(parent.id, account.id);
+    expect(ids).toHaveLength(1);
+    expect(await repo.queuedResultIds(parent.id, account.id)).toEqual([]);
+    expect(messages(journal).at(-1)).toMatchObject({
+      role: "assistant",
+      content: [{ type: "text", text: "parent done" }],
+    });
+  });
+
+  it("S004-027: S004-028: a streaming parent gets results after its tool round, before its next request, FIFO", async () => {
+    const gates = new Map<string, Promise<void>>();
+    const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
+    const { account, parent } = await newParent(service);
+    const n = 6;
+    const queuedAll = latch();
+    gates.set("parent", queuedAll.promise);
+    const run = service.prompt(
+      parent.id,
+      account.id,
+      scriptTask({
+        rounds: [
+          Array.from({ length: n }, (_, i) => delegateCall({ answer: `child ${i}` }, { background: true })),
+          [{ name: "Gate", arguments: { key: "parent" } }],
+        ],
+        answer: "all in",
+      }),
+    );
+    const fifoOrder = async () =>
+      (
+        await db.pool.query<{ id: string }>(
+          "select id from delegation_results where parent_session_id = $1 order by queue_seq",
+          [parent.id],
+        )
+      ).rows.map((r) => r.id);
+    await waitFor(async () => (await fifoOrder()).length === n, "all results settled");
+    queuedAll.open();
+    await run;
+    await service.whenIdle();
+    const msgs = messages(await repo.readJournal(parent.id, account.id));
+    const delivered = msgs.flatMap((m) => (m.role === "custom" ? [m.details?.resultId] : []));
+    expect(delivered).toEqual(await fifoOrder());
+    // every result joined the turn after a tool round (right after a toolResult or another result) ...
+    for (const [i, m] of msgs.entries()) {
+      if (m.role === "custom") expect(["toolResult", "custom"]).toContain(msgs[i - 1]?.role);
+    }
+    // ... and before the next provider request: the final answer comes after all of them, in the same turn
+    expect(msgs.at(-1)).toMatchObject({ role: "assistant", content: [{ type: "text", text: "all in" }] });
+    expect(msgs.filter((m) => m.role === "assistant")).toHaveLength(3);
+  });
+
+  it("S004-029: an idle parent gets its queued results in one batched follow-up turn", async () => {
+    const gates = new Map<string, Promise<void>>();
+    const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
+    const { account, parent } = await newParent(service);
+    await service.prompt(parent.id, account.id, scriptTask({ answer: "ready" }));
+    const hold = latch();
+    // The parent is busy (its turn lock held) while three results settle; then it goes idle.
+    const busy = service.turns.exclusive(parent.id, () => hold.promise);
+    for (let i = 0; i < 3; i++) {
+      await service.delegate({
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        toolCallId: `bg-${i}`,
+        task: scriptTask({ answer: `r${i}` }),
+        mode: "background",
+      });
+    }
+    await waitFor(
+      async () => (await repo.queuedResultIds(parent.id, account.id)).length === 3,
+      "three queued",
+    );
+    hold.open();
+    await busy;
+    service.parentIdle(parent);
+    await waitFor(async () => (await repo.queuedResultIds(parent.id, account.id)).length === 0, "delivered");
+    await service.whenIdle();
+    const msgs = messages(await repo.readJournal(parent.id, account.id));
+    const firstResult = msgs.findIndex((m) => m.role === "custom");
+    expect(msgs.slice(firstResult, firstResult + 3).every((m) => m.role === "custom")).toBe(true);
+    expect(msgs.slice(firstResult + 3)).toEqual([
+      { role: "assistant", content: [{ type: "text", text: "noted (3)" }], stopReason: "stop" },
+    ]);
+  });
+
+  it("delivery is exactly once when many children settle at once into one parent, streaming and idle", async () => {
+    const { service, repo } = makeService(db.pool);
+    const { account, parent } = await newParent(service);
+    const n = 24;
+    // Half are delegated by the parent's own streaming turn, half straight into the idle parent.
+    const turn = service.prompt(
+      parent.id,
+      account.id,
+      scriptTask({
+        rounds: [
+          Array.from({ length: n / 2 }, (_, i) => delegateCall({ answer: `s${i}` }, { background: true })),
+        ],
+        answer: "delegated",
+      }),
+    );
+    await Promise.all(
+      Array.from({ length: n / 2 }, (_, i) =>
+        service.delegate({
+          parentSessionId: parent.id,
+          principalAccountId: account.id,
+          toolCallId: `idle-${i}`,
+          task: scriptTask({ answer: `i${i}` }),
+          mode: "background",
+        }),
+      ),
+    );
+    await turn;
+    await waitFor(async () => {
+      const open = await db.pool.query(
+        "select 1 from subagent_runs where status in ('queued','running','settling')",
+      );
+      const queued = await repo.queuedResultIds(parent.id, account.id);
+      return open.rowCount === 0 && queued.length === 0;
+    }, "all delivered");
+    await service.whenIdle();
+    const journal = await repo.readJournal(parent.id, account.id);
+    const ids = resultIdsIn(journal);
+    expect(ids).toHaveLength(n);
+    expect(new Set(ids).size).toBe(n);
+    const all = await db.pool.query<{ id: string }>(
+      "select id from delegation_results where parent_session_id = $1",
+      [parent.id],
+    );
+    expect(new Set(ids)).toEqual(new Set(all.rows.map((r) => r.id)));
+    expect((await repo.settledResultIds(parent.id, account.id)).sort()).toEqual([...ids].sort());
+  });
+
+  it("S004-033: S004-051: a failed parent answer does not requeue an already durable result", async () => {
+    const { service, repo } = makeService(db.pool);
+    const { account, parent } = await newParent(service);
+    // The follow-up request (the 2nd of this plan) fails at the provider.
+    await service.prompt(parent.id, account.id, scriptTask({ answer: "waiting", failAtRequest: 1 }));
+    await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "bg",
+      task: scriptTask({ answer: "the result" }),
+      mode: "background",
+    });
+    await waitFor(async () => {
+      const msgs = messages(await repo.readJournal(parent.id, account.id));
+      return msgs.some((m) => m.role === "assistant" && m.stopReason === "error");
+    }, "failed follow-up");
+    await service.whenIdle();
+    expect(await repo.queuedResultIds(parent.id, account.id)).toEqual([]);
+    expect(await repo.settledResultIds(parent.id, account.id)).toHaveLength(1);
+  });
+
+  it("S004-026: onResultDelivered publishes after the commit, with the committed result ids", async () => {
+    const seen: Array<{ parent: string; ids: string[]; durable: number }> = [];
+    const { service, repo } = makeService(db.pool, {
+      onResultDelivered: async (e) => {
+        const account = (
+          await db.pool.query<{ principal_account_id: string }>(
+            "select principal_account_id from sessions where id = $1",
+            [e.parentSessionId],
+          )
+        ).rows[0];
+        const durable = await repo.settledResultIds(e.parentSessionId, account?.principal_account_id ?? "");
+        seen.push({
+          parent: e.parentSessionId,
+          ids: e.delivered.map((d) => d.resultId),
+          durable: durable.length,
+        });
+      },
+    });
+    const { account, parent } = await newParent(service);
+    await service.prompt(parent.id, account.id, scriptTask({ answer: "ok" }));
+    const r = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "bg",
+      task: scriptTask({ answer: "x" }),
+      mode: "background",
+    });
+    await waitFor(async () => seen.length > 0, "publication");
+    await service.whenIdle();
+    expect(r.kind).toBe("started");
+    expect(seen[0]?.parent).toBe(parent.id);
+    expect(seen[0]?.ids).toEqual(await repo.settledResultIds(parent.id, account.id));
+    expect(seen[0]?.durable).toBe(1);
+  });
+
+  it("S004-072: each newly queued result emits delegation.result_steered", async () => {
+    const events: string[] = [];
+    const { service } = makeService(db.pool, { onEvent: (e) => events.push(e.type) });
+    const { account, parent } = await newParent(service);
+    await service.prompt(
+      parent.id,
+      account.id,
+      scriptTask({
+        rounds: [
+          [
+            delegateCall({ answer: "a" }, { background: true }),
+            delegateCall({ answer: "b" }, { background: true }),
+          ],
+        ],
+      }),
+    );
+    await waitFor(
+      async () => events.filter((e) => e === "delegation.result_steered").length === 2,
+      "two steered events",
+    );
+    await service.whenIdle();
+  });
+});
