@@ -1,0 +1,190 @@
+import {
+  ManualClock,
+  MemoryRetryPolicySource,
+  RESTART_REQUIRED_ALERT_KEY,
+  type RestartRequiredAlert,
+  RunnerStartupError,
+  restartRequiredAlert,
+} from "@crw/subagent";
+import { describe, expect, it } from "vitest";
+import { closePoolsAfterEach, makePool } from "./support/pools.js";
+import { turn, waitFor } from "./support/runners.js";
+
+closePoolsAfterEach();
+
+const failingEnv = { CRW_RUNNER_FAULT: "exit-before-hello" };
+
+function failingPool(maxRetries: number, initialDelayMs = 100, multiplier = 2) {
+  const clock = new ManualClock();
+  const source = new MemoryRetryPolicySource({ revision: 1, maxRetries, initialDelayMs, multiplier });
+  const made = makePool({ clock, env: failingEnv, retryPolicySource: () => source });
+  return { ...made, clock, source };
+}
+
+/** Drive the manual clock through every backoff wait the episode asks for. */
+async function driveEpisode(clock: ManualClock, waits: number): Promise<void> {
+  for (let i = 0; i < waits; i++) {
+    await waitFor(() => clock.pendingSleeps === 1);
+    clock.advance(clock.requested[clock.requested.length - 1] ?? 0);
+  }
+}
+
+describe("startup episode (real forks, controllable clock in the pool only)", () => {
+  it("S004-464: the episode is the original attempt plus maxRetries; S004-465: exponential, deterministic timing", async () => {
+    const { pool, events, clock } = failingPool(3);
+    const result = pool.runTurn(turn()).catch((e: unknown) => e);
+    await driveEpisode(clock, 3);
+    const error = await result;
+    expect(error).toBeInstanceOf(RunnerStartupError);
+    expect((error as RunnerStartupError).category).toBe("boot_failed");
+    expect(clock.requested).toEqual([100, 200, 400]);
+    expect(
+      events.filter((e) => e.type === "startup_failed").map((e) => e.type === "startup_failed" && e.attempt),
+    ).toEqual([0, 1, 2, 3]);
+  });
+
+  it("S004-465: backoff is capped at 60000 ms", async () => {
+    const { pool, clock } = failingPool(3, 30_000, 10);
+    const result = pool.runTurn(turn()).catch((e: unknown) => e);
+    await driveEpisode(clock, 3);
+    await result;
+    expect(clock.requested).toEqual([30_000, 60_000, 60_000]);
+  });
+
+  it("S004-472: health shows startupRetry progress while the episode waits, null once it ends", async () => {
+    const { pool, clock } = failingPool(1, 5_000);
+    const result = pool.runTurn(turn()).catch((e: unknown) => e);
+    await waitFor(() => clock.pendingSleeps === 1);
+    expect(pool.health().startupRetry).toEqual({
+      attempt: 1,
+      maxRetries: 1,
+      state: "waiting",
+      nextDelayMs: 5_000,
+    });
+    expect(pool.health().spawnFailure).toEqual({ category: "boot_failed", state: "retrying" });
+    expect(pool.health().queued).toBe(1);
+    clock.advance(5_000);
+    await result;
+    expect(pool.health().startupRetry).toBeNull();
+    expect(pool.health().spawnFailure).toEqual({ category: "boot_failed", state: "exhausted" });
+  });
+
+  it("S004-470: an exhausted startup stays terminal: later calls are refused with the same category and fork nothing", async () => {
+    const { pool, events, clock } = failingPool(0);
+    const first = await pool.runTurn(turn()).catch((e: unknown) => e);
+    expect(first).toMatchObject({ category: "boot_failed" });
+    const attempts = events.filter((e) => e.type === "startup_failed").length;
+    const again = await pool.runTurn(turn()).catch((e: unknown) => e);
+    expect(again).toBeInstanceOf(RunnerStartupError);
+    expect((again as RunnerStartupError).category).toBe("boot_failed");
+    await pool.reset();
+    await expect(pool.runTurn(turn())).rejects.toMatchObject({ category: "boot_failed" });
+    expect(events.filter((e) => e.type === "startup_failed")).toHaveLength(attempts);
+    expect(clock.requested).toEqual([]);
+    // S004-473: spawnFailure survives reset; only an application-ready start clears it.
+    expect(pool.health().spawnFailure).toEqual({ category: "boot_failed", state: "exhausted" });
+  });
+
+  it("S004-469: application-ready startup ends the episode and clears spawnFailure; a later request is new work", async () => {
+    const { pool, events } = makePool({ size: { maxRunners: 2, turnsPerRunner: 1 } });
+    await pool.runTurn(turn());
+    expect(pool.health()).toMatchObject({ startupRetry: null, spawnFailure: null });
+    expect(events.filter((e) => e.type === "runner_ready")).toHaveLength(1);
+    // Two turns at once need a second runner: a new episode, not a continuation of the first.
+    await Promise.all([
+      pool.runTurn(turn({ script: [{ kind: "wait", ms: 200 }] })),
+      pool.runTurn(turn({ script: [{ kind: "wait", ms: 200 }] })),
+    ]);
+    expect(events.filter((e) => e.type === "runner_ready")).toHaveLength(2);
+  });
+
+  it("S004-475: reset aborts a pending startup; S004-470: the cancelled episode stays terminal", async () => {
+    const { pool, clock } = failingPool(5, 10_000);
+    const result = pool.runTurn(turn()).catch((e: unknown) => e);
+    await waitFor(() => clock.pendingSleeps === 1);
+    await pool.reset();
+    expect(await result).toMatchObject({ name: "RunnerStartupCancelledError" });
+    expect(pool.health().spawnFailure).toEqual({ category: "cancelled", state: "cancelled" });
+    await expect(pool.runTurn(turn())).rejects.toMatchObject({ name: "RunnerStartupCancelledError" });
+  });
+
+  it("S004-464: the episode pins one policy revision: a revision committed mid-episode changes neither budget nor timing", async () => {
+    const { pool, clock, source } = failingPool(2, 100);
+    const result = pool.runTurn(turn()).catch((e: unknown) => e);
+    await waitFor(() => clock.pendingSleeps === 1);
+    // A revision committed mid-episode does not change its budget or timing.
+    source.commit({ maxRetries: 10, initialDelayMs: 7, multiplier: 1 });
+    clock.advance(100);
+    await waitFor(() => clock.pendingSleeps === 1);
+    clock.advance(200);
+    await result;
+    expect(clock.requested).toEqual([100, 200]);
+  });
+});
+
+describe("build mismatch latch and restart-required alert", () => {
+  it("S004-522: a build mismatch latches and blocks further forks; S004-164: the alert sink is invoked once", async () => {
+    const alerts: RestartRequiredAlert[] = [];
+    const clock = new ManualClock();
+    const { pool, events } = makePool({ buildId: "crw-runner-older-build", clock });
+    pool.attachRestartRequiredSink((a) => {
+      alerts.push(a);
+    });
+    const error = await pool.runTurn(turn()).catch((e: unknown) => e);
+    expect(error).toMatchObject({ name: "RunnerStartupError", category: "build_mismatch" });
+    const again = await pool.runTurn(turn()).catch((e: unknown) => e);
+    expect(again).toMatchObject({ category: "build_mismatch" });
+    await waitFor(() => alerts.length === 1);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(alerts).toHaveLength(1);
+    // No retries for a mismatch, and no fork after the latch.
+    expect(events.filter((e) => e.type === "startup_failed")).toHaveLength(1);
+    expect(clock.requested).toEqual([]);
+    expect(pool.health()).toMatchObject({
+      restartRequired: true,
+      spawnFailure: { category: "build_mismatch", state: "latched" },
+    });
+  });
+
+  it("S004-166: the alert is the warning core:subagent-restart-required for administrators; S004-167: en, cs, sk", () => {
+    expect(restartRequiredAlert).toMatchObject({
+      key: RESTART_REQUIRED_ALERT_KEY,
+      severity: "warning",
+      audience: "administrators",
+    });
+    expect(RESTART_REQUIRED_ALERT_KEY).toBe("core:subagent-restart-required");
+    expect(restartRequiredAlert.text.en).toMatch(/Restart the crw daemon/);
+    expect(restartRequiredAlert.text.cs).toMatch(/Restartujte/);
+    expect(restartRequiredAlert.text.sk).toMatch(/Reštartujte/);
+  });
+
+  it("S004-172: startup failures other than build_mismatch never raise the restart warning", async () => {
+    const alerts: unknown[] = [];
+    const { pool, clock } = failingPool(0);
+    pool.attachRestartRequiredSink((a) => {
+      alerts.push(a);
+    });
+    await pool.runTurn(turn()).catch(() => {});
+    expect(clock.requested).toEqual([]);
+    expect(alerts).toEqual([]);
+    expect(pool.health().restartRequired).toBe(false);
+  });
+
+  it("S004-174: an alert-persistence failure is logged and never replaces the startup error; S004-173: no sink keeps it typed", async () => {
+    const { pool, events } = makePool({ buildId: "crw-runner-other" });
+    pool.attachRestartRequiredSink(async () => {
+      throw new Error("alerts table unavailable");
+    });
+    await expect(pool.runTurn(turn())).rejects.toMatchObject({ category: "build_mismatch" });
+    await waitFor(() => events.some((e) => e.type === "alert_failed"));
+    const bare = makePool({ buildId: "crw-runner-other" });
+    await expect(bare.pool.runTurn(turn())).rejects.toBeInstanceOf(RunnerStartupError);
+  });
+
+  it("S004-474: health carries typed categories only: no paths, pids or build ids", async () => {
+    const { pool } = makePool({ buildId: "crw-runner-secret-build" });
+    await pool.runTurn(turn()).catch(() => {});
+    const text = JSON.stringify(pool.health());
+    expect(text).not.toMatch(/crw-runner-secret-build|\/|pid/);
+  });
+});
