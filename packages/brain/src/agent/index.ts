@@ -1,4 +1,4 @@
-export { assistantText, fromPiMessage, toPiMessage } from "./convert.js";
+export { fromPiMessage, toPiMessage } from "./convert.js";
 export {
   AgentConfigError,
   type AgentConfigErrorCode,
@@ -37,7 +37,18 @@ export {
   resolveModel,
 } from "./providers.js";
 export { isReadOnlyCommand } from "./readonly-shell.js";
-export { SCRIPTED_API, type ScriptStep, ScriptStepSchema, scriptedReply } from "./scripted.js";
+export {
+  type AgentTurnRunnerOptions,
+  createAgentTurnRunner,
+  type ModelCatalogOptions,
+  modelConfigFor,
+} from "./runner.js";
+export {
+  SCRIPTED_API,
+  type ScriptStep,
+  ScriptStepSchema,
+  scriptedReply as scriptedProviderReply,
+} from "./scripted.js";
 export {
   CHILD_TOOL_NAMES,
   type CheckedCall,
@@ -53,9 +64,8 @@ export {
   type ChildTurnInput,
   type ChildTurnOutcome,
   type ChildTurnProgress,
-  type ChildTurnRunner,
   type ChildTurnStopReason,
-  inProcessChildTurnRunner,
+  type HostTool,
   runChildTurn,
   type ToolCallRecord,
   type ToolIntent,

@@ -1,6 +1,11 @@
-import { type TranscriptMessage, transcriptMessageSchema } from "@crw/db";
-import type { AgentEvent, AgentMessage } from "@mariozechner/pi-agent-core";
-import type { Message, AssistantMessage as PiAssistant } from "@mariozechner/pi-ai";
+import {
+  type ResultDetails,
+  resultDetailsSchema,
+  type TranscriptMessage,
+  transcriptMessageSchema,
+} from "@crw/db";
+import type { AgentEvent, AgentMessage, AgentTool } from "@mariozechner/pi-agent-core";
+import type { Message, AssistantMessage as PiAssistant, TSchema } from "@mariozechner/pi-ai";
 import { z } from "zod";
 import { type DelegatedExecutionScope, parseDelegatedExecutionScope } from "../scope/index.js";
 import { assistantText, fromPiMessage, toPiMessage } from "./convert.js";
@@ -42,6 +47,21 @@ export interface ChildTurnHooks {
   readonly drainSteering?: () => Promise<readonly TranscriptMessage[]> | readonly TranscriptMessage[];
 }
 
+/**
+ * A tool the host adds to the child's own set (Delegate and friends for nested delegation). The host
+ * applies its own scope rules inside `execute`; the loop still records its intent before it runs.
+ */
+export interface HostTool {
+  readonly name: string;
+  readonly description: string;
+  /** JSON Schema of the arguments. */
+  readonly parameters: Readonly<Record<string, unknown>>;
+  execute(
+    args: Record<string, unknown>,
+    call: { readonly toolCallId: string; readonly signal: AbortSignal | undefined },
+  ): Promise<{ readonly content: string; readonly isError?: boolean; readonly details?: ResultDetails }>;
+}
+
 /** One child turn: everything it needs is in the input, so the same turn can run in another process. */
 export interface ChildTurnInput {
   readonly sessionId: string;
@@ -59,6 +79,10 @@ export interface ChildTurnInput {
   readonly readOnly?: boolean;
   readonly signal?: AbortSignal;
   readonly hooks?: ChildTurnHooks;
+  /** Host tools beside the child tools; a host tool wins a name clash. */
+  readonly hostTools?: readonly HostTool[];
+  /** Whether the child gets read/write/edit/shell in its workDir. Default true. */
+  readonly childTools?: boolean;
   readonly limits?: {
     /** Provider requests one turn may make before it is stopped with an error. Default 100. */
     readonly maxProviderCalls?: number;
@@ -100,11 +124,6 @@ export interface ChildTurnOutcome {
   readonly usage: TurnUsage;
 }
 
-/** The seam through which delegation runs child turns (in process here; in a runner process later). */
-export interface ChildTurnRunner {
-  runChildTurn(input: ChildTurnInput): Promise<ChildTurnOutcome>;
-}
-
 const InputShape = z.object({
   sessionId: z.string().min(1).max(200),
   systemPrompt: z.string(),
@@ -144,7 +163,30 @@ export async function runChildTurn(input: ChildTurnInput): Promise<ChildTurnOutc
     ...(input.limits?.shellTimeoutMs !== undefined ? { shellTimeoutMs: input.limits.shellTimeoutMs } : {}),
     ...(input.limits?.maxOutputBytes !== undefined ? { maxOutputBytes: input.limits.maxOutputBytes } : {}),
   };
-  const tools = createChildTools(toolOptions);
+  const hostTools = input.hostTools ?? [];
+  const hostNames = new Set(hostTools.map((t) => t.name));
+  const resultDetails = new Map<string, ResultDetails>();
+  const tools: AgentTool[] = [
+    ...(input.childTools === false
+      ? []
+      : createChildTools(toolOptions).filter((t) => !hostNames.has(t.name))),
+    ...hostTools.map(
+      (tool): AgentTool => ({
+        name: tool.name,
+        label: tool.name,
+        description: tool.description,
+        parameters: tool.parameters as unknown as TSchema,
+        executionMode: "sequential",
+        execute: async (toolCallId, params, signal) => {
+          const out = await tool.execute(params as Record<string, unknown>, { toolCallId, signal });
+          const details = out.details === undefined ? undefined : resultDetailsSchema.parse(out.details);
+          if (details) resultDetails.set(toolCallId, details);
+          if (out.isError) throw new Error(out.content);
+          return { content: [{ type: "text", text: out.content }], details: details ?? {} };
+        },
+      }),
+    ),
+  ];
   const customs = new Map<object, TranscriptMessage>();
   const toPi = (m: TranscriptMessage): Message => {
     const converted = toPiMessage(m, resolved.model);
@@ -205,7 +247,8 @@ export async function runChildTurn(input: ChildTurnInput): Promise<ChildTurnOutc
     sessionId: input.sessionId,
     beforeToolCall: async ({ toolCall, args }) => {
       try {
-        checkChildToolCall(toolOptions, toolCall.name, args as Record<string, unknown>);
+        if (!hostNames.has(toolCall.name))
+          checkChildToolCall(toolOptions, toolCall.name, args as Record<string, unknown>);
       } catch (e) {
         refusals.set(toolCall.id, errorData(e));
         return { block: true, reason: toError(e).message };
@@ -242,8 +285,12 @@ export async function runChildTurn(input: ChildTurnInput): Promise<ChildTurnOutc
         return;
       case "message_end": {
         seen.add(event.message);
-        const journal = customs.get(event.message) ?? fromPiMessage(event.message);
+        let journal = customs.get(event.message) ?? fromPiMessage(event.message);
         if (!journal) return;
+        if (journal.role === "toolResult") {
+          const details = resultDetails.get(journal.toolCallId);
+          if (details) journal = { ...journal, details };
+        }
         outcomeMessages.push(journal);
         await hooks.onMessage?.(journal);
         return;
@@ -256,7 +303,12 @@ export async function runChildTurn(input: ChildTurnInput): Promise<ChildTurnOutc
         const result = event.result as { content?: { type: string; text?: string }[] } | undefined;
         const text = (result?.content ?? []).map((p) => (p.type === "text" ? (p.text ?? "") : "")).join("");
         let refused = refusals.get(event.toolCallId);
-        if (!refused && event.isError && !tools.some((t) => t.name === event.toolName)) {
+        if (
+          !refused &&
+          event.isError &&
+          !tools.some((t) => t.name === event.toolName) &&
+          !hostNames.has(event.toolName)
+        ) {
           // Not in the catalog the model was shown: say why in the scope's terms.
           try {
             checkChildToolCall(toolOptions, event.toolName, toolArgs.get(event.toolCallId) ?? {});
@@ -288,6 +340,9 @@ export async function runChildTurn(input: ChildTurnInput): Promise<ChildTurnOutc
         return;
       }
       case "turn_end": {
+        // Delivery point: after a tool round, before the next provider request. An answer without tool
+        // calls ends the turn; what arrives then belongs to the host's idle path.
+        if (event.toolResults.length === 0) return;
         const steering = (await hooks.drainSteering?.()) ?? [];
         for (const message of steering) agent.steer(toPi(transcriptMessageSchema.parse(message)));
         return;
@@ -347,6 +402,3 @@ export async function runChildTurn(input: ChildTurnInput): Promise<ChildTurnOutc
     usage,
   };
 }
-
-/** The in-process `ChildTurnRunner`. */
-export const inProcessChildTurnRunner: ChildTurnRunner = { runChildTurn };
