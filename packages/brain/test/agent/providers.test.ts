@@ -1,0 +1,110 @@
+import { mkdtempSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { type ModelConfig, runChildTurn } from "../../src/agent/index.js";
+import { captureDelegatedExecutionScope } from "../../src/scope/index.js";
+import { type FakeReply, startFakeModelServer } from "./fake-model-server.js";
+
+const dir = realpathSync(mkdtempSync(join(tmpdir(), "crw-providers-")));
+writeFileSync(join(dir, "a.txt"), "contents of a");
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const script = (): FakeReply[] => [
+  { tool: { id: "call_1", name: "read", arguments: { path: "a.txt" } } },
+  { text: "the file says hi" },
+];
+
+const families: {
+  api: "openai-completions" | "openai-responses" | "anthropic-messages";
+  base: (url: string) => string;
+  path: string;
+}[] = [
+  { api: "openai-completions", base: (u) => `${u}/v1`, path: "/v1/chat/completions" },
+  { api: "openai-responses", base: (u) => `${u}/v1`, path: "/v1/responses" },
+  { api: "anthropic-messages", base: (u) => u, path: "/v1/messages" },
+];
+
+describe("providers configured by model id and base URL, over the real wire protocols", () => {
+  for (const family of families) {
+    it(`${family.api}: runs a tool round and a final answer against a compatible server`, async () => {
+      const server = await startFakeModelServer(script());
+      try {
+        const model: ModelConfig = {
+          api: family.api,
+          modelId: "fake-model-1",
+          baseUrl: family.base(server.url),
+          apiKey: "test-key",
+        };
+        const out = await runChildTurn({
+          sessionId: "s-1",
+          systemPrompt: "SYSTEM-PROMPT-MARKER",
+          messages: [],
+          input: "read a.txt",
+          scope: captureDelegatedExecutionScope({
+            accountId: "a",
+            target: { kind: "host", ref: null },
+            workDir: dir,
+            tools: { allow: ["read"] },
+          }),
+          workDir: dir,
+          model,
+        });
+        expect(out.stopReason).toBe("stop");
+        expect(out.finalText).toBe("the file says hi");
+        expect(out.toolCalls).toHaveLength(1);
+        expect(out.toolCalls[0]?.result).toBe("contents of a");
+        expect(server.requests.map((r) => r.path)).toEqual([family.path, family.path]);
+        const first = JSON.stringify(server.requests[0]?.body);
+        expect(first).toContain("SYSTEM-PROMPT-MARKER");
+        expect(first).toContain("fake-model-1");
+        // Only the allowed tool is declared to the model.
+        expect(first).toContain('"read"');
+        expect(first).not.toContain('"shell"');
+        // The second request carries the tool result back.
+        expect(JSON.stringify(server.requests[1]?.body)).toContain("contents of a");
+        expect(out.usage.providerCalls).toBe(2);
+        expect(out.usage.output).toBeGreaterThan(0);
+      } finally {
+        await server.close();
+      }
+    });
+  }
+
+  it("a server error comes back as an error outcome", async () => {
+    const server = await startFakeModelServer([{ status: 400 }]);
+    try {
+      const out = await runChildTurn({
+        sessionId: "s-2",
+        systemPrompt: "x",
+        messages: [],
+        input: "hi",
+        scope: captureDelegatedExecutionScope({
+          accountId: "a",
+          target: { kind: "host", ref: null },
+          workDir: dir,
+        }),
+        workDir: dir,
+        model: { api: "openai-completions", modelId: "m", baseUrl: `${server.url}/v1`, apiKey: "k" },
+      });
+      expect(out.stopReason).toBe("error");
+      expect(out.errorMessage).toBeTruthy();
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("rejects an unusable configuration with a typed error", async () => {
+    await expect(
+      runChildTurn({
+        sessionId: "s",
+        systemPrompt: "",
+        messages: [],
+        input: "x",
+        scope: captureDelegatedExecutionScope({ accountId: "a", target: { kind: "host", ref: null } }),
+        workDir: dir,
+        model: { api: "anthropic-messages", modelId: "m", baseUrl: "not a url" },
+      }),
+    ).rejects.toMatchObject({ name: "AgentConfigError", code: "invalid_model_config" });
+  });
+});
