@@ -189,7 +189,11 @@ export class RunnerCore {
     const heartbeat = setInterval(() => this.#beat(), frame.heartbeatIntervalMs);
     heartbeat.unref();
     this.#heartbeat = heartbeat;
-    this.#send({ type: "bootReply", requestId: frame.requestId, result: { ok: { buildId: this.buildId } } });
+    this.#send({
+      type: "bootReply",
+      requestId: frame.requestId,
+      result: { ok: { buildId: this.buildId, policyRevision: frame.retryPolicy.revision } },
+    });
   }
 
   async #turn(frame: InputFrameOf<"turn">): Promise<void> {

@@ -127,6 +127,7 @@ export class SubagentRunnerHost {
     sentPolicy: RetryPolicy,
     unsubscribePolicy: () => void,
     exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>,
+    private readonly bootRevision: number,
   ) {
     this.#sentPolicyRevision = sentPolicy.revision;
     this.#unsubscribePolicy = unsubscribePolicy;
@@ -148,6 +149,10 @@ export class SubagentRunnerHost {
   /** Whether a reverse host-call handler is attached (DelegatedTurnRunner.supportsHostRpc). */
   supportsHostRpc(): boolean {
     return this.deps.hostRpc !== undefined;
+  }
+  /** The policy revision the runner confirmed at boot. */
+  get bootPolicyRevision(): number {
+    return this.bootRevision;
   }
   /** Newest containment state; daemon-private, for runner-death cleanup only. */
   get containment(): { revision: number; killTokens: readonly string[] } | undefined {
@@ -174,8 +179,8 @@ export class SubagentRunnerHost {
   }
 
   static start(deps: SubagentRunnerHostDeps): Promise<SubagentRunnerHost> {
-    return startRunnerHost(deps, (child, policy, unsubscribe, exited) => {
-      const host = new SubagentRunnerHost(deps, child, policy, unsubscribe, exited);
+    return startRunnerHost(deps, (child, policy, unsubscribe, exited, bootRevision) => {
+      const host = new SubagentRunnerHost(deps, child, policy, unsubscribe, exited, bootRevision);
       host.#attach();
       return host;
     });
@@ -500,12 +505,14 @@ function startRunnerHost(
     policy: RetryPolicy,
     unsubscribe: () => void,
     exited: Promise<Exit>,
+    bootRevision: number,
   ) => SubagentRunnerHost,
 ): Promise<SubagentRunnerHost> {
   if (deps.isCurrent && !deps.isCurrent()) {
     return Promise.reject(new RunnerStartupCancelledError("runner startup belongs to a replaced lifetime"));
   }
   let newest: RetryPolicy | undefined;
+  let bootPolicy: RetryPolicy | undefined;
   let host: SubagentRunnerHost | undefined;
   const unsubscribe = deps.retryPolicySource.subscribe((p) => {
     if (!newest || p.revision > newest.revision) newest = p;
@@ -602,7 +609,7 @@ function startRunnerHost(
         return fail(toError(e));
       }
       if (settled) return;
-      newest = policy;
+      bootPolicy = policy;
       child.send(
         {
           type: "boot",
@@ -629,9 +636,10 @@ function startRunnerHost(
       settled = true;
       clearTimeout(deadline);
       child.off("message", onMessage);
-      host = build(child, newest as RetryPolicy, unsubscribe, exited);
+      const booted = bootPolicy as RetryPolicy;
+      host = build(child, booted, unsubscribe, exited, frame.result.ok.policyRevision);
       // A revision committed between boot and ready is forwarded now.
-      if (newest) host.policyChanged(newest);
+      if (newest && newest.revision > booted.revision) host.policyChanged(newest);
       resolve(host);
     };
     child.on("message", onMessage);

@@ -44,7 +44,7 @@ export const outputFrameSchema = z.discriminatedUnion("type", [
     .object({
       type: z.literal("bootReply"),
       requestId: requestIdSchema,
-      result: envelope(z.object({ buildId: z.string().min(1).max(256) }).strict()),
+      result: envelope(z.object({ buildId: z.string().min(1).max(256), policyRevision: count }).strict()),
     })
     .strict(),
   z

@@ -1,0 +1,335 @@
+import { getEventListeners } from "node:events";
+import {
+  DESKTOP_UNKNOWN_OUTCOME_SUFFIX,
+  HOST_RPC_CLOSED_TEXT,
+  HostRpcClient,
+  HostRpcClosedError,
+  HostRpcRefusedError,
+  HostRpcTimeoutError,
+  type HostRpcTransport,
+  RemoteTurnError,
+  runInDispatchedTurn,
+  SubagentDispatch,
+} from "@crw/subagent";
+import { describe, expect, it } from "vitest";
+import { closePoolsAfterEach, makePool } from "./support/pools.js";
+import { turn, waitFor } from "./support/runners.js";
+
+closePoolsAfterEach();
+
+function transport() {
+  const sent: { type: string; requestId: string; rpcId?: string; method?: string; turnId?: string }[] = [];
+  const t: HostRpcTransport = {
+    send: (f) => {
+      sent.push(f);
+      return true;
+    },
+    cancel: (f) => {
+      sent.push(f);
+      return true;
+    },
+  };
+  return { t, sent };
+}
+
+const inTurn = <T>(signal: AbortSignal, work: () => T) =>
+  runInDispatchedTurn({ turnId: "turn-1", sessionId: "s-1", signal }, work);
+const apiParams = { method: "GET" as const, path: "/sessions" };
+
+describe("HostRpcClient (runner side)", () => {
+  it("S004-505: a host call outside a dispatched turn is refused with an error, not dropped", async () => {
+    const { t, sent } = transport();
+    const client = new HostRpcClient(t);
+    const error = await client
+      .call("plugin.applyChange", { pluginId: "skills", change: { kind: "skill", name: "x", body: "y" } })
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(HostRpcRefusedError);
+    expect((error as HostRpcRefusedError).reason).toBe("outside_turn");
+    expect(sent).toEqual([]);
+  });
+
+  it("S004-532: close() rejects pending calls with the fixed text and removes timers and abort listeners", async () => {
+    const { t, sent } = transport();
+    const client = new HostRpcClient(t);
+    const controller = new AbortController();
+    const pending = inTurn(controller.signal, () => [
+      client.call("crw.api", apiParams),
+      client.call("crw.api", apiParams),
+    ]);
+    expect(sent.filter((f) => f.type === "hostRpc")).toHaveLength(2);
+    expect(getEventListeners(controller.signal, "abort")).toHaveLength(2);
+    client.close();
+    for (const p of pending) {
+      const e = await p.catch((x: unknown) => x);
+      expect(e).toBeInstanceOf(HostRpcClosedError);
+      expect((e as Error).message).toBe(HOST_RPC_CLOSED_TEXT);
+    }
+    expect(client.pendingCount).toBe(0);
+    expect(getEventListeners(controller.signal, "abort")).toHaveLength(0);
+    // A late answer for a closed call is ignored.
+    expect(client.settle(sent[0]?.requestId ?? "", { ok: 1 })).toBe(false);
+  });
+
+  it("S004-533: rejected desktop calls keep the unknown-outcome, do-not-replay suffix", async () => {
+    const { t } = transport();
+    const client = new HostRpcClient(t);
+    const pending = inTurn(new AbortController().signal, () =>
+      client.call("desktop.command", { command: "open", args: ["/tmp/x"] }),
+    );
+    client.close();
+    const e = (await pending.catch((x: unknown) => x)) as Error;
+    expect(e.message).toBe(HOST_RPC_CLOSED_TEXT + DESKTOP_UNKNOWN_OUTCOME_SUFFIX);
+    expect(e.message).toMatch(/unknown, do not replay/);
+  });
+
+  it("S004-534: close() with no pending calls does nothing", () => {
+    const { t, sent } = transport();
+    const client = new HostRpcClient(t);
+    expect(() => client.close()).not.toThrow();
+    expect(sent).toEqual([]);
+    expect(client.pendingCount).toBe(0);
+  });
+
+  it("S004-152: calls are bounded: a timeout rejects and cancels; an abort cancels with the original call id", async () => {
+    const { t, sent } = transport();
+    const client = new HostRpcClient(t, 50);
+    const controller = new AbortController();
+    const timedOut = inTurn(controller.signal, () => client.call("crw.api", apiParams));
+    await expect(timedOut).rejects.toBeInstanceOf(HostRpcTimeoutError);
+    const cancelled = inTurn(controller.signal, () =>
+      client.call("crw.api", apiParams, { timeoutMs: 10_000 }),
+    );
+    controller.abort();
+    await expect(cancelled).rejects.toMatchObject({ name: "AbortError" });
+    const calls = sent.filter((f) => f.type === "hostRpc").map((f) => f.requestId);
+    const cancels = sent.filter((f) => f.type === "hostRpcCancel").map((f) => f.rpcId);
+    expect(cancels).toEqual(calls);
+    expect(client.pendingCount).toBe(0);
+  });
+
+  it("S004-504: params are validated against the method's schema before anything is sent", async () => {
+    const { t, sent } = transport();
+    const client = new HostRpcClient(t);
+    const e = await inTurn(new AbortController().signal, () =>
+      client.call("plugin.applyChange", {
+        pluginId: "p",
+        change: { kind: "shell", cmd: "rm -rf /" },
+      } as never),
+    ).catch((x: unknown) => x);
+    expect(e).toMatchObject({ reason: "invalid_params" });
+    expect(sent).toEqual([]);
+  });
+});
+
+describe("reverse host calls from a real runner", () => {
+  it("S004-503: a plugin change inside a runner goes as plugin.applyChange under the dispatched turn and settles on the daemon's answer", async () => {
+    const calls: { method: string; params: unknown; turnId: string }[] = [];
+    const order: string[] = [];
+    const { pool } = makePool({
+      hostRpc: async (method, params, ctx) => {
+        calls.push({ method, params, turnId: ctx.turnId });
+        await new Promise((r) => setTimeout(r, 200));
+        order.push("daemon answered");
+        return { applied: true, revision: 7 };
+      },
+    });
+    const seen: string[] = [];
+    const request = turn({
+      sessionId: "plug",
+      script: [
+        {
+          kind: "hostRpc",
+          method: "plugin.applyChange",
+          params: { pluginId: "skills", change: { kind: "skill", name: "tidy", body: "# tidy" } },
+        },
+        { kind: "text", text: "saved" },
+      ],
+    });
+    const running = pool.runTurn(request).then((r) => {
+      order.push("turn settled");
+      return r;
+    });
+    await waitFor(() => pool.sessionState("plug") === "running");
+    const view = await pool.tap("plug", (e) =>
+      seen.push(e.kind === "tool" ? `${e.phase}:${e.result ?? ""}` : e.kind),
+    );
+    expect((await running).text).toBe("saved");
+    expect(calls).toEqual([
+      {
+        method: "plugin.applyChange",
+        params: { pluginId: "skills", change: { kind: "skill", name: "tidy", body: "# tidy" } },
+        turnId: request.turnId,
+      },
+    ]);
+    expect(order).toEqual(["daemon answered", "turn settled"]);
+    expect(seen).toContain('end:{"applied":true,"revision":7}');
+    await view?.close();
+  });
+
+  it("S004-502: the reverse methods are workflow.addNodes, crw.api, desktop.command, plugin.applyChange, delegation.resultDelivered", async () => {
+    const methods: string[] = [];
+    const { pool } = makePool({
+      hostRpc: async (method) => {
+        methods.push(method);
+        return null;
+      },
+    });
+    pool.attachResultDeliveredSink(async () => {});
+    await pool.runTurn(
+      turn({
+        sessionId: "all",
+        script: [
+          {
+            kind: "hostRpc",
+            method: "workflow.addNodes",
+            params: { workflowId: "w", nodes: [{ id: "n", prompt: "p" }] },
+          },
+          { kind: "hostRpc", method: "crw.api", params: { method: "GET", path: "/x" } },
+          { kind: "hostRpc", method: "desktop.command", params: { command: "notify", args: [] } },
+          {
+            kind: "hostRpc",
+            method: "plugin.applyChange",
+            params: { pluginId: "mcp", change: { kind: "mcpServer", name: "fs", command: ["mcp-fs"] } },
+          },
+          {
+            kind: "hostRpc",
+            method: "delegation.resultDelivered",
+            params: { parentSessionId: "all", results: [{ resultId: "r", toolCallId: "c", kind: "result" }] },
+          },
+        ],
+      }),
+    );
+    expect(methods).toEqual(["workflow.addNodes", "crw.api", "desktop.command", "plugin.applyChange"]);
+  });
+
+  it("S004-499: supportsHostRpc reports whether the shared handler exists, with no method argument", () => {
+    expect(makePool().pool.supportsHostRpc()).toBe(false);
+    expect(makePool({ hostRpc: async () => null }).pool.supportsHostRpc()).toBe(true);
+    expect(SubagentDispatch.prototype.supportsHostRpc.length).toBe(0);
+  });
+
+  it("S004-501: without the capability a runner's host call is refused through the typed request", async () => {
+    const { pool } = makePool();
+    const e = await pool
+      .runTurn(
+        turn({
+          script: [
+            {
+              kind: "hostRpc",
+              method: "workflow.addNodes",
+              params: { workflowId: "w", nodes: [{ id: "n", prompt: "p" }] },
+            },
+          ],
+        }),
+      )
+      .catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(RemoteTurnError);
+    expect((e as RemoteTurnError).remote).toMatchObject({
+      name: "HostRpcRefusedError",
+      code: "host_rpc_refused",
+    });
+  });
+});
+
+describe("delegation.resultDelivered", () => {
+  it("S004-508: carries the parent session and {resultId, toolCallId, kind}; S004-512: answers only after publication", async () => {
+    const published: unknown[] = [];
+    const order: string[] = [];
+    const { pool } = makePool();
+    pool.attachResultDeliveredSink(async (delivery) => {
+      await new Promise((r) => setTimeout(r, 150));
+      published.push(delivery);
+      order.push("published");
+    });
+    const results = [
+      { resultId: "res-1", toolCallId: "call-1", kind: "result" as const },
+      { resultId: "res-2", toolCallId: "call-2", kind: "workflow" as const },
+    ];
+    const view: string[] = [];
+    const running = pool.runTurn(
+      turn({
+        sessionId: "parent-a",
+        script: [
+          { kind: "wait", ms: 100 },
+          {
+            kind: "hostRpc",
+            method: "delegation.resultDelivered",
+            params: { parentSessionId: "parent-a", results },
+          },
+          { kind: "text", text: "next provider request" },
+        ],
+      }),
+    );
+    await waitFor(() => pool.sessionState("parent-a") === "running");
+    const tap = await pool.tap("parent-a", (e) => {
+      if (e.kind === "tool" && e.phase === "end") order.push("rpc answered");
+      if (e.kind === "text") view.push(e.text);
+    });
+    expect((await running).text).toBe("next provider request");
+    expect(published).toEqual([{ parentSessionId: "parent-a", results }]);
+    expect(order).toEqual(["published", "rpc answered"]);
+    await tap?.close();
+  });
+
+  it("S004-509: the pool accepts delivery only from the parent session's routed runner", async () => {
+    const published: unknown[] = [];
+    const { pool } = makePool({ size: { maxRunners: 2, turnsPerRunner: 1 } });
+    pool.attachResultDeliveredSink(async (d) => {
+      published.push(d);
+    });
+    const parent = pool.runTurn(turn({ sessionId: "parent-b", script: [{ kind: "wait", ms: 1_500 }] }));
+    await waitFor(() => pool.sessionState("parent-b") === "running");
+    const other = await pool
+      .runTurn(
+        turn({
+          sessionId: "intruder",
+          channelId: "ch-x",
+          script: [
+            {
+              kind: "hostRpc",
+              method: "delegation.resultDelivered",
+              params: {
+                parentSessionId: "parent-b",
+                results: [{ resultId: "r", toolCallId: "c", kind: "result" }],
+              },
+            },
+          ],
+        }),
+      )
+      .catch((x: unknown) => x);
+    expect(pool.routeOf("intruder")).not.toBe(pool.routeOf("parent-b"));
+    expect(other).toBeInstanceOf(RemoteTurnError);
+    expect((other as RemoteTurnError).message).toMatch(/not routed to this runner/);
+    expect(published).toEqual([]);
+    await parent;
+  });
+
+  it("S004-515: without a sink nothing is forwarded, while the runner's lifecycle stays active", async () => {
+    const { pool } = makePool();
+    const seen: string[] = [];
+    const running = pool.runTurn(
+      turn({
+        sessionId: "nosink",
+        script: [
+          { kind: "wait", ms: 100 },
+          {
+            kind: "hostRpc",
+            method: "delegation.resultDelivered",
+            params: {
+              parentSessionId: "nosink",
+              results: [{ resultId: "r", toolCallId: "c", kind: "result" }],
+            },
+          },
+        ],
+      }),
+    );
+    await waitFor(() => pool.sessionState("nosink") === "running");
+    const tap = await pool.tap("nosink", (e) => {
+      if (e.kind === "tool" && e.phase === "end") seen.push(e.result ?? "");
+    });
+    await running;
+    expect(seen).toEqual(['{"published":false}']);
+    expect((await pool.runTurn(turn())).stopReason).toBe("end");
+    await tap?.close();
+  });
+});
