@@ -55,6 +55,7 @@ export {
   outsideDispatchedTurn,
   runInDispatchedTurn,
 } from "./rpcTurn.js";
+export { RunnerCore, type RunnerFault, type RunnerPort } from "./runnerCore.js";
 export {
   hasTypeScriptLoader,
   RunnerEntryMissingError,

@@ -1,0 +1,111 @@
+import {
+  LateBoundRetryPolicySource,
+  MemoryRetryPolicySource,
+  type RetryPolicy,
+  RetryPolicyMirror,
+  type RetryPolicySource,
+  RetryPolicyUnavailableError,
+  STARTUP_RETRY_CAP_MS,
+  SubagentRunnerHost,
+  startupRetryDelayMs,
+} from "@crw/subagent";
+import { afterEach, describe, expect, it } from "vitest";
+import { closePoolsAfterEach, makePool } from "./support/pools.js";
+import { hostDeps, turn } from "./support/runners.js";
+
+closePoolsAfterEach();
+const policy = (revision: number, maxRetries = 1): RetryPolicy => ({
+  revision,
+  maxRetries,
+  initialDelayMs: 10,
+  multiplier: 2,
+});
+
+describe("retry policy sources", () => {
+  it("S004-465: startup delays are deterministic exponential backoff capped at 60000 ms", () => {
+    const p = { revision: 1, maxRetries: 10, initialDelayMs: 1_000, multiplier: 2 };
+    expect([1, 2, 3, 4, 5, 6, 7, 8].map((n) => startupRetryDelayMs(p, n))).toEqual([
+      1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 60_000, 60_000,
+    ]);
+    expect(STARTUP_RETRY_CAP_MS).toBe(60_000);
+    expect(startupRetryDelayMs(p, 3)).toBe(startupRetryDelayMs(p, 3));
+    expect(() => startupRetryDelayMs(p, 0)).toThrow(RangeError);
+  });
+
+  it("S004-454: reading the late-bound policy source before construction fails instead of supplying a default", async () => {
+    const late = new LateBoundRetryPolicySource();
+    expect(() => late.get()).toThrow(RetryPolicyUnavailableError);
+    expect(() => late.read()).toThrow(/before construction/);
+    late.bind(new MemoryRetryPolicySource(policy(4)));
+    expect((await late.read()).revision).toBe(4);
+    expect(() => late.bind(new MemoryRetryPolicySource(policy(1)))).toThrow(/already bound/);
+  });
+
+  it("S004-453: the daemon's one source reaches runner hosts through the pool's late-bound getter", async () => {
+    const late = new LateBoundRetryPolicySource();
+    const { pool } = makePool({ retryPolicySource: () => late.get() });
+    // Bootstrap binds the source after constructing the pool; only then does work need it.
+    late.bind(new MemoryRetryPolicySource(policy(9)));
+    expect((await pool.runTurn(turn())).stopReason).toBe("end");
+  });
+
+  it("S004-460: strictly older or duplicate revisions cannot rewind the mirror", async () => {
+    const mirror = new RetryPolicyMirror(policy(5));
+    const seen: number[] = [];
+    mirror.subscribe((p) => seen.push(p.revision));
+    expect(mirror.update(policy(4, 9))).toBe(false);
+    expect(mirror.update(policy(5, 9))).toBe(false);
+    expect((await mirror.read()).maxRetries).toBe(1);
+    expect(mirror.update(policy(6, 3))).toBe(true);
+    expect(mirror.update(policy(5, 9))).toBe(false);
+    expect(await mirror.read()).toEqual(policy(6, 3));
+    expect(seen).toEqual([6]);
+  });
+
+  it("S004-462: reads and subscriptions after mirror disposal reject", async () => {
+    const mirror = new RetryPolicyMirror(policy(1));
+    mirror.dispose();
+    await expect(mirror.read()).rejects.toBeInstanceOf(RetryPolicyUnavailableError);
+    expect(() => mirror.subscribe(() => {})).toThrow(RetryPolicyUnavailableError);
+    expect(mirror.update(policy(2))).toBe(false);
+  });
+});
+
+describe("policy reaching a real runner", () => {
+  const hosts: SubagentRunnerHost[] = [];
+  afterEach(async () => {
+    await Promise.all(hosts.splice(0).map((h) => h.shutdown(1_000)));
+  });
+
+  it("S004-455: a revision committed while the initial read is in flight wins over the older snapshot", async () => {
+    const listeners = new Set<(p: RetryPolicy) => void>();
+    const racing: RetryPolicySource = {
+      // The snapshot read returns revision 2, but revision 3 is committed while it is in flight.
+      read: async () => {
+        for (const l of listeners) l(policy(3));
+        return policy(2);
+      },
+      subscribe: (l) => {
+        listeners.add(l);
+        return () => listeners.delete(l);
+      },
+    };
+    const { deps } = hostDeps({ retryPolicySource: racing });
+    const host = await SubagentRunnerHost.start(deps);
+    hosts.push(host);
+    expect(host.bootPolicyRevision).toBe(3);
+    expect(listeners.size).toBe(1);
+  });
+
+  it("S004-480: one source subscription per live host, removed when the runner exits", async () => {
+    const source = new MemoryRetryPolicySource(policy(1));
+    const a = await SubagentRunnerHost.start(hostDeps({ retryPolicySource: source }).deps);
+    const b = await SubagentRunnerHost.start(hostDeps({ retryPolicySource: source }).deps);
+    expect(source.listenerCount).toBe(2);
+    a.kill();
+    await a.exited;
+    expect(source.listenerCount).toBe(1);
+    await b.shutdown();
+    expect(source.listenerCount).toBe(0);
+  });
+});

@@ -1,0 +1,117 @@
+import {
+  HOST_RPC_CLOSED_TEXT,
+  type InputFrame,
+  type OutputFrame,
+  RunnerCore,
+  type RunnerPort,
+  ScriptedTurnExecutor,
+} from "@crw/subagent";
+import { describe, expect, it } from "vitest";
+import { waitFor } from "./support/runners.js";
+
+/** The runner's side of a channel, in memory: what the daemon would send and what the runner posts. */
+function channel() {
+  const out: OutputFrame[] = [];
+  const logs: string[] = [];
+  let onMessage: (raw: unknown) => void = () => {};
+  let onDisconnect: () => void = () => {};
+  const exits: number[] = [];
+  const port: RunnerPort = {
+    send: (f) => {
+      out.push(f);
+      return true;
+    },
+    onMessage: (l) => {
+      onMessage = l;
+    },
+    onDisconnect: (l) => {
+      onDisconnect = l;
+    },
+    exit: (code) => exits.push(code),
+    log: (_level, msg) => logs.push(msg),
+  };
+  return {
+    port,
+    out,
+    logs,
+    exits,
+    deliver: (f: InputFrame | unknown) => onMessage(f),
+    disconnect: () => onDisconnect(),
+  };
+}
+
+const boot = (buildId = "build-1"): InputFrame => ({
+  type: "boot",
+  requestId: "boot-1",
+  runnerId: "r",
+  buildId,
+  retryPolicy: { revision: 2, maxRetries: 1, initialDelayMs: 10, multiplier: 2 },
+  catalog: { revision: 1, public: [], accounts: {} },
+  heartbeatIntervalMs: 60_000,
+});
+
+describe("RunnerCore", () => {
+  it("S004-459: a runner serves nothing before the daemon's boot frame carries its policy", async () => {
+    const c = channel();
+    new RunnerCore(c.port, new ScriptedTurnExecutor(), "build-1", undefined).start();
+    expect(c.out[0]).toMatchObject({ type: "hello", buildId: "build-1" });
+    c.deliver({
+      type: "turn",
+      requestId: "t0",
+      turn: { turnId: "t", channelId: "c", sessionId: "s", prompt: "p" },
+    });
+    expect(c.out[1]).toMatchObject({
+      type: "turnReply",
+      requestId: "t0",
+      result: { error: { code: "not_booted" } },
+    });
+    c.deliver(boot());
+    expect(c.out[2]).toMatchObject({ type: "bootReply", result: { ok: { policyRevision: 2 } } });
+  });
+
+  it("S004-458: the runner refuses a boot frame from a different build and exits", async () => {
+    const c = channel();
+    new RunnerCore(c.port, new ScriptedTurnExecutor(), "build-1", undefined).start();
+    c.deliver(boot("build-2"));
+    expect(c.out[1]).toMatchObject({ type: "bootReply", result: { error: { code: "build_mismatch" } } });
+    await waitFor(() => c.exits.length === 1);
+    expect(c.exits).toEqual([1]);
+  });
+
+  it("S004-535: on daemon disconnect the runner closes its host RPC client: a pending call fails with the fixed text", async () => {
+    const c = channel();
+    new RunnerCore(c.port, new ScriptedTurnExecutor(), "build-1", undefined).start();
+    c.deliver(boot());
+    c.deliver({
+      type: "turn",
+      requestId: "t1",
+      turn: {
+        turnId: "turn-1",
+        channelId: "c",
+        sessionId: "s",
+        prompt: "p",
+        script: [{ kind: "hostRpc", method: "crw.api", params: { method: "GET", path: "/x" } }],
+      },
+    });
+    await waitFor(() => c.out.some((f) => f.type === "hostRpc"));
+    c.disconnect();
+    await waitFor(() => c.out.some((f) => f.type === "turnReply"));
+    const reply = c.out.find((f) => f.type === "turnReply");
+    expect(reply).toMatchObject({
+      result: { error: { name: "HostRpcClosedError", message: HOST_RPC_CLOSED_TEXT } },
+    });
+    await waitFor(() => c.exits.length === 1);
+  });
+
+  it("S004-151: invalid frames are logged and never acted on", () => {
+    const c = channel();
+    new RunnerCore(c.port, new ScriptedTurnExecutor(), "build-1", undefined).start();
+    c.deliver({ type: "boot", requestId: "b", buildId: "build-1" });
+    c.deliver({ type: "shutdown" });
+    c.deliver("shutdown");
+    c.deliver(null);
+    expect(c.out).toHaveLength(1);
+    expect(c.logs.filter((l) => l === "refused invalid frame")).toHaveLength(4);
+    expect(c.exits).toEqual([]);
+  });
+});

@@ -1,0 +1,45 @@
+import { mkdtemp, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+import {
+  hasTypeScriptLoader,
+  RunnerEntryMissingError,
+  resolveRunnerEntry,
+  runnerExecArgv,
+} from "@crw/subagent";
+import { describe, expect, it } from "vitest";
+
+const pkg = join(import.meta.dirname, "..");
+
+describe("RUNNER_ENTRY", () => {
+  it("S004-536: resolves the packaged runner.js beside the built module", () => {
+    const fromDist = pathToFileURL(join(pkg, "dist/index.js")).href;
+    expect(resolveRunnerEntry(fromDist, [])).toBe(join(pkg, "dist/runner.js"));
+  });
+
+  it("S004-536: resolves the source runner.ts when the JavaScript sibling is absent and a loader runs TypeScript", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "crw-entry-"));
+    await writeFile(join(dir, "runner.ts"), "export {};\n");
+    const from = pathToFileURL(join(dir, "index.ts")).href;
+    expect(resolveRunnerEntry(from, ["--import", "tsx"])).toBe(join(dir, "runner.ts"));
+    // Without a loader plain Node cannot run it, and there is no build beside it.
+    expect(() => resolveRunnerEntry(from, [])).toThrow(RunnerEntryMissingError);
+  });
+
+  it("S004-536: source modules on plain Node use the package's own build, never PATH", () => {
+    const fromSrc = pathToFileURL(join(pkg, "src/runnerEntry.ts")).href;
+    expect(resolveRunnerEntry(fromSrc, [])).toBe(join(pkg, "dist/runner.js"));
+  });
+
+  it("S004-537: a fork inherits the parent's TypeScript loader flags for runner.ts; built JS never gets the source condition", () => {
+    const parent = ["--import", "tsx", "--conditions", "@crw/source", "--enable-source-maps"];
+    expect(hasTypeScriptLoader(parent)).toBe(true);
+    expect(runnerExecArgv("/x/runner.ts", parent)).toEqual(parent);
+    expect(runnerExecArgv("/x/runner.js", parent)).toEqual(["--import", "tsx", "--enable-source-maps"]);
+    expect(runnerExecArgv("/x/runner.js", ["--conditions=@crw/source", "--inspect=0"])).toEqual([
+      "--inspect=0",
+    ]);
+    expect(hasTypeScriptLoader(["--enable-source-maps"])).toBe(false);
+  });
+});
