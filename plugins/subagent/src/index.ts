@@ -1,1 +1,22 @@
-export {};
+export * from "./definition/index.js";
+export * from "./engine/index.js";
+export {
+  toError,
+  WorkflowBoundaryError,
+  WorkflowDefinitionError,
+  type WorkflowDefinitionErrorCode,
+  WorkflowNodePreparationError,
+  WorkflowStateError,
+  type WorkflowStateErrorCode,
+} from "./errors.js";
+export {
+  type ComputerPrerequisite,
+  type JournalReading,
+  NODE_STATUSES,
+  type NodeState,
+  type NodeStatus,
+  type OrchestrationJournal,
+  OrchestrationJournalSchema,
+  readOrchestrationJournal,
+} from "./journal/schema.js";
+export * from "./store/index.js";

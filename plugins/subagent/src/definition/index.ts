@@ -1,0 +1,24 @@
+export {
+  type BoundedProjectFileReaderOptions,
+  boundedProjectFileReader,
+  definitionFormat,
+  type ProjectFile,
+  type ProjectFileReader,
+} from "./reader.js";
+export {
+  AddedNodesSchema,
+  DEFINITION_LIMITS,
+  NODE_ID_PATTERN,
+  type WorkflowDefinition,
+  type WorkflowDefinitionInput,
+  WorkflowDefinitionSchema,
+  type WorkflowNode,
+  type WorkflowNodeInput,
+  WorkflowNodeSchema,
+} from "./schema.js";
+export {
+  findCycle,
+  parseWorkflowDefinition,
+  validateAddedNodes,
+  validateWorkflowDefinition,
+} from "./validate.js";

@@ -1,0 +1,135 @@
+import { createHash } from "node:crypto";
+import { constants } from "node:fs";
+import { open, realpath } from "node:fs/promises";
+import { extname, isAbsolute, relative, resolve, sep } from "node:path";
+import { WorkflowDefinitionError } from "../errors.js";
+import { DEFINITION_LIMITS } from "./schema.js";
+
+/** One read of a project file: its content and the version (sha256 of the bytes) that read saw. */
+export interface ProjectFile {
+  readonly path: string;
+  readonly text: string;
+  readonly byteSize: number;
+  /** sha256 hex of exactly the bytes returned. */
+  readonly version: string;
+}
+
+/**
+ * The one seam through which WorkflowStart reads a definition (the host's `readManagedProjectFile`):
+ * target-authorized, bounded, version-pinned. `expectedVersion` pins a read to a version seen earlier.
+ */
+export interface ProjectFileReader {
+  readProjectFile(path: string, options?: { expectedVersion?: string }): Promise<ProjectFile>;
+}
+
+export interface BoundedProjectFileReaderOptions {
+  /** The selected project root: a file outside it (symbolic links resolved) is refused. */
+  readonly root: string;
+  /** Relative paths resolve against this directory (the turn's cwd); defaults to `root`. */
+  readonly cwd?: string;
+  readonly maxBytes?: number;
+}
+
+function refuse(
+  code: "definition_unreadable" | "definition_too_large" | "definition_changed",
+  message: string,
+  context: Record<string, unknown>,
+  cause?: unknown,
+): never {
+  throw new WorkflowDefinitionError(code, message, context, cause === undefined ? undefined : { cause });
+}
+
+/**
+ * A host project reader: resolves the path inside the root, opens the file once, refuses it when larger than
+ * the bound (checked on the open descriptor, and again while reading), and refuses a file that changed while
+ * it was read (size or modification time moved): the returned text is exactly the version named.
+ */
+export function boundedProjectFileReader(options: BoundedProjectFileReaderOptions): ProjectFileReader {
+  const maxBytes = options.maxBytes ?? DEFINITION_LIMITS.bytes;
+  return {
+    async readProjectFile(path, readOptions = {}) {
+      if (path.length === 0 || path.length > 4096 || path.includes("\0")) {
+        refuse("definition_unreadable", "definition path is empty, too long or malformed", {
+          path: path.slice(0, 200),
+        });
+      }
+      let root: string;
+      let real: string;
+      try {
+        root = await realpath(options.root);
+        const base = options.cwd ?? root;
+        real = await realpath(isAbsolute(path) ? path : resolve(base, path));
+      } catch (e) {
+        refuse(
+          "definition_unreadable",
+          `cannot read workflow definition ${path}: ${(e as Error).message}`,
+          { path },
+          e,
+        );
+      }
+      const rel = relative(root, real);
+      if (rel === ".." || rel.startsWith(`..${sep}`) || isAbsolute(rel)) {
+        refuse("definition_unreadable", `workflow definition ${path} is outside the project`, { path });
+      }
+      const handle = await open(real, constants.O_RDONLY | constants.O_NOFOLLOW).catch((e: unknown) =>
+        refuse("definition_unreadable", `cannot open workflow definition ${path}`, { path }, e),
+      );
+      try {
+        const before = await handle.stat();
+        if (!before.isFile()) refuse("definition_unreadable", `${path} is not a regular file`, { path });
+        if (before.size > maxBytes) {
+          refuse(
+            "definition_too_large",
+            `workflow definition is ${before.size} bytes; the limit is ${maxBytes}`,
+            {
+              path,
+              bytes: before.size,
+              limit: maxBytes,
+            },
+          );
+        }
+        const buffer = Buffer.alloc(maxBytes + 1);
+        let length = 0;
+        for (;;) {
+          const { bytesRead } = await handle.read(buffer, length, buffer.length - length, length);
+          if (bytesRead === 0) break;
+          length += bytesRead;
+          if (length > maxBytes) {
+            refuse("definition_too_large", `workflow definition grew past ${maxBytes} bytes while read`, {
+              path,
+              limit: maxBytes,
+            });
+          }
+        }
+        const after = await handle.stat();
+        if (after.size !== length || after.mtimeMs !== before.mtimeMs || after.size !== before.size) {
+          refuse("definition_changed", `workflow definition ${path} changed while it was read; try again`, {
+            path,
+          });
+        }
+        const bytes = buffer.subarray(0, length);
+        const version = createHash("sha256").update(bytes).digest("hex");
+        if (readOptions.expectedVersion !== undefined && readOptions.expectedVersion !== version) {
+          refuse("definition_changed", `workflow definition ${path} is not the pinned version`, {
+            path,
+            expected: readOptions.expectedVersion,
+            actual: version,
+          });
+        }
+        let text: string;
+        try {
+          text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+        } catch (e) {
+          refuse("definition_unreadable", `workflow definition ${path} is not UTF-8 text`, { path }, e);
+        }
+        return { path: real, text, byteSize: length, version };
+      } finally {
+        await handle.close();
+      }
+    },
+  };
+}
+
+export function definitionFormat(path: string): "yaml" | "json" {
+  return extname(path).toLowerCase() === ".json" ? "json" : "yaml";
+}

@@ -1,0 +1,558 @@
+import { createHash, randomUUID } from "node:crypto";
+import type { WorkDirPolicy } from "@crw/brain";
+import { type DelegationRepository, PgDelegationRepository } from "@crw/db";
+import type pg from "pg";
+import type { ProjectFileReader } from "../definition/reader.js";
+import { definitionFormat } from "../definition/reader.js";
+import { DEFINITION_LIMITS, type WorkflowDefinition } from "../definition/schema.js";
+import { parseWorkflowDefinition, validateAddedNodes } from "../definition/validate.js";
+import { WorkflowBoundaryError, WorkflowStateError } from "../errors.js";
+import { type NodeState, type OrchestrationJournal, readOrchestrationJournal } from "../journal/schema.js";
+import { PgArtifactStore } from "../store/artifacts.js";
+import { PgWorkflowStore, type WorkflowRow } from "../store/native.js";
+import {
+  authorityOf,
+  boundaryAgainst,
+  currentDelegatedAccess,
+  normalizeOriginAccess,
+  type OriginAccessInput,
+  originScope,
+  type ValidateBoundary,
+} from "./access.js";
+import type { NodeDispatcher } from "./dispatch.js";
+import { pgWorkflowEmitter, SnapshotPublisher, type WorkflowEmitter } from "./publication.js";
+import { type WorkflowEvent, type WorkflowOutcome, WorkflowRun } from "./run.js";
+
+export interface WorkflowEngineOptions {
+  readonly pool: pg.Pool;
+  /** This process's owner id: its liveness is the advisory owner lease it holds while open. */
+  readonly owner: string;
+  readonly dispatcher: NodeDispatcher;
+  readonly defaultModel: string;
+  /** The host's awaited publication; defaults to the native record in PostgreSQL. */
+  readonly emitter?: WorkflowEmitter;
+  /** The child's live placement policy for node `cwd`s (delegatedWorkDir); null refuses node cwds. */
+  readonly workDirPolicy?: (ctx: {
+    principalAccountId: string;
+    parentSessionId: string;
+  }) => Promise<WorkDirPolicy | null>;
+  /** The delegationCompletionEmitter: told after the summary is in the parent's inbox (null: nobody). */
+  readonly onCompletion?: (completion: {
+    workflowId: string;
+    parentSessionId: string;
+    principalAccountId: string;
+    resultId: string;
+    status: string;
+  }) => Promise<void>;
+  readonly onEvent?: (event: WorkflowEvent) => void;
+  readonly repo?: DelegationRepository;
+}
+
+/** The live origin turn of a WorkflowStart or WorkflowResume call. */
+export interface WorkflowCallContext {
+  readonly parentSessionId: string;
+  readonly principalAccountId: string;
+  readonly toolCallId: string;
+  /** The origin turn's current access, awaited on start and again on explicit resume. */
+  currentAccess(): Promise<OriginAccessInput>;
+  /** The origin turn's working directory, awaited before placement is stored. */
+  currentWorkDir(): Promise<string | null>;
+}
+
+export interface StartedWorkflow {
+  readonly workflowId: string;
+  readonly nodes: readonly string[];
+  /** false when this tool call had already started it (a retried call starts nothing new). */
+  readonly created: boolean;
+}
+
+/**
+ * The workflow DAG engine: WorkflowStart, WorkflowAddNodes, cancel, explicit WorkflowResume, waiting-node
+ * wakes and boot recovery. Several daemons may share one database: a workflow is driven by the process
+ * that holds its row lease, and a dead owner's workflows are claimed at boot with `for update skip locked`.
+ */
+export class WorkflowEngine {
+  readonly store: PgWorkflowStore;
+  readonly artifacts: PgArtifactStore;
+  readonly #runs = new Map<string, WorkflowRun>();
+  readonly #emitter: WorkflowEmitter;
+  readonly #repo: DelegationRepository;
+  #releaseOwner: (() => Promise<void>) | undefined;
+
+  constructor(private readonly options: WorkflowEngineOptions) {
+    this.store = new PgWorkflowStore(options.pool);
+    this.artifacts = new PgArtifactStore(options.pool);
+    this.#emitter = options.emitter ?? pgWorkflowEmitter(this.store);
+    this.#repo = options.repo ?? new PgDelegationRepository(options.pool);
+  }
+
+  /** Holds the owner lease: until `close`, other processes leave this owner's workflows alone. */
+  async open(): Promise<void> {
+    this.#releaseOwner ??= await this.#repo.holdOwnerLease(this.options.owner);
+  }
+
+  /**
+   * Stops driving every workflow in this process without writing anything (their journals stay as they
+   * are, for another process or the next boot) and lets go of the owner lease.
+   */
+  async close(): Promise<void> {
+    for (const run of this.#runs.values()) run.abandon("closing");
+    await Promise.allSettled(
+      [...this.#runs.values()].flatMap((r) => [...r.active.values()].map((a) => a.done)),
+    );
+    this.#runs.clear();
+    const release = this.#releaseOwner;
+    this.#releaseOwner = undefined;
+    await release?.();
+  }
+
+  run(workflowId: string): WorkflowRun | undefined {
+    return this.#runs.get(workflowId);
+  }
+
+  /** The outcome of a workflow driven here (resolves when its summary is in the parent's inbox). */
+  finished(workflowId: string): Promise<WorkflowOutcome> {
+    const run = this.#runs.get(workflowId);
+    if (!run)
+      throw new WorkflowStateError("not_running", `workflow ${workflowId} is not running in this process`, {
+        workflowId,
+      });
+    return run.finished;
+  }
+
+  async #deps(journal: { principalAccountId: string; parentSessionId: string }) {
+    const policy = (await this.options.workDirPolicy?.(journal)) ?? null;
+    return {
+      owner: this.options.owner,
+      store: this.store,
+      artifacts: this.artifacts,
+      dispatcher: this.options.dispatcher,
+      publisher: new SnapshotPublisher(this.#emitter),
+      defaultModel: this.options.defaultModel,
+      workDirPolicy: policy,
+      onEvent: (e: WorkflowEvent) => this.options.onEvent?.(e),
+      onCompletion: async (c: Parameters<NonNullable<WorkflowEngineOptions["onCompletion"]>>[0]) => {
+        await this.options.onCompletion?.(c);
+      },
+    };
+  }
+
+  #track(run: WorkflowRun): void {
+    this.#runs.set(run.id, run);
+    void run.finished.then(() => {
+      if (this.#runs.get(run.id) === run) this.#runs.delete(run.id);
+    });
+  }
+
+  /**
+   * WorkflowStart: reads the definition through the bounded, version-pinned reader, validates it whole
+   * (nothing is created for a refused one), awaits the origin's access and cwd, then awaits the created
+   * publication and journals its recovery proof before preparing any node.
+   */
+  async start(
+    ctx: WorkflowCallContext,
+    source: { path: string; reader: ProjectFileReader } | { definition: WorkflowDefinition },
+  ): Promise<StartedWorkflow> {
+    let definition: WorkflowDefinition;
+    let path: string | null = null;
+    let version: string;
+    if ("definition" in source) {
+      definition = source.definition;
+      version = createHash("sha256").update(JSON.stringify(definition)).digest("hex");
+    } else {
+      const file = await source.reader.readProjectFile(source.path);
+      definition = parseWorkflowDefinition(file.text, definitionFormat(file.path));
+      path = file.path;
+      version = file.version;
+    }
+    const access = normalizeOriginAccess(await ctx.currentAccess());
+    if (access.accountId !== ctx.principalAccountId) {
+      throw new WorkflowStateError("not_resumable", "the origin's access names another account", {});
+    }
+    const cwd = await ctx.currentWorkDir();
+    const workflowId = randomUUID();
+    const journal: OrchestrationJournal = {
+      version: 2,
+      workflowId,
+      name: definition.name,
+      parentSessionId: ctx.parentSessionId,
+      principalAccountId: ctx.principalAccountId,
+      toolCallId: ctx.toolCallId,
+      // A fresh native insert is generation 1; the created receipt's proof replaces this before any node work.
+      recovery: { workflowGeneration: 1, recoveryAdmissionVersion: 1 },
+      run: 1,
+      definition: {
+        path,
+        version,
+        maxDispatches: definition.maxDispatches ?? definition.nodes.length * 4 + 100,
+      },
+      origin: { access, cwd },
+      order: definition.nodes.map((n) => n.id),
+      nodes: Object.fromEntries(
+        definition.nodes.map((spec) => [spec.id, { spec, status: "pending" } satisfies NodeState]),
+      ),
+      nodeAccess: {},
+      nodeModels: {},
+      typeModelPins: {
+        ...(definition.defaults.model && definition.defaults.agentType
+          ? { [definition.defaults.agentType]: definition.defaults.model }
+          : {}),
+        ...Object.fromEntries(Object.entries(definition.agentTypes).map(([t, v]) => [t, v.model])),
+      },
+      dispatches: 0,
+      cancelRequested: false,
+      summaryResultId: randomUUID(),
+    };
+    if (definition.defaults.model) {
+      for (const n of Object.values(journal.nodes))
+        if (!n.spec.model && !n.spec.agentType) n.spec.model = definition.defaults.model;
+    }
+    if (definition.defaults.agentType) {
+      for (const n of Object.values(journal.nodes)) n.spec.agentType ??= definition.defaults.agentType;
+    }
+    const deps = await this.#deps(journal);
+    const run = new WorkflowRun(journal, deps);
+    // Registered before the first receipt: a Stop that arrives now is queued behind it, under generation 1.
+    this.#track(run);
+    const created = await deps.publisher.queue(
+      {
+        workflowId,
+        status: "running",
+        snapshot: run.snapshotOf("running"),
+        create: {
+          parentSessionId: ctx.parentSessionId,
+          principalAccountId: ctx.principalAccountId,
+          toolCallId: ctx.toolCallId,
+          owner: this.options.owner,
+        },
+      },
+      undefined,
+    );
+    if (created.status !== "created") {
+      run.abandon("closing");
+      throw new WorkflowStateError(
+        "missing_recovery_proof",
+        "the initial publication did not create the workflow",
+        { workflowId },
+      );
+    }
+    if (created.workflowId !== workflowId) {
+      run.abandon("closing");
+      const existing = await this.store.getWorkflow(created.workflowId, ctx.principalAccountId);
+      const prior = existing
+        ? readOrchestrationJournal(await this.store.readJournal(existing.id))
+        : undefined;
+      return { workflowId: created.workflowId, nodes: prior?.ok ? prior.journal.order : [], created: false };
+    }
+    journal.recovery = { ...created.recovery };
+    if (!(await run.persist())) {
+      throw new WorkflowStateError("lease_lost", "the workflow's journal could not be written", {
+        workflowId,
+      });
+    }
+    run.pump();
+    return { workflowId, nodes: [...journal.order], created: true };
+  }
+
+  /**
+   * WorkflowAddNodes: validated against the live graph (ids new, dependencies known, no cycle, bounded),
+   * journaled and published before the added ids are reported. From a node, the caller must be that node's
+   * own running child; added nodes inherit its stored access.
+   */
+  async addNodes(input: {
+    workflowId: string;
+    principalAccountId: string;
+    fromNodeId?: string;
+    callerSessionId?: string;
+    nodes: unknown;
+  }): Promise<string[]> {
+    const run = this.#runs.get(input.workflowId);
+    if (!run || run.stopped || run.journal.principalAccountId !== input.principalAccountId) {
+      throw new WorkflowStateError("not_running", `workflow ${input.workflowId} is not running here`, {
+        workflowId: input.workflowId,
+      });
+    }
+    const j = run.journal;
+    if (j.cancelRequested)
+      throw new WorkflowStateError("not_running", "the workflow is being cancelled", {
+        workflowId: j.workflowId,
+      });
+    if (input.fromNodeId !== undefined) {
+      const from = j.nodes[input.fromNodeId];
+      if (
+        !from ||
+        from.status !== "running" ||
+        (input.callerSessionId !== undefined && from.childSessionId !== input.callerSessionId)
+      ) {
+        throw new WorkflowStateError(
+          "node_not_running",
+          `node ${input.fromNodeId} is not a running node of this workflow`,
+          {
+            workflowId: j.workflowId,
+            nodeId: input.fromNodeId,
+          },
+        );
+      }
+    }
+    const added = validateAddedNodes(
+      j.order.map((id) => (j.nodes[id] as NodeState).spec),
+      input.nodes,
+      DEFINITION_LIMITS.nodes,
+    );
+    for (const spec of added) {
+      j.nodes[spec.id] = {
+        spec,
+        status: "pending",
+        ...(input.fromNodeId ? { addedBy: input.fromNodeId } : {}),
+      };
+      j.order.push(spec.id);
+    }
+    if (!(await run.persist()))
+      throw new WorkflowStateError("lease_lost", "the workflow moved on", { workflowId: j.workflowId });
+    const published = await run.publish();
+    if (published.status === "stale")
+      throw new WorkflowStateError("stale_generation", "the workflow moved on", { workflowId: j.workflowId });
+    run.pump();
+    return added.map((n) => n.id);
+  }
+
+  /** Stop: running nodes are interrupted and pending ones never start; one summary reaches the parent. */
+  async cancel(workflowId: string, principalAccountId: string): Promise<WorkflowOutcome> {
+    const run = this.#runs.get(workflowId);
+    if (!run || run.journal.principalAccountId !== principalAccountId) {
+      throw new WorkflowStateError("not_running", `workflow ${workflowId} is not running here`, {
+        workflowId,
+      });
+    }
+    return run.cancel();
+  }
+
+  /**
+   * Explicit WorkflowResume: a new authorized request. Re-captures the origin's access and cwd, checks the
+   * parent boundary and every node boundary (verbatim, listCovers) before any work, refusing the whole
+   * resume on any rejection; then advances the workflow generation (older writers turn stale). Existing
+   * children keep their placement; fresh nodes use the new target and cwd.
+   */
+  async resume(
+    ctx: WorkflowCallContext,
+    workflowId: string,
+    validateBoundary?: ValidateBoundary,
+  ): Promise<StartedWorkflow> {
+    const row = await this.store.getWorkflow(workflowId, ctx.principalAccountId);
+    if (!row || row.parentSessionId !== ctx.parentSessionId) {
+      throw new WorkflowStateError(
+        "workflow_not_found",
+        `workflow ${workflowId} is not a workflow of this session`,
+        { workflowId },
+      );
+    }
+    if (row.status !== "failed" && row.status !== "cancelled") {
+      throw new WorkflowStateError(
+        "not_resumable",
+        `workflow ${workflowId} is ${row.status}; only a failed or cancelled workflow resumes`,
+        {
+          workflowId,
+          status: row.status,
+        },
+      );
+    }
+    const reading = readOrchestrationJournal(await this.store.readJournal(workflowId));
+    if (!reading.ok)
+      throw new WorkflowStateError(
+        "invalid_journal",
+        `workflow ${workflowId} cannot be resumed: ${reading.reason}`,
+        { workflowId },
+      );
+    const journal = reading.journal;
+    const access = normalizeOriginAccess(await ctx.currentAccess());
+    const cwd = await ctx.currentWorkDir();
+    const check = validateBoundary ?? boundaryAgainst(authorityOf(access));
+    const verdicts = [{ subject: "parent", scope: originScope(journal.origin.access) }];
+    for (const id of journal.order) {
+      const scope = journal.nodeAccess[id];
+      if (scope !== undefined) verdicts.push({ subject: id, scope });
+    }
+    for (const v of verdicts) {
+      const verdict = await check(v);
+      if (!verdict.ok) {
+        throw new WorkflowBoundaryError(
+          `resume refused: the journaled access of ${v.subject === "parent" ? "the workflow" : `node ${v.subject}`} exceeds current access (${verdict.reason})`,
+          { subject: v.subject, reason: verdict.reason },
+        );
+      }
+    }
+    const recovery = await this.store.advanceWorkflowGeneration({
+      workflowId,
+      toolCallId: row.toolCallId,
+      principalAccountId: ctx.principalAccountId,
+      owner: this.options.owner,
+    });
+    if (!recovery)
+      throw new WorkflowStateError("not_resumable", `workflow ${workflowId} changed meanwhile`, {
+        workflowId,
+      });
+    journal.recovery = recovery;
+    journal.run += 1;
+    journal.origin = { access, cwd };
+    journal.cancelRequested = false;
+    journal.summaryResultId = randomUUID();
+    const retry: string[] = [];
+    for (const id of journal.order) {
+      const n = journal.nodes[id] as NodeState;
+      if (n.status === "succeeded") continue;
+      delete n.error;
+      delete n.waiting;
+      if (n.childSessionId && (n.status === "interrupted" || n.status === "failed")) {
+        n.status = "running";
+        retry.push(id);
+      } else {
+        // Fresh under the new boundary: placement and access are prepared again when it starts.
+        n.status = "pending";
+        delete n.childSessionId;
+        delete journal.nodeAccess[id];
+      }
+    }
+    const run = new WorkflowRun(journal, await this.#deps(journal));
+    this.#track(run);
+    if (!(await run.persist()))
+      throw new WorkflowStateError("lease_lost", "the workflow moved on", { workflowId });
+    if ((await run.publish()).status === "stale")
+      throw new WorkflowStateError("stale_generation", "the workflow moved on", { workflowId });
+    for (const id of retry) run.launch(id, "retry");
+    run.pump();
+    return { workflowId, nodes: [...journal.order], created: false };
+  }
+
+  /**
+   * A waiting node's targeted wake: it must match the workflow, origin, call, generation, the held node,
+   * its wait id and claim version. Accepted queues only that node (reserved synchronously, before any
+   * await); it is not a whole-DAG resume and charges nothing. A newer admission version is adopted.
+   */
+  resumeWaitingNode(input: {
+    workflowId: string;
+    parentSessionId: string;
+    toolCallId: string;
+    workflowGeneration: number;
+    recoveryAdmissionVersion: number;
+    nodeId: string;
+    waitId: string;
+    claimVersion: number;
+  }): { status: "accepted" | "stale" | "not-held" } {
+    const run = this.#runs.get(input.workflowId);
+    if (!run || run.stopped) return { status: "not-held" };
+    const j = run.journal;
+    if (j.parentSessionId !== input.parentSessionId || j.toolCallId !== input.toolCallId)
+      return { status: "not-held" };
+    if (j.recovery.workflowGeneration !== input.workflowGeneration) return { status: "stale" };
+    const node = j.nodes[input.nodeId];
+    if (!node || node.status !== "waiting" || !node.waiting || run.active.has(input.nodeId))
+      return { status: "not-held" };
+    if (node.waiting.waitId !== input.waitId || node.waiting.claimVersion !== input.claimVersion)
+      return { status: "stale" };
+    if (input.recoveryAdmissionVersion < j.recovery.recoveryAdmissionVersion) return { status: "stale" };
+    j.recovery.recoveryAdmissionVersion = input.recoveryAdmissionVersion;
+    run.launch(input.nodeId, "continue");
+    return { status: "accepted" };
+  }
+
+  /**
+   * Boot recovery: claims workflows whose owner is gone and resumes each from its journal, adopting the
+   * native record's generation and admission version (no reset, no dispatch budget charged). A node whose
+   * child exists is continued in that child (never a second node for a lost runner). An invalid or
+   * old-format journal terminalizes only its own workflow, with a report to its parent.
+   */
+  async recoverInterrupted(
+    limit = 1000,
+  ): Promise<{ resumed: string[]; invalid: string[]; refused: string[] }> {
+    const rows = await this.store.claimInterrupted(this.options.owner, limit);
+    const out = { resumed: [] as string[], invalid: [] as string[], refused: [] as string[] };
+    for (const row of rows) {
+      try {
+        const what = await this.#recoverOne(row);
+        out[what].push(row.id);
+      } catch (e) {
+        out.refused.push(row.id);
+        this.options.onEvent?.({
+          type: "invalid_journal",
+          workflowId: row.id,
+          reason: e instanceof Error ? e.message : String(e),
+        });
+      }
+    }
+    return out;
+  }
+
+  async #recoverOne(row: WorkflowRow): Promise<"resumed" | "invalid" | "refused"> {
+    const reading = readOrchestrationJournal(await this.store.readJournal(row.id));
+    if (!reading.ok) {
+      const generation = (await this.store.terminalizeInvalid(row.id)) ?? row.recovery.workflowGeneration;
+      await this.store.deliverSummary({
+        workflowId: row.id,
+        generation,
+        resultId: uuidFrom(`${row.id}:invalid`),
+        outcome: "error",
+        body: `Workflow "${row.name}" (${row.id}) could not be resumed: ${reading.reason}.`,
+        keepJournal: true,
+      });
+      await this.store.releaseWorkflow(row.id, this.options.owner);
+      this.options.onEvent?.({ type: "invalid_journal", workflowId: row.id, reason: reading.reason });
+      return "invalid";
+    }
+    const journal = reading.journal;
+    // Host-provided native metadata wins over whatever the journal last saw; nothing is reset or charged.
+    journal.recovery = { ...row.recovery };
+    const run = new WorkflowRun(journal, await this.#deps(journal));
+    if (row.status !== "running") {
+      // Terminal publication settled but the summary was not handed over yet: finish that part only.
+      this.#track(run);
+      await run.finishDelivery(row.status);
+      return "resumed";
+    }
+    const current = await currentDelegatedAccess(
+      this.#repo,
+      journal.principalAccountId,
+      journal.parentSessionId,
+    );
+    let refusal: string | undefined = current.ok ? undefined : current.reason;
+    if (current.ok) {
+      const check = boundaryAgainst(current.authority);
+      const scopes = [
+        { subject: "parent", scope: originScope(journal.origin.access) },
+        ...journal.order.flatMap((id) =>
+          journal.nodeAccess[id] ? [{ subject: id, scope: journal.nodeAccess[id] as string }] : [],
+        ),
+      ];
+      for (const s of scopes) {
+        const verdict = await check(s);
+        if (!verdict.ok) {
+          refusal = `${s.subject === "parent" ? "the workflow" : `node ${s.subject}`}: ${verdict.reason}`;
+          break;
+        }
+      }
+    }
+    this.#track(run);
+    if (refusal !== undefined) {
+      await run.failWhole(`could not be resumed: journaled access exceeds current access (${refusal})`);
+      return "refused";
+    }
+    if ((await run.publish()).status === "stale") return "refused";
+    for (const id of journal.order) {
+      const n = journal.nodes[id] as NodeState;
+      if (n.status === "running" && n.childSessionId) run.launch(id, "continue");
+      else if (n.status === "running" || n.status === "reserved") {
+        // Reserved (and charged) before a crash, but never started: prepared now, not charged again.
+        delete n.childSessionId;
+        n.status = "reserved";
+        run.launch(id, "prepare");
+      }
+    }
+    run.pump();
+    return "resumed";
+  }
+}
+
+/** A stable UUID-shaped id derived from `text` (so a repeated boot delivers the same report once). */
+export function uuidFrom(text: string): string {
+  const h = createHash("sha256").update(text).digest("hex");
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-4${h.slice(13, 16)}-8${h.slice(17, 20)}-${h.slice(20, 32)}`;
+}

@@ -1,0 +1,43 @@
+export {
+  authorityOf,
+  type BoundaryVerdict,
+  boundaryAgainst,
+  captureNodeScope,
+  currentDelegatedAccess,
+  normalizeOriginAccess,
+  type OriginAccessInput,
+  originScope,
+  type ValidateBoundary,
+} from "./access.js";
+export type {
+  NodeChildRequest,
+  NodeContinueRequest,
+  NodeDispatcher,
+  NodeEvent,
+  NodeRunRequest,
+  NodeRunResult,
+} from "./dispatch.js";
+export {
+  type StartedWorkflow,
+  uuidFrom,
+  type WorkflowCallContext,
+  WorkflowEngine,
+  type WorkflowEngineOptions,
+} from "./engine.js";
+export {
+  JournalNodeDispatcher,
+  NODE_SYSTEM_PROMPT,
+  type NodeTurnRunner,
+  scriptedNodeTurnRunner,
+} from "./journalDispatcher.js";
+export { HANDOVER_CHARS, handoverOf, nodePrompt, workflowSummary } from "./prompt.js";
+export {
+  pgWorkflowEmitter,
+  SnapshotPublisher,
+  type WorkflowEmitResult,
+  type WorkflowEmitter,
+  type WorkflowSnapshot,
+  type WorkflowUpdate,
+} from "./publication.js";
+export type { WorkflowEvent, WorkflowOutcome } from "./run.js";
+export { WorkflowRun } from "./run.js";

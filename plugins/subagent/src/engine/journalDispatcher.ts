@@ -1,0 +1,198 @@
+import type { AssistantMessage, DelegationRepository, JournalEntry, TranscriptMessage } from "@crw/db";
+import type {
+  NodeChildRequest,
+  NodeContinueRequest,
+  NodeDispatcher,
+  NodeEvent,
+  NodeRunRequest,
+  NodeRunResult,
+} from "./dispatch.js";
+
+/**
+ * One turn of a node's child: the same contract as the delegation core's ChildTurnRunner (each assistant
+ * message is recorded, and awaited, before anything it asks for runs; failures and aborts come back as the
+ * outcome, not as a throw). A node turn carries no tools of its own here: its tool catalog is the runner's.
+ */
+export interface NodeTurnRunner {
+  runTurn(
+    request: {
+      readonly sessionId: string;
+      readonly principalAccountId: string;
+      readonly model: string;
+      readonly systemPrompt: string;
+      readonly context: readonly TranscriptMessage[];
+      readonly signal: AbortSignal;
+    },
+    host: {
+      record(message: AssistantMessage): Promise<void>;
+      progress(event: NodeEvent): void;
+    },
+  ): Promise<{ stopReason: "stop" | "error" | "aborted"; errorMessage?: string }>;
+}
+
+/** What the dispatcher's child prompts start with: a worker's contract, not a conversational persona. */
+export const NODE_SYSTEM_PROMPT = [
+  "You are a worker running one node of a workflow.",
+  "Do the task in the last user message within your scope, verify what you changed, and end with a short",
+  "report: what you did, the evidence, and anything the next node must know. If you are blocked, say so.",
+].join(" ");
+
+function messagesOf(entries: readonly JournalEntry[]): TranscriptMessage[] {
+  const out: TranscriptMessage[] = [];
+  for (const e of entries) if (e.body.type === "message") out.push(e.body.message);
+  return out;
+}
+
+function textOf(message: AssistantMessage): string {
+  return message.content
+    .filter((c): c is { type: "text"; text: string } => c.type === "text")
+    .map((c) => c.text)
+    .join("");
+}
+
+/**
+ * A NodeDispatcher over the delegation core's durable journal: the node's child is a delegated session of
+ * the workflow's parent (with its captured scope and no subagent run row), its prompt and every assistant
+ * message are journaled, and recovery reads that journal instead of guessing. The turn itself runs through
+ * the `NodeTurnRunner` (the agent loop, a runner of the pool, or the scripted runner).
+ */
+export class JournalNodeDispatcher implements NodeDispatcher {
+  constructor(
+    private readonly repo: DelegationRepository & { readonly pool: import("pg").Pool },
+    private readonly runner: NodeTurnRunner,
+  ) {}
+
+  async createChild(request: NodeChildRequest): Promise<string> {
+    const { rows } = await this.repo.pool.query<{ id: string }>(
+      `insert into sessions (kind, parent_session_id, principal_account_id, model, scope)
+       values ('delegated', $1::uuid, $2::uuid, $3, $4) returning id`,
+      [request.parentSessionId, request.principalAccountId, request.model, request.scope],
+    );
+    return String(rows[0]?.id);
+  }
+
+  async runNode(request: NodeRunRequest): Promise<NodeRunResult> {
+    await this.repo.append(request.childSessionId, request.principalAccountId, [
+      { body: { type: "message", message: { role: "user", content: request.prompt } } },
+    ]);
+    return this.#turn(request, "answered");
+  }
+
+  async continueNode(request: NodeContinueRequest): Promise<NodeRunResult> {
+    const messages = messagesOf(
+      await this.repo.readJournal(request.childSessionId, request.principalAccountId),
+    );
+    if (request.fallbackPrompt !== undefined) {
+      // An explicit retry in the same child: the new task joins the transcript; the old attempt is not reused.
+      await this.repo.append(request.childSessionId, request.principalAccountId, [
+        { body: { type: "message", message: { role: "user", content: request.fallbackPrompt } } },
+      ]);
+      return this.#turn(request, "continued");
+    }
+    const last = messages.at(-1);
+    if (last === undefined) {
+      if (request.task.length === 0) return { status: "empty" };
+      await this.repo.append(request.childSessionId, request.principalAccountId, [
+        { body: { type: "message", message: { role: "user", content: request.task } } },
+      ]);
+      return this.#turn(request, "continued");
+    }
+    // A settled answer after the last task is the node's answer: reuse it, run nothing.
+    if (last.role === "assistant" && last.stopReason === "stop" && textOf(last).length > 0) {
+      return { status: "answered", reply: textOf(last) };
+    }
+    await this.repo.append(request.childSessionId, request.principalAccountId, [
+      {
+        body: {
+          type: "message",
+          message: {
+            role: "custom",
+            customType: "interrupted",
+            content:
+              "Your previous turn was interrupted by a restart. Verify the last step before repeating anything, then finish the task.",
+          },
+        },
+      },
+    ]);
+    return this.#turn(request, "continued");
+  }
+
+  async #turn(
+    request: NodeRunRequest | NodeContinueRequest,
+    as: "answered" | "continued",
+  ): Promise<NodeRunResult> {
+    if (request.signal.aborted) return { status: "aborted" };
+    const context = messagesOf(
+      await this.repo.readJournal(request.childSessionId, request.principalAccountId),
+    );
+    let reply = "";
+    const outcome = await this.runner.runTurn(
+      {
+        sessionId: request.childSessionId,
+        principalAccountId: request.principalAccountId,
+        model: request.model,
+        systemPrompt: NODE_SYSTEM_PROMPT,
+        context,
+        signal: request.signal,
+      },
+      {
+        record: async (message) => {
+          await this.repo.append(request.childSessionId, request.principalAccountId, [
+            { body: { type: "message", message } },
+          ]);
+          if (message.stopReason === "stop") reply = textOf(message);
+        },
+        progress: (event) => request.onEvent?.(event),
+      },
+    );
+    if (outcome.stopReason === "aborted" || request.signal.aborted) return { status: "aborted" };
+    if (outcome.stopReason === "error") {
+      return {
+        status: "failed",
+        error: { code: "node_turn_failed", message: outcome.errorMessage ?? "the node's turn failed" },
+      };
+    }
+    if (reply.length === 0)
+      return {
+        status: "failed",
+        error: { code: "empty_answer", message: "the node ended without an answer" },
+      };
+    return { status: as, reply };
+  }
+}
+
+/**
+ * A deterministic NodeTurnRunner for offline runs, tests and benchmarks: `answer` decides each turn from the
+ * child's context (the last user message is its task). It records one assistant message, as a provider would.
+ */
+export function scriptedNodeTurnRunner(
+  answer: (input: {
+    sessionId: string;
+    task: string;
+    context: readonly TranscriptMessage[];
+    signal: AbortSignal;
+  }) => Promise<string> | string,
+  model = "scripted",
+): NodeTurnRunner {
+  return {
+    async runTurn(request, host) {
+      const task = [...request.context].reverse().find((m) => m.role === "user");
+      let text: string;
+      try {
+        text = await answer({
+          sessionId: request.sessionId,
+          task: task?.role === "user" ? task.content : "",
+          context: request.context,
+          signal: request.signal,
+        });
+      } catch (e) {
+        if (request.signal.aborted) return { stopReason: "aborted" };
+        return { stopReason: "error", errorMessage: e instanceof Error ? e.message : String(e) };
+      }
+      if (request.signal.aborted) return { stopReason: "aborted" };
+      host.progress({ type: "text", text });
+      await host.record({ role: "assistant", content: [{ type: "text", text }], stopReason: "stop", model });
+      return { stopReason: "stop" };
+    },
+  };
+}

@@ -1,0 +1,532 @@
+import { resolve as resolvePath } from "node:path";
+import { delegatedWorkDir, type WorkDirPolicy } from "@crw/brain";
+import { z } from "zod";
+import type { WorkflowNode } from "../definition/schema.js";
+import { toError, WorkflowNodePreparationError } from "../errors.js";
+import { type NodeState, type OrchestrationJournal, TERMINAL_NODE_STATUSES } from "../journal/schema.js";
+import type { PgArtifactStore } from "../store/artifacts.js";
+import type { PgWorkflowStore, WorkflowStatus } from "../store/native.js";
+import { captureNodeScope } from "./access.js";
+import type { NodeDispatcher, NodeRunResult } from "./dispatch.js";
+import { handoverOf, nodePrompt, workflowSummary } from "./prompt.js";
+import type { SnapshotPublisher, WorkflowEmitResult, WorkflowSnapshot } from "./publication.js";
+
+export type WorkflowEvent =
+  | {
+      readonly type: "node";
+      readonly workflowId: string;
+      readonly nodeId: string;
+      readonly status: NodeState["status"];
+    }
+  | {
+      readonly type: "workflow";
+      readonly workflowId: string;
+      readonly status: WorkflowStatus;
+      readonly resultId?: string;
+    }
+  | { readonly type: "invalid_journal"; readonly workflowId: string; readonly reason: string }
+  | { readonly type: "stale"; readonly workflowId: string; readonly generation: number };
+
+export interface WorkflowOutcome {
+  readonly workflowId: string;
+  /** null when this run was superseded (a stale write): a newer run owns the workflow. */
+  readonly status: WorkflowStatus | null;
+  readonly summary: string | null;
+  readonly resultId: string | null;
+}
+
+export interface RunDeps {
+  readonly owner: string;
+  readonly store: PgWorkflowStore;
+  readonly artifacts: PgArtifactStore;
+  readonly dispatcher: NodeDispatcher;
+  readonly publisher: SnapshotPublisher;
+  readonly defaultModel: string;
+  readonly workDirPolicy: WorkDirPolicy | null;
+  readonly onEvent: (event: WorkflowEvent) => void;
+  readonly onCompletion: (completion: {
+    workflowId: string;
+    parentSessionId: string;
+    principalAccountId: string;
+    resultId: string;
+    status: WorkflowStatus;
+  }) => Promise<void>;
+}
+
+type Mode = "fresh" | "prepare" | "continue" | "retry";
+
+/**
+ * One workflow's run state in this process: the journal (rewritten whole, fenced by lease and generation),
+ * its serialized publication, and the nodes executing here. The journal and the native record are the
+ * truth; this object only drives them and can be rebuilt from them at boot.
+ */
+export class WorkflowRun {
+  readonly active = new Map<string, { controller: AbortController; done: Promise<void> }>();
+  /** Nodes whose child turn was actually started (a cancel interrupts these; the others never started). */
+  readonly started = new Set<string>();
+  #writes: Promise<boolean> = Promise.resolve(true);
+  #stopped = false;
+  #finishing = false;
+  #note: string | undefined;
+  #resolve!: (outcome: WorkflowOutcome) => void;
+  readonly finished: Promise<WorkflowOutcome>;
+
+  constructor(
+    public journal: OrchestrationJournal,
+    private readonly deps: RunDeps,
+  ) {
+    this.finished = new Promise((r) => {
+      this.#resolve = r;
+    });
+  }
+
+  get id(): string {
+    return this.journal.workflowId;
+  }
+
+  get stopped(): boolean {
+    return this.#stopped;
+  }
+
+  /** Stops driving the workflow without writing anything (lease lost, superseded, or the process closing). */
+  abandon(reason: "stale" | "closing"): void {
+    if (this.#stopped) return;
+    this.#stopped = true;
+    for (const { controller } of this.active.values()) controller.abort();
+    if (reason === "stale")
+      this.deps.onEvent({
+        type: "stale",
+        workflowId: this.id,
+        generation: this.journal.recovery.workflowGeneration,
+      });
+    this.#resolve({ workflowId: this.id, status: null, summary: null, resultId: null });
+  }
+
+  /** Writes the current journal; false (and the run stops) when the lease or generation moved on. */
+  persist(): Promise<boolean> {
+    const body = structuredClone(this.journal);
+    const generation = this.journal.recovery.workflowGeneration;
+    this.#writes = this.#writes.then(async (ok) => {
+      if (!ok || this.#stopped) return false;
+      const written = await this.deps.store.writeJournal(this.id, body, generation, this.deps.owner);
+      if (!written) this.abandon("stale");
+      return written;
+    });
+    return this.#writes;
+  }
+
+  snapshotOf(status: WorkflowStatus): WorkflowSnapshot {
+    return {
+      workflowId: this.id,
+      name: this.journal.name,
+      status,
+      run: this.journal.run,
+      nodes: this.journal.order.map((id) => {
+        const n = this.journal.nodes[id] as NodeState;
+        return {
+          id,
+          status: n.status,
+          ...(n.childSessionId ? { childSessionId: n.childSessionId } : {}),
+          ...(n.error ? { error: n.error.message } : {}),
+        };
+      }),
+    };
+  }
+
+  /** Queues a snapshot; its expected generation is the one current now, when queued. */
+  publish(status: WorkflowStatus = "running"): Promise<WorkflowEmitResult> {
+    const expected = this.journal.recovery.workflowGeneration;
+    const result = this.deps.publisher.queue(
+      { workflowId: this.id, status, snapshot: this.snapshotOf(status) },
+      expected,
+    );
+    return result.then((r) => {
+      if (r.status === "stale") this.abandon("stale");
+      return r;
+    });
+  }
+
+  #setStatus(id: string, status: NodeState["status"], patch: Partial<NodeState> = {}): void {
+    const n = this.journal.nodes[id] as NodeState;
+    Object.assign(n, patch, { status });
+    this.deps.onEvent({ type: "node", workflowId: this.id, nodeId: id, status });
+  }
+
+  /** Pending nodes whose dependency ended without success become blocked (transitively). */
+  #blockDependents(): void {
+    for (let changed = true; changed; ) {
+      changed = false;
+      for (const id of this.journal.order) {
+        const n = this.journal.nodes[id] as NodeState;
+        if (n.status !== "pending") continue;
+        const bad = n.spec.dependsOn.find((d) => {
+          const s = this.journal.nodes[d]?.status;
+          return s !== undefined && s !== "succeeded" && TERMINAL_NODE_STATUSES.has(s);
+        });
+        if (bad !== undefined) {
+          this.#setStatus(id, "blocked", {
+            error: {
+              code: "dependency_failed",
+              message: `dependency ${bad} ${this.journal.nodes[bad]?.status}`,
+            },
+          });
+          changed = true;
+        }
+      }
+    }
+  }
+
+  /** Launches every ready node, or finishes the workflow when every node is terminal. */
+  pump(): void {
+    if (this.#stopped || this.#finishing || this.journal.cancelRequested) return;
+    this.#blockDependents();
+    for (const id of this.journal.order) {
+      const n = this.journal.nodes[id] as NodeState;
+      if (n.status !== "pending") continue;
+      if (n.spec.dependsOn.every((d) => this.journal.nodes[d]?.status === "succeeded"))
+        this.launch(id, "fresh");
+    }
+    const open = this.journal.order.some(
+      (id) => !TERMINAL_NODE_STATUSES.has((this.journal.nodes[id] as NodeState).status),
+    );
+    if (!open && this.active.size === 0) void this.finish();
+  }
+
+  launch(id: string, mode: Mode): void {
+    if (this.active.has(id)) return;
+    const controller = new AbortController();
+    if (mode === "fresh") {
+      // Reserved synchronously: a second pump cannot launch the same node.
+      const n = this.journal.nodes[id] as NodeState;
+      n.status = "reserved";
+    }
+    const done = this.#execute(id, mode, controller).finally(() => {
+      this.active.delete(id);
+      this.pump();
+    });
+    this.active.set(id, { controller, done });
+  }
+
+  async #execute(id: string, mode: Mode, controller: AbortController): Promise<void> {
+    const j = this.journal;
+    const state = j.nodes[id] as NodeState;
+    const node = state.spec;
+    try {
+      if (mode === "fresh") {
+        // Fresh reservation: journaled and snapshotted before any asynchronous preparation; charged once.
+        j.dispatches += 1;
+        this.#setStatus(id, "reserved", { run: j.run });
+        if (j.dispatches > j.definition.maxDispatches) {
+          this.#setStatus(id, "failed", {
+            error: {
+              code: "dispatch_budget_exhausted",
+              message: `the workflow may dispatch at most ${j.definition.maxDispatches} nodes`,
+            },
+          });
+          await this.persist();
+          await this.publish();
+          return;
+        }
+        if (!(await this.persist())) return;
+        if ((await this.publish()).status === "stale") return;
+      }
+      if (mode === "fresh" || mode === "prepare") {
+        if (this.#cancelledBeforeStart(id)) return;
+        const { model, scope } = await this.#prepare(id, node, state.addedBy);
+        if (this.#stopped) return;
+        if (this.#cancelledBeforeStart(id)) return;
+        const childSessionId = await this.deps.dispatcher.createChild({
+          workflowId: j.workflowId,
+          nodeId: id,
+          parentSessionId: j.parentSessionId,
+          principalAccountId: j.principalAccountId,
+          model,
+          scope,
+        });
+        this.#setStatus(id, "running", { childSessionId });
+        if (!(await this.persist())) return;
+        await this.#grantDependencies(id, childSessionId);
+        if (this.#cancelledBeforeStart(id)) return;
+        this.started.add(id);
+        const result = await this.deps.dispatcher.runNode({
+          workflowId: j.workflowId,
+          nodeId: id,
+          childSessionId,
+          principalAccountId: j.principalAccountId,
+          model,
+          scope,
+          prompt: nodePrompt(j, node),
+          signal: controller.signal,
+        });
+        await this.#settle(id, result);
+        return;
+      }
+      // continue (boot) or retry (explicit resume): the same child, never a second one.
+      const childSessionId = state.childSessionId as string;
+      this.#setStatus(id, "running");
+      if (!(await this.persist())) return;
+      this.started.add(id);
+      const prompt = nodePrompt(j, node);
+      const result = await this.deps.dispatcher.continueNode({
+        workflowId: j.workflowId,
+        nodeId: id,
+        childSessionId,
+        principalAccountId: j.principalAccountId,
+        model: j.nodeModels[id] ?? this.deps.defaultModel,
+        scope: j.nodeAccess[id] ?? "",
+        task: prompt,
+        ...(mode === "retry" ? { fallbackPrompt: prompt } : {}),
+        signal: controller.signal,
+      });
+      await this.#settle(id, result);
+    } catch (e) {
+      if (this.#stopped || (j.cancelRequested && TERMINAL_NODE_STATUSES.has(state.status))) return;
+      const error = toError(e);
+      const raw = (error as { code?: unknown }).code;
+      const code = typeof raw === "string" ? raw : "node_error";
+      this.#setStatus(id, "failed", { error: { code, message: error.message.slice(0, 4000) } });
+      await this.persist();
+      await this.publish();
+    }
+  }
+
+  #cancelledBeforeStart(id: string): boolean {
+    if (!this.journal.cancelRequested) return false;
+    const n = this.journal.nodes[id] as NodeState;
+    if (n.status !== "cancelled") this.#setStatus(id, "cancelled");
+    return true;
+  }
+
+  async #prepare(
+    id: string,
+    node: WorkflowNode,
+    addedBy: string | undefined,
+  ): Promise<{ model: string; scope: string }> {
+    const j = this.journal;
+    try {
+      let model = node.model;
+      if (model === undefined && node.agentType !== undefined) {
+        model = j.typeModelPins[node.agentType];
+        if (model === undefined) {
+          model = this.deps.defaultModel;
+          j.typeModelPins[node.agentType] = model;
+        }
+      }
+      model ??= this.deps.defaultModel;
+      let placement = null;
+      if (node.cwd !== undefined) {
+        if (!this.deps.workDirPolicy) {
+          throw Object.assign(new Error("this host cannot place a node in a working directory"), {
+            code: "work_dir_not_permitted",
+          });
+        }
+        const base = j.origin.cwd ?? "/";
+        const cwd = this.deps.workDirPolicy.kind === "local" ? node.cwd : resolvePath(base, node.cwd);
+        placement = await delegatedWorkDir(cwd, this.deps.workDirPolicy);
+      }
+      const scope = captureNodeScope(
+        j,
+        node,
+        addedBy,
+        placement ??
+          (j.origin.cwd
+            ? {
+                workDir: j.origin.cwd,
+                target: j.origin.access.target as never,
+                projectRef: j.origin.access.projectRef,
+                instructionRoot: null,
+              }
+            : null),
+      );
+      j.nodeModels[id] = model;
+      j.nodeAccess[id] = scope;
+      return { model, scope };
+    } catch (e) {
+      throw Object.assign(
+        new WorkflowNodePreparationError(
+          `node ${id} could not be prepared: ${toError(e).message}`,
+          { workflowId: j.workflowId, nodeId: id },
+          { cause: e },
+        ),
+        {
+          code:
+            typeof (e as { code?: unknown }).code === "string"
+              ? (e as { code: string }).code
+              : "node_preparation_failed",
+        },
+      );
+    }
+  }
+
+  /** Grants minted from the journal's stored dependency ids and hashes; no caller-supplied path mints one. */
+  async #grantDependencies(id: string, childSessionId: string): Promise<void> {
+    const node = (this.journal.nodes[id] as NodeState).spec;
+    for (const dep of node.dependsOn) {
+      const artifact = this.journal.nodes[dep]?.artifact;
+      if (!artifact) continue;
+      const granted = await this.deps.artifacts.grant(this.id, dep, artifact.sha256, childSessionId);
+      if (!granted) {
+        throw new WorkflowNodePreparationError(
+          `the artifact of ${dep} is not stored`,
+          { workflowId: this.id, nodeId: id },
+          {
+            cause: new Error(`no artifact ${dep}@${artifact.sha256}`),
+          },
+        );
+      }
+    }
+  }
+
+  async #settle(id: string, result: NodeRunResult): Promise<void> {
+    if (this.#stopped) return;
+    const j = this.journal;
+    // After a cancel, the summary already says what this node was; a late answer changes nothing.
+    if (j.cancelRequested && TERMINAL_NODE_STATUSES.has((j.nodes[id] as NodeState).status)) return;
+    switch (result.status) {
+      case "answered":
+      case "continued": {
+        const node = (j.nodes[id] as NodeState).spec;
+        const invalid = node.outputSchema ? outputSchemaProblem(node.outputSchema, result.reply) : undefined;
+        if (invalid) {
+          this.#setStatus(id, "failed", { error: { code: "output_schema", message: invalid } });
+          break;
+        }
+        const artifact = await this.deps.artifacts.putArtifact(this.id, id, result.reply);
+        await this.deps.artifacts.grant(this.id, id, artifact.sha256, j.parentSessionId);
+        this.#setStatus(id, "succeeded", {
+          handover: handoverOf(result.reply),
+          artifact,
+          waiting: undefined,
+        });
+        delete (j.nodes[id] as NodeState).waiting;
+        break;
+      }
+      case "waiting":
+        // Nonterminal: dependents stay blocked, independent nodes go on, no completion is emitted for it.
+        this.#setStatus(id, "waiting", { waiting: result.prerequisite });
+        break;
+      case "empty":
+        this.#setStatus(id, "failed", {
+          error: {
+            code: "empty_continuation",
+            message: "the node's child had no transcript to continue and no task was given",
+          },
+        });
+        break;
+      case "failed":
+        this.#setStatus(id, "failed", { error: result.error });
+        break;
+      case "aborted":
+        if (j.cancelRequested) this.#setStatus(id, "interrupted");
+        else return; // the process is letting go of the workflow: the running node stays running in the journal
+        break;
+    }
+    if (!(await this.persist())) return;
+    // Results (artifact, grants, handover) reach dependents only after their snapshot is published.
+    await this.publish();
+  }
+
+  /** Cancel: running nodes are interrupted, nodes that never started are cancelled; then the summary. */
+  cancel(): Promise<WorkflowOutcome> {
+    if (this.#stopped || this.#finishing) return this.finished;
+    this.journal.cancelRequested = true;
+    for (const id of this.journal.order) {
+      const n = this.journal.nodes[id] as NodeState;
+      if (n.status === "pending" || (n.status === "reserved" && !this.started.has(id)))
+        this.#setStatus(id, "cancelled");
+      else if ((n.status === "running" && this.started.has(id)) || n.status === "waiting")
+        this.#setStatus(id, "interrupted");
+      else if (n.status === "running") this.#setStatus(id, "cancelled");
+    }
+    for (const { controller } of this.active.values()) controller.abort();
+    void this.finish();
+    return this.finished;
+  }
+
+  async finish(): Promise<void> {
+    if (this.#finishing || this.#stopped) return;
+    this.#finishing = true;
+    const j = this.journal;
+    const cancelled = j.cancelRequested;
+    const failed = j.order.some((id) => j.nodes[id]?.status !== "succeeded");
+    const status: WorkflowStatus = cancelled ? "cancelled" : failed ? "failed" : "completed";
+    // A cancellation starts its summary before awaiting pending publication.
+    let summary = cancelled ? workflowSummary(j, "was cancelled") : null;
+    await Promise.allSettled([...this.active.values()].map((a) => a.done));
+    if (!(await this.persist())) return;
+    await this.deps.publisher.drain();
+    if (this.#stopped) return;
+    const terminal = await this.publish(status);
+    if (terminal.status === "stale") return;
+    summary ??= workflowSummary(j, status === "completed" ? "completed" : "failed", this.#note);
+    await this.#deliver(status, summary);
+  }
+
+  /** Boot, after a terminal publication whose summary had not reached the inbox: hand it over now. */
+  async finishDelivery(status: WorkflowStatus): Promise<void> {
+    this.#finishing = true;
+    const j = this.journal;
+    await this.#deliver(
+      status,
+      workflowSummary(
+        j,
+        status === "completed" ? "completed" : status === "cancelled" ? "was cancelled" : "failed",
+      ),
+    );
+  }
+
+  /** Ends the whole workflow as failed without starting anything (a boot whose boundary check refused). */
+  async failWhole(reason: string): Promise<void> {
+    this.#note = reason;
+    for (const id of this.journal.order) {
+      const n = this.journal.nodes[id] as NodeState;
+      if (!TERMINAL_NODE_STATUSES.has(n.status))
+        this.#setStatus(id, "failed", { error: { code: "resume_refused", message: reason } });
+    }
+    await this.finish();
+  }
+
+  async #deliver(status: WorkflowStatus, summary: string): Promise<void> {
+    const j = this.journal;
+    const delivered = await this.deps.store.deliverSummary({
+      workflowId: this.id,
+      generation: j.recovery.workflowGeneration,
+      resultId: j.summaryResultId,
+      outcome: status === "completed" ? "ok" : "error",
+      body: summary,
+      keepJournal: status !== "completed",
+    });
+    if (!delivered) {
+      this.abandon("stale");
+      return;
+    }
+    await this.deps.onCompletion({
+      workflowId: this.id,
+      parentSessionId: j.parentSessionId,
+      principalAccountId: j.principalAccountId,
+      resultId: j.summaryResultId,
+      status,
+    });
+    await this.deps.store.releaseWorkflow(this.id, this.deps.owner);
+    this.#stopped = true;
+    this.deps.onEvent({ type: "workflow", workflowId: this.id, status, resultId: j.summaryResultId });
+    this.#resolve({ workflowId: this.id, status, summary, resultId: j.summaryResultId });
+  }
+}
+
+function outputSchemaProblem(schema: Record<string, unknown>, reply: string): string | undefined {
+  let value: unknown;
+  try {
+    value = JSON.parse(reply);
+  } catch {
+    return "the answer is not JSON, but the node declares an output schema";
+  }
+  try {
+    const parsed = z.fromJSONSchema(schema as never).safeParse(value);
+    if (parsed.success) return undefined;
+    const first = parsed.error.issues[0];
+    return `the answer does not match the output schema at ${first?.path.join(".") || "(root)"}: ${first?.message}`;
+  } catch (e) {
+    return `the output schema cannot be used: ${toError(e).message}`;
+  }
+}

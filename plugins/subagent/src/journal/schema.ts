@@ -1,0 +1,144 @@
+import { z } from "zod";
+import { WorkflowNodeSchema } from "../definition/schema.js";
+
+/**
+ * A node's state in the orchestration journal:
+ *
+ *   pending ──reserve──▶ reserved ──child created──▶ running ──answer──▶ succeeded
+ *      │                    │                          │ ├──error──▶ failed
+ *      │ (cancel)           │ (cancel)                 │ ├──cancel──▶ interrupted
+ *      ▼                    ▼                          │ └──computer wait──▶ waiting ──wake──▶ running
+ *   cancelled            cancelled                     │
+ *   blocked: a dependency ended without success; the node never starts.
+ *
+ * `reserved` is journaled (and snapshotted) before any asynchronous access, model or artifact preparation,
+ * and charges the dispatch budget once; `running` names the planned child session, so recovery continues
+ * that child and never launches a second one. `waiting` is nonterminal: its dependents stay blocked while
+ * independent nodes go on, and no whole-workflow completion is emitted.
+ */
+export const NODE_STATUSES = [
+  "pending",
+  "reserved",
+  "running",
+  "waiting",
+  "succeeded",
+  "failed",
+  "cancelled",
+  "interrupted",
+  "blocked",
+] as const;
+export type NodeStatus = (typeof NODE_STATUSES)[number];
+export const TERMINAL_NODE_STATUSES: ReadonlySet<NodeStatus> = new Set([
+  "succeeded",
+  "failed",
+  "cancelled",
+  "interrupted",
+  "blocked",
+]);
+
+const uuid = z.uuid();
+const errorShape = z.strictObject({ code: z.string().min(1).max(100), message: z.string().max(4000) });
+
+/** A host-committed prerequisite a waiting node holds (a computer it waits for). */
+export const ComputerPrerequisiteSchema = z.strictObject({
+  waitId: z.string().min(1).max(200),
+  claimVersion: z.number().int().nonnegative(),
+  reason: z.string().max(500).optional(),
+});
+export type ComputerPrerequisite = z.infer<typeof ComputerPrerequisiteSchema>;
+
+export const NodeStateSchema = z.strictObject({
+  spec: WorkflowNodeSchema,
+  status: z.enum(NODE_STATUSES),
+  /** The node whose WorkflowAddNodes call added this one; absent for definition nodes. */
+  addedBy: z.string().optional(),
+  childSessionId: uuid.optional(),
+  /** The run number under which the node was last reserved. */
+  run: z.number().int().positive().optional(),
+  /** A short handover for direct dependents, recorded for every completed node. */
+  handover: z.string().max(4000).optional(),
+  /** The shared result artifact (its content hash) of a succeeded node. */
+  artifact: z
+    .strictObject({ sha256: z.string().regex(/^[0-9a-f]{64}$/), byteSize: z.number().int().nonnegative() })
+    .optional(),
+  error: errorShape.optional(),
+  waiting: ComputerPrerequisiteSchema.optional(),
+});
+export type NodeState = z.infer<typeof NodeStateSchema>;
+
+/** The origin turn's access, as captured on start and again on an explicit resume. */
+export const OriginAccessSchema = z.strictObject({
+  accountId: uuid,
+  operator: z.boolean(),
+  target: z.unknown(),
+  projectRef: z.string().nullable(),
+  tools: z.strictObject({ allow: z.array(z.string()).optional(), deny: z.array(z.string()) }),
+  permissionBoundary: z.enum(["read-only", "workspace-write", "full-access"]),
+  readOnly: z.boolean(),
+});
+export type OriginAccess = z.infer<typeof OriginAccessSchema>;
+
+/**
+ * The version-2 orchestration journal: one JSON document per workflow, rewritten (whole) under the
+ * workflow's lease. Recovery requires exactly this shape; anything else takes the invalid-journal path.
+ */
+export const OrchestrationJournalSchema = z.strictObject({
+  version: z.literal(2),
+  workflowId: uuid,
+  name: z.string(),
+  parentSessionId: uuid,
+  principalAccountId: uuid,
+  toolCallId: z.string(),
+  /** The native record's recovery metadata, adopted from the host's created receipt (or at boot). */
+  recovery: z.strictObject({
+    workflowGeneration: z.number().int().positive(),
+    recoveryAdmissionVersion: z.number().int().positive(),
+  }),
+  /** 1 on start; an explicit WorkflowResume starts run + 1. */
+  run: z.number().int().positive(),
+  definition: z.strictObject({
+    path: z.string().nullable(),
+    version: z.string(),
+    maxDispatches: z.number().int().positive(),
+  }),
+  origin: z.strictObject({ access: OriginAccessSchema, cwd: z.string().nullable() }),
+  order: z.array(z.string()),
+  nodes: z.record(z.string(), NodeStateSchema),
+  /** Per node: the canonical DelegatedExecutionScope its child was (or will be) created with. */
+  nodeAccess: z.record(z.string(), z.string()),
+  /** Per node: the model its child runs on. */
+  nodeModels: z.record(z.string(), z.string()),
+  /** Per agent type: the model pinned for every node of that type in this workflow. */
+  typeModelPins: z.record(z.string(), z.string()),
+  /** Fresh dispatches charged so far (recovery continuations charge nothing). */
+  dispatches: z.number().int().nonnegative(),
+  cancelRequested: z.boolean(),
+  /** The whole-workflow summary's result id, fixed up front so its delivery is exactly once. */
+  summaryResultId: uuid,
+});
+export type OrchestrationJournal = z.infer<typeof OrchestrationJournalSchema>;
+
+export type JournalReading =
+  | { readonly ok: true; readonly journal: OrchestrationJournal }
+  | { readonly ok: false; readonly reason: string };
+
+/** Decodes a stored journal; an old format (or a malformed document) is an explicit, reportable refusal. */
+export function readOrchestrationJournal(raw: unknown): JournalReading {
+  const version =
+    typeof raw === "object" && raw !== null ? (raw as { version?: unknown }).version : undefined;
+  if (version !== 2) {
+    return {
+      ok: false,
+      reason: `orchestration journal has format ${JSON.stringify(version ?? null)}; recovery requires format 2`,
+    };
+  }
+  const parsed = OrchestrationJournalSchema.safeParse(raw);
+  if (!parsed.success) {
+    const first = parsed.error.issues[0];
+    return {
+      ok: false,
+      reason: `orchestration journal is malformed at ${first?.path.join(".") || "(root)"}: ${first?.message ?? "invalid"}`,
+    };
+  }
+  return { ok: true, journal: parsed.data };
+}

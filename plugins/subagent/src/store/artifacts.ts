@@ -1,0 +1,99 @@
+import { createHash } from "node:crypto";
+import type pg from "pg";
+import { NODE_ID_PATTERN } from "../definition/schema.js";
+
+/**
+ * The canonical address of a node's shared result artifact, derived only from stored ids and the content
+ * hash (never from a caller-supplied path): `workflow-artifacts/<workflowId>/<nodeId>/<sha256>`.
+ */
+export function workflowArtifactPath(workflowId: string, nodeId: string, sha256: string): string {
+  if (
+    !/^[0-9a-f-]{36}$/.test(workflowId) ||
+    !NODE_ID_PATTERN.test(nodeId) ||
+    !/^[0-9a-f]{64}$/.test(sha256)
+  ) {
+    throw new TypeError("workflowArtifactPath takes a stored workflow id, node id and sha256");
+  }
+  return `workflow-artifacts/${workflowId}/${nodeId}/${sha256}`;
+}
+
+export function sha256Hex(text: string): string {
+  return createHash("sha256").update(text).digest("hex");
+}
+
+export interface ArtifactRef {
+  readonly workflowId: string;
+  readonly nodeId: string;
+  readonly sha256: string;
+  readonly path: string;
+}
+
+/** Shared result artifacts and their recipient grants; planned node sessions (children without a run row). */
+export class PgArtifactStore {
+  constructor(readonly pool: pg.Pool) {}
+
+  /** Stores a node's result once (a retry of the same content is a no-op); returns its hash. */
+  async putArtifact(
+    workflowId: string,
+    nodeId: string,
+    body: string,
+  ): Promise<{ sha256: string; byteSize: number }> {
+    const sha256 = sha256Hex(body);
+    const byteSize = Buffer.byteLength(body);
+    await this.pool.query(
+      `insert into workflow_artifacts (workflow_id, node_id, sha256, byte_size, body) values ($1::uuid, $2, $3, $4, $5)
+       on conflict (workflow_id, node_id) do update set sha256 = excluded.sha256, byte_size = excluded.byte_size,
+              body = excluded.body, created_at = now()`,
+      [workflowId, nodeId, sha256, byteSize, body],
+    );
+    return { sha256, byteSize };
+  }
+
+  /**
+   * Mints a recipient's grant for the stored artifact of `nodeId` whose hash is `sha256` (both from the
+   * journal). Refused (false) when no artifact of that hash is stored: no grant names a path by itself.
+   */
+  async grant(
+    workflowId: string,
+    nodeId: string,
+    sha256: string,
+    recipientSessionId: string,
+  ): Promise<ArtifactRef | null> {
+    const { rowCount } = await this.pool.query(
+      `insert into workflow_artifact_grants (workflow_id, node_id, sha256, recipient_session_id)
+       select a.workflow_id, a.node_id, a.sha256, $4::uuid from workflow_artifacts a
+        where a.workflow_id = $1::uuid and a.node_id = $2 and a.sha256 = $3
+       on conflict (workflow_id, node_id, recipient_session_id) do update set sha256 = excluded.sha256`,
+      [workflowId, nodeId, sha256, recipientSessionId],
+    );
+    return rowCount === 1
+      ? { workflowId, nodeId, sha256, path: workflowArtifactPath(workflowId, nodeId, sha256) }
+      : null;
+  }
+
+  /** The artifact at `path`, when `sessionId` holds a grant for exactly that version. */
+  async readArtifact(sessionId: string, path: string): Promise<string | null> {
+    const match = /^workflow-artifacts\/([0-9a-f-]{36})\/([^/]+)\/([0-9a-f]{64})$/.exec(path);
+    if (!match) return null;
+    const { rows } = await this.pool.query<{ body: string }>(
+      `select a.body from workflow_artifacts a
+         join workflow_artifact_grants g on g.workflow_id = a.workflow_id and g.node_id = a.node_id and g.sha256 = a.sha256
+        where a.workflow_id = $1::uuid and a.node_id = $2 and a.sha256 = $3 and g.recipient_session_id = $4::uuid`,
+      [match[1], match[2], match[3], sessionId],
+    );
+    return rows[0]?.body ?? null;
+  }
+
+  async grantsOf(sessionId: string): Promise<ArtifactRef[]> {
+    const { rows } = await this.pool.query<{ workflow_id: string; node_id: string; sha256: string }>(
+      "select workflow_id, node_id, sha256 from workflow_artifact_grants where recipient_session_id = $1::uuid order by node_id",
+      [sessionId],
+    );
+    return rows.map((r) => ({
+      workflowId: r.workflow_id,
+      nodeId: r.node_id,
+      sha256: r.sha256,
+      path: workflowArtifactPath(r.workflow_id, r.node_id, r.sha256),
+    }));
+  }
+}

@@ -1,0 +1,299 @@
+import { type Queryable, tx } from "@crw/db";
+import type pg from "pg";
+
+/** The native record's recovery metadata (the host's proof; never inferred from the journal's run number). */
+export interface WorkflowRecovery {
+  readonly workflowGeneration: number;
+  readonly recoveryAdmissionVersion: number;
+}
+
+export type WorkflowStatus = "running" | "completed" | "failed" | "cancelled" | "invalid";
+export const TERMINAL_WORKFLOW_STATUSES: ReadonlySet<WorkflowStatus> = new Set([
+  "completed",
+  "failed",
+  "cancelled",
+  "invalid",
+]);
+
+export interface WorkflowRow {
+  readonly id: string;
+  readonly parentSessionId: string;
+  readonly principalAccountId: string;
+  readonly toolCallId: string;
+  readonly name: string;
+  readonly status: WorkflowStatus;
+  readonly recovery: WorkflowRecovery;
+  readonly snapshot: unknown;
+  readonly publishedCount: number;
+  readonly summaryResultId: string | null;
+  readonly lockedBy: string | null;
+}
+
+type Row = Record<string, unknown>;
+
+function workflowFromRow(r: Row): WorkflowRow {
+  return {
+    id: String(r.id),
+    parentSessionId: String(r.parent_session_id),
+    principalAccountId: String(r.principal_account_id),
+    toolCallId: String(r.tool_call_id),
+    name: String(r.name),
+    status: r.status as WorkflowStatus,
+    recovery: {
+      workflowGeneration: Number(r.generation),
+      recoveryAdmissionVersion: Number(r.recovery_admission_version),
+    },
+    snapshot: r.snapshot,
+    publishedCount: Number(r.published_count),
+    summaryResultId: r.summary_result_id === null ? null : String(r.summary_result_id),
+    lockedBy: r.locked_by === null ? null : String(r.locked_by),
+  };
+}
+
+/** Same advisory lock class as @crw/db's owner lease: a lease whose owner holds no lock belongs to the dead. */
+const OWNER_LOCK_CLASS = 7305;
+const ownerDead = (column: string) => `not exists (
+  select 1 from pg_locks l
+   where l.locktype = 'advisory' and l.granted and l.classid = ${OWNER_LOCK_CLASS}::oid
+     and l.objid = (hashtext(${column})::bigint & 4294967295)::oid and l.objsubid = 2)`;
+
+export interface NewWorkflow {
+  readonly id: string;
+  readonly parentSessionId: string;
+  readonly principalAccountId: string;
+  readonly toolCallId: string;
+  readonly name: string;
+  readonly snapshot: unknown;
+  readonly owner: string;
+}
+
+/**
+ * The host side of workflow persistence: the native record and its fenced publication, the engine's
+ * ownership lease, the orchestration journal and the summary handoff into the parent's results inbox.
+ */
+export class PgWorkflowStore {
+  constructor(readonly pool: pg.Pool) {}
+
+  /** The initial native insert (idempotent per parent tool call); the caller owns the new row's lease. */
+  async insertWorkflow(input: NewWorkflow): Promise<{ id: string; inserted: boolean }> {
+    const { rows } = await this.pool.query<Row>(
+      `insert into workflows (id, parent_session_id, principal_account_id, tool_call_id, name, snapshot,
+                              published_count, locked_by, locked_at)
+       values ($7::uuid, $1::uuid, $2::uuid, $3, $4, $5::jsonb, 1, $6, now())
+       on conflict (parent_session_id, tool_call_id) do nothing
+       returning id`,
+      [
+        input.parentSessionId,
+        input.principalAccountId,
+        input.toolCallId,
+        input.name,
+        JSON.stringify(input.snapshot),
+        input.owner,
+        input.id,
+      ],
+    );
+    if (rows[0]) return { id: String(rows[0].id), inserted: true };
+    const existing = await this.pool.query<Row>(
+      "select id from workflows where parent_session_id = $1::uuid and tool_call_id = $2",
+      [input.parentSessionId, input.toolCallId],
+    );
+    return { id: String(existing.rows[0]?.id), inserted: false };
+  }
+
+  /** The recovery proof of a workflow, read back from the native row (`recoverableWorkflow`). */
+  async recoverableWorkflow(workflowId: string): Promise<WorkflowRecovery | null> {
+    const { rows } = await this.pool.query<Row>(
+      "select generation, recovery_admission_version from workflows where id = $1::uuid",
+      [workflowId],
+    );
+    const r = rows[0];
+    return r
+      ? {
+          workflowGeneration: Number(r.generation),
+          recoveryAdmissionVersion: Number(r.recovery_admission_version),
+        }
+      : null;
+  }
+
+  async getWorkflow(workflowId: string, principalAccountId?: string): Promise<WorkflowRow | null> {
+    const { rows } = await this.pool.query<Row>(
+      `select * from workflows where id = $1::uuid and ($2::uuid is null or principal_account_id = $2::uuid)`,
+      [workflowId, principalAccountId ?? null],
+    );
+    return rows[0] ? workflowFromRow(rows[0]) : null;
+  }
+
+  /**
+   * A fenced snapshot write: accepted only under `expectedGeneration`, and never moving a terminal record
+   * back to running. `updated` includes terminal updates; a refused write publishes nothing (`stale`).
+   */
+  async publishSnapshot(
+    workflowId: string,
+    snapshot: unknown,
+    status: WorkflowStatus,
+    expectedGeneration: number,
+  ): Promise<"updated" | "stale"> {
+    const { rowCount } = await this.pool.query(
+      `update workflows set snapshot = $2::jsonb, status = $3, published_count = published_count + 1,
+              updated_at = now()
+        where id = $1::uuid and generation = $4 and status = 'running'`,
+      [workflowId, JSON.stringify(snapshot), status, expectedGeneration],
+    );
+    return rowCount === 1 ? "updated" : "stale";
+  }
+
+  /**
+   * Explicit WorkflowResume's terminal-to-running bridge: a new generation (older writers become stale),
+   * the same admission version. Null when the workflow is not terminal (or not this call's).
+   */
+  async advanceWorkflowGeneration(input: {
+    workflowId: string;
+    toolCallId: string;
+    principalAccountId: string;
+    owner: string;
+  }): Promise<WorkflowRecovery | null> {
+    const { rows } = await this.pool.query<Row>(
+      `update workflows set generation = generation + 1, status = 'running', summary_result_id = null,
+              locked_by = $4, locked_at = now(), updated_at = now()
+        where id = $1::uuid and tool_call_id = $2 and principal_account_id = $3::uuid
+          and status in ('completed', 'failed', 'cancelled')
+          and (locked_by is null or locked_by = $4 or ${ownerDead("locked_by")})
+        returning generation, recovery_admission_version`,
+      [input.workflowId, input.toolCallId, input.principalAccountId, input.owner],
+    );
+    const r = rows[0];
+    return r
+      ? {
+          workflowGeneration: Number(r.generation),
+          recoveryAdmissionVersion: Number(r.recovery_admission_version),
+        }
+      : null;
+  }
+
+  /** A held node re-admitted after a repark: a newer admission version, never a new generation. */
+  async advanceAdmissionVersion(workflowId: string, generation: number): Promise<number | null> {
+    const { rows } = await this.pool.query<Row>(
+      `update workflows set recovery_admission_version = recovery_admission_version + 1, updated_at = now()
+        where id = $1::uuid and generation = $2 and status = 'running' returning recovery_admission_version`,
+      [workflowId, generation],
+    );
+    return rows[0] ? Number(rows[0].recovery_admission_version) : null;
+  }
+
+  /**
+   * Boot: takes the lease of workflows left by a dead owner (running, or terminal with an undelivered
+   * summary), oldest first, skipping rows another live process is claiming right now.
+   */
+  claimInterrupted(owner: string, limit: number): Promise<WorkflowRow[]> {
+    return tx(this.pool, async (c) => {
+      const { rows } = await c.query<Row>(
+        `with orphaned as (
+           select w.id from workflows w
+            where (w.status = 'running'
+                   or (w.summary_result_id is null and exists (select 1 from workflow_journals j where j.workflow_id = w.id)))
+              and (w.locked_by is null or w.locked_by = $1 or ${ownerDead("w.locked_by")})
+            order by w.created_at
+            for update of w skip locked
+            limit $2)
+         update workflows w set locked_by = $1, locked_at = now()
+           from orphaned where w.id = orphaned.id
+         returning w.*`,
+        [owner, limit],
+      );
+      return rows.map(workflowFromRow).sort((a, b) => a.id.localeCompare(b.id));
+    });
+  }
+
+  async releaseWorkflow(workflowId: string, owner: string): Promise<void> {
+    await this.pool.query(
+      "update workflows set locked_by = null, locked_at = null where id = $1::uuid and locked_by = $2",
+      [workflowId, owner],
+    );
+  }
+
+  async readJournal(workflowId: string): Promise<unknown | null> {
+    const { rows } = await this.pool.query<Row>(
+      "select body from workflow_journals where workflow_id = $1::uuid",
+      [workflowId],
+    );
+    return rows[0] ? rows[0].body : null;
+  }
+
+  /** Rewrites the journal, fenced by the lease and the generation: a superseded engine writes nothing. */
+  async writeJournal(
+    workflowId: string,
+    body: unknown,
+    generation: number,
+    owner: string,
+    q: Queryable = this.pool,
+  ): Promise<boolean> {
+    const { rowCount } = await q.query(
+      `insert into workflow_journals (workflow_id, body)
+       select w.id, $2::jsonb from workflows w
+        where w.id = $1::uuid and w.generation = $3 and w.locked_by = $4
+       on conflict (workflow_id) do update set body = excluded.body, revision = workflow_journals.revision + 1,
+              updated_at = now()`,
+      [workflowId, JSON.stringify(body), generation, owner],
+    );
+    return rowCount === 1;
+  }
+
+  /**
+   * The whole-workflow summary into the parent's results inbox, exactly once (its id is fixed in the
+   * journal), and the journal's removal, in one transaction, after terminal publication has settled. The
+   * delegation core then delivers it like any result (appended and acknowledged in the parent's journal).
+   */
+  async deliverSummary(input: {
+    workflowId: string;
+    generation: number;
+    resultId: string;
+    outcome: "ok" | "error";
+    body: string;
+    keepJournal?: boolean;
+  }): Promise<boolean> {
+    return tx(this.pool, async (c) => {
+      const { rows } = await c.query<Row>(
+        "select * from workflows where id = $1::uuid and generation = $2 for update",
+        [input.workflowId, input.generation],
+      );
+      const w = rows[0];
+      if (!w || w.status === "running") return false;
+      await c.query(
+        `insert into delegation_results (id, parent_session_id, principal_account_id, tool_call_id, kind, outcome,
+                                         mode, body, byte_size)
+         values ($1::uuid, $2::uuid, $3::uuid, $4, 'workflow_summary', $5, 'background', $6, $7)
+         on conflict (id) do nothing`,
+        [
+          input.resultId,
+          w.parent_session_id,
+          w.principal_account_id,
+          w.tool_call_id,
+          input.outcome,
+          input.body,
+          Buffer.byteLength(input.body),
+        ],
+      );
+      await c.query(
+        "update workflows set summary_result_id = $2::uuid, updated_at = now() where id = $1::uuid",
+        [input.workflowId, input.resultId],
+      );
+      if (!input.keepJournal)
+        await c.query("delete from workflow_journals where workflow_id = $1::uuid", [input.workflowId]);
+      return true;
+    });
+  }
+
+  /** The invalid-journal path: only this workflow ends (status invalid), whatever its generation. */
+  async terminalizeInvalid(workflowId: string): Promise<number | null> {
+    const { rows } = await this.pool.query<Row>(
+      `update workflows set status = 'invalid', updated_at = now() where id = $1::uuid and status <> 'invalid'
+       returning generation`,
+      [workflowId],
+    );
+    if (rows[0]) return Number(rows[0].generation);
+    const again = await this.pool.query<Row>("select generation from workflows where id = $1::uuid", [
+      workflowId,
+    ]);
+    return again.rows[0] ? Number(again.rows[0].generation) : null;
+  }
+}

@@ -1,0 +1,130 @@
+import { randomUUID } from "node:crypto";
+import { PgDelegationRepository } from "@crw/db";
+import type pg from "pg";
+import {
+  JournalNodeDispatcher,
+  type NodeDispatcher,
+  type OriginAccessInput,
+  scriptedNodeTurnRunner,
+  type WorkflowCallContext,
+  WorkflowEngine,
+  type WorkflowEngineOptions,
+  type WorkflowEvent,
+} from "../src/index.js";
+
+export interface Deferred<T = void> {
+  promise: Promise<T>;
+  resolve: (value: T) => void;
+  reject: (e: unknown) => void;
+}
+
+export function deferred<T = void>(): Deferred<T> {
+  let resolve!: (value: T) => void;
+  let reject!: (e: unknown) => void;
+  const promise = new Promise<T>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  return { promise, resolve, reject };
+}
+
+export type Answer = (input: {
+  sessionId: string;
+  task: string;
+  signal: AbortSignal;
+}) => Promise<string> | string;
+
+/** Resolves when `fn` holds, checking on every macrotask (bounded: a broken expectation fails the test). */
+export async function until(
+  fn: () => boolean | Promise<boolean>,
+  what = "condition",
+  ms = 10_000,
+): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await fn())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+/** Rejects when `signal` aborts: a scripted turn that stays in flight until it is interrupted. */
+export function untilAborted(signal: AbortSignal): Promise<never> {
+  return new Promise((_, reject) => {
+    if (signal.aborted) reject(new Error("aborted"));
+    signal.addEventListener("abort", () => reject(new Error("aborted")), { once: true });
+  });
+}
+
+export interface World {
+  repo: PgDelegationRepository;
+  accountId: string;
+  parentSessionId: string;
+  ctx: (
+    overrides?: Partial<WorkflowCallContext> & { access?: Partial<OriginAccessInput> },
+  ) => WorkflowCallContext;
+  engine: (
+    answer: Answer,
+    options?: Partial<WorkflowEngineOptions> & { wrap?: (d: NodeDispatcher) => NodeDispatcher },
+  ) => Promise<{ engine: WorkflowEngine; events: WorkflowEvent[]; dispatcher: NodeDispatcher }>;
+  engines: WorkflowEngine[];
+}
+
+export async function world(pool: pg.Pool, account: { toolAllow?: string[] | null } = {}): Promise<World> {
+  const repo = new PgDelegationRepository(pool);
+  const acct = await repo.createAccount({
+    name: `a-${randomUUID()}`,
+    isOwner: true,
+    toolAllow: account.toolAllow ?? null,
+  });
+  const parent = await repo.createRootSession(acct.id, "scripted");
+  const engines: WorkflowEngine[] = [];
+  return {
+    repo,
+    accountId: acct.id,
+    parentSessionId: parent.id,
+    engines,
+    ctx: (overrides = {}) => ({
+      parentSessionId: parent.id,
+      principalAccountId: acct.id,
+      toolCallId: `call-${randomUUID()}`,
+      currentAccess: async () => ({
+        accountId: acct.id,
+        operator: true,
+        target: { kind: "host", ref: null },
+        ...overrides.access,
+      }),
+      currentWorkDir: async () => null,
+      ...overrides,
+    }),
+    engine: async (answer, options = {}) => {
+      const events: WorkflowEvent[] = [];
+      const base = new JournalNodeDispatcher(repo, scriptedNodeTurnRunner(answer));
+      const dispatcher = options.wrap ? options.wrap(base) : base;
+      const engine = new WorkflowEngine({
+        pool,
+        owner: `test-${randomUUID()}`,
+        dispatcher,
+        defaultModel: "scripted",
+        repo,
+        onEvent: (e) => events.push(e),
+        ...options,
+      });
+      await engine.open();
+      engines.push(engine);
+      return { engine, events, dispatcher };
+    },
+  };
+}
+
+export async function summaries(
+  pool: pg.Pool,
+  parentSessionId: string,
+): Promise<Array<{ id: string; body: string; outcome: string; kind: string }>> {
+  const { rows } = await pool.query(
+    "select id, body, outcome, kind from delegation_results where parent_session_id = $1::uuid order by queue_seq",
+    [parentSessionId],
+  );
+  return rows as Array<{ id: string; body: string; outcome: string; kind: string }>;
+}
+
+export const taskLine = (task: string): string => task.split("\n")[0] ?? "";
