@@ -1,3 +1,11 @@
+export { AppServerClient } from "./appServerClient.js";
+export {
+  bundledCatalog,
+  type CodexHomeOptions,
+  codexBin,
+  codexNativeBin,
+  writeCodexHome,
+} from "./codexHome.js";
 export { FakeAppServer, type FakeAppServerOptions, type ReceivedRequest } from "./fakeAppServer.js";
 export {
   FakeHostError,
@@ -7,3 +15,24 @@ export {
   type TurnEnd,
 } from "./fakeHostState.js";
 export type { FakeUsage, Phase } from "./fakeShapes.js";
+export {
+  functionCalls,
+  functionOutputs,
+  MockModel,
+  type ModelHandler,
+  type ModelReply,
+  type ModelRequest,
+  type OutputItem,
+  streamEvents,
+  toolNames,
+  toolNamespace,
+  type Usage,
+  userTexts,
+} from "./mockModel.js";
+export {
+  controlSocketPath,
+  freePort,
+  type RealCodex,
+  type RealCodexOptions,
+  startRealCodex,
+} from "./realCodex.js";

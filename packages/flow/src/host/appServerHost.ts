@@ -107,9 +107,20 @@ export function createAppServerHost(options: AppServerHostOptions): SessionHost 
     return connection;
   }
 
-  async function call(method: string, params: unknown): Promise<unknown> {
+  /**
+   * One request. A read (`idempotent`) sent on a connection that then turns out dead (an app-server
+   * restart leaves the old channel looking open until the first write) is sent once more on a new
+   * connection; a write is never sent twice.
+   */
+  async function call(method: string, params: unknown, idempotent = false): Promise<unknown> {
     const rpc = await connected();
-    return rpc.request(method, params, requestTimeoutMs);
+    try {
+      return await rpc.request(method, params, requestTimeoutMs);
+    } catch (e) {
+      if (!idempotent || !(e instanceof HostUnreachableError) || e.code !== "closed") throw e;
+      const fresh = await connected();
+      return fresh.request(method, params, requestTimeoutMs);
+    }
   }
 
   async function attempt<T>(run: () => Promise<T>): Promise<HostResult<T>> {
@@ -133,7 +144,7 @@ export function createAppServerHost(options: AppServerHostOptions): SessionHost 
 
   async function readThreadRaw(threadId: string, includeTurns: boolean) {
     const params: ThreadReadParams = { threadId, includeTurns };
-    return parse(threadReadResponseWire, await call("thread/read", params), "thread/read").thread;
+    return parse(threadReadResponseWire, await call("thread/read", params, true), "thread/read").thread;
   }
 
   return {
@@ -152,7 +163,11 @@ export function createAppServerHost(options: AppServerHostOptions): SessionHost 
             limit: listPageLimit,
             cursor,
           };
-          const answer = parse(threadListResponseWire, await call("thread/list", params), "thread/list");
+          const answer = parse(
+            threadListResponseWire,
+            await call("thread/list", params, true),
+            "thread/list",
+          );
           for (const thread of answer.data) if (thread.parentThreadId === ownerThreadId) ids.push(thread.id);
           cursor = answer.nextCursor;
           if (!cursor) break;

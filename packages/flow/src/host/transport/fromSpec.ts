@@ -9,13 +9,21 @@ export class HostSpecError extends Error {
 
 /**
  * The host a run is configured with, as one string (run.json, `--host`, an environment variable):
- * `ws://IP:PORT` or `wss://…` for a listening app-server, otherwise a command line run with its stdio
- * (`codex app-server proxy --sock /path`); empty means the default `codex app-server proxy`. Words split
- * on blanks; single or double quotes keep blanks in a word. No shell is involved.
+ * - `ws://IP:PORT` / `wss://…`: an app-server listening on WebSocket;
+ * - `unix://PATH`: an app-server's control socket (WebSocket over a Unix socket);
+ * - anything else: a command line run with its stdio. `… app-server proxy …` carries WebSocket frames
+ *   (the proxy pipes bytes to the control socket); any other command (`codex app-server`) JSON lines.
+ *   A `lines:` or `websocket:` prefix says which explicitly;
+ * - empty: the default `codex app-server proxy` (CODEX_HOME from the environment).
+ * Words split on blanks; single or double quotes keep blanks in a word. No shell is involved.
  */
 export function hostTransportFromSpec(spec: string | undefined, env?: NodeJS.ProcessEnv): HostTransport {
   const text = (spec ?? "").trim();
   if (text === "") return commandTransport({ ...defaultHostCommand, env });
+  if (/^unix:\/\//i.test(text)) {
+    if (text.length <= "unix://".length) throw new HostSpecError("host socket path is empty");
+    return wsTransport(text);
+  }
   if (/^wss?:\/\//i.test(text)) {
     try {
       new URL(text);
@@ -24,10 +32,13 @@ export function hostTransportFromSpec(spec: string | undefined, env?: NodeJS.Pro
     }
     return wsTransport(text);
   }
-  const words = splitWords(text);
+  const explicit = /^(lines|websocket):/.exec(text);
+  const words = splitWords(explicit ? text.slice(explicit[0].length) : text);
   const [command, ...args] = words;
   if (command === undefined) throw new HostSpecError("host command is empty");
-  return commandTransport({ command, args, env });
+  const isProxy = args.some((word, i) => word === "app-server" && args[i + 1] === "proxy");
+  const framing = (explicit?.[1] as "lines" | "websocket" | undefined) ?? (isProxy ? "websocket" : "lines");
+  return commandTransport({ command, args, env, framing });
 }
 
 function splitWords(text: string): string[] {
