@@ -13,6 +13,10 @@ import { z } from "zod";
  * reply to a request is chosen by the number of assistant messages already in the request's context, so a
  * resumed or recovered session gets the same next reply a fresh run would; past the end of the script the
  * model answers `Done: <last input line>`. In `text`, `{{last}}` is replaced by the last input's text.
+ *
+ * With no configured script, a session can carry its own: the newest user message that is exactly
+ * `{"steps": [...]}` is the script, counted from that message on. The task is journaled, so a recovered
+ * session continues the same script, and a delegated child gets its script from its task.
  */
 export const ScriptStepSchema = z.strictObject({
   text: z.string().optional(),
@@ -50,15 +54,36 @@ function lastInputText(context: Context): string {
 
 const tokens = (chars: number) => Math.ceil(chars / 4);
 
+const TranscriptScriptSchema = z.strictObject({ steps: z.array(ScriptStepSchema) });
+
+/** The newest `{"steps": [...]}` user message and the messages after it, if there is one. */
+function transcriptScript(context: Context): { steps: ScriptStep[]; after: Context["messages"] } | undefined {
+  for (let i = context.messages.length - 1; i >= 0; i--) {
+    const message = context.messages[i];
+    if (message?.role !== "user") continue;
+    const text = inputText(message);
+    if (!text.startsWith('{"steps"')) continue;
+    try {
+      const parsed = TranscriptScriptSchema.safeParse(JSON.parse(text));
+      if (parsed.success) return { steps: parsed.data.steps, after: context.messages.slice(i + 1) };
+    } catch {
+      // Not JSON after all: an ordinary task.
+    }
+  }
+  return undefined;
+}
+
 /** The reply the script gives to `context`. Pure: the same context always gets the same message. */
 export function scriptedReply(
   model: Model<string>,
   script: readonly ScriptStep[],
   context: Context,
 ): AssistantMessage {
-  const index = context.messages.filter((m) => m.role === "assistant").length;
+  const own = script.length === 0 ? transcriptScript(context) : undefined;
+  const steps = own?.steps ?? script;
+  const index = (own?.after ?? context.messages).filter((m) => m.role === "assistant").length;
   const last = lastInputText(context);
-  const raw = script[index] ?? { text: `Done: ${last.split("\n", 1)[0]?.slice(0, 200) ?? ""}` };
+  const raw = steps[index] ?? { text: `Done: ${last.split("\n", 1)[0]?.slice(0, 200) ?? ""}` };
   const step = ScriptStepSchema.parse(raw);
   const content: AssistantMessage["content"] = [];
   if (step.text !== undefined) content.push({ type: "text", text: step.text.replaceAll("{{last}}", last) });

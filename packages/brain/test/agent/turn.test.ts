@@ -334,3 +334,21 @@ describe("runChildTurn with the scripted provider", () => {
     ).rejects.toMatchObject({ code: "invalid_turn_input" });
   });
 });
+
+describe("scripted provider: a script carried in the task", () => {
+  it("follows the newest {steps} task and counts from it, so a recovered session continues the same script", async () => {
+    const dir = workDir();
+    const task = JSON.stringify({
+      steps: [
+        { toolCalls: [{ name: "shell", arguments: { command: "echo hi" } }] },
+        { text: "own script done" },
+      ],
+    });
+    const first = await turn(dir, [], { input: task });
+    expect(first.finalText).toBe("own script done");
+    expect(first.toolCalls[0]?.result).toContain("hi");
+    // After the script ends, later input gets the default answer.
+    const later = await turn(dir, [], { messages: first.messages, input: "anything else?" });
+    expect(later.finalText).toBe("Done: anything else?");
+  });
+});
