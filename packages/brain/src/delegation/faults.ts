@@ -23,12 +23,17 @@ export type FaultPoint = (typeof FAULT_POINTS)[number];
 
 const hits = new Map<string, number>();
 
-export function faultPoint(name: FaultPoint): void {
+/**
+ * `detail` narrows a point to one case (a tool name): `CRW_FAULT=tool.after_effect:Effect@2` kills at the
+ * second time any Effect call has run and its result is not yet journaled.
+ */
+export function faultPoint(name: FaultPoint, detail?: string): void {
   const spec = process.env.CRW_FAULT;
   if (!spec) return;
-  const [point, nth] = spec.split("@");
-  if (point !== name) return;
-  const count = (hits.get(name) ?? 0) + 1;
-  hits.set(name, count);
+  const [target = "", nth] = spec.split("@");
+  const [point, wanted] = target.split(":");
+  if (point !== name || (wanted !== undefined && wanted !== detail)) return;
+  const count = (hits.get(target) ?? 0) + 1;
+  hits.set(target, count);
   if (count >= Number(nth ?? "1")) process.kill(process.pid, "SIGKILL");
 }

@@ -42,24 +42,13 @@ export async function recoverDelegations(
     const dangling = danglingToolCalls(journal);
     if (dangling.length === 0) continue;
     unknownToolCalls += dangling.length;
+    const answers = [];
+    for (const call of dangling)
+      answers.push(await unknownOutcome(service, s.sessionId, s.principalAccountId, call));
     await repo.append(
       s.sessionId,
       s.principalAccountId,
-      dangling.map((call) => ({
-        body: {
-          type: "message" as const,
-          message: {
-            role: "toolResult" as const,
-            toolCallId: call.id,
-            toolName: call.name,
-            content:
-              call.name === "Delegate" || call.name === "DelegateContinue"
-                ? "interrupted by a restart: the delegated call continues, and its result arrives as a message."
-                : UNKNOWN_OUTCOME,
-            isError: true,
-          },
-        },
-      })),
+      answers.map((message) => ({ body: { type: "message" as const, message } })),
     );
   }
 
@@ -155,4 +144,25 @@ async function settleError(service: DelegationService, run: SubagentRun, message
     error: { code: "recovery_failed", message },
   });
   await service.resultQueued(run.parentSessionId, run.principalAccountId, settled.resultId);
+}
+
+/**
+ * The answer to a tool call whose outcome a crash left unknown. A delegation is verified against its rows
+ * (its run either exists and will deliver, or was never recorded); any other tool is reported as unknown
+ * and never run again.
+ */
+async function unknownOutcome(
+  service: DelegationService,
+  sessionId: string,
+  principalAccountId: string,
+  call: { id: string; name: string },
+): Promise<TranscriptMessage> {
+  let content = UNKNOWN_OUTCOME;
+  if (call.name === "Delegate" || call.name === "DelegateContinue") {
+    const run = await service.repo.runForToolCall(sessionId, call.id, principalAccountId);
+    content = run
+      ? `interrupted by a restart: the delegated call ${run.id} was recorded; its result arrives as a message.`
+      : "interrupted by a restart before the delegation was recorded: nothing was started. Delegate again if it is still needed.";
+  }
+  return { role: "toolResult", toolCallId: call.id, toolName: call.name, content, isError: true };
 }

@@ -1,5 +1,6 @@
 import { type DelegatedExecutionScope, toolCallVerdict } from "../scope/index.js";
 import { DelegationError } from "./errors.js";
+import { faultPoint } from "./faults.js";
 import type { TurnTool } from "./turn.js";
 
 /** Marks a tool that changes something outside the transcript: refused in a read-only turn. */
@@ -40,7 +41,9 @@ export function scopedTools(
           );
         }
       }
-      return tool.execute(args, ctx);
+      const out = await tool.execute(args, ctx);
+      faultPoint("tool.after_effect", tool.name);
+      return out;
     },
   }));
 }

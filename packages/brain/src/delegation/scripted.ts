@@ -1,6 +1,5 @@
 import type { AssistantMessage, ToolCallContent, ToolResultMessage, TranscriptMessage } from "@crw/db";
 import { z } from "zod";
-import { faultPoint } from "./faults.js";
 import type { SessionTurnRunner, TurnHost, TurnOutcome, TurnRequest } from "./turn.js";
 
 /**
@@ -125,7 +124,6 @@ export function createScriptedTurnRunner(options: ScriptedRunnerOptions = {}): S
         if (calls.length === 0) return { stopReason: "stop" };
         for (const call of calls) {
           await host.beforeToolCall(call);
-          faultPoint("tool.after_intent");
           host.progress({
             type: "tool",
             sessionId: request.sessionId,
@@ -173,7 +171,6 @@ export function createScriptedTurnRunner(options: ScriptedRunnerOptions = {}): S
               };
             }
           }
-          faultPoint("tool.after_effect");
           await host.record(result);
           context.push(result);
         }

@@ -9,6 +9,7 @@ import type {
 } from "@crw/db";
 import type { DelegatedExecutionScope } from "../scope/index.js";
 import { contextFromJournal } from "./context.js";
+import { faultPoint } from "./faults.js";
 import { KeyedMutex } from "./notifier.js";
 import { type MutatingTool, scopedTools } from "./scopedTools.js";
 import type { ProgressSink, SessionTurnRunner, TurnHost, TurnOutcome } from "./turn.js";
@@ -73,6 +74,7 @@ export class SessionTurns {
             },
           },
         ]);
+        faultPoint("tool.after_intent", call.name);
       },
       drainSteering: turn.drainSteering,
       progress: turn.progress,

@@ -37,6 +37,8 @@ export class PgDelegationRepository implements DelegationRepository {
   createContinuation: DelegationRepository["createContinuation"] = (i) =>
     runs.createContinuation(this.pool, i);
   getRun: DelegationRepository["getRun"] = (r, p) => runs.getRun(this.pool, r, p);
+  runForToolCall: DelegationRepository["runForToolCall"] = (s, t, p) =>
+    runs.runForToolCall(this.pool, s, t, p);
   openRunForChild: DelegationRepository["openRunForChild"] = (c, p) => runs.openRunForChild(this.pool, c, p);
   markRunStarted: DelegationRepository["markRunStarted"] = (r, g, o) =>
     runs.markRunStarted(this.pool, r, g, o);

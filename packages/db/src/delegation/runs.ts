@@ -159,6 +159,21 @@ export async function getRun(pool: pg.Pool, runId: string, principalAccountId: s
   return runFromRow(rows[0]);
 }
 
+export async function runForToolCall(
+  pool: pg.Pool,
+  parentSessionId: string,
+  toolCallId: string,
+  principalAccountId: string,
+): Promise<SubagentRun | null> {
+  assertUuid("parentSessionId", parentSessionId);
+  const { rows } = await pool.query<Row>(
+    `select * from subagent_runs where parent_session_id = $1::uuid and tool_call_id = $2
+        and principal_account_id = $3::uuid`,
+    [parentSessionId, toolCallId, principalAccountId],
+  );
+  return rows[0] ? runFromRow(rows[0]) : null;
+}
+
 export async function openRunForChild(
   pool: pg.Pool,
   childSessionId: string,
@@ -216,7 +231,12 @@ export function startRun(
     const row = rows[0];
     if (!row) throw notFound("run", { runId });
     const run = runFromRow(row);
-    if (run.generation !== generation || !["queued", "running"].includes(run.status) || !run.childSessionId) {
+    // A settling run resumes as running: its settlement drain runs again and re-enters settling.
+    if (
+      run.generation !== generation ||
+      !["queued", "running", "settling"].includes(run.status) ||
+      !run.childSessionId
+    ) {
       return { started: false, appended: false, run };
     }
     const appended = run.status === "queued";

@@ -196,6 +196,12 @@ export interface DelegationRepository {
   createDelegation(input: NewDelegation): Promise<{ run: SubagentRun; child: SessionRow; created: boolean }>;
   createContinuation(input: NewContinuation): Promise<{ run: SubagentRun; created: boolean }>;
   getRun(runId: string, principalAccountId: string): Promise<SubagentRun>;
+  /** The run a tool call of `parentSessionId` created, if it got that far. */
+  runForToolCall(
+    parentSessionId: string,
+    toolCallId: string,
+    principalAccountId: string,
+  ): Promise<SubagentRun | null>;
   openRunForChild(childSessionId: string, principalAccountId: string): Promise<SubagentRun | null>;
   /** queued -> running; false when the row moved on (another owner, a new generation). */
   markRunStarted(runId: string, generation: number, owner: string): Promise<boolean>;

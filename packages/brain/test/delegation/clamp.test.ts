@@ -1,0 +1,191 @@
+import { useTestDatabase } from "@crw/tools/pg";
+import { describe, expect, it } from "vitest";
+import type { MutatingTool } from "../../src/index.js";
+import { gateTool, latch, makeService, messages, newParent, scriptTask, waitFor } from "./helpers.js";
+
+const db = useTestDatabase();
+
+const writeTool: MutatingTool = {
+  name: "Write",
+  description: "writes",
+  parameters: {},
+  mutates: true,
+  async execute() {
+    return { content: "written" };
+  },
+};
+
+async function childWithAnswer() {
+  const gates = new Map<string, Promise<void>>();
+  const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates), writeTool] });
+  const { account, parent } = await newParent(service);
+  const first = await service.delegate({
+    parentSessionId: parent.id,
+    principalAccountId: account.id,
+    toolCallId: "d1",
+    task: scriptTask({ answer: "first answer" }),
+    mode: "foreground",
+  });
+  if (first.kind !== "result") throw new Error("expected a result");
+  return { service, repo, account, parent, child: first.childSessionId, gates };
+}
+
+describe("DelegateContinue and the read-only clamp", () => {
+  it("S004-212: S004-213: S004-214: a continuation from a read-only turn binds read_only_scope to its row and runs read-only", async () => {
+    const { service, repo, account, parent, child } = await childWithAnswer();
+    const receipt = await service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: child,
+      toolCallId: "c1",
+      text: scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "tried" }),
+      mode: "foreground",
+      callerReadOnly: true,
+    });
+    expect(receipt.kind).toBe("result");
+    const run = await db.pool.query<{ read_only_scope: string }>(
+      "select read_only_scope from subagent_runs where parent_session_id = $1 and tool_call_id = 'c1'",
+      [parent.id],
+    );
+    expect(JSON.parse(run.rows[0]?.read_only_scope ?? "null")).toMatchObject({
+      readOnly: true,
+      permissionBoundary: "read-only",
+    });
+    const msgs = messages(await repo.readJournal(child, account.id));
+    expect(msgs.find((m) => m.role === "toolResult" && m.toolName === "Write")).toMatchObject({
+      isError: true,
+      content: expect.stringMatching(/^tool_not_allowed: .*read-only/),
+    });
+    // the child's permanent scope is unchanged: a later Build continuation may write again (S004-224)
+    const build = await service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: child,
+      toolCallId: "c2",
+      text: scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "wrote" }),
+      mode: "foreground",
+    });
+    expect(build).toMatchObject({ kind: "result", body: "wrote" });
+    const after = messages(await repo.readJournal(child, account.id));
+    expect(after.filter((m) => m.role === "toolResult" && m.toolName === "Write").at(-1)).toMatchObject({
+      isError: false,
+    });
+  });
+
+  it("S004-227: write access stays refused from a read-only turn; nothing is written", async () => {
+    const { service, account, parent, child } = await childWithAnswer();
+    await expect(
+      service.continueSubagent({
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        childSessionId: child,
+        toolCallId: "w1",
+        text: "write please",
+        mode: "foreground",
+        callerReadOnly: true,
+        writeAccess: true,
+      }),
+    ).rejects.toMatchObject({ code: "write_access_refused" });
+    const rows = await db.pool.query("select 1 from subagent_runs where tool_call_id = 'w1'");
+    expect(rows.rowCount).toBe(0);
+  });
+
+  it("S004-225: S004-226: S004-223: planning callers wait for an active child; Build callers wait for a read-only call and steer otherwise", async () => {
+    const { service, repo, account, parent, child, gates } = await childWithAnswer();
+    const hold = latch();
+    gates.set("busy", hold.promise);
+    const busy = await service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: child,
+      toolCallId: "b1",
+      text: scriptTask({ rounds: [[{ name: "Gate", arguments: { key: "busy" } }]], answer: "busy done" }),
+      mode: "background",
+    });
+    expect(busy.kind).toBe("started");
+    await waitFor(
+      async () => (await repo.openRunForChild(child, account.id))?.status === "running",
+      "running",
+    );
+    const planning = service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: child,
+      toolCallId: "p1",
+      text: "plan",
+      mode: "foreground",
+      callerReadOnly: true,
+    });
+    await expect(planning).rejects.toMatchObject({ code: "wait_required", retryable: true });
+    const steered = await service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: child,
+      toolCallId: "s1",
+      text: "also do this",
+      mode: "foreground",
+    });
+    expect(steered.kind).toBe("steered");
+    hold.open();
+    await waitFor(async () => (await repo.openRunForChild(child, account.id)) === null, "settled");
+    await service.whenIdle();
+    // S004-044: the steer's receipt is delivered into the child's journal before the call settled
+    const receipts = await db.pool.query<{ status: string }>(
+      "select status from delegated_steers where child_session_id = $1",
+      [child],
+    );
+    expect(receipts.rows.map((r) => r.status)).toEqual(["delivered"]);
+
+    // now a read-only call is open: a Build caller must wait, never steer into it
+    const ro = latch();
+    gates.set("ro", ro.promise);
+    await service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: child,
+      toolCallId: "r1",
+      text: scriptTask({ rounds: [[{ name: "Gate", arguments: { key: "ro" } }]], answer: "ro done" }),
+      mode: "background",
+      callerReadOnly: true,
+    });
+    const open = await waitFor(async () => repo.openRunForChild(child, account.id), "open read-only call");
+    expect(open?.readOnlyScope).not.toBeNull();
+    await expect(
+      service.continueSubagent({
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        childSessionId: child,
+        toolCallId: "b2",
+        text: "build",
+        mode: "foreground",
+      }),
+    ).rejects.toMatchObject({ code: "wait_required" });
+    expect(
+      (await db.pool.query("select 1 from delegated_steers where child_session_id = $1", [child])).rowCount,
+    ).toBe(1);
+    ro.open();
+    await waitFor(
+      async () => (await repo.openRunForChild(child, account.id)) === null,
+      "read-only call settled",
+    );
+    await service.whenIdle();
+  });
+
+  it("the ownership guard: another parent or principal cannot continue or read a child", async () => {
+    const { service, account, child } = await childWithAnswer();
+    const other = await service.createRootSession(account.id, "scripted");
+    await expect(
+      service.continueSubagent({
+        parentSessionId: other.id,
+        principalAccountId: account.id,
+        childSessionId: child,
+        toolCallId: "x",
+        text: "hi",
+        mode: "foreground",
+      }),
+    ).rejects.toMatchObject({ code: "not_found" });
+    await expect(service.readSubagent(other.id, child, account.id)).rejects.toMatchObject({
+      code: "not_found",
+    });
+  });
+});
