@@ -36,9 +36,13 @@ export class RolloutUnreadableError extends Error {
   }
 }
 
-const chunkSize = 64 * 1024;
+const defaultChunkSize = 64 * 1024;
 
-export async function readRolloutTokenCount(path: string): Promise<TokenCount | undefined> {
+export async function readRolloutTokenCount(
+  path: string,
+  options: { chunkSize?: number } = {},
+): Promise<TokenCount | undefined> {
+  const chunkSize = Math.max(1, options.chunkSize ?? defaultChunkSize);
   let handle: Awaited<ReturnType<typeof open>>;
   try {
     handle = await open(path, "r");

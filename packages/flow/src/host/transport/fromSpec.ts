@@ -41,7 +41,8 @@ export function hostTransportFromSpec(spec: string | undefined, env?: NodeJS.Pro
   return commandTransport({ command, args, env, framing });
 }
 
-function splitWords(text: string): string[] {
+/** Exported for its tests. */
+export function splitWords(text: string): string[] {
   const words: string[] = [];
   let word = "";
   let inWord = false;
