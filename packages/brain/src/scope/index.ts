@@ -13,6 +13,7 @@ export {
   scopeExceedsCurrentAccess,
 } from "./capture.js";
 export { DelegatedScopeError, type DelegatedScopeErrorCode } from "./errors.js";
+export { type DelegatedTurnIdentity, forDelegatedTurn, type ParentSessionFacts } from "./identity.js";
 export { isCanonicalArtifactPath, normalizePlacement, type PathSpelling, pathSpelling } from "./paths.js";
 export {
   type DelegatedExecutionScope,
@@ -39,6 +40,7 @@ export {
   unionDeny,
 } from "./tools.js";
 export {
+  admitStoredWorkDir,
   delegatedWorkDir,
   type HostProject,
   type ProjectContext,

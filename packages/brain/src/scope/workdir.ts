@@ -196,3 +196,35 @@ export async function projectContextRoot(dir: string): Promise<ProjectContext | 
     current = parent;
   }
 }
+
+/**
+ * Channel admission of a stored placement before a continuation or recovery turn: the stored `workDir` is
+ * replayed (never the parent's current directory) and must still exist, and for a host target it must
+ * still resolve to the same project ref it was captured with.
+ */
+export async function admitStoredWorkDir(
+  scope: { readonly workDir: string | null; readonly target: ExecutionTarget },
+  projectForPath?: (dir: string) => Promise<HostProject | undefined> | HostProject | undefined,
+): Promise<string | null> {
+  if (scope.workDir === null || scope.target.kind !== "host") return scope.workDir;
+  const real = await existingDirectory(scope.workDir);
+  if (scope.target.ref !== null && projectForPath) {
+    let project = await projectForPath(real);
+    if (!project) {
+      const context = await projectContextRoot(real);
+      if (context) project = await projectForPath(context.repositoryRoot);
+    }
+    if (project?.ref !== scope.target.ref) {
+      throw new DelegatedScopeError(
+        "work_dir_unavailable",
+        "the stored working directory no longer belongs to its host target",
+        {
+          cwd: scope.workDir,
+          target: scope.target.ref,
+          now: project?.ref ?? null,
+        },
+      );
+    }
+  }
+  return real;
+}

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import {
+  admitStoredWorkDir,
   captureDelegatedExecutionScope,
   DelegatedScopeError,
   delegatedWorkDir,
@@ -242,5 +243,51 @@ describe("placement spelling", () => {
         sharedArtifacts: ["C:\\out.json"],
       }),
     ).toThrow(/sharedArtifacts\.0/);
+  });
+});
+
+describe("admission of a stored placement", () => {
+  it("S004-266: a continuation replays the stored cwd, not the parent's current directory", async () => {
+    const stored = parseDelegatedExecutionScope(
+      captureDelegatedExecutionScope({
+        accountId: "a",
+        target: { kind: "host", ref: "proj" },
+        projectRef: "proj",
+        workDir: join(project, "src"),
+      }),
+    );
+    const parentNowIn = outside;
+    const admitted = await admitStoredWorkDir(stored, (dir) =>
+      dir.startsWith(project) ? { ref: "proj", root: project } : undefined,
+    );
+    expect(admitted).toBe(join(project, "src"));
+    expect(admitted).not.toBe(parentNowIn);
+  });
+
+  it("S004-267: channel admission refuses a vanished directory", async () => {
+    const gone = join(root, "gone");
+    mkdirSync(gone);
+    const stored = parseDelegatedExecutionScope(
+      captureDelegatedExecutionScope({ accountId: "a", target: { kind: "host", ref: null }, workDir: gone }),
+    );
+    expect(await admitStoredWorkDir(stored)).toBe(gone);
+    rmSync(gone, { recursive: true });
+    expect(await refusal(admitStoredWorkDir(stored))).toBe("work_dir_unavailable");
+  });
+
+  it("S004-268: channel admission refuses a directory that no longer matches the stored host target", async () => {
+    const stored = parseDelegatedExecutionScope(
+      captureDelegatedExecutionScope({
+        accountId: "a",
+        target: { kind: "host", ref: "proj" },
+        projectRef: "proj",
+        workDir: project,
+      }),
+    );
+    expect(await refusal(admitStoredWorkDir(stored, () => ({ ref: "proj-renamed", root: project })))).toBe(
+      "work_dir_unavailable",
+    );
+    expect(await refusal(admitStoredWorkDir(stored, () => undefined))).toBe("work_dir_unavailable");
+    expect(await admitStoredWorkDir(stored, () => ({ ref: "proj", root: project }))).toBe(project);
   });
 });

@@ -1,0 +1,91 @@
+import { describe, expect, it } from "vitest";
+import {
+  captureDelegatedExecutionScope,
+  forDelegatedTurn,
+  parseDelegatedExecutionScope,
+} from "../../src/scope/index.js";
+
+const dream = { runId: "dream-7", accountUserId: "acct-1" };
+const base = { accountId: "acct-1", target: { kind: "host", ref: null } };
+const dreamScope = parseDelegatedExecutionScope(
+  captureDelegatedExecutionScope(base, { accountId: "acct-1", dream }),
+);
+const ordinary = parseDelegatedExecutionScope(captureDelegatedExecutionScope(base));
+const ownConversation = {
+  sessionId: "p1",
+  accountId: "acct-1",
+  kind: "root",
+  continuation: false,
+  channelId: null,
+} as const;
+
+describe("IdentityResolver.forDelegatedTurn", () => {
+  it("S004-571: memory identity only when the scope carries a dream AND the parent is the account's own top-level conversation", () => {
+    expect(forDelegatedTurn(dreamScope, ownConversation)).toEqual({
+      principalAccountId: "acct-1",
+      memoryIdentity: { elowenUserId: "acct-1", dreamRunId: "dream-7" },
+    });
+    expect(forDelegatedTurn(ordinary, ownConversation).memoryIdentity).toBeUndefined();
+  });
+
+  it("S004-572: the parent proof: the named account's, not a continuation, not a delegated child, not a brain-ch-* room", () => {
+    expect(
+      forDelegatedTurn(dreamScope, { ...ownConversation, accountId: "acct-2" }).memoryIdentity,
+    ).toBeUndefined();
+    expect(
+      forDelegatedTurn(dreamScope, { ...ownConversation, continuation: true }).memoryIdentity,
+    ).toBeUndefined();
+    expect(
+      forDelegatedTurn(dreamScope, { ...ownConversation, kind: "delegated" }).memoryIdentity,
+    ).toBeUndefined();
+    expect(
+      forDelegatedTurn(dreamScope, { ...ownConversation, channelId: "brain-ch-team" }).memoryIdentity,
+    ).toBeUndefined();
+    expect(
+      forDelegatedTurn(dreamScope, { ...ownConversation, channelId: "direct-1" }).memoryIdentity,
+    ).toBeDefined();
+  });
+
+  it("S004-573: every ordinary delegated child gets no memory identity, whatever its parent", () => {
+    for (const parent of [
+      ownConversation,
+      { ...ownConversation, kind: "delegated" as const },
+      { ...ownConversation, channelId: "brain-ch-x" },
+    ]) {
+      expect(forDelegatedTurn(ordinary, parent)).toEqual({ principalAccountId: "acct-1" });
+    }
+  });
+
+  it("S004-574: the proof is re-derived on every rehydrate and never stored in the scope", () => {
+    const stored = captureDelegatedExecutionScope(base, { accountId: "acct-1", dream });
+    expect(stored).not.toContain("elowenUserId");
+    expect(stored).not.toContain("memoryIdentity");
+    // The same stored scope yields identity or not according to the parent as it is now.
+    const scope = parseDelegatedExecutionScope(stored);
+    expect(forDelegatedTurn(scope, ownConversation).memoryIdentity).toBeDefined();
+    expect(
+      forDelegatedTurn(scope, { ...ownConversation, continuation: true }).memoryIdentity,
+    ).toBeUndefined();
+    expect(forDelegatedTurn(scope, ownConversation).memoryIdentity).toBeDefined();
+  });
+
+  it("a dream marker is no authority over the account: it changes no tool, boundary or operator power", () => {
+    expect(dreamScope.tools).toEqual(ordinary.tools);
+    expect(dreamScope.permissionBoundary).toBe(ordinary.permissionBoundary);
+    expect(dreamScope.operator).toBe(false);
+  });
+
+  it("S004-201: dreaming supplies its host-only marker, imposed permission boundary and account principal to the capture", () => {
+    const scope = parseDelegatedExecutionScope(
+      captureDelegatedExecutionScope(
+        { ...base, permissionBoundary: "full-access" },
+        { accountId: "acct-1", dream, permissionBoundary: "read-only", tools: { allow: ["read", "shell"] } },
+      ),
+    );
+    expect(scope.dream).toEqual(dream);
+    expect(scope.accountId).toBe("acct-1");
+    expect(scope.permissionBoundary).toBe("read-only");
+    expect(scope.readOnly).toBe(true);
+    expect(scope.tools.allow).toEqual(["read", "shell"]);
+  });
+});
