@@ -1,0 +1,126 @@
+import { useTestDatabase } from "@crw/tools/pg";
+import { describe, expect, it } from "vitest";
+import { INTERRUPTED_CONTEXT, recoverDelegations } from "../../src/index.js";
+import { makeService, messages, newParent, scriptTask, waitFor } from "./helpers.js";
+
+const db = useTestDatabase();
+
+async function queuedRun(service: ReturnType<typeof makeService>["service"], task: string, fork = false) {
+  const { account, parent } = await newParent(service);
+  await service.prompt(parent.id, account.id, scriptTask({ answer: "idle now" }));
+  const d = await service.repo.createDelegation({
+    parentSessionId: parent.id,
+    principalAccountId: account.id,
+    toolCallId: "t1",
+    task,
+    mode: "background",
+    model: "scripted",
+    scope: JSON.stringify({ accountId: account.id, target: { kind: "host", ref: null } }),
+    ...(fork ? { fork: { fromSessionId: parent.id } } : {}),
+  });
+  return { account, parent, run: d.run, child: d.child };
+}
+
+async function parentMessages(
+  service: ReturnType<typeof makeService>["service"],
+  parentId: string,
+  accountId: string,
+) {
+  await waitFor(
+    async () => (await service.repo.queuedResultIds(parentId, accountId)).length === 0,
+    "delivery",
+  );
+  await service.whenIdle();
+  return messages(await service.repo.readJournal(parentId, accountId));
+}
+
+describe("boot recovery", () => {
+  it("S004-188: a Delegate that never started is terminalized with an error result, and S004-030: the parent wakes without user input", async () => {
+    const { service, repo } = makeService(db.pool);
+    const { account, parent, run } = await queuedRun(service, scriptTask({ answer: "never" }));
+    const report = await recoverDelegations(service);
+    expect(report.terminalized).toContain(run.id);
+    expect((await repo.getRun(run.id, account.id)).status).toBe("failed");
+    const msgs = await parentMessages(service, parent.id, account.id);
+    expect(msgs.at(-2)).toMatchObject({ role: "custom", details: { outcome: "error" } });
+    expect(msgs.at(-1)).toMatchObject({ role: "assistant", content: [{ type: "text", text: "noted (1)" }] });
+    const child = await repo.readJournal(run.childSessionId ?? "", account.id);
+    expect(child).toEqual([]);
+    await service.close();
+  });
+
+  it("S004-247: S004-248: boot discards an unfinished fork copy before claiming, and the parent's run settles through the missing-child path", async () => {
+    const { service, repo } = makeService(db.pool);
+    const { account, parent, run, child } = await queuedRun(service, "forked task", true);
+    const report = await recoverDelegations(service);
+    expect(report.discardedForks).toContain(child.id);
+    expect(report.terminalized).toContain(run.id);
+    const msgs = await parentMessages(service, parent.id, account.id);
+    expect(msgs.some((m) => m.role === "custom" && m.content.includes("discarded"))).toBe(true);
+    await expect(repo.getSession(child.id, account.id)).rejects.toMatchObject({ code: "not_found" });
+    await service.close();
+  });
+
+  it("S004-030: a run beyond its recovery attempts gets an ordinary error result telling the parent to verify the last step", async () => {
+    const { service, repo } = makeService(db.pool);
+    const { account, parent, run } = await queuedRun(service, scriptTask({ answer: "x" }));
+    await repo.startRun(run.id, run.generation, "dead-owner");
+    await db.pool.query("update subagent_runs set recovery_attempts = 3 where id = $1", [run.id]);
+    const report = await recoverDelegations(service, { maxRecoveryAttempts: 3 });
+    expect(report.failed).toContain(run.id);
+    const msgs = await parentMessages(service, parent.id, account.id);
+    const result = msgs.find((m) => m.role === "custom");
+    expect(result?.content).toMatch(/verify the child's last step before using DelegateContinue/);
+    await service.close();
+  });
+
+  it("an interrupted turn continues through its interrupted-result context, charging one attempt", async () => {
+    const { service, repo } = makeService(db.pool);
+    const { account, parent, run } = await queuedRun(
+      service,
+      scriptTask({ rounds: [[{ name: "Nothing", arguments: {} }]], answer: "finished" }),
+    );
+    await repo.startRun(run.id, run.generation, "dead-owner");
+    const child = run.childSessionId ?? "";
+    // the crashed turn had asked for a tool call and journaled its intent, nothing after
+    await repo.append(child, account.id, [
+      {
+        body: {
+          type: "message",
+          message: {
+            role: "assistant",
+            content: [{ type: "toolCall", id: "x-1", name: "Nothing", arguments: {} }],
+            stopReason: "toolUse",
+          },
+        },
+      },
+      { body: { type: "tool_intent", toolCallId: "x-1", toolName: "Nothing", arguments: {} } },
+    ]);
+    const report = await recoverDelegations(service);
+    expect(report.unknownToolCalls).toBe(1);
+    expect(report.continued).toContain(run.id);
+    await parentMessages(service, parent.id, account.id);
+    const msgs = messages(await repo.readJournal(child, account.id));
+    expect(msgs.map((m) => m.role)).toEqual(["user", "assistant", "toolResult", "custom", "assistant"]);
+    expect(msgs[3]).toMatchObject({ customType: "interrupted", content: INTERRUPTED_CONTEXT });
+    expect(msgs[4]).toMatchObject({ content: [{ type: "text", text: "finished" }] });
+    const after = await repo.getRun(run.id, account.id);
+    expect(after).toMatchObject({ status: "succeeded", recoveryAttempts: 1, generation: 2 });
+    await service.close();
+  });
+
+  it("an empty transcript continues with the original task", async () => {
+    const { service, repo } = makeService(db.pool);
+    const { account, parent, run } = await queuedRun(service, "plain task");
+    // started (running) but its task never reached the journal: the state a legacy writer could leave
+    await db.pool.query("update subagent_runs set status = 'running', locked_by = 'dead' where id = $1", [
+      run.id,
+    ]);
+    await recoverDelegations(service);
+    await parentMessages(service, parent.id, account.id);
+    const msgs = messages(await repo.readJournal(run.childSessionId ?? "", account.id));
+    expect(msgs[0]).toEqual({ role: "user", content: "plain task" });
+    expect(msgs[1]).toMatchObject({ content: [{ type: "text", text: "answer: plain task" }] });
+    await service.close();
+  });
+});

@@ -1,0 +1,195 @@
+import { PgDelegationRepository } from "@crw/db";
+import { useTestDatabase } from "@crw/tools/pg";
+import { describe, expect, it } from "vitest";
+import { type ProgressEvent, parseDelegatedExecutionScope } from "../../src/index.js";
+import {
+  delegateCall,
+  gateTool,
+  latch,
+  makeService,
+  messages,
+  newParent,
+  scriptTask,
+  waitFor,
+} from "./helpers.js";
+
+const db = useTestDatabase();
+
+describe("settlement of a child's call", () => {
+  it("S004-046: S004-049: a call settles only after its helpers' results were processed, with the newest reply", async () => {
+    const gates = new Map<string, Promise<void>>();
+    const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
+    const { account, parent } = await newParent(service);
+    const helper = latch();
+    gates.set("helper", helper.promise);
+    const receipt = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "c",
+      task: scriptTask({
+        rounds: [
+          [
+            delegateCall(
+              { rounds: [[{ name: "Gate", arguments: { key: "helper" } }]], answer: "helper done" },
+              { background: true },
+            ),
+          ],
+        ],
+        answer: "C done",
+        followUp: "C folded in",
+      }),
+      mode: "background",
+    });
+    if (receipt.kind !== "started") throw new Error("expected background");
+    const child = receipt.childSessionId;
+    // C's own turn ends, but a live helper keeps its call open
+    await waitFor(async () => {
+      const msgs = messages(await repo.readJournal(child, account.id));
+      return msgs.some(
+        (m) => m.role === "assistant" && m.content.some((c) => c.type === "text" && c.text === "C done"),
+      );
+    }, "C's first answer");
+    expect((await repo.openRunForChild(child, account.id))?.status).toMatch(/running|settling/);
+    expect(await repo.queuedResultIds(parent.id, account.id)).toEqual([]);
+    helper.open();
+    await waitFor(
+      async () => (await repo.settledResultIds(parent.id, account.id)).length === 1,
+      "C's result delivered",
+    );
+    await service.whenIdle();
+    const delivered = messages(await repo.readJournal(parent.id, account.id)).find(
+      (m) => m.role === "custom",
+    );
+    expect(delivered?.content.endsWith("\nC folded in (1)")).toBe(true);
+    const childMsgs = messages(await repo.readJournal(child, account.id));
+    const helperAt = childMsgs.findIndex((m) => m.role === "custom");
+    expect(childMsgs[helperAt + 1]).toMatchObject({
+      role: "assistant",
+      content: [{ type: "text", text: "C folded in (1)" }],
+    });
+  });
+
+  it("S004-052: S004-053: S004-051: a failed drain carries result id, reason and cause to every joined caller; nothing is requeued", async () => {
+    const { service, repo } = makeService(db.pool);
+    const { account, parent } = await newParent(service);
+    const first = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "c",
+      task: scriptTask({ answer: "first", failAtRequest: 1 }),
+      mode: "foreground",
+    });
+    if (first.kind !== "result") throw new Error("expected result");
+    const child = await repo.getSession(first.childSessionId, account.id);
+    // a helper result waits in the child's inbox
+    const helper = await repo.createDelegation({
+      parentSessionId: child.id,
+      principalAccountId: account.id,
+      toolCallId: "h",
+      task: "helper",
+      mode: "background",
+      model: "scripted",
+      scope: child.scope ?? "",
+    });
+    const resultId = crypto.randomUUID();
+    await repo.settleRun({
+      runId: helper.run.id,
+      generation: 1,
+      resultId,
+      outcome: "ok",
+      body: "helper says",
+      byteSize: 11,
+    });
+    const scope = parseDelegatedExecutionScope(child.scope ?? "");
+    const [a, b] = await Promise.all([
+      service.drainPendingResults(child, scope, () => {}),
+      service.drainPendingResults(child, scope, () => {}),
+    ]);
+    expect(a).toBe(b);
+    expect(a).toMatchObject({ kind: "failed", resultId, reason: "scripted provider failure" });
+    expect(a.kind === "failed" && a.cause instanceof Error).toBe(true);
+    expect(await repo.queuedResultIds(child.id, account.id)).toEqual([]);
+    expect(await repo.settledResultIds(child.id, account.id)).toEqual([resultId]);
+  });
+
+  it("S004-054: an aborted drain keeps stop precedence over failure", async () => {
+    const { service, repo } = makeService(db.pool);
+    const { account, parent } = await newParent(service);
+    const first = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "c",
+      task: scriptTask({ answer: "first", failAtRequest: 1 }),
+      mode: "foreground",
+    });
+    if (first.kind !== "result") throw new Error("expected result");
+    const child = await repo.getSession(first.childSessionId, account.id);
+    await repo.enqueueSteer(child.id, account.id, "more");
+    const stop = new AbortController();
+    stop.abort();
+    const out = await service.drainPendingResults(
+      child,
+      parseDelegatedExecutionScope(child.scope ?? ""),
+      () => {},
+      stop.signal,
+    );
+    expect(out).toEqual({ kind: "aborted" });
+  });
+
+  it("S004-058: S004-059: S004-060: S004-061: result turns inherit the open call's sink, without identity events or duplicates", async () => {
+    const { service, repo } = makeService(db.pool);
+    const { account, parent } = await newParent(service);
+    const events: ProgressEvent[] = [];
+    const receipt = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "c",
+      task: scriptTask({
+        rounds: [[delegateCall({ answer: "helper done" }, { background: true })]],
+        answer: "C done",
+        followUp: "C got it",
+      }),
+      mode: "foreground",
+      progress: (e) => events.push(e),
+    });
+    expect(receipt).toMatchObject({ kind: "result", body: "C got it (1)" });
+    await service.whenIdle();
+    const sessions = events.filter((e) => e.type === "session");
+    expect(sessions).toEqual([
+      {
+        type: "session",
+        sessionId: receipt.kind === "result" ? receipt.childSessionId : "",
+        parentSessionId: parent.id,
+      },
+    ]);
+    const texts = events.flatMap((e) => (e.type === "text" ? [e.text] : []));
+    expect(texts.filter((t) => t === "C got it (1)")).toHaveLength(1);
+    expect(events.some((e) => e.type === "tool" && e.toolName === "Delegate")).toBe(true);
+    void repo;
+  });
+
+  it("S004-037: result steering writes no steer receipt and never stamps a steer id on a result", async () => {
+    const { service } = makeService(db.pool);
+    const { account, parent } = await newParent(service);
+    await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "c",
+      task: scriptTask({ rounds: [[delegateCall({ answer: "h" }, { background: true })]], answer: "done" }),
+      mode: "foreground",
+    });
+    await service.whenIdle();
+    const steers = await db.pool.query(
+      "select 1 from delegated_steers d join sessions s on s.id = d.child_session_id where s.principal_account_id = $1",
+      [account.id],
+    );
+    expect(steers.rowCount).toBe(0);
+    const bodies = await db.pool.query<{ body: string }>(
+      "select j.body from journal_entries j join sessions s on s.id = j.session_id where s.principal_account_id = $1 and j.result_id is not null",
+      [account.id],
+    );
+    expect(bodies.rowCount).toBe(2);
+    for (const r of bodies.rows) expect(r.body).not.toContain("delegatedSteerId");
+    void PgDelegationRepository;
+  });
+});
