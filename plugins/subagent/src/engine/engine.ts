@@ -106,6 +106,11 @@ export class WorkflowEngine {
     await release?.();
   }
 
+  /** Workflows driven by this process right now. */
+  runIds(): string[] {
+    return [...this.#runs.keys()];
+  }
+
   run(workflowId: string): WorkflowRun | undefined {
     return this.#runs.get(workflowId);
   }
@@ -211,24 +216,40 @@ export class WorkflowEngine {
       for (const n of Object.values(journal.nodes)) n.spec.agentType ??= definition.defaults.agentType;
     }
     const deps = await this.#deps(journal);
-    const run = new WorkflowRun(journal, deps);
+    let adopt!: (ok: boolean) => void;
+    const adopted = new Promise<boolean>((r) => {
+      adopt = r;
+    });
+    const run = new WorkflowRun(
+      journal,
+      deps,
+      adopted.then((ok) => (ok ? undefined : Promise.reject(new Error("not created")))),
+    );
     // Registered before the first receipt: a Stop that arrives now is queued behind it, under generation 1.
     this.#track(run);
-    const created = await deps.publisher.queue(
-      {
-        workflowId,
-        status: "running",
-        snapshot: run.snapshotOf("running"),
-        create: {
-          parentSessionId: ctx.parentSessionId,
-          principalAccountId: ctx.principalAccountId,
-          toolCallId: ctx.toolCallId,
-          owner: this.options.owner,
+    let created: Awaited<ReturnType<typeof deps.publisher.queue>>;
+    try {
+      created = await deps.publisher.queue(
+        {
+          workflowId,
+          status: "running",
+          snapshot: run.snapshotOf("running"),
+          create: {
+            parentSessionId: ctx.parentSessionId,
+            principalAccountId: ctx.principalAccountId,
+            toolCallId: ctx.toolCallId,
+            owner: this.options.owner,
+          },
         },
-      },
-      undefined,
-    );
+        undefined,
+      );
+    } catch (e) {
+      adopt(false);
+      run.abandon("closing");
+      throw e;
+    }
     if (created.status !== "created") {
+      adopt(false);
       run.abandon("closing");
       throw new WorkflowStateError(
         "missing_recovery_proof",
@@ -237,6 +258,7 @@ export class WorkflowEngine {
       );
     }
     if (created.workflowId !== workflowId) {
+      adopt(false);
       run.abandon("closing");
       const existing = await this.store.getWorkflow(created.workflowId, ctx.principalAccountId);
       const prior = existing
@@ -245,6 +267,7 @@ export class WorkflowEngine {
       return { workflowId: created.workflowId, nodes: prior?.ok ? prior.journal.order : [], created: false };
     }
     journal.recovery = { ...created.recovery };
+    adopt(true);
     if (!(await run.persist())) {
       throw new WorkflowStateError("lease_lost", "the workflow's journal could not be written", {
         workflowId,

@@ -71,10 +71,19 @@ export class WorkflowRun {
   #resolve!: (outcome: WorkflowOutcome) => void;
   readonly finished: Promise<WorkflowOutcome>;
 
+  /**
+   * `ready` holds journal writes back until the created receipt's proof is adopted: a Stop that arrives
+   * before it still queues its snapshot at once, and journals after the native record exists.
+   */
   constructor(
     public journal: OrchestrationJournal,
     private readonly deps: RunDeps,
+    ready: Promise<unknown> = Promise.resolve(),
   ) {
+    this.#writes = ready.then(
+      () => true,
+      () => false,
+    );
     this.finished = new Promise((r) => {
       this.#resolve = r;
     });

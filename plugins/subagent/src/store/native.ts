@@ -144,7 +144,8 @@ export class PgWorkflowStore {
 
   /**
    * Explicit WorkflowResume's terminal-to-running bridge: a new generation (older writers become stale),
-   * the same admission version. Null when the workflow is not terminal (or not this call's).
+   * the same admission version, and the lease to the resuming process (a terminal row is driven by nobody;
+   * a late writer of the old generation is fenced by the generation). Null when not terminal.
    */
   async advanceWorkflowGeneration(input: {
     workflowId: string;
@@ -157,7 +158,6 @@ export class PgWorkflowStore {
               locked_by = $4, locked_at = now(), updated_at = now()
         where id = $1::uuid and tool_call_id = $2 and principal_account_id = $3::uuid
           and status in ('completed', 'failed', 'cancelled')
-          and (locked_by is null or locked_by = $4 or ${ownerDead("locked_by")})
         returning generation, recovery_admission_version`,
       [input.workflowId, input.toolCallId, input.principalAccountId, input.owner],
     );

@@ -1,0 +1,241 @@
+import { useTestDatabase } from "@crw/tools/pg";
+import { afterEach, describe, expect, it } from "vitest";
+import {
+  type NodeDispatcher,
+  PgWorkflowStore,
+  parseWorkflowDefinition,
+  pgWorkflowEmitter,
+  readOrchestrationJournal,
+  type WorkflowEmitter,
+  type WorkflowEngine,
+} from "../src/index.js";
+import { deferred, summaries, taskLine, until, untilAborted, world } from "./helpers.js";
+
+const db = useTestDatabase();
+const all: WorkflowEngine[] = [];
+afterEach(async () => {
+  for (const e of all.splice(0)) await e.close();
+});
+
+const two = parseWorkflowDefinition(`
+name: pub
+nodes:
+  - { id: a, task: "TASK a" }
+  - { id: b, task: "TASK b", dependsOn: [a] }
+`);
+
+type Call = { expected: number | undefined; status: string; result?: string; nodes: string };
+
+function recording(
+  store: PgWorkflowStore,
+  calls: Call[],
+  hook?: (call: Call) => Promise<void> | void,
+): WorkflowEmitter {
+  const inner = pgWorkflowEmitter(store);
+  return async (update, expected) => {
+    const call: Call = {
+      expected,
+      status: update.status,
+      nodes: update.snapshot.nodes.map((n) => `${n.id}:${n.status}`).join(","),
+    };
+    calls.push(call);
+    await hook?.(call);
+    const result = await inner(update, expected);
+    call.result = result.status;
+    return result;
+  };
+}
+
+describe("awaited publication with generations", () => {
+  it("S004-402: S004-405: S004-407: S004-409: only the first write omits the generation; its proof is journaled before any node is prepared", async () => {
+    const w = await world(db.pool);
+    const store = new PgWorkflowStore(db.pool);
+    const calls: Call[] = [];
+    const journalAtFirstChild: unknown[] = [];
+    const { engine } = await w.engine(({ task }) => `ok ${taskLine(task)}`, {
+      emitter: recording(store, calls),
+      wrap: (base): NodeDispatcher => ({
+        ...base,
+        createChild: async (req) => {
+          const { rows } = await db.pool.query(
+            "select body from workflow_journals where workflow_id = $1::uuid",
+            [req.workflowId],
+          );
+          journalAtFirstChild.push(rows[0]?.body);
+          return base.createChild(req);
+        },
+        runNode: (r) => base.runNode(r),
+        continueNode: (r) => base.continueNode(r),
+      }),
+    });
+    all.push(engine);
+    const started = await engine.start(w.ctx(), { definition: two });
+    const outcome = await engine.finished(started.workflowId);
+    expect(outcome.status).toBe("completed");
+    expect(calls[0]).toMatchObject({ expected: undefined, result: "created" });
+    expect(calls.slice(1).every((c) => c.expected === 1 && c.result === "updated")).toBe(true);
+    expect(calls.at(-1)).toMatchObject({ status: "completed", result: "updated" }); // terminal update accepted
+    const first = readOrchestrationJournal(journalAtFirstChild[0]);
+    expect(first.ok && first.journal.recovery).toEqual({
+      workflowGeneration: 1,
+      recoveryAdmissionVersion: 1,
+    });
+    // The reservation was published before the child was prepared.
+    expect(calls[1]?.nodes).toBe("a:reserved,b:pending");
+  });
+
+  it("S004-406: a created result without a recovery proof throws, and nothing runs", async () => {
+    const w = await world(db.pool);
+    class NoProof extends PgWorkflowStore {
+      override async recoverableWorkflow() {
+        return null;
+      }
+    }
+    let ran = 0;
+    const { engine } = await w.engine(
+      () => {
+        ran++;
+        return "x";
+      },
+      { emitter: pgWorkflowEmitter(new NoProof(db.pool)) },
+    );
+    all.push(engine);
+    await expect(engine.start(w.ctx(), { definition: two })).rejects.toMatchObject({
+      code: "missing_recovery_proof",
+    });
+    expect(ran).toBe(0);
+  });
+
+  it("S004-413: S004-408: a Stop before the first created receipt is queued under the expected generation and publishes after it", async () => {
+    const w = await world(db.pool);
+    const store = new PgWorkflowStore(db.pool);
+    const calls: Call[] = [];
+    const hold = deferred();
+    const sawCreate = deferred<void>();
+    let ran = 0;
+    let workflowId = "";
+    const { engine } = await w.engine(
+      () => {
+        ran++;
+        return "x";
+      },
+      {
+        emitter: recording(store, calls, async (call) => {
+          if (call.expected === undefined) {
+            sawCreate.resolve();
+            await hold.promise;
+          }
+        }),
+        onEvent: () => {},
+      },
+    );
+    all.push(engine);
+    const starting = engine.start(w.ctx(), { definition: two });
+    await sawCreate.promise;
+    const { rows } = await db.pool.query(
+      "select count(*)::int n from workflows where parent_session_id = $1::uuid",
+      [w.parentSessionId],
+    );
+    expect(rows[0].n).toBe(0); // the native insert has not happened yet
+    // The run is registered before its first receipt.
+    workflowId = engine.runIds()[0] as string;
+    const cancelling = engine.cancel(workflowId, w.accountId);
+    hold.resolve();
+    const started = await starting;
+    expect(started.workflowId).toBe(workflowId);
+    const outcome = await cancelling;
+    expect(outcome.status).toBe("cancelled");
+    expect(ran).toBe(0);
+    expect(calls[0]).toMatchObject({ expected: undefined, result: "created" });
+    expect(calls[1]).toMatchObject({
+      expected: 1,
+      result: "updated",
+      status: "cancelled",
+      nodes: "a:cancelled,b:cancelled",
+    });
+    expect(outcome.summary).toContain("- a: cancelled before it started");
+  });
+
+  it("S004-410: S004-411: a refused (stale) write publishes nothing and never releases the node", async () => {
+    const w = await world(db.pool);
+    const store = new PgWorkflowStore(db.pool);
+    const calls: Call[] = [];
+    let children = 0;
+    const { engine } = await w.engine(() => "never", {
+      emitter: recording(store, calls, async (call) => {
+        if (call.expected !== undefined) {
+          // Another request advanced the generation before this write.
+          await db.pool.query("update workflows set generation = generation + 1");
+        }
+      }),
+      wrap: (base): NodeDispatcher => ({
+        createChild: async (r) => {
+          children++;
+          return base.createChild(r);
+        },
+        runNode: (r) => base.runNode(r),
+        continueNode: (r) => base.continueNode(r),
+      }),
+    });
+    all.push(engine);
+    const started = await engine.start(w.ctx(), { definition: two });
+    const outcome = await engine.finished(started.workflowId);
+    expect(outcome.status).toBeNull();
+    expect(calls[1]).toMatchObject({ expected: 1, result: "stale" });
+    expect(children).toBe(0);
+    const { rows } = await db.pool.query(
+      "select snapshot, published_count from workflows where id = $1::uuid",
+      [started.workflowId],
+    );
+    expect(rows[0].published_count).toBe(1); // only the created snapshot
+    expect(rows[0].snapshot.nodes.map((n: { status: string }) => n.status)).toEqual(["pending", "pending"]);
+    expect(await summaries(db.pool, w.parentSessionId)).toEqual([]);
+  });
+
+  it("S004-415: S004-390: a stale terminal cancellation cannot publish completion over a newer explicit resume", async () => {
+    const w = await world(db.pool);
+    const store = new PgWorkflowStore(db.pool);
+    const afterTerminal = deferred();
+    const resumed = deferred();
+    const calls: Call[] = [];
+    const inner = recording(store, calls);
+    let completions = 0;
+    const a = await w.engine(async ({ signal }) => untilAborted(signal), {
+      emitter: async (update, expected) => {
+        const result = await inner(update, expected);
+        if (update.status === "cancelled") {
+          afterTerminal.resolve();
+          await resumed.promise; // the old run's completion is still to come when the resume lands
+        }
+        return result;
+      },
+      onCompletion: async () => {
+        completions++;
+      },
+    });
+    all.push(a.engine);
+    const ctx = w.ctx();
+    const started = await a.engine.start(ctx, { definition: two });
+    await until(
+      async () =>
+        (await store.getWorkflow(started.workflowId))?.snapshot !== undefined &&
+        a.engine.run(started.workflowId)?.started.size === 1,
+      "a running",
+    );
+    const cancelled = a.engine.cancel(started.workflowId, w.accountId);
+    await afterTerminal.promise;
+    const b = await w.engine(({ task }) => `resumed ${taskLine(task)}`);
+    all.push(b.engine);
+    await b.engine.resume(ctx, started.workflowId);
+    resumed.resolve();
+    const old = await cancelled;
+    expect(old.status).toBeNull(); // superseded: no completion from the old run
+    const fresh = await b.engine.finished(started.workflowId);
+    expect(fresh.status).toBe("completed");
+    expect(completions).toBe(0);
+    const results = await summaries(db.pool, w.parentSessionId);
+    expect(results).toHaveLength(1);
+    expect(results[0]?.body).toContain("completed, run 2");
+    expect((await store.getWorkflow(started.workflowId))?.recovery.workflowGeneration).toBe(2);
+  });
+});
