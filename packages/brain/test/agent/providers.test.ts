@@ -2,7 +2,7 @@ import { mkdtempSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { type ModelConfig, runChildTurn } from "../../src/agent/index.js";
+import { composeWorkerPrompt, forkPrefix, type ModelConfig, runChildTurn } from "../../src/agent/index.js";
 import { captureDelegatedExecutionScope } from "../../src/scope/index.js";
 import { type FakeReply, startFakeModelServer } from "./fake-model-server.js";
 
@@ -107,4 +107,77 @@ describe("providers configured by model id and base URL, over the real wire prot
       }),
     ).rejects.toMatchObject({ name: "AgentConfigError", code: "invalid_model_config" });
   });
+});
+
+describe("fork prefix on the wire", () => {
+  it.each(["openai-completions", "openai-responses", "anthropic-messages"] as const)(
+    "S004-017: %s: a fork's first request repeats the parent's system prompt, tools and messages byte for byte",
+    async (api) => {
+      const server = await startFakeModelServer([
+        { tool: { id: "call_1", name: "read", arguments: { path: "a.txt" } } },
+        { text: "parent answer" },
+        { text: "fork answer" },
+      ]);
+      try {
+        const model: ModelConfig = {
+          api,
+          modelId: "fake",
+          baseUrl: api === "anthropic-messages" ? server.url : `${server.url}/v1`,
+          apiKey: "k",
+        };
+        const scope = captureDelegatedExecutionScope({
+          accountId: "a",
+          target: { kind: "host", ref: null },
+          workDir: dir,
+        });
+        const systemPrompt = composeWorkerPrompt({
+          model: { id: "fake" },
+          tools: [{ name: "read", description: "Read" }],
+          role: "parent",
+        });
+        const parent = await runChildTurn({
+          sessionId: "parent",
+          systemPrompt,
+          messages: [],
+          input: "read a.txt",
+          scope,
+          workDir: dir,
+          model,
+        });
+        const field = api === "openai-responses" ? "input" : "messages";
+        const lastParentRequest = server.requests[1]?.body as Record<string, unknown[]>;
+        const prefix = forkPrefix({
+          systemPrompt,
+          toolNames: ["read", "write", "edit", "shell"],
+          messages: parent.messages,
+        });
+        await runChildTurn({
+          sessionId: "fork",
+          systemPrompt: prefix.systemPrompt,
+          messages: prefix.messages,
+          input: "fork task",
+          scope,
+          workDir: dir,
+          model,
+        });
+        const forkRequest = server.requests[2]?.body as Record<string, unknown[]>;
+        expect(JSON.stringify(forkRequest.tools)).toBe(JSON.stringify(lastParentRequest.tools));
+        // Everything the parent sent is the fork's prefix; the parent's answer and the fork's task follow.
+        expect(JSON.stringify(forkRequest.system ?? forkRequest.instructions ?? null)).toBe(
+          JSON.stringify(lastParentRequest.system ?? lastParentRequest.instructions ?? null),
+        );
+        // Anthropic's cache breakpoint (`cache_control`) always sits on the newest block, so it moves as the
+        // conversation grows; the cached bytes it marks are what must match.
+        const withoutBreakpoints = (list: unknown[]) =>
+          JSON.parse(JSON.stringify(list, (k, v) => (k === "cache_control" ? undefined : v))) as unknown[];
+        const parentMessages = withoutBreakpoints(lastParentRequest[field] as unknown[]);
+        const forkMessages = withoutBreakpoints(forkRequest[field] as unknown[]);
+        const shared = parentMessages.length;
+        expect(JSON.stringify(forkMessages.slice(0, shared))).toBe(JSON.stringify(parentMessages));
+        expect(JSON.stringify(forkMessages.slice(shared))).toContain("fork task");
+      } finally {
+        await server.close();
+      }
+    },
+  );
 });
