@@ -3,12 +3,12 @@ import type { AppServerProtocol as P } from "@crw/flow";
 
 /** Builders of protocol values in the generated types' shapes, as the pinned app-server fills them. */
 
-export type Thread = P.v2.Thread;
-export type Turn = P.v2.Turn;
-export type ThreadItem = P.v2.ThreadItem;
-export type ThreadStatus = P.v2.ThreadStatus;
-export type TokenUsageBreakdown = P.v2.TokenUsageBreakdown;
-export type SessionSource = P.v2.SessionSource;
+export type Thread = P.Thread;
+export type Turn = P.Turn;
+export type ThreadItem = P.ThreadItem;
+export type ThreadStatus = P.ThreadStatus;
+export type TokenUsageBreakdown = P.TokenUsageBreakdown;
+export type SessionSource = P.SessionSource;
 
 export function newId(): string {
   return randomUUID();
@@ -111,7 +111,7 @@ export function agentMessageItem(text: string, phase: Phase): ThreadItem {
 }
 
 export interface CollabCall {
-  tool: P.v2.CollabAgentTool;
+  tool: P.CollabAgentTool;
   senderThreadId: string;
   receiverThreadIds: string[];
   prompt: string | null;
@@ -120,7 +120,7 @@ export interface CollabCall {
 }
 
 export function collabAgentToolCallItem(call: CollabCall): ThreadItem {
-  const agentsStates: Record<string, P.v2.CollabAgentState> = {};
+  const agentsStates: Record<string, P.CollabAgentState> = {};
   for (const id of call.receiverThreadIds) agentsStates[id] = { status: "running", message: null };
   return {
     type: "collabAgentToolCall",

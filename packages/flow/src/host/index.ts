@@ -5,8 +5,8 @@ export {
   subagentSourceKinds,
 } from "./appServerHost.js";
 export { HostProtocolError, HostRpcError, HostUnreachableError } from "./errors.js";
-/** The Codex app-server protocol's types, generated from the pinned `@openai/codex` (see generated/VERSION). */
-export type * as AppServerProtocol from "./generated/index.js";
+/** The Codex app-server protocol's types crw uses, generated from the pinned `@openai/codex` (generated/VERSION). */
+export type * as AppServerProtocol from "./protocolTypes.js";
 export { RolloutUnreadableError, readRolloutTokenCount } from "./rolloutTokens.js";
 export { HostSpecError, hostTransportFromSpec } from "./transport/fromSpec.js";
 export {

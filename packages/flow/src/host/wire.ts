@@ -1,5 +1,5 @@
 import { z } from "zod";
-import type * as P from "./generated/index.js";
+import type * as P from "./protocolTypes.js";
 
 /**
  * zod schemas for what crw reads from the app-server, checked at the edge. They name only the members
@@ -16,20 +16,20 @@ export const threadStatusWire = z.discriminatedUnion("type", [
   z.looseObject({ type: z.literal("systemError") }),
   z.looseObject({ type: z.literal("active"), activeFlags: z.array(z.string()) }),
 ]);
-accepts<Accepts<typeof threadStatusWire, P.v2.ThreadStatus>>();
+accepts<Accepts<typeof threadStatusWire, P.ThreadStatus>>();
 
 /** `codexErrorInfo` is a string kind or a one-key object (`{ httpConnectionFailed: {…} }`). */
 export const codexErrorInfoWire = z.union([z.string(), z.record(z.string(), z.unknown())]);
-accepts<Accepts<typeof codexErrorInfoWire, P.v2.CodexErrorInfo>>();
+accepts<Accepts<typeof codexErrorInfoWire, P.CodexErrorInfo>>();
 
 export const turnErrorWire = z.looseObject({
   message: z.string(),
   codexErrorInfo: codexErrorInfoWire.nullable(),
 });
-accepts<Accepts<typeof turnErrorWire, P.v2.TurnError>>();
+accepts<Accepts<typeof turnErrorWire, P.TurnError>>();
 
 export const userInputWire = z.looseObject({ type: z.string(), text: z.string().optional() });
-accepts<Accepts<typeof userInputWire, P.v2.UserInput>>();
+accepts<Accepts<typeof userInputWire, P.UserInput>>();
 
 const namedItemTypes = new Set(["userMessage", "agentMessage", "collabAgentToolCall"]);
 export const threadItemWire = z.union([
@@ -53,7 +53,7 @@ export const threadItemWire = z.union([
   // Every other item kind is kept by its kind only; a malformed item of a named kind fails above.
   z.looseObject({ type: z.string().refine((t) => !namedItemTypes.has(t)), id: z.string() }),
 ]);
-accepts<Accepts<typeof threadItemWire, P.v2.ThreadItem>>();
+accepts<Accepts<typeof threadItemWire, P.ThreadItem>>();
 
 export const turnWire = z.looseObject({
   id: z.string(),
@@ -61,7 +61,7 @@ export const turnWire = z.looseObject({
   status: z.enum(["completed", "interrupted", "failed", "inProgress"]),
   error: turnErrorWire.nullable(),
 });
-accepts<Accepts<typeof turnWire, P.v2.Turn>>();
+accepts<Accepts<typeof turnWire, P.Turn>>();
 
 export const threadWire = z.looseObject({
   id: z.string(),
@@ -75,36 +75,36 @@ export const threadWire = z.looseObject({
   path: z.string().nullable().optional(),
   turns: z.array(turnWire).optional(),
 });
-accepts<Accepts<typeof threadWire, P.v2.Thread>>();
+accepts<Accepts<typeof threadWire, P.Thread>>();
 export type ThreadWire = z.output<typeof threadWire>;
 
 export const threadReadResponseWire = z.looseObject({ thread: threadWire });
-accepts<Accepts<typeof threadReadResponseWire, P.v2.ThreadReadResponse>>();
+accepts<Accepts<typeof threadReadResponseWire, P.ThreadReadResponse>>();
 
 export const threadListResponseWire = z.looseObject({
   data: z.array(threadWire),
   nextCursor: z.string().nullable(),
 });
-accepts<Accepts<typeof threadListResponseWire, P.v2.ThreadListResponse>>();
+accepts<Accepts<typeof threadListResponseWire, P.ThreadListResponse>>();
 
 export const turnStartResponseWire = z.looseObject({ turn: turnWire });
-accepts<Accepts<typeof turnStartResponseWire, P.v2.TurnStartResponse>>();
+accepts<Accepts<typeof turnStartResponseWire, P.TurnStartResponse>>();
 
 export const threadStartResponseWire = z.looseObject({ thread: threadWire });
-accepts<Accepts<typeof threadStartResponseWire, P.v2.ThreadStartResponse>>();
+accepts<Accepts<typeof threadStartResponseWire, P.ThreadStartResponse>>();
 
 export const configWarningWire = z.looseObject({
   summary: z.string(),
   details: z.string().nullable().optional(),
 });
-accepts<Accepts<typeof configWarningWire, P.v2.ConfigWarningNotification>>();
+accepts<Accepts<typeof configWarningWire, P.ConfigWarningNotification>>();
 
 /** What crw sends: typed by the generated params, so a renamed member fails the build. */
-export type ThreadReadParams = P.v2.ThreadReadParams;
-export type ThreadListParams = P.v2.ThreadListParams;
-export type TurnStartParams = P.v2.TurnStartParams;
-export type TurnInterruptParams = P.v2.TurnInterruptParams;
-export type ThreadResumeParams = P.v2.ThreadResumeParams;
-export type ThreadStartParams = P.v2.ThreadStartParams;
+export type ThreadReadParams = P.ThreadReadParams;
+export type ThreadListParams = P.ThreadListParams;
+export type TurnStartParams = P.TurnStartParams;
+export type TurnInterruptParams = P.TurnInterruptParams;
+export type ThreadResumeParams = P.ThreadResumeParams;
+export type ThreadStartParams = P.ThreadStartParams;
 export type InitializeParams = P.InitializeParams;
-export type ThreadSourceKind = P.v2.ThreadSourceKind;
+export type ThreadSourceKind = P.ThreadSourceKind;
