@@ -1,17 +1,34 @@
 import { defineConfig } from "tsup";
 
-export default defineConfig({
-  // runner.ts is the forked runner process (RUNNER_ENTRY); it is built beside index.js.
-  entry: ["src/index.ts", "src/runner.ts"],
-  format: ["esm"],
+const common = {
+  format: ["esm" as const],
   target: "node20",
-  platform: "node",
+  platform: "node" as const,
   sourcemap: true,
-  clean: true,
-  // Dependencies load from node_modules at run time; only this package's own code is bundled.
-  skipNodeModulesBundle: true,
-  // Each entry self-contained: a runner's build identity is the digest of its one file.
+  // Two builds write into dist at once: neither may clean it under the other.
+  clean: false,
   splitting: false,
-  // Built code resolves sibling packages through their dist, so the source condition stays off here.
-  dts: { entry: ["src/index.ts"], compilerOptions: { ignoreDeprecations: "6.0", customConditions: [] } },
-});
+};
+
+export default defineConfig([
+  {
+    ...common,
+    entry: ["src/index.ts"],
+    // Built code resolves sibling packages through their dist at run time.
+    // Types of sibling packages are read from their sources, so this build never waits on theirs.
+    dts: { compilerOptions: { ignoreDeprecations: "6.0", customConditions: ["@crw/source"] } },
+  },
+  {
+    ...common,
+    // The forked runner process (RUNNER_ENTRY). It carries the workspace packages it runs (the delegation
+    // core's turn runners) inside its one file, built from their sources: its build identity is the digest
+    // of exactly what it runs, and it never depends on another package's build state.
+    entry: ["src/runner.ts"],
+    noExternal: [/^@crw\//],
+    // Every npm dependency of those packages stays an import, resolved from node_modules at run time.
+    external: [/^(?!@crw\/)[^./]/],
+    esbuildOptions(options) {
+      options.conditions = ["@crw/source", "node", "import", "default"];
+    },
+  },
+]);

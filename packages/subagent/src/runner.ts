@@ -6,6 +6,7 @@ import { fileURLToPath } from "node:url";
 import { buildIdentityOf } from "./buildIdentity.js";
 import { RunnerCore, type RunnerFault } from "./runnerCore.js";
 import { ScriptedTurnExecutor } from "./scriptedExecutor.js";
+import { loadBrainSessionBackend } from "./sessionBackend.js";
 
 if (!process.send) {
   process.stderr.write("crw runner: must be started by the daemon with an IPC channel\n");
@@ -28,5 +29,6 @@ const core = new RunnerCore(
   new ScriptedTurnExecutor(),
   buildIdentityOf(fileURLToPath(import.meta.url)),
   fault,
+  loadBrainSessionBackend,
 );
 core.start();

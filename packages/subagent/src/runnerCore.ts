@@ -4,11 +4,13 @@ import { toError } from "./errors.js";
 import { EventLoopSampler } from "./heartbeat.js";
 import { HostRpcClient } from "./hostRpc.js";
 import { ModelCatalog } from "./modelCatalog.js";
-import { errorToRemote } from "./protocol/envelope.js";
+import { errorToRemote, type RemoteError } from "./protocol/envelope.js";
 import { type InputFrame, type InputFrameOf, parseInputFrame } from "./protocol/index.js";
 import type { OutputFrame } from "./protocol/output.js";
 import { RetryPolicyMirror } from "./retryPolicy.js";
 import { outsideDispatchedTurn, runInDispatchedTurn } from "./rpcTurn.js";
+import { RunnerSessionTurns } from "./runnerSessionTurn.js";
+import type { SessionTurnBackend } from "./sessionBackend.js";
 import { SessionViews } from "./sessionViews.js";
 
 /** The runner's side of the IPC channel: `process` in a real runner. */
@@ -45,6 +47,8 @@ export class RunnerCore {
   readonly #turns = new Map<string, ActiveTurn>();
   readonly #views: SessionViews;
   readonly #hostRpc: HostRpcClient;
+  readonly #sessionTurns: RunnerSessionTurns;
+  #backend: Promise<SessionTurnBackend> | undefined;
   #mirror: RetryPolicyMirror | undefined;
   #catalog: ModelCatalog | undefined;
   #heartbeat: NodeJS.Timeout | undefined;
@@ -57,9 +61,14 @@ export class RunnerCore {
     private readonly executor: ChildTurnExecutor,
     private readonly buildId: string,
     private readonly fault: RunnerFault | undefined,
+    private readonly loadSessionBackend?: () => Promise<SessionTurnBackend>,
   ) {
     this.#views = new SessionViews((tapId, event) =>
       this.#send({ type: "tapEvent", requestId: randomUUID(), tapId, event }),
+    );
+    this.#sessionTurns = new RunnerSessionTurns(
+      (frame) => this.#send(frame),
+      (sessionId, event) => this.#views.event(sessionId, event),
     );
     this.#hostRpc = new HostRpcClient({
       send: (frame) => this.#send(frame),
@@ -148,6 +157,12 @@ export class RunnerCore {
         return;
       case "hostRpcReply":
         this.#hostRpc.settle(frame.requestId, frame.result);
+        return;
+      case "turnHostReply":
+        this.#sessionTurns.settle(frame.requestId, frame.result);
+        return;
+      case "sessionTurn":
+        void this.#sessionTurn(frame);
         return;
       case "shutdown":
         this.#send({ type: "ack", requestId: frame.requestId, result: { ok: {} } });
@@ -243,6 +258,68 @@ export class RunnerCore {
     }
   }
 
+  async #sessionTurn(frame: InputFrameOf<"sessionTurn">): Promise<void> {
+    const { turn } = frame;
+    const reply = (
+      result:
+        | { ok: { stopReason: "stop" | "error" | "aborted"; errorMessage?: string } }
+        | { error: RemoteError },
+    ) => this.#send({ type: "sessionTurnReply", requestId: frame.requestId, result });
+    if (this.#turns.has(turn.turnId)) {
+      reply({
+        error: {
+          name: "DuplicateTurnError",
+          code: "duplicate_turn",
+          message: `turn ${turn.turnId} is already running`,
+        },
+      });
+      return;
+    }
+    if (!this.loadSessionBackend) {
+      reply({
+        error: {
+          name: "RunnerCapabilityError",
+          code: "no_session_backend",
+          message: "runner cannot run session turns",
+        },
+      });
+      return;
+    }
+    // Registered synchronously, before the backend loads, so an abort frame always finds the turn.
+    const controller = new AbortController();
+    const sessionId = turn.request.sessionId;
+    this.#turns.set(turn.turnId, { sessionId, controller });
+    const lastUser = [...turn.request.context].reverse().find((m) => m.role === "user");
+    this.#views.beginTurn({
+      turnId: turn.turnId,
+      channelId: turn.channelId,
+      sessionId,
+      model: turn.request.model,
+      prompt: lastUser?.role === "user" ? lastUser.content : "",
+    });
+    let text: string | undefined;
+    try {
+      this.#backend ??= this.loadSessionBackend();
+      const backend = await this.#backend;
+      if (controller.signal.aborted) {
+        reply({ ok: { stopReason: "aborted" } });
+        return;
+      }
+      const outcome = await runInDispatchedTurn(
+        { turnId: turn.turnId, sessionId, signal: controller.signal },
+        () => this.#sessionTurns.run(turn, backend, controller.signal),
+      );
+      const { text: answer, ...settled } = outcome;
+      text = answer;
+      reply({ ok: settled });
+    } catch (e) {
+      reply({ error: errorToRemote(toError(e)) });
+    } finally {
+      this.#turns.delete(turn.turnId);
+      this.#views.endTurn(sessionId, text);
+    }
+  }
+
   #beat(): void {
     this.#seq += 1;
     this.#send({
@@ -282,6 +359,7 @@ export class RunnerCore {
     this.#stopping = true;
     this.port.log("info", "runner stopping", { reason });
     this.#hostRpc.close();
+    this.#sessionTurns.close();
     for (const t of this.#turns.values()) t.controller.abort({ origin: "shutdown" });
     this.#mirror?.dispose();
     this.#sampler?.stop();

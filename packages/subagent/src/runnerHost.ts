@@ -1,5 +1,6 @@
 import { type ChildProcess, fork } from "node:child_process";
 import { randomUUID } from "node:crypto";
+import type { TurnHost, TurnOutcome, TurnRequest } from "@crw/brain";
 import {
   DelegationAbortedError,
   RemoteTurnError,
@@ -16,6 +17,7 @@ import { type OutputFrame, type OutputFrameOf, parseOutputFrame } from "./protoc
 import type { InputFrame } from "./protocol/input.js";
 import type { HeartbeatFrame, ReleaseState } from "./protocol/output.js";
 import type { ModelCatalogPublication, RetryPolicy } from "./protocol/policy.js";
+import type { SessionRunnerKind, TurnHostCall } from "./protocol/sessionTurn.js";
 import {
   type DelegatedTurnRequest,
   type DelegatedTurnResult,
@@ -73,7 +75,7 @@ export interface SubagentRunnerHostDeps {
   readonly procRoot?: string;
 }
 
-type ReplyType = "bootReply" | "turnReply" | "releaseReply" | "tapReply" | "ack";
+type ReplyType = "bootReply" | "turnReply" | "releaseReply" | "tapReply" | "ack" | "sessionTurnReply";
 interface Pending {
   readonly reply: ReplyType;
   readonly resolve: (frame: OutputFrame) => void;
@@ -83,6 +85,16 @@ interface ActiveTurn {
   readonly sessionId: string;
   readonly onProgress?: (text: string) => void;
   readonly rpcs: Set<AbortController>;
+  /** Set for a delegation-core session turn: the daemon-side seam its turnHost calls reach. */
+  readonly session?: { readonly request: TurnRequest; readonly host: TurnHost };
+}
+
+/** How a session turn is placed: its fairness key, nesting and which SessionTurnRunner the runner uses. */
+export interface SessionTurnMeta {
+  readonly turnId: string;
+  readonly channelId: string;
+  readonly parentSessionId?: string;
+  readonly runner: SessionRunnerKind;
 }
 export interface TapHandle {
   readonly snapshot: TapSnapshot;
@@ -233,6 +245,70 @@ export class SubagentRunnerHost {
     }
   }
 
+  /**
+   * Run a delegation-core session turn in this runner. The model loop runs there; journal writes, tool
+   * intents, steering drains and host tools run here, through `turnHost`, in the order the seam states.
+   */
+  async runSessionTurn(
+    request: TurnRequest,
+    turnHost: TurnHost,
+    meta: SessionTurnMeta,
+    signal?: AbortSignal,
+  ): Promise<TurnOutcome> {
+    const turn: ActiveTurn = {
+      sessionId: request.sessionId,
+      rpcs: new Set(),
+      session: { request, host: turnHost },
+    };
+    this.#turns.set(meta.turnId, turn);
+    const onAbort = () => {
+      this.#request(
+        { type: "abort", requestId: randomUUID(), turnId: meta.turnId, interruption: { origin: "stop" } },
+        "ack",
+      ).catch(() => {});
+    };
+    const signals = [request.signal, signal].filter((s): s is AbortSignal => s !== undefined);
+    for (const s of signals) s.addEventListener("abort", onAbort, { once: true });
+    try {
+      if (signals.some((s) => s.aborted)) return { stopReason: "aborted" };
+      const reply = (await this.#request(
+        {
+          type: "sessionTurn",
+          requestId: randomUUID(),
+          turn: {
+            turnId: meta.turnId,
+            channelId: meta.channelId,
+            ...(meta.parentSessionId !== undefined && { parentSessionId: meta.parentSessionId }),
+            runner: meta.runner,
+            request: {
+              sessionId: request.sessionId,
+              principalAccountId: request.principalAccountId,
+              model: request.model,
+              systemPrompt: request.systemPrompt,
+              context: [...request.context],
+              tools: request.tools.map((t) => ({
+                name: t.name,
+                description: t.description,
+                parameters: { ...t.parameters },
+              })),
+              scope: request.scope,
+              readOnly: request.readOnly,
+              workDir: request.workDir,
+            },
+          },
+        },
+        "sessionTurnReply",
+      )) as OutputFrameOf<"sessionTurnReply">;
+      if ("error" in reply.result) throw remoteTurnError(reply.result.error);
+      const { stopReason, errorMessage } = reply.result.ok;
+      return { stopReason, ...(errorMessage !== undefined && { errorMessage }) };
+    } finally {
+      for (const s of signals) s.removeEventListener("abort", onAbort);
+      this.#turns.delete(meta.turnId);
+      for (const c of turn.rpcs) c.abort();
+    }
+  }
+
   /** Ask the runner to forget an idle session. Waits without a deadline: the answer or the exit ends it. */
   async release(sessionId: string): Promise<ReleaseState> {
     if (this.#state !== "ready" || !this.child.connected) return "released";
@@ -363,6 +439,7 @@ export class SubagentRunnerHost {
       case "turnReply":
       case "releaseReply":
       case "tapReply":
+      case "sessionTurnReply":
       case "ack": {
         const pending = this.#pending.get(frame.requestId);
         if (!pending) {
@@ -391,6 +468,14 @@ export class SubagentRunnerHost {
       case "hostRpc":
         this.#onHostRpc(frame);
         return;
+      case "turnHost":
+        this.#onTurnHost(frame);
+        return;
+      case "turnProgress": {
+        const session = this.#turns.get(frame.turnId)?.session;
+        session?.host.progress(frame.event);
+        return;
+      }
       case "hostRpcCancel":
         this.#rpcs.get(frame.rpcId)?.abort();
         return;
@@ -416,6 +501,65 @@ export class SubagentRunnerHost {
     }
     this.#heartbeat = { frame, memory };
     this.deps.onEvent?.({ type: "heartbeat", runnerId: this.deps.runnerId, heartbeat: frame, memory });
+  }
+
+  /** A runner's call into the seam's TurnHost (or a host tool) for one of its session turns. */
+  #onTurnHost(frame: OutputFrameOf<"turnHost">): void {
+    const reply = (result: { ok: unknown } | { error: RemoteError }) =>
+      this.#post({ type: "turnHostReply", requestId: frame.requestId, result });
+    const turn = this.#turns.get(frame.turnId);
+    const session = turn?.session;
+    if (!turn || !session) {
+      reply({
+        error: {
+          name: "HostRpcRefusedError",
+          code: "outside_turn",
+          message: "turn host call outside a session turn",
+        },
+      });
+      return;
+    }
+    this.#runTurnHostCall(turn, session, frame.call).then(
+      (ok) => reply({ ok: ok ?? null }),
+      (e) => reply({ error: errorToRemote(toError(e)) }),
+    );
+  }
+
+  async #runTurnHostCall(
+    turn: ActiveTurn,
+    session: NonNullable<ActiveTurn["session"]>,
+    call: TurnHostCall,
+  ): Promise<unknown> {
+    switch (call.op) {
+      case "record":
+        return session.host.record(call.message);
+      case "beforeToolCall":
+        return session.host.beforeToolCall(call.call);
+      case "drainSteering":
+        return session.host.drainSteering();
+      case "executeTool": {
+        const tool = session.request.tools.find((t) => t.name === call.toolName);
+        if (!tool) throw Object.assign(new Error(`no host tool ${call.toolName}`), { code: "unknown_tool" });
+        const controller = new AbortController();
+        const onAbort = () => controller.abort();
+        session.request.signal.addEventListener("abort", onAbort, { once: true });
+        turn.rpcs.add(controller);
+        try {
+          return await tool.execute(call.args, {
+            sessionId: session.request.sessionId,
+            principalAccountId: session.request.principalAccountId,
+            toolCallId: call.toolCallId,
+            readOnly: session.request.readOnly,
+            workDir: session.request.workDir,
+            signal: controller.signal,
+            progress: (event) => session.host.progress(event),
+          });
+        } finally {
+          session.request.signal.removeEventListener("abort", onAbort);
+          turn.rpcs.delete(controller);
+        }
+      }
+    }
   }
 
   #onHostRpc(frame: OutputFrameOf<"hostRpc">): void {

@@ -7,6 +7,7 @@ export * from "./hostRpcMethods.js";
 export * from "./input.js";
 export * from "./output.js";
 export * from "./policy.js";
+export * from "./sessionTurn.js";
 export * from "./turn.js";
 
 export type FrameParse<T> = { ok: true; frame: T } | { ok: false; issues: string };

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { envelope, requestIdSchema } from "./envelope.js";
 import { modelCatalogSchema, retryPolicySchema } from "./policy.js";
+import { sessionTurnSchema } from "./sessionTurn.js";
 import { delegatedTurnRequestSchema, tapCursorSchema } from "./turn.js";
 
 /**
@@ -64,6 +65,11 @@ export const inputFrameSchema = z.discriminatedUnion("type", [
     .object({ type: z.literal("hostRpcReply"), requestId: requestIdSchema, result: envelope(z.unknown()) })
     .strict(),
   z.object({ type: z.literal("shutdown"), requestId: requestIdSchema }).strict(),
+  z.object({ type: z.literal("sessionTurn"), requestId: requestIdSchema, turn: sessionTurnSchema }).strict(),
+  /** The daemon's answer to a runner's `turnHost` call; the ok payload is validated per op by the runner. */
+  z
+    .object({ type: z.literal("turnHostReply"), requestId: requestIdSchema, result: envelope(z.unknown()) })
+    .strict(),
 ]);
 export type InputFrame = z.infer<typeof inputFrameSchema>;
 export type BootFrame = z.infer<typeof bootFrameSchema>;

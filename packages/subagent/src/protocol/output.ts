@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { envelope, requestIdSchema } from "./envelope.js";
 import { hostRpcMethodSchema } from "./hostRpcMethods.js";
+import { progressEventSchema, turnHostCallSchema, turnOutcomeSchema } from "./sessionTurn.js";
 import { delegatedTurnResultSchema, tapEventSchema, tapSnapshotSchema } from "./turn.js";
 
 /**
@@ -89,6 +90,24 @@ export const outputFrameSchema = z.discriminatedUnion("type", [
     })
     .strict(),
   z.object({ type: z.literal("hostRpcCancel"), requestId: requestIdSchema, rpcId: requestIdSchema }).strict(),
+  z
+    .object({
+      type: z.literal("sessionTurnReply"),
+      requestId: requestIdSchema,
+      result: envelope(turnOutcomeSchema),
+    })
+    .strict(),
+  z
+    .object({ type: z.literal("turnHost"), requestId: requestIdSchema, turnId: id, call: turnHostCallSchema })
+    .strict(),
+  z
+    .object({
+      type: z.literal("turnProgress"),
+      requestId: requestIdSchema,
+      turnId: id,
+      event: progressEventSchema,
+    })
+    .strict(),
 ]);
 export type OutputFrame = z.infer<typeof outputFrameSchema>;
 export type OutputFrameOf<T extends OutputFrame["type"]> = Extract<OutputFrame, { type: T }>;

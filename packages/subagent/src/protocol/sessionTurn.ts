@@ -1,0 +1,87 @@
+import {
+  assistantMessageSchema,
+  resultDetailsSchema,
+  toolCallContentSchema,
+  toolResultMessageSchema,
+  transcriptMessageSchema,
+} from "@crw/db";
+import { z } from "zod";
+
+/**
+ * A delegation-core session turn (brain's SessionTurnRunner seam) carried across the runner boundary. The
+ * runner runs the model loop; everything the seam's TurnHost does (journal writes, tool intents, steering
+ * drains) and every host tool's execution stay in the daemon and are reached by `turnHost` calls, so the
+ * seam's ordering contract holds across the process boundary. Tools cross as declarations only.
+ */
+const id = z.string().min(1).max(200);
+
+export const turnToolDeclarationSchema = z
+  .object({
+    name: id,
+    description: z.string().max(65_536),
+    parameters: z.record(z.string(), z.unknown()),
+  })
+  .strict();
+
+/** Which SessionTurnRunner the runner uses: the agent loop (providers, scripted provider) or brain's scripted runner. */
+export const sessionRunnerKindSchema = z.enum(["agent", "scripted"]);
+export type SessionRunnerKind = z.infer<typeof sessionRunnerKindSchema>;
+
+export const sessionTurnSchema = z
+  .object({
+    turnId: id,
+    channelId: id,
+    parentSessionId: id.optional(),
+    runner: sessionRunnerKindSchema,
+    request: z
+      .object({
+        sessionId: id,
+        principalAccountId: id,
+        model: z.string().min(1).max(256),
+        systemPrompt: z.string().max(4_000_000),
+        context: z.array(transcriptMessageSchema).max(100_000),
+        tools: z.array(turnToolDeclarationSchema).max(512),
+        /** Re-validated in the runner with the delegation core's own scope parser. */
+        scope: z.unknown(),
+        readOnly: z.boolean(),
+        workDir: z.string().min(1).max(4096).nullable(),
+      })
+      .strict(),
+  })
+  .strict();
+export type SessionTurnPayload = z.infer<typeof sessionTurnSchema>;
+
+export const turnOutcomeSchema = z
+  .object({ stopReason: z.enum(["stop", "error", "aborted"]), errorMessage: z.string().optional() })
+  .strict();
+
+/** The seam's TurnHost operations plus host tool execution, as calls from the runner to the daemon. */
+export const turnHostCallSchema = z.discriminatedUnion("op", [
+  z
+    .object({ op: z.literal("record"), message: z.union([assistantMessageSchema, toolResultMessageSchema]) })
+    .strict(),
+  z.object({ op: z.literal("beforeToolCall"), call: toolCallContentSchema }).strict(),
+  z.object({ op: z.literal("drainSteering") }).strict(),
+  z
+    .object({
+      op: z.literal("executeTool"),
+      toolName: id,
+      toolCallId: id,
+      args: z.record(z.string(), z.unknown()),
+    })
+    .strict(),
+]);
+export type TurnHostCall = z.infer<typeof turnHostCallSchema>;
+
+/** Answers, per op: record/beforeToolCall -> null, drainSteering -> messages, executeTool -> tool output. */
+export const drainSteeringAnswerSchema = z.array(transcriptMessageSchema);
+export const toolOutputSchema = z
+  .object({ content: z.string(), isError: z.boolean().optional(), details: resultDetailsSchema.optional() })
+  .strict();
+
+export const progressEventSchema = z.discriminatedUnion("type", [
+  z.object({ type: z.literal("text"), sessionId: id, text: z.string().max(65_536) }).strict(),
+  z.object({ type: z.literal("tool"), sessionId: id, toolName: id, toolCallId: id }).strict(),
+  z.object({ type: z.literal("compaction"), sessionId: id }).strict(),
+  z.object({ type: z.literal("session"), sessionId: id, parentSessionId: id.nullable() }).strict(),
+]);

@@ -1,0 +1,24 @@
+import type { DelegatedExecutionScope, SessionTurnRunner } from "@crw/brain";
+import type { SessionRunnerKind } from "./protocol/sessionTurn.js";
+
+/**
+ * What a runner needs from the delegation core to run a session turn: its SessionTurnRunners and its scope
+ * parser. Loaded on the first session turn, so a runner's boot does not pay for the agent loop's imports.
+ */
+export interface SessionTurnBackend {
+  runner(kind: SessionRunnerKind): SessionTurnRunner;
+  parseScope(raw: unknown): DelegatedExecutionScope | null;
+}
+
+export async function loadBrainSessionBackend(): Promise<SessionTurnBackend> {
+  const brain = await import("@crw/brain");
+  const agent = brain.createAgentTurnRunner();
+  const scripted = brain.createScriptedTurnRunner();
+  return {
+    runner: (kind) => (kind === "agent" ? agent : scripted),
+    parseScope: (raw) =>
+      raw === null || raw === undefined
+        ? null
+        : brain.parseDelegatedExecutionScope(raw as DelegatedExecutionScope),
+  };
+}
