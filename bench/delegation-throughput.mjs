@@ -147,7 +147,9 @@ const out = {
   rowsWrittenPerDelegation: Math.round((rowsUsed / total) * 10) / 10,
   duplicateDeliveries: dup.rows[0].n,
 };
-for (const k of ["p50", "p99"]) if (out.settleToDeliveredMs[k] !== null) out.settleToDeliveredMs[k] = Math.round(out.settleToDeliveredMs[k] * 10) / 10;
+for (const k of ["p50", "p99"])
+  if (out.settleToDeliveredMs[k] !== null)
+    out.settleToDeliveredMs[k] = Math.round(out.settleToDeliveredMs[k] * 10) / 10;
 await admin.end();
 await service.close();
 await pool.end();

@@ -17,6 +17,7 @@ import { type DelegationEvent, drainResults, type ResultDeliveredEvent } from ".
 import { DelegationError, toError } from "./errors.js";
 import { faultPoint } from "./faults.js";
 import { Notifier } from "./notifier.js";
+import { systemPromptFor } from "./prompt.js";
 import { lastSettledAssistantText, readSubagent } from "./readSubagent.js";
 import type { MutatingTool } from "./scopedTools.js";
 import { DEFAULT_TOOL_RESULT_INLINE_BYTES, prepareCompletion, type SpillStore } from "./spill.js";
@@ -33,6 +34,7 @@ export interface DelegationServiceOptions {
   readonly toolResultInlineBytes?: () => number;
   /** The session's own tools beside Delegate/DelegateContinue/DelegateRead (a child's file and shell tools). */
   readonly tools?: (session: SessionRow) => readonly MutatingTool[];
+  /** Overrides the default composition (worker persona for fresh workers, the parent's prompt for forks). */
   readonly systemPrompt?: (session: SessionRow, scope: DelegatedExecutionScope | null) => string;
   readonly onResultDelivered?: (event: ResultDeliveredEvent) => void | Promise<void>;
   readonly onEvent?: (event: DelegationEvent) => void;
@@ -56,6 +58,8 @@ export interface DelegateArgs {
   readonly readOnly?: boolean;
   readonly workDir?: string | null;
   readonly model?: string;
+  /** A fork: the child continues the parent's transcript and prompt instead of a fresh worker's. */
+  readonly fork?: boolean;
   readonly progress?: ProgressSink;
 }
 
@@ -194,19 +198,25 @@ export class DelegationService {
     return outcome;
   }
 
-  #sessionTurn(
+  async #sessionTurn(
     session: SessionRow,
     input: Parameters<SessionTurns["runLocked"]>[0]["input"],
     opts: { readOnly: boolean; progress: ProgressSink; scope: DelegatedExecutionScope | null },
   ): Promise<TurnOutcome> {
     const own = this.#options.tools?.(session) ?? [];
+    const tools = [...delegationTools(this, session, opts.readOnly), ...own];
+    const systemPrompt =
+      this.#options.systemPrompt?.(session, opts.scope) ??
+      (await systemPromptFor(session, opts.scope, tools, (s) =>
+        this.repo.getSession(s.parentSessionId ?? "", s.principalAccountId),
+      ));
     return this.turns.runLocked({
       session,
       input,
-      tools: [...delegationTools(this, session, opts.readOnly), ...own],
+      tools,
       scope: opts.scope,
       readOnly: opts.readOnly,
-      systemPrompt: this.#options.systemPrompt?.(session, opts.scope) ?? "",
+      systemPrompt,
       progress: opts.progress,
       drainSteering: () => this.#drainInto(session),
     });
@@ -289,20 +299,41 @@ export class DelegationService {
         ...(readOnly ? { readOnly: true, permissionBoundary: "read-only" as const } : {}),
         ...(args.role ? { role: args.role } : {}),
         ...(args.context ? { context: args.context } : {}),
+        ...(args.fork ? { fork: true } : {}),
       }),
       authority,
     );
-    const { run, child } = await this.repo.createDelegation({
+    const { run, child, created } = await this.repo.createDelegation({
       parentSessionId: parent.id,
       principalAccountId: parent.principalAccountId,
       toolCallId: args.toolCallId,
       task: args.task,
       mode: args.mode,
-      model: args.model ?? parent.model,
+      model: args.fork ? parent.model : (args.model ?? parent.model),
       scope,
+      ...(args.fork ? { fork: { fromSessionId: parent.id } } : {}),
     });
+    if (args.fork && created) await this.#copyForkContext(parent, child, args.toolCallId);
     args.progress?.({ type: "session", sessionId: child.id, parentSessionId: parent.id });
     return this.#dispatch(run, args.mode, args.progress);
+  }
+
+  /**
+   * A fork's context: the parent's settled journal up to (not including) the assistant message that asked
+   * for this fork, copied in batches outside any writer transaction of the parent; the copy becomes visible
+   * only when complete. A crash before that leaves a private copy that boot discards.
+   */
+  async #copyForkContext(parent: SessionRow, child: SessionRow, toolCallId: string): Promise<void> {
+    const journal = await this.repo.readJournal(parent.id, parent.principalAccountId);
+    const asking = journal.find(
+      (e) =>
+        e.body.type === "message" &&
+        e.body.message.role === "assistant" &&
+        e.body.message.content.some((c) => c.type === "toolCall" && c.id === toolCallId),
+    );
+    const upto = asking ? asking.seq - 1 : (journal.at(-1)?.seq ?? 0);
+    if (upto > 0) await this.repo.copyJournalBranch(parent.id, child.id, parent.principalAccountId, upto);
+    await this.repo.commitFork(child.id, parent.principalAccountId);
   }
 
   async #dispatch(

@@ -20,6 +20,7 @@ const delegateArgs = z
       .optional(),
     readOnly: z.boolean().optional(),
     cwd: z.string().min(1).max(4096).optional(),
+    fork: z.boolean().optional(),
   })
   .strict();
 
@@ -100,6 +101,7 @@ export function delegationTools(
           ...(a.tools ? { tools: a.tools } : {}),
           ...(a.readOnly !== undefined ? { readOnly: a.readOnly } : {}),
           ...(a.cwd ? { workDir: a.cwd } : {}),
+          ...(a.fork ? { fork: true } : {}),
           progress: ctx.progress,
         });
         return receiptOutput(receipt);

@@ -1,0 +1,87 @@
+import { useTestDatabase } from "@crw/tools/pg";
+import { describe, expect, it } from "vitest";
+import {
+  createScriptedTurnRunner,
+  PERSONA_TEMPLATES,
+  type SessionTurnRunner,
+  type TurnRequest,
+} from "../../src/index.js";
+import { delegateCall, makeService, messages, newParent, scriptTask } from "./helpers.js";
+
+const db = useTestDatabase();
+
+function recording() {
+  const seen: TurnRequest[] = [];
+  const base = createScriptedTurnRunner();
+  const runner: SessionTurnRunner = {
+    runTurn: (request, host) => {
+      seen.push(request);
+      return base.runTurn(request, host);
+    },
+  };
+  return { seen, runner };
+}
+
+describe("the prompt and context a child's turn gets", () => {
+  it("S004-001: an ordinary non-fork child takes the worker route, with a typed or a generic role", async () => {
+    const { seen, runner } = recording();
+    const { service } = makeService(db.pool, { runner });
+    const { account, parent } = await newParent(service);
+    for (const [i, role] of [undefined, "tester"].entries()) {
+      await service.delegate({
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        toolCallId: `d${i}`,
+        task: "look around",
+        mode: "foreground",
+        ...(role ? { role, context: "from the parent" } : {}),
+      });
+    }
+    await service.whenIdle();
+    const children = seen.filter((r) => r.sessionId !== parent.id);
+    const [generic, typed] = children;
+    expect(children).toHaveLength(2);
+    // the idle root's follow-up turns (for these results) take the interactive route
+    expect(seen.find((r) => r.sessionId === parent.id)?.systemPrompt).toContain(
+      PERSONA_TEMPLATES.conversational,
+    );
+    for (const request of [generic, typed]) {
+      expect(request?.systemPrompt).toContain(PERSONA_TEMPLATES["delegated/worker"]);
+      expect(request?.systemPrompt).not.toContain(PERSONA_TEMPLATES.conversational);
+    }
+    expect(typed?.systemPrompt).toContain("# Role: tester");
+    expect(typed?.systemPrompt).toContain("from the parent");
+    // the child's scope travels with its request; the worker gets the delegation tools too
+    expect(typed?.scope?.role).toBe("tester");
+    expect(typed?.tools.map((t) => t.name)).toEqual(["Delegate", "DelegateContinue", "DelegateRead"]);
+  });
+
+  it("S004-017: S004-243: S004-244: a fork continues with its parent's byte-identical prompt, toolset and settled prefix", async () => {
+    const { seen, runner } = recording();
+    const { service, repo } = makeService(db.pool, { runner });
+    const { account, parent } = await newParent(service);
+    await service.prompt(parent.id, account.id, "some earlier conversation");
+    await service.prompt(
+      parent.id,
+      account.id,
+      scriptTask({
+        rounds: [[delegateCall({ answer: "forked ok" }, { fork: true })]],
+        answer: "parent done",
+      }),
+    );
+    const parentRequest = seen.find((r) => r.sessionId === parent.id && r.context.length > 2);
+    const forkRequest = seen.find((r) => r.sessionId !== parent.id);
+    if (!parentRequest || !forkRequest) throw new Error("missing requests");
+    expect(forkRequest.systemPrompt).toBe(parentRequest.systemPrompt);
+    expect(forkRequest.tools.map((t) => t.name)).toEqual(parentRequest.tools.map((t) => t.name));
+    expect(forkRequest.context.slice(0, parentRequest.context.length)).toEqual(parentRequest.context);
+    expect(forkRequest.context.at(-1)).toEqual({
+      role: "user",
+      content: scriptTask({ answer: "forked ok" }),
+    });
+    const toolResult = messages(await repo.readJournal(parent.id, account.id)).find(
+      (m) => m.role === "toolResult",
+    );
+    expect(toolResult).toMatchObject({ content: "forked ok", isError: false });
+  });
+});
