@@ -23,7 +23,12 @@ export {
   type HostRpcTransport,
 } from "./hostRpc.js";
 export { ModelCatalog } from "./modelCatalog.js";
-export { effectiveRunners, type SessionPlacementState, SubagentRunnerPool } from "./pool.js";
+export {
+  effectiveRunners,
+  type SessionPlacementState,
+  SubagentRunnerPool,
+  type TurnPlacement,
+} from "./pool.js";
 export type {
   PoolEvent,
   PoolHealth,
@@ -69,10 +74,13 @@ export {
   RUNNER_BOOT_TIMEOUT_MS,
   type RunnerHostEvent,
   type RunnerStats,
+  type SessionTurnMeta,
   SubagentRunnerHost,
   type SubagentRunnerHostDeps,
   TAP_TIMEOUT_MS,
   type TapHandle,
 } from "./runnerHost.js";
 export { ScriptedTurnError, ScriptedTurnExecutor } from "./scriptedExecutor.js";
+export { loadBrainSessionBackend, type SessionTurnBackend } from "./sessionBackend.js";
+export { type SessionDispatchDeps, SubagentSessionDispatch } from "./sessionDispatch.js";
 export { SessionViews } from "./sessionViews.js";

@@ -1,3 +1,4 @@
+import type { TurnHost, TurnOutcome, TurnRequest } from "@crw/brain";
 import { buildIdentityOf } from "./buildIdentity.js";
 import { type Clock, systemClock } from "./clock.js";
 import {
@@ -22,7 +23,12 @@ import type { DelegatedTurnRequest, DelegatedTurnResult, TapEvent } from "./prot
 import { type RestartRequiredSink, restartRequiredAlert } from "./restartAlert.js";
 import { startupRetryDelayMs } from "./retryPolicy.js";
 import { resolveRunnerEntry } from "./runnerEntry.js";
-import { type HostRpcHandler, SubagentRunnerHost, type TapHandle } from "./runnerHost.js";
+import {
+  type HostRpcHandler,
+  type SessionTurnMeta,
+  SubagentRunnerHost,
+  type TapHandle,
+} from "./runnerHost.js";
 
 interface Slot {
   readonly host: SubagentRunnerHost;
@@ -30,11 +36,20 @@ interface Slot {
   nestedTurns: number;
 }
 
+/** What placement needs to know about a turn, whatever kind of turn it is. */
+export interface TurnPlacement {
+  readonly turnId: string;
+  /** The parent's channel: fairness key and unit of abort. */
+  readonly channelId: string;
+  readonly sessionId: string;
+  readonly parentSessionId?: string;
+}
+
 interface Waiting {
-  readonly request: DelegatedTurnRequest;
+  readonly request: TurnPlacement;
   readonly controller: AbortController;
-  readonly onProgress?: (text: string) => void;
-  readonly resolve: (result: DelegatedTurnResult) => void;
+  readonly run: (host: SubagentRunnerHost, signal: AbortSignal) => Promise<unknown>;
+  readonly resolve: (result: unknown) => void;
   readonly reject: (error: Error) => void;
   readonly detach: () => void;
 }
@@ -131,20 +146,51 @@ export class SubagentRunnerPool {
     request: DelegatedTurnRequest,
     options: { signal?: AbortSignal; onProgress?: (text: string) => void } = {},
   ): Promise<DelegatedTurnResult> {
+    return this.#admit(
+      request,
+      (host, signal) =>
+        host.runTurn(request, { signal, ...(options.onProgress && { onProgress: options.onProgress }) }),
+      options.signal,
+    );
+  }
+
+  /**
+   * Run a delegation-core session turn (brain's SessionTurnRunner seam) in a runner, with the same
+   * admission, queueing, routing and failure rules as any delegated turn.
+   */
+  runSessionTurn(request: TurnRequest, turnHost: TurnHost, meta: SessionTurnMeta): Promise<TurnOutcome> {
+    const placement: TurnPlacement = {
+      turnId: meta.turnId,
+      channelId: meta.channelId,
+      sessionId: request.sessionId,
+      ...(meta.parentSessionId !== undefined && { parentSessionId: meta.parentSessionId }),
+    };
+    return this.#admit(
+      placement,
+      (host, signal) => host.runSessionTurn(request, turnHost, meta, signal),
+      request.signal,
+    );
+  }
+
+  #admit<T>(
+    request: TurnPlacement,
+    run: (host: SubagentRunnerHost, signal: AbortSignal) => Promise<T>,
+    signal: AbortSignal | undefined,
+  ): Promise<T> {
     const refusal = this.#admissionRefusal();
     if (refusal) return Promise.reject(refusal);
-    if (options.signal?.aborted) return Promise.reject(new DelegationAbortedError(request.channelId));
-    return new Promise((resolve, reject) => {
+    if (signal?.aborted) return Promise.reject(new DelegationAbortedError(request.channelId));
+    return new Promise<T>((resolve, reject) => {
       const controller = new AbortController();
       const onAbort = () => this.#abortOne(waiting);
-      options.signal?.addEventListener("abort", onAbort, { once: true });
+      signal?.addEventListener("abort", onAbort, { once: true });
       const waiting: Waiting = {
         request,
         controller,
-        onProgress: options.onProgress,
-        resolve,
+        run,
+        resolve: resolve as (result: unknown) => void,
         reject,
-        detach: () => options.signal?.removeEventListener("abort", onAbort),
+        detach: () => signal?.removeEventListener("abort", onAbort),
       };
       this.#queue.push(request.channelId, waiting);
       this.#states.set(request.sessionId, "queued");
@@ -323,7 +369,7 @@ export class SubagentRunnerPool {
       }
       queueMicrotask(() => this.#pump());
     };
-    slot.host.runTurn(request, { signal: waiting.controller.signal, onProgress: waiting.onProgress }).then(
+    waiting.run(slot.host, waiting.controller.signal).then(
       (result) => {
         settle();
         waiting.resolve(result);
