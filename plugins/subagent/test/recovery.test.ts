@@ -210,7 +210,7 @@ describe("boot recovery", () => {
     const kept = await live.engine.start(w.ctx(), { definition: chain });
     const dying = await w.engine(async ({ signal }) => untilAborted(signal));
     all.push(dying.engine);
-    const orphans = [];
+    const orphans: string[] = [];
     for (let i = 0; i < 4; i++)
       orphans.push((await dying.engine.start(w.ctx(), { definition: chain })).workflowId);
     await until(async () => {
