@@ -352,3 +352,73 @@ describe("scripted provider: a script carried in the task", () => {
     expect(later.finalText).toBe("Done: anything else?");
   });
 });
+
+describe("shell bounds", () => {
+  // A killed process may stay a zombie until something reaps it; only a running one counts as alive.
+  const alive = (pid: number) => {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      return !/^\d+ \(.*\) [ZX]/.test(stat);
+    } catch {
+      return false;
+    }
+  };
+  const pidIn = (dir: string) => Number(readFileSync(join(dir, "pid.txt"), "utf8").trim());
+  const waitGone = async (pid: number) => {
+    for (let i = 0; i < 100 && alive(pid); i++) await new Promise((r) => setTimeout(r, 20));
+    return !alive(pid);
+  };
+
+  it("kills a shell command at its timeout and reports it as a failed call", async () => {
+    const dir = workDir();
+    const out = await turn(
+      dir,
+      [
+        {
+          toolCalls: [
+            {
+              name: "shell",
+              arguments: { command: "(sleep 2; echo late > late.txt) & echo $! > pid.txt; wait" },
+            },
+          ],
+        },
+        { text: "." },
+      ],
+      {
+        limits: { shellTimeoutMs: 300 },
+      },
+    );
+    expect(out.toolCalls[0]?.isError).toBe(true);
+    expect(out.toolCalls[0]?.result).toContain("timed out after 300 ms");
+    // The whole process group went, the shell's own children included: the late write never happens.
+    expect(await waitGone(pidIn(dir))).toBe(true);
+    expect(existsSync(join(dir, "late.txt"))).toBe(false);
+  });
+
+  it("an abort during a tool kills its process group and ends the turn as aborted", async () => {
+    const dir = workDir();
+    const controller = new AbortController();
+    const out = await turn(
+      dir,
+      [
+        {
+          toolCalls: [
+            {
+              name: "shell",
+              arguments: { command: "(sleep 2; echo late > late.txt) & echo $! > pid.txt; wait" },
+            },
+          ],
+        },
+        { text: "." },
+      ],
+      {
+        signal: controller.signal,
+        hooks: { onToolIntent: () => void setTimeout(() => controller.abort(), 300) },
+      },
+    );
+    expect(out.stopReason).toBe("aborted");
+    expect(out.toolCalls[0]?.isError).toBe(true);
+    expect(await waitGone(pidIn(dir))).toBe(true);
+    expect(existsSync(join(dir, "late.txt"))).toBe(false);
+  });
+});
