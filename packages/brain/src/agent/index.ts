@@ -49,12 +49,14 @@ export {
   ScriptStepSchema,
   scriptedReply as scriptedProviderReply,
 } from "./scripted.js";
+export { type SessionPromptOptions, sessionSystemPrompt } from "./session-prompt.js";
 export {
   CHILD_TOOL_NAMES,
   type CheckedCall,
   type ChildToolName,
   type ChildToolOptions,
   checkChildToolCall,
+  childToolSummaries,
   createChildTools,
   effectiveReadOnly,
   permittedToolNames,

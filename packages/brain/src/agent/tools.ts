@@ -83,6 +83,13 @@ const DESCRIPTIONS: Record<ChildToolName, string> = {
   shell: "Run a shell command in the working directory and return its exit code and output.",
 };
 
+/** Name and description of each tool the scope lets the model see, for the prompt's tool catalog. */
+export function childToolSummaries(
+  options: ChildToolOptions,
+): { name: ChildToolName; description: string }[] {
+  return permittedToolNames(options).map((name) => ({ name, description: DESCRIPTIONS[name] }));
+}
+
 export function effectiveReadOnly(options: ChildToolOptions): boolean {
   return (
     options.scope.readOnly || options.scope.permissionBoundary === "read-only" || options.readOnly === true

@@ -15,6 +15,7 @@ import {
   registerAskUserGuidance,
   selectPromptRoute,
   sessionPromptFragments,
+  sessionSystemPrompt,
 } from "../../src/agent/index.js";
 import { captureDelegatedExecutionScope, parseDelegatedExecutionScope } from "../../src/scope/index.js";
 
@@ -225,5 +226,53 @@ describe("fresh-worker prompt composition", () => {
     });
     expect(prompt).toContain("- read: Read a text file");
     expect(prompt.split("\n\n")).toHaveLength(4);
+  });
+});
+
+describe("sessionSystemPrompt", () => {
+  const scopeOf = (extra: Record<string, unknown>) =>
+    parseDelegatedExecutionScope(
+      captureDelegatedExecutionScope({
+        accountId: "a",
+        target: { kind: "host", ref: "p" },
+        workDir: "/w",
+        ...extra,
+      }),
+    );
+
+  it("composes a fresh worker from the durable scope, listing exactly the tools the scope lets the model see", () => {
+    const prompt = sessionSystemPrompt({
+      scope: scopeOf({
+        tools: { allow: ["read", "shell(git *)"] },
+        role: "auditor",
+        context: "look at auth",
+      }),
+      model: { id: "m" },
+      hostTools: [{ name: "Delegate", description: "Delegate a task" }],
+    }) as string;
+    expect(prompt).toContain("# Worker contract");
+    expect(prompt).toContain("- read:");
+    expect(prompt).toContain("- shell:");
+    expect(prompt).not.toContain("- write:");
+    expect(prompt).toContain("- Delegate: Delegate a task");
+    expect(prompt).toContain("# Role: auditor");
+    expect(prompt).toContain("look at auth");
+    const readOnly = sessionSystemPrompt({
+      scope: scopeOf({}),
+      model: { id: "m" },
+      readOnly: true,
+    }) as string;
+    expect(readOnly).not.toContain("- write:");
+    expect(readOnly).not.toContain("- edit:");
+  });
+
+  it("gives a root session the interactive composition and a fork no composition at all", () => {
+    expect(
+      sessionSystemPrompt({ scope: null, model: { id: "m" }, recalledMemories: ["likes tea"] }),
+    ).toContain("likes tea");
+    expect(
+      sessionSystemPrompt({ scope: scopeOf({}), model: { id: "m" }, recalledMemories: ["likes tea"] }),
+    ).not.toContain("likes tea");
+    expect(sessionSystemPrompt({ scope: scopeOf({ fork: true }), model: { id: "m" } })).toBeUndefined();
   });
 });
