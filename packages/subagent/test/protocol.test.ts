@@ -36,7 +36,7 @@ const validInputs = [
 ];
 const validOutputs = [
   { type: "hello", requestId: "h", buildId: "b", pid: 12 },
-  { type: "bootReply", requestId: "r1", result: { ok: { buildId: "b" } } },
+  { type: "bootReply", requestId: "r1", result: { ok: { buildId: "b", policyRevision: 1 } } },
   {
     type: "turnReply",
     requestId: "r2",
