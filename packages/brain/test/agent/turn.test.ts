@@ -422,3 +422,58 @@ describe("shell bounds", () => {
     expect(existsSync(join(dir, "late.txt"))).toBe(false);
   });
 });
+
+describe("scope as data", () => {
+  it("S004-209: only the serializable scope crosses the boundary; the tool policy is rebuilt from it on the other side", async () => {
+    const dir = workDir();
+    const captured = scope(dir, { tools: { allow: ["read", "shell(ls*)"], deny: ["read(secret*)"] } });
+    // What a runner process receives: plain JSON text, no closures, Sets or identity objects.
+    const overIpc = JSON.parse(JSON.stringify({ scope: captured })) as { scope: string };
+    writeFileSync(join(dir, "secret.txt"), "s");
+    writeFileSync(join(dir, "open.txt"), "o");
+    const out = await turn(
+      dir,
+      [
+        {
+          toolCalls: [
+            { name: "read", arguments: { path: "open.txt" } },
+            { name: "read", arguments: { path: "secret.txt" } },
+            { name: "shell", arguments: { command: "ls" } },
+            { name: "write", arguments: { path: "x", content: "x" } },
+          ],
+        },
+        { text: "." },
+      ],
+      { scope: overIpc.scope },
+    );
+    expect(out.toolCalls.map((c) => c.refused?.code ?? "ran")).toEqual([
+      "ran",
+      "tool_denied",
+      "ran",
+      "tool_not_allowed",
+    ]);
+  });
+
+  it("S004-271: tool grants and read-only stay the ceiling wherever the working directory is placed", async () => {
+    const dir = workDir();
+    const nested = join(dir, "deep", "er");
+    mkdirSync(nested, { recursive: true });
+    for (const placement of [dir, nested]) {
+      const out = await turn(
+        placement,
+        [
+          {
+            toolCalls: [
+              { name: "write", arguments: { path: "w.txt", content: "x" } },
+              { name: "shell", arguments: { command: "touch t.txt" } },
+            ],
+          },
+          { text: "." },
+        ],
+        { scope: scope(placement, { tools: { allow: ["write"] }, readOnly: true }), workDir: placement },
+      );
+      expect(out.toolCalls.map((c) => c.refused?.code)).toEqual(["read_only", "tool_not_allowed"]);
+      expect(existsSync(join(placement, "w.txt"))).toBe(false);
+    }
+  });
+});

@@ -89,7 +89,7 @@ describe("delegatedWorkDir", () => {
     expect(placed.projectRef).toBe("proj");
   });
 
-  it("S004-262: records the project's host ref, or the nameless admin-only host target for an unregistered directory", async () => {
+  it("S004-256: S004-262: records the project's host ref, or the nameless admin-only host target for an unregistered directory", async () => {
     const placed = await delegatedWorkDir(outside, {
       kind: "admin",
       canExecuteHost: true,
