@@ -1,5 +1,6 @@
 import { DelegationAbortedError, RunnerExitedError, RunnerUnavailableError } from "@crw/subagent";
 import { describe, expect, it } from "vitest";
+import { killChildRunners } from "./support/kill.js";
 import { closePoolsAfterEach, effectsFile, makePool } from "./support/pools.js";
 import { turn, waitFor } from "./support/runners.js";
 
@@ -164,8 +165,8 @@ describe("routing and release", () => {
     await waitFor(() => pool.sessionState("k1") === "running");
     await waitFor(async () => (await effects.lines()).length === 1);
     // Kill the runner process for real.
-    const killed = await killRunnerOf(pool, "k1");
-    expect(killed).toBe(true);
+    expect(pool.routeOf("k1")).toBeDefined();
+    expect(await killChildRunners()).toBe(1);
     const error = await doomed;
     expect(error).toBeInstanceOf(RunnerExitedError);
     expect(pool.routeOf("k1")).toBeUndefined();
@@ -178,26 +179,3 @@ describe("routing and release", () => {
     expect(events.filter((e) => e.type === "turn_dispatched")).toHaveLength(2);
   });
 });
-
-/** SIGKILL the runner process hosting a session, found through the OS process table (children of this process). */
-async function killRunnerOf(
-  pool: import("@crw/subagent").SubagentRunnerPool,
-  sessionId: string,
-): Promise<boolean> {
-  const runnerId = pool.routeOf(sessionId);
-  if (!runnerId) return false;
-  const { readFile, readdir } = await import("node:fs/promises");
-  for (const entry of await readdir("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = await readFile(`/proc/${entry}/stat`, "utf8");
-      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-      const cmd = await readFile(`/proc/${entry}/cmdline`, "utf8");
-      if (ppid === process.pid && cmd.includes("runner.js")) {
-        process.kill(Number(entry), "SIGKILL");
-        return true;
-      }
-    } catch {}
-  }
-  return false;
-}

@@ -1,0 +1,114 @@
+import { randomUUID } from "node:crypto";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createScriptedTurnRunner, DelegationService, FileSpillStore, scriptTask } from "@crw/brain";
+import { PgDelegationRepository, type TranscriptMessage } from "@crw/db";
+import { type Placement, SubagentSessionDispatch } from "@crw/subagent";
+import { useTestDatabase } from "@crw/tools/pg";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { closePoolsAfterEach, makePool } from "../support/pools.js";
+
+const db = useTestDatabase();
+closePoolsAfterEach();
+// An own pg pool, ended before the harness drops the database (so no client is cut off mid-goodbye).
+let pgPool: pg.Pool;
+beforeAll(() => {
+  pgPool = new pg.Pool({ connectionString: db.url, max: 8 });
+  pgPool.on("error", () => {});
+});
+afterAll(async () => {
+  await pgPool.end();
+});
+
+/**
+ * test:e2e:subagent: delegated work on PostgreSQL through the default forked path. The delegation core is
+ * unchanged; its SessionTurnRunner is the dispatch, and every turn is asserted to have run in a runner,
+ * with no environment switch.
+ */
+const services: DelegationService[] = [];
+afterAll(async () => {
+  await Promise.all(services.map((s) => s.close()));
+});
+
+function assemble() {
+  const { pool, events } = makePool({ size: { maxRunners: 2, turnsPerRunner: 4 } });
+  const placements: Placement[] = [];
+  const dispatch = new SubagentSessionDispatch({
+    pool,
+    inProcess: createScriptedTurnRunner(),
+    runnerKind: "scripted",
+    onPlaced: (_request, placement) => placements.push(placement),
+  });
+  const repo = new PgDelegationRepository(pgPool);
+  const service = new DelegationService({
+    repo,
+    runner: dispatch,
+    spill: new FileSpillStore(mkdtempSync(join(tmpdir(), "crw-spill-"))),
+    helperWaitMs: 200,
+  });
+  services.push(service);
+  return { service, repo, events, placements, pool };
+}
+
+const messagesOf = (entries: { body: { type: string; message?: TranscriptMessage } }[]) =>
+  entries.flatMap((e) => (e.body.type === "message" && e.body.message ? [e.body.message] : []));
+
+describe("test:e2e:subagent", () => {
+  it("a foreground delegation runs parent and child turns in forked runners and delivers the result once", async () => {
+    const { service, repo, events, placements } = assemble();
+    const account = await repo.createAccount({ name: `acct-${randomUUID()}` });
+    const parent = await service.createRootSession(account.id, "scripted");
+    const outcome = await service.prompt(
+      parent.id,
+      account.id,
+      scriptTask({
+        rounds: [[{ name: "Delegate", arguments: { task: scriptTask({ answer: "child did the work" }) } }]],
+        answer: "parent done",
+      }),
+    );
+    expect(outcome.stopReason).toBe("stop");
+    await service.whenIdle();
+    const journal = messagesOf(await repo.readJournal(parent.id, account.id));
+    expect(journal.find((m) => m.role === "toolResult")).toMatchObject({
+      toolName: "Delegate",
+      content: "child did the work",
+      isError: false,
+    });
+    expect(journal.at(-1)).toMatchObject({
+      role: "assistant",
+      content: [{ type: "text", text: "parent done" }],
+    });
+    expect(await repo.settledResultIds(parent.id, account.id)).toHaveLength(1);
+    // Runner use, unconditionally: every turn was placed in a runner and dispatched to one.
+    expect(placements.length).toBeGreaterThanOrEqual(2);
+    expect(new Set(placements)).toEqual(new Set(["runner"]));
+    expect(events.filter((e) => e.type === "turn_dispatched")).toHaveLength(placements.length);
+  });
+
+  it("background children run in runners while the parent continues; each result is delivered exactly once", async () => {
+    const { service, repo, events } = assemble();
+    const account = await repo.createAccount({ name: `acct-${randomUUID()}` });
+    const parent = await service.createRootSession(account.id, "scripted");
+    const n = 3;
+    await service.prompt(
+      parent.id,
+      account.id,
+      scriptTask({
+        rounds: [
+          Array.from({ length: n }, (_, i) => ({
+            name: "Delegate",
+            arguments: { task: scriptTask({ answer: `child ${i}` }), background: true },
+          })),
+        ],
+        answer: "dispatched all",
+      }),
+    );
+    await service.whenIdle();
+    const settled = await repo.settledResultIds(parent.id, account.id);
+    expect(settled).toHaveLength(n);
+    expect(new Set(settled).size).toBe(n);
+    expect(events.filter((e) => e.type === "turn_dispatched").length).toBeGreaterThanOrEqual(n + 1);
+  });
+});
