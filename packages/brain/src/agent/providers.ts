@@ -45,6 +45,8 @@ export const ModelConfigSchema = z.discriminatedUnion("api", [
   z.strictObject({ api: z.literal("openai-responses"), ...common }),
   z.strictObject({ api: z.literal("openai-completions"), ...common }),
   z.strictObject({ api: z.literal("anthropic-messages"), ...common }),
+  /** ChatGPT-account Codex Responses; the key is the account's access token (a JWT naming the account). */
+  z.strictObject({ api: z.literal("openai-codex-responses"), ...common }),
   z.strictObject({
     api: z.literal("scripted"),
     modelId: z.string().min(1).max(200).default("scripted"),
@@ -66,7 +68,20 @@ const DEFAULTS = {
     baseUrl: "https://api.anthropic.com",
     keyEnv: "ANTHROPIC_API_KEY",
   },
+  "openai-codex-responses": {
+    provider: "openai-codex",
+    baseUrl: "https://chatgpt.com/backend-api",
+    keyEnv: "OPENAI_CODEX_ACCESS_TOKEN",
+  },
 } as const;
+
+/**
+ * The transport a configuration streams over. Codex Responses would try WebSockets first; on Node 20 it
+ * must use SSE.
+ */
+export function transportFor(config: ResolvedModelConfig): "sse" | undefined {
+  return config.api === "openai-codex-responses" ? "sse" : undefined;
+}
 
 export function parseModelConfig(raw: unknown): ResolvedModelConfig {
   const parsed = ModelConfigSchema.safeParse(raw);

@@ -5,18 +5,20 @@ import type { ModelConfig } from "./providers.js";
 import type { ScriptStep } from "./scripted.js";
 import { type HostTool, runChildTurn } from "./turn.js";
 
+type ProviderApi =
+  | "openai-responses"
+  | "openai-completions"
+  | "anthropic-messages"
+  | "openai-codex-responses";
+
 /**
  * How a session's model name becomes a provider configuration. Names are `<api>:<model id>` (for example
  * `anthropic-messages:claude-sonnet-4-5`), `scripted` or `scripted:<script name>`. A base URL per API
  * points a family at any compatible server.
  */
 export interface ModelCatalogOptions {
-  readonly baseUrls?: Partial<
-    Record<"openai-responses" | "openai-completions" | "anthropic-messages", string>
-  >;
-  readonly apiKeyEnv?: Partial<
-    Record<"openai-responses" | "openai-completions" | "anthropic-messages", string>
-  >;
+  readonly baseUrls?: Partial<Record<ProviderApi, string>>;
+  readonly apiKeyEnv?: Partial<Record<ProviderApi, string>>;
   /** Named scripts for `scripted:<name>`. */
   readonly scripts?: Readonly<Record<string, readonly ScriptStep[]>>;
 }
@@ -31,7 +33,12 @@ export function modelConfigFor(name: string, catalog: ModelCatalogOptions = {}):
     if (!script) throw new AgentConfigError("invalid_model_config", `no script named ${id}`, { model: name });
     return { api: "scripted", modelId: `scripted:${id}`, script: [...script] };
   }
-  if (api === "openai-responses" || api === "openai-completions" || api === "anthropic-messages") {
+  if (
+    api === "openai-responses" ||
+    api === "openai-completions" ||
+    api === "anthropic-messages" ||
+    api === "openai-codex-responses"
+  ) {
     if (!id)
       throw new AgentConfigError("invalid_model_config", `model ${name} names no model id`, { model: name });
     const baseUrl = catalog.baseUrls?.[api];

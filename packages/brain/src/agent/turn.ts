@@ -10,7 +10,7 @@ import { z } from "zod";
 import { type DelegatedExecutionScope, parseDelegatedExecutionScope } from "../scope/index.js";
 import { assistantText, fromPiMessage, toPiMessage } from "./convert.js";
 import { AgentConfigError, type ErrorData, errorData, toError } from "./errors.js";
-import { childStreamFn, loadPi, type ModelConfig, resolveModel } from "./providers.js";
+import { childStreamFn, loadPi, type ModelConfig, resolveModel, transportFor } from "./providers.js";
 import { CHILD_TOOL_NAMES, type ChildToolOptions, checkChildToolCall, createChildTools } from "./tools.js";
 
 /** Written (awaited) before a permitted tool call runs: the intent is durable before the effect. */
@@ -243,6 +243,7 @@ export async function runChildTurn(input: ChildTurnInput): Promise<ChildTurnOutc
     getApiKey: () => resolved.apiKey(),
     steeringMode: "all",
     followUpMode: "all",
+    ...(transportFor(resolved.config) ? { transport: transportFor(resolved.config) } : {}),
     toolExecution: "sequential",
     sessionId: input.sessionId,
     beforeToolCall: async ({ toolCall, args }) => {

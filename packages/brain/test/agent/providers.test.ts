@@ -15,11 +15,21 @@ const script = (): FakeReply[] => [
   { text: "the file says hi" },
 ];
 
+// A Codex access token is a JWT naming the ChatGPT account; the server here does not check its signature.
+const codexToken = [
+  Buffer.from(JSON.stringify({ alg: "none", typ: "JWT" })).toString("base64url"),
+  Buffer.from(
+    JSON.stringify({ "https://api.openai.com/auth": { chatgpt_account_id: "acct-test" } }),
+  ).toString("base64url"),
+  "sig",
+].join(".");
+
 const families: {
-  api: "openai-completions" | "openai-responses" | "anthropic-messages";
+  api: "openai-completions" | "openai-responses" | "anthropic-messages" | "openai-codex-responses";
   base: (url: string) => string;
   path: string;
 }[] = [
+  { api: "openai-codex-responses", base: (u) => u, path: "/codex/responses" },
   { api: "openai-completions", base: (u) => `${u}/v1`, path: "/v1/chat/completions" },
   { api: "openai-responses", base: (u) => `${u}/v1`, path: "/v1/responses" },
   { api: "anthropic-messages", base: (u) => u, path: "/v1/messages" },
@@ -34,7 +44,7 @@ describe("providers configured by model id and base URL, over the real wire prot
           api: family.api,
           modelId: "fake-model-1",
           baseUrl: family.base(server.url),
-          apiKey: "test-key",
+          apiKey: family.api === "openai-codex-responses" ? codexToken : "test-key",
         };
         const out = await runChildTurn({
           sessionId: "s-1",
@@ -64,6 +74,8 @@ describe("providers configured by model id and base URL, over the real wire prot
         // The second request carries the tool result back.
         expect(JSON.stringify(server.requests[1]?.body)).toContain("contents of a");
         expect(out.usage.providerCalls).toBe(2);
+        if (family.api === "openai-codex-responses")
+          expect(server.requests[0]?.headers["chatgpt-account-id"]).toBe("acct-test");
         expect(out.usage.output).toBeGreaterThan(0);
       } finally {
         await server.close();
