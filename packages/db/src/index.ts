@@ -1,4 +1,13 @@
 export { PgDelegationRepository } from "./delegation/repository.js";
+export {
+  type EmbeddedCluster,
+  type EmbeddedClusterOptions,
+  EmbeddedPostgresError,
+  freePort,
+  runningPostmaster,
+  startEmbeddedCluster,
+  stopPostmaster,
+} from "./embedded.js";
 export { DelegationDbError, type DelegationDbErrorCode, toError } from "./errors.js";
 export { migrate, migrationsDir, migrationsTable } from "./migrate.js";
 export * from "./repositories/delegation.js";

@@ -74,7 +74,7 @@ describe("DelegationRepository on PostgreSQL", () => {
     expect(journal[0]?.body).toMatchObject({ type: "message", message: { details: { resultId: id } } });
   });
 
-  it("delivery is exactly once when many deliverers race for the same results", async () => {
+  it("S004-043: delivery is exactly once when many deliverers race; a committed result is never delivered again", async () => {
     const { r, account, parent, runs } = await family(12);
     const ids = await Promise.all(runs.map((run) => settle(r, run)));
     const outs = await Promise.all(
@@ -135,7 +135,7 @@ describe("DelegationRepository on PostgreSQL", () => {
     });
   });
 
-  it("queuedResultIds is FIFO in settle order and scoped by parent and principal", async () => {
+  it("S004-159: queuedResultIds is FIFO in settle order and scoped by parent and principal", async () => {
     const { r, account, parent, runs } = await family(4);
     const ids: string[] = [];
     for (const run of [runs[2], runs[0], runs[3], runs[1]]) ids.push(await settle(r, run as never));
@@ -287,5 +287,40 @@ describe("DelegationRepository on PostgreSQL", () => {
     const run = await r.getRun(fork.run.id, account.id);
     expect(run.childSessionId).toBeNull();
     expect(run.status).toBe("queued");
+  });
+
+  it("S004-158: every DelegationRepository operation is asynchronous: bad input rejects, it never throws synchronously", async () => {
+    const r = repo();
+    const bad = "not-a-uuid";
+    const calls: Array<() => Promise<unknown>> = [
+      () => r.getAccount(bad),
+      () => r.getSession(bad, bad),
+      () => r.getChildSession(bad, bad, bad),
+      () => r.readJournal(bad, bad),
+      () => r.append(bad, bad, [{ body: { type: "message", message: { role: "user", content: "x" } } }]),
+      () => r.settledResultIds(bad, bad),
+      () => r.queuedResultIds(bad, bad),
+      () => r.deliverResults(bad, bad, [bad], asMessage),
+      () =>
+        r.createDelegation({
+          parentSessionId: bad,
+          principalAccountId: bad,
+          toolCallId: "t",
+          task: "t",
+          mode: "foreground",
+          model: "m",
+          scope: "{}",
+        }),
+      () => r.settleRun({ runId: bad, generation: 1, resultId: bad, outcome: "ok", body: "", byteSize: 0 }),
+      () => r.enqueueSteer(bad, bad, "x"),
+      () => r.startRun(bad, 1, "o"),
+    ];
+    for (const call of calls) {
+      let promise: Promise<unknown> | undefined;
+      expect(() => {
+        promise = call();
+      }).not.toThrow();
+      await expect(promise).rejects.toMatchObject({ code: "invalid_input" });
+    }
   });
 });

@@ -460,7 +460,22 @@ export class DelegationService {
       });
     }
     const child = await this.repo.getSession(run.childSessionId, run.principalAccountId);
-    const scope = parseDelegatedExecutionScope(run.readOnlyScope ?? child.scope ?? "");
+    // Every turn of the call reads the call's own scope (its read-only clamp, else the child's durable
+    // scope), narrowed by the delegating side's live access: current grants only ever narrow it.
+    let scope: DelegatedExecutionScope;
+    try {
+      const parent = await this.repo.getSession(run.parentSessionId, run.principalAccountId);
+      scope = parseDelegatedExecutionScope(
+        continuationScope(run.readOnlyScope ?? child.scope ?? "", await this.authorityFor(parent)),
+      );
+    } catch (e) {
+      return this.#settle(
+        run,
+        "error",
+        `the call's scope no longer holds: ${toError(e).message}`,
+        "scope_refused",
+      );
+    }
     const progress = opts.progress ?? NO_PROGRESS;
     let outcome: TurnOutcome = { stopReason: "stop" };
     const journal = await this.repo.readJournal(child.id, run.principalAccountId);
@@ -470,6 +485,8 @@ export class DelegationService {
     await this.repo.markRunSettling(run.id, run.generation);
     if (drained.kind === "failed" || drained.kind === "aborted") {
       const reason = drained.kind === "failed" ? drained.reason : "the call was stopped";
+      // Text follow-ups the call can no longer take get their dropped notice instead of waiting forever.
+      await this.repo.dropSteers(child.id, run.principalAccountId, `the call ended: ${reason}`);
       return this.#settle(run, "error", reason, drained.kind === "failed" ? "child_failed" : "aborted");
     }
     const reply = await lastSettledAssistantText(this.repo, child.id, run.principalAccountId);

@@ -37,7 +37,7 @@ describe("delivery of delegated results", () => {
     });
   });
 
-  it("S004-027: S004-028: a streaming parent gets results after its tool round, before its next request, FIFO", async () => {
+  it("S004-027: S004-028: S004-070: S004-071: a streaming parent gets results after its tool round, before its next request, FIFO", async () => {
     const gates = new Map<string, Promise<void>>();
     const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
     const { account, parent } = await newParent(service);
@@ -75,7 +75,12 @@ describe("delivery of delegated results", () => {
     }
     // ... and before the next provider request: the final answer comes after all of them, in the same turn
     expect(msgs.at(-1)).toMatchObject({ role: "assistant", content: [{ type: "text", text: "all in" }] });
+    // no provider request was added for the queue reads, and the long-running tool finished normally
     expect(msgs.filter((m) => m.role === "assistant")).toHaveLength(3);
+    expect(msgs.find((m) => m.role === "toolResult" && m.toolName === "Gate")).toMatchObject({
+      content: "gate parent open",
+      isError: false,
+    });
   });
 
   it("S004-029: an idle parent gets its queued results in one batched follow-up turn", async () => {

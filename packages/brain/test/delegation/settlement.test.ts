@@ -192,4 +192,46 @@ describe("settlement of a child's call", () => {
     for (const r of bodies.rows) expect(r.body).not.toContain("delegatedSteerId");
     void PgDelegationRepository;
   });
+
+  it("S004-036: a nested helper's result is steered into its running parent child through the same queue read and journal proof", async () => {
+    const gates = new Map<string, Promise<void>>();
+    const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
+    const { account, parent } = await newParent(service);
+    const helperQueued = latch();
+    gates.set("c", helperQueued.promise);
+    const receipt = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "c",
+      task: scriptTask({
+        rounds: [
+          [delegateCall({ answer: "helper result" }, { background: true })],
+          [{ name: "Gate", arguments: { key: "c" } }],
+        ],
+        answer: "C answered",
+      }),
+      mode: "background",
+    });
+    if (receipt.kind !== "started") throw new Error("expected background");
+    const child = receipt.childSessionId;
+    await waitFor(async () => {
+      const q = await db.pool.query("select 1 from delegation_results where parent_session_id = $1", [child]);
+      return q.rowCount === 1;
+    }, "helper settled into the child");
+    helperQueued.open();
+    await waitFor(
+      async () => (await repo.settledResultIds(parent.id, account.id)).length === 1,
+      "C delivered",
+    );
+    await service.whenIdle();
+    const msgs = messages(await repo.readJournal(child, account.id));
+    const gateAt = msgs.findIndex((m) => m.role === "toolResult" && m.toolName === "Gate");
+    expect(msgs[gateAt + 1]).toMatchObject({ role: "custom", customType: "delegation_result" });
+    expect(msgs[gateAt + 2]).toMatchObject({
+      role: "assistant",
+      content: [{ type: "text", text: "C answered" }],
+    });
+    expect(msgs).toHaveLength(gateAt + 3);
+    expect(await repo.settledResultIds(child, account.id)).toHaveLength(1);
+  });
 });

@@ -70,7 +70,7 @@ describe("spilled results", () => {
 });
 
 describe("readSubagent", () => {
-  it("S004-176: S004-177: pages newest-first by 32 past empty failed continuations and keeps whitespace", async () => {
+  it("S004-175: S004-176: S004-177: S004-179: pages newest-first by 32 past empty failed continuations and keeps whitespace", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent } = await newParent(service);
     const first = await service.delegate({

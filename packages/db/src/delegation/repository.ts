@@ -13,70 +13,78 @@ import * as steers from "./steers.js";
 export class PgDelegationRepository implements DelegationRepository {
   constructor(readonly pool: pg.Pool) {}
 
-  createAccount: DelegationRepository["createAccount"] = (i) => accounts.createAccount(this.pool, i);
-  getAccount: DelegationRepository["getAccount"] = (id) => accounts.getAccount(this.pool, id);
-  addApiToken: DelegationRepository["addApiToken"] = (id, h, l) => accounts.addApiToken(this.pool, id, h, l);
-  accountByTokenHash: DelegationRepository["accountByTokenHash"] = (h) =>
+  createAccount: DelegationRepository["createAccount"] = async (i) => accounts.createAccount(this.pool, i);
+  getAccount: DelegationRepository["getAccount"] = async (id) => accounts.getAccount(this.pool, id);
+  addApiToken: DelegationRepository["addApiToken"] = async (id, h, l) =>
+    accounts.addApiToken(this.pool, id, h, l);
+  accountByTokenHash: DelegationRepository["accountByTokenHash"] = async (h) =>
     accounts.accountByTokenHash(this.pool, h);
 
-  createRootSession: DelegationRepository["createRootSession"] = (p, m) =>
+  createRootSession: DelegationRepository["createRootSession"] = async (p, m) =>
     sessions.createRootSession(this.pool, p, m);
-  getSession: DelegationRepository["getSession"] = (s, p) => sessions.getSession(this.pool, s, p);
-  getChildSession: DelegationRepository["getChildSession"] = (a, c, p) =>
+  getSession: DelegationRepository["getSession"] = async (s, p) => sessions.getSession(this.pool, s, p);
+  getChildSession: DelegationRepository["getChildSession"] = async (a, c, p) =>
     sessions.getChildSession(this.pool, a, c, p);
-  ancestry: DelegationRepository["ancestry"] = (s, p) => sessions.ancestry(this.pool, s, p);
+  ancestry: DelegationRepository["ancestry"] = async (s, p) => sessions.ancestry(this.pool, s, p);
 
-  append: DelegationRepository["append"] = (s, p, e, o) => journal.append(this.pool, s, p, e, o);
-  readJournal: DelegationRepository["readJournal"] = (s, p, o) => journal.readJournal(this.pool, s, p, o);
-  recentAssistantMessages: DelegationRepository["recentAssistantMessages"] = (s, p, l, b) =>
+  append: DelegationRepository["append"] = async (s, p, e, o) => journal.append(this.pool, s, p, e, o);
+  readJournal: DelegationRepository["readJournal"] = async (s, p, o) =>
+    journal.readJournal(this.pool, s, p, o);
+  recentAssistantMessages: DelegationRepository["recentAssistantMessages"] = async (s, p, l, b) =>
     journal.recentAssistantMessages(this.pool, s, p, l, b);
-  settleProvisional: DelegationRepository["settleProvisional"] = (s, p, a) =>
+  settleProvisional: DelegationRepository["settleProvisional"] = async (s, p, a) =>
     journal.settleProvisional(this.pool, s, p, a);
 
-  createDelegation: DelegationRepository["createDelegation"] = (i) => runs.createDelegation(this.pool, i);
-  createContinuation: DelegationRepository["createContinuation"] = (i) =>
+  createDelegation: DelegationRepository["createDelegation"] = async (i) =>
+    runs.createDelegation(this.pool, i);
+  createContinuation: DelegationRepository["createContinuation"] = async (i) =>
     runs.createContinuation(this.pool, i);
-  getRun: DelegationRepository["getRun"] = (r, p) => runs.getRun(this.pool, r, p);
-  runForToolCall: DelegationRepository["runForToolCall"] = (s, t, p) =>
+  getRun: DelegationRepository["getRun"] = async (r, p) => runs.getRun(this.pool, r, p);
+  runForToolCall: DelegationRepository["runForToolCall"] = async (s, t, p) =>
     runs.runForToolCall(this.pool, s, t, p);
-  openRunForChild: DelegationRepository["openRunForChild"] = (c, p) => runs.openRunForChild(this.pool, c, p);
-  markRunStarted: DelegationRepository["markRunStarted"] = (r, g, o) =>
+  openRunForChild: DelegationRepository["openRunForChild"] = async (c, p) =>
+    runs.openRunForChild(this.pool, c, p);
+  markRunStarted: DelegationRepository["markRunStarted"] = async (r, g, o) =>
     runs.markRunStarted(this.pool, r, g, o);
-  markRunSettling: DelegationRepository["markRunSettling"] = (r, g) => runs.markRunSettling(this.pool, r, g);
-  startRun: DelegationRepository["startRun"] = (r, g, o) => runs.startRun(this.pool, r, g, o);
-  settleRun: DelegationRepository["settleRun"] = (r, o) => runs.settleRun(this.pool, r, o);
-  openChildRuns: DelegationRepository["openChildRuns"] = (s, p) => runs.openChildRuns(this.pool, s, p);
+  markRunSettling: DelegationRepository["markRunSettling"] = async (r, g) =>
+    runs.markRunSettling(this.pool, r, g);
+  startRun: DelegationRepository["startRun"] = async (r, g, o) => runs.startRun(this.pool, r, g, o);
+  settleRun: DelegationRepository["settleRun"] = async (r, o) => runs.settleRun(this.pool, r, o);
+  openChildRuns: DelegationRepository["openChildRuns"] = async (s, p) => runs.openChildRuns(this.pool, s, p);
 
-  settledResultIds: DelegationRepository["settledResultIds"] = (s, p) =>
+  settledResultIds: DelegationRepository["settledResultIds"] = async (s, p) =>
     journal.settledResultIds(this.pool, s, p);
-  queuedResultIds: DelegationRepository["queuedResultIds"] = (s, p) =>
+  queuedResultIds: DelegationRepository["queuedResultIds"] = async (s, p) =>
     delivery.queuedResultIds(this.pool, s, p);
-  queuedResults: DelegationRepository["queuedResults"] = (s, p, l) =>
+  queuedResults: DelegationRepository["queuedResults"] = async (s, p, l) =>
     delivery.queuedResults(this.pool, s, p, l);
-  getResult: DelegationRepository["getResult"] = (r, p) => delivery.getResult(this.pool, r, p);
-  deliverResults: DelegationRepository["deliverResults"] = (s, p, ids, m, o) =>
+  getResult: DelegationRepository["getResult"] = async (r, p) => delivery.getResult(this.pool, r, p);
+  deliverResults: DelegationRepository["deliverResults"] = async (s, p, ids, m, o) =>
     delivery.deliverResults(this.pool, s, p, ids, m, o);
 
-  enqueueSteer: DelegationRepository["enqueueSteer"] = (c, p, t) => steers.enqueueSteer(this.pool, c, p, t);
-  pendingSteers: DelegationRepository["pendingSteers"] = (c, p) => steers.pendingSteers(this.pool, c, p);
-  deliverSteers: DelegationRepository["deliverSteers"] = (c, p, ids) =>
+  enqueueSteer: DelegationRepository["enqueueSteer"] = async (c, p, t) =>
+    steers.enqueueSteer(this.pool, c, p, t);
+  pendingSteers: DelegationRepository["pendingSteers"] = async (c, p) =>
+    steers.pendingSteers(this.pool, c, p);
+  deliverSteers: DelegationRepository["deliverSteers"] = async (c, p, ids) =>
     steers.deliverSteers(this.pool, c, p, ids);
-  dropSteers: DelegationRepository["dropSteers"] = (c, p, r) => steers.dropSteers(this.pool, c, p, r);
+  dropSteers: DelegationRepository["dropSteers"] = async (c, p, r) => steers.dropSteers(this.pool, c, p, r);
 
-  recordSpill: DelegationRepository["recordSpill"] = (r) => recovery.recordSpill(this.pool, r);
+  recordSpill: DelegationRepository["recordSpill"] = async (r) => recovery.recordSpill(this.pool, r);
 
-  discardPrivateSessions: DelegationRepository["discardPrivateSessions"] = () =>
+  discardPrivateSessions: DelegationRepository["discardPrivateSessions"] = async () =>
     recovery.discardPrivateSessions(this.pool);
-  claimOpenRuns: DelegationRepository["claimOpenRuns"] = (o, l) => recovery.claimOpenRuns(this.pool, o, l);
-  holdOwnerLease: DelegationRepository["holdOwnerLease"] = (o) => recovery.holdOwnerLease(this.pool, o);
-  releaseRun: DelegationRepository["releaseRun"] = (r, o) => recovery.releaseRun(this.pool, r, o);
-  chargeRecoveryAttempt: DelegationRepository["chargeRecoveryAttempt"] = (r, g) =>
+  claimOpenRuns: DelegationRepository["claimOpenRuns"] = async (o, l) =>
+    recovery.claimOpenRuns(this.pool, o, l);
+  holdOwnerLease: DelegationRepository["holdOwnerLease"] = async (o) => recovery.holdOwnerLease(this.pool, o);
+  releaseRun: DelegationRepository["releaseRun"] = async (r, o) => recovery.releaseRun(this.pool, r, o);
+  chargeRecoveryAttempt: DelegationRepository["chargeRecoveryAttempt"] = async (r, g) =>
     recovery.chargeRecoveryAttempt(this.pool, r, g);
-  sessionsWithDanglingToolCalls: DelegationRepository["sessionsWithDanglingToolCalls"] = () =>
+  sessionsWithDanglingToolCalls: DelegationRepository["sessionsWithDanglingToolCalls"] = async () =>
     recovery.sessionsWithDanglingToolCalls(this.pool);
-  sessionsWithQueuedResults: DelegationRepository["sessionsWithQueuedResults"] = () =>
+  sessionsWithQueuedResults: DelegationRepository["sessionsWithQueuedResults"] = async () =>
     recovery.sessionsWithQueuedResults(this.pool);
-  copyJournalBranch: DelegationRepository["copyJournalBranch"] = (s, t, p, u) =>
+  copyJournalBranch: DelegationRepository["copyJournalBranch"] = async (s, t, p, u) =>
     forks.copyJournalBranch(this.pool, s, t, p, u);
-  commitFork: DelegationRepository["commitFork"] = (s, p) => forks.commitFork(this.pool, s, p);
+  commitFork: DelegationRepository["commitFork"] = async (s, p) => forks.commitFork(this.pool, s, p);
 }

@@ -1,0 +1,201 @@
+import { useTestDatabase } from "@crw/tools/pg";
+import { describe, expect, it } from "vitest";
+import {
+  createScriptedTurnRunner,
+  type MutatingTool,
+  recoverDelegations,
+  type SessionTurnRunner,
+  type TurnRequest,
+} from "../../src/index.js";
+import { delegateCall, makeService, messages, newParent, scriptTask, waitFor } from "./helpers.js";
+
+const db = useTestDatabase();
+
+const writeTool: MutatingTool = {
+  name: "Write",
+  description: "writes",
+  parameters: {},
+  mutates: true,
+  async execute() {
+    return { content: "written" };
+  },
+};
+
+function recording(inner: SessionTurnRunner = createScriptedTurnRunner()) {
+  const seen: TurnRequest[] = [];
+  const runner: SessionTurnRunner = {
+    runTurn: (request, host) => {
+      seen.push(request);
+      return inner.runTurn(request, host);
+    },
+  };
+  return { seen, runner };
+}
+
+const storedScope = async (childId: string) =>
+  JSON.parse(
+    (await db.pool.query<{ scope: string }>("select scope from sessions where id = $1", [childId])).rows[0]
+      ?.scope ?? "null",
+  );
+
+describe("scope capture and live access in delegation", () => {
+  it("S004-190: S004-193: the child's scope is captured before dispatch, its allow-list intersected with the account grant", async () => {
+    const { service } = makeService(db.pool);
+    const { account, parent } = await newParent(service, { toolAllow: ["Read", "Grep"], toolDeny: ["Bash"] });
+    const r = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "d",
+      task: "t",
+      mode: "foreground",
+      tools: { allow: ["Read", "Write"], deny: ["Grep(secret*)"] },
+    });
+    if (r.kind !== "result") throw new Error("expected result");
+    const scope = await storedScope(r.childSessionId);
+    expect(scope.tools).toEqual({ allow: ["Read"], deny: ["Bash", "Grep(secret*)"] });
+    expect(scope.accountId).toBe(account.id);
+  });
+
+  it("S004-200: the captured operator flag comes from the account: owners and administrators, nobody else", async () => {
+    const { service } = makeService(db.pool);
+    const flags: boolean[] = [];
+    for (const account of [{ isAdministrator: true }, { isOwner: true }, {}]) {
+      const { account: a, parent } = await newParent(service, account);
+      const r = await service.delegate({
+        parentSessionId: parent.id,
+        principalAccountId: a.id,
+        toolCallId: "d",
+        task: "t",
+        mode: "foreground",
+      });
+      if (r.kind !== "result") throw new Error("expected result");
+      flags.push((await storedScope(r.childSessionId)).operator);
+    }
+    expect(flags).toEqual([true, true, false]);
+  });
+
+  it("S004-210: S004-220: live account grants narrow every later turn of the call and never widen the stored scope", async () => {
+    const { service, repo } = makeService(db.pool, { tools: () => [writeTool] });
+    const { account, parent } = await newParent(service);
+    const first = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "d",
+      task: scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "wrote" }),
+      mode: "foreground",
+    });
+    if (first.kind !== "result") throw new Error("expected result");
+    const before = await storedScope(first.childSessionId);
+    await db.pool.query("update accounts set tool_allow = '{Read}' where id = $1", [account.id]);
+    await service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: first.childSessionId,
+      toolCallId: "c",
+      text: scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "tried" }),
+      mode: "foreground",
+    });
+    const writes = messages(await repo.readJournal(first.childSessionId, account.id)).filter(
+      (m) => m.role === "toolResult" && m.toolName === "Write",
+    );
+    expect(writes.map((w) => (w.role === "toolResult" ? w.isError : null))).toEqual([false, true]);
+    expect(await storedScope(first.childSessionId)).toEqual(before);
+  });
+
+  it("S004-211: S004-266: continuation and boot recovery replay the stored working directory", async () => {
+    const { seen, runner } = recording();
+    const { service, repo } = makeService(db.pool, { runner });
+    const { account, parent } = await newParent(service);
+    const first = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "d",
+      task: "t",
+      mode: "foreground",
+      workDir: "/srv/project",
+    });
+    if (first.kind !== "result") throw new Error("expected result");
+    await service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: first.childSessionId,
+      toolCallId: "c",
+      text: "again",
+      mode: "foreground",
+    });
+    // a third call interrupted by a crash: recovery continues it in the same directory
+    const { run } = await repo.createContinuation({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: first.childSessionId,
+      toolCallId: "r",
+      task: "after restart",
+      mode: "background",
+      readOnlyScope: null,
+    });
+    await repo.startRun(run.id, run.generation, "dead-owner");
+    await recoverDelegations(service);
+    await waitFor(
+      async () => (await repo.getRun(run.id, account.id)).status === "succeeded",
+      "recovered call",
+    );
+    await service.whenIdle();
+    const childTurns = seen.filter((r) => r.sessionId === first.childSessionId);
+    expect(childTurns).toHaveLength(3);
+    expect(childTurns.map((r) => r.workDir)).toEqual(["/srv/project", "/srv/project", "/srv/project"]);
+    await service.close();
+  });
+
+  it("S004-064: S004-065: background delegation tells the model to keep working and offers no wait or sleep tool", async () => {
+    const { seen, runner } = recording();
+    const { service, repo } = makeService(db.pool, { runner });
+    const { account, parent } = await newParent(service);
+    await service.prompt(
+      parent.id,
+      account.id,
+      scriptTask({ rounds: [[delegateCall({ answer: "x" }, { background: true })]] }),
+    );
+    await service.whenIdle();
+    const started = messages(await repo.readJournal(parent.id, account.id)).find(
+      (m) => m.role === "toolResult",
+    );
+    expect(started?.role === "toolResult" && started.content).toMatch(/Keep doing independent work/);
+    expect(started?.role === "toolResult" && started.content).toMatch(
+      /End your turn when no independent work remains/,
+    );
+    const names = seen.flatMap((r) => r.tools.map((t) => t.name.toLowerCase()));
+    expect(names.some((n) => n.includes("wait") || n.includes("sleep"))).toBe(false);
+  });
+
+  it("S004-044: a text follow-up the call can no longer take gets its dropped notice", async () => {
+    let steered = false;
+    const base = createScriptedTurnRunner();
+    const { service, repo } = makeService(db.pool, {
+      runner: {
+        async runTurn(request, host) {
+          if (request.scope && !steered) {
+            steered = true;
+            // a Build caller's text arrives while the provider request is in flight, which then fails
+            await repo.enqueueSteer(request.sessionId, request.principalAccountId, "one more thing");
+            return { stopReason: "error", errorMessage: "provider down" };
+          }
+          return base.runTurn(request, host);
+        },
+      },
+    });
+    const { account, parent } = await newParent(service);
+    const r = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "d",
+      task: "t",
+      mode: "foreground",
+    });
+    expect(r).toMatchObject({ kind: "result", outcome: "error" });
+    const receipts = await db.pool.query<{ status: string; drop_reason: string }>(
+      "select status, drop_reason from delegated_steers where child_session_id = $1",
+      [r.kind === "result" ? r.childSessionId : ""],
+    );
+    expect(receipts.rows).toEqual([{ status: "dropped", drop_reason: "the call ended: provider down" }]);
+  });
+});
