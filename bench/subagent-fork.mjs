@@ -1,0 +1,87 @@
+#!/usr/bin/env node
+// Fork-to-ready time of a sub-agent runner (fork, hello with build identity, boot with policy and catalog,
+// boot reply) next to a bare child_process.fork of an empty script (until it exits) and of a script that
+// posts one IPC message (until that message arrives), in the same run. Built code: run `npx tsup` in
+// packages/subagent first. Prints one JSON object, then a one-line summary.
+// Usage: node bench/subagent-fork.mjs [iterations]
+import { fork } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const iterations = Number(process.argv[2] ?? 10);
+const sub = await import("../packages/subagent/dist/index.js");
+const entry = sub.resolveRunnerEntry(new URL("../packages/subagent/dist/index.js", import.meta.url).href);
+const buildId = sub.buildIdentityOf(entry);
+const dir = mkdtempSync(join(tmpdir(), "crw-bench-fork-"));
+const empty = join(dir, "empty.mjs");
+const hello = join(dir, "hello.mjs");
+writeFileSync(empty, "");
+writeFileSync(hello, "process.send({ ready: true }, () => process.disconnect());\n");
+
+const stats = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const q = (p) => s[Math.min(s.length - 1, Math.floor(p * s.length))];
+  return {
+    n: s.length,
+    minMs: round(s[0]),
+    p50Ms: round(q(0.5)),
+    p90Ms: round(q(0.9)),
+    maxMs: round(s.at(-1)),
+  };
+};
+const round = (x) => Math.round(x * 100) / 100;
+
+async function bareExit() {
+  const t = performance.now();
+  const child = fork(empty, [], { stdio: "ignore" });
+  await new Promise((r) => child.once("exit", r));
+  return performance.now() - t;
+}
+async function bareIpc() {
+  const t = performance.now();
+  const child = fork(hello, [], { stdio: "ignore" });
+  await new Promise((r) => child.once("message", r));
+  const ms = performance.now() - t;
+  await new Promise((r) => child.once("exit", r));
+  return ms;
+}
+async function runnerReady() {
+  const t = performance.now();
+  const host = await sub.SubagentRunnerHost.start({
+    runnerId: "bench",
+    entry,
+    buildId,
+    retryPolicySource: new sub.MemoryRetryPolicySource({
+      revision: 1,
+      maxRetries: 0,
+      initialDelayMs: 0,
+      multiplier: 1,
+    }),
+    catalog: { revision: 1, public: [], accounts: {} },
+  });
+  const ms = performance.now() - t;
+  await host.shutdown();
+  return ms;
+}
+
+const results = { bareForkExit: [], bareForkIpc: [], runnerReady: [] };
+for (let i = 0; i < iterations; i++) {
+  // Interleaved so machine load affects all three alike.
+  results.bareForkExit.push(await bareExit());
+  results.bareForkIpc.push(await bareIpc());
+  results.runnerReady.push(await runnerReady());
+}
+const out = {
+  bench: "subagent-fork",
+  node: process.version,
+  iterations,
+  bareForkExit: stats(results.bareForkExit),
+  bareForkIpc: stats(results.bareForkIpc),
+  runnerReady: stats(results.runnerReady),
+};
+out.runnerOverP50Ms = round(out.runnerReady.p50Ms - out.bareForkIpc.p50Ms);
+console.log(JSON.stringify(out, null, 2));
+console.log(
+  `runner fork-to-ready p50 ${out.runnerReady.p50Ms} ms vs bare fork+IPC ${out.bareForkIpc.p50Ms} ms (empty script to exit ${out.bareForkExit.p50Ms} ms), ${iterations} runs`,
+);
