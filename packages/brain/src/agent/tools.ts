@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { mkdir, open, readFile, realpath } from "node:fs/promises";
+import { mkdir, open, readFile, realpath, stat } from "node:fs/promises";
 import { dirname, isAbsolute, relative, resolve, sep } from "node:path";
 import type { AgentTool, AgentToolResult } from "@mariozechner/pi-agent-core";
 import type { TSchema } from "@mariozechner/pi-ai";
@@ -17,6 +17,8 @@ import { isReadOnlyCommand } from "./readonly-shell.js";
 export const CHILD_TOOL_NAMES = ["read", "write", "edit", "shell"] as const;
 export type ChildToolName = (typeof CHILD_TOOL_NAMES)[number];
 const WRITING_TOOLS = new Set<string>(["write", "edit"]);
+/** A read loads the whole file before slicing lines: bound what that can cost. */
+const MAX_READ_FILE_BYTES = 16 * 1024 * 1024;
 
 export interface ChildToolOptions {
   readonly workDir: string;
@@ -285,6 +287,11 @@ export function createChildTools(options: ChildToolOptions): AgentTool[] {
       const args = ReadArgs.parse(params);
       const call = checkChildToolCall(options, "read", args);
       await confined(options.workDir, call.absolutePath as string, "read");
+      const size = (await stat(call.absolutePath as string)).size;
+      if (size > MAX_READ_FILE_BYTES)
+        throw new Error(
+          `read refused: ${call.subject} has ${size} bytes, more than ${MAX_READ_FILE_BYTES}; use shell tools to look inside it`,
+        );
       const body = await readFile(call.absolutePath as string, "utf8");
       let lines = body.split("\n");
       const start = (args.offset ?? 1) - 1;
