@@ -477,3 +477,23 @@ describe("scope as data", () => {
     }
   });
 });
+
+describe("follow-up turns", () => {
+  it("an idle session's batched results are the turn's input, kept as the journal's custom messages", async () => {
+    const dir = workDir();
+    const results: TranscriptMessage[] = [
+      { role: "custom", customType: "delegation_result", content: "first result" },
+      { role: "custom", customType: "delegation_result", content: "second result" },
+    ];
+    const history: TranscriptMessage[] = [
+      { role: "user", content: "start two children" },
+      { role: "assistant", content: [{ type: "text", text: "started" }], stopReason: "stop" },
+    ];
+    const out = await turn(dir, [{ text: "x" }, { text: "got: {{last}}" }], {
+      messages: history,
+      input: results,
+    });
+    expect(out.messages.slice(0, 2)).toEqual(results);
+    expect(out.finalText).toBe("got: second result");
+  });
+});
