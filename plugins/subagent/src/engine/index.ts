@@ -9,6 +9,7 @@ export {
   originScope,
   type ValidateBoundary,
 } from "./access.js";
+export { delegationNodeTurns } from "./delegationTurns.js";
 export type {
   NodeChildRequest,
   NodeContinueRequest,
@@ -26,7 +27,9 @@ export {
 } from "./engine.js";
 export {
   JournalNodeDispatcher,
+  journalTurnExecutor,
   NODE_SYSTEM_PROMPT,
+  type NodeTurnExecutor,
   type NodeTurnRunner,
   scriptedNodeTurnRunner,
 } from "./journalDispatcher.js";

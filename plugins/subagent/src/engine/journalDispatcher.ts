@@ -30,6 +30,15 @@ export interface NodeTurnRunner {
   ): Promise<{ stopReason: "stop" | "error" | "aborted"; errorMessage?: string }>;
 }
 
+/** One turn of a node's child over its journal, which already ends with the turn's input. */
+export interface NodeTurnExecutor {
+  executeTurn(
+    child: { sessionId: string; principalAccountId: string; model: string; scope: string },
+    signal: AbortSignal,
+    onEvent?: (event: NodeEvent) => void,
+  ): Promise<{ stopReason: "stop" | "error" | "aborted"; errorMessage?: string; reply?: string }>;
+}
+
 /** What the dispatcher's child prompts start with: a worker's contract, not a conversational persona. */
 export const NODE_SYSTEM_PROMPT = [
   "You are a worker running one node of a workflow.",
@@ -57,10 +66,14 @@ function textOf(message: AssistantMessage): string {
  * the `NodeTurnRunner` (the agent loop, a runner of the pool, or the scripted runner).
  */
 export class JournalNodeDispatcher implements NodeDispatcher {
+  readonly #turns: NodeTurnExecutor;
+
   constructor(
     private readonly repo: DelegationRepository & { readonly pool: import("pg").Pool },
-    private readonly runner: NodeTurnRunner,
-  ) {}
+    turns: NodeTurnRunner | NodeTurnExecutor,
+  ) {
+    this.#turns = "executeTurn" in turns ? turns : journalTurnExecutor(repo, turns);
+  }
 
   async createChild(request: NodeChildRequest): Promise<string> {
     const { rows } = await this.repo.pool.query<{ id: string }>(
@@ -122,28 +135,15 @@ export class JournalNodeDispatcher implements NodeDispatcher {
     as: "answered" | "continued",
   ): Promise<NodeRunResult> {
     if (request.signal.aborted) return { status: "aborted" };
-    const context = messagesOf(
-      await this.repo.readJournal(request.childSessionId, request.principalAccountId),
-    );
-    let reply = "";
-    const outcome = await this.runner.runTurn(
+    const outcome = await this.#turns.executeTurn(
       {
         sessionId: request.childSessionId,
         principalAccountId: request.principalAccountId,
         model: request.model,
-        systemPrompt: NODE_SYSTEM_PROMPT,
-        context,
-        signal: request.signal,
+        scope: request.scope,
       },
-      {
-        record: async (message) => {
-          await this.repo.append(request.childSessionId, request.principalAccountId, [
-            { body: { type: "message", message } },
-          ]);
-          if (message.stopReason === "stop") reply = textOf(message);
-        },
-        progress: (event) => request.onEvent?.(event),
-      },
+      request.signal,
+      request.onEvent,
     );
     if (outcome.stopReason === "aborted" || request.signal.aborted) return { status: "aborted" };
     if (outcome.stopReason === "error") {
@@ -152,13 +152,45 @@ export class JournalNodeDispatcher implements NodeDispatcher {
         error: { code: "node_turn_failed", message: outcome.errorMessage ?? "the node's turn failed" },
       };
     }
-    if (reply.length === 0)
+    const reply = outcome.reply ?? "";
+    if (reply.length === 0) {
       return {
         status: "failed",
         error: { code: "empty_answer", message: "the node ended without an answer" },
       };
+    }
     return { status: as, reply };
   }
+}
+
+/** Runs a low-level `NodeTurnRunner` over the child's journal, journaling each assistant message it records. */
+export function journalTurnExecutor(repo: DelegationRepository, runner: NodeTurnRunner): NodeTurnExecutor {
+  return {
+    async executeTurn(child, signal, onEvent) {
+      const context = messagesOf(await repo.readJournal(child.sessionId, child.principalAccountId));
+      let reply: string | undefined;
+      const outcome = await runner.runTurn(
+        {
+          sessionId: child.sessionId,
+          principalAccountId: child.principalAccountId,
+          model: child.model,
+          systemPrompt: NODE_SYSTEM_PROMPT,
+          context,
+          signal,
+        },
+        {
+          record: async (message) => {
+            await repo.append(child.sessionId, child.principalAccountId, [
+              { body: { type: "message", message } },
+            ]);
+            if (message.stopReason === "stop") reply = textOf(message);
+          },
+          progress: (event) => onEvent?.(event),
+        },
+      );
+      return { ...outcome, ...(reply !== undefined ? { reply } : {}) };
+    },
+  };
 }
 
 /**

@@ -1,0 +1,97 @@
+import { randomUUID } from "node:crypto";
+import { mkdtemp } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createScriptedTurnRunner, DelegationService, FileSpillStore } from "@crw/brain";
+import { PgDelegationRepository } from "@crw/db";
+import { useTestDatabase } from "@crw/tools/pg";
+import { describe, expect, it } from "vitest";
+import {
+  delegationNodeTurns,
+  JournalNodeDispatcher,
+  parseWorkflowDefinition,
+  WorkflowEngine,
+} from "../src/index.js";
+import { until } from "./helpers.js";
+
+const db = useTestDatabase();
+
+describe("nodes through the delegation core", () => {
+  it("S004-416: S004-148: nodes run through DelegationService's child-turn bracket; the one summary is delivered and acknowledged in the parent's journal", async () => {
+    const repo = new PgDelegationRepository(db.pool);
+    const service = new DelegationService({
+      repo,
+      runner: createScriptedTurnRunner(),
+      spill: new FileSpillStore(await mkdtemp(join(tmpdir(), "crw-spill-"))),
+    });
+    await service.start();
+    const account = await repo.createAccount({ name: `a-${randomUUID()}`, isOwner: true });
+    const parent = await repo.createRootSession(account.id, "scripted");
+    const completions: string[] = [];
+    const engine = new WorkflowEngine({
+      pool: db.pool,
+      owner: `wf-${randomUUID()}`,
+      dispatcher: new JournalNodeDispatcher(repo, delegationNodeTurns(service)),
+      defaultModel: "scripted",
+      repo,
+      // The delegationCompletionEmitter: the summary is in the inbox; the delegation core delivers it.
+      onCompletion: async (c) => {
+        completions.push(c.resultId);
+        await service.resultQueued(c.parentSessionId, c.principalAccountId, c.resultId);
+      },
+    });
+    try {
+      await engine.open();
+      const def = parseWorkflowDefinition(`
+name: through-core
+nodes:
+  - { id: left, task: "inspect the left side" }
+  - { id: right, task: "inspect the right side" }
+  - { id: join, task: "join both", dependsOn: [left, right] }
+`);
+      const started = await engine.start(
+        {
+          parentSessionId: parent.id,
+          principalAccountId: account.id,
+          toolCallId: "call-1",
+          currentAccess: async () => service.authorityFor(parent),
+          currentWorkDir: async () => null,
+        },
+        { definition: def },
+      );
+      const outcome = await engine.finished(started.workflowId);
+      expect(outcome.status).toBe("completed");
+      expect(outcome.summary).toContain("answer: inspect the left side");
+      await until(
+        async () => (await repo.settledResultIds(parent.id, account.id)).includes(outcome.resultId as string),
+        "summary delivered",
+      );
+      await service.whenIdle();
+      expect(completions).toEqual([outcome.resultId]);
+      // Delivered exactly once, acknowledged in the same transaction as the parent's journal entry.
+      expect(await repo.queuedResultIds(parent.id, account.id)).toEqual([]);
+      const acks = await db.pool.query(
+        "select count(*)::int n from delegation_result_acks where result_id = $1::uuid",
+        [outcome.resultId],
+      );
+      expect(acks.rows[0].n).toBe(1);
+      const entries = await repo.readJournal(parent.id, account.id);
+      const carrying = entries.filter(
+        (e) =>
+          e.body.type === "message" &&
+          "details" in e.body.message &&
+          e.body.message.details?.resultId === outcome.resultId,
+      );
+      expect(carrying).toHaveLength(1);
+      // Node children are ordinary delegated sessions with the worker's journal, but no run rows.
+      const runs = await db.pool.query(
+        "select count(*)::int n from subagent_runs where parent_session_id = $1::uuid",
+        [parent.id],
+      );
+      expect(runs.rows[0].n).toBe(0);
+    } finally {
+      await engine.close();
+      await service.close();
+    }
+  });
+});
