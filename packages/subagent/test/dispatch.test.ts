@@ -5,8 +5,9 @@ import {
   RunnerStartupError,
   ScriptedTurnExecutor,
   SubagentDispatch,
+  type SubagentRunnerPoolDeps,
 } from "@crw/subagent";
-import { describe, expect, it } from "vitest";
+import { describe, expect, expectTypeOf, it } from "vitest";
 import { closePoolsAfterEach, effectsFile, makePool } from "./support/pools.js";
 import { turn, waitFor } from "./support/runners.js";
 
@@ -52,7 +53,7 @@ describe("SubagentDispatch placement", () => {
     expect(events.filter((e) => e.type === "turn_dispatched")).toHaveLength(1);
   });
 
-  it("S004-518: only an operator maximum of zero or a false switch selects daemon-local execution", () => {
+  it("S004-150: S004-518: dispatch is the one placement decision; only an operator maximum of zero or a false switch selects daemon-local execution", () => {
     const zero = makePool({ size: { maxRunners: 0 } });
     const memoryZero = makePool({ size: { maxRunners: 2, memoryBudgetBytes: 1, runnerMemoryBytes: 10 } });
     const local = inProcess();
@@ -200,5 +201,25 @@ describe("read-only views through dispatch", () => {
     const view = await dispatch.tap("routed", () => {});
     expect(view.snapshot.history.map((h) => h.text)).toEqual(["p", "t"]);
     await view.close();
+  });
+});
+
+describe("pool dependencies", () => {
+  it("S004-506: SubagentRunnerPoolDeps carries no host callbacks; the pool owns them and consumers attach sinks", () => {
+    type Keys = keyof SubagentRunnerPoolDeps;
+    for (const k of [
+      "onHeartbeat",
+      "onExit",
+      "onSteerSettled",
+      "onResultDelivered",
+      "onProviderUsage",
+      "onProcessesChanged",
+      "onRunnerExited",
+    ] as const) {
+      expectTypeOf<Extract<Keys, typeof k>>().toBeNever();
+    }
+    const { pool } = makePool();
+    expect(typeof pool.attachResultDeliveredSink).toBe("function");
+    expect(typeof pool.attachRunnerExitTokensSink).toBe("function");
   });
 });

@@ -1,5 +1,6 @@
 import { getEventListeners } from "node:events";
 import {
+  currentDispatchedTurn,
   DESKTOP_UNKNOWN_OUTCOME_SUFFIX,
   HOST_RPC_CLOSED_TEXT,
   HostRpcClient,
@@ -7,6 +8,7 @@ import {
   HostRpcRefusedError,
   HostRpcTimeoutError,
   type HostRpcTransport,
+  outsideDispatchedTurn,
   RemoteTurnError,
   runInDispatchedTurn,
   SubagentDispatch,
@@ -37,6 +39,24 @@ const inTurn = <T>(signal: AbortSignal, work: () => T) =>
 const apiParams = { method: "GET" as const, path: "/sessions" };
 
 describe("HostRpcClient (runner side)", () => {
+  it("S004-097: the dispatched-call context (rpcTurn) names the turn a host call belongs to, and nothing outside it", async () => {
+    const { t, sent } = transport();
+    const client = new HostRpcClient(t);
+    const signal = new AbortController().signal;
+    expect(currentDispatchedTurn()).toBeUndefined();
+    const pending = runInDispatchedTurn({ turnId: "turn-9", sessionId: "s-9", signal }, async () => {
+      await Promise.resolve();
+      expect(currentDispatchedTurn()?.turnId).toBe("turn-9");
+      // A read-only view started from inside a turn gets no turn authority.
+      expect(outsideDispatchedTurn(() => currentDispatchedTurn())).toBeUndefined();
+      return client.call("crw.api", apiParams);
+    });
+    await waitFor(() => sent.length === 1);
+    expect(sent[0]).toMatchObject({ type: "hostRpc", turnId: "turn-9", method: "crw.api" });
+    client.settle(sent[0]?.requestId ?? "", { ok: { fine: true } });
+    expect(await pending).toEqual({ fine: true });
+  });
+
   it("S004-505: a host call outside a dispatched turn is refused with an error, not dropped", async () => {
     const { t, sent } = transport();
     const client = new HostRpcClient(t);

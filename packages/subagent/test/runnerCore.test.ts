@@ -114,4 +114,41 @@ describe("RunnerCore", () => {
     expect(c.logs.filter((l) => l === "refused invalid frame")).toHaveLength(4);
     expect(c.exits).toEqual([]);
   });
+
+  it("S004-487: full events cross IPC only while a view is subscribed; progress stays the narrow stream", async () => {
+    const c = channel();
+    new RunnerCore(c.port, new ScriptedTurnExecutor(), "build-1", undefined).start();
+    c.deliver(boot());
+    const script = [
+      { kind: "reasoning", text: "thinking" },
+      { kind: "tool", name: "Read", result: "contents" },
+      { kind: "text", text: "answer" },
+    ];
+    c.deliver({
+      type: "turn",
+      requestId: "t1",
+      turn: { turnId: "a", channelId: "c", sessionId: "s", prompt: "p", script },
+    });
+    await waitFor(() => c.out.some((f) => f.type === "turnReply"));
+    expect(c.out.filter((f) => f.type === "tapEvent")).toEqual([]);
+    expect(c.out.filter((f) => f.type === "progress").map((f) => f.type === "progress" && f.text)).toEqual([
+      "answer",
+    ]);
+    c.deliver({ type: "tap", requestId: "v1", tapId: "view", sessionId: "s", history: { limit: 10 } });
+    c.deliver({
+      type: "turn",
+      requestId: "t2",
+      turn: { turnId: "b", channelId: "c", sessionId: "s", prompt: "p", script },
+    });
+    await waitFor(() => c.out.filter((f) => f.type === "turnReply").length === 2);
+    expect(c.out.filter((f) => f.type === "tapEvent")).toHaveLength(4);
+    c.deliver({ type: "untap", requestId: "v2", tapId: "view" });
+    c.deliver({
+      type: "turn",
+      requestId: "t3",
+      turn: { turnId: "c", channelId: "c", sessionId: "s", prompt: "p", script },
+    });
+    await waitFor(() => c.out.filter((f) => f.type === "turnReply").length === 3);
+    expect(c.out.filter((f) => f.type === "tapEvent")).toHaveLength(4);
+  });
 });
