@@ -98,7 +98,8 @@ export function createAgentTurnRunner(options: AgentTurnRunnerOptions = {}): Ses
         messages: request.context,
         scope,
         workDir: request.workDir ?? "/",
-        childTools: request.workDir !== null,
+        // Child tools act on this host's files: a managed guest or a paired computer gets its tools elsewhere.
+        childTools: request.workDir !== null && (request.scope?.target.kind ?? "host") === "host",
         model,
         readOnly: request.readOnly,
         signal: request.signal,

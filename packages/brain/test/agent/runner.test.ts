@@ -138,3 +138,28 @@ describe("createAgentTurnRunner (the delegation core's turn seam on the real age
     expect(() => modelConfigFor("openai-responses:")).toThrow(/names no model id/);
   });
 });
+
+describe("child tools only where their files are", () => {
+  it("a child placed on a managed guest or a paired computer gets no host file tools", async () => {
+    const runner = createAgentTurnRunner({
+      scripts: {
+        w: [
+          { toolCalls: [{ name: "write", arguments: { path: "guest.txt", content: "x" } }] },
+          { text: "." },
+        ],
+      },
+    });
+    for (const target of [
+      { kind: "managed", ref: "m", root: dir },
+      { kind: "local", targetId: "laptop" },
+    ]) {
+      const scope = parseDelegatedExecutionScope(
+        captureDelegatedExecutionScope({ accountId: "acct", target, workDir: dir }),
+      );
+      const { host, log } = recordingHost();
+      await runner.runTurn(request({ model: "scripted:w", scope }), host);
+      expect(log).not.toContain("intent:write");
+      expect(existsSync(join(dir, "guest.txt"))).toBe(false);
+    }
+  });
+});
