@@ -323,4 +323,51 @@ describe("DelegationRepository on PostgreSQL", () => {
       await expect(promise).rejects.toMatchObject({ code: "invalid_input" });
     }
   });
+
+  it("S004-245: a fork's context is copied in batches while the source journal keeps taking writes", async () => {
+    const { r, account, parent } = await family(0);
+    const rows = 450;
+    await r.append(
+      parent.id,
+      account.id,
+      Array.from({ length: rows }, (_, i) => ({
+        body: { type: "message" as const, message: { role: "user" as const, content: `m${i}` } },
+      })),
+    );
+    const fork = await r.createDelegation({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "big-fork",
+      task: "t",
+      mode: "background",
+      model: "scripted",
+      scope: "{}",
+      fork: { fromSessionId: parent.id },
+    });
+    const [copied] = await Promise.all([
+      r.copyJournalBranch(parent.id, fork.child.id, account.id, rows),
+      ...Array.from({ length: 5 }, (_, i) =>
+        r.append(parent.id, account.id, [
+          { body: { type: "message", message: { role: "user", content: `late ${i}` } } },
+        ]),
+      ),
+    ]);
+    expect(copied).toBe(rows);
+    await r.commitFork(fork.child.id, account.id);
+    const copy = await r.readJournal(fork.child.id, account.id);
+    expect(copy.map((e) => e.seq)).toEqual(Array.from({ length: rows }, (_, i) => i + 1));
+    expect((await r.readJournal(parent.id, account.id)).length).toBe(rows + 5);
+  });
+
+  it("refuses a journal whose ancestry has a cycle", async () => {
+    const { r, account, parent, runs } = await family(1);
+    const child = runs[0]?.childSessionId ?? "";
+    await db.pool.query("alter table sessions disable trigger all");
+    await db.pool.query(
+      "update sessions set parent_session_id = $1, kind = 'delegated', scope = '{}' where id = $2",
+      [child, parent.id],
+    );
+    await db.pool.query("alter table sessions enable trigger all");
+    await expect(r.ancestry(child, account.id)).rejects.toMatchObject({ code: "invalid_input" });
+  });
 });

@@ -31,7 +31,7 @@ async function childWithAnswer() {
 }
 
 describe("DelegateContinue and the read-only clamp", () => {
-  it("S004-212: S004-213: S004-214: a continuation from a read-only turn binds read_only_scope to its row and runs read-only", async () => {
+  it("S004-212: S004-213: S004-214: S004-222: S004-224: S004-249: a continuation from a read-only turn binds read_only_scope to its row and runs read-only", async () => {
     const { service, repo, account, parent, child } = await childWithAnswer();
     const receipt = await service.continueSubagent({
       parentSessionId: parent.id,
@@ -47,6 +47,11 @@ describe("DelegateContinue and the read-only clamp", () => {
       "select read_only_scope from subagent_runs where parent_session_id = $1 and tool_call_id = 'c1'",
       [parent.id],
     );
+    const plain = await db.pool.query<{ read_only_scope: string | null }>(
+      "select read_only_scope from subagent_runs where parent_session_id = $1 and tool_call_id = 'd1'",
+      [parent.id],
+    );
+    expect(plain.rows[0]?.read_only_scope).toBeNull();
     expect(JSON.parse(run.rows[0]?.read_only_scope ?? "null")).toMatchObject({
       readOnly: true,
       permissionBoundary: "read-only",
@@ -171,7 +176,7 @@ describe("DelegateContinue and the read-only clamp", () => {
     await service.whenIdle();
   });
 
-  it("the ownership guard: another parent or principal cannot continue or read a child", async () => {
+  it("S004-296: the ownership guard: another parent or principal cannot continue or read a child", async () => {
     const { service, account, child } = await childWithAnswer();
     const other = await service.createRootSession(account.id, "scripted");
     await expect(
@@ -187,5 +192,33 @@ describe("DelegateContinue and the read-only clamp", () => {
     await expect(service.readSubagent(other.id, child, account.id)).rejects.toMatchObject({
       code: "not_found",
     });
+  });
+
+  it("S004-295: a continuation under a different target is refused before dispatch; nothing is written", async () => {
+    const { service, repo } = makeService(db.pool);
+    const { account, parent } = await newParent(service);
+    const { child } = await repo.createDelegation({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "elsewhere",
+      task: "t",
+      mode: "background",
+      model: "scripted",
+      scope: JSON.stringify({ accountId: account.id, target: { kind: "local", targetId: "pc-1" } }),
+    });
+    await db.pool.query("update subagent_runs set status = 'succeeded' where child_session_id = $1", [
+      child.id,
+    ]);
+    await expect(
+      service.continueSubagent({
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        childSessionId: child.id,
+        toolCallId: "c",
+        text: "go on",
+        mode: "foreground",
+      }),
+    ).rejects.toMatchObject({ code: "invalid_authority" });
+    expect((await db.pool.query("select 1 from subagent_runs where tool_call_id = 'c'")).rowCount).toBe(0);
   });
 });

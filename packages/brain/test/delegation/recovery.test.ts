@@ -61,7 +61,7 @@ describe("boot recovery", () => {
     await service.close();
   });
 
-  it("S004-030: a run beyond its recovery attempts gets an ordinary error result telling the parent to verify the last step", async () => {
+  it("S004-030: S004-031: a run beyond its recovery attempts gets an ordinary error result telling the parent to verify the last step", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent, run } = await queuedRun(service, scriptTask({ answer: "x" }));
     await repo.startRun(run.id, run.generation, "dead-owner");

@@ -74,7 +74,7 @@ describe("scope capture and live access in delegation", () => {
     expect(flags).toEqual([true, true, false]);
   });
 
-  it("S004-210: S004-220: live account grants narrow every later turn of the call and never widen the stored scope", async () => {
+  it("S004-210: S004-220: S004-318: live account grants narrow every later turn of the call and never widen the stored scope", async () => {
     const { service, repo } = makeService(db.pool, { tools: () => [writeTool] });
     const { account, parent } = await newParent(service);
     const first = await service.delegate({
@@ -197,5 +197,39 @@ describe("scope capture and live access in delegation", () => {
       [r.kind === "result" ? r.childSessionId : ""],
     );
     expect(receipts.rows).toEqual([{ status: "dropped", drop_reason: "the call ended: provider down" }]);
+  });
+
+  it("S004-566: bad input to Delegate is refused with a typed error and nothing is written: a smuggled dream, a drive-relative cwd", async () => {
+    const { service } = makeService(db.pool);
+    const { account, parent } = await newParent(service);
+    const before = (await db.pool.query("select count(*)::int as n from sessions")).rows[0]?.n;
+    await service.prompt(
+      parent.id,
+      account.id,
+      scriptTask({
+        rounds: [
+          [
+            delegateCall({ answer: "x" }, { dream: { runId: "r", accountUserId: account.id } }),
+            delegateCall({ answer: "x" }, { cwd: "C:relative" }),
+            delegateCall({ answer: "x" }, { cwd: "/srv/../etc" }),
+          ],
+        ],
+        answer: "done",
+      }),
+    );
+    const results = messages(await service.repo.readJournal(parent.id, account.id)).filter(
+      (m) => m.role === "toolResult",
+    );
+    expect(
+      results.map((m) => (m.role === "toolResult" ? [m.isError, m.content.split(":")[0]] : null)),
+    ).toEqual([
+      [true, "invalid_input"],
+      [true, "invalid_scope"],
+      [true, "invalid_scope"],
+    ]);
+    expect((await db.pool.query("select count(*)::int as n from sessions")).rows[0]?.n).toBe(before);
+    expect(
+      (await db.pool.query("select 1 from subagent_runs where parent_session_id = $1", [parent.id])).rowCount,
+    ).toBe(0);
   });
 });

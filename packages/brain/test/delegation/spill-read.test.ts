@@ -46,6 +46,35 @@ describe("spilled results", () => {
     expect(Number(spill.rows[0]?.byte_size)).toBe(size);
   });
 
+  it("S004-242: spilling does not acknowledge delivery: the result waits in the inbox until the parent's journal commit", async () => {
+    const { service, repo } = makeService(db.pool, { toolResultInlineBytes: () => 16 });
+    const { account, parent } = await newParent(service);
+    let release!: () => void;
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    const busy = service.turns.exclusive(parent.id, () => held);
+    await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "bg",
+      task: scriptTask({ answer: "a result well above sixteen bytes" }),
+      mode: "background",
+    });
+    const [queued] = await waitFor(async () => {
+      const q = await repo.queuedResults(parent.id, account.id);
+      return q.length === 1 ? q : undefined;
+    }, "spilled result queued");
+    expect(queued?.spillPath).toBeTruthy();
+    expect(readFileSync(queued?.spillPath ?? "", "utf8")).toBe("a result well above sixteen bytes");
+    expect(await repo.settledResultIds(parent.id, account.id)).toEqual([]);
+    release();
+    await busy;
+    service.parentIdle(parent);
+    await waitFor(async () => (await repo.settledResultIds(parent.id, account.id)).length === 1, "delivered");
+    await service.whenIdle();
+  });
+
   it("S004-237: a body of exactly the limit (UTF-8 bytes) stays inline", async () => {
     const body = "é".repeat(50); // 100 bytes, 50 characters
     const { service } = makeService(db.pool, { toolResultInlineBytes: () => 100 });
@@ -110,7 +139,7 @@ describe("readSubagent", () => {
     expect(reads).toEqual([32, 32, 32]);
   });
 
-  it("S004-178: the ownership guard runs before the read", async () => {
+  it("S004-178: S004-252: the ownership guard runs before the read", async () => {
     const { service } = makeService(db.pool);
     const { account, parent } = await newParent(service);
     const stranger = await service.repo.createAccount({ name: `s-${randomUUID()}` });
