@@ -38,3 +38,5 @@ if (status !== 0 && failed === 0) {
   failed = 1;
 }
 process.stdout.write(`${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ""}\n`);
+// A failed test fails the run even when a runner exited 0.
+if (failed > 0) process.exitCode = 1;

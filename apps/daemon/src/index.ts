@@ -8,5 +8,5 @@ export {
 export { type Daemon, type DaemonPhase, startDaemon } from "./daemon.js";
 export { DaemonLockedError, type DaemonState, processAlive, readState, statePath } from "./lifecycle.js";
 export { ownerTokenPath } from "./ownerToken.js";
-export { DatabaseStartError } from "./postgres.js";
+
 export { RpcError, RpcRegistry } from "./rpc.js";

