@@ -2,13 +2,20 @@ import { randomUUID } from "node:crypto";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createScriptedTurnRunner, DelegationService, FileSpillStore, scriptTask } from "@crw/brain";
+import {
+  createScriptedTurnRunner,
+  DelegationService,
+  type DelegationServiceOptions,
+  FileSpillStore,
+  scriptTask,
+} from "@crw/brain";
 import { PgDelegationRepository, type TranscriptMessage } from "@crw/db";
 import { type Placement, SubagentSessionDispatch } from "@crw/subagent";
 import { useTestDatabase } from "@crw/tools/pg";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { closePoolsAfterEach, makePool } from "../support/pools.js";
+import { waitFor } from "../support/runners.js";
 
 const db = useTestDatabase();
 closePoolsAfterEach();
@@ -32,8 +39,11 @@ afterAll(async () => {
   await Promise.all(services.map((s) => s.close()));
 });
 
-function assemble() {
-  const { pool, events } = makePool({ size: { maxRunners: 2, turnsPerRunner: 4 } });
+function assemble(
+  size: { maxRunners: number; turnsPerRunner: number } = { maxRunners: 2, turnsPerRunner: 4 },
+  tools?: DelegationServiceOptions["tools"],
+) {
+  const { pool, events } = makePool({ size });
   const placements: Placement[] = [];
   const dispatch = new SubagentSessionDispatch({
     pool,
@@ -47,6 +57,7 @@ function assemble() {
     runner: dispatch,
     spill: new FileSpillStore(mkdtempSync(join(tmpdir(), "crw-spill-"))),
     helperWaitMs: 200,
+    ...(tools && { tools }),
   });
   services.push(service);
   return { service, repo, events, placements, pool };
@@ -110,5 +121,67 @@ describe("test:e2e:subagent", () => {
     expect(settled).toHaveLength(n);
     expect(new Set(settled).size).toBe(n);
     expect(events.filter((e) => e.type === "turn_dispatched").length).toBeGreaterThanOrEqual(n + 1);
+  });
+
+  it("S004-185: S004-186: a full pool queues the child turn; its session and run row are durable before the wait", async () => {
+    let openGate: () => void = () => {};
+    const gate = new Promise<void>((r) => {
+      openGate = r;
+    });
+    const { service, repo, pool } = assemble({ maxRunners: 1, turnsPerRunner: 1 }, () => [
+      {
+        name: "Gate",
+        description: "holds the parent's turn (and so the only runner slot) until the test opens it",
+        parameters: {},
+        mutates: false,
+        execute: async () => {
+          await Promise.race([gate, new Promise((r) => setTimeout(r, 15_000))]);
+          return { content: "open" };
+        },
+      },
+    ]);
+    const account = await repo.createAccount({ name: `acct-${randomUUID()}` });
+    const parent = await service.createRootSession(account.id, "scripted");
+    const run = service.prompt(
+      parent.id,
+      account.id,
+      scriptTask({
+        rounds: [
+          [
+            {
+              name: "Delegate",
+              arguments: { task: scriptTask({ answer: "queued child done" }), background: true },
+            },
+          ],
+          [{ name: "Gate", arguments: {} }],
+        ],
+        answer: "parent done",
+      }),
+    );
+    const child = await (async () => {
+      let found: { id: string } | undefined;
+      await waitFor(async () => {
+        const rows = await pgPool.query<{ id: string }>(
+          "select id from sessions where parent_session_id = $1",
+          [parent.id],
+        );
+        found = rows.rows[0];
+        return found !== undefined && pool.sessionState(found.id) === "queued";
+      }, 15_000);
+      return found as { id: string };
+    })();
+    // While the child waits in the queue: its session and run row are already in PostgreSQL.
+    const runs = await pgPool.query<{ status: string; mode: string }>(
+      "select status, mode from subagent_runs where child_session_id = $1",
+      [child.id],
+    );
+    expect(runs.rows).toEqual([{ status: expect.any(String), mode: "background" }]);
+    expect(pool.sessionState(child.id)).toBe("queued");
+    expect(pool.health().queued).toBe(1);
+    openGate();
+    expect((await run).stopReason).toBe("stop");
+    await service.whenIdle();
+    expect(pool.sessionState(child.id)).toBeUndefined();
+    expect(await repo.settledResultIds(parent.id, account.id)).toHaveLength(1);
   });
 });
