@@ -20,3 +20,4 @@ export {
   readOrchestrationJournal,
 } from "./journal/schema.js";
 export * from "./store/index.js";
+export { type SubagentToolsOptions, subagentTools, workflowTools } from "./tools/index.js";

@@ -106,6 +106,18 @@ export class WorkflowEngine {
     await release?.();
   }
 
+  /** The running node whose child is `sessionId`, among the workflows this process drives. */
+  nodeOfSession(sessionId: string): { workflowId: string; nodeId: string } | undefined {
+    for (const run of this.#runs.values()) {
+      for (const id of run.journal.order) {
+        const n = run.journal.nodes[id];
+        if (n?.childSessionId === sessionId && n.status === "running")
+          return { workflowId: run.id, nodeId: id };
+      }
+    }
+    return undefined;
+  }
+
   /** Workflows driven by this process right now. */
   runIds(): string[] {
     return [...this.#runs.keys()];

@@ -1,0 +1,134 @@
+import { type DelegationService, delegationTools, type MutatingTool, type ToolOutput } from "@crw/brain";
+import type { SessionRow } from "@crw/db";
+import { z } from "zod";
+import type { ProjectFileReader } from "../definition/reader.js";
+import { WorkflowNodeSchema } from "../definition/schema.js";
+import type { WorkflowEngine } from "../engine/engine.js";
+import { WorkflowStateError } from "../errors.js";
+
+const startArgs = z.strictObject({ path: z.string().min(1).max(4096) });
+const addArgs = z.strictObject({ nodes: z.array(WorkflowNodeSchema).min(1).max(100) });
+const workflowArgs = z.strictObject({ workflowId: z.uuid() });
+
+function parse<T>(schema: z.ZodType<T>, args: unknown, tool: string): T {
+  const parsed = schema.safeParse(args);
+  if (!parsed.success) {
+    throw new WorkflowStateError(
+      "not_running",
+      `${tool}: ${parsed.error.issues.map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`).join("; ")}`,
+    );
+  }
+  return parsed.data;
+}
+
+const BACKGROUND =
+  "The nodes run in the background; one summary of the whole workflow arrives as a message when it ends. " +
+  "Keep doing independent work and end your turn when none remains.";
+
+export interface SubagentToolsOptions {
+  readonly service: DelegationService;
+  readonly engine: WorkflowEngine;
+  readonly session: SessionRow;
+  readonly readOnly: boolean;
+  /** The target-authorized, bounded, version-pinned project-file reader of this session (null: none). */
+  readonly reader: ProjectFileReader | null;
+  readonly currentWorkDir: () => Promise<string | null>;
+  /** delegatedWorkflowExpansionAvailable: whether a node's child may call WorkflowAddNodes. */
+  readonly expansionAvailable?: boolean;
+}
+
+/**
+ * The Sub-agent plugin's tools for one session's turn: Delegate, DelegateContinue and DelegateRead (the
+ * delegation core's), and WorkflowStart, WorkflowAddNodes (only inside a running node), WorkflowResume and
+ * WorkflowCancel. Errors are typed and reach the model as the tool's error result.
+ */
+export function subagentTools(options: SubagentToolsOptions): MutatingTool[] {
+  return [...delegationTools(options.service, options.session, options.readOnly), ...workflowTools(options)];
+}
+
+/** The workflow tools alone (for a host whose delegation core already supplies Delegate and friends). */
+export function workflowTools(options: SubagentToolsOptions): MutatingTool[] {
+  const { engine, session, service } = options;
+  const principal = session.principalAccountId;
+  const ctxFor = (toolCallId: string) => ({
+    parentSessionId: session.id,
+    principalAccountId: principal,
+    toolCallId,
+    currentAccess: () => service.authorityFor(session),
+    currentWorkDir: options.currentWorkDir,
+  });
+  const tools: MutatingTool[] = [];
+  tools.push(
+    {
+      name: "WorkflowStart",
+      description:
+        "Start a workflow from a definition file of this project (YAML or JSON: nodes with id, task, dependsOn, agentType or role, model, cwd, tools, outputSchema).",
+      parameters: z.toJSONSchema(startArgs) as Record<string, unknown>,
+      mutates: true,
+      async execute(raw, ctx): Promise<ToolOutput> {
+        const a = parse(startArgs, raw, "WorkflowStart");
+        if (!options.reader) {
+          throw new WorkflowStateError(
+            "expansion_unavailable",
+            "this session has no project to read a definition from",
+          );
+        }
+        const started = await engine.start(ctxFor(ctx.toolCallId), { path: a.path, reader: options.reader });
+        return {
+          content: `Workflow ${started.workflowId} ${started.created ? "started" : "was already started by this call"} with nodes ${started.nodes.join(", ")}. ${BACKGROUND}`,
+        };
+      },
+    },
+    {
+      name: "WorkflowResume",
+      description: "Resume a failed or cancelled workflow of this session under your current access.",
+      parameters: z.toJSONSchema(workflowArgs) as Record<string, unknown>,
+      mutates: true,
+      async execute(raw, ctx): Promise<ToolOutput> {
+        const a = parse(workflowArgs, raw, "WorkflowResume");
+        const resumed = await engine.resume(ctxFor(ctx.toolCallId), a.workflowId);
+        return { content: `Workflow ${resumed.workflowId} resumed. ${BACKGROUND}` };
+      },
+    },
+    {
+      name: "WorkflowCancel",
+      description:
+        "Stop a running workflow of this session: running nodes are interrupted, pending ones never start.",
+      parameters: z.toJSONSchema(workflowArgs) as Record<string, unknown>,
+      async execute(raw): Promise<ToolOutput> {
+        const a = parse(workflowArgs, raw, "WorkflowCancel");
+        const row = await engine.store.getWorkflow(a.workflowId, principal);
+        if (!row || row.parentSessionId !== session.id) {
+          throw new WorkflowStateError(
+            "workflow_not_found",
+            `workflow ${a.workflowId} is not a workflow of this session`,
+          );
+        }
+        const outcome = await engine.cancel(a.workflowId, principal);
+        return { content: outcome.summary ?? `Workflow ${a.workflowId} was superseded by a newer run.` };
+      },
+    },
+  );
+  const node = engine.nodeOfSession(session.id);
+  if (node && options.expansionAvailable !== false) {
+    tools.push({
+      name: "WorkflowAddNodes",
+      description:
+        "Add nodes to the workflow you are running in (they may depend on you or on existing nodes). Returns their ids once they are recorded.",
+      parameters: z.toJSONSchema(addArgs) as Record<string, unknown>,
+      mutates: true,
+      async execute(raw): Promise<ToolOutput> {
+        const a = parse(addArgs, raw, "WorkflowAddNodes");
+        const ids = await engine.addNodes({
+          workflowId: node.workflowId,
+          principalAccountId: principal,
+          fromNodeId: node.nodeId,
+          callerSessionId: session.id,
+          nodes: a.nodes,
+        });
+        return { content: `Added nodes ${ids.join(", ")} to workflow ${node.workflowId}.` };
+      },
+    });
+  }
+  return tools;
+}

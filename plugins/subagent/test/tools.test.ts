@@ -1,0 +1,179 @@
+import { randomUUID } from "node:crypto";
+import { mkdtemp, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createScriptedTurnRunner, DelegationService, FileSpillStore, scriptTask } from "@crw/brain";
+import { PgDelegationRepository } from "@crw/db";
+import { useTestDatabase } from "@crw/tools/pg";
+import { describe, expect, it } from "vitest";
+import {
+  boundedProjectFileReader,
+  delegationNodeTurns,
+  JournalNodeDispatcher,
+  subagentTools,
+  WorkflowEngine,
+  workflowTools,
+} from "../src/index.js";
+import { until } from "./helpers.js";
+
+const db = useTestDatabase();
+
+describe("the Sub-agent plugin's tools", () => {
+  it("S004-287: S004-341: S004-286: a parent's WorkflowStart reads the project file; a node's WorkflowAddNodes expands the DAG from inside its turn", async () => {
+    const project = await mkdtemp(join(tmpdir(), "crw-proj-"));
+    const repo = new PgDelegationRepository(db.pool);
+    let engine!: WorkflowEngine;
+    const reader = boundedProjectFileReader({ root: project });
+    let service!: DelegationService;
+    service = new DelegationService({
+      repo,
+      runner: createScriptedTurnRunner(),
+      spill: new FileSpillStore(await mkdtemp(join(tmpdir(), "crw-spill-"))),
+      tools: (session) =>
+        workflowTools({
+          service,
+          engine,
+          session,
+          readOnly: false,
+          reader,
+          currentWorkDir: async () => null,
+        }),
+    });
+    engine = new WorkflowEngine({
+      pool: db.pool,
+      owner: `wf-${randomUUID()}`,
+      dispatcher: new JournalNodeDispatcher(repo, delegationNodeTurns(service)),
+      defaultModel: "scripted",
+      repo,
+      onCompletion: (c) => service.resultQueued(c.parentSessionId, c.principalAccountId, c.resultId),
+    });
+    try {
+      await service.start();
+      await engine.open();
+      const account = await repo.createAccount({ name: `a-${randomUUID()}`, isOwner: true });
+      const parent = await repo.createRootSession(account.id, "scripted");
+      const planTask = scriptTask({
+        rounds: [
+          [
+            {
+              name: "WorkflowAddNodes",
+              arguments: { nodes: [{ id: "fix", task: "apply the fix", dependsOn: ["plan"] }] },
+            },
+          ],
+        ],
+        answer: "planned one fix",
+        followUp: "noted",
+      });
+      await writeFile(
+        join(project, "wf.json"),
+        JSON.stringify({
+          name: "tooling",
+          nodes: [
+            { id: "plan", task: planTask },
+            { id: "check", task: "check things" },
+          ],
+        }),
+      );
+      await service.prompt(
+        parent.id,
+        account.id,
+        scriptTask({
+          rounds: [[{ name: "WorkflowStart", arguments: { path: "wf.json" } }]],
+          answer: "started",
+          followUp: "noted",
+        }),
+      );
+      const { rows } = await db.pool.query("select id from workflows where parent_session_id = $1::uuid", [
+        parent.id,
+      ]);
+      expect(rows).toHaveLength(1);
+      const workflowId = String(rows[0].id);
+      const outcome = await engine.finished(workflowId);
+      expect(outcome.status).toBe("completed");
+      expect(outcome.summary).toContain("- plan: succeeded");
+      expect(outcome.summary).toContain("- fix: succeeded");
+      await until(
+        async () => (await repo.settledResultIds(parent.id, account.id)).includes(outcome.resultId as string),
+        "summary delivered",
+      );
+      // The parent's transcript shows the tool's receipt, then the one summary.
+      const messages = (await repo.readJournal(parent.id, account.id)).flatMap((e) =>
+        e.body.type === "message" ? [e.body.message] : [],
+      );
+      const toolResult = messages.find((m) => m.role === "toolResult" && m.toolName === "WorkflowStart");
+      expect(toolResult && "content" in toolResult && String(toolResult.content)).toContain(
+        `Workflow ${workflowId} started`,
+      );
+      // A session that is not a running node has no WorkflowAddNodes; the full set includes Delegate.
+      const names = subagentTools({
+        service,
+        engine,
+        session: parent,
+        readOnly: false,
+        reader,
+        currentWorkDir: async () => null,
+      }).map((t) => t.name);
+      expect(names).toEqual([
+        "Delegate",
+        "DelegateContinue",
+        "DelegateRead",
+        "WorkflowStart",
+        "WorkflowResume",
+        "WorkflowCancel",
+      ]);
+      await service.whenIdle();
+    } finally {
+      await engine.close();
+      await service.close();
+    }
+  });
+
+  it("WorkflowStart refuses a bad definition as a typed tool error, changing nothing", async () => {
+    const project = await mkdtemp(join(tmpdir(), "crw-proj-"));
+    await writeFile(
+      join(project, "dup.yaml"),
+      "name: d\nnodes:\n  - {id: a, task: t}\n  - {id: a, task: t}\n",
+    );
+    const repo = new PgDelegationRepository(db.pool);
+    const service = new DelegationService({
+      repo,
+      runner: createScriptedTurnRunner(),
+      spill: new FileSpillStore(project),
+    });
+    const engine = new WorkflowEngine({
+      pool: db.pool,
+      owner: `wf-${randomUUID()}`,
+      dispatcher: new JournalNodeDispatcher(repo, delegationNodeTurns(service)),
+      defaultModel: "scripted",
+      repo,
+    });
+    const account = await repo.createAccount({ name: `a-${randomUUID()}`, isOwner: true });
+    const parent = await repo.createRootSession(account.id, "scripted");
+    const [start] = workflowTools({
+      service,
+      engine,
+      session: parent,
+      readOnly: false,
+      reader: boundedProjectFileReader({ root: project }),
+      currentWorkDir: async () => null,
+    });
+    const ctx = {
+      sessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "t1",
+      readOnly: false,
+      workDir: null,
+      signal: new AbortController().signal,
+      progress: () => {},
+    };
+    await expect(start?.execute({ path: "dup.yaml" }, ctx)).rejects.toMatchObject({ code: "duplicate_node" });
+    await expect(start?.execute({ path: "../etc/passwd" }, ctx)).rejects.toMatchObject({
+      code: "definition_unreadable",
+    });
+    const { rows } = await db.pool.query(
+      "select count(*)::int n from workflows where parent_session_id = $1::uuid",
+      [parent.id],
+    );
+    expect(rows[0].n).toBe(0);
+  });
+});
