@@ -1,7 +1,9 @@
 import { defineConfig } from "tsup";
 
 export default defineConfig({
-  entry: ["src/index.ts"],
+  entry: { index: "src/index.ts", "cli/index": "src/cli/index.ts" },
+  // Split chunks: the owner's per-step commands load their own small chunks, not the engine or zod.
+  splitting: true,
   format: ["esm"],
   target: "node20",
   platform: "node",

@@ -12,6 +12,8 @@ export const groups: CommandGroup[] = [
   {
     name: "flow",
     summary: "run a workflow durably as session calls (start, next, dispatched, resume, show, …)",
+    // The owner runs `crw flow next` once per step: "@crw/flow/cli" loads no engine, host or zod.
+    run: async (args) => (await import("@crw/flow/cli")).runFlowCli(args),
   },
   {
     name: "daemon",

@@ -1,2 +1,43 @@
+export { flowHelp, runFlowCli } from "./cli/index.js";
+export { answerText, parseAnswer, validateAgainst } from "./engine/answer.js";
+export { type BindVerdict, judgeBind, markerTurn } from "./engine/bind.js";
+export { addTokens, type CallPosition, callRows, foldCall, subtractTokens } from "./engine/callFold.js";
+export { executeRun, type FlowRunOptions, type FlowRunOutcome, startedBackend } from "./engine/flowRun.js";
+export type { FlowEvent } from "./engine/runContext.js";
+export {
+  type CallOptions,
+  defineWorkflow,
+  FlowCallError,
+  type FlowContext,
+  type Workflow,
+} from "./engine/workflow.js";
 export * from "./host/index.js";
 export type * from "./host/sessionHost.js";
+export { parseFaultPoint } from "./journal/fault.js";
+export {
+  JOURNAL_FILE,
+  type JournalRead,
+  JournalWriter,
+  parseJournal,
+  readJournalFile,
+} from "./journal/journal.js";
+export * from "./journal/rows.js";
+export { heldProcessLocks, lockHolder, pidAlive, tryLock, unlock } from "./run/locks.js";
+export { checkRunId, type RunPaths, runPaths, stateDirFrom } from "./run/paths.js";
+export {
+  overlayForPacket,
+  ROLE_STORE_PATH,
+  type RoleTable,
+  readRoleTable,
+  resolveTable,
+  rolePairs,
+} from "./run/roles.js";
+export { type RunState, readRunState } from "./run/runState.js";
+export { checkSpec, type RunSpec, readSpec, SPEC_FORMAT, writeSpec } from "./run/spec.js";
+export { dirFrom, unusable } from "./run/tmploc.js";
+export { type DispatchReport, type Reply, readReply, reportName, writeReport } from "./steps/inbox.js";
+export { markerInText, markerOf, sendInputMessage, spawnMessage } from "./steps/message.js";
+export { buildPacket, repositoryTools } from "./steps/packet.js";
+export { type CloseFile, FileStepBus, listStepFiles, type StepFile } from "./steps/stepBus.js";
+export { canonicalJson, digestOf } from "./util/canonical.js";
+export { EXIT_INPUT, EXIT_OK, EXIT_REFUSED, FlowError } from "./util/errors.js";

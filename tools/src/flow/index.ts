@@ -1,1 +1,10 @@
-export {};
+export {
+  type Behave,
+  cliStepSource,
+  fileStepSource,
+  type OwnerStep,
+  ScriptedOwner,
+  type ScriptedOwnerOptions,
+  type StepSource,
+  type SubagentTurn,
+} from "./scriptedOwner.js";

@@ -1,0 +1,245 @@
+import { readdirSync } from "node:fs";
+import { readCodexSettings } from "../run/codexConfig.js";
+import { launchRunProcess, recordedTmpdirProblem } from "../run/launch.js";
+import type { LightRow } from "../run/lightJournal.js";
+import { runPaths, stateDirFrom } from "../run/paths.js";
+import { ROLE_NAMES, type RoleName, type RoleTable, readRoleTable, spawnFormat } from "../run/roles.js";
+import { type RunState, readRunState } from "../run/runState.js";
+import { readSpec } from "../run/spec.js";
+import { listStepFiles, type StepFile } from "../steps/stepBus.js";
+import { EXIT_OK } from "../util/errors.js";
+import { removeIfExists, sleep } from "../util/fsx.js";
+import { numberOption, parseCommand, print } from "./args.js";
+
+/** How long `next` reads a starting run again, whatever --wait says. */
+const STARTING_WINDOW_MS = 15_000;
+const POLL_MS = 100;
+
+export async function nextCommand(args: string[]): Promise<number> {
+  const { values, positionals } = parseCommand(
+    "next",
+    args,
+    { state: { type: "string" }, wait: { type: "string" } },
+    ["RUN"],
+  );
+  const waitMs = numberOption("wait", values.wait, 0) * 1000;
+  const paths = runPaths(stateDirFrom(values.state), positionals[0] as string);
+  const spec = readSpec(paths.spec);
+  const warnings: string[] = [];
+  let resumedPid: number | null = null;
+  const t0 = Date.now();
+
+  const look = () => {
+    const listed = listStepFiles(paths.steps);
+    return { listed, state: readRunState(paths, listed.steps.length > 0) };
+  };
+  let { listed, state } = look();
+  if (state.kind === "unheld") {
+    const problem = recordedTmpdirProblem(spec);
+    if (problem) warnings.push(`the run is not held by any process and its resume did not start: ${problem}`);
+    else {
+      resumedPid = launchRunProcess(paths, spec);
+      ({ listed, state } = look());
+      if (state.kind === "unheld") state = { ...state, kind: "starting" };
+    }
+  }
+  // A starting run is read again, up to 15 s whatever --wait says; never an earlier process's pins.
+  while (state.kind === "starting" && Date.now() - t0 < STARTING_WINDOW_MS) {
+    await sleep(POLL_MS);
+    ({ listed, state } = look());
+    if (state.kind === "unheld" && resumedPid !== null) state = { ...state, kind: "starting" };
+  }
+  // --wait: until a step shows or the state changes.
+  const firstKind = state.kind;
+  while (waitMs > 0 && listed.steps.length === 0 && listed.closes.length === 0 && Date.now() - t0 < waitMs) {
+    if (state.kind !== firstKind || state.kind === "ended" || state.kind === "paused") break;
+    await sleep(POLL_MS);
+    ({ listed, state } = look());
+  }
+
+  const codex = readCodexSettings();
+  let store: RoleTable | null = null;
+  try {
+    store = readRoleTable(spec.repo);
+  } catch (e) {
+    warnings.push(`the role store cannot be read: ${(e as Error).message}`);
+  }
+  const formats = spawnFormats(state, store);
+  if (state.holderStarted && store && state.holderStarted.policy_digest !== store.policy_digest) {
+    warnings.push(
+      "the role store reads other pairs than the run's process pinned; it runs on its pins until a resume takes the new ones",
+    );
+  }
+  if (resumedPid !== null && state.holderStarted) {
+    const repinned = state.rows.find(
+      (r) => r.type === "policy_repinned" && r.seq > (state.holderStarted?.seq ?? 0),
+    );
+    if (repinned)
+      warnings.push("the resumed process repinned the role pairs: it runs on the role store as it reads now");
+  }
+  for (const bad of listed.bad) warnings.push(`a step file cannot be read and is not handed out: ${bad}`);
+
+  const crw = `${process.execPath} ${process.argv[1] ?? "crw"}`;
+  const stateFlag = values.state ? ` --state ${paths.state}` : "";
+  const steps = listed.steps
+    .filter((s) => s.run_id === spec.run_id)
+    .map((s) => stepOut(s, crw, spec.run_id, stateFlag));
+  const closes = listed.closes.map((c) => ({
+    call: c.call,
+    attempt: c.attempt,
+    action: "close",
+    agent_id: c.agent_id,
+    host_call: { tool: "close_agent", arguments: { target: c.agent_id } },
+  }));
+  const open = openAgents(
+    state.rows,
+    listed.closes.map((c) => c.agent_id),
+  );
+  const slots = { limit: codex.maxThreads, open: open.length, agents: open };
+  const full = open.length >= codex.maxThreads;
+  // A close file is handed out once.
+  for (const c of listed.closes) removeIfExists(c.path);
+
+  const kind = state.kind === "unheld" ? "starting" : state.kind;
+  const hint = hintFor(
+    kind,
+    steps.length,
+    closes,
+    open,
+    full,
+    resumedPid,
+    crw,
+    spec.run_id,
+    stateFlag,
+    waitMs,
+  );
+  const answer = {
+    run_id: spec.run_id,
+    state: kind,
+    ...(state.kind === "ended" ? { ended: { status: state.endedStatus } } : {}),
+    ...(state.kind === "paused" ? { paused: { reason: state.pausedReason } } : {}),
+    steps: [...closes, ...steps],
+    slots,
+    spawn_formats: formats,
+    hint,
+    ...(resumedPid !== null ? { resumed_pid: resumedPid } : {}),
+    warnings,
+  };
+  const human = [
+    `run ${spec.run_id}: ${kind}${state.kind === "ended" ? ` (${state.endedStatus})` : ""}`,
+    ...closes.map((c) => `  close_agent(target=${c.agent_id})`),
+    ...steps.map((s) => `  ${s.action} ${s.op} (${s.role}): ${s.host_call.tool}, then ${s.host_call.after}`),
+    ...warnings.map((w) => `warning: ${w}`),
+    hint,
+  ].join("\n");
+  print(values.json, answer, human);
+  return EXIT_OK;
+}
+
+function spawnFormats(state: RunState, store: RoleTable | null): unknown[] {
+  if (state.kind === "starting") return [];
+  const pins = state.holderStarted?.role_pairs as
+    | Record<string, { model: string | null; effort: string | null }>
+    | undefined;
+  const out: unknown[] = [];
+  if (!store) return out;
+  for (const role of ROLE_NAMES) {
+    const entry = store.roles[role as RoleName];
+    const pair = pins?.[role] ?? entry;
+    out.push(spawnFormat(role, { ...entry, model: pair.model, effort: pair.effort }));
+  }
+  return out;
+}
+
+function stepOut(s: StepFile, crw: string, runId: string, stateFlag: string) {
+  const args: Record<string, unknown> =
+    s.action === "spawn"
+      ? {
+          agent_type: s.agent_type,
+          message: s.message,
+          ...(s.model ? { model: s.model } : {}),
+          ...(s.reasoning_effort ? { reasoning_effort: s.reasoning_effort } : {}),
+          fork_context: false,
+        }
+      : { target: s.agent_id, message: s.message };
+  const agent = s.action === "spawn" ? "<agent_id from spawn_agent>" : s.agent_id;
+  return {
+    call: s.call,
+    k: s.k,
+    attempt: s.attempt,
+    op: s.op,
+    role: s.role,
+    action: s.action,
+    agent_type: s.agent_type,
+    model: s.model,
+    reasoning_effort: s.reasoning_effort,
+    message: s.message,
+    packet: s.packet,
+    workspace: s.workspace,
+    agent_id: s.agent_id,
+    host_call: {
+      tool: s.action === "spawn" ? "spawn_agent" : "send_input",
+      arguments: args,
+      after: `${crw} flow dispatched ${runId} ${s.call} --agent ${agent} --k ${s.k} --attempt ${s.attempt}${stateFlag} --json`,
+    },
+  };
+}
+
+/** Subagents of calls not ended (bound, not lost, not closed) plus the close steps not taken. */
+function openAgents(rows: LightRow[], closing: string[]): string[] {
+  const ended = new Set<string>();
+  const gone = new Set<string>();
+  for (const r of rows) {
+    if ((r.type === "completed" || r.type === "null_model") && r.call) ended.add(r.call);
+    if (r.type === "session_attempt_lost" && typeof r.agent_id === "string") gone.add(r.agent_id);
+  }
+  const open = new Set<string>(closing);
+  let threads: LightRow[] = rows.filter((r) => r.type === "thread_started");
+  threads = threads.filter((t) => t.call && !ended.has(t.call) && !gone.has(String(t.thread_id)));
+  // a held call's earlier subagents are closed by a close step; count the newest per call
+  const newestByCall = new Map<string, string>();
+  for (const t of threads) newestByCall.set(String(t.call), String(t.thread_id));
+  for (const id of newestByCall.values()) open.add(id);
+  return [...open];
+}
+
+function hintFor(
+  kind: string,
+  steps: number,
+  closes: Array<{ agent_id: string }>,
+  open: string[],
+  full: boolean,
+  resumedPid: number | null,
+  crw: string,
+  runId: string,
+  stateFlag: string,
+  waitMs: number,
+): string {
+  const next = `${crw} flow next ${runId}${stateFlag} --wait 10 --json`;
+  const parts: string[] = [];
+  if (resumedPid !== null) parts.push(`No process held the run: it was resumed (resumed_pid ${resumedPid}).`);
+  if (kind === "ended") return `${parts.join(" ")}The run has ended; nothing more to do.`.trim();
+  if (kind === "paused")
+    return `The run is paused; run ${crw} flow resume ${runId}${stateFlag} --detach when its cause is fixed.`;
+  if (kind === "starting") {
+    return `${parts.join(" ")} The run is starting; ask again ${waitMs > 0 ? "when its state changes" : "now"}: ${next}`.trim();
+  }
+  if (closes.length > 0)
+    parts.push(`Close first: ${closes.map((c) => `close_agent(${c.agent_id})`).join(", ")}.`);
+  if (full && steps > 0)
+    parts.push("Agent thread limit reached: the step stays; close a finished subagent first.");
+  else if (steps > 0) parts.push("Make each step's host call, then run its dispatched command.");
+  if (open.length > 0) {
+    parts.push(`Alternate wait_agent(targets=${JSON.stringify(open)}, timeout_ms=30000) with ${next}.`);
+  } else parts.push(`Then: ${next}`);
+  return parts.join(" ");
+}
+
+/** For tests: the names in a directory (used to check a close file was removed). */
+export function namesIn(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
+  }
+}

@@ -1,0 +1,192 @@
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
+import { isAbsolute, resolve } from "node:path";
+import { readCodexSettings } from "../run/codexConfig.js";
+import { launchRunProcess } from "../run/launch.js";
+import { lockHolder, tryLock, unlock } from "../run/locks.js";
+import { checkRunId, runPaths, stateDirFrom } from "../run/paths.js";
+import { ROLE_NAMES, readRoleTable, spawnFormat } from "../run/roles.js";
+import { type RunSpec, SPEC_FORMAT, writeSpec } from "../run/spec.js";
+import { dirFrom, unusable } from "../run/tmploc.js";
+import { EXIT_OK, EXIT_REFUSED, FlowError } from "../util/errors.js";
+import { sleep } from "../util/fsx.js";
+import { intOption, parseCommand, print } from "./args.js";
+
+/** How long the start holds its start lock waiting for the run's process to hold the run lock. */
+const HANDOVER_MS = 15_000;
+
+/**
+ * `crw flow start WORKFLOW …`: validates everything before it writes the spec (the workflow module, the
+ * input, the backend, the owner, the state directory, the TMPDIR through tmploc: a TMPDIR that cannot be
+ * used stops the start with exit 1 before the spec or any process), writes run.json, starts the run's
+ * process detached under the start lock, and prints the preview and the `next` command.
+ */
+export async function startCommand(args: string[]): Promise<number> {
+  const { values, positionals } = parseCommand(
+    "start",
+    args,
+    {
+      state: { type: "string" },
+      input: { type: "string" },
+      backend: { type: "string" },
+      owner: { type: "string" },
+      pool: { type: "string" },
+      host: { type: "string" },
+      run: { type: "string" },
+      repo: { type: "string" },
+      "poll-ms": { type: "string" },
+      "lost-after-ms": { type: "string" },
+    },
+    ["WORKFLOW"],
+  );
+  const workflowPath = resolve(positionals[0] as string);
+  if (!existsSync(workflowPath) || !statSync(workflowPath).isFile()) {
+    throw new FlowError("input", `workflow ${workflowPath} is not a file`, 2);
+  }
+  const backend = values.backend ?? "session";
+  if (backend !== "session") {
+    throw new FlowError(
+      "input",
+      backend === "app-server"
+        ? "--backend app-server is not available in this build; use --backend session"
+        : `unknown backend '${backend}' (session or app-server)`,
+      2,
+    );
+  }
+  const input = parseInput(values.input);
+  const owner = values.owner ?? process.env.CODEX_THREAD_ID ?? null;
+  if (!owner) {
+    throw new FlowError(
+      "input",
+      "no owner thread: pass --owner THREAD or run inside a Codex session (CODEX_THREAD_ID)",
+      2,
+    );
+  }
+  const codex = readCodexSettings();
+  const pool = Math.min(intOption("pool", values.pool, 4, 1), Math.max(1, codex.maxThreads - 1));
+  const repo = values.repo ? resolve(values.repo) : process.cwd();
+  const table = readRoleTable(repo);
+  const { loadWorkflow } = await import("../engine/workflow.js");
+  const workflow = await loadWorkflow(workflowPath);
+  const tmp = dirFrom(process.env);
+  if (!tmp.ok) throw new FlowError("tmpdir_unusable", `the start is refused: ${tmp.reason}`, EXIT_REFUSED);
+  const state = stateDirFrom(values.state);
+  const runId = values.run
+    ? checkRunId(values.run)
+    : `${slug(workflow.name)}-${Date.now().toString(36)}-${randomBytes(2).toString("hex")}`;
+  const paths = runPaths(state, runId);
+  try {
+    mkdirSync(resolve(state, "flow"), { recursive: true });
+    mkdirSync(paths.dir);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "EEXIST")
+      throw new FlowError("input", `run ${runId} exists already`, 2);
+    throw new FlowError(
+      "state_unwritable",
+      `cannot make the run directory ${paths.dir}: ${(e as Error).message}`,
+      2,
+    );
+  }
+  const spec: RunSpec = {
+    format: SPEC_FORMAT,
+    run_id: runId,
+    workflow: workflowPath,
+    workflow_name: workflow.name,
+    input,
+    backend: "session",
+    owner,
+    pool,
+    repo,
+    host: values.host ?? process.env.CRW_FLOW_HOST ?? "",
+    created_at: new Date().toISOString(),
+    env: { TMPDIR: tmp.dir },
+    ...(values["poll-ms"] ? { poll_ms: intOption("poll-ms", values["poll-ms"], 500, 1) } : {}),
+    ...(values["lost-after-ms"]
+      ? { lost_after_ms: intOption("lost-after-ms", values["lost-after-ms"], 600_000, 1) }
+      : {}),
+  };
+  if (!tryLock(paths.startLock))
+    throw new FlowError("run_live", `run ${runId} is being started by another process`, 1);
+  let pid: number;
+  try {
+    writeSpec(paths.spec, spec);
+    pid = launchRunProcess(paths, spec);
+    const deadline = Date.now() + HANDOVER_MS;
+    while (Date.now() < deadline && !lockHolder(paths.runLock)) await sleep(25);
+  } finally {
+    unlock(paths.startLock);
+  }
+  const facts = sessionFacts(owner, codex, paths.dir, repo);
+  const crw = `${process.execPath} ${process.argv[1] ?? "crw"}`;
+  const stateFlag = values.state ? ` --state ${state}` : "";
+  const next = `${crw} flow next ${runId}${stateFlag} --wait 10 --json`;
+  const answer = {
+    run_id: runId,
+    pid,
+    backend: "session",
+    owner,
+    pool,
+    state_dir: paths.dir,
+    spawn_formats: ROLE_NAMES.map((r) => spawnFormat(r, table.roles[r])),
+    facts,
+    next,
+  };
+  const human = [
+    `run ${runId} started (pid ${pid}), owner ${owner}, pool ${pool}`,
+    ...facts.filter((f) => !f.ok).map((f) => `warning: ${f.fact}: ${f.detail}`),
+    `Take its steps with: ${next}`,
+  ].join("\n");
+  print(values.json, answer, human);
+  return EXIT_OK;
+}
+
+function parseInput(raw: string | undefined): unknown {
+  if (raw === undefined) return null;
+  let text = raw;
+  if (raw.startsWith("@")) {
+    const path = raw.slice(1);
+    try {
+      text = readFileSync(isAbsolute(path) ? path : resolve(path), "utf8");
+    } catch {
+      throw new FlowError("input", `--input ${raw}: cannot read the file`, 2);
+    }
+  }
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new FlowError("input", "--input is not JSON (give JSON or @file)", 2);
+  }
+}
+
+function slug(name: string): string {
+  return (
+    name
+      .toLowerCase()
+      .replace(/[^a-z0-9]+/g, "-")
+      .replace(/^-+|-+$/g, "")
+      .slice(0, 40) || "run"
+  );
+}
+
+/** The preview's session facts: warnings, never a refusal. */
+function sessionFacts(
+  owner: string,
+  codex: ReturnType<typeof readCodexSettings>,
+  runDir: string,
+  repo: string,
+) {
+  return [
+    { fact: "owner_bound", ok: owner.length > 0, detail: `owner thread ${owner}` },
+    {
+      fact: "owner_state_writable",
+      ok: unusable(runDir) === null && unusable(repo) === null,
+      detail: `${runDir} and ${repo}`,
+    },
+    { fact: "subagent_slots", ok: codex.maxThreads >= 2, detail: `agents.max_threads = ${codex.maxThreads}` },
+    {
+      fact: "multi_agent_v1",
+      ok: !codex.multiAgentV2,
+      detail: codex.multiAgentV2 ? "features.multi_agent_v2 is on: the protocol stops" : "multi_agent v1",
+    },
+  ];
+}

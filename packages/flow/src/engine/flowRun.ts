@@ -1,0 +1,320 @@
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import type { HostThread, SessionHost } from "../host/sessionHost.js";
+import { JournalWriter } from "../journal/journal.js";
+import type { JournalRow, NewRow, Pair } from "../journal/rows.js";
+import type { RunPaths } from "../run/paths.js";
+import { type RoleName, type RoleTable, readRoleTable, rolePairs } from "../run/roles.js";
+import type { RunSpec } from "../run/spec.js";
+import { FileStepBus, type StepWriteHook } from "../steps/stepBus.js";
+import { digestOf } from "../util/canonical.js";
+import { FlowError } from "../util/errors.js";
+import { sleep } from "../util/fsx.js";
+import { foldCall } from "./callFold.js";
+import { answerStrayReports } from "./reports.js";
+import { type FlowEvent, type RunContext, RunStopped } from "./runContext.js";
+import { runSessionCall } from "./sessionCall.js";
+import {
+  type CallOptions,
+  type FlowContext,
+  loadWorkflow,
+  normalizeCall,
+  type Workflow,
+} from "./workflow.js";
+
+export interface FlowRunOptions {
+  paths: RunPaths;
+  spec: RunSpec;
+  host: SessionHost;
+  /** The process lock token this process holds, or null when it could not take one. */
+  processToken: string | null;
+  workflow?: Workflow;
+  onEvent?: (event: FlowEvent) => void;
+  /** Test seam: a write of a step file that fails (a full disk). */
+  stepWriteHook?: StepWriteHook;
+  env?: NodeJS.ProcessEnv;
+}
+
+export type FlowRunOutcome =
+  | { state: "completed"; result: unknown }
+  | { state: "failed"; error: string }
+  | { state: "paused"; reason: string };
+
+/** The backend a journal records: its newest started row's, and a started row with none is app-server. */
+export function startedBackend(rows: readonly JournalRow[]): "session" | "app-server" | null {
+  for (let i = rows.length - 1; i >= 0; i--) {
+    const r = rows[i];
+    if (r?.type === "started") return r.backend ?? "app-server";
+  }
+  return null;
+}
+
+/** A small counting semaphore: the run's pool of calls in flight. */
+class Pool {
+  private free: number;
+  private readonly waiters: Array<() => void> = [];
+  constructor(size: number) {
+    this.free = size;
+  }
+  async acquire(): Promise<void> {
+    if (this.free > 0) {
+      this.free--;
+      return;
+    }
+    await new Promise<void>((r) => this.waiters.push(r));
+  }
+  release(): void {
+    const w = this.waiters.shift();
+    if (w) w();
+    else this.free++;
+  }
+}
+
+/**
+ * One run process's work: open (or create) the journal, refuse a mixed backend before any row, write the
+ * started row that pins the role pairs, run the workflow (replaying finished ops from the journal), and
+ * end with run_ended, or stop with the calls held when the run pauses.
+ */
+export async function executeRun(opts: FlowRunOptions): Promise<FlowRunOutcome> {
+  const { paths, spec } = opts;
+  const env = opts.env ?? process.env;
+  mkdirSync(paths.steps, { recursive: true });
+  mkdirSync(paths.inbox, { recursive: true });
+  mkdirSync(paths.replies, { recursive: true });
+  let journal: JournalWriter;
+  try {
+    const opened = JournalWriter.open(paths.journal, env);
+    journal = opened.writer;
+    if (opened.read.torn) {
+      opts.onEvent?.({
+        type: "warning",
+        message: `journal: a torn last line (${opened.read.torn.bytes} bytes) was cut off and ignored`,
+      });
+    }
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
+    journal = JournalWriter.create(paths.journal, spec.run_id, env);
+  }
+  try {
+    const recorded = startedBackend(journal.rows);
+    if (recorded !== null && recorded !== spec.backend) {
+      throw new FlowError(
+        "mixed_backend",
+        `run ${spec.run_id} runs on the ${recorded} backend (its started row); a resume on ${spec.backend} is refused`,
+        2,
+      );
+    }
+    const table = readRoleTable(spec.repo);
+    const pins = rolePairs(table) as Record<RoleName, Pair>;
+    const previous = [...journal.rows].reverse().find((r) => r.type === "started");
+    const startedN = journal.rows.filter((r) => r.type === "started").length + 1;
+    const startRows: NewRow[] = [
+      {
+        type: "started",
+        backend: spec.backend,
+        role_pairs: pins,
+        policy_digest: table.policy_digest,
+        process: opts.processToken,
+        pid: process.pid,
+        process_n: startedN,
+      },
+    ];
+    if (previous?.type === "started" && previous.policy_digest !== table.policy_digest) {
+      startRows.push({
+        type: "policy_repinned",
+        pinned_digest: previous.policy_digest,
+        store_digest: table.policy_digest,
+        role_pairs: pins,
+      });
+    }
+    const ended = journal.rows.find((r) => r.type === "run_ended");
+    if (ended?.type === "run_ended") {
+      return ended.status === "completed"
+        ? { state: "completed", result: ended.result }
+        : { state: "failed", error: ended.error ?? "failed" };
+    }
+    const run = new FlowRun(opts, journal, table, pins);
+    run.append(startRows);
+    return await run.execute();
+  } finally {
+    journal.close();
+  }
+}
+
+class FlowRun implements RunContext {
+  readonly runId: string;
+  readonly owner: string;
+  readonly paths: RunPaths;
+  readonly spec: RunSpec;
+  readonly host: SessionHost;
+  readonly bus: FileStepBus;
+  readonly pollMs: number;
+  readonly lostAfterMs: number;
+  readonly lookupEveryMs: number;
+  stopping: { reason: string } | null = null;
+  private fatal: FlowError | null = null;
+  private readonly byCall = new Map<string, JournalRow[]>();
+  private readonly counters = new Map<string, number>();
+  private readonly active = new Set<Promise<unknown>>();
+  private readonly pool: Pool;
+  private subagentCache: { at: number; value: Promise<Awaited<ReturnType<RunContext["subagents"]>>> } | null =
+    null;
+  private stopWaiters: Array<() => void> = [];
+
+  constructor(
+    private readonly opts: FlowRunOptions,
+    readonly journal: JournalWriter,
+    readonly table: RoleTable,
+    readonly pins: Record<RoleName, Pair>,
+  ) {
+    this.paths = opts.paths;
+    this.spec = opts.spec;
+    this.runId = opts.spec.run_id;
+    if (!opts.spec.owner) throw new FlowError("input", "a session run needs an owner thread", 2);
+    this.owner = opts.spec.owner;
+    this.host = opts.host;
+    this.bus = new FileStepBus(opts.paths.steps, opts.stepWriteHook ?? null);
+    this.pollMs = opts.spec.poll_ms ?? 500;
+    this.lostAfterMs = opts.spec.lost_after_ms ?? 10 * 60_000;
+    this.lookupEveryMs = Math.max(this.pollMs * 4, 1000);
+    this.pool = new Pool(Math.max(1, opts.spec.pool));
+    for (const row of journal.rows) this.index(row);
+  }
+
+  private index(row: JournalRow): void {
+    if (!("call" in row) || typeof row.call !== "string") return;
+    const list = this.byCall.get(row.call);
+    if (list) list.push(row);
+    else this.byCall.set(row.call, [row]);
+  }
+
+  append(rows: NewRow[]): JournalRow[] {
+    const written = this.journal.append(rows);
+    for (const r of written) this.index(r);
+    return written;
+  }
+
+  rowsOf(call: string): readonly JournalRow[] {
+    return this.byCall.get(call) ?? [];
+  }
+
+  stop(reason: string): void {
+    if (this.stopping) return;
+    this.stopping = { reason };
+    this.emit({ type: "stopping", reason });
+    for (const w of this.stopWaiters.splice(0)) w();
+  }
+
+  emit(event: FlowEvent): void {
+    this.opts.onEvent?.(event);
+  }
+
+  subagents(): ReturnType<RunContext["subagents"]> {
+    const now = Date.now();
+    if (!this.subagentCache || now - this.subagentCache.at >= this.pollMs) {
+      this.subagentCache = { at: now, value: this.host.listSubagents(this.owner) };
+    }
+    return this.subagentCache.value;
+  }
+
+  async execute(): Promise<FlowRunOutcome> {
+    const workflow = this.opts.workflow ?? (await loadWorkflow(this.spec.workflow));
+    const ctx: FlowContext = { runId: this.runId, call: (o) => this.call(o) as never };
+    let pumping = true;
+    const pump = (async () => {
+      while (pumping) {
+        try {
+          answerStrayReports(this);
+        } catch (e) {
+          this.emit({ type: "warning", message: `inbox: ${(e as Error).message}` });
+        }
+        await sleep(this.pollMs);
+      }
+    })();
+    const stopped = new Promise<"stopped">((r) => this.stopWaiters.push(() => r("stopped")));
+    let outcome: FlowRunOutcome;
+    try {
+      const result = await Promise.race([workflow.run(ctx, this.spec.input), stopped]);
+      if (result === "stopped" && this.stopping) throw new RunStopped(this.stopping.reason);
+      if (this.fatal) throw this.fatal;
+      outcome = { state: "completed", result };
+    } catch (e) {
+      if (!this.stopping && !this.fatal) {
+        // the workflow itself failed (a call ended null_model and it did not catch it, or it threw)
+        const message = (e as Error)?.message ?? String(e);
+        this.append([{ type: "run_ended", status: "failed", error: message }]);
+        outcome = { state: "failed", error: message };
+      } else outcome = { state: "paused", reason: this.stopping?.reason ?? "stopped" };
+    }
+    await Promise.allSettled([...this.active]);
+    if (this.fatal) {
+      pumping = false;
+      await pump;
+      throw this.fatal;
+    }
+    if (outcome.state === "completed") {
+      this.append([{ type: "run_ended", status: "completed", result: outcome.result }]);
+    }
+    pumping = false;
+    await pump;
+    return outcome;
+  }
+
+  private async call(options: CallOptions): Promise<unknown> {
+    if (this.stopping) throw new RunStopped(this.stopping.reason);
+    const n = normalizeCall(options);
+    const i = (this.counters.get(n.node) ?? 0) + 1;
+    this.counters.set(n.node, i);
+    const call = `${n.node}.${i}`;
+    const input = { role: n.role, task: n.task, schema: n.schema, workspace: n.workspace };
+    const inputDigest = digestOf(input);
+    const fold = foldCall(this.rowsOf(call));
+    if (fold.prepared && fold.prepared.input_digest !== inputDigest) {
+      this.fatal = new FlowError(
+        "digest_mismatch",
+        `op ${call}: its input differs from the journal's (the workflow is not deterministic or was changed); the resume is refused`,
+        2,
+        { op: call },
+      );
+      this.stop(`digest_mismatch:${call}`);
+      throw this.fatal;
+    }
+    if (fold.position?.kind === "terminal") return runSessionCall(this, call);
+    const p = (async () => {
+      await this.pool.acquire();
+      try {
+        if (this.stopping) throw new RunStopped(this.stopping.reason);
+        if (!fold.prepared) {
+          const workspace = n.workspace ?? join(this.paths.workspaces, call);
+          this.append([
+            {
+              type: "prepared",
+              call,
+              op: call,
+              role: n.role,
+              input,
+              input_digest: inputDigest,
+              backend: "session",
+              allocation: { workspace, kind: n.workspace ? "given" : "scratch" },
+            },
+          ]);
+          // the placer makes P after the prepared row; a resumed call finds it (or makes it again)
+          mkdirSync(workspace, { recursive: true });
+        } else {
+          mkdirSync(fold.prepared.allocation.workspace, { recursive: true });
+        }
+        return await runSessionCall(this, call);
+      } finally {
+        this.pool.release();
+      }
+    })();
+    this.active.add(p);
+    p.then(
+      () => this.active.delete(p),
+      () => this.active.delete(p),
+    );
+    return p;
+  }
+}
+
+export type { HostThread };

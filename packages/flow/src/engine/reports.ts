@@ -1,0 +1,162 @@
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { z } from "zod";
+import type { HostThread } from "../host/sessionHost.js";
+import type { RowOf } from "../journal/rows.js";
+import { REPORT_FORMAT, type Reply, type ReplyKind, unansweredReports, writeReply } from "../steps/inbox.js";
+import { type BindVerdict, judgeBind } from "./bind.js";
+import { foldCall } from "./callFold.js";
+import type { RunContext } from "./runContext.js";
+
+const ReportSchema = z.object({
+  format: z.literal(REPORT_FORMAT),
+  run_id: z.string().max(200),
+  call: z.string().max(200),
+  k: z.number().int().positive(),
+  attempt: z.number().int().positive(),
+  agent_id: z.string().min(1).max(200),
+  at: z.string().max(100),
+});
+export type Report = z.infer<typeof ReportSchema>;
+
+export type BindHandler = (thread: HostThread, verdict: Extract<BindVerdict, { verdict: "bind" }>) => void;
+
+function readReport(rc: RunContext, name: string): Report | null {
+  try {
+    const text = readFileSync(join(rc.paths.inbox, name), "utf8");
+    if (text.length > 64 * 1024) return null;
+    const r = ReportSchema.safeParse(JSON.parse(text));
+    return r.success ? r.data : null;
+  } catch {
+    return null;
+  }
+}
+
+function answer(
+  rc: RunContext,
+  name: string,
+  report: Report,
+  reply: ReplyKind,
+  reason: string,
+  extra: Partial<Reply> = {},
+) {
+  writeReply(rc.paths.replies, name, {
+    format: "crw-flow-reply/1",
+    reply,
+    run_id: rc.runId,
+    call: report.call,
+    k: report.k,
+    attempt: report.attempt,
+    agent_id: report.agent_id,
+    reason,
+    ...extra,
+    at: new Date().toISOString(),
+  });
+  rc.emit({ type: "reply", name, reply, reason });
+}
+
+/**
+ * Answers the unanswered reports for a call's waiting step (the reports wait in the inbox, a resumed run
+ * answers them first). Answers true when one of them bound the step.
+ */
+export async function answerReports(
+  rc: RunContext,
+  call: string,
+  step: RowOf<"step_published">,
+  onBind: BindHandler,
+): Promise<boolean> {
+  const prefix = `${call}.t${step.k}-a${step.attempt}.`;
+  for (const name of unansweredReports(rc.paths.inbox, rc.paths.replies)) {
+    if (!name.startsWith(prefix)) continue;
+    const report = readReport(rc, name);
+    if (!report || report.call !== call || report.k !== step.k || report.attempt !== step.attempt) continue;
+    if (report.run_id !== rc.runId) {
+      answer(rc, name, report, "refused", `the report is for run ${report.run_id}, not ${rc.runId}`);
+      continue;
+    }
+    const r = await rc.host.readThread(report.agent_id);
+    if (!r.ok) {
+      answer(
+        rc,
+        name,
+        report,
+        "retry",
+        `the host cannot show ${report.agent_id} yet (${r.reason}): ${r.message}`,
+      );
+      continue;
+    }
+    const v = judgeBind(step, r.value, rc.owner, rc.pins[step.role]);
+    if (v.verdict === "bind") {
+      onBind(r.value, v);
+      answer(rc, name, report, "bound", `subagent ${report.agent_id} is bound to ${step.marker}`);
+      rc.emit({ type: "bound", call, marker: step.marker, agent: report.agent_id, via: "report" });
+      return true;
+    }
+    if (v.verdict === "pair_mismatch") {
+      answer(
+        rc,
+        name,
+        report,
+        "pair_mismatch",
+        `${v.reason}: close it and spawn again with the role's pair`,
+        {
+          pair: v.pair,
+        },
+      );
+    } else answer(rc, name, report, v.verdict, v.reason);
+  }
+  return false;
+}
+
+/**
+ * Answers reports no waiting step claims, from the rows: another run's (refused), an attempt that ended
+ * or a second subagent for a bound attempt (close), a step not published (close: an early report), the
+ * bound subagent reported again (bound). A report for a published step that waits is left to its call.
+ */
+export function answerStrayReports(rc: RunContext): void {
+  for (const name of unansweredReports(rc.paths.inbox, rc.paths.replies)) {
+    const report = readReport(rc, name);
+    if (!report) continue;
+    if (report.run_id !== rc.runId) {
+      answer(rc, name, report, "refused", `the report is for run ${report.run_id}, not ${rc.runId}`);
+      continue;
+    }
+    const rows = rc.rowsOf(report.call);
+    const fold = foldCall(rows);
+    const step = fold.steps.find((s) => s.k === report.k && s.attempt === report.attempt);
+    if (!step) {
+      answer(
+        rc,
+        name,
+        report,
+        "close",
+        `the run published no step ${report.call}/t${report.k}-a${report.attempt}`,
+      );
+      continue;
+    }
+    const pos = fold.position;
+    const awaiting = pos?.kind === "await_bind" && pos.step.marker === step.marker;
+    // its call answers it (or will, once a resume's replay comes back to the step)
+    if (awaiting) continue;
+    const boundThread = fold.threads.find((t) => t.attempt === report.attempt);
+    const attemptEnded =
+      pos?.kind === "terminal" ||
+      fold.lostAttempts.includes(report.attempt) ||
+      rows.some((r) => r.type === "held" && r.seq > (boundThread?.seq ?? step.seq));
+    if (boundThread && boundThread.thread_id === report.agent_id && !attemptEnded) {
+      answer(rc, name, report, "bound", `subagent ${report.agent_id} is bound to ${step.marker}`);
+    } else if (boundThread && boundThread.thread_id === report.agent_id) {
+      answer(rc, name, report, "close", `attempt ${report.attempt} of ${report.call} has ended`);
+    } else if (boundThread || step.action === "send_input") {
+      answer(
+        rc,
+        name,
+        report,
+        "close",
+        `attempt ${report.attempt} of ${report.call} is bound to another subagent`,
+      );
+    } else {
+      answer(rc, name, report, "close", `attempt ${report.attempt} of ${report.call} has ended`);
+    }
+  }
+}

@@ -1,0 +1,51 @@
+import type { HostThread, SessionHost } from "../host/sessionHost.js";
+import type { JournalWriter } from "../journal/journal.js";
+import type { JournalRow, NewRow, Pair } from "../journal/rows.js";
+import type { RunPaths } from "../run/paths.js";
+import type { RoleName, RoleTable } from "../run/roles.js";
+import type { RunSpec } from "../run/spec.js";
+import type { FileStepBus } from "../steps/stepBus.js";
+
+/** Typed events a run emits; the CLI turns them into its log lines. */
+export type FlowEvent =
+  | { type: "step_published"; call: string; marker: string; action: string }
+  | { type: "bound"; call: string; marker: string; agent: string; via: "report" | "lookup" | "adopt" }
+  | { type: "reply"; name: string; reply: string; reason: string }
+  | { type: "call_ended"; call: string; status: string }
+  | { type: "attempt_lost"; call: string; attempt: number; reason: string }
+  | { type: "stopping"; reason: string }
+  | { type: "warning"; message: string };
+
+/** Everything one run process shares between its calls. The journal's rows are the run's only truth. */
+export interface RunContext {
+  readonly runId: string;
+  readonly owner: string;
+  readonly paths: RunPaths;
+  readonly spec: RunSpec;
+  readonly table: RoleTable;
+  /** The pairs this process runs on (its started row's role_pairs). */
+  readonly pins: Record<RoleName, Pair>;
+  readonly host: SessionHost;
+  readonly bus: FileStepBus;
+  readonly journal: JournalWriter;
+  readonly pollMs: number;
+  readonly lostAfterMs: number;
+  /** How often a waiting step is looked up on the host by its marker (the fallback to a report). */
+  readonly lookupEveryMs: number;
+  /** The reason the run is stopping (a pause, a held call, a fatal error), or null while it runs. */
+  stopping: { reason: string } | null;
+  append(rows: NewRow[]): JournalRow[];
+  rowsOf(call: string): readonly JournalRow[];
+  stop(reason: string): void;
+  emit(event: FlowEvent): void;
+  /** The cached subagent list of the owner for this poll round (one thread/list per round). */
+  subagents(): Promise<{ ok: true; value: HostThread[] } | { ok: false; reason: string; message: string }>;
+}
+
+/** Thrown into the workflow by a call of a run that is stopping; the run process then exits. */
+export class RunStopped extends Error {
+  override readonly name = "RunStopped";
+  constructor(readonly reason: string) {
+    super(`the run is stopping: ${reason}`);
+  }
+}

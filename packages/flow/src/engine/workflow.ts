@@ -1,0 +1,113 @@
+import { pathToFileURL } from "node:url";
+import { z } from "zod";
+import { isRole, type RoleName } from "../run/roles.js";
+import { FlowError } from "../util/errors.js";
+import { checkSchema } from "./answer.js";
+
+/** What a workflow's `ctx.call` takes. `schema` is a JSON Schema object or a zod schema (converted). */
+export interface CallOptions {
+  role: RoleName;
+  task: string;
+  schema?: Record<string, unknown> | z.ZodType;
+  /** A directory the call works in instead of a scratch directory of its own. */
+  workspace?: string;
+  /** The node the call belongs to: its op id is `<node>.<n>` (default node: the role). */
+  node?: string;
+}
+
+export interface FlowContext {
+  readonly runId: string;
+  /** Runs one agent call as a session call; answers the schema-valid answer. */
+  call<T = Record<string, unknown>>(options: CallOptions): Promise<T>;
+}
+
+/**
+ * A workflow: `run(ctx, input)` makes agent calls through `ctx`. It must be deterministic: on resume it
+ * runs again, and each call's op id (its node and its number within the node) and input digest must come
+ * out as before, or the resume is refused naming the op.
+ */
+export interface Workflow<I = unknown, O = unknown> {
+  name: string;
+  run(ctx: FlowContext, input: I): Promise<O>;
+}
+
+export function defineWorkflow<I = unknown, O = unknown>(workflow: Workflow<I, O>): Workflow<I, O> {
+  return workflow;
+}
+
+/** A call's failure as the workflow sees it: the call ended null_model. */
+export class FlowCallError extends Error {
+  override readonly name = "FlowCallError";
+  constructor(
+    readonly op: string,
+    readonly reason: string,
+  ) {
+    super(`call ${op} ended null_model: ${reason}`);
+  }
+}
+
+export async function loadWorkflow(path: string): Promise<Workflow> {
+  let mod: Record<string, unknown>;
+  try {
+    mod = (await import(pathToFileURL(path).href)) as Record<string, unknown>;
+  } catch (e) {
+    throw new FlowError("workflow_invalid", `cannot load workflow ${path}: ${(e as Error).message}`, 2);
+  }
+  const w = mod.default as Partial<Workflow> | undefined;
+  if (
+    !w ||
+    typeof w !== "object" ||
+    typeof w.name !== "string" ||
+    w.name === "" ||
+    typeof w.run !== "function"
+  ) {
+    throw new FlowError(
+      "workflow_invalid",
+      `${path}: the default export is not a workflow (defineWorkflow({ name, run }) or { name, run })`,
+      2,
+    );
+  }
+  return w as Workflow;
+}
+
+export interface NormalizedCall {
+  role: RoleName;
+  task: string;
+  schema: Record<string, unknown> | null;
+  workspace: string | null;
+  node: string;
+}
+
+const NODE = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
+
+/** Checks a call's options once; a bad call is the workflow's input error. */
+export function normalizeCall(options: CallOptions): NormalizedCall {
+  const bad = (what: string): never => {
+    throw new FlowError("workflow_invalid", `ctx.call: ${what}`, 2);
+  };
+  if (!options || typeof options !== "object") bad("options are not an object");
+  if (!isRole(options.role)) bad(`role '${String(options.role)}' is not one of the six roles`);
+  if (typeof options.task !== "string" || options.task.trim() === "") bad("task is not a non-empty string");
+  const node = options.node ?? options.role;
+  if (!NODE.test(node)) bad(`node '${node}' is not a plain name (letters, digits, '_' and '-')`);
+  let schema: Record<string, unknown> | null = null;
+  if (options.schema !== undefined) {
+    const s = options.schema as unknown;
+    if (s && typeof s === "object" && "_zod" in (s as object)) {
+      schema = z.toJSONSchema(s as z.ZodType) as Record<string, unknown>;
+    } else if (s && typeof s === "object" && !Array.isArray(s)) {
+      schema = s as Record<string, unknown>;
+    } else bad("schema is neither a JSON Schema object nor a zod schema");
+    try {
+      checkSchema(schema as Record<string, unknown>);
+    } catch (e) {
+      bad(`schema cannot be used: ${(e as Error).message}`);
+    }
+  }
+  if (
+    options.workspace !== undefined &&
+    (typeof options.workspace !== "string" || !options.workspace.startsWith("/"))
+  )
+    bad("workspace is not an absolute path");
+  return { role: options.role, task: options.task, schema, workspace: options.workspace ?? null, node };
+}

@@ -1,0 +1,162 @@
+import { closeSync, fdatasyncSync, ftruncateSync, openSync, readFileSync, writeSync } from "node:fs";
+import { FlowError } from "../util/errors.js";
+import { type FaultPoint, parseFaultPoint } from "./fault.js";
+import {
+  JOURNAL_FORMAT,
+  JOURNAL_VERSION,
+  type JournalHeader,
+  JournalHeaderSchema,
+  type JournalRow,
+  JournalRowSchema,
+  type NewRow,
+} from "./rows.js";
+
+export const JOURNAL_FILE = "journal.jsonl";
+
+export interface JournalRead {
+  header: JournalHeader;
+  rows: JournalRow[];
+  /** A last line with no newline: a write the crash cut. It is ignored and reported, never read. */
+  torn: { offset: number; bytes: number } | null;
+  /** The byte length of the whole lines (what a writer keeps when it truncates the torn tail). */
+  validBytes: number;
+}
+
+/**
+ * Reads a journal. The first line is the version header; a torn last line is ignored and reported; a line
+ * in the middle that is not a valid row is corruption and throws `journal_corrupt` naming its line.
+ */
+export function parseJournal(text: string, source = "journal"): JournalRead {
+  const lines = text.split("\n");
+  const tail = lines.pop() ?? "";
+  const validBytes = Buffer.byteLength(text) - Buffer.byteLength(tail);
+  const torn = tail.length > 0 ? { offset: validBytes, bytes: Buffer.byteLength(tail) } : null;
+  const first = lines.shift();
+  if (first === undefined) {
+    throw new FlowError("journal_corrupt", `${source}: no header line`, 1);
+  }
+  const header = JournalHeaderSchema.safeParse(safeJson(first));
+  if (!header.success) throw new FlowError("journal_corrupt", `${source}: line 1 is not a journal header`, 1);
+  if (header.data.version > JOURNAL_VERSION) {
+    throw new FlowError(
+      "journal_version",
+      `${source}: journal version ${header.data.version} is newer than this crw reads (${JOURNAL_VERSION})`,
+      1,
+    );
+  }
+  const rows: JournalRow[] = [];
+  lines.forEach((line, i) => {
+    const parsed = JournalRowSchema.safeParse(safeJson(line));
+    if (!parsed.success) {
+      throw new FlowError(
+        "journal_corrupt",
+        `${source}: line ${i + 2} is not a valid row (${parsed.error.issues[0]?.message ?? "invalid"})`,
+        1,
+        { line: i + 2 },
+      );
+    }
+    rows.push(parsed.data);
+  });
+  return { header: header.data, rows, torn, validBytes };
+}
+
+function safeJson(line: string): unknown {
+  try {
+    return JSON.parse(line);
+  } catch {
+    return undefined;
+  }
+}
+
+export function readJournalFile(path: string): JournalRead {
+  return parseJournal(readFileSync(path, "utf8"), path);
+}
+
+/** What a writer measured, for the benchmark and `crw flow show`. */
+export interface JournalStats {
+  batches: number;
+  rows: number;
+  bytes: number;
+  fsyncs: number;
+}
+
+/**
+ * The run process's journal writer: the one writer of the run. Each `append` is one batch: validated,
+ * written, fdatasync'd, and only then returned, so whatever the batch announces happens after it is
+ * durable. A fault point (CRW_FLOW_FAULT=after:<row type>:<n>) SIGKILLs the process right after the n-th
+ * durable row of that type this process wrote: the crash tests' journal boundaries.
+ */
+export class JournalWriter {
+  readonly rows: JournalRow[];
+  readonly stats: JournalStats = { batches: 0, rows: 0, bytes: 0, fsyncs: 0 };
+  private fd: number;
+  private seq: number;
+  private readonly fault: FaultPoint | null;
+  private readonly faultCounts = new Map<string, number>();
+
+  private constructor(fd: number, rows: JournalRow[], fault: FaultPoint | null) {
+    this.fd = fd;
+    this.rows = rows;
+    this.seq = rows.length === 0 ? 0 : (rows[rows.length - 1]?.seq ?? 0) + 1;
+    this.fault = fault;
+  }
+
+  /** Creates a new journal with its header (fails if one exists). */
+  static create(path: string, runId: string, env: NodeJS.ProcessEnv = process.env): JournalWriter {
+    const fd = openSync(path, "wx");
+    const header: JournalHeader = {
+      format: JOURNAL_FORMAT,
+      version: JOURNAL_VERSION,
+      run_id: runId,
+      created_at: new Date().toISOString(),
+    };
+    writeSync(fd, `${JSON.stringify(header)}\n`);
+    fdatasyncSync(fd);
+    return new JournalWriter(fd, [], parseFaultPoint(env.CRW_FLOW_FAULT));
+  }
+
+  /** Opens an existing journal for appending; a torn tail is cut off and reported through `read.torn`. */
+  static open(
+    path: string,
+    env: NodeJS.ProcessEnv = process.env,
+  ): { writer: JournalWriter; read: JournalRead } {
+    const read = readJournalFile(path);
+    const fd = openSync(path, "r+");
+    if (read.torn) {
+      ftruncateSync(fd, read.validBytes);
+      fdatasyncSync(fd);
+    }
+    closeSync(fd);
+    const afd = openSync(path, "a");
+    return { writer: new JournalWriter(afd, [...read.rows], parseFaultPoint(env.CRW_FLOW_FAULT)), read };
+  }
+
+  append(batch: NewRow[]): JournalRow[] {
+    if (batch.length === 0) return [];
+    const at = new Date().toISOString();
+    const rows = batch.map((r) => JournalRowSchema.parse({ ...r, seq: this.seq++, at }));
+    const text = rows.map((r) => `${JSON.stringify(r)}\n`).join("");
+    const buf = Buffer.from(text);
+    let off = 0;
+    while (off < buf.length) off += writeSync(this.fd, buf, off);
+    fdatasyncSync(this.fd);
+    this.stats.batches++;
+    this.stats.rows += rows.length;
+    this.stats.bytes += buf.length;
+    this.stats.fsyncs++;
+    this.rows.push(...rows);
+    if (this.fault) {
+      for (const r of rows) {
+        const n = (this.faultCounts.get(r.type) ?? 0) + 1;
+        this.faultCounts.set(r.type, n);
+        if (r.type === this.fault.rowType && n === this.fault.n) process.kill(process.pid, "SIGKILL");
+      }
+    }
+    return rows;
+  }
+
+  close(): void {
+    if (this.fd >= 0) closeSync(this.fd);
+    this.fd = -1;
+  }
+}

@@ -1,0 +1,282 @@
+import { z } from "zod";
+
+/**
+ * The rows of a flow run's journal (`<state>/flow/<run>/journal.jsonl`), in the seed's words. Every row is
+ * validated on write and on read. The journal has one writer, the run's process; every command reads.
+ *
+ * A session call's rows, in order: prepared, then per turn step_published (the intent, committed before the
+ * step and packet files), thread_started + turn_started in one batch when a subagent is bound (a send_input
+ * turn writes turn_started only), then a terminal row: completed, null_model or held. session_attempt_lost
+ * ends an attempt; interrupt_requested records an interrupt before it is sent.
+ */
+
+export const ROLES = ["architect", "executor", "executor-t1", "reviewer", "explorer", "critic"] as const;
+export const RoleSchema = z.enum(ROLES);
+export type Role = z.infer<typeof RoleSchema>;
+
+/** A role's pair; null is a part the role table leaves undecided (the host decides it). */
+export const PairSchema = z.object({ model: z.string().nullable(), effort: z.string().nullable() });
+export type Pair = z.infer<typeof PairSchema>;
+
+/** Token parts; a part that is 0 is left out of a row, and a row without a part reads it as 0. */
+export const TokensSchema = z.object({
+  input: z.number().int().nonnegative().optional(),
+  cached_input: z.number().int().nonnegative().optional(),
+  output: z.number().int().nonnegative().optional(),
+  reasoning_output: z.number().int().nonnegative().optional(),
+  total: z.number().int().nonnegative().optional(),
+});
+export type Tokens = z.infer<typeof TokensSchema>;
+
+export const BackendSchema = z.enum(["session", "app-server"]);
+export type Backend = z.infer<typeof BackendSchema>;
+
+const base = { seq: z.number().int().nonnegative(), at: z.string() };
+const callBase = { ...base, call: z.string(), op: z.string() };
+
+export const CallInputSchema = z.object({
+  role: RoleSchema,
+  task: z.string(),
+  schema: z.record(z.string(), z.unknown()).nullable(),
+  workspace: z.string().nullable(),
+});
+export type CallInput = z.infer<typeof CallInputSchema>;
+
+export const StartedRow = z.object({
+  ...base,
+  type: z.literal("started"),
+  /** Absent in a journal of a run that recorded none: such a run is an App Server run. */
+  backend: BackendSchema.optional(),
+  role_pairs: z.record(z.string(), PairSchema),
+  policy_digest: z.string(),
+  /** The token of the process lock `process.<token>.lock` this process holds; null when it took none. */
+  process: z.string().nullable(),
+  pid: z.number().int(),
+  /** This is the run's n-th started row. */
+  process_n: z.number().int().positive(),
+});
+
+export const PolicyRepinnedRow = z.object({
+  ...base,
+  type: z.literal("policy_repinned"),
+  pinned_digest: z.string(),
+  store_digest: z.string(),
+  role_pairs: z.record(z.string(), PairSchema),
+});
+
+export const PreparedRow = z.object({
+  ...callBase,
+  type: z.literal("prepared"),
+  role: RoleSchema,
+  input: CallInputSchema,
+  input_digest: z.string(),
+  backend: BackendSchema,
+  /** The allocation every attempt of the call shares: its directory P. */
+  allocation: z.object({ workspace: z.string(), kind: z.enum(["scratch", "worktree", "given"]) }),
+});
+
+export const RepairSchema = z.object({ answer: z.string(), errors: z.array(z.string()) });
+
+export const StepPublishedRow = z.object({
+  ...callBase,
+  type: z.literal("step_published"),
+  k: z.number().int().positive(),
+  marker: z.string(),
+  attempt: z.number().int().positive(),
+  action: z.enum(["spawn", "send_input"]),
+  input: z.string(),
+  input_digest: z.string(),
+  packet: z.string(),
+  packet_digest: z.string(),
+  role: RoleSchema,
+  agent_type: z.string(),
+  model: z.string().nullable(),
+  effort: z.string().nullable(),
+  workspace: z.string(),
+  agent_id: z.string().optional(),
+  note: z.string().optional(),
+  previous_answer: z.string().optional(),
+  /** For a repair turn: the answer it repairs and why it failed. */
+  repair: RepairSchema.optional(),
+  tokens_seen: TokensSchema.optional(),
+  call_tokens: TokensSchema.optional(),
+  conversation_turn: z.number().int().positive(),
+  replaces_turn: z.number().int().positive().optional(),
+});
+
+export const ThreadStartedRow = z.object({
+  ...base,
+  type: z.literal("thread_started"),
+  call: z.string(),
+  thread_id: z.string(),
+  model: z.string().nullable(),
+  effort: z.string().nullable(),
+  cwd: z.string(),
+  host_cwd: z.string().nullable(),
+  parent_thread_id: z.string().nullable(),
+  agent_role: z.string().nullable(),
+  attempt: z.number().int().positive(),
+  via: z.literal("session"),
+  rollout_path: z.string().nullable(),
+  marker: z.string(),
+  pair_unchecked: z.boolean().optional(),
+  effort_unchecked: z.boolean().optional(),
+  session_agent_role_mismatch: z.object({ expected: z.string(), actual: z.string().nullable() }).optional(),
+  prior_pairs: z.array(PairSchema).optional(),
+});
+
+export const TurnStartedRow = z.object({
+  ...callBase,
+  type: z.literal("turn_started"),
+  k: z.number().int().positive(),
+  turn_id: z.string(),
+  attempt: z.number().int().positive(),
+  marker: z.string(),
+  conversation_turn: z.number().int().positive().optional(),
+  replaces_turn: z.number().int().positive().optional(),
+});
+
+export const InterruptRequestedRow = z.object({
+  ...callBase,
+  type: z.literal("interrupt_requested"),
+  reason: z.string(),
+  k: z.number().int().positive(),
+  attempt: z.number().int().positive(),
+  turn_id: z.string().nullable(),
+});
+
+export const SessionAttemptLostRow = z.object({
+  ...callBase,
+  type: z.literal("session_attempt_lost"),
+  attempt: z.number().int().positive(),
+  agent_id: z.string(),
+  k: z.number().int().positive(),
+  turn_id: z.string().nullable(),
+  reason: z.string(),
+  host_status: z.string(),
+  turn_status: z.string().nullable(),
+});
+
+export const CompletedRow = z.object({
+  ...callBase,
+  type: z.literal("completed"),
+  k: z.number().int().positive(),
+  attempt: z.number().int().positive(),
+  result: z.unknown(),
+  result_digest: z.string(),
+  raw_text: z.string(),
+  extracted: z.boolean(),
+  tokens: TokensSchema,
+});
+
+export const NullModelRow = z.object({
+  ...callBase,
+  type: z.literal("null_model"),
+  reason: z.string(),
+  raw_text: z.string().optional(),
+  errors: z.array(z.string()).optional(),
+  tokens: TokensSchema,
+});
+
+export const HeldRow = z.object({
+  ...callBase,
+  type: z.literal("held"),
+  reason: z.string(),
+  detail: z.string().optional(),
+  tokens: TokensSchema.optional(),
+});
+
+export const TokensUnmeasuredRow = z.object({
+  ...callBase,
+  type: z.literal("tokens_unmeasured"),
+  k: z.number().int().positive(),
+  turn_id: z.string(),
+  pauses: z.literal(false),
+  reason: z.string(),
+});
+
+export const StepUnwrittenRow = z.object({
+  ...base,
+  type: z.literal("step_unwritten"),
+  call: z.string(),
+  marker: z.string(),
+  k: z.number().int().positive(),
+  attempt: z.number().int().positive(),
+  action: z.string(),
+  input_state: z.literal("not_delivered"),
+  error: z.string(),
+  failures: z.number().int().positive(),
+  first_at: z.string(),
+  last_at: z.string(),
+  /** Only on the closing row: whether the step got written in the end. */
+  written: z.boolean().optional(),
+});
+
+export const SessionHostWarningRow = z.object({
+  ...base,
+  type: z.literal("session_host_warning"),
+  op: z.string(),
+  warnings: z.array(z.enum(["no_ledger_line", "ledger_op_differs", "several_spawns", "window_ended"])),
+});
+
+/** Written by no command of this crw; read so that an older run's journal stays readable. */
+export const RoleStoreChangedRow = z.object({
+  ...base,
+  type: z.literal("role_store_changed"),
+  pinned_digest: z.string(),
+  store_digest: z.string(),
+});
+
+export const RunPausedRow = z.object({
+  ...base,
+  type: z.literal("run_paused"),
+  reason: z.string(),
+  call: z.string().optional(),
+});
+
+export const RunEndedRow = z.object({
+  ...base,
+  type: z.literal("run_ended"),
+  status: z.enum(["completed", "failed"]),
+  result: z.unknown().optional(),
+  error: z.string().optional(),
+});
+
+export const JournalRowSchema = z.discriminatedUnion("type", [
+  StartedRow,
+  PolicyRepinnedRow,
+  PreparedRow,
+  StepPublishedRow,
+  ThreadStartedRow,
+  TurnStartedRow,
+  InterruptRequestedRow,
+  SessionAttemptLostRow,
+  CompletedRow,
+  NullModelRow,
+  HeldRow,
+  TokensUnmeasuredRow,
+  StepUnwrittenRow,
+  SessionHostWarningRow,
+  RoleStoreChangedRow,
+  RunPausedRow,
+  RunEndedRow,
+]);
+export type JournalRow = z.infer<typeof JournalRowSchema>;
+export type RowType = JournalRow["type"];
+export type RowOf<T extends RowType> = Extract<JournalRow, { type: T }>;
+/** A row as a writer hands it over: the journal stamps seq and at. */
+export type NewRow = JournalRow extends infer R
+  ? R extends JournalRow
+    ? Omit<R, "seq" | "at">
+    : never
+  : never;
+
+export const JOURNAL_FORMAT = "crw-flow-journal";
+export const JOURNAL_VERSION = 1;
+export const JournalHeaderSchema = z.object({
+  format: z.literal(JOURNAL_FORMAT),
+  version: z.number().int(),
+  run_id: z.string(),
+  created_at: z.string(),
+});
+export type JournalHeader = z.infer<typeof JournalHeaderSchema>;

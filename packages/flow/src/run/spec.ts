@@ -1,0 +1,85 @@
+import { readFileSync } from "node:fs";
+import { isAbsolute } from "node:path";
+import { FlowError } from "../util/errors.js";
+import { writeFileAtomic } from "../util/fsx.js";
+
+/**
+ * run.json (`crw-flow-run/1`): what a run was started with. Written once by the start and never rewritten.
+ * `env` is optional (a spec written before it has none and launches with the caller's environment); today
+ * it holds TMPDIR alone, as the start's tmploc answered it.
+ *
+ * Parsed by hand, not with zod: the owner's per-step command (`crw flow next`) reads it and must start
+ * fast; the checks are the same a schema would make.
+ */
+export const SPEC_FORMAT = "crw-flow-run/1";
+
+export interface RunSpec {
+  format: typeof SPEC_FORMAT;
+  run_id: string;
+  workflow: string;
+  workflow_name: string;
+  input: unknown;
+  backend: "session" | "app-server";
+  owner: string | null;
+  pool: number;
+  repo: string;
+  /** The host transport as one string: a ws:// URL or a command line; empty for the adapter's default. */
+  host: string;
+  created_at: string;
+  env?: { TMPDIR: string };
+  /** Test and tuning knobs: how often the run polls, and SessionConfig.LostAfter. */
+  poll_ms?: number;
+  lost_after_ms?: number;
+}
+
+export function writeSpec(path: string, spec: RunSpec): void {
+  writeFileAtomic(path, `${JSON.stringify(spec, null, 2)}\n`, true);
+}
+
+export function readSpec(path: string): RunSpec {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch {
+    throw new FlowError(
+      "run_not_found",
+      `no run at ${path.replace(/\/run\.json$/, "")} (run.json missing)`,
+      2,
+    );
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    throw new FlowError("input", `${path} is not JSON`, 2);
+  }
+  return checkSpec(raw, path);
+}
+
+export function checkSpec(raw: unknown, source = "run.json"): RunSpec {
+  const bad = (what: string): never => {
+    throw new FlowError("input", `${source}: ${what}`, 2);
+  };
+  if (raw === null || typeof raw !== "object" || Array.isArray(raw)) return bad("not an object");
+  const o = raw as Record<string, unknown>;
+  if (o.format !== SPEC_FORMAT) bad(`format is not ${SPEC_FORMAT}`);
+  for (const key of ["run_id", "workflow", "workflow_name", "repo", "created_at"]) {
+    if (typeof o[key] !== "string") bad(`${key} is not a string`);
+  }
+  if (!isAbsolute(o.workflow as string)) bad("workflow is not an absolute path");
+  if (o.backend !== "session" && o.backend !== "app-server") bad("backend is neither session nor app-server");
+  if (o.owner !== null && typeof o.owner !== "string") bad("owner is not a string or null");
+  if (typeof o.pool !== "number" || !Number.isInteger(o.pool) || o.pool < 1)
+    bad("pool is not a positive integer");
+  if (typeof o.host !== "string") bad("host is not a string");
+  if (o.env !== undefined) {
+    const env = o.env as Record<string, unknown>;
+    if (env === null || typeof env !== "object" || typeof env.TMPDIR !== "string")
+      bad("env.TMPDIR is not a string");
+  }
+  for (const key of ["poll_ms", "lost_after_ms"]) {
+    if (o[key] !== undefined && (typeof o[key] !== "number" || (o[key] as number) < 1))
+      bad(`${key} is not a positive number`);
+  }
+  return o as unknown as RunSpec;
+}

@@ -1,0 +1,56 @@
+import { randomBytes } from "node:crypto";
+import { closeSync, fsyncSync, openSync, renameSync, unlinkSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+
+/**
+ * Writes a whole file under a temporary name in the same directory and renames it into place, so a reader
+ * sees the old file, no file, or the new one whole. With `durable` the data and the directory are fsync'd.
+ */
+export function writeFileAtomic(path: string, data: string, durable = false): void {
+  const tmp = join(dirname(path), `.tmp-${process.pid}-${randomBytes(4).toString("hex")}`);
+  try {
+    if (durable) {
+      const fd = openSync(tmp, "w");
+      try {
+        writeFileSync(fd, data);
+        fsyncSync(fd);
+      } finally {
+        closeSync(fd);
+      }
+    } else {
+      writeFileSync(tmp, data);
+    }
+    renameSync(tmp, path);
+  } catch (e) {
+    try {
+      unlinkSync(tmp);
+    } catch {
+      // the temporary file may never have been made
+    }
+    throw e;
+  }
+  if (durable) fsyncDir(dirname(path));
+}
+
+export function fsyncDir(dir: string): void {
+  const fd = openSync(dir, "r");
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+export function removeIfExists(path: string): boolean {
+  try {
+    unlinkSync(path);
+    return true;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "ENOENT") return false;
+    throw e;
+  }
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
