@@ -16,6 +16,7 @@ export {
 export {
   type ContinueArgs,
   type DelegateArgs,
+  type DelegationCompletion,
   type DelegationReceipt,
   DelegationService,
   type DelegationServiceOptions,

@@ -76,6 +76,24 @@ export interface ContinueArgs {
   readonly progress?: ProgressSink;
 }
 
+/** What a completion emitter accepts: a sub-agent's result, or one whole-workflow summary. */
+export type DelegationCompletion =
+  | {
+      readonly kind: "subagent";
+      readonly runId: string;
+      readonly principalAccountId: string;
+      readonly outcome: "ok" | "error";
+      readonly body: string;
+    }
+  | {
+      readonly kind: "workflow_summary";
+      readonly parentSessionId: string;
+      readonly principalAccountId: string;
+      readonly toolCallId: string;
+      readonly outcome: "ok" | "error";
+      readonly summary: string;
+    };
+
 export type DelegationReceipt =
   | {
       readonly kind: "result";
@@ -207,7 +225,9 @@ export class DelegationService {
     const tools = [...delegationTools(this, session, opts.readOnly), ...own];
     const systemPrompt =
       this.#options.systemPrompt?.(session, opts.scope) ??
-      (await systemPromptFor(session, opts.scope, tools, (s) =>
+      // The turn runs under the call's scope (a read-only clamp included); the session keeps being
+      // composed from its own permanent scope, so a clamped turn gets the same prompt bytes.
+      (await systemPromptFor(session, null, tools, (s) =>
         this.repo.getSession(s.parentSessionId ?? "", s.principalAccountId),
       ));
     return this.turns.runLocked({
@@ -596,12 +616,61 @@ export class DelegationService {
     return drain;
   }
 
+  #inlineBytes(): number {
+    return this.#options.toolResultInlineBytes?.() ?? DEFAULT_TOOL_RESULT_INLINE_BYTES;
+  }
+
+  /**
+   * The one completion sink (emitDelegationCompletion): a sub-agent's result settles its run; a workflow
+   * delivers one whole-workflow summary for its tool call, never its individual node results. Both are
+   * prepared the same way (inline or spilled) before the inbox handoff; delivery then follows the parent's
+   * state like any result. Returns the result id.
+   */
+  async emitDelegationCompletion(completion: DelegationCompletion): Promise<string> {
+    if (completion.kind === "subagent") {
+      const run = await this.repo.getRun(completion.runId, completion.principalAccountId);
+      return this.#settle(run, completion.outcome, completion.body);
+    }
+    const resultId = randomUUID();
+    const prepared = await prepareCompletion({
+      repo: this.repo,
+      spill: this.#options.spill,
+      inlineBytes: this.#inlineBytes(),
+      recipient: {
+        sessionId: completion.parentSessionId,
+        principalAccountId: completion.principalAccountId,
+        fileName: `${resultId}.txt`,
+      },
+      readHint: "The workflow's node outputs remain readable with DelegateRead on each node's child.",
+      outcome: completion.outcome,
+      body: completion.summary,
+    });
+    const queued = await this.repo.enqueueWorkflowSummary({
+      resultId,
+      parentSessionId: completion.parentSessionId,
+      principalAccountId: completion.principalAccountId,
+      toolCallId: completion.toolCallId,
+      outcome: prepared.outcome,
+      body: prepared.body,
+      byteSize: prepared.byteSize,
+      ...(prepared.spillId ? { spillId: prepared.spillId } : {}),
+    });
+    if (queued.created)
+      await this.resultQueued(completion.parentSessionId, completion.principalAccountId, queued.resultId);
+    return queued.resultId;
+  }
+
   async #settle(run: SubagentRun, outcome: "ok" | "error", body: string, code?: string): Promise<string> {
     const prepared = await prepareCompletion({
       repo: this.repo,
       spill: this.#options.spill,
-      inlineBytes: this.#options.toolResultInlineBytes?.() ?? DEFAULT_TOOL_RESULT_INLINE_BYTES,
-      run,
+      inlineBytes: this.#inlineBytes(),
+      recipient: {
+        sessionId: run.parentSessionId,
+        principalAccountId: run.principalAccountId,
+        fileName: `${run.id}.txt`,
+      },
+      readHint: `Read it with DelegateRead on child ${run.childSessionId}.`,
       outcome,
       body,
     });

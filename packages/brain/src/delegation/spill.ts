@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import { mkdir, open, rename } from "node:fs/promises";
 import { join } from "node:path";
-import type { DelegationRepository, SubagentRun } from "@crw/db";
+import type { DelegationRepository } from "@crw/db";
 import { faultPoint } from "./faults.js";
 
 /** Where results above the inline limit go, complete. A write resolves only once the bytes are synced. */
@@ -77,17 +77,20 @@ export async function prepareCompletion(args: {
   repo: DelegationRepository;
   spill: SpillStore;
   inlineBytes: number;
-  run: SubagentRun;
+  /** Whose inbox receives it, and the spill file's name there. */
+  recipient: { readonly sessionId: string; readonly principalAccountId: string; readonly fileName: string };
+  /** How the parent can still read the full output when the spill fails. */
+  readHint: string;
   outcome: "ok" | "error";
   body: string;
 }): Promise<PreparedCompletion> {
   const byteSize = Buffer.byteLength(args.body, "utf8");
   if (byteSize <= args.inlineBytes) return { outcome: args.outcome, body: args.body, byteSize };
   try {
-    const written = await args.spill.write(args.run.parentSessionId, `${args.run.id}.txt`, args.body);
+    const written = await args.spill.write(args.recipient.sessionId, args.recipient.fileName, args.body);
     const record = await args.repo.recordSpill({
-      sessionId: args.run.parentSessionId,
-      principalAccountId: args.run.principalAccountId,
+      sessionId: args.recipient.sessionId,
+      principalAccountId: args.recipient.principalAccountId,
       path: written.path,
       byteSize: written.byteSize,
       sha256: written.sha256,
@@ -102,7 +105,7 @@ export async function prepareCompletion(args: {
     const message = e instanceof Error ? e.message : String(e);
     return {
       outcome: "error",
-      body: `The child finished, but its ${byteSize}-byte result could not be stored (${message}). Read it with DelegateRead on child ${args.run.childSessionId}.`,
+      body: `The work finished, but its ${byteSize}-byte result could not be stored (${message}). ${args.readHint}`,
       byteSize,
       error: { code: "spill_failed", message },
     };

@@ -242,4 +242,34 @@ describe("delivery of delegated results", () => {
     );
     await service.whenIdle();
   });
+
+  it("S004-068: S004-235: a workflow delivers one whole-workflow summary, prepared like a child result before the inbox", async () => {
+    const { service, repo } = makeService(db.pool, { toolResultInlineBytes: () => 64 });
+    const { account, parent } = await newParent(service);
+    await service.prompt(parent.id, account.id, scriptTask({ answer: "started a workflow" }));
+    const summary = `workflow finished: ${"node ok; ".repeat(20)}`;
+    const emit = () =>
+      service.emitDelegationCompletion({
+        kind: "workflow_summary",
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        toolCallId: "wf-1",
+        outcome: "ok",
+        summary,
+      });
+    const [a, b] = await Promise.all([emit(), emit()]);
+    expect(a).toBe(b);
+    await waitFor(
+      async () => (await repo.settledResultIds(parent.id, account.id)).length === 1,
+      "summary delivered",
+    );
+    await service.whenIdle();
+    const delivered = messages(await repo.readJournal(parent.id, account.id)).filter(
+      (m) => m.role === "custom",
+    );
+    expect(delivered).toHaveLength(1);
+    expect(delivered[0]?.content).toMatch(/^\[workflow summary for call wf-1: ok\]/);
+    expect(delivered[0]?.role === "custom" && delivered[0].details?.spillPath).toBeTruthy();
+    expect(await repo.settledResultIds(parent.id, account.id)).toEqual([a]);
+  });
 });

@@ -84,4 +84,33 @@ describe("the prompt and context a child's turn gets", () => {
     );
     expect(toolResult).toMatchObject({ content: "forked ok", isError: false });
   });
+
+  it("S004-221: a read-only continuation runs its turn under the clamp while the permanent scope keeps composing the prompt", async () => {
+    const { seen, runner } = recording();
+    const { service } = makeService(db.pool, { runner });
+    const { account, parent } = await newParent(service);
+    const first = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "d",
+      task: "t",
+      mode: "foreground",
+      role: "analyst",
+    });
+    if (first.kind !== "result") throw new Error("expected result");
+    await service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: first.childSessionId,
+      toolCallId: "c",
+      text: "plan only",
+      mode: "foreground",
+      callerReadOnly: true,
+    });
+    const turns = seen.filter((r) => r.sessionId === first.childSessionId);
+    expect(turns.map((r) => r.readOnly)).toEqual([false, true]);
+    expect(turns[1]?.scope?.permissionBoundary).toBe("read-only");
+    expect(turns[1]?.systemPrompt).toBe(turns[0]?.systemPrompt);
+    expect(turns[1]?.systemPrompt).toContain("# Role: analyst");
+  });
 });

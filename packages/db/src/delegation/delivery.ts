@@ -1,6 +1,11 @@
 import type pg from "pg";
 import { DelegationDbError } from "../errors.js";
-import type { AppendOptions, DeliveredResult, QueuedResult } from "../repositories/delegation.js";
+import type {
+  AppendOptions,
+  DeliveredResult,
+  NewWorkflowSummary,
+  QueuedResult,
+} from "../repositories/delegation.js";
 import type { TranscriptMessage } from "../repositories/journal.js";
 import { tx } from "../tx.js";
 import { appendIn, assertVisible } from "./journal.js";
@@ -113,5 +118,40 @@ export function deliverResults(
       })),
       skipped,
     };
+  });
+}
+
+export function enqueueWorkflowSummary(
+  pool: pg.Pool,
+  input: NewWorkflowSummary,
+): Promise<{ resultId: string; created: boolean }> {
+  assertUuid("resultId", input.resultId);
+  assertUuid("parentSessionId", input.parentSessionId);
+  return tx(pool, async (c) => {
+    await assertVisible(c, input.parentSessionId, input.principalAccountId);
+    const ins = await c.query<{ id: string }>(
+      `insert into delegation_results
+         (id, parent_session_id, principal_account_id, tool_call_id, kind, outcome, mode, body, byte_size, spill_id)
+       values ($1::uuid, $2::uuid, $3::uuid, $4, 'workflow_summary', $5, 'background', $6, $7, $8::uuid)
+       on conflict (parent_session_id, tool_call_id) where kind = 'workflow_summary' do nothing
+       returning id`,
+      [
+        input.resultId,
+        input.parentSessionId,
+        input.principalAccountId,
+        input.toolCallId,
+        input.outcome,
+        input.body,
+        input.byteSize,
+        input.spillId ?? null,
+      ],
+    );
+    if (ins.rows[0]) return { resultId: ins.rows[0].id, created: true };
+    const prior = await c.query<{ id: string }>(
+      `select id from delegation_results where parent_session_id = $1::uuid and tool_call_id = $2
+          and kind = 'workflow_summary'`,
+      [input.parentSessionId, input.toolCallId],
+    );
+    return { resultId: (prior.rows[0] as { id: string }).id, created: false };
   });
 }

@@ -50,6 +50,8 @@ export class PgDelegationRepository implements DelegationRepository {
     runs.markRunSettling(this.pool, r, g);
   startRun: DelegationRepository["startRun"] = async (r, g, o) => runs.startRun(this.pool, r, g, o);
   settleRun: DelegationRepository["settleRun"] = async (r, o) => runs.settleRun(this.pool, r, o);
+  enqueueWorkflowSummary: DelegationRepository["enqueueWorkflowSummary"] = async (i) =>
+    delivery.enqueueWorkflowSummary(this.pool, i);
   openChildRuns: DelegationRepository["openChildRuns"] = async (s, p) => runs.openChildRuns(this.pool, s, p);
 
   settledResultIds: DelegationRepository["settledResultIds"] = async (s, p) =>

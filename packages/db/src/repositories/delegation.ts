@@ -99,6 +99,18 @@ export interface SettledResult {
   readonly error?: { readonly code: string; readonly message: string };
 }
 
+/** A whole-workflow summary for the parent's inbox (one per workflow tool call). */
+export interface NewWorkflowSummary {
+  readonly resultId: string;
+  readonly parentSessionId: string;
+  readonly principalAccountId: string;
+  readonly toolCallId: string;
+  readonly outcome: "ok" | "error";
+  readonly body: string;
+  readonly byteSize: number;
+  readonly spillId?: string;
+}
+
 export interface QueuedResult {
   readonly id: string;
   readonly queueSeq: number;
@@ -218,6 +230,8 @@ export interface DelegationRepository {
   ): Promise<{ started: boolean; appended: boolean; run: SubagentRun | null }>;
   /** Writes the result into the inbox and terminalizes the run, in one transaction; idempotent. */
   settleRun(result: SettledResult, options?: AppendOptions): Promise<{ settled: boolean; resultId: string }>;
+  /** Queues a workflow's summary; a second summary for the same call is a no-op returning the first id. */
+  enqueueWorkflowSummary(input: NewWorkflowSummary): Promise<{ resultId: string; created: boolean }>;
   /** Open runs whose parent is `sessionId` (live helpers). */
   openChildRuns(sessionId: string, principalAccountId: string): Promise<SubagentRun[]>;
 
