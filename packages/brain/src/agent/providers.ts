@@ -26,7 +26,8 @@ const common = {
   modelId: z.string().min(1).max(200),
   /** Where the server is. OpenAI APIs include `/v1`; Anthropic's base URL does not. */
   baseUrl: z.url().optional(),
-  /** The key itself (discouraged), or the environment variable that holds it. */
+  /** The key itself (discouraged), or the environment variable that holds it. A server that needs no key
+   * still gets one sent: give it any placeholder. */
   apiKey: z.string().optional(),
   apiKeyEnv: z
     .string()
@@ -99,6 +100,8 @@ export interface ResolvedModel {
   readonly model: Model<Api>;
   readonly config: ResolvedModelConfig;
   readonly apiKey: () => string | undefined;
+  /** Where the key is looked up when the configuration does not carry it. */
+  readonly apiKeyEnv?: string;
 }
 
 const scripts = new WeakMap<Model<Api>, readonly ScriptStep[]>();
@@ -145,7 +148,7 @@ export async function resolveModel(raw: ModelConfig | ResolvedModelConfig): Prom
     ...(known?.thinkingLevelMap ? { thinkingLevelMap: known.thinkingLevelMap } : {}),
   };
   const keyEnv = config.apiKeyEnv ?? defaults.keyEnv;
-  return { model, config, apiKey: () => config.apiKey ?? process.env[keyEnv] };
+  return { model, config, apiKey: () => config.apiKey ?? process.env[keyEnv], apiKeyEnv: keyEnv };
 }
 
 /** The stream function every child agent uses: the scripted provider in process, everything else via pi-ai. */

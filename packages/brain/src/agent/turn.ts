@@ -154,6 +154,16 @@ export async function runChildTurn(input: ChildTurnInput): Promise<ChildTurnOutc
     invalid("nothing to continue: the transcript does not end with an input and no input was given");
   }
   const resolved = await resolveModel(input.model);
+  if (resolved.config.api !== "scripted" && !resolved.apiKey()) {
+    throw new AgentConfigError(
+      "missing_api_key",
+      `no API key for ${resolved.config.api}: set ${resolved.apiKeyEnv} or the configuration's apiKey`,
+      {
+        api: resolved.config.api,
+        env: resolved.apiKeyEnv,
+      },
+    );
+  }
   const pi = await loadPi();
 
   const toolOptions: ChildToolOptions = {

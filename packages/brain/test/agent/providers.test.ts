@@ -106,6 +106,29 @@ describe("providers configured by model id and base URL, over the real wire prot
     }
   });
 
+  it("a missing API key is a typed configuration error naming where the key is looked up", async () => {
+    await expect(
+      runChildTurn({
+        sessionId: "s",
+        systemPrompt: "",
+        messages: [],
+        input: "x",
+        scope: captureDelegatedExecutionScope({ accountId: "a", target: { kind: "host", ref: null } }),
+        workDir: dir,
+        model: {
+          api: "openai-completions",
+          modelId: "m",
+          baseUrl: "http://127.0.0.1:9/v1",
+          apiKeyEnv: "CRW_TEST_NO_SUCH_KEY",
+        },
+      }),
+    ).rejects.toMatchObject({
+      name: "AgentConfigError",
+      code: "missing_api_key",
+      message: expect.stringContaining("CRW_TEST_NO_SUCH_KEY"),
+    });
+  });
+
   it("rejects an unusable configuration with a typed error", async () => {
     await expect(
       runChildTurn({
