@@ -1,0 +1,64 @@
+import { execFile, execFileSync } from "node:child_process";
+import { existsSync, readdirSync, statSync } from "node:fs";
+import { join, resolve } from "node:path";
+
+export const repoRoot = resolve(import.meta.dirname, "../../../..");
+export const crwBin = join(repoRoot, "apps/crw/bin/crw.mjs");
+
+/** The run process is the built CLI: build flow and crw when a source is newer than the build. */
+export function ensureBuilt(): void {
+  const newest = (dir: string): number => {
+    let latest = 0;
+    for (const e of readdirSync(dir, { withFileTypes: true })) {
+      const path = join(dir, e.name);
+      latest = Math.max(latest, e.isDirectory() ? newest(path) : statSync(path).mtimeMs);
+    }
+    return latest;
+  };
+  for (const pkg of ["packages/flow", "apps/crw"]) {
+    const dist = join(repoRoot, pkg, "dist/index.js");
+    if (!existsSync(dist) || statSync(dist).mtimeMs < newest(join(repoRoot, pkg, "src"))) {
+      execFileSync("npx", ["tsup"], { cwd: join(repoRoot, pkg), stdio: "ignore" });
+    }
+  }
+}
+
+export interface CliResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+  json: () => Record<string, unknown>;
+}
+
+/** Runs `crw flow …` as a real process. */
+export function crwFlow(
+  args: string[],
+  env: NodeJS.ProcessEnv = process.env,
+  cwd?: string,
+): Promise<CliResult> {
+  return new Promise((done) => {
+    execFile(
+      process.execPath,
+      [crwBin, "flow", ...args],
+      { env, ...(cwd ? { cwd } : {}) },
+      (err, stdout, stderr) => {
+        const code = err ? Number((err as { code?: number }).code ?? 1) : 0;
+        done({ code, stdout, stderr, json: () => JSON.parse(stdout) as Record<string, unknown> });
+      },
+    );
+  });
+}
+
+export async function waitFor<T>(
+  what: string,
+  check: () => T | undefined | null | false,
+  timeoutMs = 20_000,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = check();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
