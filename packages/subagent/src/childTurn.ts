@@ -10,12 +10,15 @@ import type { DelegatedTurnRequest, DelegatedTurnResult, TapEvent } from "./prot
  * - `emit` carries full text/reasoning/tool events; they only leave the process while a view is tapped.
  * - `progress` is the parent's narrow, low-frequency stream.
  * - `hostRpc` makes a reverse call to the daemon under this turn.
+ * - `spawn` starts a process that may outlive the turn.
  */
 export interface ChildTurnContext {
   readonly signal: AbortSignal;
   emit(event: TapEvent): void;
   progress(text: string): void;
   hostRpc(method: HostRpcMethod, params: unknown): Promise<unknown>;
+  /** Start a process for this turn; resolves with its pid. In a runner it is contained (see containment.ts). */
+  spawn(command: readonly string[]): Promise<number>;
 }
 
 export interface ChildTurnExecutor {

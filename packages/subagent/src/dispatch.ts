@@ -1,4 +1,5 @@
 import type { ChildTurnExecutor } from "./childTurn.js";
+import { ProcessContainment } from "./containment.js";
 import { DelegationAbortedError, toError } from "./errors.js";
 import { HostRpcRefusedError } from "./hostRpc.js";
 import type { SubagentRunnerPool } from "./pool.js";
@@ -46,6 +47,7 @@ export class SubagentDispatch {
   readonly #localViews = new SessionViews((tapId, event) => this.#localTaps.get(tapId)?.(event));
   readonly #localTaps = new Map<string, (event: TapEvent) => void>();
   readonly #localControllers = new Map<string, { channelId: string; controller: AbortController }>();
+  readonly #localProcesses = new ProcessContainment();
   #tapSeq = 0;
 
   constructor(private readonly deps: SubagentDispatchDeps) {}
@@ -127,6 +129,8 @@ export class SubagentDispatch {
             emit: (event) => this.#localViews.event(request.sessionId, event),
             progress: (t) => options.onProgress?.(t),
             hostRpc: (method, params) => this.#localHostRpc(request, method, params, controller.signal),
+            // In the daemon a started process is the daemon's own child; no runner death to contain.
+            spawn: (command) => this.#localProcesses.start(command),
           }),
       );
       text = result.text;

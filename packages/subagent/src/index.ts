@@ -1,6 +1,7 @@
 export { buildIdentityOf } from "./buildIdentity.js";
 export type { ChildTurnContext, ChildTurnExecutor } from "./childTurn.js";
 export { type Clock, ManualClock, systemClock } from "./clock.js";
+export { killContainedProcesses, ProcessContainment } from "./containment.js";
 export {
   type Placement,
   predictsRunnerDispatch,

@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { ChildTurnExecutor } from "./childTurn.js";
+import { ProcessContainment } from "./containment.js";
 import { toError } from "./errors.js";
 import { EventLoopSampler } from "./heartbeat.js";
 import { HostRpcClient } from "./hostRpc.js";
@@ -48,6 +49,7 @@ export class RunnerCore {
   readonly #views: SessionViews;
   readonly #hostRpc: HostRpcClient;
   readonly #sessionTurns: RunnerSessionTurns;
+  readonly #containment = new ProcessContainment();
   #backend: Promise<SessionTurnBackend> | undefined;
   #mirror: RetryPolicyMirror | undefined;
   #catalog: ModelCatalog | undefined;
@@ -242,6 +244,7 @@ export class RunnerCore {
                 text: text.slice(0, 512),
               }),
             hostRpc: (method, params) => this.#hostRpc.call(method, params as never),
+            spawn: (command) => this.#containment.start(command),
           }),
       );
       text = result.text;
@@ -322,6 +325,7 @@ export class RunnerCore {
 
   #beat(): void {
     this.#seq += 1;
+    const containment = this.#containment.snapshot();
     this.#send({
       type: "heartbeat",
       requestId: randomUUID(),
@@ -330,6 +334,7 @@ export class RunnerCore {
       rssBytes: process.memoryUsage.rss(),
       turns: this.#turns.size,
       sessions: this.#views.sessionCount,
+      ...(containment && { containment }),
     });
   }
 
@@ -360,6 +365,7 @@ export class RunnerCore {
     this.port.log("info", "runner stopping", { reason });
     this.#hostRpc.close();
     this.#sessionTurns.close();
+    this.#containment.killAll();
     for (const t of this.#turns.values()) t.controller.abort({ origin: "shutdown" });
     this.#mirror?.dispose();
     this.#sampler?.stop();

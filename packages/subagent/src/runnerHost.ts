@@ -499,8 +499,10 @@ export class SubagentRunnerHost {
       });
       memory = { rssBytes: frame.rssBytes, processes: 1, complete: false };
     }
-    this.#heartbeat = { frame, memory };
-    this.deps.onEvent?.({ type: "heartbeat", runnerId: this.deps.runnerId, heartbeat: frame, memory });
+    const { containment: _private, ...load } = frame;
+    this.#heartbeat = { frame: load, memory };
+    // Kill tokens stay in this host: events carry the load only.
+    this.deps.onEvent?.({ type: "heartbeat", runnerId: this.deps.runnerId, heartbeat: load, memory });
   }
 
   /** A runner's call into the seam's TurnHost (or a host tool) for one of its session turns. */

@@ -60,6 +60,12 @@ export class ScriptedTurnExecutor implements ChildTurnExecutor {
           });
           break;
         }
+        case "spawn": {
+          ctx.emit({ kind: "tool", turnId, name: "spawn", phase: "start" });
+          const pid = await ctx.spawn(step.command);
+          ctx.emit({ kind: "tool", turnId, name: "spawn", phase: "end", result: String(pid) });
+          break;
+        }
         case "appendFile": {
           const file = await open(step.path, "a");
           try {

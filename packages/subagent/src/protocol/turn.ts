@@ -27,6 +27,10 @@ export const scriptedStepSchema = z.discriminatedUnion("kind", [
       params: z.unknown(),
     })
     .strict(),
+  /** Start a process for the turn (it may outlive the turn; the runner contains it). */
+  z
+    .object({ kind: z.literal("spawn"), command: z.array(z.string().min(1).max(4096)).min(1).max(256) })
+    .strict(),
   /** A real, durable side effect (appended and fsynced) so tests can count executions. */
   z
     .object({ kind: z.literal("appendFile"), path: z.string().min(1).max(4096), line: z.string().max(4096) })

@@ -1,0 +1,86 @@
+import { killContainedProcesses, type SubagentRunnerHost } from "@crw/subagent";
+import { afterEach, describe, expect, it } from "vitest";
+import { closePoolsAfterEach, makePool } from "./support/pools.js";
+import { startHost, turn, waitFor } from "./support/runners.js";
+
+closePoolsAfterEach();
+const hosts: SubagentRunnerHost[] = [];
+const stray: number[] = [];
+afterEach(async () => {
+  await Promise.all(hosts.splice(0).map((h) => h.shutdown(1_000)));
+  killContainedProcesses(stray.splice(0).map((pid) => `pgid:${pid}`));
+});
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+describe("runner process containment", () => {
+  it("S004-495: the heartbeat's memory figure covers the runner's whole process tree", async () => {
+    const { host } = await startHost({ heartbeatIntervalMs: 100 });
+    hosts.push(host);
+    const result = await host.runTurn(turn({ script: [{ kind: "spawn", command: ["sleep", "30"] }] }));
+    expect(result.stopReason).toBe("end");
+    await waitFor(() => (host.stats().load?.memory.processes ?? 0) >= 2);
+    const load = host.stats().load;
+    expect(load?.memory.complete).toBe(true);
+    expect(load?.memory.rssBytes).toBeGreaterThan(load?.rssBytes ?? 0);
+    stray.push(...(host.containment?.killTokens ?? []).map((t) => Number(t.slice(5))));
+  });
+
+  it("S004-491: the newest kill-token state survives the runner's death and cleans up its processes", async () => {
+    const exits: { runnerId: string; killTokens: readonly string[] }[] = [];
+    const { pool } = makePool({ heartbeatIntervalMs: 100 });
+    pool.attachRunnerExitTokensSink((exit) => exits.push(exit));
+    const pids: number[] = [];
+    await pool.runTurn(
+      turn({
+        sessionId: "spawner",
+        script: [
+          { kind: "spawn", command: ["sleep", "30"] },
+          { kind: "spawn", command: ["sleep", "0.01"] },
+          { kind: "wait", ms: 400 },
+        ],
+      }),
+      { onProgress: () => {} },
+    );
+    const view = await pool.tap("spawner", () => {});
+    for (const h of view?.snapshot.history ?? [])
+      if (h.role === "tool" && /^\d+$/.test(h.text)) pids.push(Number(h.text));
+    await view?.close();
+    expect(pids).toHaveLength(2);
+    stray.push(...pids);
+    // Let a heartbeat carry the state after the short-lived one exited.
+    await new Promise((r) => setTimeout(r, 400));
+    const { killChildRunners } = await import("./support/kill.js");
+    expect(await killChildRunners()).toBe(1);
+    await waitFor(() => exits.length === 1);
+    const [longLived, shortLived] = pids as [number, number];
+    expect(exits[0]?.killTokens).toEqual([`pgid:${longLived}`]);
+    expect(alive(longLived)).toBe(true);
+    expect(killContainedProcesses(exits[0]?.killTokens ?? [])).toBe(1);
+    await waitFor(() => !alive(longLived));
+    expect(alive(shortLived)).toBe(false);
+  });
+
+  it("S004-492: the host consumes containment frames: no event or health projection carries kill tokens", async () => {
+    const { host, events } = await startHost({ heartbeatIntervalMs: 100 });
+    hosts.push(host);
+    await host.runTurn(turn({ script: [{ kind: "spawn", command: ["sleep", "30"] }] }));
+    await waitFor(() => host.containment !== undefined);
+    stray.push(...(host.containment?.killTokens ?? []).map((t) => Number(t.slice(5))));
+    await waitFor(() => events.filter((e) => e.type === "heartbeat").length >= 2);
+    expect(JSON.stringify(events)).not.toMatch(/pgid|killTokens|containment/);
+    expect(JSON.stringify(host.stats())).not.toMatch(/pgid/);
+    const { pool } = makePool({ heartbeatIntervalMs: 100 });
+    // An orderly runner stop (pool close) takes this one with it.
+    await pool.runTurn(turn({ script: [{ kind: "spawn", command: ["sleep", "30"] }] }));
+    await new Promise((r) => setTimeout(r, 300));
+    expect(JSON.stringify(pool.health())).not.toMatch(/pgid|killTokens/);
+  });
+});
