@@ -1,0 +1,101 @@
+import { type ChildProcess, fork } from "node:child_process";
+import { type OutputFrame, parseInputFrame, parseOutputFrame } from "@crw/subagent";
+import fc from "fast-check";
+import { afterEach, describe, expect, it } from "vitest";
+import { BUILD_ID, RUNNER_ENTRY, waitFor } from "./support/runners.js";
+
+/**
+ * A hostile daemon: fuzzed frames sent straight down a real runner's IPC channel. The runner must refuse
+ * and log every one, act on none, and keep serving the real protocol afterwards.
+ */
+const children: ChildProcess[] = [];
+afterEach(() => {
+  for (const c of children.splice(0)) c.kill("SIGKILL");
+});
+
+function spawnRunner() {
+  const child = fork(RUNNER_ENTRY, [], { stdio: ["ignore", "ignore", "pipe", "ipc"], serialization: "json" });
+  children.push(child);
+  const frames: OutputFrame[] = [];
+  const invalid: unknown[] = [];
+  let stderr = "";
+  child.stderr?.setEncoding("utf8").on("data", (d: string) => {
+    stderr += d;
+  });
+  child.on("message", (raw) => {
+    const parsed = parseOutputFrame(raw);
+    if (parsed.ok) frames.push(parsed.frame);
+    else invalid.push(raw);
+  });
+  return { child, frames, invalid, stderr: () => stderr };
+}
+
+const boot = {
+  type: "boot",
+  requestId: "boot",
+  runnerId: "r",
+  buildId: BUILD_ID,
+  retryPolicy: { revision: 1, maxRetries: 0, initialDelayMs: 0, multiplier: 1 },
+  catalog: { revision: 1, public: [], accounts: {} },
+  heartbeatIntervalMs: 60_000,
+};
+
+const hostile = fc.oneof(
+  fc.anything({ maxDepth: 3 }),
+  fc.record({
+    type: fc.constantFrom(
+      "boot",
+      "turn",
+      "abort",
+      "release",
+      "tap",
+      "shutdown",
+      "hostRpcReply",
+      "sessionTurn",
+    ),
+    requestId: fc.oneof(fc.string(), fc.integer(), fc.constant(null)),
+    turn: fc.anything({ maxDepth: 2 }),
+  }),
+  fc.record({ type: fc.constant("shutdown"), requestId: fc.string({ minLength: 1 }), extra: fc.anything() }),
+  fc.record({
+    type: fc.constant("turn"),
+    requestId: fc.string({ minLength: 1 }),
+    turn: fc.record({ turnId: fc.string(), prompt: fc.string() }),
+  }),
+);
+
+describe("a real runner under hostile frames", () => {
+  it("S004-151: fuzzed frames before and after boot are refused and logged; the runner keeps serving", async () => {
+    const r = spawnRunner();
+    await waitFor(() => r.frames.some((f) => f.type === "hello"));
+    // What crosses the channel is the JSON form; keep the frames the protocol refuses in that form.
+    const samples = fc
+      .sample(hostile, { numRuns: 400, seed: 42 })
+      .map((f) => (f === undefined ? null : JSON.parse(JSON.stringify(f) ?? "null")))
+      .filter((f) => !parseInputFrame(f).ok)
+      .slice(0, 300);
+    expect(samples.length).toBeGreaterThan(200);
+    for (const frame of samples.slice(0, 150)) r.child.send(frame as never);
+    r.child.send(boot);
+    await waitFor(() => r.frames.some((f) => f.type === "bootReply"));
+    for (const frame of samples.slice(150)) r.child.send(frame as never);
+    r.child.send({
+      type: "turn",
+      requestId: "real",
+      turn: { turnId: "t", channelId: "c", sessionId: "s", prompt: "still here" },
+    });
+    await waitFor(() => r.frames.some((f) => f.type === "turnReply" && f.requestId === "real"), 20_000);
+    const reply = r.frames.find((f) => f.type === "turnReply" && f.requestId === "real");
+    expect(reply).toMatchObject({ result: { ok: { text: "done: still here", stopReason: "end" } } });
+    // Only the real requests were answered, and the runner never posted an invalid frame.
+    const answered = r.frames
+      .filter((f) =>
+        ["bootReply", "turnReply", "releaseReply", "tapReply", "ack", "sessionTurnReply"].includes(f.type),
+      )
+      .map((f) => f.requestId);
+    expect(answered).toEqual(["boot", "real"]);
+    expect(r.invalid).toEqual([]);
+    expect(r.stderr()).toMatch(/refused invalid frame/);
+    expect(r.child.exitCode).toBeNull();
+  });
+});
