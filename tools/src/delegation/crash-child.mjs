@@ -2,11 +2,19 @@
 // (CRW_FAULT, see @crw/brain's faults). It runs built code (dist), so build @crw/db and @crw/brain first.
 //
 // Config (JSON in CRW_CRASH_CONFIG):
-//   { databaseUrl, spillRoot, effectsFile, inlineBytes?, start?: { accountId, parentSessionId, prompt } }
+//   { databaseUrl, spillRoot, effectsFile, inlineBytes?, runner?: "scripted" | "agent",
+//     start?: { accountId, parentSessionId, prompt } }
+// `runner: "agent"` runs turns on the real agent loop (pi-agent-core) with its offline scripted provider.
 // It always boots with recovery first, then (with `start`) prompts the root session, then waits until no
 // run is open and no result waits for delivery, and exits 0 printing one JSON line.
 import { closeSync, fsyncSync, openSync, writeSync } from "node:fs";
-import { createScriptedTurnRunner, DelegationService, FileSpillStore, recoverDelegations } from "@crw/brain";
+import {
+  createAgentTurnRunner,
+  createScriptedTurnRunner,
+  DelegationService,
+  FileSpillStore,
+  recoverDelegations,
+} from "@crw/brain";
 import { PgDelegationRepository } from "@crw/db";
 import pg from "pg";
 
@@ -35,7 +43,7 @@ const effectTool = {
 
 const service = new DelegationService({
   repo: new PgDelegationRepository(pool),
-  runner: createScriptedTurnRunner(),
+  runner: cfg.runner === "agent" ? createAgentTurnRunner() : createScriptedTurnRunner(),
   spill: new FileSpillStore(cfg.spillRoot),
   tools: () => [effectTool],
   toolResultInlineBytes: () => cfg.inlineBytes ?? 32 * 1024,

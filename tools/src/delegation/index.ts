@@ -11,6 +11,8 @@ export interface CrashChildConfig {
   readonly effectsFile: string;
   readonly inlineBytes?: number;
   readonly quiesceMs?: number;
+  /** The turn runner: the scripted session runner (default) or the real agent loop. */
+  readonly runner?: "scripted" | "agent";
   readonly start?: { readonly accountId: string; readonly parentSessionId: string; readonly prompt: string };
 }
 

@@ -185,4 +185,53 @@ describe("crash injection: SIGKILL at named points, then boot recovery", () => {
     const others = runs.rows.filter((r) => r !== a);
     expect(others.every((r) => r.recovery_attempts <= 1)).toBe(true);
   });
+
+  describe("on the real agent loop", () => {
+    const steps = (list: unknown[]) => JSON.stringify({ steps: list });
+    const AGENT_PLAN = steps([
+      {
+        toolCalls: [
+          {
+            name: "Delegate",
+            arguments: {
+              task: steps([
+                { toolCalls: [{ name: "Effect", arguments: { label: "a" } }] },
+                { text: "A done" },
+              ]),
+              background: true,
+            },
+          },
+          {
+            name: "Delegate",
+            arguments: {
+              task: steps([
+                { toolCalls: [{ name: "Effect", arguments: { label: "b" } }] },
+                { text: "B done" },
+              ]),
+              background: true,
+            },
+          },
+        ],
+      },
+      { text: "delegated" },
+    ]);
+    for (const point of ["tool.after_effect:Effect", "delivery.between_append_and_ack", "child.settled"]) {
+      it(`killed at ${point}: results exactly once, no effect repeated`, async () => {
+        const s = await scenario();
+        const config = {
+          ...s.config,
+          runner: "agent" as const,
+          start: { ...(s.config.start as NonNullable<CrashChildConfig["start"]>), prompt: AGENT_PLAN },
+        };
+        const crashed = await runCrashChild(config, point);
+        expect(crashed.signal, `${point} was never reached: ${crashed.stdout}${crashed.stderr}`).toBe(
+          "SIGKILL",
+        );
+        const recovered = await runCrashChild({ ...s.recoverOnly, runner: "agent" });
+        expect(recovered.code, recovered.stderr + recovered.stdout).toBe(0);
+        const lines = await assertExactlyOnce(s);
+        expect(lines.length).toBeLessThanOrEqual(2);
+      });
+    }
+  });
 });
