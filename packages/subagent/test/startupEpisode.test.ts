@@ -189,3 +189,48 @@ describe("build mismatch latch and restart-required alert", () => {
     expect(text).not.toMatch(/crw-runner-secret-build|\/|pid/);
   });
 });
+
+describe("build identity across an episode", () => {
+  it("S004-466: the episode captures the build identity once: a runner file replaced mid-episode is refused as skew", async () => {
+    const { copyFile, mkdir, rm, writeFile } = await import("node:fs/promises");
+    const { join, dirname } = await import("node:path");
+    const { RUNNER_ENTRY } = await import("./support/runners.js");
+    // Under dist/ so the copy resolves its npm imports from the workspace's node_modules.
+    const dir = join(dirname(RUNNER_ENTRY), `episode-${process.pid}-${Date.now()}`);
+    await mkdir(dir, { recursive: true });
+    const entry = join(dir, "runner.js");
+    try {
+      // The build on disk when the episode starts cannot even say hello.
+      await writeFile(entry, "process.exit(3);\n");
+      const clock = new ManualClock();
+      const source = new MemoryRetryPolicySource({
+        revision: 1,
+        maxRetries: 1,
+        initialDelayMs: 1_000,
+        multiplier: 2,
+      });
+      const { pool, events } = makePool({
+        clock,
+        entry,
+        buildId: undefined,
+        retryPolicySource: () => source,
+      });
+      const result = pool.runTurn(turn()).catch((e: unknown) => e);
+      await waitFor(() => clock.pendingSleeps === 1);
+      // An upgrade lands on disk between attempts: the replacement host's runner is a different build.
+      await copyFile(RUNNER_ENTRY, entry);
+      clock.advance(1_000);
+      expect(await result).toMatchObject({ name: "RunnerStartupError", category: "build_mismatch" });
+      expect(
+        events
+          .filter((e) => e.type === "startup_failed")
+          .map((e) => e.type === "startup_failed" && e.category),
+      ).toEqual(["boot_failed", "build_mismatch"]);
+      // S004-471: a different build needs explicit new construction: a new pool captures it afresh.
+      const fresh = makePool({ entry, buildId: undefined });
+      expect((await fresh.pool.runTurn(turn())).stopReason).toBe("end");
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
