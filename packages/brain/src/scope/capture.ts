@@ -12,7 +12,7 @@ import {
   type ResolvedDelegationAuthority,
   SCOPE_LIMITS,
 } from "./schema.js";
-import { entryCovers, intersectAllow, listCovers, unionDeny } from "./tools.js";
+import { entryCovers, globMatches, intersectAllow, listCovers, parseToolEntry, unionDeny } from "./tools.js";
 
 /** Canonical JSON text of a validated `DelegatedExecutionScope`, as stored in the session row. */
 export type CanonicalScopeJson = string & { readonly __canonicalScope: true };
@@ -206,7 +206,10 @@ export function scopeExceedsCurrentAccess(
   if (!listCovers(access.tools?.allow, scope.tools.allow)) {
     return { field: "tools", reason: "an allow-list entry is not fully covered by current access" };
   }
-  const uncovered = (access.tools?.deny ?? []).find((d) => !scope.tools.deny.some((s) => entryCovers(s, d)));
+  // A current denial matters only where the stored allow-list could reach it.
+  const uncovered = (access.tools?.deny ?? []).find(
+    (d) => allowMayReach(scope.tools.allow, d) && !scope.tools.deny.some((s) => entryCovers(s, d)),
+  );
   if (uncovered !== undefined) return { field: "deny", reason: `current access denies ${uncovered}` };
   if (narrowerBoundary(scope.permissionBoundary, access.permissionBoundary) !== scope.permissionBoundary) {
     return {
@@ -218,6 +221,20 @@ export function scopeExceedsCurrentAccess(
   if (scope.operator && !access.operator)
     return { field: "operator", reason: "operator authority is no longer held" };
   return undefined;
+}
+
+/**
+ * Whether some call allowed by `allow` could be one `denyEntry` forbids. Exact for a literal tool name;
+ * a wildcard name is assumed reachable (the check may refuse more, never less).
+ */
+function allowMayReach(allow: readonly string[] | undefined, denyEntry: string): boolean {
+  if (allow === undefined) return true;
+  const deny = parseToolEntry(denyEntry);
+  if (!deny || deny.name.includes("*")) return true;
+  return allow.some((entry) => {
+    const parsed = parseToolEntry(entry);
+    return parsed !== undefined && globMatches(parsed.name, deny.name);
+  });
 }
 
 /** What the Delegate tool and plugin paths know about the caller: there is deliberately no dream here. */

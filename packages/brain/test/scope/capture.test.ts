@@ -361,6 +361,16 @@ describe("scopeExceedsCurrentAccess", () => {
     expect(
       scopeExceedsCurrentAccess(stored, { accountId: "acct-1", tools: { deny: ["Write"] } }),
     ).toBeUndefined();
+    // A denial the stored allow-list cannot reach changes nothing; one it can reach (or may) does.
+    expect(
+      scopeExceedsCurrentAccess(stored, { accountId: "acct-1", tools: { deny: ["Edit"] } }),
+    ).toBeUndefined();
+    expect(
+      scopeExceedsCurrentAccess(stored, { accountId: "acct-1", tools: { deny: ["Bash(git push*)"] } })?.field,
+    ).toBe("deny");
+    expect(scopeExceedsCurrentAccess(stored, { accountId: "acct-1", tools: { deny: ["Ed*"] } })?.field).toBe(
+      "deny",
+    );
     expect(
       scopeExceedsCurrentAccess(stored, { accountId: "acct-1", permissionBoundary: "read-only" })?.field,
     ).toBe("permissionBoundary");

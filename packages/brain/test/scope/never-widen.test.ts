@@ -124,6 +124,22 @@ describe("capture and continuation never widen a scope (property)", () => {
     );
   });
 
+  it("a scope that passes the verbatim check permits no call the current access forbids", () => {
+    fc.assert(
+      fc.property(scopeArb, authorityArb, calls, (s, a, sample) => {
+        const stored = captureDelegatedExecutionScope(rawScope(s));
+        if (scopeExceedsCurrentAccess(stored, rawAuthority(a)) !== undefined) return;
+        const scope = parseDelegatedExecutionScope(stored);
+        const access = { ...(a.allow ? { allow: a.allow } : {}), deny: a.deny ?? [] };
+        for (const [name, subject] of sample) {
+          if (toolCallVerdict(scope.tools, name, subject).ok)
+            expect(toolCallVerdict(access, name, subject).ok).toBe(true);
+        }
+      }),
+      { numRuns: 500 },
+    );
+  });
+
   it("continuation and read-only continuation never widen the stored scope, and read-only is read-only", () => {
     fc.assert(
       fc.property(scopeArb, authorityArb, authorityArb, calls, (s, a1, a2, sample) => {
