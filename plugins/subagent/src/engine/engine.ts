@@ -127,14 +127,20 @@ export class WorkflowEngine {
     return this.#runs.get(workflowId);
   }
 
-  /** The outcome of a workflow driven here (resolves when its summary is in the parent's inbox). */
-  finished(workflowId: string): Promise<WorkflowOutcome> {
+  /**
+   * The outcome of a workflow driven here (resolves when its summary is in the parent's inbox); for one that
+   * already ended, what its native record says.
+   */
+  async finished(workflowId: string): Promise<WorkflowOutcome> {
     const run = this.#runs.get(workflowId);
-    if (!run)
-      throw new WorkflowStateError("not_running", `workflow ${workflowId} is not running in this process`, {
-        workflowId,
-      });
-    return run.finished;
+    if (run) return run.finished;
+    const row = await this.store.getWorkflow(workflowId);
+    if (row && row.status !== "running" && row.summaryResultId !== null) {
+      return { workflowId, status: row.status, summary: null, resultId: row.summaryResultId };
+    }
+    throw new WorkflowStateError("not_running", `workflow ${workflowId} is not running in this process`, {
+      workflowId,
+    });
   }
 
   async #deps(journal: { principalAccountId: string; parentSessionId: string }) {

@@ -25,6 +25,7 @@ export {
   WorkflowEngine,
   type WorkflowEngineOptions,
 } from "./engine.js";
+export { WORKFLOW_FAULT_POINTS, type WorkflowFaultPoint, workflowFault } from "./faults.js";
 export {
   JournalNodeDispatcher,
   journalTurnExecutor,

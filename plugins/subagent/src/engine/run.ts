@@ -8,6 +8,7 @@ import type { PgArtifactStore } from "../store/artifacts.js";
 import type { PgWorkflowStore, WorkflowStatus } from "../store/native.js";
 import { captureNodeScope } from "./access.js";
 import type { NodeDispatcher, NodeRunResult } from "./dispatch.js";
+import { workflowFault } from "./faults.js";
 import { handoverOf, nodePrompt, workflowSummary } from "./prompt.js";
 import type { SnapshotPublisher, WorkflowEmitResult, WorkflowSnapshot } from "./publication.js";
 
@@ -238,6 +239,7 @@ export class WorkflowRun {
         }
         if (!(await this.persist())) return;
         if ((await this.publish()).status === "stale") return;
+        workflowFault("node.reserved");
       }
       if (mode === "fresh" || mode === "prepare") {
         if (this.#cancelledBeforeStart(id)) return;
@@ -254,6 +256,7 @@ export class WorkflowRun {
         });
         this.#setStatus(id, "running", { childSessionId });
         if (!(await this.persist())) return;
+        workflowFault("node.child_created");
         await this.#grantDependencies(id, childSessionId);
         if (this.#cancelledBeforeStart(id)) return;
         this.started.add(id);
@@ -388,6 +391,7 @@ export class WorkflowRun {
 
   async #settle(id: string, result: NodeRunResult): Promise<void> {
     if (this.#stopped) return;
+    workflowFault("node.settling");
     const j = this.journal;
     // After a cancel, the summary already says what this node was; a late answer changes nothing.
     if (j.cancelRequested && TERMINAL_NODE_STATUSES.has((j.nodes[id] as NodeState).status)) return;
@@ -467,6 +471,7 @@ export class WorkflowRun {
     if (this.#stopped) return;
     const terminal = await this.publish(status);
     if (terminal.status === "stale") return;
+    workflowFault("workflow.terminal_published");
     summary ??= workflowSummary(j, status === "completed" ? "completed" : "failed", this.#note);
     await this.#deliver(status, summary);
   }
