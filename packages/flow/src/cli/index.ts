@@ -26,6 +26,10 @@ const commands: Record<
     summary: "a readable timeline of a run",
     load: async () => (await import("./show.js")).showCommand,
   },
+  hook: {
+    summary: "the spawn hook: pre-tool-use (PreToolUse JSON in, decision out) or install",
+    load: async () => (await import("../bound/cli.js")).hookCommand,
+  },
   _run: { summary: "", load: async () => (await import("./runProcess.js")).runProcessCommand },
 };
 
