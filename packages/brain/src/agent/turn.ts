@@ -38,6 +38,7 @@ export type ChildTurnProgress =
  */
 export interface ChildTurnHooks {
   readonly onToolIntent?: (intent: ToolIntent) => Promise<void> | void;
+  /** Every message the turn adds, in order: its input, replies, tool results, injected steering. */
   readonly onMessage?: (message: TranscriptMessage) => Promise<void> | void;
   readonly onProgress?: (event: ChildTurnProgress) => void;
   /**
@@ -281,6 +282,17 @@ export async function runChildTurn(input: ChildTurnInput): Promise<ChildTurnOutc
     },
   });
 
+  const catalogRefusal = (name: string, args: Record<string, unknown>): ErrorData => {
+    const unknown = { name: "ToolCallRefusedError", code: "unknown_tool", message: `no tool named ${name}` };
+    if (input.childTools === false || !(CHILD_TOOL_NAMES as readonly string[]).includes(name)) return unknown;
+    try {
+      checkChildToolCall(toolOptions, name, args);
+    } catch (e) {
+      return errorData(e);
+    }
+    return unknown;
+  };
+
   const outcomeMessages: TranscriptMessage[] = [];
   const seen = new Set<AgentMessage>();
   const toolCalls: ToolCallRecord[] = [];
@@ -321,18 +333,7 @@ export async function runChildTurn(input: ChildTurnInput): Promise<ChildTurnOutc
           !hostNames.has(event.toolName)
         ) {
           // Not in the catalog the model was shown: say why in the scope's terms.
-          try {
-            checkChildToolCall(toolOptions, event.toolName, toolArgs.get(event.toolCallId) ?? {});
-            if ((CHILD_TOOL_NAMES as readonly string[]).includes(event.toolName)) {
-              refused = {
-                name: "ToolCallRefusedError",
-                code: "read_only",
-                message: `${event.toolName} refused: this turn is read-only`,
-              };
-            }
-          } catch (e) {
-            refused = errorData(e);
-          }
+          refused = catalogRefusal(event.toolName, toolArgs.get(event.toolCallId) ?? {});
         }
         toolCalls.push({
           toolCallId: event.toolCallId,

@@ -497,3 +497,33 @@ describe("follow-up turns", () => {
     expect(out.finalText).toBe("got: second result");
   });
 });
+
+describe("calls to tools the model was not shown", () => {
+  it("are refused with the scope's reason, or as unknown", async () => {
+    const dir = workDir();
+    const out = await turn(
+      dir,
+      [
+        {
+          toolCalls: [
+            { name: "write", arguments: { path: "a", content: "x" } },
+            { name: "shell", arguments: { command: "ls" } },
+            { name: "teleport", arguments: {} },
+          ],
+        },
+        { text: "." },
+      ],
+      { scope: scope(dir, { tools: { allow: ["read", "write"], deny: ["shell"] } }), readOnly: true },
+    );
+    expect(out.toolCalls.map((c) => c.refused?.code)).toEqual(["read_only", "tool_denied", "unknown_tool"]);
+    const noFiles = await turn(
+      dir,
+      [{ toolCalls: [{ name: "write", arguments: { path: "a", content: "x" } }] }, { text: "." }],
+      {
+        childTools: false,
+      },
+    );
+    expect(noFiles.toolCalls[0]?.refused?.code).toBe("unknown_tool");
+    expect(existsSync(join(dir, "a"))).toBe(false);
+  });
+});
