@@ -14,16 +14,23 @@ export interface SessionDispatchDeps {
   readonly fence?: <T>(request: TurnRequest, work: () => Promise<T>) => Promise<T>;
   /** Which SessionTurnRunner runners use; default the agent loop. */
   readonly runnerKind?: SessionRunnerKind;
-  /** The fairness key of a turn (its parent's channel); default the session itself. */
-  readonly channelOf?: (request: TurnRequest) => string;
-  /** The parent session when it is itself a sub-agent session (counts a nested edge). */
-  readonly parentOf?: (request: TurnRequest) => string | undefined;
+  /**
+   * Where a turn belongs: its parent's channel (the fairness key and unit of abort) and its parent session
+   * (a nested edge when that parent is routed to the same runner). The daemon reads it from the session row;
+   * by default a turn is its own channel with no parent.
+   */
+  readonly placementOf?: (
+    request: TurnRequest,
+  ) =>
+    | Promise<{ channelId: string; parentSessionId?: string }>
+    | { channelId: string; parentSessionId?: string };
   /** Observes every placement decision (runner or in-process), for health and tests. */
   readonly onPlaced?: (request: TurnRequest, placement: Placement) => void;
 }
 
 /**
- * brain's SessionTurnRunner seam, implemented by dispatch: a child's turn runs in a forked runner by default
+ * brain's SessionTurnRunner seam, implemented by dispatch: a delegated child's turn (one with a durable scope;
+ * root sessions stay in the daemon) runs in a forked runner by default
  * and in the daemon when the operator turns runners off, decided per turn in one place. Nothing in the
  * delegation core changes: it hands this runner a TurnRequest and its TurnHost as it would the in-process one.
  * A failed turn is never replayed; a runner startup failure is thrown as a typed RunnerStartupError and
@@ -39,17 +46,18 @@ export class SubagentSessionDispatch implements SessionTurnRunner {
   }
 
   runTurn(request: TurnRequest, host: TurnHost): Promise<TurnOutcome> {
-    const placement = this.placement();
+    // Runners are for delegated children: a root session (no durable scope) always runs in the daemon.
+    const placement = request.scope === null ? "in-process" : this.placement();
     this.deps.onPlaced?.(request, placement);
     const fence = this.deps.fence ?? ((_r, work) => work());
     const pool = this.deps.pool;
-    return fence(request, () => {
+    return fence(request, async () => {
       if (placement === "in-process" || !pool) return this.deps.inProcess.runTurn(request, host);
-      const parentSessionId = this.deps.parentOf?.(request);
+      const where = (await this.deps.placementOf?.(request)) ?? { channelId: request.sessionId };
       return pool.runSessionTurn(request, host, {
         turnId: randomUUID(),
-        channelId: this.deps.channelOf?.(request) ?? request.sessionId,
-        ...(parentSessionId !== undefined && { parentSessionId }),
+        channelId: where.channelId,
+        ...(where.parentSessionId !== undefined && { parentSessionId: where.parentSessionId }),
         runner: this.deps.runnerKind ?? "agent",
       });
     });

@@ -297,7 +297,10 @@ describe("delegation.resultDelivered", () => {
     pool.attachResultDeliveredSink(async (d) => {
       published.push(d);
     });
-    const parent = pool.runTurn(turn({ sessionId: "parent-b", script: [{ kind: "wait", ms: 1_500 }] }));
+    // The parent's turn holds runner 1 until the test aborts it, so the intruder must land on runner 2.
+    const parent = pool.runTurn(
+      turn({ sessionId: "parent-b", channelId: "ch-b", script: [{ kind: "wait", ms: 60_000 }] }),
+    );
     await waitFor(() => pool.sessionState("parent-b") === "running");
     const other = await pool
       .runTurn(
@@ -321,7 +324,8 @@ describe("delegation.resultDelivered", () => {
     expect(other).toBeInstanceOf(RemoteTurnError);
     expect((other as RemoteTurnError).message).toMatch(/not routed to this runner/);
     expect(published).toEqual([]);
-    await parent;
+    pool.abortChannel("ch-b");
+    expect((await parent).stopReason).toBe("aborted");
   });
 
   it("S004-515: without a sink nothing is forwarded, while the runner's lifecycle stays active", async () => {
