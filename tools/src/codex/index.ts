@@ -30,6 +30,13 @@ export {
   userTexts,
 } from "./mockModel.js";
 export {
+  commandJson,
+  type OwnerModelOptions,
+  type OwnerModelState,
+  ownerModel,
+  subagentTurn,
+} from "./ownerModel.js";
+export {
   controlSocketPath,
   freePort,
   type RealCodex,

@@ -1,0 +1,332 @@
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import {
+  MockModel,
+  type ModelReply,
+  type ModelRequest,
+  type OwnerModelState,
+  ownerModel,
+  type RealCodex,
+  startRealCodex,
+  subagentTurn,
+} from "@crw/tools/codex";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type JournalRow, readJournalFile, readSpec, runPaths } from "../../src/index.js";
+
+/**
+ * Issue 3 end to end, offline, with the real `codex app-server` as host: the mock Responses model plays
+ * the owner (it runs `crw flow start`, `crw flow next --json` and `crw flow dispatched` through Codex's
+ * shell tool with the absolute path of the built CLI, and spawns with spawn_agent / repairs with
+ * send_input) and the subagents (they answer JSON; the explorer answers invalid JSON once, so the repair
+ * runs). The workflow has a parallel pair of calls. The run's process reaches the same app-server over
+ * ws. The test asserts the journal rows and the workflow's result.
+ */
+
+const here = dirname(fileURLToPath(import.meta.url));
+const repoRoot = resolve(here, "../../../..");
+
+/** Codex names a rollout `rollout-<time>-<thread id>.jsonl`. */
+const codexThreadIdOf = (rolloutPath: string) => /-([0-9a-f-]{36})\.jsonl$/.exec(rolloutPath)?.[1] ?? "";
+const crwBin = join(repoRoot, "apps/crw/bin/crw.mjs");
+
+/** Builds the CLI (flow, then crw) when a source is newer than its build: the run process is the built one. */
+function ensureBuilt(): void {
+  const newest = (dir: string): number => {
+    let latest = 0;
+    for (const name of readdirSync(dir, { withFileTypes: true })) {
+      const path = join(dir, name.name);
+      latest = Math.max(latest, name.isDirectory() ? newest(path) : statSync(path).mtimeMs);
+    }
+    return latest;
+  };
+  for (const pkg of ["packages/flow", "apps/crw"]) {
+    const dist = join(repoRoot, pkg, "dist/index.js");
+    if (!existsSync(dist) || statSync(dist).mtimeMs < newest(join(repoRoot, pkg, "src"))) {
+      execFileSync("npx", ["tsup"], { cwd: join(repoRoot, pkg), stdio: "ignore" });
+    }
+  }
+}
+
+const workflowSource = `
+export default {
+  name: "e2e-review",
+  async run(ctx, input) {
+    const plan = await ctx.call({
+      role: "architect",
+      task: "Plan the change: " + input.topic,
+      schema: { type: "object", required: ["steps"], properties: { steps: { type: "array", items: { type: "string" } } } },
+    });
+    const [found, review] = await Promise.all([
+      ctx.call({
+        role: "explorer",
+        task: "Find where " + plan.steps[0] + " happens",
+        schema: { type: "object", required: ["finding"], properties: { finding: { type: "string" } } },
+      }),
+      ctx.call({
+        role: "reviewer",
+        task: "Review the plan " + plan.steps.join(", "),
+        schema: { type: "object", required: ["verdict"], properties: { verdict: { enum: ["ok", "bad"] } } },
+      }),
+    ]);
+    return { steps: plan.steps, finding: found.finding, verdict: review.verdict };
+  },
+};
+`;
+
+const roles = {
+  roles: {
+    architect: { model: "mock-architect", effort: "high" },
+    explorer: { model: "mock-explorer", effort: "low" },
+    reviewer: { model: "mock-reviewer" },
+  },
+};
+
+const agentRolesToml = ["architect", "reviewer", "executor"]
+  .map((role) => `\n[agents.${role}]\ndescription = "crw flow ${role}"\n`)
+  .join("");
+
+const subUsage = { input: 1000, cached_input: 200, output: 50, reasoning_output: 10 };
+
+/** The subagents: JSON answers by role; the explorer's first answer is not JSON. */
+function subagentReply(request: ModelRequest, explorerTurns: { n: number }): ModelReply {
+  const { role, marker } = subagentTurn(request);
+  const answer = (text: string): ModelReply => ({
+    items: [
+      { type: "message", text: "Reading the packet.", phase: "commentary" },
+      { type: "message", text, phase: "final_answer" },
+    ],
+    usage: subUsage,
+  });
+  if (role === "architect")
+    return answer('Here is the plan: {"steps":["parse the input","write the output"]}');
+  if (role === "explorer") {
+    explorerTurns.n++;
+    if (marker?.includes("/t1-")) return answer("I looked around but I am not sure.");
+    return answer('{"finding":"src/parse.ts:12"}');
+  }
+  if (role === "reviewer") {
+    return {
+      ...answer('{"verdict":"ok"}'),
+      usage: { input: 1000, cached_input: 0, output: 50, reasoning_output: 0 },
+    };
+  }
+  return answer("{}");
+}
+
+let model: MockModel;
+let codex: RealCodex;
+let root: string;
+let state: string;
+let owner: OwnerModelState;
+let ownerThreadId: string;
+const explorerTurns = { n: 0 };
+const ownerLog: string[] = [];
+
+beforeAll(async () => {
+  ensureBuilt();
+  root = mkdtempSync(join(tmpdir(), "crw-e2e-codex-"));
+  const repo = join(root, "repo");
+  state = join(root, "state");
+  mkdirSync(join(repo, ".crw"), { recursive: true });
+  writeFileSync(join(repo, ".crw", "flow-roles.json"), JSON.stringify(roles));
+  const workflow = join(repo, "review.mjs");
+  writeFileSync(workflow, workflowSource);
+  model = await MockModel.start();
+  codex = await startRealCodex({
+    home: join(root, "codex-home"),
+    cwd: repo,
+    baseUrl: model.baseUrl,
+    models: ["mock-architect", "mock-explorer", "mock-reviewer"],
+    listen: "ws",
+    // The agent types crw's roles spawn as are Codex roles of their own (built-ins: default, explorer, worker).
+    extraToml: agentRolesToml,
+  });
+  const start = [
+    process.execPath,
+    crwBin,
+    "flow start",
+    workflow,
+    `--input '{"topic":"csv export"}'`,
+    `--state ${state}`,
+    `--host ${codex.url}`,
+    "--poll-ms 100",
+    "--json",
+  ].join(" ");
+  const played = ownerModel({ startCommand: start, log: (l) => ownerLog.push(l) });
+  owner = played.state;
+  model.on(
+    (r) => r.parentThreadId !== null,
+    (r) => subagentReply(r, explorerTurns),
+  );
+  model.otherwise(played.handler);
+  const started = await codex.client.request<{ thread: { id: string } }>("thread/start", { cwd: repo });
+  ownerThreadId = started.thread.id;
+  const turn = await codex.client.request<{ turn: { id: string } }>("turn/start", {
+    threadId: ownerThreadId,
+    input: [{ type: "text", text: "Run the review workflow with crw flow.", text_elements: [] }],
+  });
+  try {
+    await codex.client.waitTurnCompleted(ownerThreadId, turn.turn.id, 150_000);
+  } catch (e) {
+    writeFileSync(join(root, "owner.log"), ownerLog.join("\n"));
+    throw new Error(`the owner's turn did not end: ${(e as Error).message}; owner log in ${root}/owner.log`);
+  }
+}, 200_000);
+
+afterAll(async () => {
+  await codex?.stop();
+  await model?.stop();
+  if (root && !process.env.CRW_KEEP_E2E) rmSync(root, { recursive: true, force: true });
+});
+
+describe("crw flow end to end with the real codex as host", () => {
+  let rows: JournalRow[];
+  const ofType = (type: string) =>
+    rows.filter((r) => r.type === type) as Array<JournalRow & Record<string, unknown>>;
+
+  it("the owner started the run from its shell and stepped it to the end", () => {
+    expect(owner.failure).toBeNull();
+    expect(owner.runId, ownerLog.join("\n")).toBeTruthy();
+    expect(owner.finalState, ownerLog.join("\n")).toMatchObject({
+      state: "ended",
+      ended: { status: "completed" },
+    });
+    rows = readJournalFile(runPaths(state, owner.runId as string).journal).rows;
+    expect(rows.length).toBeGreaterThan(0);
+  });
+
+  it("S000-005 S000-180: the started row records the session backend and the owner from CODEX_THREAD_ID", () => {
+    expect(ofType("started")[0]).toMatchObject({ backend: "session" });
+    expect(readSpec(runPaths(state, owner.runId as string).spec)).toMatchObject({
+      backend: "session",
+      owner: ownerThreadId,
+    });
+  });
+
+  it("the workflow's result is the schema-valid answers of its calls", () => {
+    expect(ofType("run_ended")).toMatchObject([
+      {
+        status: "completed",
+        result: { steps: ["parse the input", "write the output"], finding: "src/parse.ts:12", verdict: "ok" },
+      },
+    ]);
+  });
+
+  it("S000-014 S000-075: each call bound the subagent the owner spawned under its thread; thread_started names P, the host's cwd and the rollout", () => {
+    const threads = ofType("thread_started");
+    expect(threads).toHaveLength(3);
+    for (const t of threads) {
+      expect(t).toMatchObject({
+        parent_thread_id: ownerThreadId,
+        via: "session",
+        attempt: 1,
+        host_cwd: join(root, "repo"),
+        marker: `${t.call}/t1-a1`,
+        agent_role: expect.any(String),
+      });
+      // The call's cwd is its own directory P under the run, never the host's (the owner's) cwd.
+      expect(String(t.cwd)).toContain(join(state, "flow", owner.runId as string));
+      expect(t.cwd).not.toBe(t.host_cwd);
+      expect(String(t.rollout_path)).toMatch(/rollout-.*\.jsonl$/);
+      expect(String(t.thread_id)).toBe(codexThreadIdOf(String(t.rollout_path)));
+    }
+    const byModel = Object.fromEntries(threads.map((t) => [t.model, t]));
+    expect(Object.keys(byModel).sort()).toEqual(["mock-architect", "mock-explorer", "mock-reviewer"]);
+    expect(byModel["mock-architect"]).toMatchObject({ effort: "high" });
+    expect(byModel["mock-explorer"]).toMatchObject({ effort: "low" });
+    // The run also finds a subagent by its marker, so a fast subagent is bound (and even harvested) before
+    // the owner's report arrives: the report is then answered close (the attempt ended) or, once the
+    // run's process has ended, queued. Nothing is refused, mismatched or left to retry.
+    const replies = owner.replies.map((r) => r.reply);
+    expect(replies, JSON.stringify(owner.replies)).toHaveLength(4);
+    for (const reply of replies) expect(["bound", "close", "queued"]).toContain(reply);
+    const boundAgents = new Set(threads.map((t) => t.thread_id));
+    for (const r of owner.replies) if (r.reply !== "queued") expect(boundAgents).toContain(r.agent_id);
+  });
+
+  it("S000-069: a role whose effort is undecided is bound on its model; thread_started records the host's effort with effort_unchecked", () => {
+    const reviewer = ofType("thread_started").find((t) => t.model === "mock-reviewer");
+    // gpt-5.5's catalog entry (cloned for the mock models) defaults to medium.
+    expect(reviewer).toMatchObject({ effort: "medium", effort_unchecked: true });
+    expect(ofType("thread_started").find((t) => t.model === "mock-architect")).not.toHaveProperty(
+      "effort_unchecked",
+    );
+  });
+
+  it("S000-035 S000-039: the spawn message and the repair's send_input message reached the subagents as crw wrote them", () => {
+    const spawns = owner.hostCalls.filter((c) => c.tool === "spawn_agent");
+    expect(spawns).toHaveLength(3);
+    for (const spawn of spawns) {
+      const lines = String(spawn.arguments.message).split("\n");
+      expect(lines[0]).toMatch(/^crw-flow-op: [a-z]+\.1\/t1-a1$/);
+      expect(lines[1]).toMatch(/^CRW-ROLE: (architect|explorer|reviewer)$/);
+      expect(lines[2]).toBe("");
+    }
+    const repair = owner.hostCalls.find((c) => c.tool === "send_input");
+    const text = String(repair?.arguments.message);
+    expect(text.split("\n")[0]).toBe("crw-flow-op: explorer.1/t2-a1");
+    expect(text).toContain("I looked around but I am not sure.");
+  });
+
+  it("S000-084 S000-086 S000-087: the answer is the final_answer message, never the commentary; prose before the JSON is taken out and recorded", () => {
+    const completed = ofType("completed");
+    expect(completed).toHaveLength(3);
+    const architect = completed.find((c) => JSON.stringify(c.result).includes("parse the input"));
+    expect(architect).toMatchObject({
+      raw_text: 'Here is the plan: {"steps":["parse the input","write the output"]}',
+      extracted: true,
+      result_digest: expect.stringMatching(/^sha256:/),
+    });
+    // Every subagent said "Reading the packet." (commentary) first: no call took it.
+    for (const c of completed) expect(c.raw_text).not.toContain("Reading the packet.");
+  });
+
+  it("S000-027: the explorer's invalid answer was repaired once with send_input on its open subagent", () => {
+    const published = ofType("step_published");
+    const explorerSteps = published.filter((p) => p.role === "explorer");
+    expect(explorerSteps.map((p) => p.action)).toEqual(["spawn", "send_input"]);
+    const repair = explorerSteps[1] as Record<string, unknown>;
+    expect(String(repair.previous_answer ?? JSON.stringify(repair))).toContain("not sure");
+    expect(explorerTurns.n).toBe(2);
+    expect(owner.hostCalls.filter((c) => c.tool === "send_input")).toHaveLength(1);
+  });
+
+  it("S000-020 S000-093 S000-094 S000-095: tokens come from the subagents' rollouts, in all their parts, zero parts left out", () => {
+    const completed = ofType("completed");
+    const reviewer = completed.find((c) => JSON.stringify(c.result) === '{"verdict":"ok"}');
+    // cached_input and reasoning_output were 0: left out of the row.
+    expect(reviewer?.tokens).toEqual({ input: 1000, output: 50, total: 1050 });
+    // The repair step records what the explorer's task turn counted before it.
+    const repair = ofType("step_published").find((p) => p.role === "explorer" && p.action === "send_input");
+    const taskTurn = { input: 1000, cached_input: 200, output: 50, reasoning_output: 10, total: 1050 };
+    expect(repair).toMatchObject({ tokens_seen: taskTurn, call_tokens: taskTurn });
+    // The explorer's call took two turns on one subagent (the task and its repair): the call counts both.
+    const explorer = completed.find((c) => JSON.stringify(c.result).includes("parse.ts"));
+    expect(explorer?.tokens).toEqual({
+      input: 2000,
+      cached_input: 400,
+      output: 100,
+      reasoning_output: 20,
+      total: 2100,
+    });
+  });
+
+  it("the parallel pair ran at once: both steps were published before either call completed", () => {
+    const firstCompletedAfterPlan = rows.findIndex(
+      (r, i) => r.type === "completed" && i > rows.findIndex((x) => x.type === "completed"),
+    );
+    const pairSpawns = rows
+      .map((r, i) => ({ r: r as Record<string, unknown>, i }))
+      .filter(
+        (x) =>
+          x.r.type === "step_published" &&
+          (x.r.role === "explorer" || x.r.role === "reviewer") &&
+          x.r.action === "spawn",
+      );
+    expect(pairSpawns).toHaveLength(2);
+    for (const s of pairSpawns) expect(s.i).toBeLessThan(firstCompletedAfterPlan);
+  });
+});
