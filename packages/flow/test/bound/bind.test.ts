@@ -1,0 +1,214 @@
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import {
+  bindingFile,
+  bindOrchestrator,
+  boundDir,
+  closeOrchestrator,
+  helperPairsFrom,
+  readBinding,
+  runIsLive,
+} from "../../src/bound/index.js";
+import { runPaths } from "../../src/run/paths.js";
+
+let state: string;
+const owner = "019a0000-aaaa-7000-8000-000000000001";
+const pairs = helperPairsFrom({
+  executor: { model: "m-exec", effort: "high" },
+  reviewer: { model: "m-rev", effort: null },
+});
+
+beforeEach(() => {
+  state = mkdtempSync(join(tmpdir(), "crw-bound-"));
+});
+afterEach(() => {
+  rmSync(state, { recursive: true, force: true });
+});
+
+/** Holds a run's lock the way a live process does: a lock file naming a live pid (this test's). */
+function holdLock(runId: string, which: "runLock" | "startLock", pid = process.pid): void {
+  const paths = runPaths(state, runId);
+  mkdirSync(paths.dir, { recursive: true });
+  writeFileSync(paths[which], JSON.stringify({ pid }));
+}
+
+function deadPid(): number {
+  const child = spawnSync(process.execPath, ["-e", "0"]);
+  return child.pid as number;
+}
+
+const lines = () =>
+  readFileSync(bindingFile(state, owner), "utf8")
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l));
+
+const bind = (runId: string, digest = `d-${runId}`) =>
+  bindOrchestrator({ state, owner, runId, policyDigest: digest, helperPairs: pairs });
+
+describe("BindOrchestrator / CloseOrchestrator", () => {
+  it("S000-269: a live run is one whose process holds its run lock or whose start holds its start lock", () => {
+    expect(runIsLive(state, "r1")).toBe(false);
+    holdLock("r1", "startLock");
+    expect(runIsLive(state, "r1")).toBe(true);
+    holdLock("r2", "runLock");
+    expect(runIsLive(state, "r2")).toBe(true);
+    holdLock("r3", "runLock", deadPid());
+    holdLock("r3", "startLock", deadPid());
+    expect(runIsLive(state, "r3")).toBe(false);
+  });
+
+  it("binds a thread: the line is the owner's last line, read back as its binding, in a 0700 directory", () => {
+    holdLock("r1", "startLock");
+    const outcome = bind("r1");
+    expect(outcome).toMatchObject({ bound: true, wrote: true, closedStale: null });
+    const read = readBinding(state, owner);
+    expect(read.warning).toBeNull();
+    expect(read.line).toMatchObject({ kind: "orchestrator", run_id: "r1", policyDigest: "d-r1" });
+    expect(read.line?.helperPairs.executor).toEqual({ model: "m-exec", effort: "high" });
+    expect(read.line?.helperPairs.reviewer).toEqual({ model: "m-rev" });
+    // the same run and table again writes nothing; a new digest (a repin) is a new line
+    expect(bind("r1")).toMatchObject({ bound: true, wrote: false });
+    expect(bind("r1", "d-r1-repinned")).toMatchObject({ bound: true, wrote: true });
+    expect(lines().map((l) => l.policyDigest)).toEqual(["d-r1", "d-r1-repinned"]);
+  });
+
+  it("S000-271: a thread holds the line of one live run: a second start while the first lives does not bind", () => {
+    holdLock("r1", "startLock");
+    holdLock("r2", "startLock");
+    expect(bind("r1")).toMatchObject({ bound: true });
+    const second = bind("r2");
+    expect(second).toMatchObject({ bound: false, reason: "other_live_run", liveRun: "r1" });
+    expect(second.bound === false && second.message).toMatch(/live run r1/);
+    expect(readBinding(state, owner).line?.run_id).toBe("r1");
+    expect(lines()).toHaveLength(1);
+  });
+
+  it("S000-270: the open line of a run that is not live is closed before the new line is written", () => {
+    holdLock("r1", "runLock", deadPid());
+    expect(bind("r1")).toMatchObject({ bound: true });
+    holdLock("r2", "startLock");
+    expect(bind("r2")).toMatchObject({ bound: true, closedStale: "r1" });
+    expect(lines().map((l) => [l.kind, l.run_id])).toEqual([
+      ["orchestrator", "r1"],
+      ["closed", "r1"],
+      ["orchestrator", "r2"],
+    ]);
+  });
+
+  it("S000-262: CloseOrchestrator closes the run's own line, never another run's", () => {
+    holdLock("r1", "runLock");
+    bind("r1");
+    expect(closeOrchestrator({ state, owner, runId: "r2" })).toMatchObject({ closed: false });
+    expect(readBinding(state, owner).line?.run_id).toBe("r1");
+    expect(closeOrchestrator({ state, owner, runId: "r1" })).toMatchObject({ closed: true });
+    expect(readBinding(state, owner)).toMatchObject({ line: null, last: { kind: "closed", run_id: "r1" } });
+    expect(closeOrchestrator({ state, owner, runId: "r1" })).toMatchObject({ closed: false });
+    // a closed thread binds the next run at once
+    holdLock("r2", "startLock");
+    expect(bind("r2")).toMatchObject({ bound: true, closedStale: null });
+  });
+
+  it("a torn last line (a write cut short) is cut off before the next append", () => {
+    holdLock("r1", "runLock");
+    bind("r1");
+    writeFileSync(
+      bindingFile(state, owner),
+      `${readFileSync(bindingFile(state, owner), "utf8")}{"v":1,"kind":"clo`,
+    );
+    expect(readBinding(state, owner).line?.run_id).toBe("r1");
+    expect(closeOrchestrator({ state, owner, runId: "r1" })).toMatchObject({ closed: true });
+    expect(lines().map((l) => l.kind)).toEqual(["orchestrator", "closed"]);
+  });
+
+  it("S000-273: a thread whose binding cannot be written is an outcome (never a throw) the start warns about", () => {
+    writeFileSync(boundDir(state), "not a directory");
+    const outcome = bind("r1");
+    expect(outcome).toMatchObject({ bound: false });
+    expect(outcome.bound === false && outcome.message).toMatch(/cannot be written/);
+    rmSync(boundDir(state));
+    mkdirSync(bindingFile(state, owner), { recursive: true });
+    expect(bind("r1")).toMatchObject({ bound: false });
+    expect(
+      bindOrchestrator({ state, owner: "../x", runId: "r1", policyDigest: "d", helperPairs: pairs }),
+    ).toMatchObject({
+      bound: false,
+      reason: "unwritable",
+    });
+  });
+
+  it("S000-288: an untrusted flow-bound directory or file reads as no binding, with a warning", () => {
+    holdLock("r1", "runLock");
+    bind("r1");
+    chmodSync(boundDir(state), 0o777);
+    expect(readBinding(state, owner)).toMatchObject({ line: null });
+    expect(readBinding(state, owner).warning).toMatch(/writable by group or others/);
+    expect(bind("r1")).toMatchObject({ bound: false, reason: "untrusted" });
+    chmodSync(boundDir(state), 0o700);
+    const file = bindingFile(state, owner);
+    const real = join(state, "elsewhere.jsonl");
+    writeFileSync(real, readFileSync(file));
+    rmSync(file);
+    symlinkSync(real, file);
+    expect(readBinding(state, owner).warning).toMatch(/symbolic link/);
+    rmSync(file);
+    writeFileSync(file, readFileSync(real), { mode: 0o666 });
+    chmodSync(file, 0o666);
+    expect(readBinding(state, owner).warning).toMatch(/writable by group or others/);
+  });
+});
+
+describe("two near-simultaneous starts of one thread (real processes)", () => {
+  const children: ChildProcess[] = [];
+  afterEach(() => {
+    for (const c of children) c.kill("SIGKILL");
+    children.length = 0;
+  });
+
+  it("S000-272: the read of the last line and the append are one step under the lock: exactly one binds", async () => {
+    const require = createRequire(import.meta.url);
+    const jiti = join(dirname(require.resolve("jiti/package.json")), "lib", "jiti-cli.mjs");
+    const fixture = join(import.meta.dirname, "fixtures", "bind-child.ts");
+    for (let round = 0; round < 2; round++) {
+      const thread = `${owner}-${round}`;
+      const at = Date.now() + 3_000;
+      const outcomes = await Promise.all(
+        ["a", "b"].map(
+          (name) =>
+            new Promise<Record<string, unknown>>((resolve, reject) => {
+              const child = spawn(
+                process.execPath,
+                [jiti, fixture, state, thread, `run-${round}-${name}`, String(at)],
+                {
+                  stdio: ["pipe", "pipe", "inherit"],
+                },
+              );
+              children.push(child);
+              let out = "";
+              child.stdout?.on("data", (d: Buffer) => {
+                out += d.toString();
+                if (out.includes("\n")) resolve(JSON.parse(out) as Record<string, unknown>);
+              });
+              child.on("exit", (code) => reject(new Error(`bind child exited ${code} before answering`)));
+            }),
+        ),
+      );
+      const bound = outcomes.filter((o) => o.bound === true);
+      expect(bound).toHaveLength(1);
+      const refused = outcomes.find((o) => o.bound === false);
+      expect(refused).toMatchObject({
+        reason: "other_live_run",
+        liveRun: (bound[0]?.line as { run_id: string }).run_id,
+      });
+      const file = readFileSync(join(boundDir(state), `${thread}.jsonl`), "utf8")
+        .trim()
+        .split("\n");
+      expect(file).toHaveLength(1);
+      for (const c of children) c.stdin?.end();
+    }
+  }, 60_000);
+});
