@@ -1,3 +1,4 @@
+export { type CrashCheck, checkResumedRun, faultPointsOf, type RowLike } from "./crashDriver.js";
 export {
   type Behave,
   cliStepSource,

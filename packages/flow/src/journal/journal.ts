@@ -1,5 +1,14 @@
-import { closeSync, fdatasyncSync, ftruncateSync, openSync, readFileSync, writeSync } from "node:fs";
+import {
+  closeSync,
+  existsSync,
+  fdatasyncSync,
+  ftruncateSync,
+  openSync,
+  readFileSync,
+  writeSync,
+} from "node:fs";
 import { FlowError } from "../util/errors.js";
+import { writeFileAtomic } from "../util/fsx.js";
 import { type FaultPoint, parseFaultPoint } from "./fault.js";
 import {
   JOURNAL_FORMAT,
@@ -103,15 +112,16 @@ export class JournalWriter {
 
   /** Creates a new journal with its header (fails if one exists). */
   static create(path: string, runId: string, env: NodeJS.ProcessEnv = process.env): JournalWriter {
-    const fd = openSync(path, "wx");
+    if (existsSync(path)) throw new FlowError("journal_corrupt", `${path} exists already`, 1);
     const header: JournalHeader = {
       format: JOURNAL_FORMAT,
       version: JOURNAL_VERSION,
       run_id: runId,
       created_at: new Date().toISOString(),
     };
-    writeSync(fd, `${JSON.stringify(header)}\n`);
-    fdatasyncSync(fd);
+    // The header lands whole or not at all: a reader (or a crash) never sees a journal without one.
+    writeFileAtomic(path, `${JSON.stringify(header)}\n`, true);
+    const fd = openSync(path, "a");
     return new JournalWriter(fd, [], parseFaultPoint(env.CRW_FLOW_FAULT));
   }
 

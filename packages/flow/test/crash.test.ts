@@ -1,0 +1,169 @@
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { type JournalRow, pidAlive, readJournalFile, runPaths } from "@crw/flow";
+import { FakeAppServer } from "@crw/tools/codex";
+import { type Behave, checkResumedRun, faultPointsOf, fileStepSource, ScriptedOwner } from "@crw/tools/flow";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { crwFlow, ensureBuilt, waitFor } from "./helpers/cli.js";
+
+/**
+ * Crash injection: the run process kills itself (SIGKILL) after each journal boundary of a scripted run
+ * in turn; the run is resumed (`crw flow resume --detach`) and must end with the uninterrupted run's
+ * result, no call completed twice and no step published twice.
+ */
+const workflowSource = `
+const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } }, additionalProperties: false };
+export default {
+  name: "crash",
+  async run(ctx, input) {
+    const [a, b] = await Promise.all([
+      ctx.call({ role: "explorer", task: "count A", schema }),
+      ctx.call({ role: "reviewer", task: "count B", schema }),
+    ]);
+    const c = await ctx.call({ role: "architect", task: "sum " + (a.n + b.n), schema });
+    return { a: a.n, b: b.n, c: c.n, base: input.base };
+  },
+};
+`;
+
+/** Deterministic subagents: the explorer answers invalid JSON on its first turn, so the repair runs. */
+const behave: Behave = (step) => {
+  if (step.call === "explorer.1" && step.k === 1) {
+    return {
+      kind: "answer",
+      messages: [{ text: "seven, I think", phase: "final_answer" }],
+      usage: { input: 30, output: 3 },
+    };
+  }
+  const n = step.call === "explorer.1" ? 7 : step.call === "reviewer.1" ? 5 : 12;
+  return {
+    kind: "answer",
+    messages: [{ text: JSON.stringify({ n }), phase: "final_answer" }],
+    usage: { input: 20, output: 2 },
+  };
+};
+
+let fake: FakeAppServer;
+let root: string;
+let env: NodeJS.ProcessEnv;
+let workflowPath: string;
+let reference: { result: unknown; rows: JournalRow[] };
+let seq = 0;
+
+beforeAll(async () => {
+  ensureBuilt();
+  root = mkdtempSync(join(tmpdir(), "crw-flow-crash-"));
+  fake = await FakeAppServer.start();
+  env = { ...process.env, CRW_FLOW_HOST: fake.url, CODEX_HOME: join(root, "codex-home") };
+  delete env.CRW_FLOW_FAULT;
+  workflowPath = join(root, "crash.mjs");
+  writeFileSync(workflowPath, workflowSource);
+  reference = await runOnce(null);
+}, 120_000);
+
+afterAll(async () => {
+  await fake?.stop();
+  rmSync(root, { recursive: true, force: true });
+});
+
+async function runOnce(
+  fault: string | null,
+): Promise<{ result: unknown; rows: JournalRow[]; killed: boolean; log: string }> {
+  const runId = `crash-${seq++}`;
+  const state = join(root, "state");
+  const paths = runPaths(state, runId);
+  // a fresh owner thread per run: the host's marker lookups list this run's subagents only
+  const owner = fake.createOwnerThread({ cwd: root });
+  fake.startOwnerTurn(owner);
+  const runEnv = { ...env, CODEX_THREAD_ID: owner };
+  const startEnv = fault ? { ...runEnv, CRW_FLOW_FAULT: fault } : runEnv;
+  const kit = new ScriptedOwner({
+    fake,
+    owner,
+    source: fileStepSource({ state, runId, replyWaitMs: 300 }),
+    behave,
+  });
+  const r = await crwFlow(
+    [
+      "start",
+      workflowPath,
+      "--run",
+      runId,
+      "--state",
+      state,
+      "--input",
+      '{"base":1}',
+      "--poll-ms",
+      "20",
+      "--json",
+    ],
+    startEnv,
+    root,
+  );
+  if (r.code !== 0) throw new Error(`start failed: ${r.stderr}`);
+  const pid = Number(r.json().pid);
+  kit.start();
+  const ended = () =>
+    existsSync(paths.journal) && readJournalFile(paths.journal).rows.some((x) => x.type === "run_ended");
+  let killed = false;
+  try {
+    await waitFor(`run ${runId} to end or its process to die`, () => !pidAlive(pid) || ended(), 30_000);
+    if (!ended()) {
+      killed = true;
+      const res = await crwFlow(["resume", runId, "--detach", "--state", state, "--json"], runEnv);
+      if (res.code !== 0) throw new Error(`resume failed: ${res.stderr}`);
+      await waitFor(`resumed run ${runId} to end`, ended, 30_000);
+    }
+  } finally {
+    await kit.stop();
+  }
+  const rows = readJournalFile(paths.journal).rows;
+  const last = rows.at(-1);
+  const log = existsSync(paths.log) ? readFileSync(paths.log, "utf8") : "";
+  return { result: last?.type === "run_ended" ? last.result : undefined, rows, killed, log };
+}
+
+function firstAndLastOfEachType(points: string[]): string[] {
+  const byType = new Map<string, string[]>();
+  for (const p of points) {
+    const type = p.split(":")[1] as string;
+    byType.set(type, [...(byType.get(type) ?? []), p]);
+  }
+  return [...byType.values()].flatMap((ps) => [...new Set([ps[0] as string, ps[ps.length - 1] as string])]);
+}
+
+describe("crash injection at every journal boundary", () => {
+  it("the uninterrupted run (the reference) repairs once and ends completed", () => {
+    expect(reference.result).toEqual({ a: 7, b: 5, c: 12, base: 1 });
+    expect(reference.rows.filter((r) => r.type === "step_published")).toHaveLength(4);
+  });
+
+  it("S000-137 S000-138 S000-139 S000-140 S000-141 S000-142 S000-145 S000-146 S000-147: a SIGKILL after any row resumes to the same result, nothing twice", async () => {
+    // Every boundary with CRW_CRASH_ALL=1 (about a minute here); by default the first and the last
+    // boundary of each row type, which keeps the package's test run short on a shared machine.
+    const only = process.env.CRW_CRASH_ONLY;
+    const all = faultPointsOf(reference.rows).filter((p) => !p.startsWith("after:run_ended"));
+    const points = only ? [only] : process.env.CRW_CRASH_ALL === "1" ? all : firstAndLastOfEachType(all);
+    expect(all.length).toBeGreaterThan(15);
+    for (const point of points) {
+      let out = await runOnce(point);
+      // The checkout is shared: a rebuild of dist/ under a starting process is not this test's subject.
+      if (out.log.includes("ERR_MODULE_NOT_FOUND")) out = await runOnce(point);
+      expect(out.killed, `${point}: the process was not killed`).toBe(true);
+      expect(out.result, point).toEqual(reference.result);
+      expect(checkResumedRun(out.rows), point).toEqual({
+        completedTwice: [],
+        publishedTwice: [],
+        terminalTwice: [],
+      });
+      expect(
+        out.rows.filter((r) => r.type === "started"),
+        `${point}: ${out.rows.map((r) => r.type).join(" ")}\n${out.log
+          .split("\n")
+          .filter((l) => !l.includes('"msg":"event"'))
+          .join("\n")}`,
+      ).toHaveLength(2);
+    }
+  }, 240_000);
+});
