@@ -202,7 +202,7 @@ describe("two near-simultaneous starts of one thread (real processes)", () => {
       const refused = outcomes.find((o) => o.bound === false);
       expect(refused).toMatchObject({
         reason: "other_live_run",
-        liveRun: (bound[0]?.line as { run_id: string }).run_id,
+        liveRun: (bound[0]?.line as { run_id: string } | undefined)?.run_id,
       });
       const file = readFileSync(join(boundDir(state), `${thread}.jsonl`), "utf8")
         .trim()
