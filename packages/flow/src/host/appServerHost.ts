@@ -144,7 +144,19 @@ export function createAppServerHost(options: AppServerHostOptions): SessionHost 
 
   async function readThreadRaw(threadId: string, includeTurns: boolean) {
     const params: ThreadReadParams = { threadId, includeTurns };
-    return parse(threadReadResponseWire, await call("thread/read", params, true), "thread/read").thread;
+    try {
+      return parse(threadReadResponseWire, await call("thread/read", params, true), "thread/read").thread;
+    } catch (e) {
+      // The pinned app-server cannot list the turns of a thread that has none on disk yet (a thread
+      // started and never given a turn): "list_turns is not supported yet". It has no turns to list.
+      if (!includeTurns || !(e instanceof HostRpcError) || !noTurnsYetPattern.test(e.message)) throw e;
+      const bare = parse(
+        threadReadResponseWire,
+        await call("thread/read", { ...params, includeTurns: false }, true),
+        "thread/read",
+      );
+      return { ...bare.thread, turns: [] };
+    }
   }
 
   return {
@@ -227,6 +239,8 @@ export function createAppServerHost(options: AppServerHostOptions): SessionHost 
     },
   };
 }
+
+const noTurnsYetPattern = /list_turns is not supported/i;
 
 /** Unknown-thread answers of the pinned app-server (`thread not loaded: <id>`, `invalid thread id: …`). */
 const unknownThreadPattern = /thread not (loaded|found)|invalid thread id|no (such )?thread|unknown thread/i;

@@ -241,6 +241,17 @@ describe("the adapter against the real codex app-server", () => {
     expect(after.turns.find((t) => t.id === turnId.turnId)?.status).toBe("interrupted");
   });
 
+  it("a thread started and never given a turn reads with no turns", async () => {
+    const fresh = await codex.client.request<{ thread: { id: string } }>("thread/start", { cwd: home });
+    const thread = ok(await host.readThread(fresh.thread.id));
+    expect(thread).toMatchObject({
+      id: fresh.thread.id,
+      parentThreadId: null,
+      turns: [],
+      status: { type: "idle" },
+    });
+  });
+
   it("an unknown thread is unknown_thread", async () => {
     expect(await host.readThread("019a0000-0000-7000-8000-000000000000")).toMatchObject({
       ok: false,
