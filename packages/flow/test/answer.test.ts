@@ -1,0 +1,100 @@
+import type { HostTurn } from "@crw/flow";
+import { answerText, parseAnswer, validateAgainst } from "@crw/flow";
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+
+const turn = (messages: Array<[string, "commentary" | "final_answer" | null]>): HostTurn => ({
+  id: "t",
+  status: "completed",
+  error: null,
+  items: messages.map(([text, phase], i) => ({ type: "agentMessage", id: `m${i}`, text, phase })),
+});
+
+describe("answer extraction", () => {
+  it("S000-084: the answer is the turn's last final_answer message", () => {
+    expect(
+      answerText(
+        turn([
+          ["a", "final_answer"],
+          ["b", "commentary"],
+          ["c", "final_answer"],
+        ]),
+      ),
+    ).toBe("c");
+  });
+
+  it("S000-085: with no phase, the last message without one when no commentary came before it", () => {
+    expect(
+      answerText(
+        turn([
+          ["a", null],
+          ["b", null],
+        ]),
+      ),
+    ).toBe("b");
+    expect(
+      answerText(
+        turn([
+          ["thinking", "commentary"],
+          ["b", null],
+        ]),
+      ),
+    ).toBeNull();
+  });
+
+  it("S000-086: a commentary message is never the answer", () => {
+    expect(answerText(turn([["{}", "commentary"]]))).toBeNull();
+  });
+
+  it("S000-087: prose before the JSON: the object that ends the message is extracted", () => {
+    expect(parseAnswer('{"a":1}')).toEqual({ ok: true, value: { a: 1 }, extracted: false });
+    expect(parseAnswer('Done. Result:\n{"a":{"b":[1,2]}}')).toEqual({
+      ok: true,
+      value: { a: { b: [1, 2] } },
+      extracted: true,
+    });
+  });
+
+  it("refuses several objects, no object, arrays and huge answers with a reason", () => {
+    expect(parseAnswer('{"a":1}\n{"b":2}')).toMatchObject({
+      ok: false,
+      error: expect.stringContaining("several"),
+    });
+    expect(parseAnswer("no json here")).toMatchObject({ ok: false });
+    expect(parseAnswer("[1,2]")).toMatchObject({ ok: false });
+    expect(parseAnswer(`{"a":"${"x".repeat(300_000)}"}`)).toMatchObject({
+      ok: false,
+      error: expect.stringContaining("larger"),
+    });
+  });
+
+  it("property: any object, with any prose before it that holds no braces, comes back equal", () => {
+    fc.assert(
+      fc.property(
+        fc.dictionary(fc.string({ maxLength: 8 }), fc.jsonValue({ maxDepth: 3 })),
+        fc.string({ maxLength: 60 }).filter((s) => !s.includes("{") && !s.includes("}")),
+        (obj, prose) => {
+          const r = parseAnswer(`${prose}${prose ? "\n" : ""}${JSON.stringify(obj)}`);
+          expect(r.ok).toBe(true);
+          if (r.ok) expect(r.value).toEqual(JSON.parse(JSON.stringify(obj)));
+        },
+      ),
+    );
+  });
+
+  it("property: parseAnswer never throws on any text", () => {
+    fc.assert(
+      fc.property(fc.string({ maxLength: 300 }), (s) => {
+        const r = parseAnswer(s);
+        expect(typeof r.ok).toBe("boolean");
+      }),
+    );
+  });
+
+  it("validates against a JSON Schema and names the paths that fail", () => {
+    const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
+    expect(validateAgainst(schema, { n: 1 })).toEqual([]);
+    expect(validateAgainst(schema, { n: "x" })[0]).toMatch(/^n: /);
+    expect(validateAgainst(null, 5)).toEqual([]);
+  });
+});

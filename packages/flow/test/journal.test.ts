@@ -1,0 +1,162 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import {
+  type FlowError,
+  JournalWriter,
+  parseFaultPoint,
+  parseJournal,
+  readJournalFile,
+  startedBackend,
+} from "@crw/flow";
+import fc from "fast-check";
+import { afterEach, describe, expect, it } from "vitest";
+
+let dir: string | null = null;
+afterEach(() => {
+  if (dir) rmSync(dir, { recursive: true, force: true });
+  dir = null;
+});
+
+function fresh(): string {
+  dir = mkdtempSync(join(tmpdir(), "crw-journal-"));
+  return join(dir, "journal.jsonl");
+}
+
+const started = {
+  type: "started" as const,
+  backend: "session" as const,
+  role_pairs: {},
+  policy_digest: "sha256:x",
+  process: null,
+  pid: 1,
+  process_n: 1,
+};
+
+describe("the journal", () => {
+  it("has a version header and validated rows with seq and at", () => {
+    const path = fresh();
+    const w = JournalWriter.create(path, "r1");
+    w.append([started]);
+    w.append([{ type: "run_paused", reason: "usage_limit" }]);
+    w.close();
+    const read = readJournalFile(path);
+    expect(read.header).toMatchObject({ format: "crw-flow-journal", version: 1, run_id: "r1" });
+    expect(read.rows.map((r) => [r.type, r.seq])).toEqual([
+      ["started", 0],
+      ["run_paused", 1],
+    ]);
+    expect(read.torn).toBeNull();
+  });
+
+  it("counts one fsync per batch and refuses an invalid row before writing anything", () => {
+    const path = fresh();
+    const w = JournalWriter.create(path, "r1");
+    w.append([started, { type: "run_paused", reason: "x" }]);
+    expect(w.stats).toMatchObject({ batches: 1, rows: 2, fsyncs: 1 });
+    const before = readFileSync(path, "utf8");
+    expect(() => w.append([{ type: "run_paused" } as never])).toThrow();
+    expect(readFileSync(path, "utf8")).toBe(before);
+    w.close();
+  });
+
+  it("ignores and reports a torn last line; a writer that opens it cuts it off and appends after it", () => {
+    const path = fresh();
+    const w = JournalWriter.create(path, "r1");
+    w.append([started]);
+    w.close();
+    writeFileSync(path, `${readFileSync(path, "utf8")}{"seq":1,"at":"x","type":"run_pa`);
+    const read = readJournalFile(path);
+    expect(read.rows).toHaveLength(1);
+    expect(read.torn).toMatchObject({ bytes: 32 });
+    const { writer, read: r2 } = JournalWriter.open(path);
+    expect(r2.torn).not.toBeNull();
+    writer.append([{ type: "run_paused", reason: "y" }]);
+    writer.close();
+    expect(readJournalFile(path).rows.map((r) => r.type)).toEqual(["started", "run_paused"]);
+  });
+
+  it("treats a bad line in the middle as corruption naming the line, never skipping it", () => {
+    const path = fresh();
+    const w = JournalWriter.create(path, "r1");
+    w.append([started]);
+    w.append([{ type: "run_paused", reason: "y" }]);
+    w.close();
+    const lines = readFileSync(path, "utf8").split("\n");
+    lines[1] = '{"not":"a row"}';
+    writeFileSync(path, lines.join("\n"));
+    expect(() => readJournalFile(path)).toThrow(/line 2 is not a valid row/);
+    try {
+      readJournalFile(path);
+    } catch (e) {
+      expect((e as FlowError).code).toBe("journal_corrupt");
+    }
+  });
+
+  it("S000-006 S000-005: a started row without backend reads as an App Server run", () => {
+    const { backend: _b, ...legacy } = started;
+    const text = `${JSON.stringify({ format: "crw-flow-journal", version: 1, run_id: "r", created_at: "t" })}\n${JSON.stringify({ ...legacy, seq: 0, at: "t" })}\n`;
+    const read = parseJournal(text);
+    expect(startedBackend(read.rows)).toBe("app-server");
+    expect(startedBackend([{ ...started, seq: 0, at: "t" }])).toBe("session");
+    expect(startedBackend([])).toBeNull();
+  });
+
+  it("S000-175 S000-096: an older journal's role_store_changed row and a terminal row without token parts still read", () => {
+    const rows = [
+      { type: "role_store_changed", pinned_digest: "sha256:a", store_digest: "sha256:b" },
+      {
+        type: "completed",
+        call: "c.1",
+        op: "c.1",
+        k: 1,
+        attempt: 1,
+        result: {},
+        result_digest: "d",
+        raw_text: "{}",
+        extracted: false,
+        tokens: {},
+      },
+    ].map((r, i) => JSON.stringify({ ...r, seq: i, at: "t" }));
+    const text = `${JSON.stringify({ format: "crw-flow-journal", version: 1, run_id: "r", created_at: "t" })}\n${rows.join("\n")}\n`;
+    const read = parseJournal(text);
+    expect(read.rows.map((r) => r.type)).toEqual(["role_store_changed", "completed"]);
+    const completed = read.rows[1];
+    if (completed?.type !== "completed") throw new Error("row");
+    expect(completed.tokens.input ?? 0).toBe(0);
+  });
+
+  it("refuses a journal of a newer version", () => {
+    expect(() =>
+      parseJournal(
+        `${JSON.stringify({ format: "crw-flow-journal", version: 9, run_id: "r", created_at: "t" })}\n`,
+      ),
+    ).toThrow(/newer/);
+  });
+
+  it("property: any text appended after whole lines is either a torn tail or corruption, never a silent skip", () => {
+    const header = `${JSON.stringify({ format: "crw-flow-journal", version: 1, run_id: "r", created_at: "t" })}\n`;
+    const good = `${JSON.stringify({ ...started, seq: 0, at: "t" })}\n`;
+    fc.assert(
+      fc.property(fc.string({ maxLength: 200 }), fc.boolean(), (junk, newline) => {
+        const text = header + good + junk + (newline ? "\n" : "");
+        let read: ReturnType<typeof parseJournal> | null = null;
+        try {
+          read = parseJournal(text);
+        } catch (e) {
+          expect((e as FlowError).code).toBe("journal_corrupt");
+          return;
+        }
+        expect(read.rows.length).toBeGreaterThanOrEqual(1);
+        expect(read.rows[0]?.type).toBe("started");
+        if (!newline && junk.length > 0 && !junk.includes("\n")) expect(read.torn).not.toBeNull();
+      }),
+    );
+  });
+
+  it("parses fault points", () => {
+    expect(parseFaultPoint("after:step_published:2")).toEqual({ rowType: "step_published", n: 2 });
+    expect(parseFaultPoint("before:x:1")).toBeNull();
+    expect(parseFaultPoint(undefined)).toBeNull();
+  });
+});

@@ -1,0 +1,135 @@
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import {
+  buildPacket,
+  dirFrom,
+  markerInText,
+  overlayForPacket,
+  repositoryTools,
+  sendInputMessage,
+  spawnMessage,
+  unusable,
+} from "@crw/flow";
+import { describe, expect, it } from "vitest";
+
+const base = {
+  marker: "review.1/t1-a1",
+  role: "reviewer" as const,
+  workspace: "/ws/review.1",
+  overlay: "Review well.\n\n## Native spawn\nspawn helpers like this\n\n## Style\nBe short.",
+  tmpdir: null,
+  goRoot: null,
+  earlierAttempts: [],
+  task: "Judge the change.",
+  repair: null,
+  schema: { type: "object", required: ["ok"] },
+};
+
+describe("the spawn message and the packet", () => {
+  it("S000-035 S000-036 S000-037 S000-038: the spawn message is exactly the seed's short form", () => {
+    const m = spawnMessage("review.1/t1-a1", "reviewer", "/ws/review.1", "/s/packet-t1-a1.md");
+    expect(m).toBe(
+      [
+        "crw-flow-op: review.1/t1-a1",
+        "CRW-ROLE: reviewer",
+        "",
+        "Your shell starts in a directory that is NOT your workspace. Your workspace is /ws/review.1: run every command with workdir /ws/review.1 and edit only by absolute paths under /ws/review.1.",
+        "Read the task packet /s/packet-t1-a1.md in full and follow it exactly. You are a leaf subagent: never spawn agents.",
+        "Your final message is exactly the JSON object the packet names, and nothing else.",
+        "",
+      ].join("\n"),
+    );
+    expect(markerInText(m)).toBe("review.1/t1-a1");
+  });
+
+  it("S000-039: a send_input message is the marker line and the turn's input", () => {
+    expect(sendInputMessage("review.1/t2-a1", "fix it")).toBe("crw-flow-op: review.1/t2-a1\nfix it");
+  });
+
+  it("S000-040 S000-050: the packet is self-contained: workspace rules, no git writes, task, output contract with the schema", () => {
+    const p = buildPacket({ ...base, earlierAttempts: ["The previous attempt (1) was cut off."] });
+    expect(p).toContain("Work only under this absolute path");
+    expect(p).toContain("writes nothing: change nothing anywhere");
+    expect(p).toContain("Nobody runs git commit, git add, git branch, git reset or git checkout.");
+    const order = [
+      "## Where you work",
+      "## Role: reviewer",
+      "## Earlier attempts",
+      "## Task",
+      "## Output contract",
+    ].map((h) => p.indexOf(h));
+    expect(order.every((i, n) => i >= 0 && (n === 0 || i > (order[n - 1] as number)))).toBe(true);
+    expect(p).toContain('"required": [\n    "ok"\n  ]');
+  });
+
+  it("S000-049: the role's overlay goes in without its native-spawn section", () => {
+    expect(overlayForPacket(base.overlay)).toBe("Review well.\n\n## Style\nBe short.");
+    expect(buildPacket(base)).not.toContain("spawn helpers");
+  });
+
+  it("S000-041 S000-042 S000-043 S000-044 S000-045: TMPDIR is the first tool, first in the prefix and the entries; go follows", () => {
+    const tools = repositoryTools(
+      { dir: "/tmp/run", specPath: "/s/run.json" },
+      { dir: "/opt/go", source: "/repo/.crw/flow-roles.json" },
+    );
+    expect(tools?.prefix).toBe('TMPDIR=/tmp/run PATH=/opt/go/bin:"$PATH" GOROOT=/opt/go GOTOOLCHAIN=local');
+    expect(tools?.entries[0]).toEqual(["TMPDIR", "/tmp/run"]);
+    expect(tools?.facts[0]).toContain("/tmp/run");
+    expect(tools?.facts[0]).toContain("/s/run.json");
+    expect(tools?.facts[1]).toContain("/repo/.crw/flow-roles.json");
+    const p = buildPacket({
+      ...base,
+      tmpdir: { dir: "/tmp/run", specPath: "/s/run.json" },
+      goRoot: { dir: "/opt/go", source: "/r" },
+    });
+    expect(p).toContain("## Repository tools");
+    expect(p).toContain('TMPDIR=/tmp/run PATH=/opt/go/bin:"$PATH" GOROOT=/opt/go GOTOOLCHAIN=local');
+  });
+
+  it("S000-046 S000-047 S000-048: no go gives the TMPDIR tool alone; a spec without env gives no TMPDIR fact", () => {
+    expect(repositoryTools({ dir: "/tmp/run", specPath: "/s/run.json" }, null)?.prefix).toBe(
+      "TMPDIR=/tmp/run",
+    );
+    expect(repositoryTools(null, { dir: "/opt/go", source: "/r" })?.prefix).not.toContain("TMPDIR");
+    expect(repositoryTools(null, null)).toBeNull();
+    expect(buildPacket(base)).not.toContain("Repository tools");
+  });
+
+  it("S000-151: a repair packet names the task once, the answer repaired and the repair instruction", () => {
+    const p = buildPacket({
+      ...base,
+      repair: { answer: "not json", errors: ["the answer holds no valid JSON object"] },
+    });
+    expect(p.split("Judge the change.").length).toBe(2);
+    expect(p).toContain("not json");
+    expect(p).toContain("Answer again");
+  });
+});
+
+describe("tmploc", () => {
+  it("S000-184 S000-187: answers TMPDIR as written, or the platform default; says why a directory cannot be used", () => {
+    const d = mkdtempSync(join(tmpdir(), "crw-tmploc-"));
+    try {
+      expect(dirFrom({ TMPDIR: d })).toEqual({ ok: true, dir: d, defaulted: false });
+      expect(dirFrom({})).toMatchObject({ ok: true, defaulted: true });
+      expect(dirFrom({ TMPDIR: "rel/dir" })).toMatchObject({
+        ok: false,
+        reason: expect.stringContaining("not an absolute"),
+      });
+      expect(dirFrom({ TMPDIR: join(d, "missing") })).toMatchObject({
+        ok: false,
+        reason: expect.stringContaining("does not exist"),
+      });
+      writeFileSync(join(d, "f"), "");
+      expect(unusable(join(d, "f"))).toContain("not a directory");
+      if (process.getuid?.() !== 0) {
+        chmodSync(d, 0o500);
+        expect(unusable(d)).toContain("not writable");
+        chmodSync(d, 0o700);
+      }
+    } finally {
+      rmSync(d, { recursive: true, force: true });
+    }
+  });
+});
