@@ -226,7 +226,7 @@ describe("awaited publication with generations", () => {
     await afterTerminal.promise;
     const b = await w.engine(({ task }) => `resumed ${taskLine(task)}`);
     all.push(b.engine);
-    await b.engine.resume(ctx, started.workflowId);
+    await b.engine.resume({ ...ctx, toolCallId: "resume-call" }, started.workflowId);
     resumed.resolve();
     const old = await cancelled;
     expect(old.status).toBeNull(); // superseded: no completion from the old run

@@ -62,6 +62,7 @@ describe("explicit WorkflowResume", () => {
     const resumed = await engine.resume(
       {
         ...ctx,
+        toolCallId: "resume-call",
         currentAccess: async () => {
           accessCaptured++;
           return ctx.currentAccess();
@@ -95,6 +96,12 @@ describe("explicit WorkflowResume", () => {
     expect(workDirs.filter((d) => d === null)).toHaveLength(2); // ok and flaky kept their first placement
     const results = await summaries(db.pool, w.parentSessionId);
     expect(results.map((r) => r.outcome)).toEqual(["error", "ok"]);
+    // One summary per tool call: the resumed run's answers the WorkflowResume call.
+    const { rows: calls } = await db.pool.query(
+      "select tool_call_id from delegation_results where parent_session_id = $1::uuid order by queue_seq",
+      [w.parentSessionId],
+    );
+    expect(calls.map((r) => r.tool_call_id)).toEqual([ctx.toolCallId, "resume-call"]);
   });
 
   it("S004-326: S004-327: S004-316: S004-317: S004-325: an overlapping-only grant refuses the whole resume before any work, nothing changed", async () => {

@@ -437,6 +437,8 @@ export class WorkflowEngine {
     journal.origin = { access, cwd };
     journal.cancelRequested = false;
     journal.summaryResultId = randomUUID();
+    // The resumed run's summary answers this WorkflowResume call.
+    journal.summaryToolCallId = ctx.toolCallId;
     const retry: string[] = [];
     for (const id of journal.order) {
       const n = journal.nodes[id] as NodeState;

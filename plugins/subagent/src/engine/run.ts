@@ -508,6 +508,7 @@ export class WorkflowRun {
       resultId: j.summaryResultId,
       outcome: status === "completed" ? "ok" : "error",
       body: summary,
+      ...(j.summaryToolCallId ? { toolCallId: j.summaryToolCallId } : {}),
       keepJournal: status !== "completed",
     });
     if (!delivered) {

@@ -115,6 +115,8 @@ export const OrchestrationJournalSchema = z.strictObject({
   cancelRequested: z.boolean(),
   /** The whole-workflow summary's result id, fixed up front so its delivery is exactly once. */
   summaryResultId: uuid,
+  /** The tool call the summary answers when it is not the starting one (an explicit WorkflowResume's). */
+  summaryToolCallId: z.string().min(1).max(200).optional(),
 });
 export type OrchestrationJournal = z.infer<typeof OrchestrationJournalSchema>;
 

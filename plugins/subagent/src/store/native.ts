@@ -249,6 +249,8 @@ export class PgWorkflowStore {
     resultId: string;
     outcome: "ok" | "error";
     body: string;
+    /** The tool call the summary answers; the starting call when absent. */
+    toolCallId?: string;
     keepJournal?: boolean;
   }): Promise<boolean> {
     return tx(this.pool, async (c) => {
@@ -258,24 +260,35 @@ export class PgWorkflowStore {
       );
       const w = rows[0];
       if (!w || w.status === "running") return false;
-      await c.query(
+      const toolCallId = input.toolCallId ?? String(w.tool_call_id);
+      // One summary per tool call (the delegation core's constraint): a repeat adds nothing.
+      const inserted = await c.query<Row>(
         `insert into delegation_results (id, parent_session_id, principal_account_id, tool_call_id, kind, outcome,
                                          mode, body, byte_size)
          values ($1::uuid, $2::uuid, $3::uuid, $4, 'workflow_summary', $5, 'background', $6, $7)
-         on conflict (id) do nothing`,
+         on conflict do nothing returning id`,
         [
           input.resultId,
           w.parent_session_id,
           w.principal_account_id,
-          w.tool_call_id,
+          toolCallId,
           input.outcome,
           input.body,
           Buffer.byteLength(input.body),
         ],
       );
+      let resultId = input.resultId;
+      if (!inserted.rows[0]) {
+        const existing = await c.query<Row>(
+          `select id from delegation_results
+            where parent_session_id = $1::uuid and tool_call_id = $2 and kind = 'workflow_summary'`,
+          [w.parent_session_id, toolCallId],
+        );
+        if (existing.rows[0]) resultId = String(existing.rows[0].id);
+      }
       await c.query(
         "update workflows set summary_result_id = $2::uuid, updated_at = now() where id = $1::uuid",
-        [input.workflowId, input.resultId],
+        [input.workflowId, resultId],
       );
       if (!input.keepJournal)
         await c.query("delete from workflow_journals where workflow_id = $1::uuid", [input.workflowId]);
