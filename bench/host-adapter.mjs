@@ -8,7 +8,7 @@
 //   - readTokenCount on a large rollout file (the last token_count is found by reading backwards).
 // Prints one JSON object, then a one-line summary. Usage: node bench/host-adapter.mjs [warm-requests]
 import { spawn } from "node:child_process";
-import { appendFileSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { Socket } from "node:net";
 import { tmpdir } from "node:os";

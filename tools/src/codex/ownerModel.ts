@@ -27,7 +27,7 @@ export interface OwnerModelOptions {
 interface PendingStep {
   tool: string;
   arguments: Record<string, unknown>;
-  then: string | null;
+  after: string | null;
 }
 
 /** A step's host call as `crw flow next --json` prints it. */
@@ -35,7 +35,6 @@ interface HostCallOut {
   tool: string;
   arguments: Record<string, unknown>;
   after?: string;
-  then?: string;
 }
 
 export interface OwnerModelState {
@@ -179,18 +178,17 @@ export function ownerModel(options: OwnerModelOptions): {
         }>;
         for (const step of steps) {
           if (step.action === "close" && step.agent_id) {
-            queue.push({ tool: "close_agent", arguments: { target: step.agent_id }, then: null });
+            queue.push({ tool: "close_agent", arguments: { target: step.agent_id }, after: null });
           } else if (step.host_call) {
-            // The command to run after the host call: `after` (earlier builds named it `then`).
-            const then = step.host_call.after ?? step.host_call.then ?? null;
-            queue.push({ tool: step.host_call.tool, arguments: step.host_call.arguments, then });
+            const after = step.host_call.after ?? null;
+            queue.push({ tool: step.host_call.tool, arguments: step.host_call.arguments, after });
           }
         }
         return takeQueue(request);
       }
       case "host_call": {
         const step = done.step as PendingStep;
-        if (!step.then) return takeQueue(request);
+        if (!step.after) return takeQueue(request);
         let agent = typeof step.arguments.target === "string" ? step.arguments.target : "";
         if (step.tool === "spawn_agent") {
           const spawned = commandJson(last.output) as { agent_id?: string } | null;
@@ -201,7 +199,7 @@ export function ownerModel(options: OwnerModelOptions): {
           }
           agent = spawned.agent_id;
         }
-        return exec(`${step.then.replace("<agent_id from spawn_agent>", agent)} --wait 30`, "dispatched");
+        return exec(`${step.after.replace("<agent_id from spawn_agent>", agent)} --wait 30`, "dispatched");
       }
       case "dispatched": {
         const reply = commandJson(last.output);
