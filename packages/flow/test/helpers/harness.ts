@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
@@ -8,12 +8,17 @@ import {
   type FlowEvent,
   type FlowRunOutcome,
   type JournalRow,
+  listStepFiles,
   type RunPaths,
   type RunSpec,
   readJournalFile,
+  readReply,
+  reportName,
   runPaths,
   SPEC_FORMAT,
+  type StepFile,
   type Workflow,
+  writeReport,
   writeSpec,
 } from "@crw/flow";
 import { FakeAppServer } from "@crw/tools/codex";
@@ -36,16 +41,36 @@ export interface InProcessRun {
     ownerKit: ScriptedOwner;
     events: FlowEvent[];
   }>;
+  /** Starts the run with no owner: the test plays the owner by hand. */
+  background(workflow: Workflow): { done: Promise<FlowRunOutcome>; events: FlowEvent[] };
+  /** Waits for the step files of the run (close files excluded). */
+  steps(count?: number): Promise<StepFile[]>;
+  report(
+    step: { call: string; k: number; attempt: number },
+    agentId: string,
+    runId?: string,
+  ): Promise<string>;
   close(): Promise<void>;
 }
 
 export async function inProcessRun(
-  options: { runId?: string; pollMs?: number; lostAfterMs?: number; input?: unknown; pool?: number } = {},
+  options: {
+    runId?: string;
+    pollMs?: number;
+    lostAfterMs?: number;
+    input?: unknown;
+    pool?: number;
+    roles?: unknown;
+  } = {},
 ): Promise<InProcessRun> {
   const root = mkdtempSync(join(tmpdir(), "crw-flow-test-"));
   const state = join(root, "state");
   const repo = join(root, "repo");
   mkdirSync(repo, { recursive: true });
+  if (options.roles) {
+    mkdirSync(join(repo, ".crw"), { recursive: true });
+    writeFileSync(join(repo, ".crw", "flow-roles.json"), JSON.stringify({ roles: options.roles }));
+  }
   const fake = await FakeAppServer.start();
   const owner = fake.createOwnerThread({ cwd: repo });
   fake.startOwnerTurn(owner);
@@ -100,6 +125,47 @@ export async function inProcessRun(
         return { outcome, ownerKit, events };
       } finally {
         await ownerKit.stop();
+      }
+    },
+    background(workflow) {
+      const events: FlowEvent[] = [];
+      const done = executeRun({
+        paths,
+        spec,
+        host,
+        processToken: null,
+        workflow,
+        onEvent: (e) => events.push(e),
+      });
+      return { done, events };
+    },
+    async steps(count = 1) {
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        const listed = listStepFiles(paths.steps).steps;
+        if (listed.length >= count) return listed;
+        if (Date.now() > deadline) throw new Error(`no ${count} step(s) in time`);
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    },
+    async report(step, agentId, otherRun) {
+      const name = reportName(step.call, step.k, step.attempt, agentId);
+      rmSync(join(paths.replies, name), { force: true });
+      writeReport(paths.inbox, {
+        format: "crw-flow-dispatch/1",
+        run_id: otherRun ?? runId,
+        call: step.call,
+        k: step.k,
+        attempt: step.attempt,
+        agent_id: agentId,
+        at: new Date().toISOString(),
+      });
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        const reply = readReply(paths.replies, name);
+        if (reply) return reply.reply;
+        if (Date.now() > deadline) return "queued";
+        await new Promise((r) => setTimeout(r, 10));
       }
     },
     async close() {
