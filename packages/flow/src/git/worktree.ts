@@ -1,0 +1,58 @@
+import { existsSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { GitWorkspaceError, git, gitRun } from "./exec.js";
+
+/**
+ * Executor workspaces: one git worktree per allocation, made at the allocation's start commit (detached:
+ * the run moves no branch of the user's), found again by a resumed run (restored, not made twice), and
+ * removed when the allocation is retired.
+ */
+export function worktreePath(workspacesDir: string, node: string, allocation: string): string {
+  const safe = (s: string) => s.replace(/[^A-Za-z0-9._-]/g, "_");
+  return join(workspacesDir, `${safe(node)}-${safe(allocation)}`);
+}
+
+export async function headOf(dir: string): Promise<string> {
+  return git(dir, ["rev-parse", "--verify", "HEAD^{commit}"]);
+}
+
+/** The repository's common git directory, absolute: the same for a repository and its worktrees. */
+export async function commonDir(dir: string): Promise<string> {
+  return resolve(dir, await git(dir, ["rev-parse", "--git-common-dir"]));
+}
+
+export interface WorktreeAllocation {
+  path: string;
+  /** false when the worktree already existed (a resumed run restores it). */
+  created: boolean;
+  head: string;
+}
+
+export async function ensureWorktree(options: {
+  repo: string;
+  path: string;
+  commit: string;
+}): Promise<WorktreeAllocation> {
+  const start = await git(options.repo, ["rev-parse", "--verify", `${options.commit}^{commit}`]);
+  if (existsSync(options.path)) {
+    const inside = await gitRun(options.path, ["rev-parse", "--show-toplevel"]);
+    if (inside.code === 0 && resolve(inside.stdout.trim()) === resolve(options.path)) {
+      if ((await commonDir(options.path)) === (await commonDir(options.repo)))
+        return { path: options.path, created: false, head: await headOf(options.path) };
+    }
+    throw new GitWorkspaceError(
+      "not_a_checkout",
+      `${options.path} exists and is no worktree of ${options.repo}`,
+    );
+  }
+  await git(options.repo, ["worktree", "add", "--detach", options.path, start]);
+  return { path: options.path, created: true, head: start };
+}
+
+export async function removeWorktree(options: { repo: string; path: string }): Promise<void> {
+  if (!existsSync(options.path)) {
+    await git(options.repo, ["worktree", "prune"]);
+    return;
+  }
+  await git(options.repo, ["worktree", "remove", "--force", options.path]);
+}

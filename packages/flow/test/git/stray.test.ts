@@ -1,0 +1,192 @@
+import { rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import {
+  commitPendingTree,
+  compareHead,
+  ensureWorktree,
+  expectedHead,
+  keepStray,
+  pendingTree,
+  recordExecutorHead,
+  removeWorktree,
+  strayHeadForTree,
+  strayRef,
+  worktreePath,
+} from "../../src/git/index.js";
+import { tempRepo } from "./repo.js";
+
+let t: ReturnType<typeof tempRepo>;
+beforeEach(() => {
+  t = tempRepo();
+});
+afterEach(() => rmSync(t.root, { recursive: true, force: true }));
+
+/** A subagent committing in its worktree, as it should not. */
+function subagentCommits(dir: string, file: string, text: string): string {
+  writeFileSync(join(dir, file), text);
+  t.sh(dir, "add", "-A");
+  t.sh(dir, "commit", "-q", "-m", `subagent: ${file}`);
+  return t.sh(dir, "rev-parse", "HEAD");
+}
+
+describe("executor worktrees", () => {
+  it("a worktree per allocation, made at the allocation's start and restored, not made twice", async () => {
+    const path = worktreePath(join(t.root, "workspaces"), "build node", "alloc-1");
+    expect(path).toMatch(/build_node-alloc-1$/);
+    const made = await ensureWorktree({ repo: t.repo, path, commit: t.start });
+    expect(made).toEqual({ path, created: true, head: t.start });
+    writeFileSync(join(path, "b.txt"), "pending\n");
+    const again = await ensureWorktree({ repo: t.repo, path, commit: t.start });
+    expect(again).toMatchObject({ created: false, head: t.start });
+    // detached: no branch of the user's moved
+    expect(t.sh(path, "rev-parse", "--abbrev-ref", "HEAD")).toBe("HEAD");
+    expect(t.sh(t.repo, "rev-parse", "main")).toBe(t.start);
+    await removeWorktree({ repo: t.repo, path });
+    expect(t.sh(t.repo, "worktree", "list")).not.toContain("alloc-1");
+  }, 30_000);
+
+  it("S000-118: HEAD is compared with the expected commit: the last crw.commit after the allocation, else its start", async () => {
+    expect(expectedHead(t.start, [])).toBe(t.start);
+    expect(expectedHead(t.start, ["c1", "c2"])).toBe("c2");
+    const path = join(t.root, "w1");
+    await ensureWorktree({ repo: t.repo, path, commit: t.start });
+    expect(await compareHead(path, t.start)).toEqual({ moved: false, head: t.start });
+    const head = subagentCommits(path, "x.txt", "x\n");
+    expect(await compareHead(path, t.start)).toEqual({ moved: true, start: t.start, head });
+  }, 30_000);
+});
+
+describe("stray refs", () => {
+  it("S000-119/S000-122: a moved HEAD is kept on refs/crw/flow/<run>/stray/<node>/a<attempt>-<call>, one per call, with executor_head_moved's data", async () => {
+    const path = join(t.root, "w1");
+    await ensureWorktree({ repo: t.repo, path, commit: t.start });
+    const head1 = subagentCommits(path, "x.txt", "build\n");
+    const build = await recordExecutorHead({
+      repo: t.repo,
+      worktree: path,
+      expected: t.start,
+      run: "run-1",
+      node: "impl",
+      attempt: 1,
+      call: "build",
+    });
+    expect(build.moved).toEqual({
+      start: t.start,
+      head: head1,
+      ref: "refs/crw/flow/run-1/stray/impl/a1-build",
+    });
+    expect(build.kept).toMatchObject({ kept: true, how: "created" });
+    // the fix round of the same allocation keeps its own ref
+    const head2 = subagentCommits(path, "y.txt", "fix\n");
+    const fix = await recordExecutorHead({
+      repo: t.repo,
+      worktree: path,
+      expected: t.start,
+      run: "run-1",
+      node: "impl",
+      attempt: 1,
+      call: "fix-1",
+    });
+    expect(fix.moved?.ref).toBe(strayRef("run-1", "impl", 1, "fix-1"));
+    expect(t.sh(t.repo, "rev-parse", strayRef("run-1", "impl", 1, "build"))).toBe(head1);
+    expect(t.sh(t.repo, "rev-parse", strayRef("run-1", "impl", 1, "fix-1"))).toBe(head2);
+    // a HEAD that did not move records nothing
+    const still = await recordExecutorHead({
+      repo: t.repo,
+      worktree: path,
+      expected: head2,
+      run: "run-1",
+      node: "impl",
+      attempt: 1,
+      call: "fix-2",
+    });
+    expect(still).toEqual({ moved: null, kept: null });
+  }, 30_000);
+
+  it("S000-120: the stray ref is created by a compare-and-swap against no ref", async () => {
+    const ref = strayRef("run-1", "impl", 1, "build");
+    const path = join(t.root, "w1");
+    await ensureWorktree({ repo: t.repo, path, commit: t.start });
+    const head = subagentCommits(path, "x.txt", "x\n");
+    // two writers racing to create: one creates, the other finds it and answers unchanged
+    const both = await Promise.all([
+      keepStray({ repo: t.repo, ref, head }),
+      keepStray({ repo: t.repo, ref, head }),
+    ]);
+    expect(both.map((k) => (k.kept ? k.how : k.reason)).sort()).toEqual(["created", "unchanged"]);
+    const log = t.sh(t.repo, "reflog", "show", "--format=%H", ref);
+    expect(log.split("\n")).toHaveLength(1);
+    await expect(
+      keepStray({ repo: t.repo, ref: "refs/crw/flow/run 1/stray/x/a1-y", head }),
+    ).rejects.toMatchObject({
+      code: "ref_invalid",
+    });
+  }, 30_000);
+
+  it("S000-121: the stray ref moves only by a fast-forward to a descendant, with the held commit as the old value", async () => {
+    const ref = strayRef("run-1", "impl", 1, "build");
+    const path = join(t.root, "w1");
+    await ensureWorktree({ repo: t.repo, path, commit: t.start });
+    const first = subagentCommits(path, "x.txt", "1\n");
+    expect(await keepStray({ repo: t.repo, ref, head: first })).toMatchObject({ kept: true, how: "created" });
+    const later = subagentCommits(path, "x.txt", "2\n");
+    expect(await keepStray({ repo: t.repo, ref, head: later })).toMatchObject({
+      kept: true,
+      how: "fast_forward",
+      old: first,
+    });
+    // a commit that is no descendant (the subagent reset and committed elsewhere) does not move it
+    t.sh(path, "checkout", "-q", "--detach", t.start);
+    const sideways = subagentCommits(path, "z.txt", "z\n");
+    expect(await keepStray({ repo: t.repo, ref, head: sideways })).toEqual({
+      kept: false,
+      reason: "not_fast_forward",
+      ref,
+      head: sideways,
+      current: later,
+    });
+    expect(t.sh(t.repo, "rev-parse", ref)).toBe(later);
+  }, 30_000);
+
+  it("S000-123/S000-124: crw.commit commits the pending tree on start with the observed HEAD as the old value; the proof finds the stray HEAD of that tree", async () => {
+    const path = join(t.root, "w1");
+    await ensureWorktree({ repo: t.repo, path, commit: t.start });
+    const stray = subagentCommits(path, "x.txt", "work\n");
+    const tree = await pendingTree(path);
+    // a stale observed HEAD is refused: HEAD moved since it was read
+    await expect(
+      commitPendingTree({
+        worktree: path,
+        start: t.start,
+        observedHead: t.start,
+        message: "crw.commit impl",
+      }),
+    ).rejects.toMatchObject({ code: "head_moved" });
+    expect(t.sh(path, "rev-parse", "HEAD")).toBe(stray);
+    const done = await commitPendingTree({
+      worktree: path,
+      start: t.start,
+      observedHead: stray,
+      message: "crw.commit impl",
+    });
+    expect(done.tree).toBe(tree);
+    expect(t.sh(path, "rev-parse", "HEAD")).toBe(done.commit);
+    expect(t.sh(path, "rev-parse", "HEAD^")).toBe(t.start); // on start, not on the stray commit
+    expect(t.sh(path, "log", "-1", "--format=%an %s")).toBe("crw flow crw.commit impl");
+    expect(t.sh(path, "status", "--porcelain")).toBe("");
+    expect(await strayHeadForTree(t.repo, [t.start, stray], done.tree)).toBe(stray);
+    expect(await strayHeadForTree(t.repo, [t.start], done.tree)).toBeNull();
+  }, 30_000);
+
+  it("the pending tree holds untracked and deleted files without touching the worktree's index", async () => {
+    const path = join(t.root, "w1");
+    await ensureWorktree({ repo: t.repo, path, commit: t.start });
+    writeFileSync(join(path, "new.txt"), "n\n");
+    rmSync(join(path, "a.txt"));
+    const before = t.sh(path, "status", "--porcelain");
+    const tree = await pendingTree(path);
+    expect(t.sh(path, "ls-tree", "--name-only", tree)).toBe("new.txt");
+    expect(t.sh(path, "status", "--porcelain")).toBe(before);
+  }, 30_000);
+});
