@@ -25,10 +25,23 @@ export default defineConfig([
     // of exactly what it runs, and it never depends on another package's build state.
     entry: ["src/runner.ts"],
     noExternal: [/^@crw\//],
-    // Every npm dependency of those packages stays an import, resolved from node_modules at run time.
-    external: [/^(?!@crw\/)[^./]/],
     esbuildOptions(options) {
       options.conditions = ["@crw/source", "node", "import", "default"];
     },
+    esbuildPlugins: [
+      {
+        // Every npm dependency of those packages stays an import resolved from node_modules at run time,
+        // marked free of side effects so an import the runner never uses (the db package's migration
+        // runner) is dropped instead of being loaded at every boot.
+        name: "external-npm-without-side-effects",
+        setup(build) {
+          build.onResolve({ filter: /^[^./]/ }, (args) =>
+            args.path.startsWith("@crw/") || args.path.startsWith("node:")
+              ? undefined
+              : { path: args.path, external: true, sideEffects: false },
+          );
+        },
+      },
+    ],
   },
 ]);

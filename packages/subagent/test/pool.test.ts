@@ -148,7 +148,7 @@ describe("routing and release", () => {
     expect(pool.routeOf("r1")).toBeUndefined();
   });
 
-  it("S004-523: a runner killed mid-turn fails that turn at once and the pool never replays it", async () => {
+  it("S004-523: S004-477: a runner killed mid-turn fails that turn at once; the next runner never replays it", async () => {
     const effects = await effectsFile();
     const { pool, events } = makePool();
     const doomed = pool

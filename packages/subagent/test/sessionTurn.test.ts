@@ -1,6 +1,8 @@
 import { randomUUID } from "node:crypto";
 import {
+  captureDelegatedExecutionScope,
   createScriptedTurnRunner,
+  parseDelegatedExecutionScope,
   type SessionTurnRunner,
   scriptTask,
   type TurnHost,
@@ -60,7 +62,10 @@ function request(task: string, tools: TurnTool[], signal = new AbortController()
     systemPrompt: "You are a worker.",
     context: [{ role: "user", content: task }],
     tools,
-    scope: null,
+    // A delegated child's turn: it carries its durable scope (root sessions stay in the daemon).
+    scope: parseDelegatedExecutionScope(
+      captureDelegatedExecutionScope({ accountId: "acct-1", target: { kind: "host", ref: null } }),
+    ),
     readOnly: false,
     workDir: null,
     signal,
@@ -93,6 +98,20 @@ describe("the delegation core's session turn in a runner (brain's seam, unchange
     // The host tool ran in the daemon; the model loop ran in the runner.
     expect(remote.toolPids).toEqual([process.pid]);
     expect(events.filter((e) => e.type === "turn_dispatched")).toHaveLength(1);
+  });
+
+  it("a root session's turn (no durable scope) always runs in the daemon", async () => {
+    const { pool, events } = makePool();
+    const local = seam();
+    const dispatch = new SubagentSessionDispatch({
+      pool,
+      inProcess: createScriptedTurnRunner(),
+      runnerKind: "scripted",
+    });
+    expect(await dispatch.runTurn({ ...request(task, [local.echo()]), scope: null }, local.host)).toEqual({
+      stopReason: "stop",
+    });
+    expect(events).toEqual([]);
   });
 
   it("S004-441: with runners off the same seam runs the turn in the daemon, without a fork", async () => {

@@ -123,6 +123,31 @@ describe("startup episode (real forks, controllable clock in the pool only)", ()
   });
 });
 
+describe("boot deadline inside the episode", () => {
+  it("S004-468: a boot timeout is one attempt of the episode, not a budget of its own", async () => {
+    const clock = new ManualClock();
+    const source = new MemoryRetryPolicySource({
+      revision: 1,
+      maxRetries: 1,
+      initialDelayMs: 50,
+      multiplier: 2,
+    });
+    const { pool, events } = makePool({
+      clock,
+      bootTimeoutMs: 400,
+      env: { CRW_RUNNER_FAULT: "hang-before-hello" },
+      retryPolicySource: () => source,
+    });
+    const result = pool.runTurn(turn()).catch((e: unknown) => e);
+    await driveEpisode(clock, 1);
+    expect(await result).toMatchObject({ category: "boot_timeout" });
+    expect(
+      events.filter((e) => e.type === "startup_failed").map((e) => e.type === "startup_failed" && e.category),
+    ).toEqual(["boot_timeout", "boot_timeout"]);
+    expect(clock.requested).toEqual([50]);
+  });
+});
+
 describe("build mismatch latch and restart-required alert", () => {
   it("S004-522: a build mismatch latches and blocks further forks; S004-164: the alert sink is invoked once", async () => {
     const alerts: RestartRequiredAlert[] = [];
@@ -191,7 +216,7 @@ describe("build mismatch latch and restart-required alert", () => {
 });
 
 describe("build identity across an episode", () => {
-  it("S004-466: the episode captures the build identity once: a runner file replaced mid-episode is refused as skew", async () => {
+  it("S004-466: S004-471: the episode captures the build identity once: a runner file replaced mid-episode is refused as skew", async () => {
     const { copyFile, mkdir, rm, writeFile } = await import("node:fs/promises");
     const { join, dirname } = await import("node:path");
     const { RUNNER_ENTRY } = await import("./support/runners.js");

@@ -134,7 +134,7 @@ describe("test:e2e:subagent", () => {
     const gate = new Promise<void>((r) => {
       openGate = r;
     });
-    const { service, repo, pool } = assemble({ maxRunners: 1, turnsPerRunner: 1 }, (session) => [
+    const { service, repo, pool } = assemble({ maxRunners: 1, turnsPerRunner: 1 }, () => [
       {
         name: "Gate",
         description: "holds the parent's turn (and so the only runner slot) until the test opens it",
