@@ -510,8 +510,10 @@ async function harvest(
       const again = await rc.host.readThread(thread.thread_id);
       if (!again.ok && again.reason === "unreachable") return;
       const t2 = again.ok ? (again.value.turns.find((x) => x.id === turn.turn_id) ?? null) : null;
-      if (t2?.status === "completed" || t2?.status === "inProgress") return;
       const status2 = again.ok ? again.value.status.type : "unknown";
+      const stillBad = status2 === "notLoaded" || status2 === "systemError" || status2 === "unknown";
+      if (t2?.status === "completed" || (t2?.error ?? null) !== null) return; // harvested next round
+      if (!stillBad && t2?.status === "inProgress") return; // it came back: wait for it
       await loseAttempt(
         rc,
         call,
@@ -702,7 +704,8 @@ async function stopCall(
   if (pos.kind === "terminal") return;
   if (pos.kind === "publish") {
     const rows = rc.rowsOf(call);
-    if (rows[rows.length - 1]?.type !== "held") hold(rc, call, null, reason);
+    const last = rows.findLast((r) => r.type !== "run_paused");
+    if (last?.type !== "held") hold(rc, call, null, reason);
     return;
   }
   const step = pos.step;

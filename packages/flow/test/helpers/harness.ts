@@ -27,6 +27,7 @@ import { type Behave, fileStepSource, ScriptedOwner } from "@crw/tools/flow";
 /** A run of a workflow in this process against the fake app-server (real JSON-RPC over ws). */
 export interface InProcessRun {
   fake: FakeAppServer;
+  host: ReturnType<typeof createAppServerHost>;
   owner: string;
   paths: RunPaths;
   spec: RunSpec;
@@ -97,6 +98,7 @@ export async function inProcessRun(
   const host = createAppServerHost({ transport: fake.url });
   return {
     fake,
+    host,
     owner,
     paths,
     spec,
