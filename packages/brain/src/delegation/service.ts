@@ -510,7 +510,14 @@ export class DelegationService {
       return this.#settle(run, "error", reason, drained.kind === "failed" ? "child_failed" : "aborted");
     }
     const reply = await lastSettledAssistantText(this.repo, child.id, run.principalAccountId);
-    return this.#settle(run, "ok", reply ?? "(the child gave no answer)");
+    const resultId = await this.#settle(run, "ok", reply ?? "(the child gave no answer)");
+    // A follow-up that raced the settlement would otherwise wait for a call that is gone: it gets its notice.
+    await this.repo.dropSteers(
+      child.id,
+      run.principalAccountId,
+      "the call settled before this follow-up was taken",
+    );
+    return resultId;
   }
 
   /**
@@ -565,19 +572,21 @@ export class DelegationService {
     let last: PendingResultDrainOutcome = { kind: "idle" };
     for (let turns = 0; turns < bound; ) {
       if (signal?.aborted) return { kind: "aborted" };
-      const steers = await this.repo.pendingSteers(child.id, run.principalAccountId);
-      const queued = await this.repo.queuedResultIds(child.id, run.principalAccountId);
-      if (steers.length > 0 || queued.length > 0) {
-        faultPoint("drain.during");
-        last = await this.drainPendingResults(child, scope, progress, signal);
-        if (last.kind === "failed" || last.kind === "aborted") return last;
-        turns++;
+      // Live helpers first: a helper's result and its terminal status commit together, so once none is
+      // open, every helper result is already in the inbox and the reads below cannot miss one.
+      const live = await this.repo.openChildRuns(child.id, run.principalAccountId);
+      if (live.length > 0) {
+        // Their settlement wakes this waiter; the bound re-reads rows a wake-up could miss.
+        await this.notifier.wait(child.id, this.#options.helperWaitMs ?? 1000);
         continue;
       }
-      const live = await this.repo.openChildRuns(child.id, run.principalAccountId);
-      if (live.length === 0) return last;
-      // Live helpers: their settlement wakes this waiter; the bound re-reads rows a wake-up could miss.
-      await this.notifier.wait(child.id, this.#options.helperWaitMs ?? 1000);
+      const steers = await this.repo.pendingSteers(child.id, run.principalAccountId);
+      const queued = await this.repo.queuedResultIds(child.id, run.principalAccountId);
+      if (steers.length === 0 && queued.length === 0) return last;
+      faultPoint("drain.during");
+      last = await this.drainPendingResults(child, scope, progress, signal);
+      if (last.kind === "failed" || last.kind === "aborted") return last;
+      turns++;
     }
     return {
       kind: "failed",
