@@ -1,6 +1,13 @@
 export { buildIdentityOf } from "./buildIdentity.js";
 export type { ChildTurnContext, ChildTurnExecutor } from "./childTurn.js";
 export { type Clock, ManualClock, systemClock } from "./clock.js";
+export {
+  createSubagentRuntime,
+  parseSubagentConfig,
+  type SubagentConfig,
+  type SubagentRuntimeDeps,
+  subagentConfigSchema,
+} from "./config.js";
 export { killContainedProcesses, ProcessContainment } from "./containment.js";
 export {
   type Placement,

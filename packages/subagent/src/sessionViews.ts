@@ -1,5 +1,8 @@
 import type { DelegatedTurnRequest, HistoryEntry, TapEvent, TapSnapshot } from "./protocol/turn.js";
 
+/** Entries a runner keeps per session for views. */
+export const HISTORY_WINDOW = 1_000;
+
 interface SessionView {
   model: string | null;
   history: HistoryEntry[];
@@ -98,5 +101,7 @@ export class SessionViews {
   #append(view: SessionView, role: HistoryEntry["role"], text: string): void {
     view.seq += 1;
     view.history.push({ id: `h${view.seq}`, role, text });
+    // A view's memory is bounded: the durable history is the journal, this is only its recent window.
+    if (view.history.length > HISTORY_WINDOW) view.history.splice(0, view.history.length - HISTORY_WINDOW);
   }
 }

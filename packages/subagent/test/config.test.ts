@@ -1,0 +1,81 @@
+import { randomUUID } from "node:crypto";
+import {
+  captureDelegatedExecutionScope,
+  createScriptedTurnRunner,
+  parseDelegatedExecutionScope,
+  type TurnHost,
+  type TurnRequest,
+} from "@crw/brain";
+import {
+  createSubagentRuntime,
+  MemoryRetryPolicySource,
+  type PoolEvent,
+  parseSubagentConfig,
+  type SubagentConfig,
+} from "@crw/subagent";
+import { afterEach, describe, expect, it } from "vitest";
+
+const closers: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  await Promise.all(closers.splice(0).map((c) => c()));
+});
+
+const host: TurnHost = {
+  record: async () => {},
+  beforeToolCall: async () => {},
+  drainSteering: async () => [],
+  progress: () => {},
+};
+const childTurn = (): TurnRequest => ({
+  sessionId: randomUUID(),
+  principalAccountId: "acct",
+  model: "scripted",
+  systemPrompt: "worker",
+  context: [{ role: "user", content: "task" }],
+  tools: [],
+  scope: parseDelegatedExecutionScope(
+    captureDelegatedExecutionScope({ accountId: "acct", target: { kind: "host", ref: null } }),
+  ),
+  readOnly: false,
+  workDir: null,
+  signal: new AbortController().signal,
+});
+
+describe("runtime configuration", () => {
+  it("S004-440: runtime.subagentRunnerEnabled is true by default", () => {
+    const config = parseSubagentConfig({});
+    expect(config.subagentRunnerEnabled).toBe(true);
+    expect(config).toMatchObject({
+      maxRunners: 2,
+      turnsPerRunner: 4,
+      bootTimeoutMs: 60_000,
+      runnerKind: "agent",
+    });
+    expect(() => parseSubagentConfig({ subagentRunnerEnabled: "yes" })).toThrow();
+    expect(() => parseSubagentConfig({ bootTimeoutMs: 120_000 })).toThrow();
+    expect(() => parseSubagentConfig({ unknownSwitch: true })).toThrow();
+  });
+
+  it("S004-441: flipping the setting at run time moves the next turn between runner and daemon, no redeploy", async () => {
+    let config: SubagentConfig = parseSubagentConfig({ runnerKind: "scripted", maxRunners: 1 });
+    const events: PoolEvent[] = [];
+    const { pool, dispatch } = createSubagentRuntime({
+      config: () => config,
+      retryPolicySource: () =>
+        new MemoryRetryPolicySource({ revision: 1, maxRetries: 0, initialDelayMs: 0, multiplier: 1 }),
+      inProcess: createScriptedTurnRunner(),
+      onEvent: (e) => events.push(e),
+    });
+    closers.push(() => pool.close());
+    expect(await dispatch.runTurn(childTurn(), host)).toEqual({ stopReason: "stop" });
+    expect(events.filter((e) => e.type === "turn_dispatched")).toHaveLength(1);
+    config = { ...config, subagentRunnerEnabled: false };
+    expect(dispatch.placement()).toBe("in-process");
+    expect(await dispatch.runTurn(childTurn(), host)).toEqual({ stopReason: "stop" });
+    expect(events.filter((e) => e.type === "turn_dispatched")).toHaveLength(1);
+    expect(pool.health()).toMatchObject({ mode: "in-process", operatorDisabled: true });
+    config = { ...config, subagentRunnerEnabled: true };
+    await dispatch.runTurn(childTurn(), host);
+    expect(events.filter((e) => e.type === "turn_dispatched")).toHaveLength(2);
+  });
+});
