@@ -9,6 +9,7 @@ export {
   installHook,
   withTrustedHash,
 } from "./install.js";
+export { type CollabSpawnItem, type OpSpawn, spawnsOfOp } from "./join.js";
 export { appendLedger, type LedgerLine, ledgerFile, ledgerLine, readLedger } from "./ledger.js";
 export {
   type BoundLine,
@@ -26,6 +27,13 @@ export {
   validateLine,
 } from "./line.js";
 export { withDirLock } from "./lock.js";
+export {
+  bindRunOwner,
+  closeRunOwner,
+  type OwnerLineWarningKind,
+  ownerLineWarning,
+  type RunOwner,
+} from "./run.js";
 export {
   agentTypeRole,
   decideSpawn,

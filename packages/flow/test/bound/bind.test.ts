@@ -212,3 +212,42 @@ describe("two near-simultaneous starts of one thread (real processes)", () => {
     }
   }, 60_000);
 });
+
+describe("the engine's calls", () => {
+  it("bindRunOwner takes a role table's pairs; ownerLineWarning reads the line and writes nothing", async () => {
+    const { bindRunOwner, closeRunOwner, ownerLineWarning } = await import("../../src/bound/index.js");
+    const run = { state, owner, runId: "r1" };
+    expect(ownerLineWarning({ ...run, policyDigest: "p1" })).toMatchObject({ warning: "owner_line_missing" });
+    holdLock("r1", "runLock");
+    const bound = bindRunOwner({
+      ...run,
+      policyDigest: "p1",
+      rolePairs: { executor: { model: "m", effort: null }, critic: { model: null, effort: null } },
+    });
+    expect(bound).toMatchObject({ bound: true, warning: null });
+    expect(readBinding(state, owner).line?.helperPairs).toMatchObject({
+      executor: { model: "m" },
+      critic: {},
+    });
+    expect(ownerLineWarning({ ...run, policyDigest: "p1" })).toBeNull();
+    expect(ownerLineWarning({ ...run, policyDigest: "p2" })).toMatchObject({
+      warning: "owner_line_other_digest",
+    });
+    expect(ownerLineWarning({ ...run, runId: "r2", policyDigest: "p1" })).toMatchObject({
+      warning: "owner_line_other_run",
+    });
+    const before = readFileSync(bindingFile(state, owner), "utf8");
+    ownerLineWarning({ ...run, policyDigest: "p2" });
+    expect(readFileSync(bindingFile(state, owner), "utf8")).toBe(before);
+    expect(
+      bindRunOwner({
+        ...run,
+        runId: "r9",
+        policyDigest: "x",
+        rolePairs: { explorer: { model: null, effort: "high" } },
+      }),
+    ).toMatchObject({ bound: false, warning: expect.stringMatching(/effort without a model/) });
+    expect(closeRunOwner(run)).toMatchObject({ closed: true });
+    expect(ownerLineWarning({ ...run, policyDigest: "p1" })).toMatchObject({ warning: "owner_line_missing" });
+  });
+});

@@ -13,7 +13,7 @@ import {
   writeCodexHome,
 } from "@crw/tools/codex";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { bindOrchestrator, helperPairsFrom, readLedger } from "../../src/bound/index.js";
+import { bindOrchestrator, helperPairsFrom, readLedger, spawnsOfOp } from "../../src/bound/index.js";
 import { runPaths } from "../../src/run/paths.js";
 import { crwBin, ensureBuilt } from "../helpers/cli.js";
 
@@ -60,7 +60,7 @@ function ownerStep(r: ModelRequest) {
   }
   if (outs.length === 2) {
     outputs.fork = outs[1]?.output ?? "";
-    const id = (JSON.parse(outputs.review) as { agent_id: string }).agent_id;
+    const id = (JSON.parse(outputs.review ?? "{}") as { agent_id: string }).agent_id;
     return {
       items: [
         {
@@ -235,6 +235,17 @@ describe("the spawn hook in the real codex", () => {
       applied: { model: "mock-reviewer", effort: "high" },
       warnings: ["role_agent_type_mismatch"],
     });
+  });
+
+  it("the ledger's op joins the owner turn's collabAgentToolCall spawn item: the step's subagent after a restart", async () => {
+    const agentId = (JSON.parse(outputs.review ?? "{}") as { agent_id?: string }).agent_id;
+    const owner = await codex.client.request<{
+      thread: { turns: Array<{ items: Array<Record<string, unknown>> }> };
+    }>("thread/read", { threadId: ownerId, includeTurns: true });
+    const items = owner.thread.turns.flatMap((t) => t.items) as Array<{ type: string; id: string }>;
+    const joined = spawnsOfOp(readLedger(state, ownerId), items, "review/t1-a1");
+    expect(joined.map((j) => j.agentId)).toEqual([agentId]);
+    expect(spawnsOfOp(readLedger(state, ownerId), items, "fork/t1-a1")).toEqual([]);
   });
 
   it("S000-276: the hook refuses a full-history fork; the owner's model reads the refusal", async () => {
