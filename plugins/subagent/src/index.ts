@@ -20,4 +20,5 @@ export {
   readOrchestrationJournal,
 } from "./journal/schema.js";
 export * from "./store/index.js";
+export { handleWorkflowAddNodes, type WorkflowAddNodesParams } from "./tools/hostRpc.js";
 export { type SubagentToolsOptions, subagentTools, workflowTools } from "./tools/index.js";

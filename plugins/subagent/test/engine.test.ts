@@ -1,6 +1,7 @@
 import { useTestDatabase } from "@crw/tools/pg";
 import { afterEach, describe, expect, it } from "vitest";
 import {
+  handleWorkflowAddNodes,
   type OrchestrationJournal,
   parseWorkflowDefinition,
   readOrchestrationJournal,
@@ -282,5 +283,42 @@ nodes:
     expect(Object.keys((await journalOf(started.workflowId)).nodes)).toEqual(["a"]);
     gate.resolve();
     await engine.finished(started.workflowId);
+  });
+
+  it("S004-286: a runner's workflow.addNodes host call runs the same mutation, admitted only for the calling running node", async () => {
+    const w = await world(db.pool);
+    const gate = deferred();
+    const sessions: string[] = [];
+    const { engine } = await w.engine(async ({ sessionId, task }) => {
+      sessions.push(sessionId);
+      if (taskLine(task) === "TASK root") await gate.promise;
+      return `did ${taskLine(task)}`;
+    });
+    all.push(engine);
+    const started = await engine.start(w.ctx(), {
+      definition: parseWorkflowDefinition('name: rpc\nnodes: [{id: root, task: "TASK root"}]'),
+    });
+    await until(() => sessions.length === 1, "root running");
+    const params = {
+      workflowId: started.workflowId,
+      nodes: [{ id: "leaf", prompt: "TASK leaf", dependsOn: ["root"] }],
+    };
+    await expect(
+      handleWorkflowAddNodes(engine, params, { sessionId: w.parentSessionId }),
+    ).rejects.toMatchObject({ code: "node_not_running" });
+    await expect(
+      handleWorkflowAddNodes(
+        engine,
+        { ...params, workflowId: "00000000-0000-4000-8000-000000000000" },
+        { sessionId: sessions[0] as string },
+      ),
+    ).rejects.toMatchObject({ code: "node_not_running" });
+    expect(await handleWorkflowAddNodes(engine, params, { sessionId: sessions[0] as string })).toEqual({
+      added: ["leaf"],
+    });
+    expect((await journalOf(started.workflowId)).nodes.leaf?.addedBy).toBe("root");
+    gate.resolve();
+    const outcome = await engine.finished(started.workflowId);
+    expect(outcome.summary).toContain("- leaf: succeeded");
   });
 });

@@ -164,7 +164,7 @@ describe("explicit WorkflowResume", () => {
 });
 
 describe("waiting nodes", () => {
-  it("S004-420: S004-421: S004-417: S004-418: S004-419: S004-347: a waiting node holds its dependents, others go on, and only the exact wake continues it", async () => {
+  it("S004-420: S004-421: S004-417: S004-418: S004-419: S004-347: S004-384: S004-387: S004-388: S004-400: a waiting node holds its dependents, others go on, and only the exact wake continues it", async () => {
     const w = await world(db.pool);
     const waitDef = parseWorkflowDefinition(`
 name: waits
@@ -217,8 +217,16 @@ nodes:
     expect(engine.resumeWaitingNode({ ...wake, workflowGeneration: 2 })).toEqual({ status: "stale" });
     expect(engine.resumeWaitingNode({ ...wake, nodeId: "free" })).toEqual({ status: "not-held" });
     expect(engine.resumeWaitingNode({ ...wake, toolCallId: "other" })).toEqual({ status: "not-held" });
-    expect(continued).toBe(0);
+    expect(continued).toBe(0); // waiting is not empty: nothing fell back to a fresh dispatch
+    // Without the live workflow control (another process's engine), the wake cannot reach the node.
+    const elsewhere = await w.engine(() => "never");
+    all.push(elsewhere.engine);
+    expect(elsewhere.engine.resumeWaitingNode(wake)).toEqual({ status: "not-held" });
+    const dispatchesBefore = engine.run(started.workflowId)?.journal.dispatches;
     expect(engine.resumeWaitingNode(wake)).toEqual({ status: "accepted" });
+    // Acceptance queued only that node: no other node started, nothing charged.
+    expect([...(engine.run(started.workflowId)?.active.keys() ?? [])]).toEqual(["remote"]);
+    expect(engine.run(started.workflowId)?.journal.dispatches).toBe(dispatchesBefore);
     expect(engine.run(started.workflowId)?.journal.recovery).toEqual({
       workflowGeneration: 1,
       recoveryAdmissionVersion: 2,
