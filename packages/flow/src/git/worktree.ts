@@ -1,4 +1,4 @@
-import { existsSync } from "node:fs";
+import { existsSync, readdirSync, rmdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { GitWorkspaceError, git, gitRun } from "./exec.js";
 
@@ -40,11 +40,16 @@ export async function ensureWorktree(options: {
       if ((await commonDir(options.path)) === (await commonDir(options.repo)))
         return { path: options.path, created: false, head: await headOf(options.path) };
     }
-    throw new GitWorkspaceError(
-      "not_a_checkout",
-      `${options.path} exists and is no worktree of ${options.repo}`,
-    );
+    // a `worktree add` cut short (the process died) leaves an empty directory: made again; anything
+    // else in the way is never removed
+    if (readdirSync(options.path).length > 0)
+      throw new GitWorkspaceError(
+        "not_a_checkout",
+        `${options.path} exists and is no worktree of ${options.repo}`,
+      );
+    rmdirSync(options.path);
   }
+  await git(options.repo, ["worktree", "prune"]);
   await git(options.repo, ["worktree", "add", "--detach", options.path, start]);
   return { path: options.path, created: true, head: start };
 }

@@ -221,3 +221,25 @@ describe("crw flow hook pre-tool-use (a real process)", () => {
     expect(r).toMatchObject({ code: 0, stdout: "" });
   });
 });
+
+describe("crw flow hook: bad input", () => {
+  it("an unknown subcommand or option is an input error (exit 2); install into a missing CODEX_HOME exits 1", async () => {
+    const run = (args: string[]) =>
+      new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+        const child = spawn(process.execPath, [crwBin, "flow", "hook", ...args]);
+        let stdout = "";
+        let stderr = "";
+        child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+        child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+        child.on("exit", (code) => resolve({ code: code ?? 1, stdout, stderr }));
+        child.stdin.end();
+      });
+    expect(await run(["nope"])).toMatchObject({ code: 2 });
+    expect((await run(["pre-tool-use", "--bogus"])).code).toBe(2);
+    const missing = await run(["install", "--codex-home", join(state, "no-such-home"), "--json"]);
+    expect(missing.code).toBe(1);
+    expect(JSON.parse(missing.stdout)).toMatchObject({
+      error: { code: "unwritable", message: expect.stringMatching(/does not exist/) },
+    });
+  });
+});

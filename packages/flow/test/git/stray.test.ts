@@ -1,4 +1,4 @@
-import { rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import {
@@ -44,6 +44,21 @@ describe("executor worktrees", () => {
     expect(t.sh(t.repo, "rev-parse", "main")).toBe(t.start);
     await removeWorktree({ repo: t.repo, path });
     expect(t.sh(t.repo, "worktree", "list")).not.toContain("alloc-1");
+  }, 30_000);
+
+  it("a worktree whose making was cut short (an empty directory, or a worktree's directory gone) is made again; other files are never removed", async () => {
+    const path = join(t.root, "w-crash");
+    mkdirSync(path);
+    expect(await ensureWorktree({ repo: t.repo, path, commit: t.start })).toMatchObject({ created: true });
+    rmSync(path, { recursive: true }); // registered in the repository, its directory gone
+    expect(await ensureWorktree({ repo: t.repo, path, commit: t.start })).toMatchObject({ created: true });
+    const other = join(t.root, "w-other");
+    mkdirSync(other);
+    writeFileSync(join(other, "keep.txt"), "mine");
+    await expect(ensureWorktree({ repo: t.repo, path: other, commit: t.start })).rejects.toMatchObject({
+      code: "not_a_checkout",
+    });
+    expect(readFileSync(join(other, "keep.txt"), "utf8")).toBe("mine");
   }, 30_000);
 
   it("S000-118: HEAD is compared with the expected commit: the last crw.commit after the allocation, else its start", async () => {
