@@ -7,6 +7,14 @@ import { z } from "zod";
  * The daemon's configuration, read once at start: defaults, then the JSON file (`--config`, else
  * `<dataDir>/daemon.json` when it exists), then the environment. Inner code trusts the resolved type.
  */
+export const PROVIDER_APIS = [
+  "openai-responses",
+  "openai-completions",
+  "anthropic-messages",
+  "openai-codex-responses",
+] as const;
+export type ProviderApi = (typeof PROVIDER_APIS)[number];
+
 const fileSchema = z
   .object({
     dataDir: z.string().min(1),
@@ -19,9 +27,23 @@ const fileSchema = z
       .object({
         subagentRunnerEnabled: z.boolean(),
         maxRunners: z.number().int().min(0).max(256),
+        turnsPerRunner: z.number().int().min(1).max(64),
       })
       .partial()
       .strict(),
+    models: z
+      .object({
+        /** The model of sessions created without one: `scripted` or `<api>:<model id>`. */
+        default: z.string().min(1).max(256),
+        baseUrls: z.record(z.enum(PROVIDER_APIS), z.string().url()),
+        apiKeyEnv: z.record(z.enum(PROVIDER_APIS), z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/)),
+      })
+      .partial()
+      .strict(),
+    /** The project WorkflowStart reads definitions from (bounded, version-pinned); default the daemon's cwd. */
+    projectRoot: z.string().min(1),
+    /** Boot recovery's bound on continuation attempts per delegated call. */
+    maxRecoveryAttempts: z.number().int().min(0).max(100),
   })
   .partial()
   .strict();
@@ -39,7 +61,18 @@ export interface DaemonConfig {
   logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
   /** How long a graceful shutdown waits for in-flight work (journal writes, turns) before it closes anyway. */
   shutdownGraceMs: number;
-  runtime: { subagentRunnerEnabled: boolean; maxRunners: number | undefined };
+  runtime: { subagentRunnerEnabled: boolean; maxRunners: number | undefined; turnsPerRunner: number };
+  /**
+   * Providers: a session's model is `scripted` (the offline provider) or `<api>:<model id>`; a base URL and
+   * the name of the environment variable holding the key may be set per API.
+   */
+  models: {
+    default: string;
+    baseUrls: Partial<Record<ProviderApi, string>>;
+    apiKeyEnv: Partial<Record<ProviderApi, string>>;
+  };
+  projectRoot: string;
+  maxRecoveryAttempts: number;
 }
 
 export class ConfigError extends Error {
@@ -120,9 +153,17 @@ export function loadConfig(options: LoadConfigOptions = {}): DaemonConfig {
       env.CRW_SUBAGENT_RUNNER_ENABLED,
     );
   if (env.CRW_MAX_RUNNERS) runtimeEnv.maxRunners = envInt("CRW_MAX_RUNNERS", env.CRW_MAX_RUNNERS, 256);
+  const modelsEnv = modelsFromEnv(env);
 
   const merged = { ...file, ...fromEnv, ...overrides.data };
   const runtime = { ...file.runtime, ...runtimeEnv, ...overrides.data.runtime };
+  const models = {
+    ...file.models,
+    ...modelsEnv,
+    ...overrides.data.models,
+    baseUrls: { ...file.models?.baseUrls, ...modelsEnv.baseUrls, ...overrides.data.models?.baseUrls },
+    apiKeyEnv: { ...file.models?.apiKeyEnv, ...modelsEnv.apiKeyEnv, ...overrides.data.models?.apiKeyEnv },
+  };
   const dataDir = resolve(merged.dataDir ?? baseDir);
   if (!isAbsolute(dataDir)) throw new ConfigError(`dataDir must be absolute: ${dataDir}`, "dataDir");
   return {
@@ -135,6 +176,44 @@ export function loadConfig(options: LoadConfigOptions = {}): DaemonConfig {
     runtime: {
       subagentRunnerEnabled: runtime.subagentRunnerEnabled ?? true,
       maxRunners: runtime.maxRunners,
+      turnsPerRunner: runtime.turnsPerRunner ?? 4,
     },
+    models: { default: models.default ?? "scripted", baseUrls: models.baseUrls, apiKeyEnv: models.apiKeyEnv },
+    projectRoot: resolve(merged.projectRoot ?? process.cwd()),
+    maxRecoveryAttempts: merged.maxRecoveryAttempts ?? 3,
   };
+}
+
+/**
+ * `CRW_MODEL` (`scripted` or `<api>:<model id>`) with `CRW_MODEL_BASE_URL` and `CRW_MODEL_API_KEY_ENV`,
+ * which apply to that model's API: one real provider from the environment without a config file.
+ */
+function modelsFromEnv(env: NodeJS.ProcessEnv): {
+  default?: string;
+  baseUrls: Partial<Record<ProviderApi, string>>;
+  apiKeyEnv: Partial<Record<ProviderApi, string>>;
+} {
+  const out: ReturnType<typeof modelsFromEnv> = { baseUrls: {}, apiKeyEnv: {} };
+  const model = env.CRW_MODEL;
+  if (!model) return out;
+  const checked = fileSchema.shape.models.unwrap().shape.default.safeParse(model);
+  if (!checked.success) throw new ConfigError(`CRW_MODEL: ${z.prettifyError(checked.error)}`, "CRW_MODEL");
+  out.default = model;
+  const api = model.includes(":") ? model.slice(0, model.indexOf(":")) : model;
+  const known = (PROVIDER_APIS as readonly string[]).includes(api);
+  if (model !== "scripted" && !model.startsWith("scripted:") && !known)
+    throw new ConfigError(
+      `CRW_MODEL '${model}' names no known API; use scripted or one of ${PROVIDER_APIS.join(", ")} followed by :<model id>`,
+      "CRW_MODEL",
+    );
+  if (known && env.CRW_MODEL_BASE_URL) {
+    if (!z.string().url().safeParse(env.CRW_MODEL_BASE_URL).success)
+      throw new ConfigError(
+        `CRW_MODEL_BASE_URL is not a URL: '${env.CRW_MODEL_BASE_URL}'`,
+        "CRW_MODEL_BASE_URL",
+      );
+    out.baseUrls[api as ProviderApi] = env.CRW_MODEL_BASE_URL;
+  }
+  if (known && env.CRW_MODEL_API_KEY_ENV) out.apiKeyEnv[api as ProviderApi] = env.CRW_MODEL_API_KEY_ENV;
+  return out;
 }

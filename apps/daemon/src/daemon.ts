@@ -2,11 +2,14 @@ import { migrate, PgDelegationRepository } from "@crw/db";
 import pg from "pg";
 import { type Logger, pino } from "pino";
 import { z } from "zod";
+import { registerSessionMethods } from "./api/sessions.js";
+import { registerWorkflowMethods } from "./api/workflows.js";
 import type { DaemonConfig } from "./config.js";
 import { type DaemonState, lockDataDir, removeState, writeState } from "./lifecycle.js";
 import { ensureOwnerToken, tokenHash } from "./ownerToken.js";
 import { type DaemonDatabase, openDaemonDatabase } from "./postgres.js";
 import { RpcRegistry } from "./rpc.js";
+import { assembleRuntime, type DaemonRuntime } from "./runtime.js";
 import { type ApiServer, startApiServer } from "./server.js";
 
 export type DaemonPhase = "starting" | "recovering" | "ready" | "stopping" | "stopped";
@@ -16,6 +19,7 @@ export interface Daemon {
   readonly state: DaemonState;
   readonly rpc: RpcRegistry;
   readonly log: Logger;
+  readonly runtime: DaemonRuntime;
   phase(): DaemonPhase;
   /** Graceful stop: refuse new work, let in-flight requests finish (bounded by shutdownGraceMs), close. */
   stop(reason?: string): Promise<void>;
@@ -41,9 +45,11 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
   let db: DaemonDatabase | undefined;
   let pool: pg.Pool | undefined;
   let server: ApiServer | undefined;
+  let runtime: DaemonRuntime | undefined;
   const cleanup = async () => {
     await server?.close().catch((e: unknown) => log.warn({ err: e }, "api close failed"));
-    await pool?.end().catch((e: unknown) => log.warn({ err: e }, "pool end failed"));
+    if (runtime) await runtime.close();
+    else await pool?.end().catch((e: unknown) => log.warn({ err: e }, "pool end failed"));
     await db?.stop().catch((e: unknown) => log.warn({ err: e }, "database stop failed"));
     await removeState(config.dataDir);
     await unlock();
@@ -52,17 +58,23 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
     db = await openDaemonDatabase(config, (msg, fields) => log.info(fields ?? {}, msg));
     const ran = await migrate(db.url);
     log.info({ ran, database: db.kind }, "migrations applied");
-    pool = new pg.Pool({ connectionString: db.url, max: 10 });
+    pool = new pg.Pool({ connectionString: db.url, max: 16 });
     pool.on("error", (e) => log.warn({ err: e }, "idle database client failed"));
     const repo = new PgDelegationRepository(pool);
     await ensureOwnerToken(repo, config.dataDir);
 
+    runtime = await assembleRuntime(config, pool, log);
+    const rt = runtime;
+
+    // Boot recovery of delegations and workflows, before the port opens: nothing is accepted until every
+    // interrupted call and workflow is claimed and on its way.
     phase = "recovering";
-    // Boot recovery of delegations and workflows runs here, before the port opens.
+    await rt.recover();
     phase = "ready";
 
     const rpc = new RpcRegistry();
     const inFlight = new Set<Promise<unknown>>();
+    const stopSignal = new AbortController();
     const dbPool = pool;
     const dbKind = db.kind;
     const health = async () => {
@@ -81,6 +93,9 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
         uptimeSeconds: Math.round((Date.now() - startedAt.getTime()) / 1000),
         database: { kind: dbKind, ...database },
         runtime: { subagentRunnerEnabled: config.runtime.subagentRunnerEnabled },
+        ...rt.health(),
+        placements: { ...rt.placements },
+        alerts: rt.alerts.list(),
       };
     };
     rpc.register("daemon.health", { params: z.object({}).strict(), handler: () => health() });
@@ -91,12 +106,15 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
         return { accountId: account.id, name: account.name, isOwner: account.isOwner };
       },
     });
+    registerSessionMethods(rpc, rt, config.models.default);
+    registerWorkflowMethods(rpc, rt, config.models.default);
     server = await startApiServer({
       host: config.host,
       port: config.port,
       handle: (frame, ctx) => {
         if (phase !== "ready") return Promise.resolve(refusedWhileStopping(frame));
-        const p = rpc.handle(frame, ctx);
+        // Long calls (tap, follow) end when the daemon stops as when their connection closes.
+        const p = rpc.handle(frame, { ...ctx, signal: AbortSignal.any([ctx.signal, stopSignal.signal]) });
         inFlight.add(p);
         void p.finally(() => inFlight.delete(p));
         return p;
@@ -127,9 +145,12 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
     const stop = (reason = "requested") => {
       stopping ??= (async () => {
         phase = "stopping";
+        stopSignal.abort();
         log.info({ reason, inFlight: inFlight.size }, "daemon stopping");
         const grace = new Promise((r) => setTimeout(r, config.shutdownGraceMs).unref());
-        await Promise.race([Promise.allSettled([...inFlight]), grace]);
+        // In-flight requests and this process's background calls get the grace period; what is still running
+        // after it stays in the rows for the next boot's recovery.
+        await Promise.race([Promise.allSettled([...inFlight, rt.service.whenIdle()]), grace]);
         await cleanup();
         phase = "stopped";
         log.info({}, "daemon stopped");
@@ -140,7 +161,7 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
     if (options.handleSignals) {
       for (const signal of ["SIGTERM", "SIGINT"] as const) process.once(signal, () => void stop(signal));
     }
-    return { config, state, rpc, log, phase: () => phase, stop, stopped };
+    return { config, state, rpc, log, runtime: rt, phase: () => phase, stop, stopped };
   } catch (e) {
     log.error({ err: e }, "daemon failed to start");
     await cleanup();

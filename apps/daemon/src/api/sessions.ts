@@ -1,0 +1,207 @@
+import { randomUUID } from "node:crypto";
+import type { JournalEntry, TranscriptMessage } from "@crw/db";
+import { z } from "zod";
+import type { RpcContext, RpcRegistry } from "../rpc.js";
+import type { DaemonRuntime } from "../runtime.js";
+
+const modelName = z.string().min(1).max(256);
+const sessionId = z.uuid();
+/** Bound of one tap: a view follows a session for at most this long per call (the client calls again). */
+const TAP_MAX_MS = 6 * 60 * 60 * 1000;
+const TAP_POLL_MS = 200;
+
+/** A transcript message as clients see it: role, text and tool calls, bounded. */
+export function viewMessage(seq: number, m: TranscriptMessage): Record<string, unknown> {
+  const clip = (s: string) => (s.length > 4000 ? `${s.slice(0, 4000)}… (${s.length} chars)` : s);
+  switch (m.role) {
+    case "user":
+    case "custom":
+      return {
+        seq,
+        role: m.role,
+        text: clip(typeof m.content === "string" ? m.content : JSON.stringify(m.content)),
+      };
+    case "assistant":
+      return {
+        seq,
+        role: "assistant",
+        text: clip(
+          m.content
+            .filter((c) => c.type === "text")
+            .map((c) => (c as { text: string }).text)
+            .join(""),
+        ),
+        toolCalls: m.content
+          .filter((c) => c.type === "toolCall")
+          .map((c) => ({ id: (c as { id: string }).id, name: (c as { name: string }).name })),
+      };
+    case "toolResult":
+      return {
+        seq,
+        role: "toolResult",
+        toolName: m.toolName,
+        toolCallId: m.toolCallId,
+        isError: m.isError === true,
+        text: clip(typeof m.content === "string" ? m.content : JSON.stringify(m.content)),
+      };
+    default:
+      return { seq, role: (m as { role: string }).role };
+  }
+}
+
+export function viewEntries(entries: readonly JournalEntry[]): Record<string, unknown>[] {
+  return entries.flatMap((e) => (e.body.type === "message" ? [viewMessage(e.seq, e.body.message)] : []));
+}
+
+/**
+ * Session methods. Every method that names a session reads it through the account-scoped repository first
+ * (`getSession(id, ctx.accountId)`): another account's session is refused as not found before anything is
+ * written, so a refused request changes nothing.
+ */
+export function registerSessionMethods(rpc: RpcRegistry, rt: DaemonRuntime, defaultModel: string): void {
+  const own = (id: string, ctx: RpcContext) => rt.repo.getSession(id, ctx.accountId);
+
+  rpc.register("session.create", {
+    params: z.strictObject({ model: modelName.optional() }),
+    handler: async (p, ctx) => {
+      const s = await rt.service.createRootSession(ctx.accountId, p.model ?? defaultModel);
+      return { sessionId: s.id, model: s.model };
+    },
+  });
+
+  rpc.register("session.send", {
+    params: z.strictObject({
+      sessionId,
+      text: z.string().min(1).max(100_000),
+      readOnly: z.boolean().optional(),
+    }),
+    handler: async (p, ctx) => {
+      const session = await own(p.sessionId, ctx);
+      if (session.kind !== "root")
+        throw refused("not_root", "send messages to a root session; use tap to follow a child");
+      const outcome = await rt.service.prompt(session.id, ctx.accountId, p.text, {
+        readOnly: p.readOnly ?? false,
+        progress: rt.progressSink((event) => ctx.notify("session.progress", event)),
+      });
+      return {
+        stopReason: outcome.stopReason,
+        errorMessage: outcome.errorMessage ?? null,
+        reply: (await lastReply(rt, session.id, ctx.accountId)) ?? null,
+      };
+    },
+  });
+
+  rpc.register("session.delegate", {
+    params: z.strictObject({
+      sessionId,
+      task: z.string().min(1).max(100_000),
+      background: z.boolean().optional(),
+      model: modelName.optional(),
+      role: z.string().min(1).max(128).optional(),
+      readOnly: z.boolean().optional(),
+    }),
+    handler: async (p, ctx) => {
+      const session = await own(p.sessionId, ctx);
+      const receipt = await rt.service.delegate({
+        parentSessionId: session.id,
+        principalAccountId: ctx.accountId,
+        toolCallId: `rpc-${randomUUID()}`,
+        task: p.task,
+        mode: p.background ? "background" : "foreground",
+        ...(p.model ? { model: p.model } : {}),
+        ...(p.role ? { role: p.role } : {}),
+        ...(p.readOnly ? { readOnly: true } : {}),
+        progress: rt.progressSink((event) => ctx.notify("session.progress", event)),
+      });
+      return receipt;
+    },
+  });
+
+  rpc.register("session.read", {
+    params: z.strictObject({ sessionId, limit: z.number().int().min(1).max(1000).optional() }),
+    handler: async (p, ctx) => {
+      const session = await own(p.sessionId, ctx);
+      const entries = await rt.repo.readJournal(session.id, ctx.accountId);
+      const open =
+        session.kind === "delegated" ? await rt.repo.openRunForChild(session.id, ctx.accountId) : null;
+      return {
+        session: {
+          id: session.id,
+          kind: session.kind,
+          parentSessionId: session.parentSessionId,
+          model: session.model,
+          createdAt: session.createdAt.toISOString(),
+        },
+        openRun: open ? { id: open.id, status: open.status } : null,
+        reply: (await lastReply(rt, session.id, ctx.accountId)) ?? null,
+        messages: viewEntries(entries).slice(-(p.limit ?? 50)),
+      };
+    },
+  });
+
+  rpc.register("session.tap", {
+    params: z.strictObject({
+      sessionId,
+      /** Journal rows after this seq are sent first (default: all). */
+      afterSeq: z.number().int().min(0).optional(),
+      /** End the tap when the session has no open call and its journal ends with an answer. */
+      untilIdle: z.boolean().optional(),
+    }),
+    handler: async (p, ctx) => tap(rt, p, ctx),
+  });
+}
+
+function refused(code: string, message: string): Error {
+  return Object.assign(new Error(message), { name: "SessionRequestError", code });
+}
+
+async function lastReply(rt: DaemonRuntime, id: string, accountId: string): Promise<string | undefined> {
+  const [last] = await rt.repo.recentAssistantMessages(id, accountId, 1);
+  if (!last || last.message.role !== "assistant") return undefined;
+  return last.message.content
+    .filter((c) => c.type === "text")
+    .map((c) => (c as { text: string }).text)
+    .join("");
+}
+
+/**
+ * Follows a session live: its journal rows as they commit (durable: the same whichever daemon or runner
+ * runs the turn) and, in between, the live progress events this daemon sees. Read-only: it starts or
+ * borrows no turn. Ends when the connection closes, after TAP_MAX_MS, or (untilIdle) once the session rests.
+ */
+async function tap(
+  rt: DaemonRuntime,
+  p: { sessionId: string; afterSeq?: number | undefined; untilIdle?: boolean | undefined },
+  ctx: RpcContext,
+): Promise<{ lastSeq: number; idle: boolean }> {
+  const session = await rt.repo.getSession(p.sessionId, ctx.accountId);
+  let lastSeq = p.afterSeq ?? 0;
+  const unsubscribe = rt.bus.subscribe(`session:${session.id}`, (event) =>
+    ctx.notify("session.tap", { sessionId: session.id, live: event }),
+  );
+  const deadline = Date.now() + TAP_MAX_MS;
+  let answered = false;
+  try {
+    for (;;) {
+      const entries = await rt.repo.readJournal(session.id, ctx.accountId, { fromSeq: lastSeq + 1 });
+      const fresh = entries.filter((e) => e.seq > lastSeq);
+      for (const m of viewEntries(fresh)) ctx.notify("session.tap", { sessionId: session.id, message: m });
+      const tail = fresh.at(-1);
+      if (tail) {
+        lastSeq = tail.seq;
+        answered =
+          tail.body.type === "message" &&
+          tail.body.message.role === "assistant" &&
+          !tail.body.message.content.some((c) => c.type === "toolCall");
+      }
+      if (p.untilIdle) {
+        const open = await rt.repo.openRunForChild(session.id, ctx.accountId);
+        if (!open && answered && !rt.service.turns.isBusy(session.id)) return { lastSeq, idle: true };
+      }
+      if (ctx.signal.aborted || Date.now() > deadline) return { lastSeq, idle: false };
+      await new Promise((r) => setTimeout(r, TAP_POLL_MS));
+    }
+  } finally {
+    unsubscribe();
+  }
+}

@@ -1,0 +1,182 @@
+import { randomUUID } from "node:crypto";
+import {
+  parseWorkflowDefinition,
+  readOrchestrationJournal,
+  TERMINAL_WORKFLOW_STATUSES,
+  type WorkflowEvent,
+} from "@crw/plugin-subagent";
+import { z } from "zod";
+import type { RpcContext, RpcRegistry } from "../rpc.js";
+import type { DaemonRuntime } from "../runtime.js";
+
+/** Bound of one follow call; a client that wants longer calls again (the state is in the rows). */
+const FOLLOW_MAX_MS = 6 * 60 * 60 * 1000;
+const FOLLOW_POLL_MS = 250;
+
+interface NodeView {
+  id: string;
+  status: string;
+  dependsOn?: string[];
+  addedBy?: string;
+  childSessionId?: string;
+  error?: string;
+}
+
+/**
+ * Node states from the orchestration journal while the workflow has one; after its terminal publication
+ * the journal is gone and the published snapshot is what remains.
+ */
+async function nodeStates(
+  rt: DaemonRuntime,
+  workflowId: string,
+): Promise<{ nodes: NodeView[]; run?: number; name?: string; reason?: string }> {
+  const raw = await rt.engine.store.readJournal(workflowId);
+  if (raw === null) {
+    const row = await rt.engine.store.getWorkflow(workflowId);
+    const snap = row?.snapshot as { nodes?: NodeView[]; run?: number; name?: string } | null | undefined;
+    return {
+      nodes: snap?.nodes ?? [],
+      ...(snap?.run ? { run: snap.run } : {}),
+      ...(snap?.name ? { name: snap.name } : {}),
+    };
+  }
+  const reading = readOrchestrationJournal(raw);
+  if (!reading.ok) return { nodes: [], reason: reading.reason };
+  const j = reading.journal;
+  return {
+    nodes: j.order.map((id) => {
+      const n = j.nodes[id];
+      return {
+        id,
+        status: n?.status ?? "pending",
+        dependsOn: n?.spec.dependsOn ?? [],
+        ...(n?.addedBy ? { addedBy: n.addedBy } : {}),
+        ...(n?.childSessionId ? { childSessionId: n.childSessionId } : {}),
+        ...(n?.error ? { error: n.error.message } : {}),
+      };
+    }),
+    run: j.run,
+    name: j.name,
+  };
+}
+
+/**
+ * Workflow methods: start from a definition (YAML or JSON text, parsed and validated whole by the plugin's
+ * one schema before anything is created), status, follow (progress per node as notifications, then the
+ * one whole-workflow summary) and cancel. A workflow is reachable only through its own account.
+ */
+export function registerWorkflowMethods(rpc: RpcRegistry, rt: DaemonRuntime, defaultModel: string): void {
+  const ownWorkflow = async (workflowId: string, ctx: RpcContext) => {
+    const row = await rt.engine.store.getWorkflow(workflowId, ctx.accountId);
+    if (!row)
+      throw Object.assign(new Error(`no workflow ${workflowId} in this account`), {
+        name: "WorkflowRequestError",
+        code: "workflow_not_found",
+      });
+    return row;
+  };
+
+  rpc.register("workflow.start", {
+    params: z.strictObject({
+      definition: z
+        .string()
+        .min(1)
+        .max(1024 * 1024),
+      format: z.enum(["yaml", "json"]).default("yaml"),
+      /** The root session the summary is delivered to; a new one when absent. */
+      sessionId: z.uuid().optional(),
+      model: z.string().min(1).max(256).optional(),
+    }),
+    handler: async (p, ctx) => {
+      // Refused definitions (cycles, unknown dependencies, duplicate ids, too large) throw here, typed, with
+      // nothing created.
+      const definition = parseWorkflowDefinition(p.definition, p.format);
+      const session = p.sessionId
+        ? await rt.repo.getSession(p.sessionId, ctx.accountId)
+        : await rt.service.createRootSession(ctx.accountId, p.model ?? defaultModel);
+      const started = await rt.engine.start(
+        {
+          parentSessionId: session.id,
+          principalAccountId: ctx.accountId,
+          toolCallId: `rpc-${randomUUID()}`,
+          currentAccess: () => rt.service.authorityFor(session),
+          currentWorkDir: async () => null,
+        },
+        { definition },
+      );
+      return { workflowId: started.workflowId, sessionId: session.id, nodes: started.nodes };
+    },
+  });
+
+  rpc.register("workflow.status", {
+    params: z.strictObject({ workflowId: z.uuid() }),
+    handler: async (p, ctx) => {
+      const row = await ownWorkflow(p.workflowId, ctx);
+      return {
+        workflowId: row.id,
+        status: row.status,
+        sessionId: row.parentSessionId,
+        ...(await nodeStates(rt, row.id)),
+      };
+    },
+  });
+
+  rpc.register("workflow.cancel", {
+    params: z.strictObject({ workflowId: z.uuid() }),
+    handler: async (p, ctx) => {
+      await ownWorkflow(p.workflowId, ctx);
+      const outcome = await rt.engine.cancel(p.workflowId, ctx.accountId);
+      return outcome;
+    },
+  });
+
+  rpc.register("workflow.follow", {
+    params: z.strictObject({ workflowId: z.uuid() }),
+    handler: async (p, ctx) => {
+      const row = await ownWorkflow(p.workflowId, ctx);
+      const seen = new Map<string, string>();
+      const report = (nodeId: string, status: string) => {
+        if (seen.get(nodeId) === status) return;
+        seen.set(nodeId, status);
+        ctx.notify("workflow.progress", { workflowId: row.id, nodeId, status });
+      };
+      const unsubscribe = rt.bus.subscribe(`workflow:${row.id}`, (raw) => {
+        const event = raw as WorkflowEvent;
+        if (event.type === "node") report(event.nodeId, event.status);
+      });
+      const deadline = Date.now() + FOLLOW_MAX_MS;
+      try {
+        // The rows are the truth (the workflow may be driven by another daemon sharing the database); live
+        // events only make this view quicker.
+        for (;;) {
+          const current = await rt.engine.store.getWorkflow(row.id, ctx.accountId);
+          const states = await nodeStates(rt, row.id);
+          for (const n of states.nodes) report(n.id, n.status);
+          if (current && TERMINAL_WORKFLOW_STATUSES.has(current.status) && current.summaryResultId) {
+            const summary = await rt.repo
+              .getResult(current.summaryResultId, ctx.accountId)
+              .then((r) => r.body)
+              .catch(() => null);
+            return {
+              workflowId: row.id,
+              status: current.status,
+              sessionId: row.parentSessionId,
+              summary,
+              nodes: states.nodes,
+            };
+          }
+          if (ctx.signal.aborted || Date.now() > deadline)
+            return {
+              workflowId: row.id,
+              status: current?.status ?? "running",
+              summary: null,
+              nodes: states.nodes,
+            };
+          await new Promise((r) => setTimeout(r, FOLLOW_POLL_MS));
+        }
+      } finally {
+        unsubscribe();
+      }
+    },
+  });
+}
