@@ -64,6 +64,8 @@ pg.Client.prototype.query = function counted(...args) {
 };
 
 const pool = new pg.Pool({ connectionString: url, max: 10 });
+// An idle client dropped by the server (at shutdown) is reported, not fatal.
+pool.on("error", (e) => console.error(`pool: ${e.message}`));
 const settledAt = new Map();
 const latencies = [];
 const service = new brain.DelegationService({
@@ -150,12 +152,12 @@ const out = {
 for (const k of ["p50", "p99"])
   if (out.settleToDeliveredMs[k] !== null)
     out.settleToDeliveredMs[k] = Math.round(out.settleToDeliveredMs[k] * 10) / 10;
+console.log(JSON.stringify(out));
+console.log(
+  `${out.delegations} delegations: ${out.delegationsPerSecond}/s, settle->delivered p50 ${out.settleToDeliveredMs.p50} ms p99 ${out.settleToDeliveredMs.p99} ms, ${out.sqlStatementsPerDelegation} statements and ${out.rowsWrittenPerDelegation} rows written per delegation, ${out.duplicateDeliveries} duplicates`,
+);
 await admin.end();
 await service.close();
 await pool.end();
 await stopServer();
 rmSync(work, { recursive: true, force: true });
-console.log(JSON.stringify(out));
-console.log(
-  `${out.delegations} delegations: ${out.delegationsPerSecond}/s, settle->delivered p50 ${out.settleToDeliveredMs.p50} ms p99 ${out.settleToDeliveredMs.p99} ms, ${out.sqlStatementsPerDelegation} statements and ${out.rowsWrittenPerDelegation} rows written per delegation, ${out.duplicateDeliveries} duplicates`,
-);

@@ -532,12 +532,10 @@ export class DelegationService {
     signal?: AbortSignal,
   ): Promise<{ outcome: TurnOutcome; reply: string | undefined; delivered: string[] }> {
     return this.turns.exclusive(child.id, async () => {
-      const before = await this.repo.settledResultIds(child.id, child.principalAccountId);
       const pending = await this.#drainInto(child);
-      const after =
-        pending.length > 0 ? await this.repo.settledResultIds(child.id, child.principalAccountId) : before;
-      const seen = new Set(before);
-      const delivered = after.filter((id) => !seen.has(id));
+      const delivered = pending.flatMap((m) =>
+        m.role === "custom" && m.details?.resultId ? [m.details.resultId] : [],
+      );
       const outcome =
         signal?.aborted === true
           ? ({ stopReason: "aborted" } as const)
