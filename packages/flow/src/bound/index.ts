@@ -31,6 +31,7 @@ export {
   bindRunOwner,
   closeRunOwner,
   type OwnerLineWarningKind,
+  ownerBoundFact,
   ownerLineWarning,
   type RunOwner,
 } from "./run.js";
