@@ -28,11 +28,11 @@ async function scopes(
 }
 
 describe("node placement", () => {
-  it("S004-275: S004-292: the engine awaits the origin's cwd, and every node cwd is validated and persisted through delegatedWorkDir", async () => {
+  it("S004-275: S004-292: S004-430: the engine awaits the origin's cwd, and every node cwd is validated and persisted through delegatedWorkDir", async () => {
     const project = await realpath(await mkdtemp(join(tmpdir(), "crw-proj-")));
     await mkdir(join(project, "pkg", "db"), { recursive: true });
     const w = await world(db.pool);
-    const { engine } = await w.engine(({ task }) => `ok ${taskLine(task)}`, {
+    const { engine, events } = await w.engine(({ task }) => `ok ${taskLine(task)}`, {
       workDirPolicy: async () => ({ kind: "scoped", project: { ref: "proj", root: project } }),
     });
     all.push(engine);
@@ -61,14 +61,20 @@ nodes:
     );
     expect(outcome.summary).toMatch(/- missing: failed: node missing could not be prepared/);
     expect(outcome.summary).toContain("- plain: succeeded");
+    // The preparation failure keeps the placement's own typed error as its cause.
+    const failure = events.find((e) => e.type === "node_error" && e.nodeId === "escape");
+    const error = failure?.type === "node_error" ? failure.error : undefined;
+    expect(error?.name).toBe("WorkflowNodePreparationError");
+    expect(error?.cause).toMatchObject({ name: "DelegatedScopeError", code: "work_dir_outside_project" });
     const placed = await scopes(w.parentSessionId);
     expect(placed).toHaveLength(2); // refused placements created no child
-    expect(placed[0]).toMatchObject({
+    const byDir = [...placed].sort((a, b) => String(b.workDir).length - String(a.workDir).length);
+    expect(byDir[0]).toMatchObject({
       workDir: join(project, "pkg", "db"),
       target: { kind: "host", ref: "proj" },
       projectRef: "proj",
     });
-    expect(placed[1]).toMatchObject({ workDir: project, target: { kind: "host", ref: "proj" } });
+    expect(byDir[1]).toMatchObject({ workDir: project, target: { kind: "host", ref: "proj" } });
   });
 
   it("a node cwd without a placement policy is refused, never guessed", async () => {

@@ -26,7 +26,14 @@ export type WorkflowEvent =
       readonly resultId?: string;
     }
   | { readonly type: "invalid_journal"; readonly workflowId: string; readonly reason: string }
-  | { readonly type: "stale"; readonly workflowId: string; readonly generation: number };
+  | { readonly type: "stale"; readonly workflowId: string; readonly generation: number }
+  /** A node's preparation or operation threw: the original error, its `cause` chain intact (memory only). */
+  | {
+      readonly type: "node_error";
+      readonly workflowId: string;
+      readonly nodeId: string;
+      readonly error: Error;
+    };
 
 export interface WorkflowOutcome {
   readonly workflowId: string;
@@ -294,6 +301,7 @@ export class WorkflowRun {
     } catch (e) {
       if (this.#stopped || (j.cancelRequested && TERMINAL_NODE_STATUSES.has(state.status))) return;
       const error = toError(e);
+      this.deps.onEvent({ type: "node_error", workflowId: this.id, nodeId: id, error });
       const raw = (error as { code?: unknown }).code;
       const code = typeof raw === "string" ? raw : "node_error";
       this.#setStatus(id, "failed", { error: { code, message: error.message.slice(0, 4000) } });
