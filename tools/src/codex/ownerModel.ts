@@ -46,6 +46,8 @@ export interface OwnerModelState {
   hostCalls: Array<{ tool: string; arguments: Record<string, unknown> }>;
   /** Why the owner gave up, when it did. */
   failure: string | null;
+  /** The processes `next` started for a run no process held (its `resumed_pid`). */
+  resumedPids: number[];
 }
 
 /**
@@ -77,7 +79,9 @@ export function ownerModel(options: OwnerModelOptions): {
   handler: (request: ModelRequest) => ModelReply;
   state: OwnerModelState;
 } {
-  const log = options.log ?? (() => {});
+  const write = options.log ?? (() => {});
+  const t0 = Date.now();
+  const log = (line: string) => write(`+${Date.now() - t0}ms ${line}`);
   const wait = options.nextWaitSeconds ?? 5;
   const state: OwnerModelState = {
     runId: null,
@@ -87,6 +91,7 @@ export function ownerModel(options: OwnerModelOptions): {
     nexts: 0,
     hostCalls: [],
     failure: null,
+    resumedPids: [],
   };
   /** Host calls still to make from the last `next`, each followed by its dispatched command. */
   const queue: PendingStep[] = [];
@@ -163,6 +168,7 @@ export function ownerModel(options: OwnerModelOptions): {
       case "next": {
         const answer = commandJson(last.output);
         if (!answer) return next();
+        if (typeof answer.resumed_pid === "number") state.resumedPids.push(answer.resumed_pid);
         if (answer.state === "ended") {
           state.finalState = answer;
           return {
