@@ -100,7 +100,7 @@ describe("BindOrchestrator / CloseOrchestrator", () => {
     ]);
   });
 
-  it("S000-262: CloseOrchestrator closes the run's own line, never another run's", () => {
+  it("CloseOrchestrator closes the run's own line, never another run's", () => {
     holdLock("r1", "runLock");
     bind("r1");
     expect(closeOrchestrator({ state, owner, runId: "r2" })).toMatchObject({ closed: false });
@@ -125,7 +125,7 @@ describe("BindOrchestrator / CloseOrchestrator", () => {
     expect(lines().map((l) => l.kind)).toEqual(["orchestrator", "closed"]);
   });
 
-  it("S000-273: a thread whose binding cannot be written is an outcome (never a throw) the start warns about", () => {
+  it("a thread whose binding cannot be written is an outcome (never a throw) the start warns about", () => {
     writeFileSync(boundDir(state), "not a directory");
     const outcome = bind("r1");
     expect(outcome).toMatchObject({ bound: false });

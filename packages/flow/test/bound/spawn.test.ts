@@ -167,7 +167,7 @@ describe("the spawn hook's decision", () => {
     expect(JSON.stringify(d)).not.toContain("m-retired");
   });
 
-  it("S000-282: the flow-bound header parser reads the op of the first line only", () => {
+  it("the flow-bound header parser reads the op of the first line only", () => {
     expect(opOf("crw-flow-op: build/t2-a3\nCRW-ROLE: executor")).toBe("build/t2-a3");
     expect(opOf("hello\ncrw-flow-op: build/t2-a3")).toBeNull();
     expect(decide({ items: [{ type: "text", text: msg("critic", "c/t1-a1") }] })).toMatchObject({

@@ -73,7 +73,7 @@ describe("executor worktrees", () => {
 });
 
 describe("stray refs", () => {
-  it("S000-119/S000-122: a moved HEAD is kept on refs/crw/flow/<run>/stray/<node>/a<attempt>-<call>, one per call, with executor_head_moved's data", async () => {
+  it("S000-119: a moved HEAD is kept on refs/crw/flow/<run>/stray/<node>/a<attempt>-<call>, one per call, with executor_head_moved's data", async () => {
     const path = join(t.root, "w1");
     await ensureWorktree({ repo: t.repo, path, commit: t.start });
     const head1 = subagentCommits(path, "x.txt", "build\n");
@@ -164,7 +164,7 @@ describe("stray refs", () => {
     expect(t.sh(t.repo, "rev-parse", ref)).toBe(later);
   }, 30_000);
 
-  it("S000-123/S000-124: crw.commit commits the pending tree on start with the observed HEAD as the old value; the proof finds the stray HEAD of that tree", async () => {
+  it("S000-123: crw.commit commits the pending tree on start with the observed HEAD as the old value; the proof finds the stray HEAD of that tree", async () => {
     const path = join(t.root, "w1");
     await ensureWorktree({ repo: t.repo, path, commit: t.start });
     const stray = subagentCommits(path, "x.txt", "work\n");

@@ -118,7 +118,7 @@ describe("trace digests", () => {
 });
 
 describe("trace warnings between bind and harvest", () => {
-  it("S000-114/S000-115: a role that changes nothing and changed P is read_role_wrote", async () => {
+  it("S000-115: a role that changes nothing and changed P is read_role_wrote", async () => {
     const atBind = await digests();
     writeFileSync(join(P, "notes.md"), "a reviewer wrote this\n");
     const atHarvest = await digests();
@@ -157,7 +157,7 @@ describe("trace warnings between bind and harvest", () => {
       ]);
   }, 30_000);
 
-  it("S000-113: the digests record; nothing is refused or undone", async () => {
+  it("the digests record; nothing is refused or undone", async () => {
     const atBind: TraceDigests = await digests();
     writeFileSync(join(P, "x"), "x");
     const atHarvest = await digests();
