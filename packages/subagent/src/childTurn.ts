@@ -1,4 +1,6 @@
+import type { LocalExecCall } from "./localExecClient.js";
 import type { HostRpcMethod } from "./protocol/hostRpcMethods.js";
+import type { LocalExecEvent, LocalExecRequest } from "./protocol/localExec.js";
 import type { DelegatedTurnRequest, DelegatedTurnResult, TapEvent } from "./protocol/turn.js";
 
 /**
@@ -19,6 +21,10 @@ export interface ChildTurnContext {
   hostRpc(method: HostRpcMethod, params: unknown): Promise<unknown>;
   /** Start a process for this turn; resolves with its pid. In a runner it is contained (see containment.ts). */
   spawn(command: readonly string[]): Promise<number>;
+  /** Local execution through the daemon (runners only); absent in the daemon itself. */
+  localExec?(request: LocalExecRequest, onEvent?: (event: LocalExecEvent) => void): LocalExecCall;
+  /** Cancel the background services this runner's registry admitted. */
+  stopServices?(): number;
 }
 
 export interface ChildTurnExecutor {

@@ -30,6 +30,7 @@ export {
   HostRpcTimeoutError,
   type HostRpcTransport,
 } from "./hostRpc.js";
+export { type LocalExecCall, LocalExecClient } from "./localExecClient.js";
 export { ModelCatalog } from "./modelCatalog.js";
 export {
   effectiveRunners,
@@ -78,6 +79,7 @@ export {
 export {
   type HostRpcHandler,
   type HostRpcRequestContext,
+  type LocalExecHandler,
   MEASURE_FAILED_TEXT,
   RUNNER_BOOT_TIMEOUT_MS,
   type RunnerHostEvent,

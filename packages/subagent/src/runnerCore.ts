@@ -4,6 +4,7 @@ import { ProcessContainment } from "./containment.js";
 import { toError } from "./errors.js";
 import { EventLoopSampler } from "./heartbeat.js";
 import { HostRpcClient } from "./hostRpc.js";
+import { LocalExecClient } from "./localExecClient.js";
 import { ModelCatalog } from "./modelCatalog.js";
 import { errorToRemote, type RemoteError } from "./protocol/envelope.js";
 import { type InputFrame, type InputFrameOf, parseInputFrame } from "./protocol/index.js";
@@ -50,6 +51,7 @@ export class RunnerCore {
   readonly #hostRpc: HostRpcClient;
   readonly #sessionTurns: RunnerSessionTurns;
   readonly #containment = new ProcessContainment();
+  readonly #localExec: LocalExecClient;
   #backend: Promise<SessionTurnBackend> | undefined;
   #mirror: RetryPolicyMirror | undefined;
   #catalog: ModelCatalog | undefined;
@@ -72,6 +74,7 @@ export class RunnerCore {
       (frame) => this.#send(frame),
       (sessionId, event) => this.#views.event(sessionId, event),
     );
+    this.#localExec = new LocalExecClient((frame) => this.#send(frame));
     this.#hostRpc = new HostRpcClient({
       send: (frame) => this.#send(frame),
       cancel: (frame) => this.#send(frame),
@@ -117,7 +120,7 @@ export class RunnerCore {
   #handle(frame: InputFrame): void {
     if (frame.type !== "boot" && !this.#mirror) {
       // Nothing but boot is served before boot: a runner has no policy or catalog of its own.
-      if (frame.type === "hostRpcReply") return;
+      if (["hostRpcReply", "turnHostReply", "localExecEvent", "localExecResult"].includes(frame.type)) return;
       this.#replyError(frame, "RunnerNotBootedError", "not_booted", "runner has not booted");
       return;
     }
@@ -159,6 +162,12 @@ export class RunnerCore {
         return;
       case "hostRpcReply":
         this.#hostRpc.settle(frame.requestId, frame.result);
+        return;
+      case "localExecEvent":
+        this.#localExec.event(frame.requestId, frame.event);
+        return;
+      case "localExecResult":
+        this.#localExec.settle(frame.requestId, frame.result);
         return;
       case "turnHostReply":
         this.#sessionTurns.settle(frame.requestId, frame.result);
@@ -245,6 +254,8 @@ export class RunnerCore {
               }),
             hostRpc: (method, params) => this.#hostRpc.call(method, params as never),
             spawn: (command) => this.#containment.start(command),
+            localExec: (request, onEvent) => this.#localExec.call(request, onEvent),
+            stopServices: () => this.#localExec.stopServices(),
           }),
       );
       text = result.text;
@@ -365,6 +376,7 @@ export class RunnerCore {
     this.port.log("info", "runner stopping", { reason });
     this.#hostRpc.close();
     this.#sessionTurns.close();
+    this.#localExec.close();
     this.#containment.killAll();
     for (const t of this.#turns.values()) t.controller.abort({ origin: "shutdown" });
     this.#mirror?.dispose();

@@ -15,6 +15,7 @@ import { errorToRemote, type RemoteError } from "./protocol/envelope.js";
 import { type HostRpcMethod, hostRpcParamsSchemas } from "./protocol/hostRpcMethods.js";
 import { type OutputFrame, type OutputFrameOf, parseOutputFrame } from "./protocol/index.js";
 import type { InputFrame } from "./protocol/input.js";
+import type { LocalExecEvent, LocalExecFinal, LocalExecRequest } from "./protocol/localExec.js";
 import type { HeartbeatFrame, ReleaseState } from "./protocol/output.js";
 import type { ModelCatalogPublication, RetryPolicy } from "./protocol/policy.js";
 import type { SessionRunnerKind, TurnHostCall } from "./protocol/sessionTurn.js";
@@ -47,6 +48,12 @@ export type HostRpcHandler = (
   context: HostRpcRequestContext,
 ) => Promise<unknown>;
 
+/** The daemon's local execution (its sandbox); streams partial events through `emit`, settles with the final. */
+export type LocalExecHandler = (
+  request: LocalExecRequest,
+  context: HostRpcRequestContext & { readonly emit: (event: LocalExecEvent) => void },
+) => Promise<LocalExecFinal>;
+
 export type RunnerHostEvent =
   | { type: "frame_refused"; runnerId: string; issues: string }
   | { type: "heartbeat"; runnerId: string; heartbeat: HeartbeatFrame; memory: TreeMemory }
@@ -69,6 +76,7 @@ export interface SubagentRunnerHostDeps {
   /** Node binary to fork with; a missing one is a fork failure. */
   readonly execPath?: string;
   readonly hostRpc?: HostRpcHandler;
+  readonly localExec?: LocalExecHandler;
   readonly onEvent?: (event: RunnerHostEvent) => void;
   /** Lifetime check: false once the pool replaced or reset the lifetime this attempt belongs to. */
   readonly isCurrent?: () => boolean;
@@ -126,6 +134,13 @@ export class SubagentRunnerHost {
   readonly #turns = new Map<string, ActiveTurn>();
   readonly #rpcs = new Map<string, AbortController>();
   readonly #taps = new Map<string, (event: TapEvent) => void>();
+  /**
+   * Admitted background services: after process-started their controller moves here from the turn's RPC
+   * set, so the turn's end no longer cancels them. The only state a service adds: one controller each.
+   */
+  readonly #serviceStreams = new Map<string, { controller: AbortController; turnId: string }>();
+  /** Every local execution call still open, by call id (turn-bound or retained). */
+  readonly #localCalls = new Map<string, { controller: AbortController; turnId: string }>();
   #state: "ready" | "exited" = "ready";
   #heartbeat: { frame: HeartbeatFrame; memory: TreeMemory } | undefined;
   #containment: { revision: number; killTokens: readonly string[] } | undefined;
@@ -374,6 +389,11 @@ export class SubagentRunnerHost {
     await this.#request({ type: "untap", requestId: randomUUID(), tapId }, "ack").catch(() => {});
   }
 
+  /** Admitted live background services (their retained controllers). */
+  get serviceStreamCount(): number {
+    return this.#serviceStreams.size;
+  }
+
   get tapCount(): number {
     return this.#taps.size;
   }
@@ -476,6 +496,15 @@ export class SubagentRunnerHost {
         session?.host.progress(frame.event);
         return;
       }
+      case "localExec":
+        this.#onLocalExec(frame);
+        return;
+      case "localExecCancel": {
+        // hostCancel: the original call and turn ids must both match.
+        const call = this.#localCalls.get(frame.callId);
+        if (call && call.turnId === frame.turnId) call.controller.abort();
+        return;
+      }
       case "hostRpcCancel":
         this.#rpcs.get(frame.rpcId)?.abort();
         return;
@@ -503,6 +532,60 @@ export class SubagentRunnerHost {
     this.#heartbeat = { frame: load, memory };
     // Kill tokens stay in this host: events carry the load only.
     this.deps.onEvent?.({ type: "heartbeat", runnerId: this.deps.runnerId, heartbeat: load, memory });
+  }
+
+  #onLocalExec(frame: OutputFrameOf<"localExec">): void {
+    const callId = frame.requestId;
+    const fail = (code: string, message: string) =>
+      this.#post({
+        type: "localExecResult",
+        requestId: callId,
+        result: { error: { name: "HostRpcRefusedError", code, message } },
+      });
+    const turn = this.#turns.get(frame.turnId);
+    // New starts and stdin need an active admitted turn.
+    if (!turn) {
+      fail("outside_turn", "local execution outside a dispatched turn");
+      return;
+    }
+    const handler = this.deps.localExec;
+    if (!handler) {
+      fail("unsupported", "no local execution on this daemon");
+      return;
+    }
+    const controller = new AbortController();
+    turn.rpcs.add(controller);
+    this.#localCalls.set(callId, { controller, turnId: frame.turnId });
+    const request = frame.request;
+    handler(request, {
+      runnerId: this.deps.runnerId,
+      turnId: frame.turnId,
+      sessionId: turn.sessionId,
+      signal: controller.signal,
+      emit: (event) => {
+        if (controller.signal.aborted && !this.#serviceStreams.has(callId)) return;
+        if (event.kind === "process-started" && request.op === "start" && request.service) {
+          turn.rpcs.delete(controller);
+          this.#serviceStreams.set(callId, { controller, turnId: frame.turnId });
+        }
+        this.#post({ type: "localExecEvent", requestId: callId, event });
+      },
+    })
+      .then(
+        (ok) => this.#post({ type: "localExecResult", requestId: callId, result: { ok } }),
+        (e) =>
+          this.#post({
+            type: "localExecResult",
+            requestId: callId,
+            result: { error: errorToRemote(toError(e)) },
+          }),
+      )
+      .finally(() => {
+        // The final exit or error removes the call, retained or not.
+        turn.rpcs.delete(controller);
+        this.#serviceStreams.delete(callId);
+        this.#localCalls.delete(callId);
+      });
   }
 
   /** A runner's call into the seam's TurnHost (or a host tool) for one of its session turns. */
@@ -627,6 +710,11 @@ export class SubagentRunnerHost {
     }
     for (const c of this.#rpcs.values()) c.abort();
     this.#rpcs.clear();
+    // Runner exit aborts every retained service stream; no service is replayed.
+    for (const s of this.#serviceStreams.values()) s.controller.abort();
+    for (const c of this.#localCalls.values()) c.controller.abort();
+    this.#serviceStreams.clear();
+    this.#localCalls.clear();
     this.#taps.clear();
     this.deps.onEvent?.({ type: "exit", runnerId: this.deps.runnerId, ...exit });
   }

@@ -66,6 +66,45 @@ export class ScriptedTurnExecutor implements ChildTurnExecutor {
           ctx.emit({ kind: "tool", turnId, name: "spawn", phase: "end", result: String(pid) });
           break;
         }
+        case "localExec": {
+          if (!ctx.localExec) throw new ScriptedTurnError("no local execution here", "unsupported");
+          const call = ctx.localExec(
+            { op: "start", command: step.command, service: step.service },
+            (event) => {
+              if (event.kind === "stdout") ctx.emit({ kind: "text", turnId, text: event.data });
+            },
+          );
+          ctx.emit({ kind: "tool", turnId, name: "localExec", phase: "start" });
+          if (step.service) {
+            const processId = await call.started;
+            ctx.emit({
+              kind: "tool",
+              turnId,
+              name: "localExec",
+              phase: "end",
+              result: `service ${processId}`,
+            });
+          } else {
+            const final = await call.final;
+            ctx.emit({
+              kind: "tool",
+              turnId,
+              name: "localExec",
+              phase: "end",
+              result: `exit ${final.exitCode}`,
+            });
+          }
+          break;
+        }
+        case "stopServices":
+          ctx.emit({
+            kind: "tool",
+            turnId,
+            name: "stopServices",
+            phase: "end",
+            result: String(ctx.stopServices?.() ?? 0),
+          });
+          break;
         case "appendFile": {
           const file = await open(step.path, "a");
           try {

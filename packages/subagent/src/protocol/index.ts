@@ -5,6 +5,7 @@ import { type OutputFrame, outputFrameSchema } from "./output.js";
 export * from "./envelope.js";
 export * from "./hostRpcMethods.js";
 export * from "./input.js";
+export * from "./localExec.js";
 export * from "./output.js";
 export * from "./policy.js";
 export * from "./sessionTurn.js";

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { envelope, requestIdSchema } from "./envelope.js";
+import { localExecEventSchema, localExecFinalSchema } from "./localExec.js";
 import { modelCatalogSchema, retryPolicySchema } from "./policy.js";
 import { sessionTurnSchema } from "./sessionTurn.js";
 import { delegatedTurnRequestSchema, tapCursorSchema } from "./turn.js";
@@ -69,6 +70,18 @@ export const inputFrameSchema = z.discriminatedUnion("type", [
   /** The daemon's answer to a runner's `turnHost` call; the ok payload is validated per op by the runner. */
   z
     .object({ type: z.literal("turnHostReply"), requestId: requestIdSchema, result: envelope(z.unknown()) })
+    .strict(),
+  /** A partial event of a runner's local execution call (`requestId` is that call's id). */
+  z
+    .object({ type: z.literal("localExecEvent"), requestId: requestIdSchema, event: localExecEventSchema })
+    .strict(),
+  /** The final result that settles a local execution call. */
+  z
+    .object({
+      type: z.literal("localExecResult"),
+      requestId: requestIdSchema,
+      result: envelope(localExecFinalSchema),
+    })
     .strict(),
 ]);
 export type InputFrame = z.infer<typeof inputFrameSchema>;

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { envelope, requestIdSchema } from "./envelope.js";
 import { hostRpcMethodSchema } from "./hostRpcMethods.js";
+import { localExecRequestSchema } from "./localExec.js";
 import { progressEventSchema, turnHostCallSchema, turnOutcomeSchema } from "./sessionTurn.js";
 import { delegatedTurnResultSchema, tapEventSchema, tapSnapshotSchema } from "./turn.js";
 
@@ -106,6 +107,23 @@ export const outputFrameSchema = z.discriminatedUnion("type", [
       requestId: requestIdSchema,
       turnId: id,
       event: progressEventSchema,
+    })
+    .strict(),
+  z
+    .object({
+      type: z.literal("localExec"),
+      requestId: requestIdSchema,
+      turnId: id,
+      request: localExecRequestSchema,
+    })
+    .strict(),
+  /** hostCancel: the runner's process registry cancels a local execution call by its original call and turn ids. */
+  z
+    .object({
+      type: z.literal("localExecCancel"),
+      requestId: requestIdSchema,
+      callId: requestIdSchema,
+      turnId: id,
     })
     .strict(),
 ]);

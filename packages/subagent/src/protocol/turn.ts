@@ -31,6 +31,16 @@ export const scriptedStepSchema = z.discriminatedUnion("kind", [
   z
     .object({ kind: z.literal("spawn"), command: z.array(z.string().min(1).max(4096)).min(1).max(256) })
     .strict(),
+  /** Local execution through the daemon; a service returns once started, anything else once it exits. */
+  z
+    .object({
+      kind: z.literal("localExec"),
+      command: z.array(z.string().min(1).max(4096)).min(1).max(256),
+      service: z.boolean(),
+    })
+    .strict(),
+  /** Cancel every background service this runner admitted (its process registry). */
+  z.object({ kind: z.literal("stopServices") }).strict(),
   /** A real, durable side effect (appended and fsynced) so tests can count executions. */
   z
     .object({ kind: z.literal("appendFile"), path: z.string().min(1).max(4096), line: z.string().max(4096) })

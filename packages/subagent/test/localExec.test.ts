@@ -1,0 +1,129 @@
+import { spawn } from "node:child_process";
+import type { LocalExecFinal, LocalExecHandler, SubagentRunnerHost } from "@crw/subagent";
+import { afterEach, describe, expect, it } from "vitest";
+import { startHost, turn, waitFor } from "./support/runners.js";
+
+/**
+ * The daemon's side of local execution, for real: each start runs a process here, streams process-started
+ * and stdout, and settles on its exit. Cancellation (the call's signal) kills it.
+ */
+function sandbox() {
+  const started: { pid: number; signal: AbortSignal; service: boolean; turnId: string }[] = [];
+  const handler: LocalExecHandler = (request, ctx) =>
+    new Promise<LocalExecFinal>((resolve, reject) => {
+      if (request.op !== "start") return reject(new Error("no stdin in this sandbox"));
+      const [file, ...args] = request.command;
+      const child = spawn(file as string, args, { stdio: ["ignore", "pipe", "ignore"] });
+      child.once("error", reject);
+      child.once("spawn", () => {
+        started.push({
+          pid: child.pid as number,
+          signal: ctx.signal,
+          service: request.service,
+          turnId: ctx.turnId,
+        });
+        ctx.emit({ kind: "process-started", processId: String(child.pid) });
+      });
+      child.stdout?.setEncoding("utf8").on("data", (d: string) => ctx.emit({ kind: "stdout", data: d }));
+      ctx.signal.addEventListener("abort", () => child.kill("SIGKILL"), { once: true });
+      child.once("exit", (exitCode, signal) => resolve({ exitCode, signal }));
+    });
+  return { handler, started };
+}
+
+const hosts: SubagentRunnerHost[] = [];
+afterEach(async () => {
+  await Promise.all(hosts.splice(0).map((h) => h.shutdown(1_000)));
+});
+async function ready(handler: LocalExecHandler) {
+  const { host } = await startHost({ localExec: handler });
+  hosts.push(host);
+  return host;
+}
+
+describe("local execution and background services across the runner boundary", () => {
+  it("S004-105: S004-106: an admitted service outlives the turn that started it; the turn's end does not cancel it", async () => {
+    const box = sandbox();
+    const host = await ready(box.handler);
+    const result = await host.runTurn(
+      turn({ script: [{ kind: "localExec", command: ["sleep", "30"], service: true }] }),
+    );
+    expect(result.stopReason).toBe("end");
+    expect(box.started).toHaveLength(1);
+    expect(host.serviceStreamCount).toBe(1);
+    await new Promise((r) => setTimeout(r, 100));
+    expect(box.started[0]?.signal.aborted).toBe(false);
+  });
+
+  it("S004-107: an unadmitted start stays turn-bound: aborting the turn cancels it", async () => {
+    const box = sandbox();
+    const host = await ready(box.handler);
+    const controller = new AbortController();
+    const running = host.runTurn(
+      turn({ script: [{ kind: "localExec", command: ["sleep", "30"], service: false }] }),
+      {
+        signal: controller.signal,
+      },
+    );
+    await waitFor(() => box.started.length === 1);
+    controller.abort();
+    await running.catch(() => {});
+    await waitFor(() => box.started[0]?.signal.aborted === true);
+    expect(host.serviceStreamCount).toBe(0);
+  });
+
+  it("S004-108: S004-109: registry cancellation sends the original call and turn ids; the final exit removes the entry", async () => {
+    const box = sandbox();
+    const host = await ready(box.handler);
+    const first = turn({
+      sessionId: "svc",
+      script: [{ kind: "localExec", command: ["sleep", "30"], service: true }],
+    });
+    await host.runTurn(first);
+    expect(host.serviceStreamCount).toBe(1);
+    // A later turn stops the services: the cancel names the turn that started the service, not this one.
+    await host.runTurn(turn({ sessionId: "svc", script: [{ kind: "stopServices" }] }));
+    await waitFor(() => box.started[0]?.signal.aborted === true);
+    expect(box.started[0]?.turnId).toBe(first.turnId);
+    await waitFor(() => host.serviceStreamCount === 0);
+  });
+
+  it("S004-110: runner exit aborts every retained service stream", async () => {
+    const box = sandbox();
+    const host = await ready(box.handler);
+    await host.runTurn(
+      turn({
+        script: [
+          { kind: "localExec", command: ["sleep", "30"], service: true },
+          { kind: "localExec", command: ["sleep", "30"], service: true },
+        ],
+      }),
+    );
+    expect(host.serviceStreamCount).toBe(2);
+    host.kill();
+    await host.exited;
+    expect(box.started.map((s) => s.signal.aborted)).toEqual([true, true]);
+    expect(host.serviceStreamCount).toBe(0);
+  });
+
+  it("S004-113: S004-115: a start needs an active admitted turn; one retained controller per live service", async () => {
+    const box = sandbox();
+    const host = await ready(box.handler);
+    const out = await host.runTurn(
+      turn({ script: [{ kind: "localExec", command: ["sh", "-c", "echo hi"], service: false }] }),
+    );
+    expect(out.stopReason).toBe("end");
+    expect(host.serviceStreamCount).toBe(0);
+    await host.runTurn(turn({ script: [{ kind: "localExec", command: ["sleep", "30"], service: true }] }));
+    expect(host.serviceStreamCount).toBe(1);
+    const { LocalExecClient } = await import("@crw/subagent");
+    const sent: unknown[] = [];
+    const client = new LocalExecClient((f) => {
+      sent.push(f);
+      return true;
+    });
+    const outside = client.call({ op: "start", command: ["true"], service: false });
+    await expect(outside.final).rejects.toMatchObject({ reason: "outside_turn" });
+    expect(sent).toEqual([]);
+  });
+});
