@@ -370,4 +370,37 @@ describe("DelegationRepository on PostgreSQL", () => {
     await db.pool.query("alter table sessions enable trigger all");
     await expect(r.ancestry(child, account.id)).rejects.toMatchObject({ code: "invalid_input" });
   });
+
+  it("S004-034: settledResultIds reads in one repeatable-read, read-only snapshot", async () => {
+    const { r, account, parent, runs } = await family(1);
+    const id = await settle(r, runs[0] as never);
+    await r.deliverResults(parent.id, account.id, [id], asMessage);
+    const issued: string[][] = [];
+    const spy = new PgDelegationRepository(
+      new Proxy(db.pool, {
+        get(target, key) {
+          if (key !== "connect") return Reflect.get(target, key);
+          return async () => {
+            const client = await target.connect();
+            const mine: string[] = [];
+            issued.push(mine);
+            return new Proxy(client, {
+              get(c, k) {
+                if (k !== "query") return Reflect.get(c, k);
+                return (text: string, values?: unknown[]) => {
+                  mine.push(text.trim().split(/\s+/).slice(0, 4).join(" "));
+                  return c.query(text, values);
+                };
+              },
+            });
+          };
+        },
+      }),
+    );
+    expect(await spy.settledResultIds(parent.id, account.id)).toEqual([id]);
+    expect(issued).toHaveLength(1);
+    expect(issued[0]?.[0]).toBe("begin isolation level repeatable");
+    expect(issued[0]?.filter((q) => q.startsWith("select"))).toHaveLength(2);
+    expect(issued[0]?.at(-1)).toBe("commit");
+  });
 });

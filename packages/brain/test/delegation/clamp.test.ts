@@ -95,11 +95,15 @@ describe("DelegateContinue and the read-only clamp", () => {
     expect(rows.rowCount).toBe(0);
   });
 
-  it("S004-225: S004-226: S004-223: planning callers wait for an active child; Build callers wait for a read-only call and steer otherwise", async () => {
+  it("S004-225: S004-226: S004-223: S004-040: S004-062: planning callers wait for an active child; Build callers wait for a read-only call and steer otherwise", async () => {
     const { service, repo, account, parent, child, gates } = await childWithAnswer();
     const hold = latch();
     gates.set("busy", hold.promise);
+    const progress: string[] = [];
     const busy = await service.continueSubagent({
+      progress: (e) => {
+        if (e.type === "text") progress.push(e.text);
+      },
       parentSessionId: parent.id,
       principalAccountId: account.id,
       childSessionId: child,
@@ -135,11 +139,14 @@ describe("DelegateContinue and the read-only clamp", () => {
     await waitFor(async () => (await repo.openRunForChild(child, account.id)) === null, "settled");
     await service.whenIdle();
     // S004-044: the steer's receipt is delivered into the child's journal before the call settled
-    const receipts = await db.pool.query<{ status: string }>(
-      "select status from delegated_steers where child_session_id = $1",
+    const receipts = await db.pool.query<{ status: string; journal_seq: string | null }>(
+      "select status, journal_seq from delegated_steers where child_session_id = $1",
       [child],
     );
     expect(receipts.rows.map((r) => r.status)).toEqual(["delivered"]);
+    expect(receipts.rows[0]?.journal_seq).not.toBeNull();
+    // the steered text was taken by the open call, whose activity reached the call's progress sink once
+    expect(progress).toEqual(["busy done"]);
 
     // now a read-only call is open: a Build caller must wait, never steer into it
     const ro = latch();

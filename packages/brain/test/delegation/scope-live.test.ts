@@ -1,6 +1,7 @@
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import {
+  canonicalJson,
   createScriptedTurnRunner,
   type MutatingTool,
   recoverDelegations,
@@ -39,7 +40,7 @@ const storedScope = async (childId: string) =>
   );
 
 describe("scope capture and live access in delegation", () => {
-  it("S004-190: S004-193: the child's scope is captured before dispatch, its allow-list intersected with the account grant", async () => {
+  it("S004-190: S004-193: S004-194: S004-195: the child's scope is captured before dispatch, its allow-list intersected with the account grant", async () => {
     const { service } = makeService(db.pool);
     const { account, parent } = await newParent(service, { toolAllow: ["Read", "Grep"], toolDeny: ["Bash"] });
     const r = await service.delegate({
@@ -53,6 +54,11 @@ describe("scope capture and live access in delegation", () => {
     if (r.kind !== "result") throw new Error("expected result");
     const scope = await storedScope(r.childSessionId);
     expect(scope.tools).toEqual({ allow: ["Read"], deny: ["Bash", "Grep(secret*)"] });
+    // stored as canonical JSON: sorted keys, no whitespace, the same bytes when re-serialized canonically
+    const text = (
+      await db.pool.query<{ scope: string }>("select scope from sessions where id = $1", [r.childSessionId])
+    ).rows[0]?.scope;
+    expect(text).toBe(canonicalJson(JSON.parse(text ?? "null")));
     expect(scope.accountId).toBe(account.id);
   });
 
@@ -231,5 +237,42 @@ describe("scope capture and live access in delegation", () => {
     expect(
       (await db.pool.query("select 1 from subagent_runs where parent_session_id = $1", [parent.id])).rowCount,
     ).toBe(0);
+  });
+
+  it("S004-216: S004-218: progress starts only after admission committed; a refused admission emits nothing", async () => {
+    const { service } = makeService(db.pool);
+    const { account, parent } = await newParent(service);
+    const refused: string[] = [];
+    await expect(
+      service.delegate({
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        toolCallId: "bad",
+        task: "t",
+        mode: "background",
+        workDir: "C:relative",
+        progress: (e) => refused.push(e.type),
+      }),
+    ).rejects.toMatchObject({ code: "invalid_scope" });
+    expect(refused).toEqual([]);
+    const checks: Promise<number>[] = [];
+    const receipt = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "good",
+      task: "t",
+      mode: "background",
+      progress: (e) => {
+        if (e.type === "session")
+          checks.push(
+            db.pool
+              .query("select 1 from subagent_runs where child_session_id = $1", [e.sessionId])
+              .then((q) => q.rowCount ?? 0),
+          );
+      },
+    });
+    expect(receipt.kind).toBe("started");
+    expect(await Promise.all(checks)).toEqual([1]);
+    await service.whenIdle();
   });
 });
