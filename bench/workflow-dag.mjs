@@ -54,6 +54,8 @@ if (!url) {
 }
 await db.migrate(url);
 const pool = new pg.Pool({ connectionString: url, max: 16 });
+// The embedded server stops at the end while idle clients may still be open: that is not a failure.
+pool.on("error", () => {});
 const repo = new db.PgDelegationRepository(pool);
 const account = await repo.createAccount({ name: `bench-${randomUUID()}`, isOwner: true });
 
