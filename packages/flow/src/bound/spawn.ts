@@ -164,7 +164,6 @@ export function decideSpawn(
   if (facts.spawnedBySubagent) {
     return {
       ...base,
-      roleFrom,
       decision: "deny",
       reason: "leaf_spawn_refused",
       message: "leaf_spawn_refused: a subagent of a crw flow run is a leaf and never spawns agents",
@@ -176,7 +175,6 @@ export function decideSpawn(
   if (ti.fork_context === true) {
     return {
       ...base,
-      roleFrom,
       decision: "deny",
       reason: "full_history_fork_refused",
       message:
@@ -190,7 +188,6 @@ export function decideSpawn(
     warnings.unshift("role_undecided");
     return {
       ...base,
-      roleFrom,
       decision: "allow",
       reason: null,
       message: `role ${role} is undecided: the spawn is kept as sent`,
@@ -204,7 +201,6 @@ export function decideSpawn(
   if (pair.effort !== undefined) updatedInput.reasoning_effort = pair.effort;
   return {
     ...base,
-    roleFrom,
     decision: "allow",
     reason: null,
     message: `role ${role}: model ${applied.model}, effort ${applied.effort ?? "(as sent)"}`,
