@@ -95,7 +95,7 @@ describe("DelegateContinue and the read-only clamp", () => {
     expect(rows.rowCount).toBe(0);
   });
 
-  it("S004-225: S004-226: S004-223: S004-040: S004-062: planning callers wait for an active child; Build callers wait for a read-only call and steer otherwise", async () => {
+  it("S004-225: S004-226: S004-223: S004-040: planning callers wait for an active child; Build callers wait for a read-only call and steer otherwise", async () => {
     const { service, repo, account, parent, child, gates } = await childWithAnswer();
     const hold = latch();
     gates.set("busy", hold.promise);

@@ -234,4 +234,58 @@ describe("settlement of a child's call", () => {
     expect(msgs).toHaveLength(gateAt + 3);
     expect(await repo.settledResultIds(child, account.id)).toHaveLength(1);
   });
+
+  it("S004-047: S004-062: a text follow-up admitted while the call settles runs in the bracket and reports through the call's sink", async () => {
+    const gates = new Map<string, Promise<void>>();
+    const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
+    const { account, parent } = await newParent(service);
+    const helper = latch();
+    gates.set("h", helper.promise);
+    const texts: string[] = [];
+    const receipt = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "c",
+      task: scriptTask({
+        rounds: [
+          [
+            delegateCall(
+              { rounds: [[{ name: "Gate", arguments: { key: "h" } }]], answer: "h done" },
+              { background: true },
+            ),
+          ],
+        ],
+        answer: "C done",
+        followUp: "C took",
+      }),
+      mode: "background",
+      progress: (e) => {
+        if (e.type === "text") texts.push(e.text);
+      },
+    });
+    if (receipt.kind !== "started") throw new Error("expected background");
+    const child = receipt.childSessionId;
+    await waitFor(async () => texts.includes("C done"), "C's own turn ended");
+    const steer = await service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: child,
+      toolCallId: "s",
+      text: "and also this",
+      mode: "foreground",
+    });
+    expect(steer.kind).toBe("steered");
+    helper.open();
+    await waitFor(
+      async () => (await repo.settledResultIds(parent.id, account.id)).length === 1,
+      "C delivered",
+    );
+    await service.whenIdle();
+    // the steer and the helper result were taken in one follow-up turn inside the settling call
+    expect(texts.filter((t) => t.startsWith("C "))).toEqual(["C done", "C took (2)"]);
+    const delivered = messages(await repo.readJournal(parent.id, account.id)).find(
+      (m) => m.role === "custom",
+    );
+    expect(delivered?.content.endsWith("\nC took (2)")).toBe(true);
+  });
 });
