@@ -88,7 +88,7 @@ describe("local execution and background services across the runner boundary", (
     await waitFor(() => host.serviceStreamCount === 0);
   });
 
-  it("S004-110: runner exit aborts every retained service stream", async () => {
+  it("S004-110: S004-114: runner exit aborts every retained service stream; none is replayed", async () => {
     const box = sandbox();
     const host = await ready(box.handler);
     await host.runTurn(
@@ -104,6 +104,8 @@ describe("local execution and background services across the runner boundary", (
     await host.exited;
     expect(box.started.map((s) => s.signal.aborted)).toEqual([true, true]);
     expect(host.serviceStreamCount).toBe(0);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(box.started).toHaveLength(2);
   });
 
   it("S004-113: S004-115: a start needs an active admitted turn; one retained controller per live service", async () => {
