@@ -1,5 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -29,22 +29,13 @@ export const codexThreadIdOf = (rolloutPath: string) =>
   /-([0-9a-f-]{36})\.jsonl$/.exec(rolloutPath)?.[1] ?? "";
 const crwBin = join(repoRoot, "apps/crw/bin/crw.mjs");
 
-/** Builds the CLI (flow, then crw) when a source is newer than its build: the run process is the built one. */
+/**
+ * Builds the CLI (flow, then crw) when a source is newer than its build: the run process is the built one.
+ * Serialized across test files (and with any other test that builds the same way) by one lock file.
+ */
 export function ensureBuilt(): void {
-  const newest = (dir: string): number => {
-    let latest = 0;
-    for (const name of readdirSync(dir, { withFileTypes: true })) {
-      const path = join(dir, name.name);
-      latest = Math.max(latest, name.isDirectory() ? newest(path) : statSync(path).mtimeMs);
-    }
-    return latest;
-  };
-  for (const pkg of ["packages/flow", "apps/crw"]) {
-    const dist = join(repoRoot, pkg, "dist/index.js");
-    if (!existsSync(dist) || statSync(dist).mtimeMs < newest(join(repoRoot, pkg, "src"))) {
-      execFileSync("npx", ["tsup"], { cwd: join(repoRoot, pkg), stdio: "ignore" });
-    }
-  }
+  const lock = join(tmpdir(), "crw-flow-dist-build.lock");
+  execFileSync("flock", [lock, process.execPath, join(here, "buildIfStale.mjs")], { stdio: "ignore" });
 }
 
 const workflowSource = `
