@@ -8,7 +8,9 @@ export default defineConfig({
   target: "node20",
   platform: "node",
   sourcemap: true,
-  clean: true,
+  // No clean: run processes and CLI commands of a shared checkout load chunks of the build they started
+  // with; a rebuild that deleted dist/ first would pull those chunks from under them.
+  clean: false,
   // Dependencies load from node_modules at run time; only this package's own code is bundled.
   skipNodeModulesBundle: true,
   // Built code resolves sibling packages through their dist, so the source condition stays off here.

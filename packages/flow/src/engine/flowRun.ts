@@ -1,11 +1,13 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import type { HostThread, SessionHost } from "../host/sessionHost.js";
-import { JournalWriter } from "../journal/journal.js";
+import { type JournalStats, JournalWriter } from "../journal/journal.js";
 import type { JournalRow, NewRow, Pair } from "../journal/rows.js";
 import type { RunPaths } from "../run/paths.js";
 import { type RoleName, type RoleTable, readRoleTable, rolePairs } from "../run/roles.js";
 import type { RunSpec } from "../run/spec.js";
+import { unansweredReports } from "../steps/inbox.js";
+import { markerInText } from "../steps/message.js";
 import { FileStepBus, type StepWriteHook } from "../steps/stepBus.js";
 import { digestOf } from "../util/canonical.js";
 import { FlowError } from "../util/errors.js";
@@ -33,6 +35,8 @@ export interface FlowRunOptions {
   /** Test seam: a write of a step file that fails (a full disk). */
   stepWriteHook?: StepWriteHook;
   env?: NodeJS.ProcessEnv;
+  /** Called once with the journal writer's figures when this process's part of the run is over. */
+  onStats?: (stats: JournalStats) => void;
 }
 
 export type FlowRunOutcome =
@@ -137,6 +141,7 @@ export async function executeRun(opts: FlowRunOptions): Promise<FlowRunOutcome> 
     run.append(startRows);
     return await run.execute();
   } finally {
+    opts.onStats?.({ ...journal.stats });
     journal.close();
   }
 }
@@ -157,8 +162,7 @@ class FlowRun implements RunContext {
   private readonly counters = new Map<string, number>();
   private readonly active = new Set<Promise<unknown>>();
   private readonly pool: Pool;
-  private subagentCache: { at: number; value: Promise<Awaited<ReturnType<RunContext["subagents"]>>> } | null =
-    null;
+  private ownerCache: { at: number; value: ReturnType<SessionHost["readThread"]> } | null = null;
   private stopWaiters: Array<() => void> = [];
 
   constructor(
@@ -209,12 +213,42 @@ class FlowRun implements RunContext {
     this.opts.onEvent?.(event);
   }
 
-  subagents(): ReturnType<RunContext["subagents"]> {
+  private inboxCache: { at: number; names: string[] } | null = null;
+
+  unanswered(): string[] {
     const now = Date.now();
-    if (!this.subagentCache || now - this.subagentCache.at >= this.pollMs) {
-      this.subagentCache = { at: now, value: this.host.listSubagents(this.owner) };
+    if (!this.inboxCache || now - this.inboxCache.at >= this.pollMs) {
+      this.inboxCache = { at: now, names: unansweredReports(this.paths.inbox, this.paths.replies) };
     }
-    return this.subagentCache.value;
+    return this.inboxCache.names;
+  }
+
+  /** A reply was written: the cached listing is stale. */
+  answered(): void {
+    this.inboxCache = null;
+  }
+
+  async spawnedFor(marker: string): ReturnType<RunContext["spawnedFor"]> {
+    const now = Date.now();
+    // one read of the owner thread serves every waiting step for a lookup interval
+    if (!this.ownerCache || now - this.ownerCache.at >= this.lookupEveryMs) {
+      this.ownerCache = { at: now, value: this.host.readThread(this.owner) };
+    }
+    const owner = await this.ownerCache.value;
+    if (!owner.ok) return owner;
+    const ids = new Set<string>();
+    for (const turn of owner.value.turns) {
+      for (const item of turn.items) {
+        if (item.type !== "collabAgentToolCall" || item.tool !== "spawnAgent" || !item.prompt) continue;
+        if (markerInText(item.prompt) === marker) for (const id of item.receiverThreadIds) ids.add(id);
+      }
+    }
+    const threads: HostThread[] = [];
+    for (const id of ids) {
+      const t = await this.host.readThread(id);
+      if (t.ok) threads.push(t.value);
+    }
+    return { ok: true, value: threads };
   }
 
   async execute(): Promise<FlowRunOutcome> {

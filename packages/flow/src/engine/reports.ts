@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { z } from "zod";
 import type { HostThread } from "../host/sessionHost.js";
 import type { RowOf } from "../journal/rows.js";
-import { REPORT_FORMAT, type Reply, type ReplyKind, unansweredReports, writeReply } from "../steps/inbox.js";
+import { REPORT_FORMAT, type Reply, type ReplyKind, writeReply } from "../steps/inbox.js";
 import { type BindVerdict, judgeBind } from "./bind.js";
 import { foldCall } from "./callFold.js";
 import type { RunContext } from "./runContext.js";
@@ -52,6 +52,7 @@ function answer(
     ...extra,
     at: new Date().toISOString(),
   });
+  rc.answered();
   rc.emit({ type: "reply", name, reply, reason });
 }
 
@@ -66,7 +67,7 @@ export async function answerReports(
   onBind: BindHandler,
 ): Promise<boolean> {
   const prefix = `${call}.t${step.k}-a${step.attempt}.`;
-  for (const name of unansweredReports(rc.paths.inbox, rc.paths.replies)) {
+  for (const name of rc.unanswered()) {
     if (!name.startsWith(prefix)) continue;
     const report = readReport(rc, name);
     if (!report || report.call !== call || report.k !== step.k || report.attempt !== step.attempt) continue;
@@ -114,7 +115,7 @@ export async function answerReports(
  * bound subagent reported again (bound). A report for a published step that waits is left to its call.
  */
 export function answerStrayReports(rc: RunContext): void {
-  for (const name of unansweredReports(rc.paths.inbox, rc.paths.replies)) {
+  for (const name of rc.unanswered()) {
     const report = readReport(rc, name);
     if (!report) continue;
     if (report.run_id !== rc.runId) {

@@ -38,8 +38,14 @@ export interface RunContext {
   rowsOf(call: string): readonly JournalRow[];
   stop(reason: string): void;
   emit(event: FlowEvent): void;
-  /** The cached subagent list of the owner for this poll round (one thread/list per round). */
-  subagents(): Promise<{ ok: true; value: HostThread[] } | { ok: false; reason: string; message: string }>;
+  /** The unanswered report names of the inbox, read at most once per poll round for all calls. */
+  unanswered(): string[];
+  /** Called after a reply is written, so the next listing reads the inbox again. */
+  answered(): void;
+  /** The owner's subagents whose spawn message carries the marker (from the owner's spawnAgent items). */
+  spawnedFor(
+    marker: string,
+  ): Promise<{ ok: true; value: HostThread[] } | { ok: false; reason: string; message: string }>;
 }
 
 /** Thrown into the workflow by a call of a run that is stopping; the run process then exits. */

@@ -309,7 +309,9 @@ async function lookUp(rc: RunContext, call: string, fold: CallFold, step: Step):
     if (!r.ok) return false;
     candidates = [r.value];
   } else {
-    const r = await rc.subagents();
+    // The owner thread's spawnAgent items name the subagent that took the marker: one read of the owner
+    // and one of each candidate, instead of a read of every subagent the owner ever spawned.
+    const r = await rc.spawnedFor(step.marker);
     if (!r.ok) return false;
     candidates = r.value.filter((t) => markerTurn(t, step.marker) !== null);
     const bound = new Set(foldCall(rc.rowsOf(call)).threads.map((t) => t.thread_id));
