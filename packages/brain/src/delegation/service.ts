@@ -470,11 +470,9 @@ export class DelegationService {
       );
     const start = await this.repo.startRun(run.id, run.generation, this.owner);
     if (!start.started) {
-      const existing = await this.repo
-        .queuedResults(run.parentSessionId, run.principalAccountId)
-        .catch(() => []);
-      const mine = existing.find((r) => r.runId === run.id);
-      if (mine) return mine.id;
+      // The same call again (a retried tool call): its settled result is the answer, never a second run.
+      const settled = await this.repo.resultForRun(run.id, run.principalAccountId);
+      if (settled) return settled.id;
       throw new DelegationError("child_failed", "the call is no longer open in this generation", {
         runId: run.id,
       });

@@ -272,4 +272,23 @@ describe("delivery of delegated results", () => {
     expect(delivered[0]?.role === "custom" && delivered[0].details?.spillPath).toBeTruthy();
     expect(await repo.settledResultIds(parent.id, account.id)).toEqual([a]);
   });
+
+  it("a retried Delegate tool call returns the first call's result and never runs a second child", async () => {
+    const { service } = makeService(db.pool);
+    const { account, parent } = await newParent(service);
+    const call = () =>
+      service.delegate({
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        toolCallId: "same",
+        task: scriptTask({ answer: "once" }),
+        mode: "foreground",
+      });
+    const first = await call();
+    await service.whenIdle();
+    const again = await call();
+    expect(again).toEqual(first);
+    const runs = await db.pool.query("select 1 from subagent_runs where parent_session_id = $1", [parent.id]);
+    expect(runs.rowCount).toBe(1);
+  });
 });

@@ -54,6 +54,20 @@ export async function getResult(
   return resultFromRow(rows[0]);
 }
 
+export async function resultForRun(
+  pool: pg.Pool,
+  runId: string,
+  principalAccountId: string,
+): Promise<QueuedResult | null> {
+  assertUuid("runId", runId);
+  const { rows } = await pool.query<Row>(
+    `select ${RESULT_COLUMNS} from delegation_results r left join spilled_outputs s on s.id = r.spill_id
+      where r.run_id = $1::uuid and r.principal_account_id = $2::uuid`,
+    [runId, principalAccountId],
+  );
+  return rows[0] ? resultFromRow(rows[0]) : null;
+}
+
 /**
  * Exactly-once delivery. Under the parent session's row lock, the still-unacknowledged results among
  * `resultIds` get their journal rows and their acknowledgements in one transaction: either both are durable

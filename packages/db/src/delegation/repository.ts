@@ -61,6 +61,7 @@ export class PgDelegationRepository implements DelegationRepository {
   queuedResults: DelegationRepository["queuedResults"] = async (s, p, l) =>
     delivery.queuedResults(this.pool, s, p, l);
   getResult: DelegationRepository["getResult"] = async (r, p) => delivery.getResult(this.pool, r, p);
+  resultForRun: DelegationRepository["resultForRun"] = async (r, p) => delivery.resultForRun(this.pool, r, p);
   deliverResults: DelegationRepository["deliverResults"] = async (s, p, ids, m, o) =>
     delivery.deliverResults(this.pool, s, p, ids, m, o);
 

@@ -245,6 +245,8 @@ export interface DelegationRepository {
   queuedResultIds(sessionId: string, principalAccountId: string): Promise<string[]>;
   queuedResults(sessionId: string, principalAccountId: string, limit?: number): Promise<QueuedResult[]>;
   getResult(resultId: string, principalAccountId: string): Promise<QueuedResult>;
+  /** The result a run settled with, delivered or not; null while it has none. */
+  resultForRun(runId: string, principalAccountId: string): Promise<QueuedResult | null>;
   /**
    * Appends each still-unacknowledged result's journal message and its acknowledgement in one transaction.
    * `message(result)` builds the journal row; a result already acknowledged is skipped (returned in
