@@ -11,8 +11,9 @@ import { EXIT_OK } from "../util/errors.js";
 import { removeIfExists, sleep } from "../util/fsx.js";
 import { numberOption, parseCommand, print } from "./args.js";
 
-/** How long `next` reads a starting run again, whatever --wait says. */
-const STARTING_WINDOW_MS = 15_000;
+/** How long `next` reads a starting run again, whatever --wait says (CRW_FLOW_STARTING_MS for tests). */
+const STARTING_WINDOW_MS =
+  Number(process.env.CRW_FLOW_STARTING_MS) > 0 ? Number(process.env.CRW_FLOW_STARTING_MS) : 15_000;
 const POLL_MS = 100;
 
 export async function nextCommand(args: string[]): Promise<number> {
