@@ -1,87 +1,39 @@
-import { type ChildProcess, fork } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import type { TurnHost, TurnOutcome, TurnRequest } from "@crw/brain";
 import {
   DelegationAbortedError,
   RemoteTurnError,
   RunnerExitedError,
-  RunnerStartupCancelledError,
-  RunnerStartupError,
   TapTimeoutError,
   toError,
 } from "./errors.js";
-import { HEARTBEAT_INTERVAL_MS, measureProcessTree, type TreeMemory } from "./heartbeat.js";
+import { measureProcessTree, type TreeMemory } from "./heartbeat.js";
 import { errorToRemote, type RemoteError } from "./protocol/envelope.js";
-import { type HostRpcMethod, hostRpcParamsSchemas } from "./protocol/hostRpcMethods.js";
+import { hostRpcParamsSchemas } from "./protocol/hostRpcMethods.js";
 import { type OutputFrame, type OutputFrameOf, parseOutputFrame } from "./protocol/index.js";
 import type { InputFrame } from "./protocol/input.js";
-import type { LocalExecEvent, LocalExecFinal, LocalExecRequest } from "./protocol/localExec.js";
 import type { HeartbeatFrame, ReleaseState } from "./protocol/output.js";
 import type { ModelCatalogPublication, RetryPolicy } from "./protocol/policy.js";
-import type { SessionRunnerKind, TurnHostCall } from "./protocol/sessionTurn.js";
+import type { TurnHostCall } from "./protocol/sessionTurn.js";
 import {
   type DelegatedTurnRequest,
   type DelegatedTurnResult,
   type TapEvent,
-  type TapSnapshot,
   tapCursorSchema,
 } from "./protocol/turn.js";
-import type { RetryPolicySource } from "./retryPolicy.js";
-import { runnerExecArgv } from "./runnerEntry.js";
 
-/** Boot deadline of one physical attempt: fork, hello, boot reply. Not a retry budget. */
-export const RUNNER_BOOT_TIMEOUT_MS = 60_000;
-/** A tap waits this long for the runner's snapshot. */
-export const TAP_TIMEOUT_MS = 2_000;
-export const MEASURE_FAILED_TEXT = "could not measure runner descendants";
+import {
+  MEASURE_FAILED_TEXT,
+  type RunnerStats,
+  type SessionTurnMeta,
+  type SubagentRunnerHostDeps,
+  TAP_TIMEOUT_MS,
+  type TapHandle,
+} from "./runnerHostTypes.js";
+import { startRunnerHost } from "./runnerStartup.js";
 
-export interface HostRpcRequestContext {
-  readonly runnerId: string;
-  readonly turnId: string;
-  readonly sessionId: string;
-  readonly signal: AbortSignal;
-}
-/** The daemon's handler of reverse host calls; params arrive validated against the method's schema. */
-export type HostRpcHandler = (
-  method: HostRpcMethod,
-  params: unknown,
-  context: HostRpcRequestContext,
-) => Promise<unknown>;
-
-/** The daemon's local execution (its sandbox); streams partial events through `emit`, settles with the final. */
-export type LocalExecHandler = (
-  request: LocalExecRequest,
-  context: HostRpcRequestContext & { readonly emit: (event: LocalExecEvent) => void },
-) => Promise<LocalExecFinal>;
-
-export type RunnerHostEvent =
-  | { type: "frame_refused"; runnerId: string; issues: string }
-  | { type: "heartbeat"; runnerId: string; heartbeat: HeartbeatFrame; memory: TreeMemory }
-  | { type: "measure_failed"; runnerId: string; message: typeof MEASURE_FAILED_TEXT; error: string }
-  | { type: "exit"; runnerId: string; code: number | null; signal: NodeJS.Signals | null }
-  | { type: "stderr"; runnerId: string; line: string };
-
-export interface SubagentRunnerHostDeps {
-  readonly runnerId: string;
-  /** RUNNER_ENTRY (see runnerEntry.ts). */
-  readonly entry: string;
-  /** The daemon's build identity, captured once per startup episode. */
-  readonly buildId: string;
-  readonly retryPolicySource: RetryPolicySource;
-  readonly catalog: ModelCatalogPublication;
-  readonly bootTimeoutMs?: number;
-  readonly heartbeatIntervalMs?: number;
-  readonly env?: NodeJS.ProcessEnv;
-  readonly execArgv?: readonly string[];
-  /** Node binary to fork with; a missing one is a fork failure. */
-  readonly execPath?: string;
-  readonly hostRpc?: HostRpcHandler;
-  readonly localExec?: LocalExecHandler;
-  readonly onEvent?: (event: RunnerHostEvent) => void;
-  /** Lifetime check: false once the pool replaced or reset the lifetime this attempt belongs to. */
-  readonly isCurrent?: () => boolean;
-  readonly procRoot?: string;
-}
+export * from "./runnerHostTypes.js";
 
 type ReplyType = "bootReply" | "turnReply" | "releaseReply" | "tapReply" | "ack" | "sessionTurnReply";
 interface Pending {
@@ -95,32 +47,6 @@ interface ActiveTurn {
   readonly rpcs: Set<AbortController>;
   /** Set for a delegation-core session turn: the daemon-side seam its turnHost calls reach. */
   readonly session?: { readonly request: TurnRequest; readonly host: TurnHost };
-}
-
-/** How a session turn is placed: its fairness key, nesting and which SessionTurnRunner the runner uses. */
-export interface SessionTurnMeta {
-  readonly turnId: string;
-  readonly channelId: string;
-  readonly parentSessionId?: string;
-  readonly runner: SessionRunnerKind;
-}
-export interface TapHandle {
-  readonly snapshot: TapSnapshot;
-  close(): Promise<void>;
-}
-export interface RunnerStats {
-  readonly runnerId: string;
-  readonly pid: number | undefined;
-  readonly state: "ready" | "exited";
-  readonly activeTurns: number;
-  /** Absent before the first heartbeat. */
-  readonly load?: {
-    eventLoopP99Ms: number;
-    rssBytes: number;
-    turns: number;
-    sessions: number;
-    memory: TreeMemory;
-  };
 }
 
 /**
@@ -723,159 +649,4 @@ export class SubagentRunnerHost {
 function remoteTurnError(remote: RemoteError): Error {
   if (remote.name === "DelegationAbortedError") return new DelegationAbortedError("", remote.message);
   return new RemoteTurnError(remote);
-}
-
-type Exit = { code: number | null; signal: NodeJS.Signals | null };
-
-/**
- * One physical attempt: fork, hello (build identity compared), boot (policy and catalog), boot reply, all
- * under one deadline. The policy subscription is taken before the initial read so a revision committed
- * while the read is in flight is not lost; the newer of the two is what boot carries.
- */
-function startRunnerHost(
-  deps: SubagentRunnerHostDeps,
-  build: (
-    child: ChildProcess,
-    policy: RetryPolicy,
-    unsubscribe: () => void,
-    exited: Promise<Exit>,
-    bootRevision: number,
-  ) => SubagentRunnerHost,
-): Promise<SubagentRunnerHost> {
-  if (deps.isCurrent && !deps.isCurrent()) {
-    return Promise.reject(new RunnerStartupCancelledError("runner startup belongs to a replaced lifetime"));
-  }
-  let newest: RetryPolicy | undefined;
-  let bootPolicy: RetryPolicy | undefined;
-  let host: SubagentRunnerHost | undefined;
-  const unsubscribe = deps.retryPolicySource.subscribe((p) => {
-    if (!newest || p.revision > newest.revision) newest = p;
-    host?.policyChanged(p);
-  });
-  let child: ChildProcess;
-  try {
-    child = fork(deps.entry, [], {
-      execArgv: runnerExecArgv(deps.entry, deps.execArgv ?? process.execArgv),
-      ...(deps.execPath && { execPath: deps.execPath }),
-      env: { ...process.env, ...deps.env },
-      stdio: ["ignore", "ignore", "pipe", "ipc"],
-      serialization: "json",
-    });
-  } catch (e) {
-    unsubscribe();
-    return Promise.reject(
-      new RunnerStartupError("fork_failed", "could not fork a sub-agent runner", { cause: e }),
-    );
-  }
-  const exited = new Promise<Exit>((resolve) => {
-    child.once("exit", (code, signal) => resolve({ code, signal }));
-    child.once("error", () => {
-      // A spawn error emits no exit when the process never started.
-      if (child.pid === undefined) resolve({ code: null, signal: null });
-    });
-  });
-  let buffered = "";
-  child.stderr?.setEncoding("utf8");
-  child.stderr?.on("data", (chunk: string) => {
-    buffered += chunk;
-    let nl = buffered.indexOf("\n");
-    while (nl >= 0) {
-      deps.onEvent?.({ type: "stderr", runnerId: deps.runnerId, line: buffered.slice(0, nl) });
-      buffered = buffered.slice(nl + 1);
-      nl = buffered.indexOf("\n");
-    }
-  });
-
-  return new Promise<SubagentRunnerHost>((resolve, reject) => {
-    let settled = false;
-    const bootRequestId = randomUUID();
-    const fail = (error: Error) => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(deadline);
-      child.off("message", onMessage);
-      unsubscribe();
-      if (child.exitCode === null && child.signalCode === null && child.pid !== undefined)
-        child.kill("SIGKILL");
-      reject(error);
-    };
-    const deadline = setTimeout(
-      () => fail(new RunnerStartupError("boot_timeout", "sub-agent runner did not become ready in time")),
-      deps.bootTimeoutMs ?? RUNNER_BOOT_TIMEOUT_MS,
-    );
-    child.once("error", (e) => {
-      if (child.pid === undefined)
-        fail(new RunnerStartupError("fork_failed", "could not fork a sub-agent runner", { cause: e }));
-    });
-    exited.then((exit) =>
-      fail(
-        new RunnerStartupError(
-          "boot_failed",
-          `sub-agent runner exited during startup (code ${exit.code ?? "none"})`,
-        ),
-      ),
-    );
-    const onMessage = (raw: unknown) => {
-      const parsed = parseOutputFrame(raw);
-      if (!parsed.ok)
-        return deps.onEvent?.({ type: "frame_refused", runnerId: deps.runnerId, issues: parsed.issues });
-      const frame = parsed.frame;
-      if (frame.type === "hello") return void onHello(frame);
-      if (frame.type === "bootReply" && frame.requestId === bootRequestId) return onBootReply(frame);
-      deps.onEvent?.({
-        type: "frame_refused",
-        runnerId: deps.runnerId,
-        issues: `${frame.type} during handshake`,
-      });
-    };
-    const onHello = async (frame: OutputFrameOf<"hello">) => {
-      if (frame.buildId !== deps.buildId) {
-        return fail(
-          new RunnerStartupError("build_mismatch", "sub-agent runner build differs from the daemon build"),
-        );
-      }
-      let policy: RetryPolicy;
-      try {
-        const read = await deps.retryPolicySource.read();
-        policy = newest && newest.revision > read.revision ? newest : read;
-      } catch (e) {
-        // Not an availability failure: an unexpected error propagates unchanged.
-        return fail(toError(e));
-      }
-      if (settled) return;
-      bootPolicy = policy;
-      child.send(
-        {
-          type: "boot",
-          requestId: bootRequestId,
-          runnerId: deps.runnerId,
-          buildId: deps.buildId,
-          retryPolicy: policy,
-          catalog: deps.catalog,
-          heartbeatIntervalMs: deps.heartbeatIntervalMs ?? HEARTBEAT_INTERVAL_MS,
-        } satisfies InputFrame,
-        () => {},
-      );
-    };
-    const onBootReply = (frame: OutputFrameOf<"bootReply">) => {
-      if ("error" in frame.result) {
-        const category = frame.result.error.code === "build_mismatch" ? "build_mismatch" : "boot_failed";
-        return fail(
-          new RunnerStartupError(category, `sub-agent runner refused boot (${frame.result.error.code})`),
-        );
-      }
-      if (deps.isCurrent && !deps.isCurrent()) {
-        return fail(new RunnerStartupCancelledError("runner became ready for a replaced lifetime"));
-      }
-      settled = true;
-      clearTimeout(deadline);
-      child.off("message", onMessage);
-      const booted = bootPolicy as RetryPolicy;
-      host = build(child, booted, unsubscribe, exited, frame.result.ok.policyRevision);
-      // A revision committed between boot and ready is forwarded now.
-      if (newest && newest.revision > booted.revision) host.policyChanged(newest);
-      resolve(host);
-    };
-    child.on("message", onMessage);
-  });
 }
