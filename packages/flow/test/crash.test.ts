@@ -1,7 +1,7 @@
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { type JournalRow, pidAlive, readJournalFile, runPaths } from "@crw/flow";
+import { type JournalRow, listStepFiles, pidAlive, readJournalFile, runPaths } from "@crw/flow";
 import { FakeAppServer } from "@crw/tools/codex";
 import { type Behave, checkResumedRun, faultPointsOf, fileStepSource, ScriptedOwner } from "@crw/tools/flow";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -69,7 +69,7 @@ afterAll(async () => {
 
 async function runOnce(
   fault: string | null,
-): Promise<{ result: unknown; rows: JournalRow[]; killed: boolean; log: string }> {
+): Promise<{ result: unknown; rows: JournalRow[]; killed: boolean; log: string; leftSteps: number }> {
   const runId = `crash-${seq++}`;
   const state = join(root, "state");
   const paths = runPaths(state, runId);
@@ -121,7 +121,8 @@ async function runOnce(
   const rows = readJournalFile(paths.journal).rows;
   const last = rows.at(-1);
   const log = existsSync(paths.log) ? readFileSync(paths.log, "utf8") : "";
-  return { result: last?.type === "run_ended" ? last.result : undefined, rows, killed, log };
+  const leftSteps = listStepFiles(paths.steps).steps.length;
+  return { result: last?.type === "run_ended" ? last.result : undefined, rows, killed, log, leftSteps };
 }
 
 function firstAndLastOfEachType(points: string[]): string[] {
@@ -152,6 +153,7 @@ describe("crash injection at every journal boundary", () => {
       if (out.log.includes("ERR_MODULE_NOT_FOUND")) out = await runOnce(point);
       expect(out.killed, `${point}: the process was not killed`).toBe(true);
       expect(out.result, point).toEqual(reference.result);
+      expect(out.leftSteps, `${point}: a step file was left (not retracted)`).toBe(0);
       expect(checkResumedRun(out.rows), point).toEqual({
         completedTwice: [],
         publishedTwice: [],
