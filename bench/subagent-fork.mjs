@@ -6,7 +6,7 @@
 // Usage: node bench/subagent-fork.mjs [iterations]
 import { fork } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import os, { tmpdir } from "node:os";
 import { join } from "node:path";
 
 const iterations = Number(process.argv[2] ?? 10);
@@ -75,6 +75,8 @@ for (let i = 0; i < iterations; i++) {
 const out = {
   bench: "subagent-fork",
   node: process.version,
+  cpus: os.availableParallelism(),
+  loadAverage1m: os.loadavg()[0],
   iterations,
   bareForkExit: stats(results.bareForkExit),
   bareForkIpc: stats(results.bareForkIpc),
@@ -83,5 +85,5 @@ const out = {
 out.runnerOverP50Ms = round(out.runnerReady.p50Ms - out.bareForkIpc.p50Ms);
 console.log(JSON.stringify(out, null, 2));
 console.log(
-  `runner fork-to-ready p50 ${out.runnerReady.p50Ms} ms vs bare fork+IPC ${out.bareForkIpc.p50Ms} ms (empty script to exit ${out.bareForkExit.p50Ms} ms), ${iterations} runs`,
+  `load ${os.loadavg()[0].toFixed(1)}; runner fork-to-ready p50 ${out.runnerReady.p50Ms} ms vs bare fork+IPC ${out.bareForkIpc.p50Ms} ms (empty script to exit ${out.bareForkExit.p50Ms} ms), ${iterations} runs`,
 );

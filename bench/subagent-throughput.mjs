@@ -6,6 +6,7 @@
 // `npx tsup` in packages/subagent and packages/brain first. Prints one JSON object, then a one-line summary.
 // Usage: node bench/subagent-throughput.mjs [turns]
 import { randomUUID } from "node:crypto";
+import os from "node:os";
 
 const turns = Number(process.argv[2] ?? 300);
 const sub = await import("../packages/subagent/dist/index.js");
@@ -18,6 +19,10 @@ const host = () => ({
   drainSteering: async () => [],
   progress: () => {},
 });
+// A delegated child's turn carries its durable scope (root sessions never go to runners).
+const scope = brain.parseDelegatedExecutionScope(
+  brain.captureDelegatedExecutionScope({ accountId: "bench", target: { kind: "host", ref: null } }),
+);
 const request = (i) => ({
   sessionId: randomUUID(),
   principalAccountId: "bench",
@@ -25,7 +30,7 @@ const request = (i) => ({
   systemPrompt: "You are a worker.",
   context: [{ role: "user", content: `task ${i}: summarize the module` }],
   tools: [],
-  scope: null,
+  scope,
   readOnly: false,
   workDir: null,
   signal: new AbortController().signal,
@@ -60,19 +65,28 @@ for (const runners of [1, 2, 4]) {
       new sub.MemoryRetryPolicySource({ revision: 1, maxRetries: 0, initialDelayMs: 0, multiplier: 1 }),
     catalog: () => ({ revision: 1, public: [], accounts: {} }),
     heartbeatIntervalMs: 200,
+    onEvent: (e) => {
+      if (e.type === "turn_dispatched") dispatched++;
+    },
   });
+  let dispatched = 0;
   const dispatch = new sub.SubagentSessionDispatch({ pool, inProcess: inProcessRunner });
   // Warm every runner (fork, boot, first agent-loop import) before measuring.
   await Promise.all(
     Array.from({ length: runners * perRunner }, (_, i) => dispatch.runTurn(request(-i - 2), host())),
   );
   const result = await drive(dispatch, runners * perRunner);
-  await new Promise((r) => setTimeout(r, 400));
+  // Wait (bounded) until every runner's heartbeat has reported its process-tree memory.
+  const until = Date.now() + 10_000;
+  while (pool.health().runners.some((r) => r.memoryBytes === null) && Date.now() < until) {
+    await new Promise((r) => setTimeout(r, 50));
+  }
   const health = pool.health();
   pooled.push({
     runners,
     concurrency: runners * perRunner,
     ...result,
+    dispatchedToRunners: dispatched,
     rssPerRunnerMB: health.runners.map((r) =>
       r.memoryBytes === null ? null : round(r.memoryBytes / 2 ** 20),
     ),
@@ -81,10 +95,18 @@ for (const runners of [1, 2, 4]) {
   await pool.close();
 }
 
-const out = { bench: "subagent-throughput", node: process.version, turns, inProcess, pooled };
+const out = {
+  bench: "subagent-throughput",
+  node: process.version,
+  cpus: os.availableParallelism(),
+  loadAverage1m: os.loadavg()[0],
+  turns,
+  inProcess,
+  pooled,
+};
 console.log(JSON.stringify(out, null, 2));
 console.log(
-  `turns/s in-process ${inProcess.turnsPerSecond}; runners ${pooled
+  `load ${os.loadavg()[0].toFixed(1)}; turns/s in-process ${inProcess.turnsPerSecond}; runners ${pooled
     .map((p) => `${p.runners}: ${p.turnsPerSecond}`)
     .join(
       ", ",
