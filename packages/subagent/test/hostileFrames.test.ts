@@ -98,4 +98,36 @@ describe("a real runner under hostile frames", () => {
     expect(r.stderr()).toMatch(/refused invalid frame/);
     expect(r.child.exitCode).toBeNull();
   });
+
+  it("S004-135: when the daemon's channel goes away the runner exits on its own and runs no further step of its turn", async () => {
+    const { mkdtemp, readFile } = await import("node:fs/promises");
+    const { tmpdir } = await import("node:os");
+    const { join } = await import("node:path");
+    const dir = await mkdtemp(join(tmpdir(), "crw-disconnect-"));
+    const marker = join(dir, "effects.log");
+    const r = spawnRunner();
+    await waitFor(() => r.frames.some((f) => f.type === "hello"));
+    r.child.send(boot);
+    await waitFor(() => r.frames.some((f) => f.type === "bootReply"));
+    r.child.send({
+      type: "turn",
+      requestId: "long",
+      turn: {
+        turnId: "t",
+        channelId: "c",
+        sessionId: "s",
+        prompt: "p",
+        script: [
+          { kind: "appendFile", path: marker, line: "before" },
+          { kind: "wait", ms: 60_000 },
+          { kind: "appendFile", path: marker, line: "after" },
+        ],
+      },
+    });
+    await waitFor(async () => (await readFile(marker, "utf8").catch(() => "")).includes("before"));
+    const exited = new Promise<number | null>((res) => r.child.once("exit", (code) => res(code)));
+    r.child.disconnect();
+    expect(await exited).toBe(0);
+    expect(await readFile(marker, "utf8")).toBe("before\n");
+  });
 });
