@@ -20,7 +20,19 @@ export const groups: CommandGroup[] = [
     summary: "start, stop or inspect the delegation daemon",
     run: async (args) => (await import("./daemon/command.js")).runDaemonCli(args),
   },
-  { name: "workflow", summary: "submit a workflow definition to the daemon and follow it" },
-  { name: "session", summary: "talk to a daemon session: send, delegate, read" },
-  { name: "tap", summary: "follow a delegated child session live" },
+  {
+    name: "workflow",
+    summary: "submit a workflow definition to the daemon and follow it",
+    run: async (args) => (await import("./client/workflow.js")).runWorkflowCli(args),
+  },
+  {
+    name: "session",
+    summary: "talk to a daemon session: send, delegate, read",
+    run: async (args) => (await import("./client/session.js")).runSessionCli(args),
+  },
+  {
+    name: "tap",
+    summary: "follow a delegated child session live",
+    run: async (args) => (await import("./client/tap.js")).runTapCli(args),
+  },
 ];

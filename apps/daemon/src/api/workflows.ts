@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import {
+  hostAccessors,
   parseWorkflowDefinition,
   readOrchestrationJournal,
   TERMINAL_WORKFLOW_STATUSES,
@@ -101,6 +102,11 @@ export function registerWorkflowMethods(rpc: RpcRegistry, rt: DaemonRuntime, def
           toolCallId: `rpc-${randomUUID()}`,
           currentAccess: () => rt.service.authorityFor(session),
           currentWorkDir: async () => null,
+          // Node turns run in runners, but their tools (WorkflowAddNodes among them) execute here in the
+          // daemon through the turn bridge, so a node extends its workflow locally.
+          ...hostAccessors({
+            completion: (c) => rt.service.resultQueued(c.parentSessionId, c.principalAccountId, c.resultId),
+          }),
         },
         { definition },
       );

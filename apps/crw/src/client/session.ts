@@ -1,0 +1,148 @@
+import { CONNECTION_HELP, inputError, out, parse, parseOrExit, withClient } from "./common.js";
+import type { DaemonClient } from "./connection.js";
+
+const HELP = `Usage: crw session <command> [options]
+
+Commands:
+  create [--model M]                 make a root session (model: scripted, or <api>:<model id>)
+  send SESSION TEXT...               send a message: one turn of the session's agent loop; prints its reply
+  delegate SESSION TASK...           delegate a task to a child of SESSION [--background] [--model M] [--read-only]
+  read SESSION [--limit N]           the session's recent messages and its last answer
+
+TEXT or TASK '-' reads it from standard input.
+
+${CONNECTION_HELP}`;
+
+const PREFIX = "crw session";
+
+async function textArg(parts: string[]): Promise<string> {
+  if (parts.length === 1 && parts[0] === "-") {
+    const chunks: Buffer[] = [];
+    for await (const c of process.stdin) chunks.push(c as Buffer);
+    return Buffer.concat(chunks).toString("utf8");
+  }
+  return parts.join(" ");
+}
+
+function printProgress(client: DaemonClient, json: boolean): void {
+  client.onNotification((method, params) => {
+    if (method !== "session.progress") return;
+    if (json) {
+      out(JSON.stringify({ notification: method, ...params }));
+      return;
+    }
+    const e = params as { type: string; sessionId: string; toolName?: string; text?: string };
+    if (e.type === "tool") process.stderr.write(`  [${e.sessionId.slice(0, 8)}] tool ${e.toolName}\n`);
+    else if (e.type === "session")
+      process.stderr.write(`  [${e.sessionId.slice(0, 8)}] child session started\n`);
+  });
+}
+
+export async function runSessionCli(args: string[]): Promise<number> {
+  const parsed = parseOrExit(PREFIX, () =>
+    parse(args, {
+      model: { type: "string" },
+      background: { type: "boolean" },
+      "read-only": { type: "boolean" },
+      limit: { type: "string" },
+    }),
+  );
+  if (typeof parsed === "number") return parsed;
+  const { values, positionals } = parsed;
+  const [command, ...rest] = positionals;
+  if (values.help || !command) {
+    out(HELP);
+    return values.help ? 0 : 2;
+  }
+  const json = values.json === true;
+  switch (command) {
+    case "create":
+      return withClient(PREFIX, values, async (client) => {
+        const r = await client.call<{ sessionId: string; model: string }>("session.create", {
+          ...(values.model ? { model: values.model } : {}),
+        });
+        out(json ? JSON.stringify({ ok: true, ...r }) : r.sessionId);
+        return 0;
+      });
+    case "send": {
+      const [sessionId, ...words] = rest;
+      if (!sessionId || words.length === 0)
+        return inputError(PREFIX, "send needs SESSION and TEXT; see 'crw session --help'");
+      const text = await textArg(words);
+      return withClient(PREFIX, values, async (client) => {
+        printProgress(client, json);
+        const r = await client.call<{
+          stopReason: string;
+          errorMessage: string | null;
+          reply: string | null;
+        }>("session.send", { sessionId, text, ...(values["read-only"] ? { readOnly: true } : {}) });
+        if (json) out(JSON.stringify({ ok: r.stopReason === "stop", ...r }));
+        else if (r.stopReason === "stop") out(r.reply ?? "(no answer)");
+        else
+          process.stderr.write(`${PREFIX}: the turn ended with ${r.stopReason}: ${r.errorMessage ?? ""}\n`);
+        return r.stopReason === "stop" ? 0 : 1;
+      });
+    }
+    case "delegate": {
+      const [sessionId, ...words] = rest;
+      if (!sessionId || words.length === 0)
+        return inputError(PREFIX, "delegate needs SESSION and TASK; see 'crw session --help'");
+      const task = await textArg(words);
+      return withClient(PREFIX, values, async (client) => {
+        printProgress(client, json);
+        const r = await client.call<{
+          kind: string;
+          childSessionId: string;
+          outcome?: string;
+          body?: string;
+          runId?: string;
+        }>("session.delegate", {
+          sessionId,
+          task,
+          ...(values.background ? { background: true } : {}),
+          ...(values.model ? { model: values.model } : {}),
+          ...(values["read-only"] ? { readOnly: true } : {}),
+        });
+        if (json) out(JSON.stringify({ ok: r.outcome !== "error", ...r }));
+        else if (r.kind === "result") out(r.body ?? "");
+        else
+          out(
+            `child ${r.childSessionId} started in the background; follow it with 'crw tap ${r.childSessionId}'; its result is delivered to session ${sessionId}`,
+          );
+        return r.outcome === "error" ? 1 : 0;
+      });
+    }
+    case "read": {
+      const [sessionId] = rest;
+      if (!sessionId) return inputError(PREFIX, "read needs SESSION; see 'crw session --help'");
+      const limit = values.limit === undefined ? undefined : Number(values.limit);
+      if (limit !== undefined && (!Number.isInteger(limit) || limit < 1 || limit > 1000))
+        return inputError(PREFIX, `--limit must be a whole number 1..1000, not '${values.limit}'`);
+      return withClient(PREFIX, values, async (client) => {
+        const r = await client.call<{
+          session: { id: string; kind: string; parentSessionId: string | null; model: string };
+          openRun: { id: string; status: string } | null;
+          reply: string | null;
+          messages: { seq: number; role: string; text?: string; toolName?: string }[];
+        }>("session.read", { sessionId, ...(limit ? { limit } : {}) });
+        if (json) {
+          out(JSON.stringify({ ok: true, ...r }));
+          return 0;
+        }
+        out(
+          `session ${r.session.id} (${r.session.kind}${r.session.parentSessionId ? `, child of ${r.session.parentSessionId}` : ""}, model ${r.session.model})${r.openRun ? ` — working (${r.openRun.status})` : ""}`,
+        );
+        for (const m of r.messages) out(formatMessage(m));
+        return 0;
+      });
+    }
+    default:
+      return inputError(PREFIX, `unknown command '${command}'; see 'crw session --help'`);
+  }
+}
+
+export function formatMessage(m: { seq: number; role: string; text?: string; toolName?: string }): string {
+  const head = m.role === "toolResult" ? `tool ${m.toolName}` : m.role;
+  const text = (m.text ?? "").replace(/\n/g, "\n      ");
+  return `${String(m.seq).padStart(4)}  ${head}: ${text}`;
+}
