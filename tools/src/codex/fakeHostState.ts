@@ -177,8 +177,9 @@ export class FakeHostState {
   /** A new turn with the text as its first user message (turn/start, send_input, a spawn's first turn). */
   startTurn(threadId: string, text: string): string {
     const entry = this.get(threadId);
+    // As the pinned server: a turn on a thread it has not loaded (after a restart or close_agent) is refused.
     if (entry.thread.status.type === "notLoaded")
-      throw new FakeHostError(-32600, `thread not loaded: ${threadId}`);
+      throw new FakeHostError(-32600, `thread not found: ${threadId}`);
     if (entry.turns.some((t) => t.status === "inProgress")) {
       throw new FakeHostError(-32600, `thread ${threadId} already has a turn in progress`);
     }
@@ -247,8 +248,10 @@ export class FakeHostState {
 
   interruptTurn(threadId: string, turnId?: string): void {
     const entry = this.get(threadId);
-    const turn = this.turn(threadId, turnId);
-    if (turn.status !== "inProgress") throw new FakeHostError(-32600, `turn ${turn.id} is not in progress`);
+    if (entry.thread.status.type === "notLoaded")
+      throw new FakeHostError(-32600, `thread not found: ${threadId}`);
+    const turn = turnId ? entry.turns.find((t) => t.id === turnId) : entry.turns.findLast(() => true);
+    if (turn?.status !== "inProgress") throw new FakeHostError(-32600, "no active turn to interrupt");
     this.endTurn(entry, turn, "interrupted", null, { type: "idle" });
   }
 

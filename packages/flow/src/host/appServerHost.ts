@@ -212,10 +212,24 @@ export function createAppServerHost(options: AppServerHostOptions): SessionHost 
       }
     },
 
+    /**
+     * Makes sure the turn runs no more: ok when the host interrupted it, and also when it runs nothing
+     * (the pinned server answers "no active turn to interrupt" for a turn that ended, and "thread not
+     * found" for a thread it has not loaded, e.g. after a restart: a thread/read then tells a thread at
+     * rest from one the host does not know).
+     */
     interruptTurn: (threadId, turnId) =>
       attempt(async () => {
         const params: TurnInterruptParams = { threadId, turnId };
-        await call("turn/interrupt", params);
+        try {
+          await call("turn/interrupt", params);
+        } catch (e) {
+          if (!(e instanceof HostRpcError)) throw e;
+          if (noActiveTurnPattern.test(e.message)) return;
+          if (!unknownThreadPattern.test(e.message)) throw e;
+          const thread = await readThreadRaw(threadId, false);
+          if (thread.status.type === "active") throw e;
+        }
       }),
 
     startTurn: (threadId, text) =>
@@ -241,6 +255,7 @@ export function createAppServerHost(options: AppServerHostOptions): SessionHost 
 }
 
 const noTurnsYetPattern = /list_turns is not supported/i;
+const noActiveTurnPattern = /no active turn/i;
 
 /** Unknown-thread answers of the pinned app-server (`thread not loaded: <id>`, `invalid thread id: …`). */
 const unknownThreadPattern = /thread not (loaded|found)|invalid thread id|no (such )?thread|unknown thread/i;

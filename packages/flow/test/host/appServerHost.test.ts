@@ -167,6 +167,16 @@ describe("app-server host over ws against the fake host", () => {
     expect(await host.interruptTurn(missing, "t")).toMatchObject({ ok: false, reason: "unknown_thread" });
   });
 
+  it("interrupting a turn that runs nothing is ok: a turn that ended, a thread the host has not loaded", async () => {
+    const owner = fake.createOwnerThread();
+    const child = fake.spawnSubagent({ ownerThreadId: owner, message: marker });
+    fake.answer(child.threadId, "{}");
+    ok(await host.interruptTurn(child.threadId, child.turnId));
+    expect(ok(await host.readThread(child.threadId)).turns[0]?.status).toBe("completed");
+    fake.closeAgent(child.threadId);
+    ok(await host.interruptTurn(child.threadId, child.turnId));
+  });
+
   it("thread statuses read as the host sets them", async () => {
     const owner = fake.createOwnerThread();
     for (const status of ["notLoaded", "systemError", "idle"] as const) {

@@ -298,6 +298,8 @@ describe("the adapter against the real codex app-server", () => {
     // The adapter's connection died with the old server: the read goes out again on a new one.
     const thread = ok(await host.readThread(child.id));
     expect(thread.status).toEqual({ type: "notLoaded" });
+    // turn/interrupt answers "thread not found" for a thread the server has not loaded: it runs nothing.
+    ok(await host.interruptTurn(child.id, thread.turns[0]?.id as string));
     expect(thread.turns[0]?.items[0]).toMatchObject({ type: "userMessage", text: marker });
     expect(ok(await host.listSubagents(ownerThreadId)).map((t) => t.id)).toEqual([child.id]);
     const { turnId } = ok(await host.startTurn(ownerThreadId, "session_step_waiting: after restart"));
