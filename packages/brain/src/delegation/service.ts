@@ -1,16 +1,20 @@
 import { randomUUID } from "node:crypto";
 import type { DelegationRepository, SessionRow, SubagentRun, TranscriptMessage } from "@crw/db";
 import {
+  admitStoredWorkDir,
   captureDelegatedExecutionScope,
   continuationScope,
   type DelegatedExecutionScope,
   type DelegationAuthority,
   delegatedScopeFromAccess,
+  delegatedWorkDir,
   type ExecutionTarget,
+  type HostProject,
   intersectAllow,
   parseDelegatedExecutionScope,
   readOnlyContinuationScope,
   unionDeny,
+  type WorkDirPolicy,
 } from "../scope/index.js";
 import { endsWithAnswer } from "./context.js";
 import { type DelegationEvent, drainResults, type ResultDeliveredEvent } from "./delivery.js";
@@ -38,6 +42,14 @@ export interface DelegationServiceOptions {
   readonly systemPrompt?: (session: SessionRow, scope: DelegatedExecutionScope | null) => string;
   readonly onResultDelivered?: (event: ResultDeliveredEvent) => void | Promise<void>;
   readonly onEvent?: (event: DelegationEvent) => void;
+  /**
+   * The host's project registry: where a scoped caller's project lives, and which registered project a
+   * directory belongs to. Without it, only operators place children (anywhere readable on this host).
+   */
+  readonly projects?: {
+    readonly rootOf?: (ref: string) => Promise<HostProject | undefined> | HostProject | undefined;
+    readonly projectForPath?: (dir: string) => Promise<HostProject | undefined> | HostProject | undefined;
+  };
   /** Bound of one wait for a child's live helpers; the rows are re-read after each. */
   readonly helperWaitMs?: number;
   /** Bound on follow-up turns in one settlement drain. */
@@ -309,12 +321,17 @@ export class DelegationService {
     const parent = await this.repo.getSession(args.parentSessionId, args.principalAccountId);
     const authority = await this.authorityFor(parent);
     const readOnly = args.readOnly === true || args.callerReadOnly === true || authority.readOnly === true;
+    // Delegate's cwd goes through delegatedWorkDir under the child's own live policy; the placement's
+    // target is persisted together with the directory.
+    const placement = args.workDir
+      ? await delegatedWorkDir(args.workDir, await this.#workDirPolicy(authority))
+      : null;
     const scope = captureDelegatedExecutionScope(
       delegatedScopeFromAccess({
         accountId: parent.principalAccountId,
         operator: authority.operator ?? false,
-        target: authority.target,
-        ...(args.workDir !== undefined ? { workDir: args.workDir } : {}),
+        target: placement?.target ?? authority.target,
+        ...(placement ? { workDir: placement.workDir, projectRef: placement.projectRef } : {}),
         ...(args.tools ? { tools: args.tools } : {}),
         ...(readOnly ? { readOnly: true, permissionBoundary: "read-only" as const } : {}),
         ...(args.role ? { role: args.role } : {}),
@@ -336,6 +353,31 @@ export class DelegationService {
     if (args.fork && created) await this.#copyForkContext(parent, child, args.toolCallId);
     args.progress?.({ type: "session", sessionId: child.id, parentSessionId: parent.id });
     return this.#dispatch(run, args.mode, args.progress);
+  }
+
+  async #workDirPolicy(authority: { operator?: boolean; target: ExecutionTarget }): Promise<WorkDirPolicy> {
+    const target = authority.target;
+    const projectForPath = this.#options.projects?.projectForPath;
+    const admin: WorkDirPolicy = {
+      kind: "admin",
+      canExecuteHost: authority.operator === true,
+      ...(projectForPath ? { projectForPath } : {}),
+    };
+    switch (target.kind) {
+      case "local":
+        return { kind: "local", targetId: target.targetId };
+      case "managed":
+        return { kind: "managed", ref: target.ref, guestRoot: target.root };
+      case "host": {
+        if (target.ref === null) return admin;
+        const project = await this.#options.projects?.rootOf?.(target.ref);
+        if (project) return { kind: "scoped", project };
+        if (authority.operator) return admin;
+        throw new DelegationError("invalid_input", `project ${target.ref} is not registered on this host`, {
+          projectRef: target.ref,
+        });
+      }
+    }
   }
 
   /**
@@ -486,6 +528,10 @@ export class DelegationService {
       scope = parseDelegatedExecutionScope(
         continuationScope(run.readOnlyScope ?? child.scope ?? "", await this.authorityFor(parent)),
       );
+      // Channel admission of the stored placement: a vanished directory, or one that no longer belongs to
+      // its host target, refuses the turn; the admitted (real) path is where the turn runs.
+      const admitted = await admitStoredWorkDir(scope, this.#options.projects?.projectForPath);
+      scope = { ...scope, workDir: admitted };
     } catch (e) {
       return this.#settle(
         run,

@@ -86,7 +86,7 @@ export function delegationTools(
       name: "Delegate",
       description:
         "Give a task to a fresh child session. Foreground waits for its answer; background returns at once.",
-      parameters: z.toJSONSchema(delegateArgs) as Record<string, unknown>,
+      parameters: z.toJSONSchema(delegateArgs, { io: "input" }) as Record<string, unknown>,
       async execute(raw, ctx) {
         const a = parse(delegateArgs, raw, "Delegate");
         const receipt = await service.delegate({
@@ -111,7 +111,7 @@ export function delegationTools(
       name: "DelegateContinue",
       description:
         "Send a follow-up to one of your children; it continues with its own transcript and scope.",
-      parameters: z.toJSONSchema(continueArgs) as Record<string, unknown>,
+      parameters: z.toJSONSchema(continueArgs, { io: "input" }) as Record<string, unknown>,
       async execute(raw, ctx) {
         const a = parse(continueArgs, raw, "DelegateContinue");
         const receipt = await service.continueSubagent({
@@ -131,7 +131,7 @@ export function delegationTools(
     {
       name: "DelegateRead",
       description: "Read the newest answer of one of your children.",
-      parameters: z.toJSONSchema(readArgs) as Record<string, unknown>,
+      parameters: z.toJSONSchema(readArgs, { io: "input" }) as Record<string, unknown>,
       async execute(raw) {
         const a = parse(readArgs, raw, "DelegateRead");
         const text = await service.readSubagent(session.id, a.sessionId, principal);

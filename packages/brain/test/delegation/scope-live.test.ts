@@ -1,3 +1,6 @@
+import { mkdtempSync, realpathSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import {
@@ -111,14 +114,15 @@ describe("scope capture and live access in delegation", () => {
   it("S004-211: S004-266: continuation and boot recovery replay the stored working directory", async () => {
     const { seen, runner } = recording();
     const { service, repo } = makeService(db.pool, { runner });
-    const { account, parent } = await newParent(service);
+    const { account, parent } = await newParent(service, { isAdministrator: true });
+    const dir = realpathSync(mkdtempSync(join(tmpdir(), "crw-cwd-")));
     const first = await service.delegate({
       parentSessionId: parent.id,
       principalAccountId: account.id,
       toolCallId: "d",
       task: "t",
       mode: "foreground",
-      workDir: "/srv/project",
+      workDir: dir,
     });
     if (first.kind !== "result") throw new Error("expected result");
     await service.continueSubagent({
@@ -148,7 +152,7 @@ describe("scope capture and live access in delegation", () => {
     await service.whenIdle();
     const childTurns = seen.filter((r) => r.sessionId === first.childSessionId);
     expect(childTurns).toHaveLength(3);
-    expect(childTurns.map((r) => r.workDir)).toEqual(["/srv/project", "/srv/project", "/srv/project"]);
+    expect(childTurns.map((r) => r.workDir)).toEqual([dir, dir, dir]);
     await service.close();
   });
 
@@ -230,8 +234,8 @@ describe("scope capture and live access in delegation", () => {
       results.map((m) => (m.role === "toolResult" ? [m.isError, m.content.split(":")[0]] : null)),
     ).toEqual([
       [true, "invalid_input"],
-      [true, "invalid_scope"],
-      [true, "invalid_scope"],
+      [true, "invalid_work_dir"],
+      [true, "work_dir_not_permitted"],
     ]);
     expect((await db.pool.query("select count(*)::int as n from sessions")).rows[0]?.n).toBe(before);
     expect(
@@ -253,7 +257,7 @@ describe("scope capture and live access in delegation", () => {
         workDir: "C:relative",
         progress: (e) => refused.push(e.type),
       }),
-    ).rejects.toMatchObject({ code: "invalid_scope" });
+    ).rejects.toMatchObject({ code: "invalid_work_dir" });
     expect(refused).toEqual([]);
     const checks: Promise<number>[] = [];
     const receipt = await service.delegate({
@@ -274,5 +278,53 @@ describe("scope capture and live access in delegation", () => {
     expect(receipt.kind).toBe("started");
     expect(await Promise.all(checks)).toEqual([1]);
     await service.whenIdle();
+  });
+
+  it("S004-254: S004-256: S004-267: S004-268: Delegate's cwd is placed by delegatedWorkDir with its target, and admitted again on every call", async () => {
+    const root = realpathSync(mkdtempSync(join(tmpdir(), "crw-proj-")));
+    const projects = new Map([["p1", root]]);
+    const projectForPath = (dir: string) => {
+      for (const [ref, r] of projects) if (dir === r || dir.startsWith(`${r}/`)) return { ref, root: r };
+      return undefined;
+    };
+    const { service, repo } = makeService(db.pool, { projects: { projectForPath } });
+    const { account, parent } = await newParent(service, { isOwner: true });
+    const first = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "d",
+      task: "t",
+      mode: "foreground",
+      workDir: root,
+    });
+    if (first.kind !== "result") throw new Error("expected result");
+    const scope = await storedScope(first.childSessionId);
+    expect(scope).toMatchObject({ workDir: root, target: { kind: "host", ref: "p1" }, projectRef: "p1" });
+    const cont = (id: string) =>
+      service.continueSubagent({
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        childSessionId: first.childSessionId,
+        toolCallId: id,
+        text: "again",
+        mode: "foreground",
+      });
+    // the directory now belongs to another registered project: refused at admission, before any turn
+    projects.set("p2", root);
+    projects.delete("p1");
+    expect(await cont("c1")).toMatchObject({
+      kind: "result",
+      outcome: "error",
+      body: expect.stringMatching(/no longer belongs/),
+    });
+    projects.set("p1", root);
+    projects.delete("p2");
+    // the directory vanished: refused the same way
+    rmSync(root, { recursive: true });
+    expect(await cont("c2")).toMatchObject({ kind: "result", outcome: "error" });
+    const turns = messages(await repo.readJournal(first.childSessionId, account.id)).filter(
+      (m) => m.role === "assistant",
+    );
+    expect(turns).toHaveLength(1);
   });
 });
