@@ -1,20 +1,32 @@
 #!/usr/bin/env node
-// `npm run demo`: the end-to-end slice that works today, through the built CLI exactly as a user runs it:
-// start the daemon on its own embedded PostgreSQL, ask its health, speak JSON-RPC to it with the owner
-// token it made, and stop it.
+// `npm run demo`: the daemon end to end, through the built CLI exactly as a user runs it. It starts the
+// daemon on its own embedded PostgreSQL with the offline scripted provider, runs the example workflow
+// (parallel branches and one dynamic expansion, every node turn in a forked runner) with live progress and
+// its summary, delegates once from a session, shows /health, and stops the daemon.
+//
+// The same commands work against a real provider: set CRW_MODEL=<api>:<model id> (openai-responses,
+// openai-completions, anthropic-messages or openai-codex-responses), CRW_MODEL_BASE_URL for a compatible
+// server, and CRW_MODEL_API_KEY_ENV naming the variable that holds the key.
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import WebSocket from "ws";
 
-const crw = resolve(import.meta.dirname, "../../apps/crw/bin/crw.mjs");
+const root = resolve(import.meta.dirname, "../..");
+const crw = join(root, "apps/crw/bin/crw.mjs");
 const dataDir = mkdtempSync(join(tmpdir(), "crw-demo-"));
 const env = { ...process.env };
 delete env.DATABASE_URL;
+const real = env.CRW_MODEL && env.CRW_MODEL !== "scripted";
+const say = (s) => process.stdout.write(`${s}\n`);
 const run = (...args) => {
-  process.stdout.write(`\n$ crw ${args.join(" ")}\n`);
-  const out = execFileSync(process.execPath, [crw, ...args], { env, encoding: "utf8" });
+  say(`\n$ crw ${args.join(" ")}`);
+  const out = execFileSync(process.execPath, [crw, ...args], {
+    env,
+    cwd: root,
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "inherit"],
+  });
   process.stdout.write(out);
   return out;
 };
@@ -22,24 +34,32 @@ const run = (...args) => {
 try {
   run("--version");
   run("daemon", "start", "--data-dir", dataDir, "--port", "0");
-  const status = JSON.parse(run("daemon", "status", "--data-dir", dataDir, "--json"));
-  const token = readFileSync(join(dataDir, "owner.token"), "utf8").trim();
-  process.stdout.write(`\nJSON-RPC over ${status.url.replace("http", "ws")}/rpc with the owner token:\n`);
-  const ws = new WebSocket(`${status.url.replace("http", "ws")}/rpc`, {
-    headers: { authorization: `Bearer ${token}` },
-  });
-  await new Promise((r, j) => ws.once("open", r).once("error", j));
-  for (const [id, method] of [
-    [1, "daemon.whoami"],
-    [2, "daemon.health"],
-  ]) {
-    const reply = await new Promise((r) => {
-      ws.once("message", (d) => r(JSON.parse(d.toString())));
-      ws.send(JSON.stringify({ jsonrpc: "2.0", id, method, params: {} }));
-    });
-    process.stdout.write(`  ${method} -> ${JSON.stringify(reply.result)}\n`);
-  }
-  ws.close();
+  say(
+    `\nThe workflow: 'plan' adds a node from inside its turn (WorkflowAddNodes), 'api' and 'docs' run in\nparallel after it, 'review' joins them. The parent session gets one summary.`,
+  );
+  run("workflow", "run", "examples/daemon/review.yaml", "--data-dir", dataDir);
+  const session = run("session", "create", "--data-dir", dataDir).trim();
+  const task = real
+    ? "List three risks of running database migrations during a deploy, one line each."
+    : JSON.stringify({ steps: [{ text: "Three risks: locks, long rewrites, no rollback path." }] });
+  run("session", "delegate", session, task, "--data-dir", dataDir);
+  const health = JSON.parse(run("daemon", "status", "--data-dir", dataDir, "--json"));
+  const pool = health.health?.pool ?? health.pool;
+  if (pool)
+    say(
+      `\nRunner pool: mode ${pool.mode}, ${pool.runners.length} runner(s), ${pool.queued} queued; turns placed: ${JSON.stringify(health.health?.placements ?? health.placements)}`,
+    );
+  say(
+    [
+      "",
+      real
+        ? `This run used ${env.CRW_MODEL}.`
+        : "This run used the offline scripted provider. To point the same commands at a real provider:",
+      "  CRW_MODEL=openai-completions:gpt-4o-mini CRW_MODEL_API_KEY_ENV=OPENAI_API_KEY npm run demo",
+      "  CRW_MODEL=anthropic-messages:claude-sonnet-4-5 CRW_MODEL_API_KEY_ENV=ANTHROPIC_API_KEY npm run demo",
+      "  (CRW_MODEL_BASE_URL=http://host:port/v1 for any compatible server)",
+    ].join("\n"),
+  );
 } finally {
   try {
     run("daemon", "stop", "--data-dir", dataDir);
