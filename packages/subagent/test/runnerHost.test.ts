@@ -11,13 +11,23 @@ import {
   TAP_TIMEOUT_TEXT,
   TapTimeoutError,
 } from "@crw/subagent";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { hostDeps, policySource, startHost, turn, waitFor } from "./support/runners.js";
 
 const hosts: SubagentRunnerHost[] = [];
 afterEach(async () => {
   await Promise.all(hosts.splice(0).map((h) => h.shutdown(1_000)));
 });
+/** One plain runner shared by the tests that neither configure nor kill theirs (each uses its own sessions). */
+let sharedHost: Promise<{ host: SubagentRunnerHost }> | undefined;
+function shared() {
+  sharedHost ??= startHost();
+  return sharedHost;
+}
+afterAll(async () => {
+  if (sharedHost) await (await sharedHost).host.shutdown(1_000);
+});
+
 async function ready(overrides: Parameters<typeof startHost>[0] = {}) {
   const started = await startHost(overrides);
   hosts.push(started.host);
@@ -26,7 +36,7 @@ async function ready(overrides: Parameters<typeof startHost>[0] = {}) {
 
 describe("SubagentRunnerHost handshake (real forked runner)", () => {
   it("S004-463: one host is one fork + handshake that reaches ready and runs a scripted turn", async () => {
-    const { host } = await ready();
+    const { host } = await shared();
     expect(host.isReady).toBe(true);
     expect(host.pid).toBeGreaterThan(0);
     expect(host.pid).not.toBe(process.pid);
@@ -134,7 +144,7 @@ describe("SubagentRunnerHost lifecycle", () => {
   });
 
   it("S004-524: release waits for the runner's answer: busy while a turn runs, released when idle", async () => {
-    const { host } = await ready();
+    const { host } = await shared();
     const sessionId = "s-release";
     const running = host.runTurn(
       turn({
@@ -164,7 +174,7 @@ describe("SubagentRunnerHost lifecycle", () => {
   });
 
   it("a failed turn comes back as a typed error with the runner's name and code", async () => {
-    const { host } = await ready();
+    const { host } = await shared();
     const error = await host
       .runTurn(turn({ script: [{ kind: "fail", message: "nope", code: "model_refused" }] }))
       .catch((e) => e);
@@ -178,7 +188,7 @@ describe("SubagentRunnerHost lifecycle", () => {
   });
 
   it("aborting a running turn stops it in the runner", async () => {
-    const { host } = await ready();
+    const { host } = await shared();
     const controller = new AbortController();
     const running = host.runTurn(
       turn({
@@ -230,7 +240,7 @@ describe("heartbeat", () => {
 
 describe("tap", () => {
   it("S004-482: a tap returns model identity and history, then forwards live events while subscribed", async () => {
-    const { host } = await ready();
+    const { host } = await shared();
     const sessionId = "s-tap";
     await host.runTurn(
       turn({ sessionId, model: "scripted-1", prompt: "first", script: [{ kind: "text", text: "one" }] }),
@@ -261,7 +271,7 @@ describe("tap", () => {
   });
 
   it("S004-485: a tap starts no turn; closing the view releases the tap", async () => {
-    const { host } = await ready();
+    const { host } = await shared();
     const view = await host.tap("s-never-ran", () => {});
     expect(view.snapshot).toEqual({ sessionId: "s-never-ran", model: null, history: [], live: [] });
     expect(host.activeTurns).toBe(0);
@@ -271,7 +281,7 @@ describe("tap", () => {
   });
 
   it("S004-497: history.before pages the history by cursor", async () => {
-    const { host } = await ready();
+    const { host } = await shared();
     const sessionId = "s-page";
     for (const p of ["a", "b", "c"])
       await host.runTurn(turn({ sessionId, prompt: p, script: [{ kind: "text", text: p.toUpperCase() }] }));
@@ -280,6 +290,8 @@ describe("tap", () => {
     const cursor = all.snapshot.history[4]?.id as string;
     const page = await host.tap(sessionId, () => {}, { before: cursor, limit: 2 });
     expect(page.snapshot.history.map((h) => h.text)).toEqual(["b", "B"]);
+    await all.close();
+    await page.close();
     await expect(host.tap(sessionId, () => {}, { before: "x".repeat(129) })).rejects.toThrow(/128/);
   });
 
