@@ -130,6 +130,7 @@ async function startOne() {
         target: { kind: "host", ref: null },
       }),
       currentWorkDir: async () => null,
+      ...wf.hostAccessors(),
     },
     { definition: def },
   );

@@ -95,6 +95,7 @@ for (let i = 0; i < workflows; i++) {
         target: { kind: "host", ref: null },
       }),
       currentWorkDir: async () => null,
+      ...wf.hostAccessors(),
     },
     { definition },
   );

@@ -8,6 +8,7 @@ import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import {
   delegationNodeTurns,
+  hostAccessors,
   JournalNodeDispatcher,
   parseWorkflowDefinition,
   WorkflowEngine,
@@ -56,6 +57,7 @@ nodes:
           toolCallId: "call-1",
           currentAccess: async () => service.authorityFor(parent),
           currentWorkDir: async () => null,
+          ...hostAccessors(),
         },
         { definition: def },
       );

@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import { PgDelegationRepository } from "@crw/db";
 import type pg from "pg";
 import {
+  hostAccessors,
   JournalNodeDispatcher,
   type NodeDispatcher,
   type OriginAccessInput,
@@ -94,6 +95,7 @@ export async function world(pool: pg.Pool, account: { toolAllow?: string[] | nul
         ...overrides.access,
       }),
       currentWorkDir: async () => null,
+      ...hostAccessors(),
       ...overrides,
     }),
     engine: async (answer, options = {}) => {

@@ -19,6 +19,7 @@ import {
   originScope,
   type ValidateBoundary,
 } from "./access.js";
+import { captureOriginBindings, type SummaryWriter, type WorkflowHostAccessors } from "./context.js";
 import type { NodeDispatcher } from "./dispatch.js";
 import { pgWorkflowEmitter, SnapshotPublisher, type WorkflowEmitter } from "./publication.js";
 import { type WorkflowEvent, type WorkflowOutcome, WorkflowRun } from "./run.js";
@@ -46,10 +47,15 @@ export interface WorkflowEngineOptions {
   }) => Promise<void>;
   readonly onEvent?: (event: WorkflowEvent) => void;
   readonly repo?: DelegationRepository;
+  /** The summary writer for workflows finished without a live origin context (boot recovery). */
+  readonly summaryWriter?: (ctx: {
+    parentSessionId: string;
+    principalAccountId: string;
+  }) => SummaryWriter | null;
 }
 
 /** The live origin turn of a WorkflowStart or WorkflowResume call. */
-export interface WorkflowCallContext {
+export interface WorkflowCallContext extends WorkflowHostAccessors {
   readonly parentSessionId: string;
   readonly principalAccountId: string;
   readonly toolCallId: string;
@@ -157,6 +163,7 @@ export class WorkflowEngine {
       onCompletion: async (c: Parameters<NonNullable<WorkflowEngineOptions["onCompletion"]>>[0]) => {
         await this.options.onCompletion?.(c);
       },
+      summaryWriter: this.options.summaryWriter?.(journal) ?? null,
     };
   }
 
@@ -193,6 +200,7 @@ export class WorkflowEngine {
       throw new WorkflowStateError("not_resumable", "the origin's access names another account", {});
     }
     const cwd = await ctx.currentWorkDir();
+    const bindings = await captureOriginBindings(ctx);
     const workflowId = randomUUID();
     const journal: OrchestrationJournal = {
       version: 2,
@@ -225,6 +233,7 @@ export class WorkflowEngine {
       dispatches: 0,
       cancelRequested: false,
       summaryResultId: randomUUID(),
+      expansion: bindings.expansion,
     };
     if (definition.defaults.model) {
       for (const n of Object.values(journal.nodes))
@@ -243,6 +252,7 @@ export class WorkflowEngine {
       deps,
       adopted.then((ok) => (ok ? undefined : Promise.reject(new Error("not created")))),
     );
+    run.bind(bindings);
     // Registered before the first receipt: a Stop that arrives now is queued behind it, under generation 1.
     this.#track(run);
     let created: Awaited<ReturnType<typeof deps.publisher.queue>>;
@@ -319,6 +329,13 @@ export class WorkflowEngine {
         workflowId: j.workflowId,
       });
     if (input.fromNodeId !== undefined) {
+      if (j.expansion === "none") {
+        throw new WorkflowStateError(
+          "expansion_unavailable",
+          "nodes of this workflow run out of process without the expansion capability: they cannot add nodes",
+          { workflowId: j.workflowId },
+        );
+      }
       const from = j.nodes[input.fromNodeId];
       if (
         !from ||
@@ -407,6 +424,7 @@ export class WorkflowEngine {
     const journal = reading.journal;
     const access = normalizeOriginAccess(await ctx.currentAccess());
     const cwd = await ctx.currentWorkDir();
+    const bindings = await captureOriginBindings(ctx);
     const check = validateBoundary ?? boundaryAgainst(authorityOf(access));
     const verdicts = [{ subject: "parent", scope: originScope(journal.origin.access) }];
     for (const id of journal.order) {
@@ -439,6 +457,7 @@ export class WorkflowEngine {
     journal.summaryResultId = randomUUID();
     // The resumed run's summary answers this WorkflowResume call.
     journal.summaryToolCallId = ctx.toolCallId;
+    journal.expansion = bindings.expansion;
     const retry: string[] = [];
     for (const id of journal.order) {
       const n = journal.nodes[id] as NodeState;

@@ -9,6 +9,17 @@ export {
   originScope,
   type ValidateBoundary,
 } from "./access.js";
+export {
+  type CompletionSink,
+  captureOriginBindings,
+  type ExpansionMode,
+  hostAccessors,
+  type OriginBindings,
+  type PreparedSummary,
+  type SummaryWriter,
+  type WorkflowCompletion,
+  type WorkflowHostAccessors,
+} from "./context.js";
 export { delegationNodeTurns } from "./delegationTurns.js";
 export type {
   NodeChildRequest,

@@ -7,6 +7,7 @@ import { type NodeState, type OrchestrationJournal, TERMINAL_NODE_STATUSES } fro
 import type { PgArtifactStore } from "../store/artifacts.js";
 import type { PgWorkflowStore, WorkflowStatus } from "../store/native.js";
 import { captureNodeScope } from "./access.js";
+import type { OriginBindings, SummaryWriter } from "./context.js";
 import type { NodeDispatcher, NodeRunResult } from "./dispatch.js";
 import { workflowFault } from "./faults.js";
 import { handoverOf, nodePrompt, workflowSummary } from "./prompt.js";
@@ -45,6 +46,8 @@ export interface WorkflowOutcome {
 
 export interface RunDeps {
   readonly owner: string;
+  /** Used when no live origin bound a writer (boot). */
+  readonly summaryWriter: SummaryWriter | null;
   readonly store: PgWorkflowStore;
   readonly artifacts: PgArtifactStore;
   readonly dispatcher: NodeDispatcher;
@@ -76,6 +79,7 @@ export class WorkflowRun {
   #stopped = false;
   #finishing = false;
   #note: string | undefined;
+  #bindings: OriginBindings | null = null;
   #resolve!: (outcome: WorkflowOutcome) => void;
   readonly finished: Promise<WorkflowOutcome>;
 
@@ -95,6 +99,11 @@ export class WorkflowRun {
     this.finished = new Promise((r) => {
       this.#resolve = r;
     });
+  }
+
+  /** The live origin's completion sink and summary writer (absent after a boot: the engine's own are used). */
+  bind(bindings: OriginBindings): void {
+    this.#bindings = bindings;
   }
 
   get id(): string {
@@ -510,12 +519,19 @@ export class WorkflowRun {
 
   async #deliver(status: WorkflowStatus, summary: string): Promise<void> {
     const j = this.journal;
+    const outcome = status === "completed" ? "ok" : "error";
+    const writer = this.#bindings?.writer ?? this.deps.summaryWriter;
+    const prepared = writer
+      ? await writer(summary, outcome, this.id)
+      : { body: summary, byteSize: Buffer.byteLength(summary) };
     const delivered = await this.deps.store.deliverSummary({
       workflowId: this.id,
       generation: j.recovery.workflowGeneration,
       resultId: j.summaryResultId,
-      outcome: status === "completed" ? "ok" : "error",
-      body: summary,
+      outcome,
+      body: prepared.body,
+      byteSize: prepared.byteSize,
+      ...(prepared.spillId ? { spillId: prepared.spillId } : {}),
       ...(j.summaryToolCallId ? { toolCallId: j.summaryToolCallId } : {}),
       keepJournal: status !== "completed",
     });
@@ -523,13 +539,17 @@ export class WorkflowRun {
       this.abandon("stale");
       return;
     }
-    await this.deps.onCompletion({
+    const completion = {
       workflowId: this.id,
       parentSessionId: j.parentSessionId,
       principalAccountId: j.principalAccountId,
       resultId: j.summaryResultId,
       status,
-    });
+    };
+    // The origin's own completion sink when it bound one; the engine's (the boot path's) otherwise.
+    const sink = this.#bindings?.completion;
+    if (sink) await sink(completion);
+    else await this.deps.onCompletion(completion);
     await this.deps.store.releaseWorkflow(this.id, this.deps.owner);
     this.#stopped = true;
     this.deps.onEvent({ type: "workflow", workflowId: this.id, status, resultId: j.summaryResultId });

@@ -117,6 +117,8 @@ export const OrchestrationJournalSchema = z.strictObject({
   summaryResultId: uuid,
   /** The tool call the summary answers when it is not the starting one (an explicit WorkflowResume's). */
   summaryToolCallId: z.string().min(1).max(200).optional(),
+  /** How nodes may add nodes: in process, through the runner RPC, or not at all (absent: in process). */
+  expansion: z.enum(["local", "rpc", "none"]).optional(),
 });
 export type OrchestrationJournal = z.infer<typeof OrchestrationJournalSchema>;
 

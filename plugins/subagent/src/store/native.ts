@@ -251,6 +251,9 @@ export class PgWorkflowStore {
     body: string;
     /** The tool call the summary answers; the starting call when absent. */
     toolCallId?: string;
+    /** The full summary's size when `body` is a spill placeholder, and the spill's record. */
+    byteSize?: number;
+    spillId?: string;
     keepJournal?: boolean;
   }): Promise<boolean> {
     return tx(this.pool, async (c) => {
@@ -264,8 +267,8 @@ export class PgWorkflowStore {
       // One summary per tool call (the delegation core's constraint): a repeat adds nothing.
       const inserted = await c.query<Row>(
         `insert into delegation_results (id, parent_session_id, principal_account_id, tool_call_id, kind, outcome,
-                                         mode, body, byte_size)
-         values ($1::uuid, $2::uuid, $3::uuid, $4, 'workflow_summary', $5, 'background', $6, $7)
+                                         mode, body, byte_size, spill_id)
+         values ($1::uuid, $2::uuid, $3::uuid, $4, 'workflow_summary', $5, 'background', $6, $7, $8::uuid)
          on conflict do nothing returning id`,
         [
           input.resultId,
@@ -274,7 +277,8 @@ export class PgWorkflowStore {
           toolCallId,
           input.outcome,
           input.body,
-          Buffer.byteLength(input.body),
+          input.byteSize ?? Buffer.byteLength(input.body),
+          input.spillId ?? null,
         ],
       );
       let resultId = input.resultId;

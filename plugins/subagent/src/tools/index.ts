@@ -3,6 +3,7 @@ import type { SessionRow } from "@crw/db";
 import { z } from "zod";
 import type { ProjectFileReader } from "../definition/reader.js";
 import { WorkflowNodeSchema } from "../definition/schema.js";
+import { hostAccessors, type WorkflowHostAccessors } from "../engine/context.js";
 import type { WorkflowEngine } from "../engine/engine.js";
 import { WorkflowStateError } from "../errors.js";
 
@@ -35,6 +36,8 @@ export interface SubagentToolsOptions {
   readonly currentWorkDir: () => Promise<string | null>;
   /** delegatedWorkflowExpansionAvailable: whether a node's child may call WorkflowAddNodes. */
   readonly expansionAvailable?: boolean;
+  /** The host's live accessors; by default the delegation core's inbox wake is the completion sink. */
+  readonly accessors?: WorkflowHostAccessors;
 }
 
 /**
@@ -56,6 +59,10 @@ export function workflowTools(options: SubagentToolsOptions): MutatingTool[] {
     toolCallId,
     currentAccess: () => service.authorityFor(session),
     currentWorkDir: options.currentWorkDir,
+    ...(options.accessors ??
+      hostAccessors({
+        completion: (c) => service.resultQueued(c.parentSessionId, c.principalAccountId, c.resultId),
+      })),
   });
   const tools: MutatingTool[] = [];
   tools.push(
@@ -110,7 +117,8 @@ export function workflowTools(options: SubagentToolsOptions): MutatingTool[] {
     },
   );
   const node = engine.nodeOfSession(session.id);
-  if (node && options.expansionAvailable !== false) {
+  const expansion = node ? engine.run(node.workflowId)?.journal.expansion : undefined;
+  if (node && options.expansionAvailable !== false && expansion !== "none") {
     tools.push({
       name: "WorkflowAddNodes",
       description:
