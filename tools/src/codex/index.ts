@@ -41,5 +41,7 @@ export {
   freePort,
   type RealCodex,
   type RealCodexOptions,
+  restartRealCodex,
   startRealCodex,
+  trustHooks,
 } from "./realCodex.js";

@@ -27,6 +27,8 @@ export interface RealCodexOptions extends Omit<CodexHomeOptions, "dir"> {
 export interface RealCodex {
   /** ws://127.0.0.1:PORT, or unix://<control socket>. */
   url: string;
+  /** The options it was started with (for a restart on the same CODEX_HOME). */
+  options: RealCodexOptions;
   home: string;
   process: ChildProcess;
   /** The test's own client, already initialized. */
@@ -98,6 +100,7 @@ export async function startRealCodex(options: RealCodexOptions): Promise<RealCod
   const client = await AppServerClient.connect(listen === "ws" ? url : `ws+unix://${socketPath}:/`);
   return {
     url,
+    options,
     home: options.home,
     process: child,
     client,
@@ -114,4 +117,27 @@ export async function startRealCodex(options: RealCodexOptions): Promise<RealCod
       log.end();
     },
   };
+}
+
+/** A stopped server started again on the same CODEX_HOME (config.toml is written again from the options). */
+export async function restartRealCodex(codex: RealCodex, changes: Partial<RealCodexOptions> = {}): Promise<RealCodex> {
+  await codex.stop();
+  return startRealCodex({ ...codex.options, ...changes });
+}
+
+/**
+ * Trusts every hook the server lists for `cwd` (hooks run only once trusted): `hooks/list`, then a
+ * `[hooks.state."<key>"] trusted_hash = "<currentHash>"` table per untrusted hook appended to the extra TOML,
+ * then a restart so the server reads it. Answers the restarted server and the keys it trusted.
+ */
+export async function trustHooks(codex: RealCodex, cwd: string): Promise<{ codex: RealCodex; trusted: string[] }> {
+  const listed = await codex.client.request<{
+    data: Array<{ hooks: Array<{ key: string; currentHash: string; trustStatus: string }>; errors: unknown[] }>;
+  }>("hooks/list", { cwds: [cwd] });
+  const untrusted = listed.data.flatMap((entry) => entry.hooks).filter((h) => h.trustStatus !== "trusted");
+  const state = untrusted
+    .map((h) => `\n[hooks.state.${JSON.stringify(h.key)}]\ntrusted_hash = ${JSON.stringify(h.currentHash)}\n`)
+    .join("");
+  const restarted = await restartRealCodex(codex, { extraToml: `${codex.options.extraToml ?? ""}${state}` });
+  return { codex: restarted, trusted: untrusted.map((h) => h.key) };
 }
