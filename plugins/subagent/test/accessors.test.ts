@@ -1,0 +1,161 @@
+import { mkdtemp } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { FileSpillStore, prepareCompletion } from "@crw/brain";
+import { useTestDatabase } from "@crw/tools/pg";
+import { afterEach, describe, expect, it } from "vitest";
+import {
+  type CompletionSink,
+  parseWorkflowDefinition,
+  type SummaryWriter,
+  type WorkflowEngine,
+  type WorkflowHostAccessors,
+} from "../src/index.js";
+import { deferred, summaries, taskLine, until, world } from "./helpers.js";
+
+const db = useTestDatabase();
+const all: WorkflowEngine[] = [];
+afterEach(async () => {
+  for (const e of all.splice(0)) await e.close();
+});
+
+const later =
+  <T>(value: T, log: string[], name: string): (() => Promise<T>) =>
+  async () => {
+    log.push(`${name}:called`);
+    await new Promise((r) => setTimeout(r, 5));
+    log.push(`${name}:resolved`);
+    return value;
+  };
+
+describe("the host's live accessors", () => {
+  it("S004-273: S004-274: S004-276: the engine awaits each accessor, stores the summary writer and completion sink, and uses them", async () => {
+    const w = await world(db.pool);
+    const log: string[] = [];
+    const completions: string[] = [];
+    const spill = new FileSpillStore(await mkdtemp(join(tmpdir(), "crw-spill-")));
+    const writer: SummaryWriter = (summary, outcome, workflowId) =>
+      prepareCompletion({
+        repo: w.repo,
+        spill,
+        inlineBytes: 64,
+        recipient: {
+          sessionId: w.parentSessionId,
+          principalAccountId: w.accountId,
+          fileName: `workflow-${workflowId}.txt`,
+        },
+        readHint: "use DelegateRead",
+        outcome,
+        body: summary,
+      });
+    const sink: CompletionSink = async (c) => {
+      completions.push(c.resultId);
+    };
+    const accessors: WorkflowHostAccessors = {
+      delegationCompletionEmitter: later(sink, log, "completion"),
+      captureToolOutputWriter: later(writer, log, "writer"),
+      delegatedTurnsOutOfProcess: later(false, log, "outOfProcess"),
+      workflowExpansionRpc: later(null, log, "rpc"),
+    };
+    let engineCompletions = 0;
+    const { engine } = await w.engine(({ task }) => `answer of ${taskLine(task)} ${"y".repeat(200)}`, {
+      onCompletion: async () => {
+        engineCompletions++;
+      },
+    });
+    all.push(engine);
+    const def = parseWorkflowDefinition(
+      "name: acc\nnodes: [{id: a, task: TASK a}, {id: b, task: TASK b, dependsOn: [a]}]",
+    );
+    const started = await engine.start(w.ctx({ ...accessors }), { definition: def });
+    // Every accessor was awaited (in order) before WorkflowStart returned; in process, no RPC was asked for.
+    expect(log).toEqual([
+      "completion:called",
+      "completion:resolved",
+      "writer:called",
+      "writer:resolved",
+      "outOfProcess:called",
+      "outOfProcess:resolved",
+    ]);
+    const outcome = await engine.finished(started.workflowId);
+    expect(completions).toEqual([outcome.resultId]);
+    expect(engineCompletions).toBe(0);
+    const [result] = await summaries(db.pool, w.parentSessionId);
+    expect(result?.body).toMatch(
+      /^\[full result: \d+ bytes at .*workflow-.*\.txt; read that path with Read\]/,
+    );
+    const { rows } = await db.pool.query(
+      "select byte_size, spill_id from delegation_results where id = $1::uuid",
+      [result?.id],
+    );
+    expect(Number(rows[0].byte_size)).toBe(Buffer.byteLength(outcome.summary ?? ""));
+    expect(rows[0].spill_id).not.toBeNull();
+  });
+
+  it("S004-277: S004-276: a missing capability is the accessor's null: no sink or writer falls back, no RPC out of process means no expansion", async () => {
+    const w = await world(db.pool);
+    const gate = deferred();
+    const sessions: string[] = [];
+    let engineCompletions = 0;
+    const { engine } = await w.engine(
+      async ({ task, sessionId }) => {
+        sessions.push(sessionId);
+        if (taskLine(task) === "TASK a") await gate.promise;
+        return "short";
+      },
+      {
+        onCompletion: async () => {
+          engineCompletions++;
+        },
+      },
+    );
+    all.push(engine);
+    const started = await engine.start(
+      w.ctx({ delegatedTurnsOutOfProcess: async () => true, workflowExpansionRpc: async () => null }),
+      { definition: parseWorkflowDefinition("name: none\nnodes: [{id: a, task: TASK a}]") },
+    );
+    await until(() => sessions.length === 1, "a running");
+    await expect(
+      engine.addNodes({
+        workflowId: started.workflowId,
+        principalAccountId: w.accountId,
+        fromNodeId: "a",
+        callerSessionId: sessions[0],
+        nodes: [{ id: "x", task: "t" }],
+      }),
+    ).rejects.toMatchObject({ code: "expansion_unavailable" });
+    gate.resolve();
+    const outcome = await engine.finished(started.workflowId);
+    expect(engineCompletions).toBe(1); // no origin sink: the engine's own completion path
+    const [result] = await summaries(db.pool, w.parentSessionId);
+    expect(result?.body).toBe(outcome.summary); // no writer: inline
+    // With the RPC capability, the same out-of-process node may extend its workflow.
+    const gate2 = deferred();
+    const sessions2: string[] = [];
+    const second = await w.engine(async ({ task, sessionId }) => {
+      sessions2.push(sessionId);
+      if (taskLine(task) === "TASK a") await gate2.promise;
+      return "short";
+    });
+    all.push(second.engine);
+    const started2 = await second.engine.start(
+      w.ctx({
+        delegatedTurnsOutOfProcess: async () => true,
+        workflowExpansionRpc: async () => ({ method: "workflow.addNodes" }),
+      }),
+      { definition: parseWorkflowDefinition("name: rpc\nnodes: [{id: a, task: TASK a}]") },
+    );
+    await until(() => sessions2.length === 1, "a running");
+    expect(
+      await second.engine.addNodes({
+        workflowId: started2.workflowId,
+        principalAccountId: w.accountId,
+        fromNodeId: "a",
+        callerSessionId: sessions2[0],
+        nodes: [{ id: "x", task: "t", dependsOn: ["a"] }],
+      }),
+    ).toEqual(["x"]);
+    gate2.resolve();
+    await second.engine.finished(started2.workflowId);
+  });
+});
