@@ -117,7 +117,10 @@ export async function answerReports(
 export function answerStrayReports(rc: RunContext): void {
   for (const name of rc.unanswered()) {
     const report = readReport(rc, name);
-    if (!report) continue;
+    if (!report) {
+      refuseInvalid(rc, name);
+      continue;
+    }
     if (report.run_id !== rc.runId) {
       answer(rc, name, report, "refused", `the report is for run ${report.run_id}, not ${rc.runId}`);
       continue;
@@ -160,4 +163,37 @@ export function answerStrayReports(rc: RunContext): void {
       answer(rc, name, report, "close", `attempt ${report.attempt} of ${report.call} has ended`);
     }
   }
+}
+
+/**
+ * A report that is not a valid dispatch report (no subagent, wrong types, not JSON) is refused, under its
+ * own name, with what is known of it; it never binds anything.
+ */
+function refuseInvalid(rc: RunContext, name: string): void {
+  let raw: Record<string, unknown> = {};
+  try {
+    const text = readFileSync(join(rc.paths.inbox, name), "utf8");
+    if (text.length <= 64 * 1024) raw = (JSON.parse(text) as Record<string, unknown>) ?? {};
+  } catch {
+    // not JSON: refused all the same
+  }
+  const str = (v: unknown) => (typeof v === "string" ? v.slice(0, 200) : "");
+  const int = (v: unknown) => (Number.isInteger(v) && (v as number) > 0 ? (v as number) : 1);
+  answer(
+    rc,
+    name,
+    {
+      format: REPORT_FORMAT,
+      run_id: str(raw.run_id),
+      call: str(raw.call),
+      k: int(raw.k),
+      attempt: int(raw.attempt),
+      agent_id: str(raw.agent_id),
+      at: "",
+    },
+    "refused",
+    typeof raw.agent_id === "string" && raw.agent_id
+      ? "the report is not a valid dispatch report"
+      : "the report names no subagent",
+  );
 }

@@ -1,0 +1,345 @@
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { digestOf, executeRun, type JournalRow, JournalWriter, readReply } from "@crw/flow";
+import { afterEach, describe, expect, it } from "vitest";
+import { defineWorkflow, type InProcessRun, inProcessRun } from "./helpers/harness.js";
+
+let run: InProcessRun | null = null;
+afterEach(async () => {
+  await run?.close();
+  run = null;
+});
+
+const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
+const one = (role: "explorer" | "executor" = "explorer") =>
+  defineWorkflow({ name: "one", run: (ctx) => ctx.call({ role, task: "count", schema }) });
+const of = (rows: JournalRow[], type: string) => rows.filter((r) => r.type === type);
+async function until(what: string, check: () => boolean, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out: ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+const pairs = Object.fromEntries(
+  ["architect", "executor", "executor-t1", "reviewer", "explorer", "critic"].map((r) => [
+    r,
+    { model: null, effort: null },
+  ]),
+);
+
+describe("more of the session call", () => {
+  it("S000-009 S000-013 S000-025 S000-083: P is made after the prepared row and is the call's cwd; the step files are where the seed says", async () => {
+    run = await inProcessRun();
+    const { done } = run.background(one());
+    const [s] = await run.steps();
+    if (!s) throw new Error("no step");
+    const P = join(run.paths.workspaces, "explorer.1");
+    expect(existsSync(P)).toBe(true);
+    expect(s.workspace).toBe(P);
+    expect(s.packet).toBe(join(run.paths.steps, "explorer.1", "packet-t1-a1.md"));
+    expect(existsSync(join(run.paths.steps, "explorer.1", "t1-a1.json"))).toBe(true);
+    expect(readFileSync(s.packet, "utf8")).toContain(`Your workspace is ${P}`);
+    const a = run.fake.spawnSubagent({ ownerThreadId: run.owner, message: s.message, agentRole: "explorer" });
+    expect(await run.report(s, a.threadId)).toBe("bound");
+    await new Promise((r) => setTimeout(r, 200)); // the turn runs on: the run keeps reading it
+    expect(of(run.rows(), "completed")).toHaveLength(0);
+    run.fake.answer(a.threadId, '{"n":1}');
+    await done;
+    expect(of(run.rows(), "thread_started")[0]).toMatchObject({ cwd: P });
+    expect(of(run.rows(), "thread_started")[0]).not.toMatchObject({ host_cwd: P });
+  });
+
+  it("S000-026 S000-018: a repair whose subagent is closed is a spawn on a new attempt, carrying the previous answer", async () => {
+    run = await inProcessRun();
+    const { done } = run.background(one());
+    const [s] = await run.steps();
+    if (!s) throw new Error("no step");
+    const a = run.fake.spawnSubagent({ ownerThreadId: run.owner, message: s.message, agentRole: "explorer" });
+    expect(await run.report(s, a.threadId)).toBe("bound");
+    run.fake.answer(a.threadId, "oops");
+    run.fake.closeAgent(a.threadId);
+    await until("the repair step", () => of(run?.rows() ?? [], "step_published").length === 2);
+    const repair = of(run.rows(), "step_published")[1];
+    expect(repair).toMatchObject({
+      k: 2,
+      attempt: 2,
+      action: "spawn",
+      previous_answer: "oops",
+      repair: { answer: "oops" },
+    });
+    expect(repair).not.toHaveProperty("agent_id");
+    const s2 = (await run.steps()).find((x) => x.k === 2);
+    if (!s2) throw new Error("no repair step");
+    expect(readFileSync(s2.packet, "utf8")).toContain("oops");
+    const b = run.fake.spawnSubagent({
+      ownerThreadId: run.owner,
+      message: s2.message,
+      agentRole: "explorer",
+    });
+    expect(await run.report(s2, b.threadId)).toBe("bound");
+    run.fake.answer(b.threadId, '{"n":2}');
+    expect(await done).toEqual({ state: "completed", result: { n: 2 } });
+  });
+
+  it("S000-077 S000-167: thread_started once per attempt; a later attempt on another pair records prior_pairs", async () => {
+    run = await inProcessRun({ lostAfterMs: 200 });
+    const { done } = run.background(one());
+    const [s] = await run.steps();
+    if (!s) throw new Error("no step");
+    const a = run.fake.spawnSubagent({
+      ownerThreadId: run.owner,
+      message: s.message,
+      model: "m-one",
+      reasoningEffort: "low",
+      agentRole: "explorer",
+    });
+    expect(await run.report(s, a.threadId)).toBe("bound");
+    run.fake.setThreadStatus(a.threadId, "notLoaded");
+    await until("attempt 2", () => of(run?.rows() ?? [], "step_published").length === 2);
+    const s2 = (await run.steps()).find((x) => x.attempt === 2);
+    if (!s2) throw new Error("no attempt 2");
+    const b = run.fake.spawnSubagent({
+      ownerThreadId: run.owner,
+      message: s2.message,
+      model: "m-two",
+      reasoningEffort: "high",
+      agentRole: "explorer",
+    });
+    expect(await run.report(s2, b.threadId)).toBe("bound");
+    run.fake.answer(b.threadId, '{"n":3}');
+    await done;
+    const ts = of(run.rows(), "thread_started");
+    expect(ts.map((r) => (r as { attempt: number }).attempt)).toEqual([1, 2]);
+    expect(ts[1]).toMatchObject({
+      model: "m-two",
+      effort: "high",
+      prior_pairs: [{ model: "m-one", effort: "low" }],
+    });
+  });
+
+  it("S000-100: a turn whose rollout has no token count is left unmeasured (tokens_unmeasured, pauses: false)", async () => {
+    run = await inProcessRun();
+    const { done } = run.background(one());
+    const [s] = await run.steps();
+    if (!s) throw new Error("no step");
+    const a = run.fake.spawnSubagent({ ownerThreadId: run.owner, message: s.message, agentRole: "explorer" });
+    expect(await run.report(s, a.threadId)).toBe("bound");
+    run.fake.completeTurn(a.threadId, { messages: [{ text: '{"n":1}', phase: "final_answer" }] }); // no usage
+    await done;
+    expect(of(run.rows(), "tokens_unmeasured")[0]).toMatchObject({
+      call: "explorer.1",
+      k: 1,
+      turn_id: a.turnId,
+      pauses: false,
+    });
+    expect(of(run.rows(), "completed")[0]).toMatchObject({ tokens: {} });
+  });
+
+  it("S000-174: two unreported subagents carrying one marker: session_host_warning several_spawns with the op", async () => {
+    run = await inProcessRun();
+    const { done } = run.background(one());
+    const [s] = await run.steps();
+    if (!s) throw new Error("no step");
+    const a = run.fake.spawnSubagent({ ownerThreadId: run.owner, message: s.message, agentRole: "explorer" });
+    run.fake.spawnSubagent({ ownerThreadId: run.owner, message: s.message, agentRole: "explorer" });
+    await until("a bind by lookup", () => of(run?.rows() ?? [], "thread_started").length === 1);
+    expect(of(run.rows(), "session_host_warning")[0]).toMatchObject({
+      op: "explorer.1/t1",
+      warnings: ["several_spawns"],
+    });
+    const bound = (of(run.rows(), "thread_started")[0] as { thread_id: string }).thread_id;
+    run.fake.answer(bound, '{"n":1}');
+    if (bound !== a.threadId) run.fake.answer(a.threadId, '{"n":1}');
+    expect(await done).toMatchObject({ state: "completed" });
+  });
+
+  it("S000-062: a report that names no subagent is refused", async () => {
+    run = await inProcessRun();
+    const { done } = run.background(one());
+    const [s] = await run.steps();
+    if (!s) throw new Error("no step");
+    mkdirSync(run.paths.inbox, { recursive: true });
+    writeFileSync(
+      join(run.paths.inbox, "explorer.1.t7-a1.x.json"),
+      JSON.stringify({
+        format: "crw-flow-dispatch/1",
+        run_id: "run-1",
+        call: "explorer.1",
+        k: 7,
+        attempt: 1,
+      }),
+    );
+    await until("the reply", () => readReply(run?.paths.replies ?? "", "explorer.1.t7-a1.x.json") !== null);
+    expect(readReply(run.paths.replies, "explorer.1.t7-a1.x.json")).toMatchObject({
+      reply: "refused",
+      reason: "the report names no subagent",
+    });
+    const a = run.fake.spawnSubagent({ ownerThreadId: run.owner, message: s.message, agentRole: "explorer" });
+    expect(await run.report(s, a.threadId)).toBe("bound");
+    run.fake.answer(a.threadId, '{"n":1}');
+    await done;
+  });
+
+  it("S000-034: a step still unwritten when its turn ends (the run pauses) gets a closing step_unwritten with written: false", async () => {
+    run = await inProcessRun({ pollMs: 5 });
+    const wf = defineWorkflow({
+      name: "two",
+      run: (ctx) =>
+        Promise.all([
+          ctx.call({ role: "explorer", task: "a", schema }),
+          ctx.call({ role: "reviewer", task: "b", schema }),
+        ]),
+    });
+    const hook = (path: string) => {
+      if (path.includes("/reviewer.1/")) throw new Error("ENOSPC: no space left on device");
+    };
+    const done = executeRun({
+      paths: run.paths,
+      spec: run.spec,
+      host: run.host,
+      processToken: null,
+      workflow: wf,
+      stepWriteHook: hook,
+    });
+    const [s] = await run.steps();
+    if (!s) throw new Error("no step");
+    const a = run.fake.spawnSubagent({ ownerThreadId: run.owner, message: s.message, agentRole: "explorer" });
+    expect(await run.report(s, a.threadId)).toBe("bound");
+    run.fake.failTurn(a.threadId, "usageLimitExceeded");
+    expect(await done).toMatchObject({ state: "paused" });
+    const rows = of(run.rows(), "step_unwritten").filter(
+      (r) => (r as { call: string }).call === "reviewer.1",
+    );
+    expect(rows[0]).toMatchObject({ failures: 1 });
+    expect(rows.at(-1)).toMatchObject({ written: false });
+    expect(of(run.rows(), "held").some((r) => (r as { call: string }).call === "reviewer.1")).toBe(true); // not ended unknown
+  });
+
+  it("S000-148 S000-143: a resume after session_attempt_lost closes the old subagent and spawns the next; a bound subagent the host does not know is lost after LostAfter", async () => {
+    run = await inProcessRun({ lostAfterMs: 200 });
+    const P = join(run.paths.workspaces, "explorer.1");
+    mkdirSync(P, { recursive: true });
+    const input = { role: "explorer" as const, task: "count", schema, workspace: null };
+    const w = JournalWriter.create(run.paths.journal, "run-1");
+    const step = (attempt: number) => ({
+      type: "step_published" as const,
+      call: "explorer.1",
+      op: "explorer.1/t1",
+      k: 1,
+      marker: `explorer.1/t1-a${attempt}`,
+      attempt,
+      action: "spawn" as const,
+      input: "count",
+      input_digest: "sha256:i",
+      packet: join(run?.paths.steps ?? "", "explorer.1", `packet-t1-a${attempt}.md`),
+      packet_digest: "sha256:p",
+      role: "explorer" as const,
+      agent_type: "explorer",
+      model: null,
+      effort: null,
+      workspace: P,
+      conversation_turn: 1,
+    });
+    w.append([
+      {
+        type: "started",
+        backend: "session",
+        role_pairs: pairs,
+        policy_digest: "sha256:x",
+        process: null,
+        pid: 1,
+        process_n: 1,
+      },
+    ]);
+    w.append([
+      {
+        type: "prepared",
+        call: "explorer.1",
+        op: "explorer.1",
+        role: "explorer",
+        input,
+        input_digest: digestOf(input),
+        backend: "session",
+        allocation: { workspace: P, kind: "scratch" },
+      },
+    ]);
+    w.append([step(1)]);
+    w.append([
+      {
+        type: "thread_started",
+        call: "explorer.1",
+        thread_id: "gone-thread",
+        model: null,
+        effort: null,
+        cwd: P,
+        host_cwd: null,
+        parent_thread_id: run.owner,
+        agent_role: "explorer",
+        attempt: 1,
+        via: "session",
+        rollout_path: null,
+        marker: "explorer.1/t1-a1",
+      },
+    ]);
+    w.close();
+    const { done } = run.background(one());
+    await until("the attempt to be lost", () => of(run?.rows() ?? [], "session_attempt_lost").length === 1);
+    expect(of(run.rows(), "session_attempt_lost")[0]).toMatchObject({
+      attempt: 1,
+      agent_id: "gone-thread",
+      host_status: "unknown",
+    });
+    expect(existsSync(join(run.paths.steps, "explorer.1", "close-a1-gone-thread.json"))).toBe(true);
+    const s2 = (await run.steps()).find((x) => x.attempt === 2);
+    if (!s2) throw new Error("no attempt 2");
+    const b = run.fake.spawnSubagent({
+      ownerThreadId: run.owner,
+      message: s2.message,
+      agentRole: "explorer",
+    });
+    expect(await run.report(s2, b.threadId)).toBe("bound");
+    run.fake.answer(b.threadId, '{"n":4}');
+    expect(await done).toEqual({ state: "completed", result: { n: 4 } });
+  });
+
+  it("S000-225: a resume takes the role store's new pairs, records them in its started row and the change in policy_repinned", async () => {
+    run = await inProcessRun();
+    const first = run.background(one());
+    const [s] = await run.steps();
+    if (!s) throw new Error("no step");
+    const a = run.fake.spawnSubagent({ ownerThreadId: run.owner, message: s.message, agentRole: "explorer" });
+    expect(await run.report(s, a.threadId)).toBe("bound");
+    run.fake.failTurn(a.threadId, "internalServerError");
+    await first.done;
+    mkdirSync(join(run.spec.repo, ".crw"), { recursive: true });
+    writeFileSync(
+      join(run.spec.repo, ".crw", "flow-roles.json"),
+      JSON.stringify({ roles: { explorer: { model: "m-new" } } }),
+    );
+    const second = run.background(one());
+    const [s2] = (await run.steps()).filter((x) => x.attempt === 2);
+    if (!s2) throw new Error("no new attempt");
+    expect(s2.model).toBe("m-new");
+    const started = of(run.rows(), "started");
+    expect(started).toHaveLength(2);
+    expect((started[1] as { role_pairs: Record<string, unknown> }).role_pairs.explorer).toEqual({
+      model: "m-new",
+      effort: null,
+    });
+    const rep = of(run.rows(), "policy_repinned")[0];
+    expect(rep).toMatchObject({
+      pinned_digest: (started[0] as { policy_digest: string }).policy_digest,
+      store_digest: (started[1] as { policy_digest: string }).policy_digest,
+    });
+    const b = run.fake.spawnSubagent({
+      ownerThreadId: run.owner,
+      message: s2.message,
+      model: "m-new",
+      agentRole: "explorer",
+    });
+    expect(await run.report(s2, b.threadId)).toBe("bound");
+    run.fake.answer(b.threadId, '{"n":1}');
+    await second.done;
+  });
+});
