@@ -8,6 +8,7 @@ import {
   readOrchestrationJournal,
   type WorkflowEmitter,
   type WorkflowEngine,
+  type WorkflowUpdate,
 } from "../src/index.js";
 import { deferred, summaries, taskLine, until, untilAborted, world } from "./helpers.js";
 
@@ -29,7 +30,7 @@ type Call = { expected: number | undefined; status: string; result?: string; nod
 function recording(
   store: PgWorkflowStore,
   calls: Call[],
-  hook?: (call: Call) => Promise<void> | void,
+  hook?: (call: Call, update: WorkflowUpdate) => Promise<void> | void,
 ): WorkflowEmitter {
   const inner = pgWorkflowEmitter(store);
   return async (update, expected) => {
@@ -39,7 +40,7 @@ function recording(
       nodes: update.snapshot.nodes.map((n) => `${n.id}:${n.status}`).join(","),
     };
     calls.push(call);
-    await hook?.(call);
+    await hook?.(call, update);
     const result = await inner(update, expected);
     call.result = result.status;
     return result;
@@ -162,10 +163,12 @@ describe("awaited publication with generations", () => {
     const calls: Call[] = [];
     let children = 0;
     const { engine } = await w.engine(() => "never", {
-      emitter: recording(store, calls, async (call) => {
+      emitter: recording(store, calls, async (call, u) => {
         if (call.expected !== undefined) {
           // Another request advanced the generation before this write.
-          await db.pool.query("update workflows set generation = generation + 1");
+          await db.pool.query("update workflows set generation = generation + 1 where id = $1::uuid", [
+            u.workflowId,
+          ]);
         }
       }),
       wrap: (base): NodeDispatcher => ({

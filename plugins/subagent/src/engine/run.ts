@@ -28,6 +28,8 @@ export type WorkflowEvent =
     }
   | { readonly type: "invalid_journal"; readonly workflowId: string; readonly reason: string }
   | { readonly type: "stale"; readonly workflowId: string; readonly generation: number }
+  /** The database failed under the run: this process stops driving it; the rows stay for recovery. */
+  | { readonly type: "run_lost"; readonly workflowId: string; readonly error: Error }
   /** A node's preparation or operation threw: the original error, its `cause` chain intact (memory only). */
   | {
       readonly type: "node_error";
@@ -128,6 +130,12 @@ export class WorkflowRun {
     this.#resolve({ workflowId: this.id, status: null, summary: null, resultId: null });
   }
 
+  #lost(e: unknown): void {
+    if (this.#stopped) return;
+    this.deps.onEvent({ type: "run_lost", workflowId: this.id, error: toError(e) });
+    this.abandon("closing");
+  }
+
   /** Writes the current journal; false (and the run stops) when the lease or generation moved on. */
   persist(): Promise<boolean> {
     const body = structuredClone(this.journal);
@@ -215,7 +223,7 @@ export class WorkflowRun {
     const open = this.journal.order.some(
       (id) => !TERMINAL_NODE_STATUSES.has((this.journal.nodes[id] as NodeState).status),
     );
-    if (!open && this.active.size === 0) void this.finish();
+    if (!open && this.active.size === 0) void this.finish().catch((e) => this.#lost(e));
   }
 
   launch(id: string, mode: Mode): void {
@@ -226,10 +234,12 @@ export class WorkflowRun {
       const n = this.journal.nodes[id] as NodeState;
       n.status = "reserved";
     }
-    const done = this.#execute(id, mode, controller).finally(() => {
-      this.active.delete(id);
-      this.pump();
-    });
+    const done = this.#execute(id, mode, controller)
+      .catch((e) => this.#lost(e))
+      .finally(() => {
+        this.active.delete(id);
+        this.pump();
+      });
     this.active.set(id, { controller, done });
   }
 
@@ -469,7 +479,7 @@ export class WorkflowRun {
       else if (n.status === "running") this.#setStatus(id, "cancelled");
     }
     for (const { controller } of this.active.values()) controller.abort();
-    void this.finish();
+    void this.finish().catch((e) => this.#lost(e));
     return this.finished;
   }
 
