@@ -11,6 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
   JournalWriter,
+  lockHolder,
   pidAlive,
   readJournalFile,
   readSpec,
@@ -112,6 +113,28 @@ describe("crw flow commands as real processes", () => {
     process.kill(Number(answer.pid), "SIGKILL");
   });
 
+  it("S000-264 S000-265 S000-266: the run process holds process.<token>.lock (named by its started row) and the run lock; a dead one's file stays, held by nobody", async () => {
+    const { r, paths } = await start("run-locks");
+    expect(r.code, r.stderr).toBe(0);
+    const pid = Number(r.json().pid);
+    await waitFor(
+      "started row",
+      () =>
+        existsSync(paths.journal) && readJournalFile(paths.journal).rows.some((x) => x.type === "started"),
+    );
+    const started = readJournalFile(paths.journal).rows.find((x) => x.type === "started");
+    if (started?.type !== "started" || !started.process) throw new Error("the started row names no process");
+    const lockFile = join(paths.dir, `process.${started.process}.lock`);
+    expect(lockHolder(lockFile)).toMatchObject({ pid, token: started.process });
+    expect(lockHolder(paths.runLock)).toMatchObject({ pid, token: started.process });
+    expect(started.pid).toBe(pid);
+    process.kill(pid, "SIGKILL");
+    await waitFor("the process to die", () => !pidAlive(pid));
+    expect(existsSync(lockFile)).toBe(true);
+    expect(lockHolder(lockFile)).toBeNull();
+    expect(lockHolder(paths.runLock)).toBeNull();
+  });
+
   it("S000-187 S000-188: a TMPDIR that is missing or not absolute stops the start (exit 1) before the spec or a process", async () => {
     for (const bad of [join(root, "no-such-dir"), "relative/tmp"]) {
       const runId = `run-badtmp-${bad.startsWith("/") ? "missing" : "relative"}`;
@@ -171,6 +194,9 @@ describe("crw flow commands as real processes", () => {
     expect(readdirSync(paths.inbox).length).toBeGreaterThanOrEqual(3);
     const close = seen.find((s) => s.action === "close");
     expect(close?.host_call).toMatchObject({ tool: "close_agent" }); // S000-202
+    // S000-266: a process that ends removes its process lock file
+    await waitFor("the run process to exit", () => !pidAlive(Number(r.json().pid)));
+    expect(readdirSync(paths.dir).filter((f) => f.startsWith("process.") && f.endsWith(".lock"))).toEqual([]);
   });
 
   it("S000-231: dispatched to a run no process holds is queued and stays in the inbox; exit 1", async () => {

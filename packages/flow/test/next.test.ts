@@ -145,6 +145,30 @@ describe("crw flow next", () => {
     expect(a).not.toHaveProperty("resumed_pid");
   });
 
+  it("S000-213: with no process lock of the run held, a newest started row that names no process is the holder's", async () => {
+    const { runId, state, paths } = fixture({ started: "none" });
+    tryLock(paths.runLock, { pid: process.pid });
+    const w = JournalWriter.open(paths.journal).writer;
+    w.append([
+      {
+        type: "started",
+        backend: "session",
+        role_pairs: { ...undecided, architect: { model: "old-crw", effort: null } },
+        policy_digest: "sha256:old",
+        process: null,
+        pid: process.pid,
+        process_n: 1,
+      },
+    ]);
+    w.close();
+    const a = (await next(runId, state)).json();
+    expect(a.state).toBe("running");
+    const architect = (a.spawn_formats as Array<{ role: string; arguments: Record<string, unknown> }>).find(
+      (f) => f.role === "architect",
+    );
+    expect(architect?.arguments).toMatchObject({ model: "old-crw" });
+  });
+
   it("S000-215: a started row that names no process while a process lock is held is starting", async () => {
     const { runId, state } = fixture({ started: "no-process" });
     expect((await next(runId, state)).json().state).toBe("starting");
@@ -156,7 +180,7 @@ describe("crw flow next", () => {
     expect((await next(runId, state)).json().state).toBe("starting");
   });
 
-  it("S000-222 S000-195: a paused run no process holds answers paused with the role store's formats and resumes nothing", async () => {
+  it("S000-222 S000-227 S000-195: a paused run no process holds answers paused with the role store's formats and resumes nothing", async () => {
     const repo = mkdtempSync(join(root, "repo-"));
     mkdirSync(join(repo, ".crw"));
     writeFileSync(
@@ -255,7 +279,7 @@ describe("crw flow next", () => {
     expect(again.slots).toMatchObject({ open: 2 });
   });
 
-  it("S000-207 S000-198: a run no process holds that is neither paused nor over is resumed (resumed_pid)", async () => {
+  it("S000-207 S000-198 S000-235 S000-232: a run no process holds that is neither paused nor over is resumed (resumed_pid)", async () => {
     const fake = await FakeAppServer.start();
     try {
       const owner = fake.createOwnerThread({ cwd: root });
@@ -267,7 +291,8 @@ describe("crw flow next", () => {
       const { runId, state, paths } = fixture({ host: fake.url, started: "none" });
       const spec = JSON.parse(readFileSync(paths.spec, "utf8"));
       writeSpec(paths.spec, { ...spec, workflow: wf, owner, poll_ms: 20 });
-      const r = await next(runId, state, ["--wait", "5"]);
+      const { CRW_FLOW_STARTING_MS: _short, ...defaultWindow } = env; // the resumed process may take a while to start
+      const r = await next(runId, state, ["--wait", "20"], defaultWindow);
       const a = r.json();
       expect(a.resumed_pid, r.stderr).toEqual(expect.any(Number));
       expect(String(a.hint)).toContain(`resumed_pid ${a.resumed_pid}`);
