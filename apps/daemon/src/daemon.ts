@@ -9,7 +9,7 @@ import { type DaemonState, lockDataDir, removeState, writeState } from "./lifecy
 import { ensureOwnerToken, tokenHash } from "./ownerToken.js";
 import { type DaemonDatabase, openDaemonDatabase } from "./postgres.js";
 import { RpcRegistry } from "./rpc.js";
-import { assembleRuntime, type DaemonRuntime } from "./runtime.js";
+import { assembleRuntime, type DaemonRuntime, type TurnObserver } from "./runtime.js";
 import { type ApiServer, startApiServer } from "./server.js";
 
 export type DaemonPhase = "starting" | "recovering" | "ready" | "stopping" | "stopped";
@@ -31,6 +31,8 @@ export interface StartDaemonOptions {
   log?: Logger;
   /** Install SIGTERM/SIGINT handlers that stop the daemon (the process entry does; embedders may not). */
   handleSignals?: boolean;
+  /** Sees every turn request with its placement before it runs (the parity suite's capture seam). */
+  observeTurn?: TurnObserver;
 }
 
 /**
@@ -63,7 +65,7 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
     const repo = new PgDelegationRepository(pool);
     await ensureOwnerToken(repo, config.dataDir);
 
-    runtime = await assembleRuntime(config, pool, log);
+    runtime = await assembleRuntime(config, pool, log, options.observeTurn);
     const rt = runtime;
 
     // Boot recovery of delegations and workflows, before the port opens: nothing is accepted until every

@@ -1,3 +1,4 @@
+export { type Alert, AlertService, alertsPath } from "./alerts.js";
 export {
   ConfigError,
   type DaemonConfig,
@@ -5,8 +6,8 @@ export {
   defaultDataDir,
   loadConfig,
 } from "./config.js";
-export { type Daemon, type DaemonPhase, startDaemon } from "./daemon.js";
+export { type Daemon, type DaemonPhase, type StartDaemonOptions, startDaemon } from "./daemon.js";
 export { DaemonLockedError, type DaemonState, processAlive, readState, statePath } from "./lifecycle.js";
 export { ownerTokenPath } from "./ownerToken.js";
-
 export { RpcError, RpcRegistry } from "./rpc.js";
+export type { BootRecovery, DaemonRuntime, TurnObserver } from "./runtime.js";

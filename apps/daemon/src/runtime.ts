@@ -9,6 +9,7 @@ import {
   type ProgressSink,
   type RecoveryReport,
   recoverDelegations,
+  type TurnRequest,
 } from "@crw/brain";
 import { PgDelegationRepository } from "@crw/db";
 import {
@@ -43,6 +44,8 @@ export interface BootRecovery {
   readonly error: string | null;
 }
 
+export type TurnObserver = (request: TurnRequest, placement: "runner" | "in-process") => void;
+
 export interface DaemonRuntime {
   readonly repo: PgDelegationRepository;
   readonly service: DelegationService;
@@ -70,6 +73,7 @@ export async function assembleRuntime(
   config: DaemonConfig,
   pgPool: pg.Pool,
   log: Logger,
+  observeTurn?: TurnObserver,
 ): Promise<DaemonRuntime> {
   const repo = new PgDelegationRepository(pgPool);
   const bus = new EventBus();
@@ -121,8 +125,9 @@ export async function assembleRuntime(
     inProcess: createAgentTurnRunner(catalog),
     runnerEnabled: () => config.runtime.subagentRunnerEnabled,
     runnerKind: "agent",
-    onPlaced: (_request, placement) => {
+    onPlaced: (request, placement) => {
       placements[placement] += 1;
+      observeTurn?.(request, placement);
       firstTurnAt ??= new Date().toISOString();
     },
     // A child's channel (fairness key, unit of abort) is its parent session, read from its row.
