@@ -4,7 +4,7 @@ import { HEARTBEAT_INTERVAL_MS } from "./heartbeat.js";
 import { SubagentRunnerPool } from "./pool.js";
 import type { PoolEvent } from "./poolTypes.js";
 import type { ModelCatalogPublication } from "./protocol/policy.js";
-import { sessionRunnerKindSchema } from "./protocol/sessionTurn.js";
+import { type AgentOptions, sessionRunnerKindSchema } from "./protocol/sessionTurn.js";
 import type { RetryPolicySource } from "./retryPolicy.js";
 import type { HostRpcHandler } from "./runnerHost.js";
 import { RUNNER_BOOT_TIMEOUT_MS } from "./runnerHost.js";
@@ -42,6 +42,8 @@ export interface SubagentRuntimeDeps {
   /** The daemon's own SessionTurnRunner (the agent loop in process). */
   readonly inProcess: SessionTurnRunner;
   readonly catalog?: () => ModelCatalogPublication;
+  /** The provider options the daemon's own agent loop uses; runners get the same at boot. */
+  readonly agentOptions?: () => AgentOptions;
   readonly hostRpc?: HostRpcHandler;
   readonly placementOf?: SessionDispatchDeps["placementOf"];
   readonly onEvent?: (event: PoolEvent) => void;
@@ -69,6 +71,7 @@ export function createSubagentRuntime(deps: SubagentRuntimeDeps): {
     bootTimeoutMs: initial.bootTimeoutMs,
     heartbeatIntervalMs: initial.heartbeatIntervalMs,
     ...(deps.hostRpc && { hostRpc: deps.hostRpc }),
+    ...(deps.agentOptions && { agentOptions: deps.agentOptions }),
     ...(deps.onEvent && { onEvent: deps.onEvent }),
   });
   const dispatch = new SubagentSessionDispatch({

@@ -433,6 +433,7 @@ export class SubagentRunnerPool {
           buildId,
           retryPolicySource: source,
           catalog: this.deps.catalog(),
+          ...(this.deps.agentOptions && { agentOptions: this.deps.agentOptions() }),
           isCurrent: () => generation === this.#generation && !signal.aborted,
           onEvent: (event) => this.#onHostEvent(event),
           ...pick(this.deps, [

@@ -1,6 +1,7 @@
 import type { Clock } from "./clock.js";
 import type { RunnerStartupCategory } from "./errors.js";
 import type { ModelCatalogPublication } from "./protocol/policy.js";
+import type { AgentOptions } from "./protocol/sessionTurn.js";
 import type { RetryPolicySource } from "./retryPolicy.js";
 import type { HostRpcHandler } from "./runnerHost.js";
 
@@ -32,6 +33,8 @@ export interface SubagentRunnerPoolDeps {
   readonly clock?: Clock;
   readonly bootTimeoutMs?: number;
   readonly heartbeatIntervalMs?: number;
+  /** Provider options for runners' agent loops: pass what the daemon's own agent loop gets. */
+  readonly agentOptions?: () => AgentOptions;
   readonly env?: NodeJS.ProcessEnv;
   readonly execArgv?: readonly string[];
   readonly execPath?: string;

@@ -9,6 +9,7 @@ import { ModelCatalog } from "./modelCatalog.js";
 import { errorToRemote, type RemoteError } from "./protocol/envelope.js";
 import { type InputFrame, type InputFrameOf, parseInputFrame } from "./protocol/index.js";
 import type { OutputFrame } from "./protocol/output.js";
+import type { AgentOptions } from "./protocol/sessionTurn.js";
 import { RetryPolicyMirror } from "./retryPolicy.js";
 import { outsideDispatchedTurn, runInDispatchedTurn } from "./rpcTurn.js";
 import { RunnerSessionTurns } from "./runnerSessionTurn.js";
@@ -54,6 +55,7 @@ export class RunnerCore {
   readonly #localExec: LocalExecClient;
   #backend: Promise<SessionTurnBackend> | undefined;
   #mirror: RetryPolicyMirror | undefined;
+  #agentOptions: AgentOptions | undefined;
   #catalog: ModelCatalog | undefined;
   #heartbeat: NodeJS.Timeout | undefined;
   #sampler: EventLoopSampler | undefined;
@@ -65,7 +67,7 @@ export class RunnerCore {
     private readonly executor: ChildTurnExecutor,
     private readonly buildId: string,
     private readonly fault: RunnerFault | undefined,
-    private readonly loadSessionBackend?: () => Promise<SessionTurnBackend>,
+    private readonly loadSessionBackend?: (options: AgentOptions | undefined) => Promise<SessionTurnBackend>,
   ) {
     this.#views = new SessionViews((tapId, event) =>
       this.#send({ type: "tapEvent", requestId: randomUUID(), tapId, event }),
@@ -210,6 +212,7 @@ export class RunnerCore {
       return;
     }
     this.#mirror = new RetryPolicyMirror(frame.retryPolicy);
+    this.#agentOptions = frame.agent;
     this.#catalog = new ModelCatalog(frame.catalog);
     this.#sampler = new EventLoopSampler();
     const heartbeat = setInterval(() => this.#beat(), frame.heartbeatIntervalMs);
@@ -313,7 +316,7 @@ export class RunnerCore {
     });
     let text: string | undefined;
     try {
-      this.#backend ??= this.loadSessionBackend();
+      this.#backend ??= this.loadSessionBackend(this.#agentOptions);
       const backend = await this.#backend;
       if (controller.signal.aborted) {
         reply({ ok: { stopReason: "aborted" } });

@@ -3,7 +3,7 @@ import type { HostRpcMethod } from "./protocol/hostRpcMethods.js";
 import type { LocalExecEvent, LocalExecFinal, LocalExecRequest } from "./protocol/localExec.js";
 import type { HeartbeatFrame } from "./protocol/output.js";
 import type { ModelCatalogPublication } from "./protocol/policy.js";
-import type { SessionRunnerKind } from "./protocol/sessionTurn.js";
+import type { AgentOptions, SessionRunnerKind } from "./protocol/sessionTurn.js";
 import type { TapSnapshot } from "./protocol/turn.js";
 import type { RetryPolicySource } from "./retryPolicy.js";
 
@@ -49,6 +49,8 @@ export interface SubagentRunnerHostDeps {
   readonly catalog: ModelCatalogPublication;
   readonly bootTimeoutMs?: number;
   readonly heartbeatIntervalMs?: number;
+  /** Provider options for the runner's agent loop (see AgentOptions). */
+  readonly agentOptions?: AgentOptions;
   readonly env?: NodeJS.ProcessEnv;
   readonly execArgv?: readonly string[];
   /** Node binary to fork with; a missing one is a fork failure. */

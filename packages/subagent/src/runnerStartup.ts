@@ -137,6 +137,7 @@ export function startRunnerHost(
           retryPolicy: policy,
           catalog: deps.catalog,
           heartbeatIntervalMs: deps.heartbeatIntervalMs ?? HEARTBEAT_INTERVAL_MS,
+          ...(deps.agentOptions && { agent: deps.agentOptions }),
         } satisfies InputFrame,
         () => {},
       );

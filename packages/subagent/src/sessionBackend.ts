@@ -1,5 +1,5 @@
 import type { DelegatedExecutionScope, SessionTurnRunner } from "@crw/brain";
-import type { SessionRunnerKind } from "./protocol/sessionTurn.js";
+import type { AgentOptions, SessionRunnerKind } from "./protocol/sessionTurn.js";
 
 /**
  * What a runner needs from the delegation core to run a session turn: its SessionTurnRunners and its scope
@@ -10,9 +10,10 @@ export interface SessionTurnBackend {
   parseScope(raw: unknown): DelegatedExecutionScope | null;
 }
 
-export async function loadBrainSessionBackend(): Promise<SessionTurnBackend> {
+export async function loadBrainSessionBackend(options: AgentOptions = {}): Promise<SessionTurnBackend> {
   const brain = await import("@crw/brain");
-  const agent = brain.createAgentTurnRunner();
+  // Script steps were checked as records at the IPC edge; brain's provider parses each step itself.
+  const agent = brain.createAgentTurnRunner(options as Parameters<typeof brain.createAgentTurnRunner>[0]);
   const scripted = brain.createScriptedTurnRunner();
   return {
     runner: (kind) => (kind === "agent" ? agent : scripted),

@@ -136,6 +136,30 @@ describe("the delegation core's session turn in a runner (brain's seam, unchange
     expect(remote.calls).toEqual(["record assistant Done: summarize the repo"]);
   });
 
+  it("the runner's agent loop gets the daemon's provider options (named scripts, base URLs) at boot", async () => {
+    const remote = seam();
+    const withOptions = makePool({
+      agentOptions: () => ({ scripts: { greet: [{ text: "hello from a named script" }] } }),
+    });
+    const dispatch = new SubagentSessionDispatch({
+      pool: withOptions.pool,
+      inProcess: createScriptedTurnRunner(),
+    });
+    const named = { ...request("say hi", []), model: "scripted:greet" };
+    expect(await dispatch.runTurn(named, remote.host)).toEqual({ stopReason: "stop" });
+    expect(remote.calls).toEqual(["record assistant hello from a named script"]);
+    // Without them the runner cannot resolve the name, and says so in the outcome.
+    const bare = new SubagentSessionDispatch({
+      pool: makePool().pool,
+      inProcess: createScriptedTurnRunner(),
+    });
+    const outcome = await bare.runTurn({ ...request("say hi", []), model: "scripted:greet" }, seam().host);
+    expect(outcome).toMatchObject({
+      stopReason: "error",
+      errorMessage: expect.stringMatching(/no script named greet/),
+    });
+  });
+
   it("a runner killed while a host tool runs fails the turn at once with a typed error and aborts the tool", async () => {
     const { pool, events } = makePool();
     let release: () => void = () => {};

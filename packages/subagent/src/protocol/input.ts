@@ -2,7 +2,7 @@ import { z } from "zod";
 import { envelope, requestIdSchema } from "./envelope.js";
 import { localExecEventSchema, localExecFinalSchema } from "./localExec.js";
 import { modelCatalogSchema, retryPolicySchema } from "./policy.js";
-import { sessionTurnSchema } from "./sessionTurn.js";
+import { agentOptionsSchema, sessionTurnSchema } from "./sessionTurn.js";
 import { delegatedTurnRequestSchema, tapCursorSchema } from "./turn.js";
 
 /**
@@ -21,6 +21,8 @@ export const bootFrameSchema = z
     retryPolicy: retryPolicySchema,
     catalog: modelCatalogSchema,
     heartbeatIntervalMs: z.number().int().min(10).max(600_000),
+    /** The agent loop's provider options, as the daemon's own in-process loop has them. */
+    agent: agentOptionsSchema.optional(),
   })
   .strict()
   .readonly();

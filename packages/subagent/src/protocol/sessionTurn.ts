@@ -51,6 +51,24 @@ export const sessionTurnSchema = z
   .strict();
 export type SessionTurnPayload = z.infer<typeof sessionTurnSchema>;
 
+const agentApi = z.enum(["openai-responses", "openai-completions", "anthropic-messages"]);
+
+/**
+ * How the runner's agent loop maps model names to providers: the same options the daemon gives its own
+ * in-process agent loop (base URLs, the env var holding each API's key, named scripts), so a turn behaves
+ * the same in either placement. Keys themselves never cross: the runner reads the named env vars it inherited.
+ */
+export const agentOptionsSchema = z
+  .object({
+    baseUrls: z.partialRecord(agentApi, z.string().url().max(2048)).optional(),
+    apiKeyEnv: z.partialRecord(agentApi, z.string().min(1).max(256)).optional(),
+    scripts: z
+      .record(z.string().min(1).max(200), z.array(z.record(z.string(), z.unknown())).max(10_000))
+      .optional(),
+  })
+  .strict();
+export type AgentOptions = z.infer<typeof agentOptionsSchema>;
+
 export const turnOutcomeSchema = z
   .object({ stopReason: z.enum(["stop", "error", "aborted"]), errorMessage: z.string().optional() })
   .strict();
