@@ -26,7 +26,7 @@ import { lastSettledAssistantText, readSubagent } from "./readSubagent.js";
 import type { MutatingTool } from "./scopedTools.js";
 import { DEFAULT_TOOL_RESULT_INLINE_BYTES, prepareCompletion, type SpillStore } from "./spill.js";
 import { delegationTools } from "./tools.js";
-import type { ProgressEvent, ProgressSink, SessionTurnRunner, TurnOutcome } from "./turn.js";
+import type { ProgressEvent, ProgressSink, SessionTurnRunner, TurnOutcome, TurnTool } from "./turn.js";
 import { SessionTurns } from "./turns.js";
 
 export interface DelegationServiceOptions {
@@ -236,12 +236,7 @@ export class DelegationService {
     const own = this.#options.tools?.(session) ?? [];
     const tools = [...delegationTools(this, session, opts.readOnly), ...own];
     const systemPrompt =
-      this.#options.systemPrompt?.(session, opts.scope) ??
-      // The turn runs under the call's scope (a read-only clamp included); the session keeps being
-      // composed from its own permanent scope, so a clamped turn gets the same prompt bytes.
-      (await systemPromptFor(session, null, tools, (s) =>
-        this.repo.getSession(s.parentSessionId ?? "", s.principalAccountId),
-      ));
+      this.#options.systemPrompt?.(session, opts.scope) ?? (await this.#systemPromptOf(session, tools));
     return this.turns.runLocked({
       session,
       input,
@@ -252,6 +247,26 @@ export class DelegationService {
       progress: opts.progress,
       drainSteering: () => this.#drainInto(session),
     });
+  }
+
+  /**
+   * The session's system prompt, composed once at its first turn and stored with it: later turns,
+   * continuations and recovered turns reuse the same bytes. Composition reads the session's permanent scope
+   * (never a turn's read-only clamp); a fork takes its parent's prompt byte for byte.
+   */
+  async #systemPromptOf(session: SessionRow, tools: readonly TurnTool[]): Promise<string> {
+    const fresh = await this.repo.getSession(session.id, session.principalAccountId);
+    if (fresh.systemPrompt !== null) return fresh.systemPrompt;
+    const parentOf = (s: SessionRow) => this.repo.getSession(s.parentSessionId ?? "", s.principalAccountId);
+    const own = session.scope ? parseDelegatedExecutionScope(session.scope) : null;
+    let composed: string;
+    if (own?.fork && session.parentSessionId) {
+      const parent = await parentOf(session);
+      composed = parent.systemPrompt ?? (await systemPromptFor(parent, null, tools, parentOf));
+    } else {
+      composed = await systemPromptFor(session, null, tools, parentOf);
+    }
+    return this.repo.setSystemPrompt(session.id, session.principalAccountId, composed);
   }
 
   /** Journals (and acknowledges) what arrived for a session: its queued results, then a child's text steers. */

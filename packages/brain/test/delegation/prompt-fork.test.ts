@@ -2,6 +2,7 @@ import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import {
   createScriptedTurnRunner,
+  type MutatingTool,
   PERSONA_TEMPLATES,
   type SessionTurnRunner,
   type TurnRequest,
@@ -112,5 +113,47 @@ describe("the prompt and context a child's turn gets", () => {
     expect(turns[1]?.scope?.permissionBoundary).toBe("read-only");
     expect(turns[1]?.systemPrompt).toBe(turns[0]?.systemPrompt);
     expect(turns[1]?.systemPrompt).toContain("# Role: analyst");
+  });
+
+  it("S004-019: a child's prompt is composed once per spawn and reused by every later turn", async () => {
+    const { seen, runner } = recording();
+    let extra: MutatingTool[] = [];
+    const { service } = makeService(db.pool, { runner, tools: () => extra });
+    const { account, parent } = await newParent(service);
+    const first = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "d",
+      task: "t",
+      mode: "foreground",
+    });
+    if (first.kind !== "result") throw new Error("expected result");
+    // the host's tool catalog changes after the spawn: a recomposition would list the new tool
+    extra = [
+      {
+        name: "Lately",
+        description: "added after the spawn",
+        parameters: {},
+        execute: async () => ({ content: "" }),
+      },
+    ];
+    await service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: first.childSessionId,
+      toolCallId: "c",
+      text: "again",
+      mode: "foreground",
+    });
+    const turns = seen.filter((r) => r.sessionId === first.childSessionId);
+    expect(turns).toHaveLength(2);
+    expect(turns[1]?.systemPrompt).toBe(turns[0]?.systemPrompt);
+    expect(turns[1]?.systemPrompt).not.toContain("Lately");
+    expect(turns[1]?.tools.map((t) => t.name)).toContain("Lately");
+    const stored = await db.pool.query<{ system_prompt: string }>(
+      "select system_prompt from sessions where id = $1",
+      [first.childSessionId],
+    );
+    expect(stored.rows[0]?.system_prompt).toBe(turns[0]?.systemPrompt);
   });
 });

@@ -25,6 +25,8 @@ export class PgDelegationRepository implements DelegationRepository {
   getSession: DelegationRepository["getSession"] = async (s, p) => sessions.getSession(this.pool, s, p);
   getChildSession: DelegationRepository["getChildSession"] = async (a, c, p) =>
     sessions.getChildSession(this.pool, a, c, p);
+  setSystemPrompt: DelegationRepository["setSystemPrompt"] = async (s, p, t) =>
+    sessions.setSystemPrompt(this.pool, s, p, t);
   ancestry: DelegationRepository["ancestry"] = async (s, p) => sessions.ancestry(this.pool, s, p);
 
   append: DelegationRepository["append"] = async (s, p, e, o) => journal.append(this.pool, s, p, e, o);

@@ -38,6 +38,7 @@ export function sessionFromRow(r: Row): SessionRow {
     principalAccountId: str(r.principal_account_id),
     model: str(r.model),
     scope: strOrNull(r.scope),
+    systemPrompt: strOrNull(r.system_prompt),
     createdAt: date(r.created_at),
   };
 }

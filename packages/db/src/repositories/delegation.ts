@@ -38,6 +38,8 @@ export interface SessionRow {
   readonly model: string;
   /** Canonical JSON of the durable scope (delegated sessions only). */
   readonly scope: string | null;
+  /** The system prompt composed once for the session (null until its first turn). */
+  readonly systemPrompt: string | null;
   readonly createdAt: Date;
 }
 
@@ -174,6 +176,8 @@ export interface DelegationRepository {
     childSessionId: string,
     principalAccountId: string,
   ): Promise<SessionRow>;
+  /** Stores the session's composed system prompt unless one is stored already; returns the stored one. */
+  setSystemPrompt(sessionId: string, principalAccountId: string, prompt: string): Promise<string>;
   /** Ancestors from the direct parent up to the root (cycle- and cross-account-checked). */
   ancestry(sessionId: string, principalAccountId: string): Promise<SessionRow[]>;
 
