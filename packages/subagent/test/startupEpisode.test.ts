@@ -69,7 +69,7 @@ describe("startup episode (real forks, controllable clock in the pool only)", ()
     expect(pool.health().spawnFailure).toEqual({ category: "boot_failed", state: "exhausted" });
   });
 
-  it("S004-470: an exhausted startup stays terminal: later calls are refused with the same category and fork nothing", async () => {
+  it("S004-470: S004-478: an exhausted startup stays terminal (finite, not an unlimited transport retry): later calls are refused with the same category and fork nothing", async () => {
     const { pool, events, clock } = failingPool(0);
     const first = await pool.runTurn(turn()).catch((e: unknown) => e);
     expect(first).toMatchObject({ category: "boot_failed" });
@@ -85,8 +85,9 @@ describe("startup episode (real forks, controllable clock in the pool only)", ()
     expect(pool.health().spawnFailure).toEqual({ category: "boot_failed", state: "exhausted" });
   });
 
-  it("S004-469: application-ready startup ends the episode and clears spawnFailure; a later request is new work", async () => {
-    const { pool, events } = makePool({ size: { maxRunners: 2, turnsPerRunner: 1 } });
+  it("S004-469: S004-467: application-ready startup ends the episode; a later request is new work, with no cooldown", async () => {
+    const clock = new ManualClock();
+    const { pool, events } = makePool({ size: { maxRunners: 2, turnsPerRunner: 1 }, clock });
     await pool.runTurn(turn());
     expect(pool.health()).toMatchObject({ startupRetry: null, spawnFailure: null });
     expect(events.filter((e) => e.type === "runner_ready")).toHaveLength(1);
@@ -97,6 +98,8 @@ describe("startup episode (real forks, controllable clock in the pool only)", ()
     ]);
     // The second episode is new work; it may finish after both turns did (the first runner freed up first).
     await waitFor(() => events.filter((e) => e.type === "runner_ready").length === 2);
+    // No boot cooldown: the second episode waited on nothing.
+    expect(clock.requested).toEqual([]);
   });
 
   it("S004-475: reset aborts a pending startup; S004-470: the cancelled episode stays terminal", async () => {
