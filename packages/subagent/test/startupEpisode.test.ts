@@ -187,6 +187,31 @@ describe("build mismatch latch and restart-required alert", () => {
     expect(restartRequiredAlert.text.sk).toMatch(/Reštartujte/);
   });
 
+  it("S004-171: reset and runner-mode toggles neither clear the latch nor raise the alert again", async () => {
+    const alerts: RestartRequiredAlert[] = [];
+    let enabled = true;
+    const { pool } = makePool({ buildId: "crw-runner-stale", enabled: () => enabled });
+    pool.attachRestartRequiredSink((a) => {
+      alerts.push(a);
+    });
+    await expect(pool.runTurn(turn())).rejects.toMatchObject({ category: "build_mismatch" });
+    enabled = false;
+    await pool.reset();
+    enabled = true;
+    expect(pool.health().restartRequired).toBe(true);
+    await expect(pool.runTurn(turn())).rejects.toMatchObject({ category: "build_mismatch" });
+    await new Promise((r) => setTimeout(r, 50));
+    expect(alerts).toHaveLength(1);
+  });
+
+  it("S004-170: the runner process has no pool and no alert code: it cannot clear the daemon's alert", async () => {
+    const { readFile } = await import("node:fs/promises");
+    const { RUNNER_ENTRY } = await import("./support/runners.js");
+    const runnerCode = await readFile(RUNNER_ENTRY, "utf8");
+    expect(runnerCode).not.toContain(RESTART_REQUIRED_ALERT_KEY);
+    expect(runnerCode).not.toContain("class SubagentRunnerPool");
+  });
+
   it("S004-172: startup failures other than build_mismatch never raise the restart warning", async () => {
     const alerts: unknown[] = [];
     const { pool, clock } = failingPool(0);
