@@ -338,8 +338,7 @@ export class WorkflowEngine {
       }
       const from = j.nodes[input.fromNodeId];
       if (
-        !from ||
-        from.status !== "running" ||
+        from?.status !== "running" ||
         (input.callerSessionId !== undefined && from.childSessionId !== input.callerSessionId)
       ) {
         throw new WorkflowStateError(
@@ -372,6 +371,18 @@ export class WorkflowEngine {
       throw new WorkflowStateError("stale_generation", "the workflow moved on", { workflowId: j.workflowId });
     run.pump();
     return added.map((n) => n.id);
+  }
+
+  /** Ctrl+B for a foreground WorkflowStart: see WorkflowRun.moveToBackground. */
+  async background(
+    workflowId: string,
+    principalAccountId: string,
+  ): Promise<{ ok: true } | { ok: false; reason: string }> {
+    const run = this.#runs.get(workflowId);
+    if (!run || run.journal.principalAccountId !== principalAccountId) {
+      return { ok: false, reason: `workflow ${workflowId} is not running here` };
+    }
+    return run.moveToBackground();
   }
 
   /** Stop: running nodes are interrupted and pending ones never start; one summary reaches the parent. */
@@ -507,7 +518,7 @@ export class WorkflowEngine {
       return { status: "not-held" };
     if (j.recovery.workflowGeneration !== input.workflowGeneration) return { status: "stale" };
     const node = j.nodes[input.nodeId];
-    if (!node || node.status !== "waiting" || !node.waiting || run.active.has(input.nodeId))
+    if (node?.status !== "waiting" || !node.waiting || run.active.has(input.nodeId))
       return { status: "not-held" };
     if (node.waiting.waitId !== input.waitId || node.waiting.claimVersion !== input.claimVersion)
       return { status: "stale" };

@@ -8,6 +8,8 @@ export interface WorkflowSnapshot {
   readonly name: string;
   readonly status: WorkflowStatus;
   readonly run: number;
+  /** The origin's waiter let go (Ctrl+B): the summary arrives as a message instead of the tool's result. */
+  readonly background?: true;
   readonly nodes: readonly {
     readonly id: string;
     readonly status: NodeStatus;

@@ -28,6 +28,8 @@ export type WorkflowEvent =
     }
   | { readonly type: "invalid_journal"; readonly workflowId: string; readonly reason: string }
   | { readonly type: "stale"; readonly workflowId: string; readonly generation: number }
+  /** A Ctrl+B background snapshot could not be written; the foreground waiter stays attached. */
+  | { readonly type: "background_failed"; readonly workflowId: string; readonly error: Error }
   /** The database failed under the run: this process stops driving it; the rows stay for recovery. */
   | { readonly type: "run_lost"; readonly workflowId: string; readonly error: Error }
   /** A node's preparation or operation threw: the original error, its `cause` chain intact (memory only). */
@@ -82,6 +84,14 @@ export class WorkflowRun {
   #finishing = false;
   #note: string | undefined;
   #bindings: OriginBindings | null = null;
+  /** A foreground waiter is attached (WorkflowStart waiting for the summary as its result). */
+  #foreground = false;
+  #background = false;
+  #released!: () => void;
+  /** Resolves when a foreground waiter is let go by a persisted background snapshot. */
+  readonly released: Promise<void> = new Promise((r) => {
+    this.#released = r;
+  });
   #resolve!: (outcome: WorkflowOutcome) => void;
   readonly finished: Promise<WorkflowOutcome>;
 
@@ -130,6 +140,34 @@ export class WorkflowRun {
     this.#resolve({ workflowId: this.id, status: null, summary: null, resultId: null });
   }
 
+  /** A foreground waiter takes the summary as its tool result: the completion sink is not told. */
+  attachForeground(): void {
+    this.#foreground = true;
+  }
+
+  /**
+   * Ctrl+B: the background snapshot is published (awaited) before the foreground waiter is let go. A failed
+   * or refused write is diagnosed and leaves the waiter attached.
+   */
+  async moveToBackground(): Promise<{ ok: true } | { ok: false; reason: string }> {
+    if (!this.#foreground) return { ok: false, reason: "no foreground waiter is attached" };
+    if (this.#background) return { ok: true };
+    if (this.#stopped || this.#finishing) return { ok: false, reason: "the workflow is ending" };
+    this.#background = true;
+    try {
+      const result = await this.publish();
+      if (result.status === "stale") throw new Error("the background snapshot was refused (stale)");
+    } catch (e) {
+      this.#background = false;
+      const error = toError(e);
+      this.deps.onEvent({ type: "background_failed", workflowId: this.id, error });
+      return { ok: false, reason: error.message };
+    }
+    this.#foreground = false;
+    this.#released();
+    return { ok: true };
+  }
+
   #lost(e: unknown): void {
     if (this.#stopped) return;
     this.deps.onEvent({ type: "run_lost", workflowId: this.id, error: toError(e) });
@@ -154,6 +192,7 @@ export class WorkflowRun {
       workflowId: this.id,
       name: this.journal.name,
       status,
+      ...(this.#background ? { background: true as const } : {}),
       run: this.journal.run,
       nodes: this.journal.order.map((id) => {
         const n = this.journal.nodes[id] as NodeState;
@@ -558,7 +597,9 @@ export class WorkflowRun {
     };
     // The origin's own completion sink when it bound one; the engine's (the boot path's) otherwise.
     const sink = this.#bindings?.completion;
-    if (sink) await sink(completion);
+    if (this.#foreground) {
+      // The foreground tool call returns the summary (its result acknowledges it); nobody else is told.
+    } else if (sink) await sink(completion);
     else await this.deps.onCompletion(completion);
     await this.deps.store.releaseWorkflow(this.id, this.deps.owner);
     this.#stopped = true;

@@ -7,7 +7,11 @@ import { hostAccessors, type WorkflowHostAccessors } from "../engine/context.js"
 import type { WorkflowEngine } from "../engine/engine.js";
 import { WorkflowStateError } from "../errors.js";
 
-const startArgs = z.strictObject({ path: z.string().min(1).max(4096) });
+const startArgs = z.strictObject({
+  path: z.string().min(1).max(4096),
+  /** Wait for the summary as this call's result (Ctrl+B moves it to the background). */
+  foreground: z.boolean().default(false),
+});
 const addArgs = z.strictObject({ nodes: z.array(WorkflowNodeSchema).min(1).max(100) });
 const workflowArgs = z.strictObject({ workflowId: z.uuid() });
 
@@ -81,6 +85,23 @@ export function workflowTools(options: SubagentToolsOptions): MutatingTool[] {
           );
         }
         const started = await engine.start(ctxFor(ctx.toolCallId), { path: a.path, reader: options.reader });
+        const run = engine.run(started.workflowId);
+        if (a.foreground && started.created && run) {
+          run.attachForeground();
+          const outcome = await Promise.race([run.finished, run.released.then(() => null)]);
+          if (outcome?.status && outcome.resultId) {
+            const body = outcome.summary ?? "";
+            return {
+              content: body,
+              isError: outcome.status !== "completed",
+              details: {
+                resultId: outcome.resultId,
+                outcome: outcome.status === "completed" ? "ok" : "error",
+              },
+            };
+          }
+          return { content: `Workflow ${started.workflowId} moved to the background. ${BACKGROUND}` };
+        }
         return {
           content: `Workflow ${started.workflowId} ${started.created ? "started" : "was already started by this call"} with nodes ${started.nodes.join(", ")}. ${BACKGROUND}`,
         };
