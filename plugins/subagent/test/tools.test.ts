@@ -176,4 +176,72 @@ describe("the Sub-agent plugin's tools", () => {
     );
     expect(rows[0].n).toBe(0);
   });
+
+  it("a foreground WorkflowStart returns the one summary as its result, acknowledged once in the parent's journal", async () => {
+    const project = await mkdtemp(join(tmpdir(), "crw-proj-"));
+    await writeFile(
+      join(project, "fg.yaml"),
+      "name: fg\nnodes:\n  - {id: a, task: look}\n  - {id: b, task: check, dependsOn: [a]}\n",
+    );
+    const repo = new PgDelegationRepository(db.pool);
+    let engine!: WorkflowEngine;
+    const reader = boundedProjectFileReader({ root: project });
+    let service!: DelegationService;
+    service = new DelegationService({
+      repo,
+      runner: createScriptedTurnRunner(),
+      spill: new FileSpillStore(project),
+      tools: (session) =>
+        workflowTools({
+          service,
+          engine,
+          session,
+          readOnly: false,
+          reader,
+          currentWorkDir: async () => null,
+        }),
+    });
+    engine = new WorkflowEngine({
+      pool: db.pool,
+      owner: `wf-${randomUUID()}`,
+      dispatcher: new JournalNodeDispatcher(repo, delegationNodeTurns(service)),
+      defaultModel: "scripted",
+      repo,
+      onCompletion: (c) => service.resultQueued(c.parentSessionId, c.principalAccountId, c.resultId),
+    });
+    try {
+      await service.start();
+      await engine.open();
+      const account = await repo.createAccount({ name: `a-${randomUUID()}`, isOwner: true });
+      const parent = await repo.createRootSession(account.id, "scripted");
+      await service.prompt(
+        parent.id,
+        account.id,
+        scriptTask({
+          rounds: [[{ name: "WorkflowStart", arguments: { path: "fg.yaml", foreground: true } }]],
+          answer: "done",
+          followUp: "noted",
+        }),
+      );
+      await service.whenIdle();
+      const { rows } = await db.pool.query(
+        "select id, summary_result_id from workflows where parent_session_id = $1::uuid",
+        [parent.id],
+      );
+      const resultId = String(rows[0].summary_result_id);
+      const messages = (await repo.readJournal(parent.id, account.id)).flatMap((e) =>
+        e.body.type === "message" ? [e.body.message] : [],
+      );
+      const carrying = messages.filter(
+        (m) => (m.role === "toolResult" || m.role === "custom") && m.details?.resultId === resultId,
+      );
+      expect(carrying).toHaveLength(1);
+      expect(carrying[0]?.role).toBe("toolResult");
+      expect(carrying[0] && "content" in carrying[0] ? carrying[0].content : "").toContain('Workflow "fg"');
+      expect(await repo.queuedResultIds(parent.id, account.id)).toEqual([]);
+    } finally {
+      await engine.close();
+      await service.close();
+    }
+  });
 });
