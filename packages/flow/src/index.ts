@@ -1,8 +1,15 @@
 export { flowHelp, runFlowCli } from "./cli/index.js";
+export { type HoldRunOptions, holdRun } from "./cli/runProcess.js";
 export { answerText, parseAnswer, validateAgainst } from "./engine/answer.js";
 export { type BindVerdict, judgeBind, markerTurn } from "./engine/bind.js";
 export { addTokens, type CallPosition, callRows, foldCall, subtractTokens } from "./engine/callFold.js";
-export { executeRun, type FlowRunOptions, type FlowRunOutcome, startedBackend } from "./engine/flowRun.js";
+export {
+  DEFAULT_LOST_AFTER_MS,
+  executeRun,
+  type FlowRunOptions,
+  type FlowRunOutcome,
+  startedBackend,
+} from "./engine/flowRun.js";
 export type { FlowEvent } from "./engine/runContext.js";
 export {
   type CallOptions,

@@ -41,6 +41,8 @@ export interface NextStep {
   replaces_turn?: number;
   /** Subagents to close before the step is published (a lost or held attempt's). */
   close: Array<{ attempt: number; agent_id: string }>;
+  /** A held call's step that was published and never bound: looked up by its marker before a new one. */
+  lookupFirst?: RowOf<"step_published">;
 }
 
 export interface CallFold {
@@ -69,6 +71,7 @@ export function foldCall(rows: readonly JournalRow[]): CallFold {
   };
   let step: RowOf<"step_published"> | null = null;
   let thread: RowOf<"thread_started"> | null = null;
+  let stepBound = false;
   for (const row of rows) {
     switch (row.type) {
       case "prepared":
@@ -82,6 +85,7 @@ export function foldCall(rows: readonly JournalRow[]): CallFold {
         break;
       case "step_published":
         step = row;
+        stepBound = false;
         fold.steps.push(row);
         if (row.action === "spawn") thread = null;
         fold.position = { kind: "await_bind", step: row };
@@ -91,9 +95,17 @@ export function foldCall(rows: readonly JournalRow[]): CallFold {
         fold.threads.push(row);
         if (step) fold.position = { kind: "adopt", step, thread: row };
         break;
-      case "turn_started":
-        if (step && thread) fold.position = { kind: "harvest", step, thread, turn: row };
+      case "turn_started": {
+        // a send_input looked up after a hold names its subagent on the step, not on a current thread
+        const t: RowOf<"thread_started"> | null =
+          thread ?? fold.threads.find((x) => x.thread_id === step?.agent_id) ?? null;
+        if (step && t) {
+          thread = t;
+          stepBound = true;
+          fold.position = { kind: "harvest", step, thread: t, turn: row };
+        }
         break;
+      }
       case "interrupt_requested":
         fold.interrupt = row;
         break;
@@ -132,6 +144,7 @@ export function foldCall(rows: readonly JournalRow[]): CallFold {
             conversation_turn: step?.conversation_turn ?? 1,
             ...(step ? { replaces_turn: step.conversation_turn } : {}),
             close,
+            ...(step && !stepBound ? { lookupFirst: step } : {}),
           },
         };
         thread = null;

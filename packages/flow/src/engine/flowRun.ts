@@ -53,6 +53,9 @@ export function startedBackend(rows: readonly JournalRow[]): "session" | "app-se
   return null;
 }
 
+/** SessionConfig.LostAfter: how long a bound subagent may show no change before its attempt is lost. */
+export const DEFAULT_LOST_AFTER_MS = 10 * 60_000;
+
 /** A small counting semaphore: the run's pool of calls in flight. */
 class Pool {
   private free: number;
@@ -179,7 +182,7 @@ class FlowRun implements RunContext {
     this.host = opts.host;
     this.bus = new FileStepBus(opts.paths.steps, opts.stepWriteHook ?? null);
     this.pollMs = opts.spec.poll_ms ?? 500;
-    this.lostAfterMs = opts.spec.lost_after_ms ?? 10 * 60_000;
+    this.lostAfterMs = opts.spec.lost_after_ms ?? DEFAULT_LOST_AFTER_MS;
     this.lookupEveryMs = Math.max(this.pollMs * 4, 1000);
     this.pool = new Pool(Math.max(1, opts.spec.pool));
     for (const row of journal.rows) this.index(row);

@@ -43,6 +43,7 @@ export async function runSessionCall(rc: RunContext, call: string): Promise<unkn
   const files = new Map<string, StepFiles>();
   const lostClock = new Map<string, { sig: string; since: number }>();
   let retracted = "";
+  const lookedUp = new Set<string>();
   for (;;) {
     const fold = foldCall(rc.rowsOf(call));
     const pos = fold.position;
@@ -56,9 +57,16 @@ export async function runSessionCall(rc: RunContext, call: string): Promise<unkn
       throw new RunStopped(rc.stopping.reason);
     }
     switch (pos.kind) {
-      case "publish":
+      case "publish": {
+        const first = pos.next.lookupFirst;
+        if (first && !lookedUp.has(first.marker)) {
+          // a held call's step that was published and not bound is looked up by its marker first
+          lookedUp.add(first.marker);
+          if (await lookUp(rc, call, fold, first)) break;
+        }
         publish(rc, call, fold, pos.next, files);
         break;
+      }
       case "await_bind":
         await awaitBind(rc, call, fold, pos.step, files);
         break;

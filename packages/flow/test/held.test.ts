@@ -1,0 +1,146 @@
+import type { JournalRow } from "@crw/flow";
+import { afterEach, describe, expect, it } from "vitest";
+import { defineWorkflow, type InProcessRun, inProcessRun } from "./helpers/harness.js";
+
+let run: InProcessRun | null = null;
+afterEach(async () => {
+  await run?.close();
+  run = null;
+});
+
+const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
+const two = defineWorkflow({
+  name: "two",
+  run: (ctx) =>
+    Promise.all([
+      ctx.call({ role: "explorer", task: "a", schema }),
+      ctx.call({ role: "reviewer", task: "b", schema }),
+    ]),
+});
+const callRows = (rows: JournalRow[], call: string) => rows.filter((r) => "call" in r && r.call === call);
+async function until(what: string, check: () => boolean, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out: ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+describe("held calls", () => {
+  it("S000-153: a held call's step that was published and not bound is looked up by its marker before a new attempt", async () => {
+    run = await inProcessRun();
+    const first = run.background(two);
+    const steps = await run.steps(2);
+    const ex = steps.find((s) => s.call === "explorer.1");
+    const rv = steps.find((s) => s.call === "reviewer.1");
+    if (!ex || !rv) throw new Error("steps");
+    const a = run.fake.spawnSubagent({
+      ownerThreadId: run.owner,
+      message: ex.message,
+      agentRole: "explorer",
+    });
+    expect(await run.report(ex, a.threadId)).toBe("bound");
+    // the owner spawned the reviewer's subagent and never reported it; then the run pauses
+    const b = run.fake.spawnSubagent({
+      ownerThreadId: run.owner,
+      message: rv.message,
+      agentRole: "reviewer",
+    });
+    run.fake.failTurn(a.threadId, "internalServerError");
+    expect(await first.done).toMatchObject({ state: "paused" });
+    expect(callRows(run.rows(), "reviewer.1").map((r) => r.type)).toEqual([
+      "prepared",
+      "step_published",
+      "held",
+    ]);
+    const second = run.background(two);
+    await until("the reviewer's subagent to be bound", () =>
+      callRows(run?.rows() ?? [], "reviewer.1").some((r) => r.type === "thread_started"),
+    );
+    const ts = callRows(run.rows(), "reviewer.1").find((r) => r.type === "thread_started");
+    expect(ts).toMatchObject({ thread_id: b.threadId, attempt: 1, marker: "reviewer.1/t1-a1" });
+    expect(callRows(run.rows(), "reviewer.1").filter((r) => r.type === "step_published")).toHaveLength(1);
+    run.fake.answer(b.threadId, '{"n":2}');
+    const ex2 = (await run.steps()).find((s) => s.call === "explorer.1");
+    if (!ex2) throw new Error("no new explorer attempt");
+    const c = run.fake.spawnSubagent({
+      ownerThreadId: run.owner,
+      message: ex2.message,
+      agentRole: "explorer",
+    });
+    expect(await run.report(ex2, c.threadId)).toBe("bound");
+    run.fake.answer(c.threadId, '{"n":1}');
+    expect(await second.done).toEqual({ state: "completed", result: [{ n: 1 }, { n: 2 }] });
+  });
+
+  it("S000-105: a send_input step whose subagent already took it has that turn bound (turn_started) before the interrupt", async () => {
+    run = await inProcessRun();
+    const { done } = run.background(two);
+    const steps = await run.steps(2);
+    const ex = steps.find((s) => s.call === "explorer.1");
+    const rv = steps.find((s) => s.call === "reviewer.1");
+    if (!ex || !rv) throw new Error("steps");
+    const a = run.fake.spawnSubagent({
+      ownerThreadId: run.owner,
+      message: ex.message,
+      agentRole: "explorer",
+    });
+    const b = run.fake.spawnSubagent({
+      ownerThreadId: run.owner,
+      message: rv.message,
+      agentRole: "reviewer",
+    });
+    expect(await run.report(ex, a.threadId)).toBe("bound");
+    expect(await run.report(rv, b.threadId)).toBe("bound");
+    run.fake.answer(a.threadId, "not json");
+    const repair = (await run.steps()).find((s) => s.call === "explorer.1" && s.k === 2);
+    if (!repair) throw new Error("no repair step");
+    expect(repair.action).toBe("send_input");
+    const turn2 = run.fake.sendInput(a.threadId, repair.message); // taken, never reported
+    run.fake.failTurn(b.threadId, "usageLimitExceeded");
+    expect(await done).toMatchObject({ state: "paused", reason: "usage_limit" });
+    const rows = callRows(run.rows(), "explorer.1");
+    const types = rows.map((r) => r.type);
+    expect(types.slice(-3)).toEqual(["turn_started", "interrupt_requested", "held"]);
+    expect(rows.at(-3)).toMatchObject({ k: 2, turn_id: turn2 });
+    expect(rows.at(-2)).toMatchObject({ k: 2, turn_id: turn2, reason: "usage_limit" });
+    expect(run.fake.state.turn(a.threadId, turn2).status).toBe("interrupted");
+  });
+});
+
+describe("run process settings", () => {
+  it("S000-127: SessionConfig.LostAfter is ten minutes unless the spec sets it", async () => {
+    const { DEFAULT_LOST_AFTER_MS } = await import("@crw/flow");
+    expect(DEFAULT_LOST_AFTER_MS).toBe(600_000);
+  });
+
+  it("S000-249 S000-248: an in-process run puts the spec's TMPDIR in place and puts back what the environment held", async () => {
+    const { holdRun, JournalWriter } = await import("@crw/flow");
+    const { mkdtempSync } = await import("node:fs");
+    const { join } = await import("node:path");
+    run = await inProcessRun();
+    const recorded = mkdtempSync(join(run.root, "recorded-"));
+    const w = JournalWriter.create(run.paths.journal, run.spec.run_id);
+    w.append([{ type: "run_ended", status: "completed", result: 1 }]);
+    w.close();
+    const saved = process.env.TMPDIR;
+    process.env.TMPDIR = "/caller/tmp";
+    let during: string | undefined;
+    try {
+      const code = await holdRun({
+        paths: run.paths,
+        spec: { ...run.spec, env: { TMPDIR: recorded } },
+        host: run.host,
+        log: () => {
+          during ??= process.env.TMPDIR;
+        },
+      });
+      expect(code).toBe(0);
+      expect(during).toBe(recorded);
+      expect(process.env.TMPDIR).toBe("/caller/tmp");
+    } finally {
+      if (saved === undefined) delete process.env.TMPDIR;
+      else process.env.TMPDIR = saved;
+    }
+  });
+});
