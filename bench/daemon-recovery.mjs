@@ -1,0 +1,129 @@
+#!/usr/bin/env node
+// Daemon boot recovery benchmark (built code: `npm run build` first). A real embedded PostgreSQL holds N
+// interrupted delegated calls (status running, owned by a process that is gone, child journal empty), as a
+// SIGKILLed daemon leaves them. Then the daemon is started as a real process (`crw daemon run`, default
+// forked runners, scripted provider) and timed:
+//   - start -> boot recovery started (process load, database, migrations),
+//   - boot recovery itself (claim every run with for update skip locked, charge one attempt, dispatch),
+//   - start -> first resumed turn placed (the first interrupted child running again),
+//   - start -> every call settled with its result delivered (bounded).
+// Prints one JSON object, then a one-line summary. Usage: node bench/daemon-recovery.mjs [interrupted]
+import { spawn } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { chmodSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import pg from "pg";
+
+const n = Number(process.argv[2] ?? 1000);
+const root = resolve(import.meta.dirname, "..");
+const db = await import("../packages/db/dist/index.js");
+const brain = await import("../packages/brain/dist/index.js");
+
+const work = mkdtempSync(join(tmpdir(), "crw-bench-recovery-"));
+chmodSync(work, 0o755);
+const cluster = await db.startEmbeddedCluster({ dataDir: join(work, "pg"), persistent: false });
+const url = cluster.url("postgres");
+let daemon;
+try {
+  await db.migrate(url);
+  const pool = new pg.Pool({ connectionString: url, max: 8 });
+  const repo = new db.PgDelegationRepository(pool);
+  const account = await repo.createAccount({ name: "bench", isOwner: true, isAdministrator: true });
+  const parent = await repo.createRootSession(account.id, "scripted");
+  const scope = brain.captureDelegatedExecutionScope({
+    accountId: account.id,
+    target: { kind: "host", ref: null },
+  });
+  const dead = `gone-${randomUUID()}`;
+  const seedStart = performance.now();
+  for (let i = 0; i < n; i++) {
+    const { run } = await repo.createDelegation({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: `bench-${i}`,
+      task: JSON.stringify({ steps: [{ text: `interrupted child ${i} finished` }] }),
+      mode: "background",
+      model: "scripted",
+      scope,
+    });
+    await repo.startRun(run.id, run.generation, dead);
+  }
+  const seedMs = performance.now() - seedStart;
+
+  const dataDir = join(work, "daemon");
+  const t0 = performance.now();
+  const started = Date.now();
+  daemon = spawn(
+    process.execPath,
+    [join(root, "apps/crw/bin/crw.mjs"), "daemon", "run", "--data-dir", dataDir, "--port", "0"],
+    {
+      env: { ...process.env, DATABASE_URL: url, CRW_LOG_LEVEL: "warn" },
+      stdio: ["ignore", "ignore", "inherit"],
+    },
+  );
+  const stateFile = join(dataDir, "daemon.state.json");
+  let base;
+  let health;
+  let firstTurnMs;
+  let recoveryStartMs;
+  let recoveryMs;
+  let allSettledMs;
+  const deadline = Date.now() + 180_000;
+  while (Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 20));
+    if (!base) {
+      try {
+        base = JSON.parse(readFileSync(stateFile, "utf8")).url;
+      } catch {
+        continue;
+      }
+    }
+    try {
+      health = await (await fetch(`${base}/health`)).json();
+    } catch {
+      continue;
+    }
+    const r = health.recovery;
+    if (r?.firstTurnAt && firstTurnMs === undefined) {
+      firstTurnMs = Date.parse(r.firstTurnAt) - started;
+      recoveryStartMs = Date.parse(r.startedAt) - started;
+      recoveryMs = Date.parse(r.finishedAt) - Date.parse(r.startedAt);
+    }
+    if (firstTurnMs !== undefined) {
+      const { rows } = await pool.query(
+        "select count(*)::int as open from subagent_runs where status in ('queued','running','settling')",
+      );
+      if (rows[0].open === 0) {
+        allSettledMs = performance.now() - t0;
+        break;
+      }
+    }
+  }
+  const { rows: acks } = await pool.query("select count(*)::int as n from delegation_result_acks");
+  const continued = health?.recovery?.delegations?.continued?.length ?? null;
+  const result = {
+    interrupted: n,
+    seedMs: Math.round(seedMs),
+    startToRecoveryStartMs: recoveryStartMs ?? null,
+    bootRecoveryMs: recoveryMs ?? null,
+    startToFirstResumedTurnMs: firstTurnMs ?? null,
+    startToAllSettledMs: allSettledMs === undefined ? null : Math.round(allSettledMs),
+    continued,
+    deliveredSoFar: acks[0].n,
+    placements: health?.placements ?? null,
+    runners: health?.pool?.runners?.length ?? null,
+  };
+  process.stdout.write(`${JSON.stringify(result)}\n`);
+  process.stdout.write(
+    `daemon recovery, ${n} interrupted delegations: first resumed turn ${firstTurnMs} ms after start (boot recovery ${recoveryMs} ms, starting at ${recoveryStartMs} ms); all settled at ${result.startToAllSettledMs} ms\n`,
+  );
+  await pool.end();
+} finally {
+  if (daemon && daemon.exitCode === null) {
+    daemon.kill("SIGTERM");
+    await new Promise((r) => daemon.once("exit", r));
+  }
+  await cluster.stop();
+  rmSync(work, { recursive: true, force: true });
+}
