@@ -22,6 +22,8 @@ export interface RealCodexOptions extends Omit<CodexHomeOptions, "dir"> {
    * `codex app-server proxy` (crw's default host command) bridges to.
    */
   listen?: "ws" | "unix";
+  /** The ws port (default: a free one); a restart keeps it, so clients reconnect to the same URL. */
+  port?: number;
 }
 
 export interface RealCodex {
@@ -67,7 +69,7 @@ export async function startRealCodex(options: RealCodexOptions): Promise<RealCod
   mkdirSync(options.home, { recursive: true });
   writeCodexHome({ ...options, dir: options.home });
   const listen = options.listen ?? "ws";
-  const port = listen === "ws" ? await freePort() : 0;
+  const port = listen === "ws" ? (options.port ?? (await freePort())) : 0;
   const socketPath = controlSocketPath(options.home);
   const url = listen === "ws" ? `ws://127.0.0.1:${port}` : `unix://${socketPath}`;
   const logPath = join(options.home, "app-server.log");
@@ -100,7 +102,7 @@ export async function startRealCodex(options: RealCodexOptions): Promise<RealCod
   const client = await AppServerClient.connect(listen === "ws" ? url : `ws+unix://${socketPath}:/`);
   return {
     url,
-    options,
+    options: { ...options, ...(listen === "ws" ? { port } : {}) },
     home: options.home,
     process: child,
     client,
@@ -120,7 +122,10 @@ export async function startRealCodex(options: RealCodexOptions): Promise<RealCod
 }
 
 /** A stopped server started again on the same CODEX_HOME (config.toml is written again from the options). */
-export async function restartRealCodex(codex: RealCodex, changes: Partial<RealCodexOptions> = {}): Promise<RealCodex> {
+export async function restartRealCodex(
+  codex: RealCodex,
+  changes: Partial<RealCodexOptions> = {},
+): Promise<RealCodex> {
   await codex.stop();
   return startRealCodex({ ...codex.options, ...changes });
 }
@@ -130,9 +135,15 @@ export async function restartRealCodex(codex: RealCodex, changes: Partial<RealCo
  * `[hooks.state."<key>"] trusted_hash = "<currentHash>"` table per untrusted hook appended to the extra TOML,
  * then a restart so the server reads it. Answers the restarted server and the keys it trusted.
  */
-export async function trustHooks(codex: RealCodex, cwd: string): Promise<{ codex: RealCodex; trusted: string[] }> {
+export async function trustHooks(
+  codex: RealCodex,
+  cwd: string,
+): Promise<{ codex: RealCodex; trusted: string[] }> {
   const listed = await codex.client.request<{
-    data: Array<{ hooks: Array<{ key: string; currentHash: string; trustStatus: string }>; errors: unknown[] }>;
+    data: Array<{
+      hooks: Array<{ key: string; currentHash: string; trustStatus: string }>;
+      errors: unknown[];
+    }>;
   }>("hooks/list", { cwds: [cwd] });
   const untrusted = listed.data.flatMap((entry) => entry.hooks).filter((h) => h.trustStatus !== "trusted");
   const state = untrusted

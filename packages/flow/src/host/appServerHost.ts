@@ -4,11 +4,13 @@ import { toHostThread } from "./mapThread.js";
 import { RolloutUnreadableError, readRolloutTokenCount } from "./rolloutTokens.js";
 import { type RpcConnection as Rpc, RpcConnection, type RpcEvent } from "./rpcConnection.js";
 import type { HostFailure, HostResult, HostThread, SessionHost, TokenCount } from "./sessionHost.js";
+import { startedThread, type ThreadOptions, threadResumeParams, threadStartParams } from "./threadOps.js";
 import { hostTransportFromSpec } from "./transport/fromSpec.js";
 import type { HostTransport } from "./transport/transport.js";
 import {
   configWarningWire,
   type InitializeParams,
+  type ThreadForkParams,
   type ThreadListParams,
   type ThreadReadParams,
   type ThreadResumeParams,
@@ -17,6 +19,7 @@ import {
   type TurnStartParams,
   threadListResponseWire,
   threadReadResponseWire,
+  threadStartResponseWire,
   turnStartResponseWire,
 } from "./wire.js";
 
@@ -48,10 +51,18 @@ const listPagesMax = 50;
  * and is opened again by the next call after it died (an app-server restart): each answer is data, and a
  * host that cannot be asked answers `{ ok: false, reason: "unreachable" }` within the request bound.
  */
-export function createAppServerHost(options: AppServerHostOptions): SessionHost & {
-  /** For a caller that wants the raw protocol (the app-server backend, tests). */
+export interface AppServerHost extends SessionHost {
+  /** For a caller that wants the raw protocol (tests, methods crw does not wrap). */
   request(method: string, params: unknown): Promise<HostResult<unknown>>;
-} {
+  /** thread/start with the call's pair and environment entries (the app-server backend). */
+  startThread(options: ThreadOptions): Promise<HostResult<HostThread>>;
+  /** thread/resume (after an app-server restart) with the same entries again. */
+  resumeThread(threadId: string, options?: ThreadOptions): Promise<HostResult<HostThread>>;
+  /** thread/fork of a thread; the new thread has its own id (the host records `forkedFromId`). */
+  forkThread(threadId: string, options?: ThreadOptions): Promise<HostResult<HostThread>>;
+}
+
+export function createAppServerHost(options: AppServerHostOptions): AppServerHost {
   const transport =
     typeof options.transport === "string" ? hostTransportFromSpec(options.transport) : options.transport;
   const requestTimeoutMs = options.requestTimeoutMs ?? 10_000;
@@ -161,6 +172,32 @@ export function createAppServerHost(options: AppServerHostOptions): SessionHost 
 
   return {
     request: (method, params) => attempt(() => call(method, params)),
+
+    startThread: (threadOptions) =>
+      attempt(async () => {
+        const answer = await call("thread/start", threadStartParams(threadOptions));
+        return startedThread(parse(threadStartResponseWire, answer, "thread/start"));
+      }),
+
+    resumeThread: (threadId, threadOptions = {}) =>
+      attempt(async () => {
+        const answer = await call("thread/resume", threadResumeParams(threadId, threadOptions));
+        return startedThread(parse(threadStartResponseWire, answer, "thread/resume"));
+      }),
+
+    forkThread: (threadId, threadOptions = {}) =>
+      attempt(async () => {
+        const start = threadStartParams(threadOptions);
+        const params: ThreadForkParams = {
+          threadId,
+          excludeTurns: true,
+          ...(start.cwd ? { cwd: start.cwd } : {}),
+          ...(start.model ? { model: start.model } : {}),
+          config: start.config ?? null,
+        };
+        const answer = await call("thread/fork", params);
+        return startedThread(parse(threadStartResponseWire, answer, "thread/fork"));
+      }),
 
     readThread: (threadId) => attempt(async () => toHostThread(await readThreadRaw(threadId, true))),
 

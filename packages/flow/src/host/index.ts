@@ -1,4 +1,5 @@
 export {
+  type AppServerHost,
   type AppServerHostEvent,
   type AppServerHostOptions,
   createAppServerHost,
@@ -8,6 +9,7 @@ export { HostProtocolError, HostRpcError, HostUnreachableError } from "./errors.
 /** The Codex app-server protocol's types crw uses, generated from the pinned `@openai/codex` (generated/VERSION). */
 export type * as AppServerProtocol from "./protocolTypes.js";
 export { RolloutUnreadableError, readRolloutTokenCount } from "./rolloutTokens.js";
+export { type ThreadOptions, threadConfig } from "./threadOps.js";
 export { HostSpecError, hostTransportFromSpec } from "./transport/fromSpec.js";
 export {
   type CommandTransportOptions,

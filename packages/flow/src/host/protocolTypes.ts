@@ -12,6 +12,7 @@ export type { CollabAgentTool } from "./generated/v2/CollabAgentTool.js";
 export type { ConfigWarningNotification } from "./generated/v2/ConfigWarningNotification.js";
 export type { SessionSource } from "./generated/v2/SessionSource.js";
 export type { Thread } from "./generated/v2/Thread.js";
+export type { ThreadForkParams } from "./generated/v2/ThreadForkParams.js";
 export type { ThreadItem } from "./generated/v2/ThreadItem.js";
 export type { ThreadListParams } from "./generated/v2/ThreadListParams.js";
 export type { ThreadListResponse } from "./generated/v2/ThreadListResponse.js";

@@ -106,5 +106,6 @@ export type TurnStartParams = P.TurnStartParams;
 export type TurnInterruptParams = P.TurnInterruptParams;
 export type ThreadResumeParams = P.ThreadResumeParams;
 export type ThreadStartParams = P.ThreadStartParams;
+export type ThreadForkParams = P.ThreadForkParams;
 export type InitializeParams = P.InitializeParams;
 export type ThreadSourceKind = P.ThreadSourceKind;
