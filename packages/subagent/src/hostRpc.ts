@@ -108,10 +108,17 @@ export class HostRpcClient {
         this.transport.cancel({ type: "hostRpcCancel", requestId: randomUUID(), rpcId: requestId });
         this.#settle(requestId, new DOMException(`host call ${method} cancelled`, "AbortError"));
       };
-      const timer = setTimeout(() => {
-        this.transport.cancel({ type: "hostRpcCancel", requestId: randomUUID(), rpcId: requestId });
-        this.#settle(requestId, new HostRpcTimeoutError(`host call ${method} timed out`));
-      }, options.timeoutMs ?? this.defaultTimeoutMs);
+      // delegation.resultDelivered has no idle deadline: it answers after publication, and only the
+      // channel's loss (close) or the turn's abort ends it early.
+      const timeoutMs =
+        options.timeoutMs ?? (method === "delegation.resultDelivered" ? undefined : this.defaultTimeoutMs);
+      const timer =
+        timeoutMs === undefined
+          ? undefined
+          : setTimeout(() => {
+              this.transport.cancel({ type: "hostRpcCancel", requestId: randomUUID(), rpcId: requestId });
+              this.#settle(requestId, new HostRpcTimeoutError(`host call ${method} timed out`));
+            }, timeoutMs);
       const cleanup = () => {
         clearTimeout(timer);
         for (const s of signals) s.removeEventListener("abort", onAbort);

@@ -127,6 +127,27 @@ describe("HostRpcClient (runner side)", () => {
     expect(client.pendingCount).toBe(0);
   });
 
+  it("S004-513: delegation.resultDelivered has no idle deadline; channel loss rejects it, with no retry", async () => {
+    const { t, sent } = transport();
+    const client = new HostRpcClient(t, 20);
+    const signal = new AbortController().signal;
+    const delivered = inTurn(signal, () =>
+      client.call("delegation.resultDelivered", {
+        parentSessionId: "p",
+        results: [{ resultId: "r", toolCallId: "c", kind: "result" }],
+      }),
+    );
+    const api = inTurn(signal, () => client.call("crw.api", apiParams));
+    await expect(api).rejects.toBeInstanceOf(HostRpcTimeoutError);
+    await new Promise((r) => setTimeout(r, 100));
+    expect(client.pendingCount).toBe(1);
+    client.close();
+    await expect(delivered).rejects.toMatchObject({ message: HOST_RPC_CLOSED_TEXT });
+    expect(
+      sent.filter((f) => f.type === "hostRpc" && f.method === "delegation.resultDelivered"),
+    ).toHaveLength(1);
+  });
+
   it("S004-504: params are validated against the method's schema before anything is sent", async () => {
     const { t, sent } = transport();
     const client = new HostRpcClient(t);
@@ -252,7 +273,7 @@ describe("reverse host calls from a real runner", () => {
 });
 
 describe("delegation.resultDelivered", () => {
-  it("S004-508: carries the parent session and {resultId, toolCallId, kind}; S004-512: answers only after publication", async () => {
+  it("S004-508: S004-512: S004-514: carries {resultId, toolCallId, kind}; answers after publication; the turn goes on", async () => {
     const published: unknown[] = [];
     const order: string[] = [];
     const { pool } = makePool();
