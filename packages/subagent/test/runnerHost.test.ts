@@ -270,6 +270,32 @@ describe("tap", () => {
     expect(seen).toHaveLength(4);
   });
 
+  it("S004-482: a view that subscribes mid-turn gets the live replay so far, then the rest as it happens", async () => {
+    const { host } = await shared();
+    const sessionId = "s-live";
+    const running = host.runTurn(
+      turn({
+        sessionId,
+        script: [
+          { kind: "text", text: "first " },
+          { kind: "wait", ms: 300 },
+          { kind: "text", text: "second" },
+        ],
+      }),
+    );
+    await waitFor(() => host.activeTurns >= 1);
+    await new Promise((r) => setTimeout(r, 100));
+    const seen: string[] = [];
+    const view = await host.tap(sessionId, (e) => {
+      if (e.kind === "text") seen.push(e.text);
+    });
+    expect(view.snapshot.live.map((e) => (e.kind === "text" ? e.text : e.kind))).toEqual(["first "]);
+    await running;
+    await waitFor(() => seen.length === 1);
+    expect(seen).toEqual(["second"]);
+    await view.close();
+  });
+
   it("S004-485: a tap starts no turn; closing the view releases the tap", async () => {
     const { host } = await shared();
     const view = await host.tap("s-never-ran", () => {});
