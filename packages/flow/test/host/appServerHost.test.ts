@@ -137,6 +137,16 @@ describe("app-server host over ws against the fake host", () => {
     expect(list?.params).toMatchObject({ sourceKinds: ["subAgentThreadSpawn"], parentThreadId: owner });
   });
 
+  it("lists every subagent across thread/list pages", async () => {
+    const owner = fake.createOwnerThread();
+    const ids = new Set<string>();
+    for (let i = 0; i < 130; i++)
+      ids.add(fake.spawnSubagent({ ownerThreadId: owner, message: `crw-flow-op: c${i}/t1-a1` }).threadId);
+    const listed = ok(await host.listSubagents(owner));
+    expect(new Set(listed.map((t) => t.id))).toEqual(ids);
+    expect(fake.requests.filter((r) => r.method === "thread/list").length).toBe(2);
+  });
+
   it.each([
     "usageLimitExceeded",
     "rateLimitExceeded",
