@@ -125,6 +125,10 @@ async function runOnce(
   return { result: last?.type === "run_ended" ? last.result : undefined, rows, killed, log, leftSteps };
 }
 
+function tokensByCall(rows: JournalRow[]): Record<string, unknown> {
+  return Object.fromEntries(rows.flatMap((r) => (r.type === "completed" ? [[r.call, r.tokens]] : [])));
+}
+
 function firstAndLastOfEachType(points: string[]): string[] {
   const byType = new Map<string, string[]>();
   for (const p of points) {
@@ -140,7 +144,7 @@ describe("crash injection at every journal boundary", () => {
     expect(reference.rows.filter((r) => r.type === "step_published")).toHaveLength(4);
   });
 
-  it("S000-137 S000-138 S000-139 S000-140 S000-141 S000-142 S000-145 S000-146 S000-147: a SIGKILL after any row resumes to the same result, nothing twice", async () => {
+  it("S000-097 S000-137 S000-138 S000-139 S000-140 S000-141 S000-142 S000-145 S000-146 S000-147: a SIGKILL after any row resumes to the same result, nothing twice", async () => {
     // Every boundary with CRW_CRASH_ALL=1 (about a minute here); by default the first and the last
     // boundary of each row type, which keeps the package's test run short on a shared machine.
     const only = process.env.CRW_CRASH_ONLY;
@@ -155,6 +159,8 @@ describe("crash injection at every journal boundary", () => {
       expect(out.killed, `${point}: the process was not killed`).toBe(true);
       expect(out.result, point).toEqual(reference.result);
       expect(out.leftSteps, `${point}: a step file was left (not retracted)`).toBe(0);
+      // tokens: a recovered turn counts only what it adds (tokens_seen, call_tokens of its step row)
+      expect(tokensByCall(out.rows), point).toEqual(tokensByCall(reference.rows));
       expect(checkResumedRun(out.rows), point).toEqual({
         completedTwice: [],
         publishedTwice: [],
