@@ -194,6 +194,19 @@ describe("crw flow commands as real processes", () => {
     expect(readdirSync(paths.inbox).length).toBeGreaterThanOrEqual(3);
     const close = seen.find((s) => s.action === "close");
     expect(close?.host_call).toMatchObject({ tool: "close_agent" }); // S000-202
+    const show = await crwFlow(["show", "run-owner", "--state", state, "--json"], env);
+    expect(show.code).toBe(0);
+    expect(show.json()).toMatchObject({ status: "completed", result: { sum: 112 } });
+    const calls = show.json().calls as Array<{
+      call: string;
+      status: string;
+      steps: number;
+      tokens: { total?: number };
+    }>;
+    expect(calls.find((c) => c.call === "explorer.1")).toMatchObject({ status: "completed", steps: 2 });
+    expect(calls.find((c) => c.call === "reviewer.1")?.tokens.total).toBe(11);
+    const human = await crwFlow(["show", "run-owner", "--state", state], env);
+    expect(human.stdout).toContain("run run-owner (cli-pair): completed");
     // S000-266: a process that ends removes its process lock file
     await waitFor("the run process to exit", () => !pidAlive(Number(r.json().pid)));
     expect(readdirSync(paths.dir).filter((f) => f.startsWith("process.") && f.endsWith(".lock"))).toEqual([]);
