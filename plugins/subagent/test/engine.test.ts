@@ -181,6 +181,11 @@ nodes:
     all.push(engine);
     const started = await engine.start(w.ctx(), { definition: def });
     await until(() => ran.length === 1, "slow running");
+    // Another account cannot stop it.
+    const other = await world(db.pool);
+    await expect(engine.cancel(started.workflowId, other.accountId)).rejects.toMatchObject({
+      code: "not_running",
+    });
     const outcome = await engine.cancel(started.workflowId, w.accountId);
     expect(outcome.status).toBe("cancelled");
     expect(ran).toEqual(["TASK slow"]);
