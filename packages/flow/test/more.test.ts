@@ -303,6 +303,95 @@ describe("more of the session call", () => {
     expect(await done).toEqual({ state: "completed", result: { n: 4 } });
   });
 
+  it("S000-144: resuming at thread_started, a host that cannot be asked judges nothing", async () => {
+    run = await inProcessRun({ lostAfterMs: 150 });
+    const P = join(run.paths.workspaces, "explorer.1");
+    mkdirSync(P, { recursive: true });
+    const input = { role: "explorer" as const, task: "count", schema, workspace: null };
+    const w = JournalWriter.create(run.paths.journal, "run-1");
+    w.append([
+      {
+        type: "started",
+        backend: "session",
+        role_pairs: pairs,
+        policy_digest: "sha256:x",
+        process: null,
+        pid: 1,
+        process_n: 1,
+      },
+    ]);
+    w.append([
+      {
+        type: "prepared",
+        call: "explorer.1",
+        op: "explorer.1",
+        role: "explorer",
+        input,
+        input_digest: digestOf(input),
+        backend: "session",
+        allocation: { workspace: P, kind: "scratch" },
+      },
+    ]);
+    w.append([
+      {
+        type: "step_published",
+        call: "explorer.1",
+        op: "explorer.1/t1",
+        k: 1,
+        marker: "explorer.1/t1-a1",
+        attempt: 1,
+        action: "spawn",
+        input: "count",
+        input_digest: "sha256:i",
+        packet: join(run.paths.steps, "explorer.1", "packet-t1-a1.md"),
+        packet_digest: "sha256:p",
+        role: "explorer",
+        agent_type: "explorer",
+        model: null,
+        effort: null,
+        workspace: P,
+        conversation_turn: 1,
+      },
+    ]);
+    w.append([
+      {
+        type: "thread_started",
+        call: "explorer.1",
+        thread_id: "gone-thread",
+        model: null,
+        effort: null,
+        cwd: P,
+        host_cwd: null,
+        parent_thread_id: run.owner,
+        agent_role: "explorer",
+        attempt: 1,
+        via: "session",
+        rollout_path: null,
+        marker: "explorer.1/t1-a1",
+      },
+    ]);
+    w.close();
+    await run.fake.setUnreachable();
+    const { done } = run.background(one());
+    await new Promise((r) => setTimeout(r, 800)); // well past LostAfter, the host unreachable all along
+    expect(of(run.rows(), "session_attempt_lost")).toHaveLength(0);
+    await run.fake.setReachable();
+    await until(
+      "the attempt to be lost once the host answers",
+      () => of(run?.rows() ?? [], "session_attempt_lost").length === 1,
+    );
+    const s2 = (await run.steps()).find((x) => x.attempt === 2);
+    if (!s2) throw new Error("no attempt 2");
+    const b = run.fake.spawnSubagent({
+      ownerThreadId: run.owner,
+      message: s2.message,
+      agentRole: "explorer",
+    });
+    expect(await run.report(s2, b.threadId)).toBe("bound");
+    run.fake.answer(b.threadId, '{"n":4}');
+    expect(await done).toEqual({ state: "completed", result: { n: 4 } });
+  });
+
   it("S000-225: a resume takes the role store's new pairs, records them in its started row and the change in policy_repinned", async () => {
     run = await inProcessRun();
     const first = run.background(one());

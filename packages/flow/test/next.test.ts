@@ -279,6 +279,48 @@ describe("crw flow next", () => {
     expect(again.slots).toMatchObject({ open: 2 });
   });
 
+  it("S000-226: for a run next resumed, next warns that the new process repinned the role store's pairs", async () => {
+    const fake = await FakeAppServer.start();
+    try {
+      const owner = fake.createOwnerThread({ cwd: root });
+      const repo = mkdtempSync(join(root, "repo-"));
+      const wf = join(root, "repin.mjs");
+      writeFileSync(
+        wf,
+        'export default { name: "r", run: (ctx) => ctx.call({ role: "explorer", task: "t" }) };',
+      );
+      const { runId, state, paths } = fixture({ host: fake.url, started: "none", repo });
+      const w = JournalWriter.open(paths.journal).writer;
+      w.append([
+        {
+          type: "started",
+          backend: "session",
+          role_pairs: undecided,
+          policy_digest: readRoleTable(repo).policy_digest,
+          process: null,
+          pid: 999_999,
+          process_n: 1,
+        },
+      ]);
+      w.close();
+      mkdirSync(join(repo, ".crw"));
+      writeFileSync(
+        join(repo, ".crw", "flow-roles.json"),
+        JSON.stringify({ roles: { explorer: { model: "m-new" } } }),
+      );
+      const spec = JSON.parse(readFileSync(paths.spec, "utf8"));
+      writeSpec(paths.spec, { ...spec, workflow: wf, owner, poll_ms: 20 });
+      const { CRW_FLOW_STARTING_MS: _short, ...defaultWindow } = env;
+      const a = (await next(runId, state, [], defaultWindow)).json();
+      expect(a.resumed_pid).toEqual(expect.any(Number));
+      expect(a.warnings).toEqual(expect.arrayContaining([expect.stringContaining("repinned")]));
+      process.kill(Number(a.resumed_pid), "SIGKILL");
+      await waitFor("the resumed process to die", () => !pidAlive(Number(a.resumed_pid)));
+    } finally {
+      await fake.stop();
+    }
+  });
+
   it("S000-207 S000-198 S000-235 S000-232: a run no process holds that is neither paused nor over is resumed (resumed_pid)", async () => {
     const fake = await FakeAppServer.start();
     try {
