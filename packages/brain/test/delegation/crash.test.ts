@@ -4,11 +4,20 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { PgDelegationRepository } from "@crw/db";
 import { type CrashChildConfig, distIsStale, runCrashChild } from "@crw/tools/delegation";
-import { useTestDatabase } from "@crw/tools/pg";
-import { beforeAll, describe, expect, it } from "vitest";
+import { createDatabase, dropDatabase, uniqueDatabaseName } from "@crw/tools/pg";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { delegateCall, messages, resultIdsIn, scriptTask } from "./helpers.js";
 
-const db = useTestDatabase();
+// Each drill gets its own database (cloned from the migrated template), so drills run concurrently without
+// one recovery claiming another drill's orphaned runs.
+const databases: Array<{ name: string; pool: pg.Pool }> = [];
+afterAll(async () => {
+  for (const d of databases) {
+    await d.pool.end();
+    await dropDatabase(inject("crwPgAdminUrl"), d.name);
+  }
+});
 const root = resolve(import.meta.dirname, "../../../..");
 
 beforeAll(() => {
@@ -50,7 +59,12 @@ const PLAN = scriptTask({
 });
 
 async function scenario() {
-  const repo = new PgDelegationRepository(db.pool);
+  const name = uniqueDatabaseName("crw_crash");
+  const url = await createDatabase(inject("crwPgAdminUrl"), name, inject("crwPgTemplate"));
+  const pool = new pg.Pool({ connectionString: url, max: 4 });
+  databases.push({ name, pool });
+  const db = { pool, url };
+  const repo = new PgDelegationRepository(pool);
   const account = await repo.createAccount({ name: `crash-${Math.random().toString(36).slice(2)}` });
   const parent = await repo.createRootSession(account.id, "scripted");
   const dir = mkdtempSync(join(tmpdir(), "crw-crash-"));
@@ -64,11 +78,11 @@ async function scenario() {
     start: { accountId: account.id, parentSessionId: parent.id, prompt: PLAN },
   };
   const { start: _start, ...recoverOnly } = config;
-  return { repo, account, parent, config, recoverOnly, effectsFile };
+  return { repo, account, parent, config, recoverOnly, effectsFile, db };
 }
 
 async function assertExactlyOnce(s: Awaited<ReturnType<typeof scenario>>) {
-  const { repo, account, parent, effectsFile } = s;
+  const { repo, account, parent, effectsFile, db } = s;
   // every result of the root is in its journal exactly once
   const rootIds = resultIdsIn(await repo.readJournal(parent.id, account.id));
   const rootRuns = await db.pool.query("select 1 from subagent_runs where parent_session_id = $1", [
@@ -117,14 +131,14 @@ async function assertExactlyOnce(s: Awaited<ReturnType<typeof scenario>>) {
 }
 
 describe("crash injection: SIGKILL at named points, then boot recovery", () => {
-  it("an uninterrupted run delivers every result once and runs every effect once", async () => {
+  it.concurrent("an uninterrupted run delivers every result once and runs every effect once", async () => {
     const s = await scenario();
     const exit = await runCrashChild(s.config);
     expect(exit.code, exit.stderr).toBe(0);
     const lines = await assertExactlyOnce(s);
     expect(lines).toHaveLength(2);
     expect(resultIdsIn(await s.repo.readJournal(s.parent.id, s.account.id))).toHaveLength(3);
-    const runs = await db.pool.query<{ status: string; recovery_attempts: number }>(
+    const runs = await s.db.pool.query<{ status: string; recovery_attempts: number }>(
       "select status, recovery_attempts from subagent_runs where principal_account_id = $1",
       [s.account.id],
     );
@@ -141,7 +155,7 @@ describe("crash injection: SIGKILL at named points, then boot recovery", () => {
     "tool.after_effect:Effect",
   ];
   for (const point of points) {
-    it(`killed at ${point}: after restart every result is delivered exactly once and no tool call ran twice`, async () => {
+    it.concurrent(`killed at ${point}: after restart every result is delivered exactly once and no tool call ran twice`, async () => {
       const s = await scenario();
       const crashed = await runCrashChild(s.config, point);
       expect(crashed.signal, `${point} was never reached: ${crashed.stdout}${crashed.stderr}`).toBe(
@@ -153,21 +167,21 @@ describe("crash injection: SIGKILL at named points, then boot recovery", () => {
     });
   }
 
-  it("S004-142: S004-143: an actual continuation is charged one recovery attempt; settling a finished turn is not", async () => {
+  it.concurrent("S004-142: S004-143: an actual continuation is charged one recovery attempt; settling a finished turn is not", async () => {
     const s = await scenario();
     const crashed = await runCrashChild(s.config, "tool.after_effect:Effect");
     expect(crashed.signal).toBe("SIGKILL");
     const recovered = await runCrashChild(s.recoverOnly);
     expect(recovered.code, recovered.stderr).toBe(0);
     const lines = await assertExactlyOnce(s);
-    const runs = await db.pool.query<{ task: string; recovery_attempts: number; status: string }>(
+    const runs = await s.db.pool.query<{ task: string; recovery_attempts: number; status: string }>(
       "select task, recovery_attempts, status from subagent_runs where parent_session_id = $1",
       [s.parent.id],
     );
     const a = runs.rows.find((r) => r.task.includes("A done"));
     expect(a?.recovery_attempts).toBe(1);
     // the effect that ran before the kill is not repeated: its call is reported as of unknown outcome
-    const childA = await db.pool.query<{ child_session_id: string }>(
+    const childA = await s.db.pool.query<{ child_session_id: string }>(
       "select child_session_id from subagent_runs where parent_session_id = $1 and task like '%A done%'",
       [s.parent.id],
     );
@@ -216,7 +230,7 @@ describe("crash injection: SIGKILL at named points, then boot recovery", () => {
       { text: "delegated" },
     ]);
     for (const point of ["tool.after_effect:Effect", "delivery.between_append_and_ack", "child.settled"]) {
-      it(`killed at ${point}: results exactly once, no effect repeated`, async () => {
+      it.concurrent(`killed at ${point}: results exactly once, no effect repeated`, async () => {
         const s = await scenario();
         const config = {
           ...s.config,
