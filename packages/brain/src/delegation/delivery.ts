@@ -41,7 +41,9 @@ export type DelegationEvent =
       readonly resultIds: readonly string[];
     }
   | { readonly type: "delegation.recovered"; readonly runId: string; readonly action: string }
-  | { readonly type: "delegation.publish_failed"; readonly parentSessionId: string; readonly error: string };
+  | { readonly type: "delegation.publish_failed"; readonly parentSessionId: string; readonly error: string }
+  /** Background work (a call, a follow-up turn) failed outside any caller; its rows stay for recovery. */
+  | { readonly type: "delegation.background_failed"; readonly error: string; readonly code?: string };
 
 export interface DeliveryDeps {
   readonly repo: DelegationRepository;

@@ -181,7 +181,13 @@ export class DelegationService {
 
   track<T>(work: Promise<T>): void {
     const p = work.catch((e: unknown) => {
-      this.emit({ type: "delegation.publish_failed", parentSessionId: "", error: toError(e).message });
+      const error = toError(e);
+      const code = (error as { code?: unknown }).code;
+      this.emit({
+        type: "delegation.background_failed",
+        error: error.message,
+        ...(typeof code === "string" ? { code } : {}),
+      });
     });
     this.#background.add(p);
     void p.finally(() => this.#background.delete(p));

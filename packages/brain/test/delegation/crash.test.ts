@@ -167,7 +167,7 @@ describe("crash injection: SIGKILL at named points, then boot recovery", () => {
     });
   }
 
-  it.concurrent("S004-142: S004-143: an actual continuation is charged one recovery attempt; settling a finished turn is not", async () => {
+  it.concurrent("S004-142: an actual continuation is charged one recovery attempt; settling a finished turn is not", async () => {
     const s = await scenario();
     const crashed = await runCrashChild(s.config, "tool.after_effect:Effect");
     expect(crashed.signal).toBe("SIGKILL");

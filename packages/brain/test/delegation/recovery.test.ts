@@ -123,4 +123,28 @@ describe("boot recovery", () => {
     expect(msgs[1]).toMatchObject({ content: [{ type: "text", text: "answer: plain task" }] });
     await service.close();
   });
+
+  it("S004-143: boot ownership and settling a turn that had finished charge no recovery attempt", async () => {
+    const { service, repo } = makeService(db.pool);
+    const { account, parent, run } = await queuedRun(service, "finished before the crash");
+    await repo.startRun(run.id, run.generation, "dead-owner");
+    await repo.append(run.childSessionId ?? "", account.id, [
+      {
+        body: {
+          type: "message",
+          message: { role: "assistant", content: [{ type: "text", text: "all done" }], stopReason: "stop" },
+        },
+      },
+    ]);
+    const report = await recoverDelegations(service);
+    expect(report.settledWithoutTurn).toContain(run.id);
+    const msgs = await parentMessages(service, parent.id, account.id);
+    expect(msgs.find((m) => m.role === "custom")?.content.endsWith("\nall done")).toBe(true);
+    expect(await repo.getRun(run.id, account.id)).toMatchObject({
+      status: "succeeded",
+      recoveryAttempts: 0,
+      generation: 1,
+    });
+    await service.close();
+  });
 });
