@@ -5,7 +5,7 @@
 // packages/subagent first. Prints one JSON object, then a one-line summary.
 // Usage: node bench/subagent-fork.mjs [iterations]
 import { fork } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os, { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -83,6 +83,7 @@ const out = {
   runnerReady: stats(results.runnerReady),
 };
 out.runnerOverP50Ms = round(out.runnerReady.p50Ms - out.bareForkIpc.p50Ms);
+rmSync(dir, { recursive: true, force: true });
 console.log(JSON.stringify(out, null, 2));
 console.log(
   `load ${os.loadavg()[0].toFixed(1)}; runner fork-to-ready p50 ${out.runnerReady.p50Ms} ms vs bare fork+IPC ${out.bareForkIpc.p50Ms} ms (empty script to exit ${out.bareForkExit.p50Ms} ms), ${iterations} runs`,

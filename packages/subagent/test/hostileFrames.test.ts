@@ -3,6 +3,7 @@ import { type OutputFrame, parseInputFrame, parseOutputFrame } from "@crw/subage
 import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
 import { BUILD_ID, RUNNER_ENTRY, waitFor } from "./support/runners.js";
+import { tempDir } from "./support/tmp.js";
 
 /**
  * A hostile daemon: fuzzed frames sent straight down a real runner's IPC channel. The runner must refuse
@@ -100,10 +101,9 @@ describe("a real runner under hostile frames", () => {
   });
 
   it("S004-135: when the daemon's channel goes away the runner exits on its own and runs no further step of its turn", async () => {
-    const { mkdtemp, readFile } = await import("node:fs/promises");
-    const { tmpdir } = await import("node:os");
+    const { readFile } = await import("node:fs/promises");
     const { join } = await import("node:path");
-    const dir = await mkdtemp(join(tmpdir(), "crw-disconnect-"));
+    const dir = tempDir("disconnect");
     const marker = join(dir, "effects.log");
     const r = spawnRunner();
     await waitFor(() => r.frames.some((f) => f.type === "hello"));

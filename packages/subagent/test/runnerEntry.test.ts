@@ -1,5 +1,4 @@
-import { mkdtemp, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import {
@@ -9,6 +8,7 @@ import {
   runnerExecArgv,
 } from "@crw/subagent";
 import { describe, expect, it } from "vitest";
+import { tempDir } from "./support/tmp.js";
 
 const pkg = join(import.meta.dirname, "..");
 
@@ -19,7 +19,7 @@ describe("RUNNER_ENTRY", () => {
   });
 
   it("S004-536: resolves the source runner.ts when the JavaScript sibling is absent and a loader runs TypeScript", async () => {
-    const dir = await mkdtemp(join(tmpdir(), "crw-entry-"));
+    const dir = tempDir("entry");
     await writeFile(join(dir, "runner.ts"), "export {};\n");
     const from = pathToFileURL(join(dir, "index.ts")).href;
     expect(resolveRunnerEntry(from, ["--import", "tsx"])).toBe(join(dir, "runner.ts"));

@@ -1,6 +1,5 @@
 import { readFileSync } from "node:fs";
-import { mkdtemp, readFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import {
   MEASURE_FAILED_TEXT,
@@ -13,6 +12,7 @@ import {
 } from "@crw/subagent";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { hostDeps, policySource, startHost, turn, waitFor } from "./support/runners.js";
+import { tempDir } from "./support/tmp.js";
 
 const hosts: SubagentRunnerHost[] = [];
 afterEach(async () => {
@@ -114,7 +114,7 @@ describe("SubagentRunnerHost handshake (real forked runner)", () => {
 
 describe("SubagentRunnerHost lifecycle", () => {
   it("a runner killed mid-turn rejects its caller at once with a typed error and runs nothing again", async () => {
-    const dir = await mkdtemp(join(tmpdir(), "crw-runner-"));
+    const dir = tempDir("kill");
     const marker = join(dir, "effects.log");
     const { host } = await ready();
     const request = turn({

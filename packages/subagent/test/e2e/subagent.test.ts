@@ -1,7 +1,4 @@
 import { randomUUID } from "node:crypto";
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import {
   createScriptedTurnRunner,
   DelegationService,
@@ -16,6 +13,7 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { closePoolsAfterEach, makePool } from "../support/pools.js";
 import { waitFor } from "../support/runners.js";
+import { tempDir } from "../support/tmp.js";
 
 const db = useTestDatabase();
 closePoolsAfterEach();
@@ -62,7 +60,7 @@ function assemble(
   const service = new DelegationService({
     repo,
     runner: dispatch,
-    spill: new FileSpillStore(mkdtempSync(join(tmpdir(), "crw-spill-"))),
+    spill: new FileSpillStore(tempDir("spill")),
     helperWaitMs: 200,
     ...(tools && { tools }),
   });

@@ -1,5 +1,4 @@
-import { mkdtemp, readFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import {
   type PoolEvent,
@@ -9,6 +8,7 @@ import {
 } from "@crw/subagent";
 import { afterEach } from "vitest";
 import { BUILD_ID, catalog, policySource, RUNNER_ENTRY } from "./runners.js";
+import { tempDir } from "./tmp.js";
 
 const pools: SubagentRunnerPool[] = [];
 
@@ -41,7 +41,7 @@ export function makePool(
 }
 
 export async function effectsFile(): Promise<{ path: string; lines: () => Promise<string[]> }> {
-  const dir = await mkdtemp(join(tmpdir(), "crw-pool-"));
+  const dir = tempDir("effects");
   const path = join(dir, "effects.log");
   return {
     path,
