@@ -1,4 +1,4 @@
-import { mkdtempSync, realpathSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, realpathSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
@@ -326,5 +326,52 @@ describe("scope capture and live access in delegation", () => {
       (m) => m.role === "assistant",
     );
     expect(turns).toHaveLength(1);
+  });
+
+  it("S004-257: a scoped caller places its children only inside its own project", async () => {
+    const root = realpathSync(mkdtempSync(join(tmpdir(), "crw-scoped-")));
+    const inside = join(root, "sub");
+    mkdirSync(inside);
+    const outside = realpathSync(mkdtempSync(join(tmpdir(), "crw-outside-")));
+    const { service, repo } = makeService(db.pool, {
+      projects: { rootOf: (ref) => (ref === "p1" ? { ref, root } : undefined) },
+    });
+    const { account, parent } = await newParent(service);
+    // a child bound to project p1 (as a host placed it), itself delegating
+    const scoped = await repo.createDelegation({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "scoped",
+      task: "t",
+      mode: "background",
+      model: "scripted",
+      scope: JSON.stringify({
+        accountId: account.id,
+        target: { kind: "host", ref: "p1" },
+        projectRef: "p1",
+        workDir: root,
+      }),
+    });
+    const place = (cwd: string, id: string) =>
+      service.delegate({
+        parentSessionId: scoped.child.id,
+        principalAccountId: account.id,
+        toolCallId: id,
+        task: "t",
+        mode: "background",
+        workDir: cwd,
+      });
+    await expect(place(outside, "out")).rejects.toMatchObject({ name: "DelegatedScopeError" });
+    const ok = await place(inside, "in");
+    expect(ok.kind).toBe("started");
+    expect(await storedScope(ok.childSessionId)).toMatchObject({
+      workDir: inside,
+      target: { kind: "host", ref: "p1" },
+    });
+    expect(
+      (await db.pool.query("select 1 from subagent_runs where parent_session_id = $1", [scoped.child.id]))
+        .rowCount,
+    ).toBe(1);
+    await service.whenIdle();
   });
 });
