@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
@@ -118,6 +118,19 @@ describe("the host command line", () => {
     );
   });
 
+  it("the default host finds codex: CRW_CODEX_BIN, else PATH, else the installed package", () => {
+    const bin = join(dir, "bin");
+    mkdirSync(bin, { recursive: true });
+    writeFileSync(join(bin, "codex"), "#!/bin/sh\n", { mode: 0o755 });
+    expect(hostTransportFromSpec("", { PATH: `/nonexistent:${bin}` }).describe).toBe(
+      `${join(bin, "codex")} app-server proxy`,
+    );
+    // A login shell's PATH without codex: the @openai/codex package of this install, run with this node.
+    expect(hostTransportFromSpec("", { PATH: "/nonexistent" }).describe).toMatch(
+      /^\S+node \S+@openai\/codex\/bin\/codex\.js app-server proxy$/,
+    );
+  });
+
   it("an unterminated quote and an empty socket path are input errors", () => {
     expect(() => splitWords('codex "app-server')).toThrow(HostSpecError);
     expect(() => hostTransportFromSpec("unix://")).toThrow(HostSpecError);
@@ -128,7 +141,9 @@ describe("the host command line", () => {
     expect(hostTransportFromSpec("codex app-server proxy --sock /x").describe).toBe(
       "codex app-server proxy --sock /x",
     );
-    expect(hostTransportFromSpec("").describe).toBe("codex app-server proxy");
+    expect(hostTransportFromSpec("", { CRW_CODEX_BIN: "/opt/codex" }).describe).toBe(
+      "/opt/codex app-server proxy",
+    );
     expect(hostTransportFromSpec("ws://127.0.0.1:9").describe).toBe("ws://127.0.0.1:9");
     expect(hostTransportFromSpec("unix:///tmp/s.sock").describe).toBe("unix:///tmp/s.sock");
   });

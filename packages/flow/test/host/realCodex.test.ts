@@ -2,7 +2,6 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
-  codexNativeBin,
   functionOutputs,
   MockModel,
   type ModelReply,
@@ -24,7 +23,7 @@ import {
  * The adapter against the real `codex app-server` of the pinned package, offline: a mock Responses model
  * plays the owner (a shell command, spawn_agent, wait_agent) and the subagent (commentary, then a JSON
  * final answer with usage). The server listens on its control socket; the adapter reaches it the default
- * way, through `codex app-server proxy` with CODEX_HOME.
+ * way (an empty host spec): `codex app-server proxy` with CODEX_HOME.
  */
 
 const marker =
@@ -149,10 +148,8 @@ beforeAll(async () => {
     models: ["mock-reviewer"],
     listen: "unix",
   });
-  const transport = hostTransportFromSpec(`${codexNativeBin()} app-server proxy`, {
-    ...process.env,
-    CODEX_HOME: home,
-  });
+  // crw's default host: `codex app-server proxy` (codex found as a user's install would find it) with CODEX_HOME.
+  const transport = hostTransportFromSpec("", { ...process.env, CODEX_HOME: home });
   host = createAppServerHost({ transport, requestTimeoutMs: 15_000 });
   const started = await codex.client.request<{ thread: { id: string } }>("thread/start", { cwd: home });
   ownerThreadId = started.thread.id;
