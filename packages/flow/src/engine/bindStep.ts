@@ -1,0 +1,168 @@
+import type { HostThread } from "../host/sessionHost.js";
+import type { NewRow } from "../journal/rows.js";
+import { sleep } from "../util/fsx.js";
+import { judgeBind, markerTurn } from "./bind.js";
+import { type CallFold, type CallPosition, foldCall } from "./callFold.js";
+import { clockRanOut, loseAttempt } from "./harvestTurn.js";
+import { packetTextOf, type Step, type StepFiles, writeStepFiles } from "./publishStep.js";
+import { answerReports, type BindHandler } from "./reports.js";
+import type { RunContext } from "./runContext.js";
+
+export async function awaitBind(
+  rc: RunContext,
+  call: string,
+  fold: CallFold,
+  step: Step,
+  files: Map<string, StepFiles>,
+) {
+  let state = files.get(step.marker);
+  const resumed = !state;
+  if (!state) {
+    state = {
+      written: false,
+      since: 0,
+      failures: 0,
+      firstAt: null,
+      lastAt: null,
+      warned: false,
+      lastError: "",
+    };
+    files.set(step.marker, state);
+  }
+  // A report the owner wrote first, then the host's own record of the marker.
+  const onBind: BindHandler = (thread, verdict) => bind(rc, call, fold, step, thread, verdict);
+  if (await answerReports(rc, call, step, onBind)) return;
+  // The owner normally reports; the host lookup is the fallback, so a fresh step waits a while for it.
+  if (Date.now() - state.since >= rc.lookupEveryMs) {
+    state.since = Date.now();
+    if (await lookUp(rc, call, fold, step)) return;
+  }
+  if (!state.written) {
+    writeStepFiles(rc, step, packetTextOf(rc, fold, step), state);
+    if (resumed && state.written)
+      rc.emit({ type: "step_published", call, marker: step.marker, action: step.action });
+  }
+  await sleep(rc.pollMs);
+}
+
+/** While a step waits, the marker is looked up on the host so an unreported spawn or repair binds too. */
+export async function lookUp(rc: RunContext, call: string, fold: CallFold, step: Step): Promise<boolean> {
+  const pair = rc.pins[step.role];
+  let candidates: HostThread[];
+  if (step.action === "send_input" && step.agent_id) {
+    const r = await rc.host.readThread(step.agent_id);
+    if (!r.ok) return false;
+    candidates = [r.value];
+  } else {
+    // The owner thread's spawnAgent items name the subagent that took the marker: one read of the owner
+    // and one of each candidate, instead of a read of every subagent the owner ever spawned.
+    const r = await rc.spawnedFor(step.marker);
+    if (!r.ok) return false;
+    candidates = r.value.filter((t) => markerTurn(t, step.marker) !== null);
+    const bound = new Set(foldCall(rc.rowsOf(call)).threads.map((t) => t.thread_id));
+    candidates = candidates.filter((t) => !bound.has(t.id));
+    if (candidates.length > 1)
+      rc.append([{ type: "session_host_warning", op: step.op, warnings: ["several_spawns"] }]);
+  }
+  for (const thread of candidates) {
+    const v = judgeBind(step, thread, rc.owner, pair);
+    if (v.verdict === "bind") {
+      bind(rc, call, fold, step, thread, v);
+      rc.emit({ type: "bound", call, marker: step.marker, agent: thread.id, via: "lookup" });
+      return true;
+    }
+  }
+  return false;
+}
+
+/** Writes the bind rows in one batch (thread_started for a spawn, turn_started always), then retracts. */
+function bind(
+  rc: RunContext,
+  call: string,
+  fold: CallFold,
+  step: Step,
+  thread: HostThread,
+  v: Extract<ReturnType<typeof judgeBind>, { verdict: "bind" }>,
+): void {
+  const rows: NewRow[] = [];
+  if (step.action === "spawn") {
+    const priorPairs = fold.threads
+      .map((t) => ({ model: t.model, effort: t.effort }))
+      .filter((p) => p.model !== thread.model || p.effort !== thread.reasoningEffort);
+    rows.push({
+      type: "thread_started",
+      call,
+      thread_id: thread.id,
+      model: thread.model,
+      effort: thread.reasoningEffort,
+      cwd: step.workspace,
+      host_cwd: thread.cwd,
+      parent_thread_id: thread.parentThreadId,
+      agent_role: thread.agentRole,
+      attempt: step.attempt,
+      via: "session",
+      rollout_path: thread.rolloutPath,
+      marker: step.marker,
+      ...(v.pairUnchecked ? { pair_unchecked: true } : {}),
+      ...(v.effortUnchecked ? { effort_unchecked: true } : {}),
+      ...(v.agentRoleMismatch ? { session_agent_role_mismatch: v.agentRoleMismatch } : {}),
+      ...(priorPairs.length > 0 ? { prior_pairs: priorPairs } : {}),
+    });
+  }
+  rows.push(turnStartedRow(call, step, v.turn.id));
+  rc.append(rows);
+  rc.bus.retractStep(call, step.k, step.attempt);
+}
+
+export function turnStartedRow(call: string, step: Step, turnId: string): NewRow {
+  return {
+    type: "turn_started",
+    call,
+    op: step.op,
+    k: step.k,
+    turn_id: turnId,
+    attempt: step.attempt,
+    marker: step.marker,
+    conversation_turn: step.conversation_turn,
+    ...(step.replaces_turn !== undefined ? { replaces_turn: step.replaces_turn } : {}),
+  };
+}
+
+/** Last row thread_started: adopt the subagent, write only its turn_started. */
+export async function adopt(
+  rc: RunContext,
+  call: string,
+  pos: Extract<CallPosition, { kind: "adopt" }>,
+  lostClock: Map<string, { sig: string; since: number }>,
+): Promise<void> {
+  const r = await rc.host.readThread(pos.thread.thread_id);
+  if (r.ok) {
+    const turn = markerTurn(r.value, pos.step.marker);
+    if (turn) {
+      rc.append([turnStartedRow(call, pos.step, turn.id)]);
+      rc.emit({ type: "bound", call, marker: pos.step.marker, agent: r.value.id, via: "adopt" });
+      return;
+    }
+  }
+  if (!r.ok && r.reason === "unreachable") {
+    await sleep(rc.pollMs);
+    return;
+  }
+  const status = r.ok ? r.value.status.type : "unknown";
+  if (status === "notLoaded" || status === "systemError" || status === "unknown") {
+    if (clockRanOut(rc, lostClock, pos.step.marker, status)) {
+      await loseAttempt(
+        rc,
+        call,
+        pos.step,
+        pos.thread.thread_id,
+        null,
+        `thread ${status} for LostAfter`,
+        status,
+        null,
+      );
+      return;
+    }
+  }
+  await sleep(rc.pollMs);
+}

@@ -1,0 +1,72 @@
+import { sleep } from "../util/fsx.js";
+import { markerTurn } from "./bind.js";
+import { turnStartedRow } from "./bindStep.js";
+import type { CallFold, CallPosition } from "./callFold.js";
+import { hold } from "./harvestTurn.js";
+import { closeUnwritten, type StepFiles } from "./publishStep.js";
+import type { RunContext } from "./runContext.js";
+
+/**
+ * A pause, a held call elsewhere or a fatal error stops the call: a running turn is interrupted (the
+ * interrupt_requested row is durable before the interrupt is sent) and its thread read until it is no
+ * longer active; a step no subagent took is retracted; then the call is held for the reason.
+ */
+export async function stopCall(
+  rc: RunContext,
+  call: string,
+  _fold: CallFold,
+  pos: CallPosition,
+  files: Map<string, StepFiles>,
+): Promise<void> {
+  const reason = rc.stopping?.reason ?? "stopped";
+  if (pos.kind === "terminal") return;
+  if (pos.kind === "publish") {
+    const rows = rc.rowsOf(call);
+    const last = rows.findLast((r) => r.type !== "run_paused");
+    if (last?.type !== "held") hold(rc, call, null, reason);
+    return;
+  }
+  const step = pos.step;
+  let agent: string | null = pos.kind === "await_bind" ? (step.agent_id ?? null) : pos.thread.thread_id;
+  let turnId: string | null = pos.kind === "harvest" ? pos.turn.turn_id : null;
+  if (pos.kind === "await_bind") {
+    rc.bus.retractStep(call, step.k, step.attempt);
+    closeUnwritten(rc, call, step, files, false);
+  }
+  if (agent && !turnId) {
+    // a known subagent's turn for the step is bound first, so the rows name the turn the interrupt reaches
+    const r = await rc.host.readThread(agent);
+    const turn = r.ok ? markerTurn(r.value, step.marker) : null;
+    if (turn) {
+      rc.append([turnStartedRow(call, step, turn.id)]);
+      turnId = turn.id;
+    } else agent = null;
+  }
+  if (agent && turnId) {
+    const r = await rc.host.readThread(agent);
+    const t = r.ok ? r.value.turns.find((x) => x.id === turnId) : undefined;
+    if (t?.status === "inProgress") {
+      rc.append([
+        {
+          type: "interrupt_requested",
+          call,
+          op: step.op,
+          reason,
+          k: step.k,
+          attempt: step.attempt,
+          turn_id: turnId,
+        },
+      ]);
+      await rc.host.interruptTurn(agent, turnId);
+      const deadline = Date.now() + rc.lostAfterMs;
+      while (Date.now() < deadline) {
+        const again = await rc.host.readThread(agent);
+        if (!again.ok) break;
+        const t2 = again.value.turns.find((x) => x.id === turnId);
+        if (again.value.status.type !== "active" && t2?.status !== "inProgress") break;
+        await sleep(rc.pollMs);
+      }
+    }
+  }
+  hold(rc, call, step, reason);
+}
