@@ -244,7 +244,10 @@ nodes:
     );
     const scopes = rows.map((r) => JSON.parse(r.scope));
     expect(scopes).toHaveLength(3);
-    const [plan, part1, part2] = scopes;
+    // part1 and part2 start together: tell them apart by what they asked for, not by creation order.
+    const plan = scopes[0];
+    const part2 = scopes.slice(1).find((x) => JSON.stringify(x.tools.allow) === '["Bash(git status)"]');
+    const part1 = scopes.slice(1).find((x) => x !== part2);
     expect(part1.target).toEqual(plan.target);
     expect(part1.accountId).toBe(w.accountId);
     expect(part1.readOnly).toBe(true); // read-only provenance carried over

@@ -47,6 +47,8 @@ export interface WorkflowEngineOptions {
   }) => Promise<void>;
   readonly onEvent?: (event: WorkflowEvent) => void;
   readonly repo?: DelegationRepository;
+  /** Listen (one dedicated connection) for Stops recorded by other processes, for a prompt cancel. */
+  readonly listenForCancel?: boolean;
   /** The summary writer for workflows finished without a live origin context (boot recovery). */
   readonly summaryWriter?: (ctx: {
     parentSessionId: string;
@@ -84,6 +86,7 @@ export class WorkflowEngine {
   readonly #emitter: WorkflowEmitter;
   readonly #repo: DelegationRepository;
   #releaseOwner: (() => Promise<void>) | undefined;
+  #listener: import("pg").PoolClient | undefined;
 
   constructor(private readonly options: WorkflowEngineOptions) {
     this.store = new PgWorkflowStore(options.pool);
@@ -95,6 +98,15 @@ export class WorkflowEngine {
   /** Holds the owner lease: until `close`, other processes leave this owner's workflows alone. */
   async open(): Promise<void> {
     this.#releaseOwner ??= await this.#repo.holdOwnerLease(this.options.owner);
+    if (this.options.listenForCancel && !this.#listener) {
+      const client = await this.options.pool.connect();
+      client.on("notification", (msg) => {
+        const run = msg.payload ? this.#runs.get(msg.payload) : undefined;
+        if (run && !run.journal.cancelRequested) void run.cancel();
+      });
+      await client.query("listen crw_workflow_cancel");
+      this.#listener = client;
+    }
   }
 
   /**
@@ -107,6 +119,12 @@ export class WorkflowEngine {
       [...this.#runs.values()].flatMap((r) => [...r.active.values()].map((a) => a.done)),
     );
     this.#runs.clear();
+    const listener = this.#listener;
+    this.#listener = undefined;
+    if (listener) {
+      await listener.query("unlisten *").catch(() => undefined);
+      listener.release();
+    }
     const release = this.#releaseOwner;
     this.#releaseOwner = undefined;
     await release?.();
@@ -373,6 +391,22 @@ export class WorkflowEngine {
     return added.map((n) => n.id);
   }
 
+  /**
+   * A Stop for a workflow: this process's own run is cancelled at once; one driven by another process is
+   * recorded for its owner (who cancels it and delivers the summary). `not_running`: nothing to stop.
+   */
+  async requestCancel(
+    workflowId: string,
+    principalAccountId: string,
+  ): Promise<"cancelled" | "requested" | "not_running"> {
+    const run = this.#runs.get(workflowId);
+    if (run && run.journal.principalAccountId === principalAccountId) {
+      await run.cancel();
+      return "cancelled";
+    }
+    return (await this.store.requestCancel(workflowId, principalAccountId)) ? "requested" : "not_running";
+  }
+
   /** Ctrl+B for a foreground WorkflowStart: see WorkflowRun.moveToBackground. */
   async background(
     workflowId: string,
@@ -609,6 +643,11 @@ export class WorkflowEngine {
       return "refused";
     }
     if ((await run.publish()).status === "stale") return "refused";
+    run.rebuilt = true;
+    if (row.cancelRequested) {
+      void run.cancel();
+      return "resumed";
+    }
     for (const id of journal.order) {
       const n = journal.nodes[id] as NodeState;
       if (n.status === "running" && n.childSessionId) run.launch(id, "continue");

@@ -99,6 +99,9 @@ export class WorkflowRun {
    * `ready` holds journal writes back until the created receipt's proof is adopted: a Stop that arrives
    * before it still queues its snapshot at once, and journals after the native record exists.
    */
+  /** Rebuilt from its journal at boot: a running node's child may have worked before the restart. */
+  rebuilt = false;
+
   constructor(
     public journal: OrchestrationJournal,
     private readonly deps: RunDeps,
@@ -180,8 +183,15 @@ export class WorkflowRun {
     const generation = this.journal.recovery.workflowGeneration;
     this.#writes = this.#writes.then(async (ok) => {
       if (!ok || this.#stopped) return false;
-      const written = await this.deps.store.writeJournal(this.id, body, generation, this.deps.owner);
+      const { written, cancelRequested } = await this.deps.store.writeJournalChecked(
+        this.id,
+        body,
+        generation,
+        this.deps.owner,
+      );
       if (!written) this.abandon("stale");
+      // A Stop recorded by another process: honoured here, as this process's own.
+      else if (cancelRequested && !this.journal.cancelRequested) queueMicrotask(() => void this.cancel());
       return written;
     });
     return this.#writes;
@@ -513,7 +523,7 @@ export class WorkflowRun {
       const n = this.journal.nodes[id] as NodeState;
       if (n.status === "pending" || (n.status === "reserved" && !this.started.has(id)))
         this.#setStatus(id, "cancelled");
-      else if ((n.status === "running" && this.started.has(id)) || n.status === "waiting")
+      else if ((n.status === "running" && (this.started.has(id) || this.rebuilt)) || n.status === "waiting")
         this.#setStatus(id, "interrupted");
       else if (n.status === "running") this.#setStatus(id, "cancelled");
     }

@@ -27,6 +27,7 @@ export interface WorkflowRow {
   readonly publishedCount: number;
   readonly summaryResultId: string | null;
   readonly lockedBy: string | null;
+  readonly cancelRequested: boolean;
 }
 
 type Row = Record<string, unknown>;
@@ -47,6 +48,7 @@ function workflowFromRow(r: Row): WorkflowRow {
     publishedCount: Number(r.published_count),
     summaryResultId: r.summary_result_id === null ? null : String(r.summary_result_id),
     lockedBy: r.locked_by === null ? null : String(r.locked_by),
+    cancelRequested: r.cancel_requested_at !== null && r.cancel_requested_at !== undefined,
   };
 }
 
@@ -204,6 +206,32 @@ export class PgWorkflowStore {
     });
   }
 
+  /**
+   * A Stop for a workflow another process drives: recorded on the row and announced to its owner (channel
+   * crw_workflow_cancel). False when the workflow is not running (or not this account's).
+   */
+  async requestCancel(workflowId: string, principalAccountId: string): Promise<boolean> {
+    return tx(this.pool, async (c) => {
+      const { rowCount } = await c.query(
+        `update workflows set cancel_requested_at = coalesce(cancel_requested_at, now()), updated_at = now()
+          where id = $1::uuid and principal_account_id = $2::uuid and status = 'running'`,
+        [workflowId, principalAccountId],
+      );
+      if (rowCount !== 1) return false;
+      await c.query("select pg_notify('crw_workflow_cancel', $1)", [workflowId]);
+      return true;
+    });
+  }
+
+  /** Whether a Stop was recorded for the workflow (read by its owner at each journal write and at boot). */
+  async cancelRequested(workflowId: string): Promise<boolean> {
+    const { rows } = await this.pool.query<Row>(
+      "select cancel_requested_at is not null as requested from workflows where id = $1::uuid",
+      [workflowId],
+    );
+    return rows[0]?.requested === true;
+  }
+
   async releaseWorkflow(workflowId: string, owner: string): Promise<void> {
     await this.pool.query(
       "update workflows set locked_by = null, locked_at = null where id = $1::uuid and locked_by = $2",
@@ -227,15 +255,30 @@ export class PgWorkflowStore {
     owner: string,
     q: Queryable = this.pool,
   ): Promise<boolean> {
-    const { rowCount } = await q.query(
-      `insert into workflow_journals (workflow_id, body)
-       select w.id, $2::jsonb from workflows w
-        where w.id = $1::uuid and w.generation = $3 and w.locked_by = $4
-       on conflict (workflow_id) do update set body = excluded.body, revision = workflow_journals.revision + 1,
-              updated_at = now()`,
+    return (await this.writeJournalChecked(workflowId, body, generation, owner, q)).written;
+  }
+
+  /** writeJournal, also answering whether a Stop was recorded for the workflow meanwhile. */
+  async writeJournalChecked(
+    workflowId: string,
+    body: unknown,
+    generation: number,
+    owner: string,
+    q: Queryable = this.pool,
+  ): Promise<{ written: boolean; cancelRequested: boolean }> {
+    const { rows } = await q.query<Row>(
+      `with w as (select id, cancel_requested_at from workflows
+                   where id = $1::uuid and generation = $3 and locked_by = $4),
+            ins as (insert into workflow_journals (workflow_id, body)
+                    select id, $2::jsonb from w
+                    on conflict (workflow_id) do update set body = excluded.body,
+                           revision = workflow_journals.revision + 1, updated_at = now()
+                    returning workflow_id)
+       select (select count(*) from ins)::int as written,
+              coalesce((select cancel_requested_at is not null from w), false) as cancel`,
       [workflowId, JSON.stringify(body), generation, owner],
     );
-    return rowCount === 1;
+    return { written: rows[0]?.written === 1, cancelRequested: rows[0]?.cancel === true };
   }
 
   /**

@@ -132,8 +132,15 @@ export function workflowTools(options: SubagentToolsOptions): MutatingTool[] {
             `workflow ${a.workflowId} is not a workflow of this session`,
           );
         }
-        const outcome = await engine.cancel(a.workflowId, principal);
-        return { content: outcome.summary ?? `Workflow ${a.workflowId} was superseded by a newer run.` };
+        if (engine.run(a.workflowId)) {
+          const outcome = await engine.cancel(a.workflowId, principal);
+          return { content: outcome.summary ?? `Workflow ${a.workflowId} was superseded by a newer run.` };
+        }
+        const asked = await engine.requestCancel(a.workflowId, principal);
+        if (asked === "not_running") {
+          throw new WorkflowStateError("not_running", `workflow ${a.workflowId} is not running`);
+        }
+        return { content: `Cancel of workflow ${a.workflowId} requested; its summary arrives as a message.` };
       },
     },
   );
