@@ -1,7 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { DelegationRepository, SessionRow, SubagentRun, TranscriptMessage } from "@crw/db";
 import {
-  admitStoredWorkDir,
   captureDelegatedExecutionScope,
   continuationScope,
   type DelegatedExecutionScope,
@@ -9,130 +8,38 @@ import {
   delegatedScopeFromAccess,
   delegatedWorkDir,
   type ExecutionTarget,
-  type HostProject,
   intersectAllow,
   parseDelegatedExecutionScope,
   readOnlyContinuationScope,
   unionDeny,
   type WorkDirPolicy,
 } from "../scope/index.js";
-import { endsWithAnswer } from "./context.js";
-import { type DelegationEvent, drainResults, type ResultDeliveredEvent } from "./delivery.js";
+import { type DelegationEvent, drainResults } from "./delivery.js";
 import { DelegationError, toError } from "./errors.js";
-import { faultPoint } from "./faults.js";
 import { Notifier } from "./notifier.js";
 import { systemPromptFor } from "./prompt.js";
-import { lastSettledAssistantText, readSubagent } from "./readSubagent.js";
-import type { MutatingTool } from "./scopedTools.js";
-import { DEFAULT_TOOL_RESULT_INLINE_BYTES, prepareCompletion, type SpillStore } from "./spill.js";
+import { readSubagent } from "./readSubagent.js";
+import { DelegatedSettlement } from "./settlement.js";
 import { delegationTools } from "./tools.js";
-import type { ProgressEvent, ProgressSink, SessionTurnRunner, TurnOutcome, TurnTool } from "./turn.js";
+import type { ProgressSink, TurnOutcome, TurnTool } from "./turn.js";
 import { SessionTurns } from "./turns.js";
+import type {
+  ContinueArgs,
+  DelegateArgs,
+  DelegationCompletion,
+  DelegationReceipt,
+  DelegationServiceOptions,
+  PendingResultDrainOutcome,
+} from "./types.js";
 
-export interface DelegationServiceOptions {
-  readonly repo: DelegationRepository;
-  readonly runner: SessionTurnRunner;
-  readonly spill: SpillStore;
-  /** This process's recovery-owner id (defaults to a fresh one). */
-  readonly owner?: string;
-  readonly toolResultInlineBytes?: () => number;
-  /** The session's own tools beside Delegate/DelegateContinue/DelegateRead (a child's file and shell tools). */
-  readonly tools?: (session: SessionRow) => readonly MutatingTool[];
-  /** Overrides the default composition (worker persona for fresh workers, the parent's prompt for forks). */
-  readonly systemPrompt?: (session: SessionRow, scope: DelegatedExecutionScope | null) => string;
-  readonly onResultDelivered?: (event: ResultDeliveredEvent) => void | Promise<void>;
-  readonly onEvent?: (event: DelegationEvent) => void;
-  /**
-   * The host's project registry: where a scoped caller's project lives, and which registered project a
-   * directory belongs to. Without it, only operators place children (anywhere readable on this host).
-   */
-  readonly projects?: {
-    readonly rootOf?: (ref: string) => Promise<HostProject | undefined> | HostProject | undefined;
-    readonly projectForPath?: (dir: string) => Promise<HostProject | undefined> | HostProject | undefined;
-  };
-  /** Bound of one wait for a child's live helpers; the rows are re-read after each. */
-  readonly helperWaitMs?: number;
-  /** Bound on follow-up turns in one settlement drain. */
-  readonly maxDrainTurns?: number;
-}
-
-export interface DelegateArgs {
-  readonly parentSessionId: string;
-  readonly principalAccountId: string;
-  readonly toolCallId: string;
-  readonly task: string;
-  readonly mode: "foreground" | "background";
-  /** The caller's turn is read-only (plan mode): the child is read-only too. */
-  readonly callerReadOnly?: boolean;
-  readonly role?: string;
-  readonly context?: string;
-  readonly tools?: { readonly allow?: readonly string[]; readonly deny?: readonly string[] };
-  readonly readOnly?: boolean;
-  readonly workDir?: string | null;
-  readonly model?: string;
-  /** A fork: the child continues the parent's transcript and prompt instead of a fresh worker's. */
-  readonly fork?: boolean;
-  readonly progress?: ProgressSink;
-}
-
-export interface ContinueArgs {
-  readonly parentSessionId: string;
-  readonly principalAccountId: string;
-  readonly childSessionId: string;
-  readonly toolCallId: string;
-  readonly text: string;
-  readonly mode: "foreground" | "background";
-  readonly callerReadOnly?: boolean;
-  /** Asks for write access; refused from a read-only turn. */
-  readonly writeAccess?: boolean;
-  readonly progress?: ProgressSink;
-}
-
-/** What a completion emitter accepts: a sub-agent's result, or one whole-workflow summary. */
-export type DelegationCompletion =
-  | {
-      readonly kind: "subagent";
-      readonly runId: string;
-      readonly principalAccountId: string;
-      readonly outcome: "ok" | "error";
-      readonly body: string;
-    }
-  | {
-      readonly kind: "workflow_summary";
-      readonly parentSessionId: string;
-      readonly principalAccountId: string;
-      readonly toolCallId: string;
-      readonly outcome: "ok" | "error";
-      readonly summary: string;
-    };
-
-export type DelegationReceipt =
-  | {
-      readonly kind: "result";
-      readonly runId: string;
-      readonly childSessionId: string;
-      readonly resultId: string;
-      readonly outcome: "ok" | "error";
-      readonly body: string;
-    }
-  | { readonly kind: "started"; readonly runId: string; readonly childSessionId: string }
-  | { readonly kind: "steered"; readonly childSessionId: string; readonly steerId: string };
-
-/**
- * The outcome of draining a settling child's pending results and steers into a follow-up turn. `failed`
- * carries the first delivered result id, the reason and the original cause (in memory only; the persisted
- * result payloads stay as they were); `aborted` takes precedence over failure.
- */
-export type PendingResultDrainOutcome =
-  | { readonly kind: "idle" }
-  | { readonly kind: "delivered"; readonly resultIds: readonly string[]; readonly reply: string | undefined }
-  | {
-      readonly kind: "failed";
-      readonly resultId: string | undefined;
-      readonly reason: string;
-      readonly cause: Error;
-    }
-  | { readonly kind: "aborted" };
+export type {
+  ContinueArgs,
+  DelegateArgs,
+  DelegationCompletion,
+  DelegationReceipt,
+  DelegationServiceOptions,
+  PendingResultDrainOutcome,
+} from "./types.js";
 
 const NO_PROGRESS: ProgressSink = () => {};
 
@@ -147,16 +54,17 @@ export class DelegationService {
   readonly turns: SessionTurns;
   readonly notifier = new Notifier();
   readonly owner: string;
-  readonly #options: DelegationServiceOptions;
+  readonly options: DelegationServiceOptions;
+  readonly settlement: DelegatedSettlement;
   readonly #background = new Set<Promise<unknown>>();
-  readonly #drains = new Map<string, Promise<PendingResultDrainOutcome>>();
   #releaseLease: (() => Promise<void>) | undefined;
 
   constructor(options: DelegationServiceOptions) {
-    this.#options = options;
+    this.options = options;
     this.repo = options.repo;
     this.owner = options.owner ?? `crw-${process.pid}-${randomUUID()}`;
     this.turns = new SessionTurns(options.repo, options.runner);
+    this.settlement = new DelegatedSettlement(this);
   }
 
   /** Announces this process as a live owner of the runs it starts (see claimOpenRuns). */
@@ -171,7 +79,7 @@ export class DelegationService {
   }
 
   emit(event: DelegationEvent): void {
-    this.#options.onEvent?.(event);
+    this.options.onEvent?.(event);
   }
 
   /** Resolves when no background work this process started is left (bounded by that work's own bounds). */
@@ -224,7 +132,7 @@ export class DelegationService {
   ): Promise<TurnOutcome> {
     const session = await this.repo.getSession(sessionId, principalAccountId);
     const outcome = await this.turns.exclusive(session.id, () =>
-      this.#sessionTurn(session, [{ body: { type: "message", message: { role: "user", content: text } } }], {
+      this.sessionTurn(session, [{ body: { type: "message", message: { role: "user", content: text } } }], {
         readOnly: options.readOnly ?? false,
         progress: options.progress ?? NO_PROGRESS,
         scope: null,
@@ -234,15 +142,15 @@ export class DelegationService {
     return outcome;
   }
 
-  async #sessionTurn(
+  async sessionTurn(
     session: SessionRow,
     input: Parameters<SessionTurns["runLocked"]>[0]["input"],
     opts: { readOnly: boolean; progress: ProgressSink; scope: DelegatedExecutionScope | null },
   ): Promise<TurnOutcome> {
-    const own = this.#options.tools?.(session) ?? [];
+    const own = this.options.tools?.(session) ?? [];
     const tools = [...delegationTools(this, session, opts.readOnly), ...own];
     const systemPrompt =
-      this.#options.systemPrompt?.(session, opts.scope) ?? (await this.#systemPromptOf(session, tools));
+      this.options.systemPrompt?.(session, opts.scope) ?? (await this.#systemPromptOf(session, tools));
     return this.turns.runLocked({
       session,
       input,
@@ -251,7 +159,7 @@ export class DelegationService {
       readOnly: opts.readOnly,
       systemPrompt,
       progress: opts.progress,
-      drainSteering: () => this.#drainInto(session),
+      drainSteering: () => this.drainInto(session),
     });
   }
 
@@ -276,7 +184,7 @@ export class DelegationService {
   }
 
   /** Journals (and acknowledges) what arrived for a session: its queued results, then a child's text steers. */
-  async #drainInto(session: SessionRow): Promise<TranscriptMessage[]> {
+  async drainInto(session: SessionRow): Promise<TranscriptMessage[]> {
     const results = await drainResults(this.#deliveryDeps(), session.id, session.principalAccountId);
     if (session.kind !== "delegated") return results;
     const steers = await this.repo.pendingSteers(session.id, session.principalAccountId);
@@ -293,7 +201,7 @@ export class DelegationService {
       repo: this.repo,
       notifier: this.notifier,
       emit: (e: DelegationEvent) => this.emit(e),
-      ...(this.#options.onResultDelivered ? { onResultDelivered: this.#options.onResultDelivered } : {}),
+      ...(this.options.onResultDelivered ? { onResultDelivered: this.options.onResultDelivered } : {}),
     };
   }
 
@@ -327,7 +235,7 @@ export class DelegationService {
     const outcome = await this.turns.exclusive(session.id, async () => {
       const delivered = await drainResults(this.#deliveryDeps(), session.id, session.principalAccountId);
       if (delivered.length === 0) return undefined;
-      return this.#sessionTurn(session, [], { readOnly: false, progress: NO_PROGRESS, scope: null });
+      return this.sessionTurn(session, [], { readOnly: false, progress: NO_PROGRESS, scope: null });
     });
     if (outcome !== undefined) {
       const more = await this.repo.queuedResultIds(session.id, session.principalAccountId);
@@ -378,7 +286,7 @@ export class DelegationService {
 
   async #workDirPolicy(authority: { operator?: boolean; target: ExecutionTarget }): Promise<WorkDirPolicy> {
     const target = authority.target;
-    const projectForPath = this.#options.projects?.projectForPath;
+    const projectForPath = this.options.projects?.projectForPath;
     const admin: WorkDirPolicy = {
       kind: "admin",
       canExecuteHost: authority.operator === true,
@@ -391,7 +299,7 @@ export class DelegationService {
         return { kind: "managed", ref: target.ref, guestRoot: target.root };
       case "host": {
         if (target.ref === null) return admin;
-        const project = await this.#options.projects?.rootOf?.(target.ref);
+        const project = await this.options.projects?.rootOf?.(target.ref);
         if (project) return { kind: "scoped", project };
         if (authority.operator) return admin;
         throw new DelegationError("invalid_input", `project ${target.ref} is not registered on this host`, {
@@ -515,262 +423,34 @@ export class DelegationService {
 
   // ---- settlement
 
-  /**
-   * Runs a call to its settlement: its turn, then (while the call is settling) every pending helper result
-   * and text steer in follow-up turns, waiting out live helpers; only then is the result written to the
-   * parent's inbox (with the run terminal, one transaction) and the parent told. Returns the result id.
-   */
-  async executeRun(
+  // ---- settlement (DelegatedSettlement owns it; these keep the service's surface)
+
+  executeRun(
     run: SubagentRun,
     opts: { progress?: ProgressSink; signal?: AbortSignal } = {},
   ): Promise<string> {
-    if (!run.childSessionId)
-      return this.#settle(
-        run,
-        "error",
-        "the child session was discarded before it was ready",
-        "child_missing",
-      );
-    const start = await this.repo.startRun(run.id, run.generation, this.owner);
-    if (!start.started) {
-      // The same call again (a retried tool call): its settled result is the answer, never a second run.
-      const settled = await this.repo.resultForRun(run.id, run.principalAccountId);
-      if (settled) return settled.id;
-      throw new DelegationError("child_failed", "the call is no longer open in this generation", {
-        runId: run.id,
-      });
-    }
-    const child = await this.repo.getSession(run.childSessionId, run.principalAccountId);
-    // Every turn of the call reads the call's own scope (its read-only clamp, else the child's durable
-    // scope), narrowed by the delegating side's live access: current grants only ever narrow it.
-    let scope: DelegatedExecutionScope;
-    try {
-      const parent = await this.repo.getSession(run.parentSessionId, run.principalAccountId);
-      scope = parseDelegatedExecutionScope(
-        continuationScope(run.readOnlyScope ?? child.scope ?? "", await this.authorityFor(parent)),
-      );
-      // Channel admission of the stored placement: a vanished directory, or one that no longer belongs to
-      // its host target, refuses the turn; the admitted (real) path is where the turn runs.
-      const admitted = await admitStoredWorkDir(scope, this.#options.projects?.projectForPath);
-      scope = { ...scope, workDir: admitted };
-    } catch (e) {
-      return this.#settle(
-        run,
-        "error",
-        `the call's scope no longer holds: ${toError(e).message}`,
-        "scope_refused",
-      );
-    }
-    const progress = opts.progress ?? NO_PROGRESS;
-    let outcome: TurnOutcome = { stopReason: "stop" };
-    const journal = await this.repo.readJournal(child.id, run.principalAccountId);
-    if (!endsWithAnswer(journal))
-      outcome = (await this.runChildTurn(child, scope, progress, opts.signal)).outcome;
-    const drained = await this.#settlementDrain(run, child, scope, progress, outcome, opts.signal);
-    await this.repo.markRunSettling(run.id, run.generation);
-    if (drained.kind === "failed" || drained.kind === "aborted") {
-      const reason = drained.kind === "failed" ? drained.reason : "the call was stopped";
-      // Text follow-ups the call can no longer take get their dropped notice instead of waiting forever.
-      await this.repo.dropSteers(child.id, run.principalAccountId, `the call ended: ${reason}`);
-      return this.#settle(run, "error", reason, drained.kind === "failed" ? "child_failed" : "aborted");
-    }
-    const reply = await lastSettledAssistantText(this.repo, child.id, run.principalAccountId);
-    const resultId = await this.#settle(run, "ok", reply ?? "(the child gave no answer)");
-    // A follow-up that raced the settlement would otherwise wait for a call that is gone: it gets its notice.
-    await this.repo.dropSteers(
-      child.id,
-      run.principalAccountId,
-      "the call settled before this follow-up was taken",
-    );
-    return resultId;
+    return this.settlement.executeRun(run, opts);
   }
 
-  /**
-   * DelegatedSettlement.runChildTurn: the one bracket for a call's turns, text follow-ups and result turns.
-   * It waits for the child's current turn (callers queue, FIFO), journals what is pending, runs one turn
-   * and returns the newest settled reply. It adds no queue or timer of its own beyond the session lock.
-   */
   runChildTurn(
     child: SessionRow,
     scope: DelegatedExecutionScope,
     progress: ProgressSink,
     signal?: AbortSignal,
-  ): Promise<{ outcome: TurnOutcome; reply: string | undefined; delivered: string[] }> {
-    return this.turns.exclusive(child.id, async () => {
-      const pending = await this.#drainInto(child);
-      const delivered = pending.flatMap((m) =>
-        m.role === "custom" && m.details?.resultId ? [m.details.resultId] : [],
-      );
-      const outcome =
-        signal?.aborted === true
-          ? ({ stopReason: "aborted" } as const)
-          : await this.#sessionTurn(child, [], {
-              readOnly: scope.readOnly,
-              progress: inheritSink(progress),
-              scope,
-            });
-      const reply = await lastSettledAssistantText(this.repo, child.id, child.principalAccountId);
-      return { outcome, reply, delivered };
-    });
+  ): ReturnType<DelegatedSettlement["runChildTurn"]> {
+    return this.settlement.runChildTurn(child, scope, progress, signal);
   }
 
-  async #settlementDrain(
-    run: SubagentRun,
-    child: SessionRow,
-    scope: DelegatedExecutionScope,
-    progress: ProgressSink,
-    first: TurnOutcome,
-    signal?: AbortSignal,
-  ): Promise<PendingResultDrainOutcome> {
-    if (signal?.aborted || first.stopReason === "aborted") return { kind: "aborted" };
-    if (first.stopReason === "error") {
-      return {
-        kind: "failed",
-        resultId: undefined,
-        reason: first.errorMessage ?? "the child's turn failed",
-        cause: new Error(first.errorMessage),
-      };
-    }
-    const bound = this.#options.maxDrainTurns ?? 32;
-    let last: PendingResultDrainOutcome = { kind: "idle" };
-    for (let turns = 0; turns < bound; ) {
-      if (signal?.aborted) return { kind: "aborted" };
-      // Live helpers first: a helper's result and its terminal status commit together, so once none is
-      // open, every helper result is already in the inbox and the reads below cannot miss one.
-      const live = await this.repo.openChildRuns(child.id, run.principalAccountId);
-      if (live.length > 0) {
-        // Their settlement wakes this waiter; the bound re-reads rows a wake-up could miss.
-        await this.notifier.wait(child.id, this.#options.helperWaitMs ?? 1000);
-        continue;
-      }
-      const steers = await this.repo.pendingSteers(child.id, run.principalAccountId);
-      const queued = await this.repo.queuedResultIds(child.id, run.principalAccountId);
-      if (steers.length === 0 && queued.length === 0) return last;
-      faultPoint("drain.during");
-      last = await this.drainPendingResults(child, scope, progress, signal);
-      if (last.kind === "failed" || last.kind === "aborted") return last;
-      turns++;
-    }
-    return {
-      kind: "failed",
-      resultId: undefined,
-      reason: `more than ${bound} follow-up turns while settling`,
-      cause: new Error("drain bound"),
-    };
-  }
-
-  /** One drain of a settling child; concurrent callers join the same drain and get the same outcome. */
   drainPendingResults(
     child: SessionRow,
     scope: DelegatedExecutionScope,
     progress: ProgressSink,
     signal?: AbortSignal,
   ): Promise<PendingResultDrainOutcome> {
-    const joined = this.#drains.get(child.id);
-    if (joined) return joined;
-    const drain = (async (): Promise<PendingResultDrainOutcome> => {
-      try {
-        const { outcome, reply, delivered } = await this.runChildTurn(child, scope, progress, signal);
-        if (signal?.aborted || outcome.stopReason === "aborted") return { kind: "aborted" };
-        if (outcome.stopReason === "error") {
-          const reason = outcome.errorMessage ?? "the follow-up turn failed";
-          return { kind: "failed", resultId: delivered[0], reason, cause: new Error(reason) };
-        }
-        return { kind: "delivered", resultIds: delivered, reply };
-      } catch (e) {
-        const cause = toError(e);
-        if (signal?.aborted) return { kind: "aborted" };
-        return { kind: "failed", resultId: undefined, reason: cause.message, cause };
-      }
-    })();
-    this.#drains.set(child.id, drain);
-    void drain.finally(() => this.#drains.delete(child.id));
-    return drain;
+    return this.settlement.drainPendingResults(child, scope, progress, signal);
   }
 
-  #inlineBytes(): number {
-    return this.#options.toolResultInlineBytes?.() ?? DEFAULT_TOOL_RESULT_INLINE_BYTES;
+  emitDelegationCompletion(completion: DelegationCompletion): Promise<string> {
+    return this.settlement.emitDelegationCompletion(completion);
   }
-
-  /**
-   * The one completion sink (emitDelegationCompletion): a sub-agent's result settles its run; a workflow
-   * delivers one whole-workflow summary for its tool call, never its individual node results. Both are
-   * prepared the same way (inline or spilled) before the inbox handoff; delivery then follows the parent's
-   * state like any result. Returns the result id.
-   */
-  async emitDelegationCompletion(completion: DelegationCompletion): Promise<string> {
-    if (completion.kind === "subagent") {
-      const run = await this.repo.getRun(completion.runId, completion.principalAccountId);
-      return this.#settle(run, completion.outcome, completion.body);
-    }
-    const resultId = randomUUID();
-    const prepared = await prepareCompletion({
-      repo: this.repo,
-      spill: this.#options.spill,
-      inlineBytes: this.#inlineBytes(),
-      recipient: {
-        sessionId: completion.parentSessionId,
-        principalAccountId: completion.principalAccountId,
-        fileName: `${resultId}.txt`,
-      },
-      readHint: "The workflow's node outputs remain readable with DelegateRead on each node's child.",
-      outcome: completion.outcome,
-      body: completion.summary,
-    });
-    const queued = await this.repo.enqueueWorkflowSummary({
-      resultId,
-      parentSessionId: completion.parentSessionId,
-      principalAccountId: completion.principalAccountId,
-      toolCallId: completion.toolCallId,
-      outcome: prepared.outcome,
-      body: prepared.body,
-      byteSize: prepared.byteSize,
-      ...(prepared.spillId ? { spillId: prepared.spillId } : {}),
-    });
-    if (queued.created)
-      await this.resultQueued(completion.parentSessionId, completion.principalAccountId, queued.resultId);
-    return queued.resultId;
-  }
-
-  async #settle(run: SubagentRun, outcome: "ok" | "error", body: string, code?: string): Promise<string> {
-    const prepared = await prepareCompletion({
-      repo: this.repo,
-      spill: this.#options.spill,
-      inlineBytes: this.#inlineBytes(),
-      recipient: {
-        sessionId: run.parentSessionId,
-        principalAccountId: run.principalAccountId,
-        fileName: `${run.id}.txt`,
-      },
-      readHint: `Read it with DelegateRead on child ${run.childSessionId}.`,
-      outcome,
-      body,
-    });
-    const error =
-      prepared.error ?? (outcome === "error" ? { code: code ?? "child_failed", message: body } : undefined);
-    const settled = await this.repo.settleRun({
-      runId: run.id,
-      generation: run.generation,
-      resultId: randomUUID(),
-      outcome: prepared.outcome,
-      body: prepared.body,
-      byteSize: prepared.byteSize,
-      ...(prepared.spillId ? { spillId: prepared.spillId } : {}),
-      ...(error ? { error } : {}),
-    });
-    faultPoint("child.settled");
-    if (run.mode === "background" || !this.turns.isStreaming(run.parentSessionId)) {
-      await this.resultQueued(run.parentSessionId, run.principalAccountId, settled.resultId);
-    } else {
-      this.notifier.notify(run.parentSessionId);
-    }
-    return settled.resultId;
-  }
-}
-
-/** The open call's sink for result turns: activity renews the stall watchdog; identity events stay out. */
-function inheritSink(sink: ProgressSink): ProgressSink {
-  return (event: ProgressEvent) => {
-    if (event.type !== "session") sink(event);
-  };
 }

@@ -1,0 +1,312 @@
+import { randomUUID } from "node:crypto";
+import type { DelegationRepository, JournalWrite, SessionRow, SubagentRun, TranscriptMessage } from "@crw/db";
+import {
+  admitStoredWorkDir,
+  continuationScope,
+  type DelegatedExecutionScope,
+  type DelegationAuthority,
+  parseDelegatedExecutionScope,
+} from "../scope/index.js";
+import { endsWithAnswer } from "./context.js";
+import { DelegationError, toError } from "./errors.js";
+import { faultPoint } from "./faults.js";
+import type { Notifier } from "./notifier.js";
+import { lastSettledAssistantText } from "./readSubagent.js";
+import { DEFAULT_TOOL_RESULT_INLINE_BYTES, prepareCompletion } from "./spill.js";
+import type { ProgressEvent, ProgressSink, TurnOutcome } from "./turn.js";
+import type { SessionTurns } from "./turns.js";
+import type { DelegationCompletion, DelegationServiceOptions, PendingResultDrainOutcome } from "./types.js";
+
+const NO_PROGRESS: ProgressSink = () => {};
+
+/** What settlement needs from the service that owns it (DelegationService implements it). */
+export interface SettlementCore {
+  readonly repo: DelegationRepository;
+  readonly owner: string;
+  readonly turns: SessionTurns;
+  readonly notifier: Notifier;
+  readonly options: DelegationServiceOptions;
+  authorityFor(session: SessionRow): Promise<DelegationAuthority>;
+  sessionTurn(
+    session: SessionRow,
+    input: readonly JournalWrite[],
+    opts: { readOnly: boolean; progress: ProgressSink; scope: DelegatedExecutionScope | null },
+  ): Promise<TurnOutcome>;
+  drainInto(session: SessionRow): Promise<TranscriptMessage[]>;
+  resultQueued(parentSessionId: string, principalAccountId: string, resultId: string): Promise<void>;
+}
+
+/**
+ * DelegatedSettlement: completing a call's child-owned work before its result is published. A call runs its
+ * turn; while it settles, pending helper results and text steers run in follow-up turns through the one
+ * bracket (`runChildTurn`) and live helpers are waited out; then the result (inline or spilled) enters the
+ * parent's inbox with the run terminal, in one transaction, and the parent is told.
+ */
+export class DelegatedSettlement {
+  readonly #drains = new Map<string, Promise<PendingResultDrainOutcome>>();
+
+  constructor(private readonly core: SettlementCore) {}
+
+  /**
+   * Runs a call to its settlement: its turn, then (while the call is settling) every pending helper result
+   * and text steer in follow-up turns, waiting out live helpers; only then is the result written to the
+   * parent's inbox (with the run terminal, one transaction) and the parent told. Returns the result id.
+   */
+  async executeRun(
+    run: SubagentRun,
+    opts: { progress?: ProgressSink; signal?: AbortSignal } = {},
+  ): Promise<string> {
+    if (!run.childSessionId)
+      return this.#settle(
+        run,
+        "error",
+        "the child session was discarded before it was ready",
+        "child_missing",
+      );
+    const start = await this.core.repo.startRun(run.id, run.generation, this.core.owner);
+    if (!start.started) {
+      // The same call again (a retried tool call): its settled result is the answer, never a second run.
+      const settled = await this.core.repo.resultForRun(run.id, run.principalAccountId);
+      if (settled) return settled.id;
+      throw new DelegationError("child_failed", "the call is no longer open in this generation", {
+        runId: run.id,
+      });
+    }
+    const child = await this.core.repo.getSession(run.childSessionId, run.principalAccountId);
+    // Every turn of the call reads the call's own scope (its read-only clamp, else the child's durable
+    // scope), narrowed by the delegating side's live access: current grants only ever narrow it.
+    let scope: DelegatedExecutionScope;
+    try {
+      const parent = await this.core.repo.getSession(run.parentSessionId, run.principalAccountId);
+      scope = parseDelegatedExecutionScope(
+        continuationScope(run.readOnlyScope ?? child.scope ?? "", await this.core.authorityFor(parent)),
+      );
+      // Channel admission of the stored placement: a vanished directory, or one that no longer belongs to
+      // its host target, refuses the turn; the admitted (real) path is where the turn runs.
+      const admitted = await admitStoredWorkDir(scope, this.core.options.projects?.projectForPath);
+      scope = { ...scope, workDir: admitted };
+    } catch (e) {
+      return this.#settle(
+        run,
+        "error",
+        `the call's scope no longer holds: ${toError(e).message}`,
+        "scope_refused",
+      );
+    }
+    const progress = opts.progress ?? NO_PROGRESS;
+    let outcome: TurnOutcome = { stopReason: "stop" };
+    const journal = await this.core.repo.readJournal(child.id, run.principalAccountId);
+    if (!endsWithAnswer(journal))
+      outcome = (await this.runChildTurn(child, scope, progress, opts.signal)).outcome;
+    const drained = await this.#settlementDrain(run, child, scope, progress, outcome, opts.signal);
+    await this.core.repo.markRunSettling(run.id, run.generation);
+    if (drained.kind === "failed" || drained.kind === "aborted") {
+      const reason = drained.kind === "failed" ? drained.reason : "the call was stopped";
+      // Text follow-ups the call can no longer take get their dropped notice instead of waiting forever.
+      await this.core.repo.dropSteers(child.id, run.principalAccountId, `the call ended: ${reason}`);
+      return this.#settle(run, "error", reason, drained.kind === "failed" ? "child_failed" : "aborted");
+    }
+    const reply = await lastSettledAssistantText(this.core.repo, child.id, run.principalAccountId);
+    const resultId = await this.#settle(run, "ok", reply ?? "(the child gave no answer)");
+    // A follow-up that raced the settlement would otherwise wait for a call that is gone: it gets its notice.
+    await this.core.repo.dropSteers(
+      child.id,
+      run.principalAccountId,
+      "the call settled before this follow-up was taken",
+    );
+    return resultId;
+  }
+
+  /**
+   * DelegatedSettlement.runChildTurn: the one bracket for a call's turns, text follow-ups and result turns.
+   * It waits for the child's current turn (callers queue, FIFO), journals what is pending, runs one turn
+   * and returns the newest settled reply. It adds no queue or timer of its own beyond the session lock.
+   */
+  runChildTurn(
+    child: SessionRow,
+    scope: DelegatedExecutionScope,
+    progress: ProgressSink,
+    signal?: AbortSignal,
+  ): Promise<{ outcome: TurnOutcome; reply: string | undefined; delivered: string[] }> {
+    return this.core.turns.exclusive(child.id, async () => {
+      const pending = await this.core.drainInto(child);
+      const delivered = pending.flatMap((m) =>
+        m.role === "custom" && m.details?.resultId ? [m.details.resultId] : [],
+      );
+      const outcome =
+        signal?.aborted === true
+          ? ({ stopReason: "aborted" } as const)
+          : await this.core.sessionTurn(child, [], {
+              readOnly: scope.readOnly,
+              progress: inheritSink(progress),
+              scope,
+            });
+      const reply = await lastSettledAssistantText(this.core.repo, child.id, child.principalAccountId);
+      return { outcome, reply, delivered };
+    });
+  }
+
+  async #settlementDrain(
+    run: SubagentRun,
+    child: SessionRow,
+    scope: DelegatedExecutionScope,
+    progress: ProgressSink,
+    first: TurnOutcome,
+    signal?: AbortSignal,
+  ): Promise<PendingResultDrainOutcome> {
+    if (signal?.aborted || first.stopReason === "aborted") return { kind: "aborted" };
+    if (first.stopReason === "error") {
+      return {
+        kind: "failed",
+        resultId: undefined,
+        reason: first.errorMessage ?? "the child's turn failed",
+        cause: new Error(first.errorMessage),
+      };
+    }
+    const bound = this.core.options.maxDrainTurns ?? 32;
+    let last: PendingResultDrainOutcome = { kind: "idle" };
+    for (let turns = 0; turns < bound; ) {
+      if (signal?.aborted) return { kind: "aborted" };
+      // Live helpers first: a helper's result and its terminal status commit together, so once none is
+      // open, every helper result is already in the inbox and the reads below cannot miss one.
+      const live = await this.core.repo.openChildRuns(child.id, run.principalAccountId);
+      if (live.length > 0) {
+        // Their settlement wakes this waiter; the bound re-reads rows a wake-up could miss.
+        await this.core.notifier.wait(child.id, this.core.options.helperWaitMs ?? 1000);
+        continue;
+      }
+      const steers = await this.core.repo.pendingSteers(child.id, run.principalAccountId);
+      const queued = await this.core.repo.queuedResultIds(child.id, run.principalAccountId);
+      if (steers.length === 0 && queued.length === 0) return last;
+      faultPoint("drain.during");
+      last = await this.drainPendingResults(child, scope, progress, signal);
+      if (last.kind === "failed" || last.kind === "aborted") return last;
+      turns++;
+    }
+    return {
+      kind: "failed",
+      resultId: undefined,
+      reason: `more than ${bound} follow-up turns while settling`,
+      cause: new Error("drain bound"),
+    };
+  }
+
+  /** One drain of a settling child; concurrent callers join the same drain and get the same outcome. */
+  drainPendingResults(
+    child: SessionRow,
+    scope: DelegatedExecutionScope,
+    progress: ProgressSink,
+    signal?: AbortSignal,
+  ): Promise<PendingResultDrainOutcome> {
+    const joined = this.#drains.get(child.id);
+    if (joined) return joined;
+    const drain = (async (): Promise<PendingResultDrainOutcome> => {
+      try {
+        const { outcome, reply, delivered } = await this.runChildTurn(child, scope, progress, signal);
+        if (signal?.aborted || outcome.stopReason === "aborted") return { kind: "aborted" };
+        if (outcome.stopReason === "error") {
+          const reason = outcome.errorMessage ?? "the follow-up turn failed";
+          return { kind: "failed", resultId: delivered[0], reason, cause: new Error(reason) };
+        }
+        return { kind: "delivered", resultIds: delivered, reply };
+      } catch (e) {
+        const cause = toError(e);
+        if (signal?.aborted) return { kind: "aborted" };
+        return { kind: "failed", resultId: undefined, reason: cause.message, cause };
+      }
+    })();
+    this.#drains.set(child.id, drain);
+    void drain.finally(() => this.#drains.delete(child.id));
+    return drain;
+  }
+
+  #inlineBytes(): number {
+    return this.core.options.toolResultInlineBytes?.() ?? DEFAULT_TOOL_RESULT_INLINE_BYTES;
+  }
+
+  /**
+   * The one completion sink (emitDelegationCompletion): a sub-agent's result settles its run; a workflow
+   * delivers one whole-workflow summary for its tool call, never its individual node results. Both are
+   * prepared the same way (inline or spilled) before the inbox handoff; delivery then follows the parent's
+   * state like any result. Returns the result id.
+   */
+  async emitDelegationCompletion(completion: DelegationCompletion): Promise<string> {
+    if (completion.kind === "subagent") {
+      const run = await this.core.repo.getRun(completion.runId, completion.principalAccountId);
+      return this.#settle(run, completion.outcome, completion.body);
+    }
+    const resultId = randomUUID();
+    const prepared = await prepareCompletion({
+      repo: this.core.repo,
+      spill: this.core.options.spill,
+      inlineBytes: this.#inlineBytes(),
+      recipient: {
+        sessionId: completion.parentSessionId,
+        principalAccountId: completion.principalAccountId,
+        fileName: `${resultId}.txt`,
+      },
+      readHint: "The workflow's node outputs remain readable with DelegateRead on each node's child.",
+      outcome: completion.outcome,
+      body: completion.summary,
+    });
+    const queued = await this.core.repo.enqueueWorkflowSummary({
+      resultId,
+      parentSessionId: completion.parentSessionId,
+      principalAccountId: completion.principalAccountId,
+      toolCallId: completion.toolCallId,
+      outcome: prepared.outcome,
+      body: prepared.body,
+      byteSize: prepared.byteSize,
+      ...(prepared.spillId ? { spillId: prepared.spillId } : {}),
+    });
+    if (queued.created)
+      await this.core.resultQueued(
+        completion.parentSessionId,
+        completion.principalAccountId,
+        queued.resultId,
+      );
+    return queued.resultId;
+  }
+
+  async #settle(run: SubagentRun, outcome: "ok" | "error", body: string, code?: string): Promise<string> {
+    const prepared = await prepareCompletion({
+      repo: this.core.repo,
+      spill: this.core.options.spill,
+      inlineBytes: this.#inlineBytes(),
+      recipient: {
+        sessionId: run.parentSessionId,
+        principalAccountId: run.principalAccountId,
+        fileName: `${run.id}.txt`,
+      },
+      readHint: `Read it with DelegateRead on child ${run.childSessionId}.`,
+      outcome,
+      body,
+    });
+    const error =
+      prepared.error ?? (outcome === "error" ? { code: code ?? "child_failed", message: body } : undefined);
+    const settled = await this.core.repo.settleRun({
+      runId: run.id,
+      generation: run.generation,
+      resultId: randomUUID(),
+      outcome: prepared.outcome,
+      body: prepared.body,
+      byteSize: prepared.byteSize,
+      ...(prepared.spillId ? { spillId: prepared.spillId } : {}),
+      ...(error ? { error } : {}),
+    });
+    faultPoint("child.settled");
+    if (run.mode === "background" || !this.core.turns.isStreaming(run.parentSessionId)) {
+      await this.core.resultQueued(run.parentSessionId, run.principalAccountId, settled.resultId);
+    } else {
+      this.core.notifier.notify(run.parentSessionId);
+    }
+    return settled.resultId;
+  }
+}
+
+/** The open call's sink for result turns: activity renews the stall watchdog; identity events stay out. */
+function inheritSink(sink: ProgressSink): ProgressSink {
+  return (event: ProgressEvent) => {
+    if (event.type !== "session") sink(event);
+  };
+}

@@ -1,0 +1,111 @@
+import type { DelegationRepository, SessionRow } from "@crw/db";
+import type { DelegatedExecutionScope, HostProject } from "../scope/index.js";
+import type { DelegationEvent, ResultDeliveredEvent } from "./delivery.js";
+import type { MutatingTool } from "./scopedTools.js";
+import type { SpillStore } from "./spill.js";
+import type { ProgressSink, SessionTurnRunner } from "./turn.js";
+
+export interface DelegationServiceOptions {
+  readonly repo: DelegationRepository;
+  readonly runner: SessionTurnRunner;
+  readonly spill: SpillStore;
+  /** This process's recovery-owner id (defaults to a fresh one). */
+  readonly owner?: string;
+  readonly toolResultInlineBytes?: () => number;
+  /** The session's own tools beside Delegate/DelegateContinue/DelegateRead (a child's file and shell tools). */
+  readonly tools?: (session: SessionRow) => readonly MutatingTool[];
+  /** Overrides the default composition (worker persona for fresh workers, the parent's prompt for forks). */
+  readonly systemPrompt?: (session: SessionRow, scope: DelegatedExecutionScope | null) => string;
+  readonly onResultDelivered?: (event: ResultDeliveredEvent) => void | Promise<void>;
+  readonly onEvent?: (event: DelegationEvent) => void;
+  /**
+   * The host's project registry: where a scoped caller's project lives, and which registered project a
+   * directory belongs to. Without it, only operators place children (anywhere readable on this host).
+   */
+  readonly projects?: {
+    readonly rootOf?: (ref: string) => Promise<HostProject | undefined> | HostProject | undefined;
+    readonly projectForPath?: (dir: string) => Promise<HostProject | undefined> | HostProject | undefined;
+  };
+  /** Bound of one wait for a child's live helpers; the rows are re-read after each. */
+  readonly helperWaitMs?: number;
+  /** Bound on follow-up turns in one settlement drain. */
+  readonly maxDrainTurns?: number;
+}
+
+export interface DelegateArgs {
+  readonly parentSessionId: string;
+  readonly principalAccountId: string;
+  readonly toolCallId: string;
+  readonly task: string;
+  readonly mode: "foreground" | "background";
+  /** The caller's turn is read-only (plan mode): the child is read-only too. */
+  readonly callerReadOnly?: boolean;
+  readonly role?: string;
+  readonly context?: string;
+  readonly tools?: { readonly allow?: readonly string[]; readonly deny?: readonly string[] };
+  readonly readOnly?: boolean;
+  readonly workDir?: string | null;
+  readonly model?: string;
+  /** A fork: the child continues the parent's transcript and prompt instead of a fresh worker's. */
+  readonly fork?: boolean;
+  readonly progress?: ProgressSink;
+}
+
+export interface ContinueArgs {
+  readonly parentSessionId: string;
+  readonly principalAccountId: string;
+  readonly childSessionId: string;
+  readonly toolCallId: string;
+  readonly text: string;
+  readonly mode: "foreground" | "background";
+  readonly callerReadOnly?: boolean;
+  /** Asks for write access; refused from a read-only turn. */
+  readonly writeAccess?: boolean;
+  readonly progress?: ProgressSink;
+}
+
+/** What a completion emitter accepts: a sub-agent's result, or one whole-workflow summary. */
+export type DelegationCompletion =
+  | {
+      readonly kind: "subagent";
+      readonly runId: string;
+      readonly principalAccountId: string;
+      readonly outcome: "ok" | "error";
+      readonly body: string;
+    }
+  | {
+      readonly kind: "workflow_summary";
+      readonly parentSessionId: string;
+      readonly principalAccountId: string;
+      readonly toolCallId: string;
+      readonly outcome: "ok" | "error";
+      readonly summary: string;
+    };
+
+export type DelegationReceipt =
+  | {
+      readonly kind: "result";
+      readonly runId: string;
+      readonly childSessionId: string;
+      readonly resultId: string;
+      readonly outcome: "ok" | "error";
+      readonly body: string;
+    }
+  | { readonly kind: "started"; readonly runId: string; readonly childSessionId: string }
+  | { readonly kind: "steered"; readonly childSessionId: string; readonly steerId: string };
+
+/**
+ * The outcome of draining a settling child's pending results and steers into a follow-up turn. `failed`
+ * carries the first delivered result id, the reason and the original cause (in memory only; the persisted
+ * result payloads stay as they were); `aborted` takes precedence over failure.
+ */
+export type PendingResultDrainOutcome =
+  | { readonly kind: "idle" }
+  | { readonly kind: "delivered"; readonly resultIds: readonly string[]; readonly reply: string | undefined }
+  | {
+      readonly kind: "failed";
+      readonly resultId: string | undefined;
+      readonly reason: string;
+      readonly cause: Error;
+    }
+  | { readonly kind: "aborted" };
