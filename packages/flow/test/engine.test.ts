@@ -233,6 +233,22 @@ describe("a session run in process against the fake app-server", () => {
     expect(events.some((e) => e.type === "bound" && e.via === "lookup")).toBe(true);
   });
 
+  it("a zod schema is accepted and converted to JSON Schema; the packet carries it", async () => {
+    const { z } = await import("zod");
+    run = await inProcessRun();
+    const wf = defineWorkflow({
+      name: "zod",
+      run: (ctx) =>
+        ctx.call({ role: "explorer", task: "t", schema: z.object({ answer: z.string().min(2) }) }),
+    });
+    const { outcome } = await run.execute(wf, (step) =>
+      step.k === 1 ? json({ answer: "x" }) : json({ answer: "ok" }),
+    );
+    expect(outcome).toEqual({ state: "completed", result: { answer: "ok" } });
+    const prepared = run.rows().find((r) => r.type === "prepared");
+    expect(prepared).toMatchObject({ input: { schema: { type: "object", required: ["answer"] } } });
+  });
+
   it("S000-091: an exceeded context window is a null_model", async () => {
     run = await inProcessRun();
     const one = defineWorkflow({

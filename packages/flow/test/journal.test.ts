@@ -126,6 +126,46 @@ describe("the journal", () => {
     expect(completed.tokens.input ?? 0).toBe(0);
   });
 
+  it("reads the flow rows of the rest of the seed (session_wake, escalation, evidence_placed, flow_warning)", () => {
+    const rows = [
+      {
+        type: "session_wake",
+        batch: "b1",
+        wake_id: "run:r/b1",
+        renotify: 0,
+        ops: ["c.1/t1"],
+        owner: "o",
+        owner_status: "idle",
+        waiting_seconds: 0,
+        staged: true,
+      },
+      {
+        type: "escalation",
+        reason: "session_unresponsive",
+        owner: "o",
+        ops: ["c.1/t1"],
+        batch: "b1",
+        waiting_seconds: 7200,
+      },
+      {
+        type: "evidence_placed",
+        call: "c.1",
+        evidence_assignment: "e",
+        evidence_cwd: "/w",
+        attempt: 1,
+        marker: "c.1/t1-a1",
+      },
+      { type: "flow_warning", warning: "read_role_wrote", call: "c.1" },
+    ].map((r, i) => JSON.stringify({ ...r, seq: i, at: "t" }));
+    const text = `${JSON.stringify({ format: "crw-flow-journal", version: 1, run_id: "r", created_at: "t" })}\n${rows.join("\n")}\n`;
+    expect(parseJournal(text).rows.map((r) => r.type)).toEqual([
+      "session_wake",
+      "escalation",
+      "evidence_placed",
+      "flow_warning",
+    ]);
+  });
+
   it("refuses a journal of a newer version", () => {
     expect(() =>
       parseJournal(

@@ -45,11 +45,12 @@ export async function showCommand(args: string[]): Promise<number> {
       if (status.startsWith("paused")) status = "running";
       return;
     }
-    if (!("call" in r)) return;
-    let c = calls.get(r.call);
+    if (!("call" in r) || typeof r.call !== "string") return;
+    const call = r.call;
+    let c = calls.get(call);
     if (!c) {
       c = {
-        call: r.call,
+        call,
         role: "",
         status: "open",
         attempts: 0,
@@ -61,7 +62,7 @@ export async function showCommand(args: string[]): Promise<number> {
         duration_ms: null,
         warnings: [],
       };
-      calls.set(r.call, c);
+      calls.set(call, c);
     }
     switch (r.type) {
       case "prepared":

@@ -102,6 +102,10 @@ export const StepPublishedRow = z.object({
   call_tokens: TokensSchema.optional(),
   conversation_turn: z.number().int().positive(),
   replaces_turn: z.number().int().positive().optional(),
+  /** A spawn step of a gated executor role in a run with an evidence cwd (written by the evidence work). */
+  evidence_assignment: z.string().optional(),
+  evidence_cwds: z.array(z.string()).optional(),
+  evidence_ignored: z.array(z.string()).optional(),
 });
 
 export const ThreadStartedRow = z.object({
@@ -123,6 +127,8 @@ export const ThreadStartedRow = z.object({
   effort_unchecked: z.boolean().optional(),
   session_agent_role_mismatch: z.object({ expected: z.string(), actual: z.string().nullable() }).optional(),
   prior_pairs: z.array(PairSchema).optional(),
+  /** The cwd the stop hook claims its receipt under, for a step with a flow evidence record. */
+  evidence_cwd: z.string().optional(),
 });
 
 export const TurnStartedRow = z.object({
@@ -167,6 +173,8 @@ export const CompletedRow = z.object({
   raw_text: z.string(),
   extracted: z.boolean(),
   tokens: TokensSchema,
+  /** An executor whose subagent moved HEAD: the commit is kept on the stray ref. */
+  executor_head_moved: z.object({ start: z.string(), head: z.string(), ref: z.string() }).optional(),
 });
 
 export const NullModelRow = z.object({
@@ -227,6 +235,54 @@ export const RoleStoreChangedRow = z.object({
   store_digest: z.string(),
 });
 
+/** The intent to write a step's flow evidence record under a directory; committed before the record. */
+export const EvidencePlacedRow = z.object({
+  ...base,
+  type: z.literal("evidence_placed"),
+  call: z.string(),
+  evidence_assignment: z.string(),
+  evidence_cwd: z.string(),
+  attempt: z.number().int().positive(),
+  marker: z.string(),
+});
+
+/** A wake of the owner thread the run staged (flow row). */
+export const SessionWakeRow = z.object({
+  ...base,
+  type: z.literal("session_wake"),
+  batch: z.string(),
+  wake_id: z.string(),
+  renotify: z.number().int().nonnegative(),
+  ops: z.array(z.string()),
+  owner: z.string(),
+  owner_status: z.string(),
+  waiting_seconds: z.number().nonnegative(),
+  staged: z.boolean(),
+  error: z.string().optional(),
+  reason: z.string().optional(),
+});
+
+/** The session_unresponsive escalation (flow row); the run goes on. */
+export const EscalationRow = z.object({
+  ...base,
+  type: z.literal("escalation"),
+  reason: z.literal("session_unresponsive"),
+  owner: z.string(),
+  ops: z.array(z.string()),
+  batch: z.string(),
+  waiting_seconds: z.number().nonnegative(),
+});
+
+/** A flow warning of the Trace digests and the like: read_role_wrote, executor_wrote_outside, … */
+export const FlowWarningRow = z.object({
+  ...base,
+  type: z.literal("flow_warning"),
+  warning: z.string(),
+  call: z.string().optional(),
+  op: z.string().optional(),
+  detail: z.record(z.string(), z.unknown()).optional(),
+});
+
 export const RunPausedRow = z.object({
   ...base,
   type: z.literal("run_paused"),
@@ -258,6 +314,10 @@ export const JournalRowSchema = z.discriminatedUnion("type", [
   StepUnwrittenRow,
   SessionHostWarningRow,
   RoleStoreChangedRow,
+  EvidencePlacedRow,
+  SessionWakeRow,
+  EscalationRow,
+  FlowWarningRow,
   RunPausedRow,
   RunEndedRow,
 ]);
