@@ -55,8 +55,9 @@ describe("runner process containment", () => {
     await view?.close();
     expect(pids).toHaveLength(2);
     stray.push(...pids);
-    // Let a heartbeat carry the state after the short-lived one exited.
-    await new Promise((r) => setTimeout(r, 400));
+    // Let heartbeats (every 100 ms) carry the state after the short-lived one exited; generous for a loaded machine.
+    await waitFor(() => !alive(pids[1] as number));
+    await new Promise((r) => setTimeout(r, 1_500));
     const { killChildRunners } = await import("./support/kill.js");
     expect(await killChildRunners()).toBe(1);
     await waitFor(() => exits.length === 1);
