@@ -78,4 +78,36 @@ describe("runtime configuration", () => {
     await dispatch.runTurn(childTurn(), host);
     expect(events.filter((e) => e.type === "turn_dispatched")).toHaveLength(2);
   });
+
+  it("S004-444: no environment switch selects runner use, and there are no duplicate runner script variants", async () => {
+    const { readFile, readdir } = await import("node:fs/promises");
+    const { join } = await import("node:path");
+    const saved = { ...process.env };
+    try {
+      process.env.ELOWEN_SUBAGENT_RUNNER = "0";
+      process.env.CRW_SUBAGENT_RUNNER = "0";
+      const config = parseSubagentConfig({});
+      const { pool, dispatch } = createSubagentRuntime({
+        config: () => config,
+        retryPolicySource: () =>
+          new MemoryRetryPolicySource({ revision: 1, maxRetries: 0, initialDelayMs: 0, multiplier: 1 }),
+        inProcess: createScriptedTurnRunner(),
+      });
+      closers.push(() => pool.close());
+      expect(dispatch.placement()).toBe("runner");
+    } finally {
+      process.env = saved;
+    }
+    const pkg = join(import.meta.dirname, "..");
+    const scripts = Object.keys(JSON.parse(await readFile(join(pkg, "package.json"), "utf8")).scripts);
+    expect(scripts.filter((name) => name.endsWith(":runner"))).toEqual([]);
+    // The only environment the sources read is the runner's named fault point for crash tests.
+    const read: string[] = [];
+    for (const file of await readdir(join(pkg, "src"), { recursive: true })) {
+      if (!String(file).endsWith(".ts")) continue;
+      const text = await readFile(join(pkg, "src", String(file)), "utf8");
+      for (const m of text.matchAll(/process\.env\.([A-Z_]+)/g)) read.push(m[1] as string);
+    }
+    expect([...new Set(read)]).toEqual(["CRW_RUNNER_FAULT"]);
+  });
 });
