@@ -89,6 +89,8 @@ describe("boot recovery", () => {
     all.push(second.engine);
     const recovered = await mine(w.parentSessionId, await second.engine.recoverInterrupted());
     expect(recovered.resumed).toEqual([started.workflowId]);
+    // A second pass while it runs here starts nothing twice.
+    expect((await mine(w.parentSessionId, await second.engine.recoverInterrupted())).resumed).toEqual([]);
     const outcome = await second.engine.finished(started.workflowId);
     expect(outcome.status).toBe("completed");
     expect(await childCount(w.parentSessionId)).toBe(2); // a's child once, then b's

@@ -563,7 +563,8 @@ export class WorkflowEngine {
   }
 
   /**
-   * Boot recovery: claims workflows whose owner is gone and resumes each from its journal, adopting the
+   * Boot recovery (and any later pass: call it again to adopt workflows of a daemon that died meanwhile):
+   * claims workflows whose owner is gone and resumes each from its journal, adopting the
    * native record's generation and admission version (no reset, no dispatch budget charged). A node whose
    * child exists is continued in that child (never a second node for a lost runner). An invalid or
    * old-format journal terminalizes only its own workflow, with a report to its parent.
@@ -574,6 +575,8 @@ export class WorkflowEngine {
     const rows = await this.store.claimInterrupted(this.options.owner, limit);
     const out = { resumed: [] as string[], invalid: [] as string[], refused: [] as string[] };
     for (const row of rows) {
+      // Already driven here (a repeated recovery pass): never a second run of the same workflow.
+      if (this.#runs.has(row.id)) continue;
       try {
         const what = await this.#recoverOne(row);
         out[what].push(row.id);
