@@ -14,6 +14,7 @@ export {
   scriptTask,
 } from "./scripted.js";
 export {
+  assertForkContextAvailable,
   type ContinueArgs,
   type DelegateArgs,
   type DelegationCompletion,

@@ -44,6 +44,20 @@ export type {
 const NO_PROGRESS: ProgressSink = () => {};
 
 /**
+ * Whether a child's context may be continued. A host-owned dream run is one-shot: terminal, it is never
+ * continued (its inherited prefix may be reclaimed); every ordinary child stays continuable.
+ */
+export function assertForkContextAvailable(child: SessionRow): void {
+  const scope = child.scope ? parseDelegatedExecutionScope(child.scope) : null;
+  if (scope?.dream) {
+    throw new DelegationError("invalid_input", "a memory-dreaming run cannot be continued", {
+      childSessionId: child.id,
+      dreamRunId: scope.dream.runId,
+    });
+  }
+}
+
+/**
  * The delegation core: Delegate, DelegateContinue and DelegateRead, the settlement of a child's call and the
  * exactly-once delivery of its result, over a DelegationRepository and a SessionTurnRunner. It keeps no truth
  * in memory: what ran, what is owed and what was delivered is in the rows; in-memory state only serializes
@@ -369,6 +383,7 @@ export class DelegationService {
       args.childSessionId,
       args.principalAccountId,
     );
+    assertForkContextAvailable(child);
     const open = await this.repo.openRunForChild(child.id, args.principalAccountId);
     if (open) {
       if (args.callerReadOnly) {

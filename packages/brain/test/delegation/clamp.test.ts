@@ -228,4 +228,38 @@ describe("DelegateContinue and the read-only clamp", () => {
     ).rejects.toMatchObject({ code: "invalid_authority" });
     expect((await db.pool.query("select 1 from subagent_runs where tool_call_id = 'c'")).rowCount).toBe(0);
   });
+
+  it("S004-250: a terminal host-owned dream run is not continuable", async () => {
+    const { service, repo } = makeService(db.pool);
+    const { account, parent } = await newParent(service);
+    const { child } = await repo.createDelegation({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "dream",
+      task: "dream",
+      mode: "background",
+      model: "scripted",
+      scope: JSON.stringify({
+        accountId: account.id,
+        target: { kind: "host", ref: null },
+        dream: { runId: "dream-1", accountUserId: account.id },
+      }),
+    });
+    await db.pool.query("update subagent_runs set status = 'succeeded' where child_session_id = $1", [
+      child.id,
+    ]);
+    await expect(
+      service.continueSubagent({
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        childSessionId: child.id,
+        toolCallId: "again",
+        text: "more",
+        mode: "foreground",
+      }),
+    ).rejects.toMatchObject({ code: "invalid_input", context: { dreamRunId: "dream-1" } });
+    expect((await db.pool.query("select 1 from subagent_runs where tool_call_id = 'again'")).rowCount).toBe(
+      0,
+    );
+  });
 });

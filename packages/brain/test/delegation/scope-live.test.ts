@@ -177,7 +177,7 @@ describe("scope capture and live access in delegation", () => {
     expect(names.some((n) => n.includes("wait") || n.includes("sleep"))).toBe(false);
   });
 
-  it("S004-044: a text follow-up the call can no longer take gets its dropped notice", async () => {
+  it("S004-044: S004-055: S004-057: a text follow-up the call can no longer take gets its dropped notice; the failure persists only its reason", async () => {
     let steered = false;
     const base = createScriptedTurnRunner();
     const { service, repo } = makeService(db.pool, {
@@ -207,6 +207,17 @@ describe("scope capture and live access in delegation", () => {
       [r.kind === "result" ? r.childSessionId : ""],
     );
     expect(receipts.rows).toEqual([{ status: "dropped", drop_reason: "the call ended: provider down" }]);
+    // the failed turn's Error and cause stay in memory: the row keeps the code and reason, the result its text
+    const run = await db.pool.query<{ error: unknown }>(
+      "select error from subagent_runs where tool_call_id = 'd' and parent_session_id = $1",
+      [parent.id],
+    );
+    expect(run.rows[0]?.error).toEqual({ code: "child_failed", message: "provider down" });
+    const result = await db.pool.query<{ body: string }>(
+      "select body from delegation_results where parent_session_id = $1",
+      [parent.id],
+    );
+    expect(result.rows.map((r) => r.body)).toEqual(["provider down"]);
   });
 
   it("S004-566: bad input to Delegate is refused with a typed error and nothing is written: a smuggled dream, a drive-relative cwd", async () => {
