@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import type { SubagentRun, TranscriptMessage } from "@crw/db";
 import { danglingToolCalls, endsWithAnswer } from "./context.js";
 import type { DelegationService } from "./service.js";
@@ -133,7 +134,6 @@ async function recoverRun(
 }
 
 async function settleError(service: DelegationService, run: SubagentRun, message: string): Promise<void> {
-  const { randomUUID } = await import("node:crypto");
   const settled = await service.repo.settleRun({
     runId: run.id,
     generation: run.generation,
