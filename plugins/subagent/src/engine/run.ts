@@ -594,7 +594,7 @@ export class WorkflowRun {
       ...(j.summaryToolCallId ? { toolCallId: j.summaryToolCallId } : {}),
       keepJournal: status !== "completed",
     });
-    if (!delivered) {
+    if (delivered === null) {
       this.abandon("stale");
       return;
     }
@@ -602,7 +602,7 @@ export class WorkflowRun {
       workflowId: this.id,
       parentSessionId: j.parentSessionId,
       principalAccountId: j.principalAccountId,
-      resultId: j.summaryResultId,
+      resultId: delivered,
       status,
     };
     // The origin's own completion sink when it bound one; the engine's (the boot path's) otherwise.
@@ -613,8 +613,8 @@ export class WorkflowRun {
     else await this.deps.onCompletion(completion);
     await this.deps.store.releaseWorkflow(this.id, this.deps.owner);
     this.#stopped = true;
-    this.deps.onEvent({ type: "workflow", workflowId: this.id, status, resultId: j.summaryResultId });
-    this.#resolve({ workflowId: this.id, status, summary, resultId: j.summaryResultId });
+    this.deps.onEvent({ type: "workflow", workflowId: this.id, status, resultId: delivered });
+    this.#resolve({ workflowId: this.id, status, summary, resultId: delivered });
   }
 }
 

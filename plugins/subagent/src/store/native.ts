@@ -283,7 +283,7 @@ export class PgWorkflowStore {
 
   /**
    * The whole-workflow summary into the parent's results inbox, exactly once (its id is fixed in the
-   * journal), and the journal's removal, in one transaction, after terminal publication has settled. The
+   * journal; the id of the summary already there for this tool call otherwise), and the journal's removal, in one transaction, after terminal publication has settled. The
    * delegation core then delivers it like any result (appended and acknowledged in the parent's journal).
    */
   async deliverSummary(input: {
@@ -298,14 +298,14 @@ export class PgWorkflowStore {
     byteSize?: number;
     spillId?: string;
     keepJournal?: boolean;
-  }): Promise<boolean> {
+  }): Promise<string | null> {
     return tx(this.pool, async (c) => {
       const { rows } = await c.query<Row>(
         "select * from workflows where id = $1::uuid and generation = $2 for update",
         [input.workflowId, input.generation],
       );
       const w = rows[0];
-      if (!w || w.status === "running") return false;
+      if (!w || w.status === "running") return null;
       const toolCallId = input.toolCallId ?? String(w.tool_call_id);
       // One summary per tool call (the delegation core's constraint): a repeat adds nothing.
       const inserted = await c.query<Row>(
@@ -339,7 +339,7 @@ export class PgWorkflowStore {
       );
       if (!input.keepJournal)
         await c.query("delete from workflow_journals where workflow_id = $1::uuid", [input.workflowId]);
-      return true;
+      return resultId;
     });
   }
 
