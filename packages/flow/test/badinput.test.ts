@@ -115,3 +115,20 @@ describe("bad input gets a clear error and an exit code", () => {
     );
   });
 });
+
+describe("a run process that cannot start", () => {
+  it("start says so (exit 1) and names the log when the process ends before it holds the run", async () => {
+    const wf = join(root, "ok2.mjs");
+    writeFileSync(wf, 'export default { name: "ok2", run: async () => 1 };');
+    const dies = join(root, "dies.mjs");
+    writeFileSync(dies, "process.exit(3);");
+    const r = await crwFlow(
+      ["start", wf, "--state", join(root, "s-dead"), "--run", "dead", "--json"],
+      { ...env, CRW_CLI_ENTRY: dies },
+      root,
+    );
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("process.log");
+    expect(r.stderr).toContain("crw flow resume dead");
+  });
+});

@@ -3,7 +3,8 @@ import { existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
 import { isAbsolute, resolve } from "node:path";
 import { readCodexSettings } from "../run/codexConfig.js";
 import { launchRunProcess } from "../run/launch.js";
-import { lockHolder, tryLock, unlock } from "../run/locks.js";
+import { readLightRows } from "../run/lightJournal.js";
+import { lockHolder, pidAlive, tryLock, unlock } from "../run/locks.js";
 import { checkRunId, runPaths, stateDirFrom } from "../run/paths.js";
 import { ROLE_NAMES, readRoleTable, spawnFormat } from "../run/roles.js";
 import { type RunSpec, SPEC_FORMAT, writeSpec } from "../run/spec.js";
@@ -112,9 +113,17 @@ export async function startCommand(args: string[]): Promise<number> {
     writeSpec(paths.spec, spec);
     pid = launchRunProcess(paths, spec);
     const deadline = Date.now() + HANDOVER_MS;
-    while (Date.now() < deadline && !lockHolder(paths.runLock)) await sleep(25);
+    while (Date.now() < deadline && !lockHolder(paths.runLock) && pidAlive(pid)) await sleep(25);
   } finally {
     unlock(paths.startLock);
+  }
+  const recorded = () => readLightRows(paths.journal).some((r) => r.type === "started" && r.pid === pid);
+  if (!lockHolder(paths.runLock) && !pidAlive(pid) && !recorded()) {
+    throw new FlowError(
+      "run_live",
+      `the run's process (pid ${pid}) ended before it held the run; see ${paths.log}, then: crw flow resume ${runId}`,
+      EXIT_REFUSED,
+    );
   }
   const facts = sessionFacts(owner, codex, paths.dir, repo);
   const crw = `${process.execPath} ${process.argv[1] ?? "crw"}`;
