@@ -58,7 +58,7 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
   };
   try {
     db = await openDaemonDatabase(config, (msg, fields) => log.info(fields ?? {}, msg));
-    const ran = await migrate(db.url);
+    const ran = await migrateShared(db.url, log);
     log.info({ ran, database: db.kind }, "migrations applied");
     pool = new pg.Pool({ connectionString: db.url, max: 16 });
     pool.on("error", (e) => log.warn({ err: e }, "idle database client failed"));
@@ -168,6 +168,25 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
     log.error({ err: e }, "daemon failed to start");
     await cleanup();
     throw e;
+  }
+}
+
+/**
+ * Migrations when several daemons share one PostgreSQL and boot together: node-pg-migrate holds an advisory
+ * lock and refuses a second runner at once (it throws a plain Error, so its text is all there is to match);
+ * the later daemon waits for the first to finish, bounded, then migrates (finding nothing left to do).
+ */
+async function migrateShared(url: string, log: Logger): Promise<unknown> {
+  const until = Date.now() + 60_000;
+  for (let delay = 100; ; delay = Math.min(delay * 2, 2_000)) {
+    try {
+      return await migrate(url);
+    } catch (e) {
+      const busy = e instanceof Error && /another migration is already running/i.test(e.message);
+      if (!busy || Date.now() > until) throw e;
+      log.info({ delayMs: delay }, "another daemon is migrating; waiting");
+      await new Promise((r) => setTimeout(r, delay));
+    }
   }
 }
 

@@ -125,7 +125,9 @@ describe("daemon lifecycle", () => {
           task: steps({ text: "ran here" }),
         });
         expect(r).toMatchObject({ kind: "result", body: "ran here" });
-        expect(daemon.runtime.placements).toEqual({ runner: 0, "in-process": 1 });
+        // The child's turn ran here (the root parent's follow-up turn may run here too; roots always do).
+        expect(daemon.runtime.placements.runner).toBe(0);
+        expect(daemon.runtime.placements["in-process"]).toBeGreaterThanOrEqual(1);
         const health = (await (await fetch(`${daemon.state.url}/health`)).json()) as {
           pool: { mode: string };
         };

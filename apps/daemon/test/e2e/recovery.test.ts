@@ -163,29 +163,40 @@ describe("test:e2e:recovery", () => {
       )
     ).rows;
     expect(workflows.length).toBeGreaterThanOrEqual(2);
+    let emptyChildren = 0;
     for (const w of workflows) {
       expect(["completed", "failed", "cancelled", "invalid"]).toContain(w.status);
       expect(w.summary_result_id, `workflow ${w.id} has a summary`).not.toBeNull();
       // Terminal with a reason: the summary names the outcome (and each node's state).
       expect(String(w.body)).toMatch(w.status === "invalid" ? /resumed|journal/ : new RegExp(w.status));
       expect(w.journaled, `summary of ${w.id} delivered once`).toBe(1);
-      // No node ran twice: one child session per started node, its task journaled once.
+      // No node ran twice: a node's prompt reaches one child session only, and that child got it once.
+      // (A child row made just before a kill, whose node was not yet journaled as placed, may be left
+      // empty: it never received a prompt and never ran; such rows are counted, not failed.)
       const nodes = (w.snapshot as { nodes: { id: string; childSessionId?: string }[] }).nodes;
       const children = (
         await db.pool.query(
           `select s.id,
                   (select count(*) from journal_entries j
-                    where j.session_id = s.id and j.role = 'user' and not j.discarded)::int as prompts
+                    where j.session_id = s.id and j.role = 'user' and not j.discarded)::int as prompts,
+                  (select j.body from journal_entries j
+                    where j.session_id = s.id and j.role = 'user' and not j.discarded order by j.seq limit 1) as first
              from sessions s
             where s.parent_session_id = $1::uuid and s.kind = 'delegated'
               and not exists (select 1 from subagent_runs r where r.child_session_id = s.id)`,
           [w.parent_session_id],
         )
       ).rows;
-      expect(children.length).toBeLessThanOrEqual(nodes.length);
+      const ran = children.filter((c) => c.prompts > 0);
+      emptyChildren += children.length - ran.length;
+      expect(ran.length).toBeLessThanOrEqual(nodes.length);
+      expect(
+        new Set(ran.map((c) => c.first)).size,
+        `workflow ${w.id}: a node prompt reached two children`,
+      ).toBe(ran.length);
+      for (const c of ran) expect(c.prompts, `node child ${c.id} got its task once`).toBe(1);
       const named = nodes.flatMap((n) => (n.childSessionId ? [n.childSessionId] : []));
       expect(new Set(named).size).toBe(named.length);
-      for (const c of children) expect(c.prompts, `node child ${c.id} got its task once`).toBe(1);
     }
     if (workflows.some((w) => w.status === "completed")) {
       // A completed workflow ran every node including the one added from inside x.
@@ -212,6 +223,8 @@ describe("test:e2e:recovery", () => {
       `select result_id from journal_entries where result_id is not null and not discarded
         group by session_id, result_id having count(*) > 1`,
     );
+    if (emptyChildren > 0)
+      console.info(`${emptyChildren} node child rows were left empty by a kill (never ran)`);
     expect(dup.rows).toEqual([]);
     const resumed = after as unknown as {
       recovery: { delegations: { continued: string[] }; workflows: { resumed: string[] } };
