@@ -4,10 +4,12 @@ import {
   captureDelegatedExecutionScope,
   continuationScope,
   type DelegatedExecutionScope,
+  type DelegatedTurnIdentity,
   type DelegationAuthority,
   delegatedScopeFromAccess,
   delegatedWorkDir,
   type ExecutionTarget,
+  forDelegatedTurn,
   intersectAllow,
   parseDelegatedExecutionScope,
   readOnlyContinuationScope,
@@ -166,6 +168,7 @@ export class DelegationService {
     const systemPrompt =
       this.options.systemPrompt?.(session, opts.scope) ?? (await this.#systemPromptOf(session, tools));
     return this.turns.runLocked({
+      identity: await this.#identityFor(session),
       session,
       input,
       tools,
@@ -174,6 +177,25 @@ export class DelegationService {
       systemPrompt,
       progress: opts.progress,
       drainSteering: () => this.drainInto(session),
+    });
+  }
+
+  /**
+   * IdentityResolver.forDelegatedTurn for every turn, from the rows as they are now: the parent's facts are
+   * read fresh (the request's parent id is always forwarded), so a continuation or a recovered turn keeps a
+   * dream's memory identity without any wrapper, and loses it as soon as the parent no longer proves it.
+   */
+  async #identityFor(session: SessionRow): Promise<DelegatedTurnIdentity> {
+    if (session.kind === "root" || !session.scope || !session.parentSessionId) {
+      return { principalAccountId: session.principalAccountId };
+    }
+    const parent = await this.repo.getSession(session.parentSessionId, session.principalAccountId);
+    return forDelegatedTurn(parseDelegatedExecutionScope(session.scope), {
+      sessionId: parent.id,
+      accountId: parent.principalAccountId,
+      kind: parent.kind,
+      continuation: false,
+      channelId: null,
     });
   }
 

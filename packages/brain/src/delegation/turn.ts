@@ -5,7 +5,7 @@ import type {
   ToolResultMessage,
   TranscriptMessage,
 } from "@crw/db";
-import type { DelegatedExecutionScope } from "../scope/index.js";
+import type { DelegatedExecutionScope, DelegatedTurnIdentity } from "../scope/index.js";
 
 /**
  * The seam through which a session's turn runs: the delegation core journals and settles, a runner (the
@@ -35,6 +35,12 @@ export interface TurnRequest {
   readonly readOnly: boolean;
   readonly workDir: string | null;
   readonly signal: AbortSignal;
+  /**
+   * Who the turn acts for, re-derived from the durable rows for every turn (never stored): the principal,
+   * and for a host-minted dream child of its account's own top-level conversation, the memory identity.
+   * Always set by the delegation core; optional for runners' own callers.
+   */
+  readonly identity?: DelegatedTurnIdentity;
 }
 
 export interface TurnHost {

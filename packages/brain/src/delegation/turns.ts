@@ -7,7 +7,7 @@ import type {
   ToolResultMessage,
   TranscriptMessage,
 } from "@crw/db";
-import type { DelegatedExecutionScope } from "../scope/index.js";
+import type { DelegatedExecutionScope, DelegatedTurnIdentity } from "../scope/index.js";
 import { contextFromJournal } from "./context.js";
 import { faultPoint } from "./faults.js";
 import { KeyedMutex } from "./notifier.js";
@@ -26,6 +26,7 @@ export interface SessionTurnInput {
   /** After each tool round: journals and returns what arrived meanwhile (results, steers), FIFO. */
   readonly drainSteering: () => Promise<TranscriptMessage[]>;
   readonly signal?: AbortSignal;
+  readonly identity: DelegatedTurnIdentity;
 }
 
 /**
@@ -92,6 +93,7 @@ export class SessionTurns {
           scope: turn.scope,
           readOnly: turn.readOnly,
           workDir: turn.scope?.workDir ?? null,
+          identity: turn.identity,
           signal: turn.signal ?? new AbortController().signal,
         },
         host,

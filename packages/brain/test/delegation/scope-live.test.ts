@@ -5,6 +5,7 @@ import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import {
   canonicalJson,
+  captureDelegatedExecutionScope,
   createScriptedTurnRunner,
   type MutatingTool,
   recoverDelegations,
@@ -384,5 +385,53 @@ describe("scope capture and live access in delegation", () => {
         .rowCount,
     ).toBe(1);
     await service.whenIdle();
+  });
+
+  it("S004-571: S004-573: S004-575: S004-576: a dream child of the account's own conversation gets the memory identity on every turn; ordinary children never", async () => {
+    const { seen, runner } = recording();
+    const { service, repo } = makeService(db.pool, { runner });
+    const { account, parent } = await newParent(service);
+    const dream = { runId: "dream-7", accountUserId: account.id };
+    const dreamScope = captureDelegatedExecutionScope(
+      { accountId: account.id, target: { kind: "host", ref: null } },
+      { accountId: account.id, dream },
+    );
+    const made = await repo.createDelegation({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "dream",
+      // the dream wakes for a helper's result: a second turn of the same call, with no wrapper around it
+      task: scriptTask({
+        rounds: [[delegateCall({ answer: "helper" }, { background: true })]],
+        answer: "dreamt",
+      }),
+      mode: "background",
+      model: "scripted",
+      scope: dreamScope,
+    });
+    await service.executeRun(made.run);
+    const ordinary = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "plain",
+      task: scriptTask({ rounds: [[delegateCall({ answer: "nested" })]], answer: "plain done" }),
+      mode: "foreground",
+    });
+    await service.whenIdle();
+    const identityOf = (sessionId: string) =>
+      seen.filter((r) => r.sessionId === sessionId).map((r) => r.identity);
+    const memory = {
+      principalAccountId: account.id,
+      memoryIdentity: { elowenUserId: account.id, dreamRunId: "dream-7" },
+    };
+    expect(identityOf(made.child.id)).toEqual([memory, memory]);
+    if (ordinary.kind !== "result") throw new Error("expected result");
+    expect(identityOf(ordinary.childSessionId).every((i) => i?.memoryIdentity === undefined)).toBe(true);
+    // a nested child under a delegated parent never gets one, dream or not
+    const nested = seen.filter(
+      (r) => ![parent.id, made.child.id, ordinary.childSessionId].includes(r.sessionId),
+    );
+    expect(nested.length).toBeGreaterThan(0);
+    expect(nested.every((r) => r.identity?.memoryIdentity === undefined)).toBe(true);
   });
 });
