@@ -129,6 +129,13 @@ describe("crw workflow | session | tap against a running daemon", () => {
     }
   });
 
+  it("daemon status shows the runner pool, queue and boot recovery", async () => {
+    const r = await crw("daemon", "status", ...at);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/sub-agents: \d+\/\d+ runners, \d+ turns running, \d+ queued/);
+    expect(r.stdout).toMatch(/boot recovery: 0 calls continued/);
+  });
+
   it("errors say what to do: unknown session (1), missing arguments (2), no daemon (1)", async () => {
     const unknown = await crw("session", "read", "00000000-0000-4000-8000-000000000000", ...at);
     expect(unknown.code).toBe(1);

@@ -223,7 +223,43 @@ async function status(
   const health = state ? await fetchHealth(state.url) : undefined;
   if (flags.json) out(JSON.stringify({ running: Boolean(state), ...(state ?? {}), health: health ?? null }));
   else if (!state) out(`no daemon runs on ${config.dataDir}; start one with 'crw daemon start'`);
-  else
+  else {
     out(`crw daemon at ${state.url} (pid ${state.pid}): ${health ? String(health.status) : "not answering"}`);
+    if (health) for (const line of healthLines(health)) out(`  ${line}`);
+  }
   return state && health?.status === "ok" ? 0 : 1;
+}
+
+/** The human summary of /health: runners, queue, recovery and alerts. */
+function healthLines(health: Record<string, unknown>): string[] {
+  const lines: string[] = [];
+  const pool = health.pool as
+    | {
+        mode: string;
+        runners: unknown[];
+        maxRunners: number;
+        queued: number;
+        turns: number;
+        spawnFailure: { category: string } | null;
+      }
+    | undefined;
+  if (pool)
+    lines.push(
+      `sub-agents: ${pool.mode === "runner" ? `${pool.runners.length}/${pool.maxRunners} runners` : "in the daemon"}, ${pool.turns} turns running, ${pool.queued} queued${pool.spawnFailure ? `, runner startup failed (${pool.spawnFailure.category})` : ""}`,
+    );
+  const recovery = health.recovery as
+    | {
+        finishedAt: string | null;
+        delegations: { continued: unknown[]; terminalized: unknown[]; failed: unknown[] } | null;
+        workflows: { resumed: unknown[]; invalid: unknown[] } | null;
+      }
+    | null
+    | undefined;
+  if (recovery?.delegations && recovery.workflows)
+    lines.push(
+      `boot recovery: ${recovery.delegations.continued.length} calls continued, ${recovery.delegations.terminalized.length + recovery.delegations.failed.length} ended with an error result, ${recovery.workflows.resumed.length} workflows resumed, ${recovery.workflows.invalid.length} invalid`,
+    );
+  for (const a of (health.alerts as { severity: string; text: { en?: string } }[] | undefined) ?? [])
+    lines.push(`${a.severity}: ${a.text.en ?? ""}`);
+  return lines;
 }
