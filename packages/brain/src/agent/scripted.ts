@@ -85,12 +85,16 @@ export function scriptedReply(
   const last = lastInputText(context);
   const raw = steps[index] ?? { text: `Done: ${last.split("\n", 1)[0]?.slice(0, 200) ?? ""}` };
   const step = ScriptStepSchema.parse(raw);
+  // Tool call ids are numbered by the reply's place in the whole transcript, not in its script, so two
+  // prompts of one session never reuse an id (Delegate is idempotent per tool call id) and a replay of
+  // the same transcript still gets the same ids.
+  const position = context.messages.filter((m) => m.role === "assistant").length;
   const content: AssistantMessage["content"] = [];
   if (step.text !== undefined) content.push({ type: "text", text: step.text.replaceAll("{{last}}", last) });
   for (const [k, call] of (step.toolCalls ?? []).entries()) {
     content.push({
       type: "toolCall",
-      id: call.id ?? `call_${index}_${k}`,
+      id: call.id ?? `call_${position}_${k}`,
       name: call.name,
       arguments: call.arguments,
     });

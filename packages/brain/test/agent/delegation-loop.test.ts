@@ -36,7 +36,7 @@ describe("the real agent loop behind the delegation core, on PostgreSQL", () => 
     });
     await service.start();
     try {
-      const account = await repo.createAccount({ name: "loop-acct" });
+      const account = await repo.createAccount({ name: "loop-acct", isOwner: true });
       const parent = await service.createRootSession(account.id, "scripted");
       const workDir = join(root, "child-work");
       mkdirSync(workDir);
@@ -125,7 +125,7 @@ describe("the real agent loop behind the delegation core, on PostgreSQL", () => 
     });
     await service.start();
     try {
-      const account = await repo.createAccount({ name: "loop-acct-2" });
+      const account = await repo.createAccount({ name: "loop-acct-2", isOwner: true });
       const parent = await service.createRootSession(account.id, "scripted");
       parentId = parent.id;
       const child = (answer: string) => ({
