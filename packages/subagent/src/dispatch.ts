@@ -1,8 +1,14 @@
 import type { ChildTurnExecutor } from "./childTurn.js";
 import { ProcessContainment } from "./containment.js";
-import { DelegationAbortedError, toError } from "./errors.js";
+import { DelegationAbortedError, SkillReviewSkippedError, toError } from "./errors.js";
 import { HostRpcRefusedError } from "./hostRpc.js";
 import type { SubagentRunnerPool } from "./pool.js";
+import {
+  assertProtectedDispatch,
+  currentWorkflowNodeDispatch,
+  matchesProtectedDispatch,
+  outsideWorkflowNodeDispatch,
+} from "./protectedPlacement.js";
 import { hostRpcParamsSchemas } from "./protocol/hostRpcMethods.js";
 import type { DelegatedTurnRequest, DelegatedTurnResult, TapEvent } from "./protocol/turn.js";
 import { currentDispatchedTurn, outsideDispatchedTurn, runInDispatchedTurn } from "./rpcTurn.js";
@@ -65,17 +71,59 @@ export class SubagentDispatch {
       : this.deps.hostRpc !== undefined;
   }
 
+  /**
+   * Dispatch one delegated call. The order of the decision is fixed:
+   *
+   * 1. An optional skill review (`purpose: "skill-review"`) is checked first: it runs only in a runner slot
+   *    free right now and otherwise skips with SkillReviewSkippedError (runners off included), never queued
+   *    and never run in the daemon.
+   * 2. An exact protected parent/child match (the host-only HostWorkflowNodeDispatch scope) awaits its
+   *    assertion and then runs in the daemon under the same fence, before runner mode: the explicit daemon
+   *    placement of automatic missing-child recovery, like stored-child recovery. Only this context selects
+   *    it; no request field, RPC or registry does.
+   * 3. Everything else (ordinary live calls, a mismatched or missing child, nested descendants) keeps the
+   *    configured placement; a runner startup error is thrown as is, never replayed or run locally.
+   */
   send(
     request: DelegatedTurnRequest,
     options: { signal?: AbortSignal; onProgress?: (text: string) => void } = {},
   ): Promise<DelegatedTurnResult> {
-    const placement = this.placement();
     const fence = this.deps.fence ?? ((_r, work) => work());
+    if (request.purpose === "skill-review") return this.#sendSkillReview(request, options, fence);
+    const scope = currentWorkflowNodeDispatch();
+    if (matchesProtectedDispatch(scope, request)) {
+      return assertProtectedDispatch(scope).then(() =>
+        fence(request, () => outsideWorkflowNodeDispatch(() => this.#runInProcess(request, options))),
+      );
+    }
+    const placement = this.placement();
     return fence(request, () =>
       placement === "runner" && this.deps.pool
         ? this.deps.pool.runTurn(request, options)
         : this.#runInProcess(request, options),
     );
+  }
+
+  async #sendSkillReview(
+    request: DelegatedTurnRequest,
+    options: { signal?: AbortSignal; onProgress?: (text: string) => void },
+    fence: RemoteCallFence,
+  ): Promise<DelegatedTurnResult> {
+    const pool = this.deps.pool;
+    if (this.placement() !== "runner" || !pool) {
+      throw new SkillReviewSkippedError("runner_disabled", "skill review skipped: sub-agent runners are off");
+    }
+    return fence(request, async () => {
+      const admitted = pool.tryRunTurn(request, options);
+      if ("refused" in admitted) {
+        throw new SkillReviewSkippedError(
+          `runner_${admitted.refused}`,
+          `skill review skipped: runner ${admitted.refused}`,
+          { cause: admitted.error },
+        );
+      }
+      return admitted.result;
+    });
   }
 
   /** Abort a parent channel in both placements. */

@@ -15,7 +15,8 @@ export type SubagentErrorCode =
   | "host_rpc_timeout"
   | "retry_policy_unavailable"
   | "protocol_violation"
-  | "turn_failed";
+  | "turn_failed"
+  | "skill_review_skipped";
 
 export abstract class SubagentError extends Error {
   abstract readonly code: SubagentErrorCode;
@@ -122,4 +123,28 @@ export class RunnerStartupCancelledError extends SubagentError {
   override readonly name = "RunnerStartupCancelledError";
   readonly code = "runner_startup" as const;
   readonly retryable = false;
+}
+
+/**
+ * Why an optional skill review did not run. It is runner-only and opportunistic: a disabled, full,
+ * unavailable or incompatible pool skips it before any inference, never queues it ahead of interactive work
+ * and never runs it in the daemon.
+ */
+export type SkillReviewSkipReason =
+  | "runner_disabled"
+  | "runner_full"
+  | "runner_unavailable"
+  | "runner_incompatible";
+
+export class SkillReviewSkippedError extends SubagentError {
+  override readonly name = "SkillReviewSkippedError";
+  readonly code = "skill_review_skipped" as const;
+  readonly retryable = false;
+  constructor(
+    readonly reason: SkillReviewSkipReason,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
 }

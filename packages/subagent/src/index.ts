@@ -48,6 +48,15 @@ export type {
   SpawnFailure,
   SubagentRunnerPoolDeps,
 } from "./poolTypes.js";
+export {
+  assertProtectedDispatch,
+  currentWorkflowNodeDispatch,
+  type HostWorkflowNodeDispatch,
+  matchesProtectedDispatch,
+  outsideWorkflowNodeDispatch,
+  ProtectedDispatchError,
+  runWithWorkflowNodeDispatch,
+} from "./protectedPlacement.js";
 export * from "./protocol/index.js";
 export {
   RESTART_REQUIRED_ALERT_KEY,

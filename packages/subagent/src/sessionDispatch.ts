@@ -2,6 +2,12 @@ import { randomUUID } from "node:crypto";
 import type { SessionTurnRunner, TurnHost, TurnOutcome, TurnRequest } from "@crw/brain";
 import { type Placement, predictsRunnerDispatch } from "./dispatch.js";
 import type { SubagentRunnerPool } from "./pool.js";
+import {
+  assertProtectedDispatch,
+  currentWorkflowNodeDispatch,
+  matchesProtectedDispatch,
+  outsideWorkflowNodeDispatch,
+} from "./protectedPlacement.js";
 import type { SessionRunnerKind } from "./protocol/sessionTurn.js";
 
 export interface SessionDispatchDeps {
@@ -45,15 +51,31 @@ export class SubagentSessionDispatch implements SessionTurnRunner {
       : "in-process";
   }
 
-  runTurn(request: TurnRequest, host: TurnHost): Promise<TurnOutcome> {
+  /**
+   * Root sessions stay in the daemon. An exact protected parent/child match (HostWorkflowNodeDispatch, see
+   * protectedPlacement.ts) is asserted and runs in the daemon before runner mode; with no protected scope
+   * there is no assertion work and no extra read. Everything else keeps the configured placement.
+   */
+  async runTurn(request: TurnRequest, host: TurnHost): Promise<TurnOutcome> {
+    const scope = currentWorkflowNodeDispatch();
+    let where: { channelId: string; parentSessionId?: string } | undefined;
+    let protectedMatch = false;
+    if (request.scope !== null && scope?.childSessionId === request.sessionId) {
+      where = await this.#where(request);
+      protectedMatch = matchesProtectedDispatch(scope, { sessionId: request.sessionId, ...where });
+      if (protectedMatch && scope)
+        await assertProtectedDispatch({ ...scope, childSessionId: request.sessionId });
+    }
     // Runners are for delegated children: a root session (no durable scope) always runs in the daemon.
-    const placement = request.scope === null ? "in-process" : this.placement();
+    const placement = request.scope === null || protectedMatch ? "in-process" : this.placement();
     this.deps.onPlaced?.(request, placement);
     const fence = this.deps.fence ?? ((_r, work) => work());
     const pool = this.deps.pool;
     return fence(request, async () => {
+      if (protectedMatch)
+        return outsideWorkflowNodeDispatch(() => this.deps.inProcess.runTurn(request, host));
       if (placement === "in-process" || !pool) return this.deps.inProcess.runTurn(request, host);
-      const where = (await this.deps.placementOf?.(request)) ?? { channelId: request.sessionId };
+      where ??= await this.#where(request);
       return pool.runSessionTurn(request, host, {
         turnId: randomUUID(),
         channelId: where.channelId,
@@ -61,5 +83,9 @@ export class SubagentSessionDispatch implements SessionTurnRunner {
         runner: this.deps.runnerKind ?? "agent",
       });
     });
+  }
+
+  async #where(request: TurnRequest): Promise<{ channelId: string; parentSessionId?: string }> {
+    return (await this.deps.placementOf?.(request)) ?? { channelId: request.sessionId };
   }
 }

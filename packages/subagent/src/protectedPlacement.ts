@@ -1,0 +1,70 @@
+import { AsyncLocalStorage } from "node:async_hooks";
+import { SubagentError } from "./errors.js";
+
+/**
+ * A host-only proof that the current async work is the daemon's own automatic continuation of one exact
+ * stored child (a workflow node whose child session was missing its turn, recovered in the daemon like
+ * stored-child recovery). It lives only in this context: it is never a field of a request, an IPC frame or
+ * a host RPC, so nothing a runner or a model sends can claim it.
+ *
+ * `parentSessionId` and `channelId` name the native reference's parent and its channel; `childSessionId` the
+ * exact child. An absent child is not a wildcard: such a scope matches nothing. `assertDispatch` is the
+ * delegated-session owner's assertion, awaited once per matched call before the turn runs.
+ */
+export interface HostWorkflowNodeDispatch {
+  readonly parentSessionId: string;
+  readonly channelId: string;
+  readonly childSessionId?: string;
+  readonly assertDispatch?: (childSessionId: string) => Promise<void>;
+}
+
+/** The protected scope matched a call but carries no assertion: refused loudly, never run unasserted. */
+export class ProtectedDispatchError extends SubagentError {
+  override readonly name = "ProtectedDispatchError";
+  readonly code = "protocol_violation" as const;
+  readonly retryable = false;
+}
+
+const storage = new AsyncLocalStorage<HostWorkflowNodeDispatch>();
+
+export function runWithWorkflowNodeDispatch<T>(dispatch: HostWorkflowNodeDispatch, work: () => T): T {
+  return storage.run(Object.freeze({ ...dispatch }), work);
+}
+
+export function currentWorkflowNodeDispatch(): HostWorkflowNodeDispatch | undefined {
+  return storage.getStore();
+}
+
+/** Run work outside any protected scope: a matched child's own turn does not pass the proof to descendants. */
+export function outsideWorkflowNodeDispatch<T>(work: () => T): T {
+  return storage.exit(work);
+}
+
+/**
+ * Whether a call is the exact protected parent/child: same child, same channel, same parent (a direct
+ * child of a root channel has that channel as its parent). Everything else, nested descendants included,
+ * keeps its configured placement.
+ */
+export function matchesProtectedDispatch(
+  scope: HostWorkflowNodeDispatch | undefined,
+  call: { sessionId: string; channelId: string; parentSessionId?: string | undefined },
+): scope is HostWorkflowNodeDispatch & { childSessionId: string } {
+  if (!scope || scope.childSessionId === undefined) return false;
+  return (
+    scope.childSessionId === call.sessionId &&
+    scope.channelId === call.channelId &&
+    scope.parentSessionId === (call.parentSessionId ?? call.channelId)
+  );
+}
+
+/** The matched call's assertion, before any turn work; a scope without one fails loudly. */
+export async function assertProtectedDispatch(
+  scope: HostWorkflowNodeDispatch & { childSessionId: string },
+): Promise<void> {
+  if (!scope.assertDispatch) {
+    throw new ProtectedDispatchError(
+      `protected dispatch of child ${scope.childSessionId} has no assertion callback`,
+    );
+  }
+  await scope.assertDispatch(scope.childSessionId);
+}

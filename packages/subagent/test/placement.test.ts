@@ -1,0 +1,249 @@
+import {
+  type ChildTurnExecutor,
+  type DelegatedTurnRequest,
+  delegatedTurnRequestSchema,
+  type HostWorkflowNodeDispatch,
+  ProtectedDispatchError,
+  RunnerStartupError,
+  runWithWorkflowNodeDispatch,
+  ScriptedTurnExecutor,
+  SkillReviewSkippedError,
+  SubagentDispatch,
+} from "@crw/subagent";
+import { describe, expect, it } from "vitest";
+import { closePoolsAfterEach, effectsFile, makePool } from "./support/pools.js";
+import { turn, waitFor } from "./support/runners.js";
+
+closePoolsAfterEach();
+
+/** The daemon's own executor, recording which child turns ran in the daemon and in what order. */
+function inProcess(log: string[] = [], nested?: (request: DelegatedTurnRequest) => Promise<void>) {
+  const ran: string[] = [];
+  const scripted = new ScriptedTurnExecutor();
+  const executor: ChildTurnExecutor = {
+    runTurn: async (request, ctx) => {
+      ran.push(request.sessionId);
+      log.push(`run ${request.sessionId}`);
+      await nested?.(request);
+      return scripted.runTurn(request, ctx);
+    },
+  };
+  return { executor, ran };
+}
+
+/** A protected scope whose assertion (the controlled native boundary) records when it is awaited. */
+function protectedScope(
+  log: string[],
+  scope: Partial<HostWorkflowNodeDispatch> = {},
+): HostWorkflowNodeDispatch & { asserted: string[] } {
+  const asserted: string[] = [];
+  return {
+    parentSessionId: "parent-1",
+    channelId: "parent-1",
+    childSessionId: "child-1",
+    assertDispatch: async (child) => {
+      await new Promise((r) => setTimeout(r, 20));
+      asserted.push(child);
+      log.push(`assert ${child}`);
+    },
+    ...scope,
+    asserted,
+  };
+}
+
+const child = (partial: Partial<DelegatedTurnRequest> = {}) =>
+  turn({ channelId: "parent-1", sessionId: "child-1", ...partial });
+
+const dispatchedSessions = (events: { type: string }[]) =>
+  events.flatMap((e) => (e.type === "turn_dispatched" ? [e] : [])).length;
+
+describe("optional skill-review children", () => {
+  it("S004-373: SubagentDispatch.send checks skill-review first, before a protected match", async () => {
+    const { pool, events } = makePool();
+    const log: string[] = [];
+    const local = inProcess(log);
+    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
+    await dispatch.send(turn({ sessionId: "warm" })); // a ready runner with a free slot
+    const scope = protectedScope(log);
+    // The same exact parent/child as the protected scope, but a skill review: it is runner-only.
+    const review = await runWithWorkflowNodeDispatch(scope, () =>
+      dispatch.send(child({ purpose: "skill-review", script: [{ kind: "text", text: "review notes" }] })),
+    );
+    expect(review.text).toBe("review notes");
+    expect(scope.asserted).toEqual([]);
+    expect(local.ran).toEqual([]);
+    expect(dispatchedSessions(events)).toBe(2);
+  });
+
+  it("S004-442: with the runner disabled, optional skill reviews skip instead of running in the daemon", async () => {
+    const effects = await effectsFile();
+    const { pool, events } = makePool();
+    const local = inProcess();
+    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor, runnerEnabled: () => false });
+    const error = await dispatch
+      .send(
+        turn({
+          purpose: "skill-review",
+          script: [{ kind: "appendFile", path: effects.path, line: "review" }],
+        }),
+      )
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(SkillReviewSkippedError);
+    expect(error).toMatchObject({ reason: "runner_disabled", code: "skill_review_skipped" });
+    expect(local.ran).toEqual([]);
+    expect(await effects.lines()).toEqual([]);
+    expect(events).toEqual([]);
+    // Ordinary work with the runner off is the in-process rollback, as before.
+    await dispatch.send(turn({ sessionId: "ordinary" }));
+    expect(local.ran).toEqual(["ordinary"]);
+  });
+
+  it("S004-356: a full pool skips a skill review without queueing it; ordinary work still queues", async () => {
+    const { pool } = makePool({ size: { maxRunners: 1, turnsPerRunner: 1 } });
+    const local = inProcess();
+    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
+    // No runner started yet: a review does not start one for itself.
+    await expect(dispatch.send(turn({ purpose: "skill-review" }))).rejects.toMatchObject({
+      reason: "runner_unavailable",
+    });
+    expect(pool.health().runners).toHaveLength(0);
+    const busy = dispatch.send(turn({ sessionId: "busy", script: [{ kind: "wait", ms: 400 }] }));
+    await waitFor(() => pool.sessionState("busy") === "running");
+    await expect(dispatch.send(turn({ purpose: "skill-review" }))).rejects.toMatchObject({
+      reason: "runner_full",
+    });
+    expect(pool.health().queued).toBe(0);
+    const queued = dispatch.send(turn({ sessionId: "interactive" }));
+    await waitFor(() => pool.sessionState("interactive") === "queued");
+    // A queued interactive turn is never overtaken, even when a slot frees up.
+    await expect(dispatch.send(turn({ purpose: "skill-review" }))).rejects.toMatchObject({
+      reason: "runner_full",
+    });
+    await Promise.all([busy, queued]);
+    expect(local.ran).toEqual([]);
+  });
+
+  it("S004-356: startup failure keeps its typed error for ordinary work (no fallback) and makes a review skip as incompatible", async () => {
+    const { pool } = makePool({ buildId: "crw-runner-not-this-one" });
+    const local = inProcess();
+    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
+    await expect(dispatch.send(turn())).rejects.toBeInstanceOf(RunnerStartupError);
+    await expect(dispatch.send(turn({ purpose: "skill-review" }))).rejects.toMatchObject({
+      name: "SkillReviewSkippedError",
+      reason: "runner_incompatible",
+    });
+    expect(local.ran).toEqual([]);
+  });
+});
+
+describe("protected automatic missing-child placement", () => {
+  it("S004-374: an exact protected parent/child match is asserted, then runs in the daemon under the fence before runner mode", async () => {
+    const { pool, events } = makePool({ env: { CRW_RUNNER_FAULT: "exit-before-hello" } });
+    const log: string[] = [];
+    const local = inProcess(log);
+    const dispatch = new SubagentDispatch({
+      pool,
+      inProcess: local.executor,
+      fence: async (request, work) => {
+        log.push(`fence ${request.sessionId}`);
+        try {
+          return await work();
+        } finally {
+          log.push(`unfence ${request.sessionId}`);
+        }
+      },
+    });
+    expect(dispatch.placement()).toBe("runner");
+    const scope = protectedScope(log);
+    const result = await runWithWorkflowNodeDispatch(scope, () =>
+      dispatch.send(child({ script: [{ kind: "text", text: "recovered in the daemon" }] })),
+    );
+    expect(result.text).toBe("recovered in the daemon");
+    expect(log).toEqual(["assert child-1", "fence child-1", "run child-1", "unfence child-1"]);
+    // Runner mode was never entered: no startup was attempted, though this pool's runners cannot start.
+    expect(events).toEqual([]);
+    expect(pool.health().spawnFailure).toBeNull();
+  });
+
+  it("S004-374: a matched scope without its assertion callback fails loudly and runs nothing", async () => {
+    const { pool } = makePool();
+    const local = inProcess();
+    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
+    const { assertDispatch: _none, ...scope } = protectedScope([]);
+    await expect(runWithWorkflowNodeDispatch(scope, () => dispatch.send(child()))).rejects.toBeInstanceOf(
+      ProtectedDispatchError,
+    );
+    expect(local.ran).toEqual([]);
+  });
+
+  it("S004-375: mismatched or missing child, other parents and nested descendants keep their configured placement", async () => {
+    const { pool, events } = makePool({ size: { maxRunners: 1, turnsPerRunner: 4 } });
+    const log: string[] = [];
+    let dispatch!: SubagentDispatch;
+    // The protected child delegates a grandchild from inside its own (in-daemon) turn.
+    const local = inProcess(log, async (request) => {
+      if (request.sessionId !== "child-1") return;
+      await dispatch.send(
+        turn({ channelId: "parent-1", sessionId: "grandchild-1", parentSessionId: "child-1" }),
+      );
+    });
+    dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
+    const scope = protectedScope(log);
+    await runWithWorkflowNodeDispatch(scope, async () => {
+      await dispatch.send(child({ sessionId: "child-2" })); // another child of the same parent
+      await dispatch.send(child({ channelId: "parent-2" })); // the same child id under another channel
+      await dispatch.send(child({ parentSessionId: "someone-else" })); // another parent
+      await dispatch.send(child()); // the exact match, whose turn delegates a grandchild
+    });
+    const noChild = protectedScope(log, { childSessionId: undefined });
+    await runWithWorkflowNodeDispatch(noChild, () => dispatch.send(child()));
+    expect(local.ran).toEqual(["child-1"]);
+    expect(scope.asserted).toEqual(["child-1"]);
+    expect(noChild.asserted).toEqual([]);
+    // Three mismatches, the grandchild and the missing-child scope's call all ran in the runner.
+    expect(dispatchedSessions(events)).toBe(5);
+  });
+
+  it("S004-356: with runners off, the protected match and ordinary calls both run in the daemon, unchanged", async () => {
+    const { pool, events } = makePool();
+    const log: string[] = [];
+    const local = inProcess(log);
+    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor, runnerEnabled: () => false });
+    const scope = protectedScope(log);
+    await runWithWorkflowNodeDispatch(scope, () => dispatch.send(child()));
+    await dispatch.send(turn({ sessionId: "ordinary" }));
+    expect(local.ran).toEqual(["child-1", "ordinary"]);
+    expect(scope.asserted).toEqual(["child-1"]);
+    expect(events).toEqual([]);
+  });
+
+  it("S004-377: no request field or RPC carries the authority, and no registry remembers it", async () => {
+    const { pool, events } = makePool();
+    const log: string[] = [];
+    const local = inProcess(log);
+    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
+    // The proof cannot be named in a request: the frame schema refuses any such field.
+    const forged = { ...child(), workflowNodeDispatch: { childSessionId: "child-1" } };
+    expect(delegatedTurnRequestSchema.safeParse(forged).success).toBe(false);
+    const scope = protectedScope(log);
+    await runWithWorkflowNodeDispatch(scope, () => dispatch.send(child()));
+    // Outside the scope the very same parent/child is ordinary work again: nothing was recorded.
+    await dispatch.send(child());
+    // And work a runner does under the protected context does not carry it across the boundary.
+    await runWithWorkflowNodeDispatch(scope, () => dispatch.send(child({ sessionId: "child-2" })));
+    expect(local.ran).toEqual(["child-1"]);
+    expect(dispatchedSessions(events)).toBe(2);
+  });
+
+  it("S004-378: with no protected scope there is no assertion work", async () => {
+    const { pool } = makePool();
+    const log: string[] = [];
+    const scope = protectedScope(log);
+    const local = inProcess(log);
+    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
+    await dispatch.send(child());
+    await dispatch.send(child({ sessionId: "child-2" }));
+    expect(scope.asserted).toEqual([]);
+    expect(log).toEqual([]);
+  });
+});
