@@ -270,6 +270,43 @@ describe("DelegationRepository on PostgreSQL", () => {
     expect(await r.readJournal(fork.child.id, account.id)).toHaveLength(2);
   });
 
+  it("a fork's copied context keeps the parent's result ids in its JSON but they are not its deliveries", async () => {
+    const { r, account, parent, runs } = await family(1);
+    const inherited = await settle(r, runs[0] as never);
+    await r.deliverResults(parent.id, account.id, [inherited], asMessage);
+    const fork = await r.createDelegation({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "fork-ids",
+      task: "forked",
+      mode: "background",
+      model: "scripted",
+      scope: "{}",
+      fork: { fromSessionId: parent.id },
+    });
+    expect(await r.copyJournalBranch(parent.id, fork.child.id, account.id, 1)).toBe(1);
+    await r.commitFork(fork.child.id, account.id);
+    const copied = await r.readJournal(fork.child.id, account.id);
+    // The copy is the parent's context byte for byte, details.resultId included ...
+    expect(copied[0]?.body).toMatchObject({ message: { details: { resultId: inherited } } });
+    // ... but the result was delivered to the parent, not to the fork.
+    expect(await r.settledResultIds(fork.child.id, account.id)).toEqual([]);
+    expect(await r.settledResultIds(parent.id, account.id)).toEqual([inherited]);
+    // A result the fork's own helper delivers to it is the fork's delivery.
+    const helper = await r.createDelegation({
+      parentSessionId: fork.child.id,
+      principalAccountId: account.id,
+      toolCallId: "helper-1",
+      task: "help",
+      mode: "background",
+      model: "scripted",
+      scope: "{}",
+    });
+    const own = await settle(r, helper.run);
+    await r.deliverResults(fork.child.id, account.id, [own], asMessage);
+    expect(await r.settledResultIds(fork.child.id, account.id)).toEqual([own]);
+  });
+
   it("S004-247: boot discards unfinished private copies and S004-248: keeps the parent's run", async () => {
     const { r, account, parent } = await family(0);
     const fork = await r.createDelegation({

@@ -214,7 +214,7 @@ export async function settledResultIds(
     async (c) => {
       await assertVisible(c, sessionId, principalAccountId);
       const { rows } = await c.query<Row>(
-        `select seq, body from journal_entries
+        `select seq, body, result_id from journal_entries
           where session_id = $1::uuid and settled and not discarded and kind in ('custom_message', 'message')
           order by seq`,
         [sessionId],
@@ -222,7 +222,10 @@ export async function settledResultIds(
       const ids: string[] = [];
       for (const r of rows) {
         const id = resultIdOf(decodeBody(sessionId, Number(r.seq), String(r.body)));
-        if (id) ids.push(id);
+        // A row delivered here stores its result id beside the JSON. A fork's copied context keeps the
+        // parent's details.resultId in its JSON but not in the column: inherited context, not a delivery.
+        if (id && typeof r.result_id === "string" && r.result_id.toLowerCase() === id.toLowerCase())
+          ids.push(id);
       }
       return ids;
     },
