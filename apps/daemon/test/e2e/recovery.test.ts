@@ -198,11 +198,9 @@ describe("test:e2e:recovery", () => {
       const named = nodes.flatMap((n) => (n.childSessionId ? [n.childSessionId] : []));
       expect(new Set(named).size).toBe(named.length);
     }
-    if (workflows.some((w) => w.status === "completed")) {
-      // A completed workflow ran every node including the one added from inside x.
-      const done = workflows.find((w) => w.status === "completed");
-      expect(done?.snapshot.nodes.map((n: { id: string }) => n.id)).toContain("more");
-    }
+    // (Whether a completed workflow has the node x adds depends on where the kill fell: an expansion whose
+    // tool call was interrupted is answered as of unknown outcome and never replayed, so x may finish without
+    // it. The API suite proves the expansion itself.)
 
     // Every delegated call is terminal with exactly one result, journaled in its parent exactly once.
     const runs = (
