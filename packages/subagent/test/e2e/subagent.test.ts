@@ -7,7 +7,7 @@ import {
   scriptTask,
 } from "@crw/brain";
 import { PgDelegationRepository, type TranscriptMessage } from "@crw/db";
-import { type Placement, SubagentSessionDispatch } from "@crw/subagent";
+import { type Placement, runWithWorkflowNodeDispatch, SubagentSessionDispatch } from "@crw/subagent";
 import { useTestDatabase } from "@crw/tools/pg";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -43,12 +43,16 @@ function assemble(
 ) {
   const { pool, events } = makePool({ size });
   const placements: Placement[] = [];
+  const placed: { sessionId: string; placement: Placement }[] = [];
   const repo = new PgDelegationRepository(pgPool);
   const dispatch = new SubagentSessionDispatch({
     pool,
     inProcess: createScriptedTurnRunner(),
     runnerKind: "scripted",
-    onPlaced: (_request, placement) => placements.push(placement),
+    onPlaced: (request, placement) => {
+      placements.push(placement);
+      placed.push({ sessionId: request.sessionId, placement });
+    },
     // As the daemon does: a child's channel is its parent session; the parent is read from its row.
     placementOf: async (request) => {
       const row = await repo.getSession(request.sessionId, request.principalAccountId);
@@ -65,7 +69,7 @@ function assemble(
     ...(tools && { tools }),
   });
   services.push(service);
-  return { service, repo, events, placements, pool };
+  return { service, repo, events, placements, placed, pool };
 }
 
 const messagesOf = (entries: { body: { type: string; message?: TranscriptMessage } }[]) =>
@@ -211,5 +215,71 @@ describe("test:e2e:subagent", () => {
     expect(dispatched[0]?.runnerId).toBe(dispatched[1]?.runnerId);
     const journal = messagesOf(await repo.readJournal(parent.id, account.id));
     expect(journal.find((m) => m.role === "toolResult")).toMatchObject({ content: "child relayed" });
+  });
+
+  it("S004-379: S004-374: the real delegation core, dispatcher and context place an exact protected child in the daemon after its assertion; others stay in runners", async () => {
+    const { service, repo, placements, placed, events } = assemble();
+    const account = await repo.createAccount({ name: `acct-${randomUUID()}` });
+    const parent = await service.createRootSession(account.id, "scripted");
+    await service.prompt(
+      parent.id,
+      account.id,
+      scriptTask({
+        rounds: [[{ name: "Delegate", arguments: { task: scriptTask({ answer: "first answer" }) } }]],
+        answer: "parent done",
+      }),
+    );
+    await service.whenIdle();
+    const childId = (
+      await pgPool.query<{ id: string }>("select id from sessions where parent_session_id = $1", [parent.id])
+    ).rows[0]?.id as string;
+    expect(placements).toEqual(["in-process", "runner"]);
+    const dispatchedBefore = events.filter((e) => e.type === "turn_dispatched").length;
+    // The controlled native boundary: the assertion records how many turns had been placed when it ran.
+    const asserted: { child: string; placedBefore: number }[] = [];
+    const scope = {
+      parentSessionId: parent.id,
+      channelId: parent.id,
+      childSessionId: childId,
+      assertDispatch: async (child: string) => {
+        asserted.push({ child, placedBefore: placements.length });
+      },
+    };
+    const receipt = await runWithWorkflowNodeDispatch(scope, () =>
+      service.continueSubagent({
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        childSessionId: childId,
+        toolCallId: `recovery-${randomUUID()}`,
+        text: scriptTask({ answer: "continued in the daemon" }),
+        mode: "foreground",
+      }),
+    );
+    expect(receipt).toMatchObject({ kind: "result", outcome: "ok", body: "continued in the daemon" });
+    expect(asserted).toEqual([{ child: childId, placedBefore: 2 }]);
+    expect(placed.filter((p) => p.sessionId === childId).map((p) => p.placement)).toEqual([
+      "runner",
+      "in-process",
+    ]);
+    expect(events.filter((e) => e.type === "turn_dispatched").length).toBe(dispatchedBefore);
+    // A fresh child of the same parent, in the same scope, is ordinary work: it keeps runner placement.
+    await runWithWorkflowNodeDispatch(scope, () =>
+      service.prompt(
+        parent.id,
+        account.id,
+        scriptTask({
+          rounds: [[{ name: "Delegate", arguments: { task: scriptTask({ answer: "fresh child" }) } }]],
+          answer: "parent done again",
+        }),
+      ),
+    );
+    await service.whenIdle();
+    const children = placed.filter((p) => p.sessionId !== parent.id);
+    expect(children.map((p) => p.placement)).toEqual(["runner", "in-process", "runner"]);
+    expect(children[2]?.sessionId).not.toBe(childId);
+    expect(placed.filter((p) => p.sessionId === parent.id).every((p) => p.placement === "in-process")).toBe(
+      true,
+    );
+    expect(asserted).toHaveLength(1);
   });
 });
