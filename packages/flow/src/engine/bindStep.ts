@@ -42,7 +42,7 @@ export async function awaitBind(
     if (resumed && state.written)
       rc.emit({ type: "step_published", call, marker: step.marker, action: step.action });
   }
-  await sleep(rc.pollMs);
+  await rc.nap();
 }
 
 /** While a step waits, the marker is looked up on the host so an unreported spawn or repair binds too. */

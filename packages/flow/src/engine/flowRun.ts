@@ -1,4 +1,4 @@
-import { mkdirSync } from "node:fs";
+import { type FSWatcher, mkdirSync, watch } from "node:fs";
 import { join } from "node:path";
 import type { HostThread, SessionHost } from "../host/sessionHost.js";
 import { type JournalStats, JournalWriter } from "../journal/journal.js";
@@ -11,7 +11,6 @@ import { markerInText } from "../steps/message.js";
 import { FileStepBus, type StepWriteHook } from "../steps/stepBus.js";
 import { digestOf } from "../util/canonical.js";
 import { FlowError } from "../util/errors.js";
-import { sleep } from "../util/fsx.js";
 import { foldCall } from "./callFold.js";
 import { answerStrayReports } from "./reports.js";
 import { type FlowEvent, type RunContext, RunStopped } from "./runContext.js";
@@ -217,6 +216,41 @@ class FlowRun implements RunContext {
   }
 
   private inboxCache: { at: number; names: string[] } | null = null;
+  private readonly napWaiters = new Set<() => void>();
+  private inboxWatch: FSWatcher | null = null;
+
+  /**
+   * Waits one poll interval, or less when a report lands in the inbox: the poll stays the bound (a watch
+   * that misses an event, or a file system without one, only costs the interval).
+   */
+  nap(): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.napWaiters.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, this.pollMs);
+      this.napWaiters.add(done);
+    });
+  }
+
+  private watchInbox(): void {
+    try {
+      this.inboxWatch = watch(this.paths.inbox, () => {
+        this.inboxCache = null;
+        for (const w of [...this.napWaiters]) w();
+      });
+      this.inboxWatch.on("error", () => this.unwatchInbox());
+    } catch {
+      this.inboxWatch = null; // polling alone
+    }
+  }
+
+  private unwatchInbox(): void {
+    this.inboxWatch?.close();
+    this.inboxWatch = null;
+  }
 
   unanswered(): string[] {
     const now = Date.now();
@@ -257,6 +291,15 @@ class FlowRun implements RunContext {
   async execute(): Promise<FlowRunOutcome> {
     const workflow = this.opts.workflow ?? (await loadWorkflow(this.spec.workflow));
     const ctx: FlowContext = { runId: this.runId, call: (o) => this.call(o) as never };
+    this.watchInbox();
+    try {
+      return await this.executeWatched(workflow, ctx);
+    } finally {
+      this.unwatchInbox();
+    }
+  }
+
+  private async executeWatched(workflow: Workflow, ctx: FlowContext): Promise<FlowRunOutcome> {
     let pumping = true;
     const pump = (async () => {
       while (pumping) {
@@ -265,7 +308,7 @@ class FlowRun implements RunContext {
         } catch (e) {
           this.emit({ type: "warning", message: `inbox: ${(e as Error).message}` });
         }
-        await sleep(this.pollMs);
+        await this.nap();
       }
     })();
     const stopped = new Promise<"stopped">((r) => this.stopWaiters.push(() => r("stopped")));

@@ -40,6 +40,8 @@ export interface RunContext {
   emit(event: FlowEvent): void;
   /** The unanswered report names of the inbox, read at most once per poll round for all calls. */
   unanswered(): string[];
+  /** One poll interval, cut short when a report lands in the inbox. */
+  nap(): Promise<void>;
   /** Called after a reply is written, so the next listing reads the inbox again. */
   answered(): void;
   /** The owner's subagents whose spawn message carries the marker (from the owner's spawnAgent items). */
