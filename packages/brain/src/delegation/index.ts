@@ -37,9 +37,11 @@ export type {
   SessionTurnRunner,
   ToolContext,
   ToolOutput,
+  TurnErrorData,
   TurnHost,
   TurnOutcome,
   TurnRequest,
   TurnTool,
 } from "./turn.js";
+export { turnErrorData, turnFailureCause } from "./turn.js";
 export { type SessionTurnInput, SessionTurns } from "./turns.js";

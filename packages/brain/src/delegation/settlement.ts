@@ -13,7 +13,7 @@ import { faultPoint } from "./faults.js";
 import type { Notifier } from "./notifier.js";
 import { lastSettledAssistantText } from "./readSubagent.js";
 import { DEFAULT_TOOL_RESULT_INLINE_BYTES, prepareCompletion } from "./spill.js";
-import type { ProgressEvent, ProgressSink, TurnOutcome } from "./turn.js";
+import { type ProgressEvent, type ProgressSink, type TurnOutcome, turnFailureCause } from "./turn.js";
 import type { SessionTurns } from "./turns.js";
 import type { DelegationCompletion, DelegationServiceOptions, PendingResultDrainOutcome } from "./types.js";
 
@@ -160,7 +160,7 @@ export class DelegatedSettlement {
         kind: "failed",
         resultId: undefined,
         reason: first.errorMessage ?? "the child's turn failed",
-        cause: new Error(first.errorMessage),
+        cause: turnFailureCause(first, "the child's turn failed"),
       };
     }
     const bound = this.core.options.maxDrainTurns ?? 32;
@@ -206,7 +206,7 @@ export class DelegatedSettlement {
         if (signal?.aborted || outcome.stopReason === "aborted") return { kind: "aborted" };
         if (outcome.stopReason === "error") {
           const reason = outcome.errorMessage ?? "the follow-up turn failed";
-          return { kind: "failed", resultId: delivered[0], reason, cause: new Error(reason) };
+          return { kind: "failed", resultId: delivered[0], reason, cause: turnFailureCause(outcome, reason) };
         }
         return { kind: "delivered", resultIds: delivered, reply };
       } catch (e) {

@@ -53,6 +53,36 @@ export interface TurnHost {
 export interface TurnOutcome {
   readonly stopReason: "stop" | "error" | "aborted";
   readonly errorMessage?: string;
+  /**
+   * A failed turn's typed condition as data: the error's class name and, when it has one, its string code
+   * (a runner that could not start reports e.g. `RunnerStartupError` / `boot_timeout`). Never persisted
+   * into a result payload; it lets the delegating side tell conditions apart without parsing prose.
+   */
+  readonly error?: TurnErrorData;
+}
+
+export interface TurnErrorData {
+  readonly name: string;
+  readonly message: string;
+  readonly code?: string;
+}
+
+/** The typed condition of a thrown value, as data. */
+export function turnErrorData(e: unknown): TurnErrorData {
+  const error = e instanceof Error ? e : new Error(String(e));
+  const code = (error as { code?: unknown }).code;
+  return { name: error.name, message: error.message, ...(typeof code === "string" ? { code } : {}) };
+}
+
+/** An in-memory Error for a failed outcome that keeps its typed condition (name and code). */
+export function turnFailureCause(outcome: TurnOutcome, fallback: string): Error {
+  const data = outcome.error;
+  const cause = new Error(data?.message ?? outcome.errorMessage ?? fallback);
+  if (data) {
+    cause.name = data.name;
+    if (data.code !== undefined) Object.assign(cause, { code: data.code });
+  }
+  return cause;
 }
 
 export interface ToolOutput {

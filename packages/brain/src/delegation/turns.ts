@@ -12,7 +12,13 @@ import { contextFromJournal } from "./context.js";
 import { faultPoint } from "./faults.js";
 import { KeyedMutex } from "./notifier.js";
 import { type MutatingTool, scopedTools } from "./scopedTools.js";
-import type { ProgressSink, SessionTurnRunner, TurnHost, TurnOutcome } from "./turn.js";
+import {
+  type ProgressSink,
+  type SessionTurnRunner,
+  type TurnHost,
+  type TurnOutcome,
+  turnErrorData,
+} from "./turn.js";
 
 export interface SessionTurnInput {
   readonly session: SessionRow;
@@ -100,7 +106,10 @@ export class SessionTurns {
       );
     } catch (e) {
       // A runner that throws broke its contract; the turn still ends as data.
-      return { stopReason: "error", errorMessage: e instanceof Error ? e.message : String(e) };
+      // A runner that throws (e.g. one that could not start) broke off the turn; the turn still ends as
+      // data, and the error's name and code travel with it instead of being flattened into prose.
+      const error = turnErrorData(e);
+      return { stopReason: "error", errorMessage: error.message, error };
     } finally {
       this.#streaming.delete(session.id);
     }

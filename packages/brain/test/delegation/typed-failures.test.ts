@@ -1,0 +1,132 @@
+import { useTestDatabase } from "@crw/tools/pg";
+import { describe, expect, it } from "vitest";
+import {
+  createScriptedTurnRunner,
+  parseDelegatedExecutionScope,
+  type SessionTurnRunner,
+} from "../../src/index.js";
+import { makeService, newParent, scriptTask } from "./helpers.js";
+
+const db = useTestDatabase();
+
+/** The runner pool's startup failure, as the pool throws it: a named class with a string code. */
+class RunnerStartupError extends Error {
+  override readonly name = "RunnerStartupError";
+  constructor(
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** The scripted runner, except while `failing` holds: then the turn cannot start. */
+function switchableRunner() {
+  const scripted = createScriptedTurnRunner();
+  const state = { failing: false, starts: 0 };
+  const runner: SessionTurnRunner = {
+    async runTurn(request, host) {
+      state.starts++;
+      if (state.failing)
+        throw new RunnerStartupError("boot_timeout", "sub-agent runner did not become ready in time");
+      return scripted.runTurn(request, host);
+    },
+  };
+  return { runner, state };
+}
+
+describe("typed turn failures", () => {
+  it("a thrown runner startup failure ends the turn as data keeping its name and code", async () => {
+    const { runner, state } = switchableRunner();
+    const { service, repo } = makeService(db.pool, { runner });
+    const { account, parent } = await newParent(service);
+    state.failing = true;
+    const outcome = await service.prompt(parent.id, account.id, "hello");
+    expect(outcome).toEqual({
+      stopReason: "error",
+      errorMessage: "sub-agent runner did not become ready in time",
+      error: {
+        name: "RunnerStartupError",
+        code: "boot_timeout",
+        message: "sub-agent runner did not become ready in time",
+      },
+    });
+    // The user's input stays journaled; nothing else was written for the turn that never started.
+    const journal = await repo.readJournal(parent.id, account.id);
+    expect(journal.map((e) => e.body.type === "message" && e.body.message.role)).toEqual(["user"]);
+    await service.close();
+  });
+
+  it("S004-056: helper delivery that fails on a runner startup error keeps the native cause; payloads stay as they were", async () => {
+    const { runner, state } = switchableRunner();
+    const { service, repo } = makeService(db.pool, { runner });
+    const { account, parent } = await newParent(service);
+    const first = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "c",
+      task: scriptTask({ answer: "first" }),
+      mode: "foreground",
+    });
+    if (first.kind !== "result") throw new Error("expected a result");
+    const child = await repo.getSession(first.childSessionId, account.id);
+    const helper = await repo.createDelegation({
+      parentSessionId: child.id,
+      principalAccountId: account.id,
+      toolCallId: "h",
+      task: "helper",
+      mode: "background",
+      model: "scripted",
+      scope: child.scope ?? "",
+    });
+    const resultId = crypto.randomUUID();
+    await repo.settleRun({
+      runId: helper.run.id,
+      generation: 1,
+      resultId,
+      outcome: "ok",
+      body: "helper says",
+      byteSize: 11,
+    });
+    state.failing = true;
+    const scope = parseDelegatedExecutionScope(child.scope ?? "");
+    const [a, b] = await Promise.all([
+      service.drainPendingResults(child, scope, () => {}),
+      service.drainPendingResults(child, scope, () => {}),
+    ]);
+    expect(a).toBe(b);
+    if (a.kind !== "failed") throw new Error(`expected failed, got ${a.kind}`);
+    expect(a.resultId).toBe(resultId);
+    expect(a.reason).toBe("sub-agent runner did not become ready in time");
+    expect(a.cause).toBeInstanceOf(Error);
+    expect(a.cause.name).toBe("RunnerStartupError");
+    expect((a.cause as Error & { code?: string }).code).toBe("boot_timeout");
+    // The committed result is neither requeued nor rewritten.
+    expect(await repo.queuedResultIds(child.id, account.id)).toEqual([]);
+    expect(await repo.settledResultIds(child.id, account.id)).toEqual([resultId]);
+    expect((await repo.getResult(resultId, account.id)).body).toBe("helper says");
+    await service.close();
+  });
+
+  it("a child whose runner cannot start fails its call with an error result; the parent's payload is unchanged prose", async () => {
+    const { runner, state } = switchableRunner();
+    const { service, repo } = makeService(db.pool, { runner });
+    const { account, parent } = await newParent(service);
+    state.failing = true;
+    const receipt = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "c2",
+      task: scriptTask({ answer: "never" }),
+      mode: "foreground",
+    });
+    expect(receipt).toMatchObject({ kind: "result", outcome: "error" });
+    if (receipt.kind !== "result") throw new Error("expected a result");
+    expect(receipt.body).toContain("sub-agent runner did not become ready in time");
+    const run = await repo.getRun(receipt.runId, account.id);
+    expect(run.status).toBe("failed");
+    expect(run.error?.code).toBe("child_failed");
+    expect(state.starts).toBe(1);
+    await service.close();
+  });
+});
