@@ -144,3 +144,31 @@ describe("run process settings", () => {
     }
   });
 });
+
+describe("the process lock", () => {
+  it("S000-267: a process lock that cannot be taken is warned about; the run goes on with a started row naming no process", async () => {
+    const { holdRun } = await import("@crw/flow");
+    const { writeFileSync } = await import("node:fs");
+    const { join } = await import("node:path");
+    run = await inProcessRun();
+    const wf = join(run.root, "nothing.mjs");
+    writeFileSync(wf, 'export default { name: "nothing", run: async () => "done" };');
+    // another live process (pid 1) holds the lock file this process would take
+    writeFileSync(
+      join(run.paths.dir, "process.cafecafecafe.lock"),
+      JSON.stringify({ pid: 1, token: "cafecafecafe" }),
+    );
+    const lines: Array<Record<string, unknown>> = [];
+    const code = await holdRun({
+      paths: run.paths,
+      spec: { ...run.spec, workflow: wf },
+      host: run.host,
+      token: "cafecafecafe",
+      log: (l) => lines.push(l),
+    });
+    expect(code).toBe(0);
+    expect(lines.some((l) => String(l.msg).includes("process lock not taken"))).toBe(true);
+    expect(run.rows().find((r) => r.type === "started")).toMatchObject({ process: null });
+    expect(run.rows().at(-1)).toMatchObject({ type: "run_ended", status: "completed", result: "done" });
+  });
+});

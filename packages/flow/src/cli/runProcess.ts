@@ -13,6 +13,8 @@ export interface HoldRunOptions {
   /** The host to use; by default the app-server adapter over the spec's transport. */
   host?: SessionHost;
   log?: (line: Record<string, unknown>) => void;
+  /** The process lock's token (a fresh random one by default). */
+  token?: string;
 }
 
 /**
@@ -36,7 +38,7 @@ export async function holdRun(opts: HoldRunOptions): Promise<number> {
       );
     process.env.TMPDIR = spec.env.TMPDIR;
   }
-  const token = newToken();
+  const token = opts.token ?? newToken();
   const processLock = processLockPath(paths, token);
   let heldToken: string | null = token;
   try {
