@@ -6,7 +6,7 @@ import type { PoolEvent } from "./poolTypes.js";
 import type { ModelCatalogPublication } from "./protocol/policy.js";
 import { type AgentOptions, sessionRunnerKindSchema } from "./protocol/sessionTurn.js";
 import type { RetryPolicySource } from "./retryPolicy.js";
-import type { HostRpcHandler } from "./runnerHost.js";
+import type { HostRpcHandler, LocalExecHandler } from "./runnerHost.js";
 import { RUNNER_BOOT_TIMEOUT_MS } from "./runnerHost.js";
 import { type SessionDispatchDeps, SubagentSessionDispatch } from "./sessionDispatch.js";
 
@@ -45,6 +45,7 @@ export interface SubagentRuntimeDeps {
   /** The provider options the daemon's own agent loop uses; runners get the same at boot. */
   readonly agentOptions?: () => AgentOptions;
   readonly hostRpc?: HostRpcHandler;
+  readonly localExec?: LocalExecHandler;
   readonly placementOf?: SessionDispatchDeps["placementOf"];
   readonly onEvent?: (event: PoolEvent) => void;
 }
@@ -71,6 +72,7 @@ export function createSubagentRuntime(deps: SubagentRuntimeDeps): {
     bootTimeoutMs: initial.bootTimeoutMs,
     heartbeatIntervalMs: initial.heartbeatIntervalMs,
     ...(deps.hostRpc && { hostRpc: deps.hostRpc }),
+    ...(deps.localExec && { localExec: deps.localExec }),
     ...(deps.agentOptions && { agentOptions: deps.agentOptions }),
     ...(deps.onEvent && { onEvent: deps.onEvent }),
   });

@@ -16,7 +16,8 @@ export type SubagentErrorCode =
   | "retry_policy_unavailable"
   | "protocol_violation"
   | "turn_failed"
-  | "skill_review_skipped";
+  | "skill_review_skipped"
+  | "session_closed";
 
 export abstract class SubagentError extends Error {
   abstract readonly code: SubagentErrorCode;
@@ -146,5 +147,23 @@ export class SkillReviewSkippedError extends SubagentError {
     options?: { cause?: unknown },
   ) {
     super(message, options);
+  }
+}
+
+/** The event name a local execution stream reports when its transport is lost. */
+export const SESSION_CLOSED = "session.closed";
+
+/**
+ * Transport loss of a local execution stream (`session.closed`): the runner or the daemon channel went away
+ * while the call (a retained service included) was open. The daemon's handler sees it as its signal's
+ * reason; the runner's registry sees it as the call's final error. Nothing is replayed.
+ */
+export class LocalExecSessionClosedError extends SubagentError {
+  override readonly name = "LocalExecSessionClosedError";
+  readonly code = "session_closed" as const;
+  readonly event = SESSION_CLOSED;
+  readonly retryable = false;
+  constructor(message = `${SESSION_CLOSED}: the runner's channel to the daemon closed`) {
+    super(message);
   }
 }

@@ -1,3 +1,4 @@
+export { type BashArgs, BashToolError, bashArgsSchema, runBashTool } from "./bashTool.js";
 export { buildIdentityOf } from "./buildIdentity.js";
 export type { ChildTurnContext, ChildTurnExecutor } from "./childTurn.js";
 export { type Clock, ManualClock, systemClock } from "./clock.js";

@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { LocalExecSessionClosedError } from "./errors.js";
 import {
   HOST_RPC_CLOSED_TEXT,
   HostRpcClosedError,
@@ -121,12 +122,12 @@ export class LocalExecClient {
     this.#settle(callId, result);
   }
 
+  /** The daemon channel closed: every open call, retained services included, ends with session.closed. */
   close(): void {
     this.#closed = true;
+    const closed = new LocalExecSessionClosedError();
     for (const callId of [...this.#calls.keys()]) {
-      this.#settle(callId, {
-        error: { name: "HostRpcClosedError", code: "host_rpc_closed", message: HOST_RPC_CLOSED_TEXT },
-      });
+      this.#settle(callId, { error: { name: closed.name, code: closed.code, message: closed.message } });
     }
   }
 
@@ -140,7 +141,9 @@ export class LocalExecClient {
       call.reject(
         result.error.name === "HostRpcClosedError"
           ? new HostRpcClosedError(result.error.message)
-          : new HostRpcRemoteError(result.error),
+          : result.error.name === "LocalExecSessionClosedError"
+            ? new LocalExecSessionClosedError(result.error.message)
+            : new HostRpcRemoteError(result.error),
       );
     } else call.resolve(result.ok);
   }

@@ -492,6 +492,7 @@ export class SubagentRunnerPool {
             "execArgv",
             "execPath",
             "procRoot",
+            "localExec",
           ]),
           hostRpc: this.#hostRpcHandler(),
         });

@@ -3,7 +3,7 @@ import type { RunnerStartupCategory } from "./errors.js";
 import type { ModelCatalogPublication } from "./protocol/policy.js";
 import type { AgentOptions } from "./protocol/sessionTurn.js";
 import type { RetryPolicySource } from "./retryPolicy.js";
-import type { HostRpcHandler } from "./runnerHost.js";
+import type { HostRpcHandler, LocalExecHandler } from "./runnerHost.js";
 
 /** One captured sizing snapshot; every decision and statistic of one check reads the same snapshot. */
 export interface RunnerPoolSizing {
@@ -41,6 +41,11 @@ export interface SubagentRunnerPoolDeps {
   readonly procRoot?: string;
   /** The shared reverse host-call handler; absent means runners cannot call back (supportsHostRpc false). */
   readonly hostRpc?: HostRpcHandler;
+  /**
+   * The daemon's local execution (its sandbox reaching paired computers), for Bash/Files/Terminal in
+   * runners; absent means local execution requests are refused as unsupported.
+   */
+  readonly localExec?: LocalExecHandler;
   readonly onEvent?: (event: PoolEvent) => void;
 }
 

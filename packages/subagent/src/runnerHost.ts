@@ -3,8 +3,10 @@ import { randomUUID } from "node:crypto";
 import type { TurnHost, TurnOutcome, TurnRequest } from "@crw/brain";
 import {
   DelegationAbortedError,
+  LocalExecSessionClosedError,
   RemoteTurnError,
   RunnerExitedError,
+  SESSION_CLOSED,
   TapTimeoutError,
   toError,
 } from "./errors.js";
@@ -636,9 +638,13 @@ export class SubagentRunnerHost {
     }
     for (const c of this.#rpcs.values()) c.abort();
     this.#rpcs.clear();
-    // Runner exit aborts every retained service stream; no service is replayed.
-    for (const s of this.#serviceStreams.values()) s.controller.abort();
-    for (const c of this.#localCalls.values()) c.controller.abort();
+    // Runner exit aborts every retained service stream, reporting the transport loss as session.closed;
+    // no service is replayed.
+    const closed = new LocalExecSessionClosedError(
+      `${SESSION_CLOSED}: sub-agent runner ${this.deps.runnerId} exited`,
+    );
+    for (const s of this.#serviceStreams.values()) s.controller.abort(closed);
+    for (const c of this.#localCalls.values()) c.controller.abort(closed);
     this.#serviceStreams.clear();
     this.#localCalls.clear();
     this.#taps.clear();

@@ -1,4 +1,5 @@
 import { open } from "node:fs/promises";
+import { runBashTool } from "./bashTool.js";
 import type { ChildTurnContext, ChildTurnExecutor } from "./childTurn.js";
 import type { DelegatedTurnRequest, DelegatedTurnResult } from "./protocol/turn.js";
 
@@ -41,10 +42,13 @@ export class ScriptedTurnExecutor implements ChildTurnExecutor {
         case "reasoning":
           ctx.emit({ kind: "reasoning", turnId, text: step.text });
           break;
-        case "tool":
+        case "tool": {
           ctx.emit({ kind: "tool", turnId, name: step.name, phase: "start" });
-          ctx.emit({ kind: "tool", turnId, name: step.name, phase: "end", result: step.result ?? "" });
+          // Bash is a real tool (local execution through the daemon); other names replay a scripted result.
+          const result = step.name === "Bash" ? await runBashTool(ctx, step.args) : (step.result ?? "");
+          ctx.emit({ kind: "tool", turnId, name: step.name, phase: "end", result });
           break;
+        }
         case "wait":
           if (!(await sleep(step.ms, ctx.signal))) return aborted();
           break;

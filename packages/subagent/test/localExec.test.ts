@@ -1,35 +1,7 @@
-import { spawn } from "node:child_process";
-import type { LocalExecFinal, LocalExecHandler, SubagentRunnerHost } from "@crw/subagent";
+import type { LocalExecHandler, SubagentRunnerHost } from "@crw/subagent";
 import { afterEach, describe, expect, it } from "vitest";
 import { startHost, turn, waitFor } from "./support/runners.js";
-
-/**
- * The daemon's side of local execution, for real: each start runs a process here, streams process-started
- * and stdout, and settles on its exit. Cancellation (the call's signal) kills it.
- */
-function sandbox() {
-  const started: { pid: number; signal: AbortSignal; service: boolean; turnId: string }[] = [];
-  const handler: LocalExecHandler = (request, ctx) =>
-    new Promise<LocalExecFinal>((resolve, reject) => {
-      if (request.op !== "start") return reject(new Error("no stdin in this sandbox"));
-      const [file, ...args] = request.command;
-      const child = spawn(file as string, args, { stdio: ["ignore", "pipe", "ignore"] });
-      child.once("error", reject);
-      child.once("spawn", () => {
-        started.push({
-          pid: child.pid as number,
-          signal: ctx.signal,
-          service: request.service,
-          turnId: ctx.turnId,
-        });
-        ctx.emit({ kind: "process-started", processId: String(child.pid) });
-      });
-      child.stdout?.setEncoding("utf8").on("data", (d: string) => ctx.emit({ kind: "stdout", data: d }));
-      ctx.signal.addEventListener("abort", () => child.kill("SIGKILL"), { once: true });
-      child.once("exit", (exitCode, signal) => resolve({ exitCode, signal }));
-    });
-  return { handler, started };
-}
+import { sandbox } from "./support/sandbox.js";
 
 const hosts: SubagentRunnerHost[] = [];
 afterEach(async () => {
