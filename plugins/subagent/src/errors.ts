@@ -39,7 +39,8 @@ export type WorkflowStateErrorCode =
   | "missing_recovery_proof"
   | "lease_lost"
   | "node_not_running"
-  | "expansion_unavailable";
+  | "expansion_unavailable"
+  | "child_mismatch";
 
 export class WorkflowStateError extends Error {
   override readonly name = "WorkflowStateError";
@@ -78,6 +79,23 @@ export class WorkflowNodePreparationError extends Error {
     options: { cause: unknown },
   ) {
     super(message, options);
+  }
+}
+
+/**
+ * Work for a session stopped because the live connection it came through is no longer current (the
+ * `isCurrentConnection` predicate of a wake answered false). Nothing was dispatched after the check; the
+ * node keeps the state it had before the wake (a waiting node keeps its committed prerequisite).
+ */
+export class SessionWorkAbortedError extends Error {
+  override readonly name = "SessionWorkAbortedError";
+  readonly code = "session_work_aborted" as const;
+  readonly retryable = true;
+  constructor(
+    message: string,
+    readonly context: Readonly<{ workflowId: string; nodeId: string; step: string }>,
+  ) {
+    super(message);
   }
 }
 

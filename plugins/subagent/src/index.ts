@@ -1,6 +1,7 @@
 export * from "./definition/index.js";
 export * from "./engine/index.js";
 export {
+  SessionWorkAbortedError,
   toError,
   WorkflowBoundaryError,
   WorkflowDefinitionError,

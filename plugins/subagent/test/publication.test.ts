@@ -66,7 +66,7 @@ describe("awaited publication with generations", () => {
           return base.createChild(req);
         },
         runNode: (r) => base.runNode(r),
-        continueNode: (r) => base.continueNode(r),
+        continueNode: (r, host) => base.continueNode(r, host),
       }),
     });
     all.push(engine);
@@ -177,7 +177,7 @@ describe("awaited publication with generations", () => {
           return base.createChild(r);
         },
         runNode: (r) => base.runNode(r),
-        continueNode: (r) => base.continueNode(r),
+        continueNode: (r, host) => base.continueNode(r, host),
       }),
     });
     all.push(engine);

@@ -111,7 +111,7 @@ describe("boot recovery", () => {
     const first = await w.engine(({ task }) => `first answer of ${taskLine(task)}`, {
       wrap: (base): NodeDispatcher => ({
         createChild: (r) => base.createChild(r),
-        continueNode: (r) => base.continueNode(r),
+        continueNode: (r, host) => base.continueNode(r, host),
         // The answer reaches the child's journal, then the process dies before the engine settles the node.
         runNode: async (r) => {
           await base.runNode(r);
@@ -143,7 +143,7 @@ describe("boot recovery", () => {
     const first = await w.engine(() => "unused", {
       wrap: (base): NodeDispatcher => ({
         createChild: (r) => base.createChild(r),
-        continueNode: (r) => base.continueNode(r),
+        continueNode: (r, host) => base.continueNode(r, host),
         runNode: (r) => untilAborted(r.signal), // dies after the child exists, before its task is journaled
       }),
     });

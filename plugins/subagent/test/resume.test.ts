@@ -182,9 +182,9 @@ nodes:
           // The computer is offline: the host committed a prerequisite; nothing ran.
           return { status: "waiting", prerequisite: { waitId: "wait-1", claimVersion: 3 } };
         },
-        continueNode: (r) => {
+        continueNode: (r, host) => {
           continued++;
-          return base.continueNode(r);
+          return base.continueNode(r, host);
         },
       }),
     });

@@ -13,8 +13,37 @@ import type { ComputerPrerequisite } from "../journal/schema.js";
 export interface NodeDispatcher {
   createChild(request: NodeChildRequest): Promise<string>;
   runNode(request: NodeRunRequest): Promise<NodeRunResult>;
-  continueNode(request: NodeContinueRequest): Promise<NodeRunResult>;
+  /**
+   * `host` holds the host-only arguments of a recovery continuation (never part of the input object, never
+   * sent over runner RPC): `startFresh` on the daemon-local recovery path only, and the wake's
+   * `isCurrentConnection` predicate, rechecked after every awaited step and right before the turn starts.
+   */
+  continueNode(request: NodeContinueRequest, host?: NodeRecoveryHost): Promise<NodeRunResult>;
 }
+
+/** Host-only arguments of a recovery continuation; see NodeDispatcher.continueNode. */
+export interface NodeRecoveryHost {
+  /**
+   * Daemon-local recovery of a planned child whose transcript is empty: builds the node's original task
+   * (with its handovers) when it is actually needed. Never passed by a live caller or over runner RPC.
+   */
+  readonly startFresh?: () => Promise<string>;
+  /** The wake's live connection is still the current one; false aborts with SessionWorkAbortedError. */
+  readonly isCurrentConnection?: () => boolean;
+}
+
+/** The canonical continuation input and result: one object in, one outcome (as data) out. */
+export type WorkflowNodeContinueInput = NodeContinueRequest;
+export type WorkflowNodeContinueResult = NodeRunResult;
+
+/**
+ * The recovery hook's continueNode: boot recovery and a waiting node's targeted wake both take this one
+ * type (a host may supply its own; the engine's dispatcher is the default).
+ */
+export type RecoveryContinueNode = (
+  input: WorkflowNodeContinueInput,
+  host?: NodeRecoveryHost,
+) => Promise<WorkflowNodeContinueResult>;
 
 export interface NodeChildRequest {
   readonly workflowId: string;
@@ -40,8 +69,16 @@ export interface NodeRunRequest {
 
 /** Canonical continuation input: one admission-shaped object; the fresh task is data, never a callback. */
 export interface NodeContinueRequest extends Omit<NodeRunRequest, "prompt"> {
-  /** The node's original task (with its handovers), used only when the child's transcript is empty. */
-  readonly task: string;
+  /**
+   * The workflow's parent session: the child must durably be a delegated child of it (and of the same
+   * principal), checked before anything continues.
+   */
+  readonly parentSessionId?: string;
+  /**
+   * The node's original task as data (a live caller's data-only preflight), used only when the child's
+   * transcript is empty. The daemon-local recovery path passes `startFresh` as a host argument instead.
+   */
+  readonly task?: string;
   /** An explicit retry (WorkflowResume of an interrupted node): appended as a new user task. */
   readonly fallbackPrompt?: string;
 }

@@ -20,9 +20,9 @@ import {
   type ValidateBoundary,
 } from "./access.js";
 import { captureOriginBindings, type SummaryWriter, type WorkflowHostAccessors } from "./context.js";
-import type { NodeDispatcher } from "./dispatch.js";
+import type { NodeDispatcher, RecoveryContinueNode } from "./dispatch.js";
 import { pgWorkflowEmitter, SnapshotPublisher, type WorkflowEmitter } from "./publication.js";
-import { type WorkflowEvent, type WorkflowOutcome, WorkflowRun } from "./run.js";
+import { NodeSlots, type WorkflowEvent, type WorkflowOutcome, WorkflowRun } from "./run.js";
 
 export interface WorkflowEngineOptions {
   readonly pool: pg.Pool;
@@ -47,6 +47,11 @@ export interface WorkflowEngineOptions {
   }) => Promise<void>;
   readonly onEvent?: (event: WorkflowEvent) => void;
   readonly repo?: DelegationRepository;
+  /**
+   * The plugin's cap on nodes executing at once across every workflow of this engine (applies on top of
+   * the runner pool's own queue): a ready node beyond it stays pending until a slot frees. Default: none.
+   */
+  readonly maxActiveNodes?: number;
   /** Listen (one dedicated connection) for Stops recorded by other processes, for a prompt cancel. */
   readonly listenForCancel?: boolean;
   /** The summary writer for workflows finished without a live origin context (boot recovery). */
@@ -85,6 +90,7 @@ export class WorkflowEngine {
   readonly #runs = new Map<string, WorkflowRun>();
   readonly #emitter: WorkflowEmitter;
   readonly #repo: DelegationRepository;
+  readonly #slots: NodeSlots | null;
   #releaseOwner: (() => Promise<void>) | undefined;
   #listener: import("pg").PoolClient | undefined;
 
@@ -93,6 +99,18 @@ export class WorkflowEngine {
     this.artifacts = new PgArtifactStore(options.pool);
     this.#emitter = options.emitter ?? pgWorkflowEmitter(this.store);
     this.#repo = options.repo ?? new PgDelegationRepository(options.pool);
+    const cap = options.maxActiveNodes;
+    if (cap !== undefined && (!Number.isInteger(cap) || cap < 1)) {
+      throw new RangeError(`maxActiveNodes must be a positive integer (got ${cap})`);
+    }
+    this.#slots = cap === undefined ? null : new NodeSlots(cap);
+  }
+
+  /** Nodes executing in this engine right now (every workflow), as the node cap counts them. */
+  activeNodes(): number {
+    let n = 0;
+    for (const run of this.#runs.values()) n += run.active.size;
+    return n;
   }
 
   /** Holds the owner lease: until `close`, other processes leave this owner's workflows alone. */
@@ -167,9 +185,22 @@ export class WorkflowEngine {
     });
   }
 
-  async #deps(journal: { principalAccountId: string; parentSessionId: string }) {
+  async #deps(
+    journal: { principalAccountId: string; parentSessionId: string },
+    recoveryContinue: RecoveryContinueNode | null = null,
+  ) {
     const policy = (await this.options.workDirPolicy?.(journal)) ?? null;
     return {
+      slots: this.#slots,
+      recoveryContinue,
+      authorizeNode: async (j: OrchestrationJournal, nodeId: string) => {
+        const scope = j.nodeAccess[nodeId];
+        if (scope === undefined)
+          return { ok: false as const, reason: `node ${nodeId} has no journaled access` };
+        const current = await currentDelegatedAccess(this.#repo, j.principalAccountId, j.parentSessionId);
+        if (!current.ok) return { ok: false as const, reason: current.reason };
+        return boundaryAgainst(current.authority)({ subject: nodeId, scope });
+      },
       owner: this.options.owner,
       store: this.store,
       artifacts: this.artifacts,
@@ -544,6 +575,10 @@ export class WorkflowEngine {
     nodeId: string;
     waitId: string;
     claimVersion: number;
+    /** The host's continueNode for this wake (same type as the boot recovery hook's); default: the dispatcher. */
+    continueNode?: RecoveryContinueNode;
+    /** The wake's live connection: rechecked after every awaited step; false keeps the node waiting. */
+    isCurrentConnection?: () => boolean;
   }): { status: "accepted" | "stale" | "not-held" } {
     const run = this.#runs.get(input.workflowId);
     if (!run || run.stopped) return { status: "not-held" };
@@ -558,7 +593,15 @@ export class WorkflowEngine {
       return { status: "stale" };
     if (input.recoveryAdmissionVersion < j.recovery.recoveryAdmissionVersion) return { status: "stale" };
     j.recovery.recoveryAdmissionVersion = input.recoveryAdmissionVersion;
-    run.launch(input.nodeId, "continue");
+    run.wakes.set(input.nodeId, {
+      workflowGeneration: input.workflowGeneration,
+      recoveryAdmissionVersion: input.recoveryAdmissionVersion,
+      prerequisite: { ...node.waiting },
+      ...(input.continueNode ? { continueNode: input.continueNode } : {}),
+      ...(input.isCurrentConnection ? { isCurrentConnection: input.isCurrentConnection } : {}),
+    });
+    // Reserved synchronously (active) before anything is awaited: a duplicate wake finds it not held.
+    run.launch(input.nodeId, "wake");
     return { status: "accepted" };
   }
 
@@ -571,6 +614,7 @@ export class WorkflowEngine {
    */
   async recoverInterrupted(
     limit = 1000,
+    hooks: { continueNode?: RecoveryContinueNode } = {},
   ): Promise<{ resumed: string[]; invalid: string[]; refused: string[] }> {
     const rows = await this.store.claimInterrupted(this.options.owner, limit);
     const out = { resumed: [] as string[], invalid: [] as string[], refused: [] as string[] };
@@ -578,7 +622,7 @@ export class WorkflowEngine {
       // Already driven here (a repeated recovery pass): never a second run of the same workflow.
       if (this.#runs.has(row.id)) continue;
       try {
-        const what = await this.#recoverOne(row);
+        const what = await this.#recoverOne(row, hooks.continueNode ?? null);
         out[what].push(row.id);
       } catch (e) {
         out.refused.push(row.id);
@@ -592,7 +636,10 @@ export class WorkflowEngine {
     return out;
   }
 
-  async #recoverOne(row: WorkflowRow): Promise<"resumed" | "invalid" | "refused"> {
+  async #recoverOne(
+    row: WorkflowRow,
+    continueNode: RecoveryContinueNode | null,
+  ): Promise<"resumed" | "invalid" | "refused"> {
     const reading = readOrchestrationJournal(await this.store.readJournal(row.id));
     if (!reading.ok) {
       const generation = (await this.store.terminalizeInvalid(row.id)) ?? row.recovery.workflowGeneration;
@@ -611,7 +658,7 @@ export class WorkflowEngine {
     const journal = reading.journal;
     // Host-provided native metadata wins over whatever the journal last saw; nothing is reset or charged.
     journal.recovery = { ...row.recovery };
-    const run = new WorkflowRun(journal, await this.#deps(journal));
+    const run = new WorkflowRun(journal, await this.#deps(journal, continueNode));
     if (row.status !== "running") {
       // Terminal publication settled but the summary was not handed over yet: finish that part only.
       this.#track(run);

@@ -26,8 +26,12 @@ export type {
   NodeContinueRequest,
   NodeDispatcher,
   NodeEvent,
+  NodeRecoveryHost,
   NodeRunRequest,
   NodeRunResult,
+  RecoveryContinueNode,
+  WorkflowNodeContinueInput,
+  WorkflowNodeContinueResult,
 } from "./dispatch.js";
 export {
   type StartedWorkflow,

@@ -1,12 +1,26 @@
 import type { AssistantMessage, DelegationRepository, JournalEntry, TranscriptMessage } from "@crw/db";
+import { SessionWorkAbortedError, WorkflowStateError } from "../errors.js";
 import type {
   NodeChildRequest,
   NodeContinueRequest,
   NodeDispatcher,
   NodeEvent,
+  NodeRecoveryHost,
   NodeRunRequest,
   NodeRunResult,
 } from "./dispatch.js";
+
+/** The wake's connection predicate, rechecked after each awaited step (a no-op without one). */
+function connectionCheck(request: NodeContinueRequest, host: NodeRecoveryHost): (step: string) => void {
+  return (step) => {
+    if (host.isCurrentConnection && !host.isCurrentConnection()) {
+      throw new SessionWorkAbortedError(
+        `node ${request.nodeId}: the connection of its wake is no longer current (${step})`,
+        { workflowId: request.workflowId, nodeId: request.nodeId, step },
+      );
+    }
+  };
+}
 
 /**
  * One turn of a node's child: the same contract as the delegation core's ChildTurnRunner (each assistant
@@ -91,24 +105,37 @@ export class JournalNodeDispatcher implements NodeDispatcher {
     return this.#turn(request, "answered");
   }
 
-  async continueNode(request: NodeContinueRequest): Promise<NodeRunResult> {
+  async continueNode(request: NodeContinueRequest, host: NodeRecoveryHost = {}): Promise<NodeRunResult> {
+    if (typeof request !== "object" || request === null) {
+      // One canonical input object: there is no positional (child, text) form.
+      throw new TypeError("continueNode takes one WorkflowNodeContinueInput object");
+    }
+    const current = connectionCheck(request, host);
+    await this.#assertParentRelation(request);
+    current("parent relation checked");
     const messages = messagesOf(
       await this.repo.readJournal(request.childSessionId, request.principalAccountId),
     );
+    current("transcript read");
     if (request.fallbackPrompt !== undefined) {
       // An explicit retry in the same child: the new task joins the transcript; the old attempt is not reused.
       await this.repo.append(request.childSessionId, request.principalAccountId, [
         { body: { type: "message", message: { role: "user", content: request.fallbackPrompt } } },
       ]);
-      return this.#turn(request, "continued");
+      current("retry task journaled");
+      return this.#turn(request, "continued", current);
     }
     const last = messages.at(-1);
     if (last === undefined) {
-      if (request.task.length === 0) return { status: "empty" };
+      // A planned child that never got its task: only the daemon-local recovery path may start it fresh.
+      const task = host.startFresh ? await host.startFresh() : (request.task ?? "");
+      current("fresh task built");
+      if (task.length === 0) return { status: "empty" };
       await this.repo.append(request.childSessionId, request.principalAccountId, [
-        { body: { type: "message", message: { role: "user", content: request.task } } },
+        { body: { type: "message", message: { role: "user", content: task } } },
       ]);
-      return this.#turn(request, "continued");
+      current("task journaled");
+      return this.#turn(request, "continued", current);
     }
     // A settled answer after the last task is the node's answer: reuse it, run nothing.
     if (last.role === "assistant" && last.stopReason === "stop" && textOf(last).length > 0) {
@@ -127,14 +154,51 @@ export class JournalNodeDispatcher implements NodeDispatcher {
         },
       },
     ]);
-    return this.#turn(request, "continued");
+    current("interruption noted");
+    return this.#turn(request, "continued", current);
+  }
+
+  /**
+   * The child must durably be a delegated session of the workflow's parent under the same principal. An
+   * absent child identity is not a wildcard: it refuses like a mismatch.
+   */
+  async #assertParentRelation(request: NodeContinueRequest): Promise<void> {
+    const refuse = (why: string) =>
+      new WorkflowStateError("child_mismatch", `node ${request.nodeId} cannot be continued: ${why}`, {
+        workflowId: request.workflowId,
+        nodeId: request.nodeId,
+        childSessionId: request.childSessionId ?? null,
+      });
+    if (typeof request.childSessionId !== "string" || request.childSessionId.length === 0) {
+      throw refuse("the request names no child session");
+    }
+    const { rows } = await this.repo.pool.query<{
+      kind: string;
+      parent: string | null;
+      principal: string;
+    }>(
+      `select kind, parent_session_id::text as parent, principal_account_id::text as principal
+         from sessions where id::text = $1`,
+      [request.childSessionId],
+    );
+    const row = rows[0];
+    if (!row) throw refuse(`child session ${request.childSessionId} does not exist`);
+    if (row.kind !== "delegated" || row.principal !== request.principalAccountId) {
+      throw refuse(`session ${request.childSessionId} is not a delegated session of this principal`);
+    }
+    if (request.parentSessionId !== undefined && row.parent !== request.parentSessionId) {
+      throw refuse(`session ${request.childSessionId} is not a child of the workflow's parent`);
+    }
   }
 
   async #turn(
     request: NodeRunRequest | NodeContinueRequest,
     as: "answered" | "continued",
+    current: (step: string) => void = () => undefined,
   ): Promise<NodeRunResult> {
     if (request.signal.aborted) return { status: "aborted" };
+    // Synchronously before the turn starts: nothing awaits between this check and the dispatch.
+    current("dispatch");
     const outcome = await this.#turns.executeTurn(
       {
         sessionId: request.childSessionId,

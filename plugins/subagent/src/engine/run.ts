@@ -2,13 +2,25 @@ import { resolve as resolvePath } from "node:path";
 import { delegatedWorkDir, type WorkDirPolicy } from "@crw/brain";
 import { z } from "zod";
 import type { WorkflowNode } from "../definition/schema.js";
-import { toError, WorkflowNodePreparationError } from "../errors.js";
-import { type NodeState, type OrchestrationJournal, TERMINAL_NODE_STATUSES } from "../journal/schema.js";
+import { SessionWorkAbortedError, toError, WorkflowNodePreparationError } from "../errors.js";
+import {
+  type ComputerPrerequisite,
+  type NodeState,
+  type OrchestrationJournal,
+  TERMINAL_NODE_STATUSES,
+} from "../journal/schema.js";
 import type { PgArtifactStore } from "../store/artifacts.js";
 import type { PgWorkflowStore, WorkflowStatus } from "../store/native.js";
+import type { BoundaryVerdict } from "./access.js";
 import { captureNodeScope } from "./access.js";
 import type { OriginBindings, SummaryWriter } from "./context.js";
-import type { NodeDispatcher, NodeRunResult } from "./dispatch.js";
+import type {
+  NodeDispatcher,
+  NodeEvent,
+  NodeRecoveryHost,
+  NodeRunResult,
+  RecoveryContinueNode,
+} from "./dispatch.js";
 import { workflowFault } from "./faults.js";
 import { handoverOf, nodePrompt, workflowSummary } from "./prompt.js";
 import type { SnapshotPublisher, WorkflowEmitResult, WorkflowSnapshot } from "./publication.js";
@@ -32,6 +44,13 @@ export type WorkflowEvent =
   | { readonly type: "background_failed"; readonly workflowId: string; readonly error: Error }
   /** The database failed under the run: this process stops driving it; the rows stay for recovery. */
   | { readonly type: "run_lost"; readonly workflowId: string; readonly error: Error }
+  /** Progress of a node's turn (text, tool use), as its dispatcher reports it. */
+  | {
+      readonly type: "node_progress";
+      readonly workflowId: string;
+      readonly nodeId: string;
+      readonly event: NodeEvent;
+    }
   /** A node's preparation or operation threw: the original error, its `cause` chain intact (memory only). */
   | {
       readonly type: "node_error";
@@ -59,6 +78,12 @@ export interface RunDeps {
   readonly defaultModel: string;
   readonly workDirPolicy: WorkDirPolicy | null;
   readonly onEvent: (event: WorkflowEvent) => void;
+  /** The engine-wide cap on nodes executing at once (the plugin's job cap, on top of any runner queue). */
+  readonly slots?: NodeSlots | null;
+  /** The boot recovery hook's continueNode (the dispatcher's own when the host supplies none). */
+  readonly recoveryContinue?: RecoveryContinueNode | null;
+  /** A waiting node's wake: its journaled scope against the origin's current access (async). */
+  readonly authorizeNode?: (journal: OrchestrationJournal, nodeId: string) => Promise<BoundaryVerdict>;
   readonly onCompletion: (completion: {
     workflowId: string;
     parentSessionId: string;
@@ -68,7 +93,46 @@ export interface RunDeps {
   }) => Promise<void>;
 }
 
-type Mode = "fresh" | "prepare" | "continue" | "retry";
+type Mode = "fresh" | "prepare" | "continue" | "retry" | "wake";
+
+/** An accepted wake of a waiting node: the admission it was accepted under and the host's own hooks. */
+export interface NodeWake {
+  readonly workflowGeneration: number;
+  readonly recoveryAdmissionVersion: number;
+  readonly prerequisite: ComputerPrerequisite;
+  readonly continueNode?: RecoveryContinueNode;
+  readonly isCurrentConnection?: () => boolean;
+}
+
+/**
+ * The engine-wide cap on executing nodes. A fresh dispatch waits for a free slot (its node stays pending);
+ * recovery continuations are never held back but count against the cap.
+ */
+export class NodeSlots {
+  #used = 0;
+  readonly #waiting = new Set<{ pump(): void }>();
+  constructor(readonly max: number) {}
+
+  get used(): number {
+    return this.#used;
+  }
+
+  acquire(run: { pump(): void }, force: boolean): boolean {
+    if (!force && this.#used >= this.max) {
+      this.#waiting.add(run);
+      return false;
+    }
+    this.#used += 1;
+    return true;
+  }
+
+  release(): void {
+    this.#used -= 1;
+    const runs = [...this.#waiting];
+    this.#waiting.clear();
+    for (const r of runs) r.pump();
+  }
+}
 
 /**
  * One workflow's run state in this process: the journal (rewritten whole, fenced by lease and generation),
@@ -79,6 +143,8 @@ export class WorkflowRun {
   readonly active = new Map<string, { controller: AbortController; done: Promise<void> }>();
   /** Nodes whose child turn was actually started (a cancel interrupts these; the others never started). */
   readonly started = new Set<string>();
+  /** Accepted wakes of waiting nodes, until their continuation starts. */
+  readonly wakes = new Map<string, NodeWake>();
   #writes: Promise<boolean> = Promise.resolve(true);
   #stopped = false;
   #finishing = false;
@@ -266,8 +332,9 @@ export class WorkflowRun {
     for (const id of this.journal.order) {
       const n = this.journal.nodes[id] as NodeState;
       if (n.status !== "pending") continue;
-      if (n.spec.dependsOn.every((d) => this.journal.nodes[d]?.status === "succeeded"))
-        this.launch(id, "fresh");
+      if (n.spec.dependsOn.every((d) => this.journal.nodes[d]?.status === "succeeded")) {
+        if (!this.launch(id, "fresh")) break;
+      }
     }
     const open = this.journal.order.some(
       (id) => !TERMINAL_NODE_STATUSES.has((this.journal.nodes[id] as NodeState).status),
@@ -275,8 +342,11 @@ export class WorkflowRun {
     if (!open && this.active.size === 0) void this.finish().catch((e) => this.#lost(e));
   }
 
-  launch(id: string, mode: Mode): void {
-    if (this.active.has(id)) return;
+  /** Starts executing a node; false when the engine's node cap holds a fresh dispatch back. */
+  launch(id: string, mode: Mode): boolean {
+    if (this.active.has(id)) return true;
+    const slots = this.deps.slots;
+    if (slots && !slots.acquire(this, mode !== "fresh")) return false;
     const controller = new AbortController();
     if (mode === "fresh") {
       // Reserved synchronously: a second pump cannot launch the same node.
@@ -287,9 +357,11 @@ export class WorkflowRun {
       .catch((e) => this.#lost(e))
       .finally(() => {
         this.active.delete(id);
+        slots?.release();
         this.pump();
       });
     this.active.set(id, { controller, done });
+    return true;
   }
 
   async #execute(id: string, mode: Mode, controller: AbortController): Promise<void> {
@@ -344,38 +416,115 @@ export class WorkflowRun {
           scope,
           prompt: nodePrompt(j, node),
           signal: controller.signal,
+          onEvent: this.#progress(id),
         });
         await this.#settle(id, result);
         return;
       }
-      // continue (boot) or retry (explicit resume): the same child, never a second one.
+      // continue (boot), wake (a waiting node) or retry (explicit resume): the same child, never a second one.
       const childSessionId = state.childSessionId as string;
+      const wake = mode === "wake" ? this.wakes.get(id) : undefined;
+      this.wakes.delete(id);
+      const current = (step: string) => {
+        if (wake?.isCurrentConnection && !wake.isCurrentConnection()) {
+          throw new SessionWorkAbortedError(
+            `node ${id}: the connection of its wake is no longer current (${step})`,
+            { workflowId: j.workflowId, nodeId: id, step },
+          );
+        }
+      };
+      if (mode === "wake") {
+        if (!wake) return;
+        current("accepted");
+        // Async authorization: the node's journaled scope against the origin's current access.
+        const verdict = (await this.deps.authorizeNode?.(j, id)) ?? { ok: true };
+        current("authorized");
+        // Admission re-checked after the await: a Stop, a newer run or another wake meanwhile dispatches nothing.
+        if (!this.#wakeAdmitted(id, wake)) return;
+        if (!verdict.ok) {
+          this.#setStatus(id, "failed", {
+            error: {
+              code: "resume_refused",
+              message: `journaled access exceeds current access (${verdict.reason})`,
+            },
+          });
+          delete state.waiting;
+          if (await this.persist()) await this.publish();
+          return;
+        }
+      }
       this.#setStatus(id, "running");
       if (!(await this.persist())) return;
+      current("journaled");
       this.started.add(id);
-      const prompt = nodePrompt(j, node);
-      const result = await this.deps.dispatcher.continueNode({
-        workflowId: j.workflowId,
-        nodeId: id,
-        childSessionId,
-        principalAccountId: j.principalAccountId,
-        model: j.nodeModels[id] ?? this.deps.defaultModel,
-        scope: j.nodeAccess[id] ?? "",
-        task: prompt,
-        ...(mode === "retry" ? { fallbackPrompt: prompt } : {}),
-        signal: controller.signal,
-      });
+      const continueNode: RecoveryContinueNode =
+        wake?.continueNode ??
+        (mode === "retry" ? null : this.deps.recoveryContinue) ??
+        ((input, host) => this.deps.dispatcher.continueNode(input, host));
+      // Host-only arguments stay out of the input: startFresh only on the daemon-local recovery path.
+      const host: NodeRecoveryHost =
+        mode === "retry"
+          ? {}
+          : {
+              startFresh: async () => nodePrompt(this.journal, node),
+              ...(wake?.isCurrentConnection ? { isCurrentConnection: wake.isCurrentConnection } : {}),
+            };
+      current("dispatch");
+      const result = await continueNode(
+        {
+          workflowId: j.workflowId,
+          nodeId: id,
+          childSessionId,
+          parentSessionId: j.parentSessionId,
+          principalAccountId: j.principalAccountId,
+          model: j.nodeModels[id] ?? this.deps.defaultModel,
+          scope: j.nodeAccess[id] ?? "",
+          ...(mode === "retry" ? { fallbackPrompt: nodePrompt(j, node) } : {}),
+          signal: controller.signal,
+          onEvent: this.#progress(id),
+        },
+        host,
+      );
       await this.#settle(id, result);
     } catch (e) {
       if (this.#stopped || (j.cancelRequested && TERMINAL_NODE_STATUSES.has(state.status))) return;
       const error = toError(e);
       this.deps.onEvent({ type: "node_error", workflowId: this.id, nodeId: id, error });
+      if (error instanceof SessionWorkAbortedError && mode === "wake") {
+        // The wake's connection went away: the node keeps waiting on its committed prerequisite.
+        const waiting = (j.nodes[id] as NodeState).waiting;
+        if (waiting) {
+          this.#setStatus(id, "waiting", { waiting });
+          if (await this.persist()) await this.publish();
+          return;
+        }
+      }
       const raw = (error as { code?: unknown }).code;
       const code = typeof raw === "string" ? raw : "node_error";
       this.#setStatus(id, "failed", { error: { code, message: error.message.slice(0, 4000) } });
       await this.persist();
       await this.publish();
     }
+  }
+
+  #progress(nodeId: string): (event: NodeEvent) => void {
+    return (event) => this.deps.onEvent({ type: "node_progress", workflowId: this.id, nodeId, event });
+  }
+
+  /** The wake is still what was admitted: same run, generation, admission, held node and prerequisite. */
+  #wakeAdmitted(id: string, wake: NodeWake): boolean {
+    const j = this.journal;
+    const n = j.nodes[id] as NodeState;
+    return (
+      !this.#stopped &&
+      !this.#finishing &&
+      !j.cancelRequested &&
+      j.recovery.workflowGeneration === wake.workflowGeneration &&
+      j.recovery.recoveryAdmissionVersion === wake.recoveryAdmissionVersion &&
+      n.status === "waiting" &&
+      n.waiting?.waitId === wake.prerequisite.waitId &&
+      n.waiting?.claimVersion === wake.prerequisite.claimVersion
+    );
   }
 
   #cancelledBeforeStart(id: string): boolean {
@@ -510,6 +659,8 @@ export class WorkflowRun {
         else return; // the process is letting go of the workflow: the running node stays running in the journal
         break;
     }
+    // Only a waiting outcome keeps a committed prerequisite; every other outcome ends the wait.
+    if (result.status !== "waiting") delete (j.nodes[id] as NodeState).waiting;
     if (!(await this.persist())) return;
     // Results (artifact, grants, handover) reach dependents only after their snapshot is published.
     await this.publish();
