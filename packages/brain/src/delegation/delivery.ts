@@ -42,6 +42,14 @@ export type DelegationEvent =
     }
   | { readonly type: "delegation.recovered"; readonly runId: string; readonly action: string }
   | { readonly type: "delegation.publish_failed"; readonly parentSessionId: string; readonly error: string }
+  /** A call's progress snapshot (or Ctrl+B's background write) was not published; the call goes on. */
+  | {
+      readonly type: "delegation.progress_failed";
+      readonly runId: string;
+      readonly seq: number;
+      readonly code: string;
+      readonly error: string;
+    }
   /** Background work (a call, a follow-up turn) failed outside any caller; its rows stay for recovery. */
   | { readonly type: "delegation.background_failed"; readonly error: string; readonly code?: string };
 

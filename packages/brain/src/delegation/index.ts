@@ -3,6 +3,12 @@ export { type DelegationEvent, drainResults, type ResultDeliveredEvent, resultMe
 export { DelegationError, type DelegationErrorCode } from "./errors.js";
 export { FAULT_POINTS, type FaultPoint, faultPoint } from "./faults.js";
 export { KeyedMutex, Notifier } from "./notifier.js";
+export {
+  ProgressPublicationError,
+  type ProgressPublisher,
+  RunProgressJob,
+  type RunProgressSnapshot,
+} from "./progress.js";
 export { ASSISTANT_PAGE, lastSettledAssistantText, readSubagent } from "./readSubagent.js";
 export { INTERRUPTED_CONTEXT, type RecoveryReport, recoverDelegations } from "./recovery.js";
 export { type MutatingTool, scopedTools } from "./scopedTools.js";

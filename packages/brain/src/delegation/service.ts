@@ -19,6 +19,7 @@ import {
 import { type DelegationEvent, drainResults } from "./delivery.js";
 import { DelegationError, toError } from "./errors.js";
 import { Notifier } from "./notifier.js";
+import { type ProgressPublisher, RunProgressJob } from "./progress.js";
 import { systemPromptFor } from "./prompt.js";
 import { readSubagent } from "./readSubagent.js";
 import { DelegatedSettlement } from "./settlement.js";
@@ -73,6 +74,7 @@ export class DelegationService {
   readonly options: DelegationServiceOptions;
   readonly settlement: DelegatedSettlement;
   readonly #background = new Set<Promise<unknown>>();
+  readonly #foreground = new Map<string, { run: SubagentRun; job: RunProgressJob; release: () => void }>();
   #releaseLease: (() => Promise<void>) | undefined;
 
   constructor(options: DelegationServiceOptions) {
@@ -363,17 +365,51 @@ export class DelegationService {
     await this.repo.commitFork(child.id, parent.principalAccountId);
   }
 
+  /**
+   * Runs an admitted call as its own job. The job snapshots the call's progress and publishes it in order;
+   * it drains that publication before the result is settled, for a foreground return and a background
+   * completion alike. A foreground caller waits for the result unless Ctrl+B (`moveToBackground`) lets it go.
+   */
   async #dispatch(
     run: SubagentRun,
     mode: "foreground" | "background",
     progress?: ProgressSink,
   ): Promise<DelegationReceipt> {
     const childSessionId = run.childSessionId ?? "";
+    const job = new RunProgressJob({ ...run, mode }, this.#publisherFor(run), (error) =>
+      this.emit({
+        type: "delegation.progress_failed",
+        runId: run.id,
+        seq: error.seq,
+        code: error.code,
+        error: error.message,
+      }),
+    );
+    const sink: ProgressSink = (event) => {
+      progress?.(event);
+      job.sink(event);
+    };
+    const execution = this.executeRun(run, { progress: sink, beforeSettle: () => job.drain() });
     if (mode === "background") {
-      this.track(this.executeRun(run, { ...(progress ? { progress } : {}) }));
+      this.track(execution);
       return { kind: "started", runId: run.id, childSessionId };
     }
-    const resultId = await this.executeRun(run, { ...(progress ? { progress } : {}) });
+    let release!: () => void;
+    const released = new Promise<"background">((resolve) => {
+      release = () => resolve("background");
+    });
+    this.#foreground.set(run.id, { run, job, release });
+    let resultId: string;
+    try {
+      const first = await Promise.race([execution, released]);
+      if (first === "background") {
+        this.track(execution);
+        return { kind: "started", runId: run.id, childSessionId };
+      }
+      resultId = first;
+    } finally {
+      this.#foreground.delete(run.id);
+    }
     const result = await this.repo.getResult(resultId, run.principalAccountId);
     return {
       kind: "result",
@@ -382,6 +418,63 @@ export class DelegationService {
       resultId,
       outcome: result.outcome,
       body: result.body,
+    };
+  }
+
+  /**
+   * Ctrl+B for a foreground call this process waits on: the row becomes a background call and the job's
+   * background snapshot is published, both awaited, and only then is the foreground waiter let go (its
+   * Delegate returns "started"; the result comes through the inbox). A failed write is diagnosed and leaves
+   * the waiter attached; the result is still delivered exactly once (the journal proves which way).
+   */
+  async moveToBackground(
+    runId: string,
+    principalAccountId: string,
+  ): Promise<{ readonly ok: true } | { readonly ok: false; readonly reason: string; readonly code: string }> {
+    const waiter = this.#foreground.get(runId);
+    if (!waiter || waiter.run.principalAccountId !== principalAccountId) {
+      return {
+        ok: false,
+        code: "not_found",
+        reason: "no foreground call of this account waits on that run here",
+      };
+    }
+    try {
+      const moved = await this.repo.moveRunToBackground(runId, principalAccountId, waiter.run.generation);
+      if (!moved) return { ok: false, code: "not_open", reason: "the call is no longer open" };
+      await waiter.job.background();
+    } catch (e) {
+      const error = toError(e);
+      const code = (error as { code?: unknown }).code;
+      this.emit({
+        type: "delegation.progress_failed",
+        runId,
+        seq: (error as { seq?: number }).seq ?? 0,
+        code: typeof code === "string" ? code : "background_not_persisted",
+        error: error.message,
+      });
+      return {
+        ok: false,
+        code: typeof code === "string" ? code : "background_not_persisted",
+        reason: error.message,
+      };
+    }
+    waiter.release();
+    return { ok: true };
+  }
+
+  /** The host's progress publication, by default the run row's progress columns (nothing else is written). */
+  #publisherFor(run: SubagentRun): ProgressPublisher {
+    const custom = this.options.publishProgress;
+    if (custom) return custom;
+    return async (snapshot) => {
+      await this.repo.recordRunProgress(
+        run.id,
+        run.principalAccountId,
+        run.generation,
+        snapshot.seq,
+        JSON.stringify(snapshot),
+      );
     };
   }
 
@@ -464,7 +557,7 @@ export class DelegationService {
 
   executeRun(
     run: SubagentRun,
-    opts: { progress?: ProgressSink; signal?: AbortSignal } = {},
+    opts: { progress?: ProgressSink; signal?: AbortSignal; beforeSettle?: () => Promise<void> } = {},
   ): Promise<string> {
     return this.settlement.executeRun(run, opts);
   }

@@ -54,15 +54,15 @@ export class DelegatedSettlement {
    */
   async executeRun(
     run: SubagentRun,
-    opts: { progress?: ProgressSink; signal?: AbortSignal } = {},
+    opts: { progress?: ProgressSink; signal?: AbortSignal; beforeSettle?: () => Promise<void> } = {},
   ): Promise<string> {
+    // The owning job's progress publication drains before the result is settled: no progress after it.
+    const settle = async (...args: Parameters<DelegatedSettlement["settleRunResult"]>) => {
+      await opts.beforeSettle?.();
+      return this.#settle(...args);
+    };
     if (!run.childSessionId)
-      return this.#settle(
-        run,
-        "error",
-        "the child session was discarded before it was ready",
-        "child_missing",
-      );
+      return settle(run, "error", "the child session was discarded before it was ready", "child_missing");
     const start = await this.core.repo.startRun(run.id, run.generation, this.core.owner);
     if (!start.started) {
       // The same call again (a retried tool call): its settled result is the answer, never a second run.
@@ -86,12 +86,7 @@ export class DelegatedSettlement {
       const admitted = await admitStoredWorkDir(scope, this.core.options.projects?.projectForPath);
       scope = { ...scope, workDir: admitted };
     } catch (e) {
-      return this.#settle(
-        run,
-        "error",
-        `the call's scope no longer holds: ${toError(e).message}`,
-        "scope_refused",
-      );
+      return settle(run, "error", `the call's scope no longer holds: ${toError(e).message}`, "scope_refused");
     }
     const progress = opts.progress ?? NO_PROGRESS;
     let outcome: TurnOutcome = { stopReason: "stop" };
@@ -104,10 +99,10 @@ export class DelegatedSettlement {
       const reason = drained.kind === "failed" ? drained.reason : "the call was stopped";
       // Text follow-ups the call can no longer take get their dropped notice instead of waiting forever.
       await this.core.repo.dropSteers(child.id, run.principalAccountId, `the call ended: ${reason}`);
-      return this.#settle(run, "error", reason, drained.kind === "failed" ? "child_failed" : "aborted");
+      return settle(run, "error", reason, drained.kind === "failed" ? "child_failed" : "aborted");
     }
     const reply = await lastSettledAssistantText(this.core.repo, child.id, run.principalAccountId);
-    const resultId = await this.#settle(run, "ok", reply ?? "(the child gave no answer)");
+    const resultId = await settle(run, "ok", reply ?? "(the child gave no answer)");
     // A follow-up that raced the settlement would otherwise wait for a call that is gone: it gets its notice.
     await this.core.repo.dropSteers(
       child.id,
@@ -268,6 +263,11 @@ export class DelegatedSettlement {
     return queued.resultId;
   }
 
+  /** Settles a run's result (the parameters of the private settle; see executeRun). */
+  settleRunResult(run: SubagentRun, outcome: "ok" | "error", body: string, code?: string): Promise<string> {
+    return this.#settle(run, outcome, body, code);
+  }
+
   async #settle(run: SubagentRun, outcome: "ok" | "error", body: string, code?: string): Promise<string> {
     const prepared = await prepareCompletion({
       repo: this.core.repo,
@@ -295,7 +295,11 @@ export class DelegatedSettlement {
       ...(error ? { error } : {}),
     });
     faultPoint("child.settled");
-    if (run.mode === "background" || !this.core.turns.isStreaming(run.parentSessionId)) {
+    // The row's mode now, not when the call began: Ctrl+B may have moved a foreground call to the background.
+    const mode = settled.settled
+      ? (await this.core.repo.getRun(run.id, run.principalAccountId)).mode
+      : run.mode;
+    if (mode === "background" || !this.core.turns.isStreaming(run.parentSessionId)) {
       await this.core.resultQueued(run.parentSessionId, run.principalAccountId, settled.resultId);
     } else {
       this.core.notifier.notify(run.parentSessionId);

@@ -1,6 +1,7 @@
 import type { DelegationRepository, SessionRow } from "@crw/db";
 import type { DelegatedExecutionScope, HostProject } from "../scope/index.js";
 import type { DelegationEvent, ResultDeliveredEvent } from "./delivery.js";
+import type { ProgressPublisher } from "./progress.js";
 import type { MutatingTool } from "./scopedTools.js";
 import type { SpillStore } from "./spill.js";
 import type { ProgressSink, SessionTurnRunner } from "./turn.js";
@@ -26,6 +27,11 @@ export interface DelegationServiceOptions {
     readonly rootOf?: (ref: string) => Promise<HostProject | undefined> | HostProject | undefined;
     readonly projectForPath?: (dir: string) => Promise<HostProject | undefined> | HostProject | undefined;
   };
+  /**
+   * The host's asynchronous progress publication for each call's snapshots (in order, one at a time). By
+   * default a snapshot is stored in the run row's progress columns.
+   */
+  readonly publishProgress?: ProgressPublisher;
   /** Bound of one wait for a child's live helpers; the rows are re-read after each. */
   readonly helperWaitMs?: number;
   /** Bound on follow-up turns in one settlement drain. */

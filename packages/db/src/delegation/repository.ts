@@ -52,6 +52,10 @@ export class PgDelegationRepository implements DelegationRepository {
     runs.markRunSettling(this.pool, r, g);
   startRun: DelegationRepository["startRun"] = async (r, g, o) => runs.startRun(this.pool, r, g, o);
   settleRun: DelegationRepository["settleRun"] = async (r, o) => runs.settleRun(this.pool, r, o);
+  recordRunProgress: DelegationRepository["recordRunProgress"] = async (r, p, g, s, j) =>
+    runs.recordRunProgress(this.pool, r, p, g, s, j);
+  moveRunToBackground: DelegationRepository["moveRunToBackground"] = async (r, p, g) =>
+    runs.moveRunToBackground(this.pool, r, p, g);
   enqueueWorkflowSummary: DelegationRepository["enqueueWorkflowSummary"] = async (i) =>
     delivery.enqueueWorkflowSummary(this.pool, i);
   openChildRuns: DelegationRepository["openChildRuns"] = async (s, p) => runs.openChildRuns(this.pool, s, p);

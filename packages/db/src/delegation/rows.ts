@@ -56,6 +56,8 @@ export function runFromRow(r: Row): SubagentRun {
     status: str(r.status) as SubagentRun["status"],
     generation: num(r.generation),
     readOnlyScope: strOrNull(r.read_only_scope),
+    progress: strOrNull(r.progress),
+    progressSeq: r.progress_seq === undefined ? 0 : num(r.progress_seq),
     recoveryAttempts: num(r.recovery_attempts),
     error: (r.error as SubagentRun["error"]) ?? null,
     createdAt: date(r.created_at),

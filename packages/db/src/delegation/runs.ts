@@ -327,3 +327,54 @@ export function settleRun(
     return { settled: true, resultId: result.resultId };
   });
 }
+
+/**
+ * Stores a call's progress snapshot: only the progress columns of an open row of this generation are
+ * written (the host-owned scope, status and mode stay as they are); a snapshot older than the stored one is
+ * refused, so publication order is the order of `seq`. False when the row is no longer open in this
+ * generation or a newer snapshot is stored.
+ */
+export async function recordRunProgress(
+  pool: pg.Pool,
+  runId: string,
+  principalAccountId: string,
+  generation: number,
+  seq: number,
+  progress: string,
+): Promise<boolean> {
+  assertUuid("runId", runId);
+  assertUuid("principalAccountId", principalAccountId);
+  if (!Number.isInteger(seq) || seq < 1) {
+    throw new DelegationDbError("invalid_input", "a progress snapshot's seq is a positive integer", {
+      runId,
+    });
+  }
+  const { rowCount } = await pool.query(
+    `update subagent_runs set progress = $5, progress_seq = $4
+      where id = $1::uuid and principal_account_id = $2::uuid and generation = $3
+        and status in ('queued', 'running', 'settling') and progress_seq < $4`,
+    [runId, principalAccountId, generation, seq, progress],
+  );
+  return (rowCount ?? 0) > 0;
+}
+
+/**
+ * Ctrl+B: an open foreground call becomes a background call, durably, before its foreground waiter is let
+ * go; its result then goes through the parent's inbox. True when the row is (now) a background call.
+ */
+export async function moveRunToBackground(
+  pool: pg.Pool,
+  runId: string,
+  principalAccountId: string,
+  generation: number,
+): Promise<boolean> {
+  assertUuid("runId", runId);
+  assertUuid("principalAccountId", principalAccountId);
+  const { rowCount } = await pool.query(
+    `update subagent_runs set mode = 'background', updated_at = now()
+      where id = $1::uuid and principal_account_id = $2::uuid and generation = $3
+        and status in ('queued', 'running', 'settling')`,
+    [runId, principalAccountId, generation],
+  );
+  return (rowCount ?? 0) > 0;
+}

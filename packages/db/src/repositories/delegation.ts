@@ -59,6 +59,9 @@ export interface SubagentRun {
   readonly status: RunStatus;
   readonly generation: number;
   readonly readOnlyScope: string | null;
+  /** The newest published progress snapshot (canonical JSON) and its seq; absent in rows read before 0020. */
+  readonly progress?: string | null;
+  readonly progressSeq?: number;
   readonly recoveryAttempts: number;
   readonly error: { readonly code: string; readonly message: string } | null;
   readonly createdAt: Date;
@@ -236,6 +239,19 @@ export interface DelegationRepository {
   settleRun(result: SettledResult, options?: AppendOptions): Promise<{ settled: boolean; resultId: string }>;
   /** Queues a workflow's summary; a second summary for the same call is a no-op returning the first id. */
   enqueueWorkflowSummary(input: NewWorkflowSummary): Promise<{ resultId: string; created: boolean }>;
+  /**
+   * Stores an open call's progress snapshot (only the progress columns; the host-owned scope column is
+   * untouched). Refused (false) for a row no longer open in `generation` or a `seq` not newer than the stored.
+   */
+  recordRunProgress(
+    runId: string,
+    principalAccountId: string,
+    generation: number,
+    seq: number,
+    progress: string,
+  ): Promise<boolean>;
+  /** Ctrl+B: an open foreground call becomes a background call (its result then goes through the inbox). */
+  moveRunToBackground(runId: string, principalAccountId: string, generation: number): Promise<boolean>;
   /** Open runs whose parent is `sessionId` (live helpers). */
   openChildRuns(sessionId: string, principalAccountId: string): Promise<SubagentRun[]>;
 

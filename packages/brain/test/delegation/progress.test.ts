@@ -1,0 +1,327 @@
+import { useTestDatabase } from "@crw/tools/pg";
+import { describe, expect, it } from "vitest";
+import type { DelegationEvent, ProgressEvent, RunProgressSnapshot } from "../../src/index.js";
+import { gateTool, latch, makeService, newParent, resultIdsIn, scriptTask, waitFor } from "./helpers.js";
+
+const db = useTestDatabase();
+
+const gateCalls = (keys: string[]) => keys.map((key) => [{ name: "Gate", arguments: { key } }]);
+
+/** A slow host publication that records order, overlap and what the rows said while it ran. */
+function recordingPublisher(delayMs = 15) {
+  const published: RunProgressSnapshot[] = [];
+  const state = { inFlight: 0, maxInFlight: 0, calls: 0 };
+  const publish = async (snapshot: RunProgressSnapshot) => {
+    state.calls++;
+    state.inFlight++;
+    state.maxInFlight = Math.max(state.maxInFlight, state.inFlight);
+    try {
+      await new Promise((r) => setTimeout(r, delayMs));
+      const { rows } = await db.pool.query<{ status: string; results: string }>(
+        `select r.status, (select count(*) from delegation_results d where d.run_id = r.id)::text as results
+           from subagent_runs r where r.id = $1`,
+        [snapshot.runId],
+      );
+      expect(rows[0]?.status).not.toMatch(/succeeded|failed|aborted/);
+      expect(rows[0]?.results).toBe("0");
+      published.push(snapshot);
+    } finally {
+      state.inFlight--;
+    }
+  };
+  return { publish, published, state };
+}
+
+describe("progress publication of a delegation's job", () => {
+  it("S004-229: S004-230: a foreground call's snapshots are taken per event, published one at a time in order, and drained before it settles", async () => {
+    const gates = new Map<string, Promise<void>>();
+    const pub = recordingPublisher();
+    const { service, repo } = makeService(db.pool, {
+      tools: () => [gateTool("Gate", gates)],
+      publishProgress: pub.publish,
+    });
+    const { account, parent } = await newParent(service);
+    const events: ProgressEvent[] = [];
+    const receipt = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "fg",
+      task: scriptTask({ rounds: gateCalls(["a", "b", "c", "d"]), answer: "four gates" }),
+      mode: "foreground",
+      progress: (e) => events.push(e),
+    });
+    // At the foreground return every publication has settled: none is running and the newest one is final.
+    expect(pub.state.inFlight).toBe(0);
+    expect(receipt).toMatchObject({ kind: "result", outcome: "ok", body: "four gates" });
+    expect(pub.state.maxInFlight).toBe(1);
+    const seqs = pub.published.map((s) => s.seq);
+    expect(seqs).toEqual([...seqs].sort((a, b) => a - b));
+    expect(new Set(seqs).size).toBe(seqs.length);
+    const last = pub.published.at(-1);
+    expect(last).toMatchObject({ toolCalls: 4, lastTool: "Gate", mode: "foreground" });
+    // Each snapshot is immutable: what was published is what the job knew when it took it.
+    for (const s of pub.published) expect(Object.isFrozen(s)).toBe(true);
+    const toolCounts = pub.published.map((s) => s.toolCalls);
+    expect(toolCounts).toEqual([...toolCounts].sort((a, b) => a - b));
+    // The caller's own sink still saw every event; identity events are not progress snapshots.
+    expect(events.filter((e) => e.type === "tool")).toHaveLength(4);
+    expect(events[0]).toMatchObject({ type: "session" });
+    if (receipt.kind !== "result") throw new Error("expected a result");
+    expect((await repo.getRun(receipt.runId, account.id)).status).toBe("succeeded");
+    await service.close();
+  });
+
+  it("S004-230: a background call drains its publication before its result enters the inbox", async () => {
+    const gates = new Map<string, Promise<void>>();
+    const pub = recordingPublisher(25);
+    const steered: string[] = [];
+    const { service } = makeService(db.pool, {
+      tools: () => [gateTool("Gate", gates)],
+      publishProgress: pub.publish,
+      onEvent: (e: DelegationEvent) => {
+        if (e.type === "delegation.result_steered") {
+          // The result is in the inbox now: nothing of this call's progress may still be publishing.
+          expect(pub.state.inFlight).toBe(0);
+          steered.push(e.resultId);
+        }
+      },
+    });
+    const { account, parent } = await newParent(service);
+    const receipt = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "bg",
+      task: scriptTask({ rounds: gateCalls(["a", "b", "c"]), answer: "bg done" }),
+      mode: "background",
+    });
+    expect(receipt.kind).toBe("started");
+    await service.whenIdle();
+    expect(steered).toHaveLength(1);
+    expect(pub.published.at(-1)).toMatchObject({ toolCalls: 3, mode: "background" });
+    expect(pub.state.maxInFlight).toBe(1);
+    await service.close();
+  });
+
+  it("S004-219: the default publication writes only the run's progress columns; the host-owned scope column is kept", async () => {
+    const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", new Map())] });
+    const { account, parent } = await newParent(service, { isOwner: true });
+    const first = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "d1",
+      task: scriptTask({ answer: "ready" }),
+      mode: "foreground",
+    });
+    if (first.kind !== "result") throw new Error("expected a result");
+    // A continuation from a planning turn: its read-only clamp is bound to the row before dispatch.
+    const cont = await service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: first.childSessionId,
+      toolCallId: "c1",
+      text: scriptTask({ rounds: gateCalls(["x", "y"]), answer: "looked" }),
+      mode: "foreground",
+      callerReadOnly: true,
+    });
+    if (cont.kind !== "result") throw new Error("expected a result");
+    const run = await repo.getRun(cont.runId, account.id);
+    expect(run.readOnlyScope).not.toBeNull();
+    expect(JSON.parse(run.readOnlyScope ?? "{}")).toMatchObject({ readOnly: true });
+    expect(run.progressSeq).toBeGreaterThan(0);
+    expect(JSON.parse(run.progress ?? "{}")).toMatchObject({ runId: run.id, toolCalls: 2, lastTool: "Gate" });
+    // A late, stale or post-settlement write changes nothing.
+    expect(await repo.recordRunProgress(run.id, account.id, run.generation, 999, "{}")).toBe(false);
+    const again = await repo.getRun(cont.runId, account.id);
+    expect(again.progress).toBe(run.progress);
+    expect(again.readOnlyScope).toBe(run.readOnlyScope);
+    await service.close();
+  });
+
+  it("S004-231: Ctrl+B persists the background row and snapshot before the foreground waiter is let go; the result arrives once, through the inbox", async () => {
+    const gates = new Map<string, Promise<void>>();
+    const gate = latch();
+    gates.set("hold", gate.promise);
+    const pub = recordingPublisher(5);
+    const { service, repo } = makeService(db.pool, {
+      tools: () => [gateTool("Gate", gates)],
+      publishProgress: pub.publish,
+    });
+    const { account, parent } = await newParent(service);
+    let runId = "";
+    const waiting = service
+      .delegate({
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        toolCallId: "ctrl-b",
+        task: scriptTask({ rounds: gateCalls(["hold"]), answer: "finished later" }),
+        mode: "foreground",
+      })
+      .then(async (receipt) => {
+        // When the waiter is released, the row and the background snapshot are already durable.
+        const row = await repo.getRun(receipt.runId, account.id);
+        return { receipt, mode: row.mode, lastPublished: pub.published.at(-1) };
+      });
+    await waitFor(async () => {
+      const { rows } = await db.pool.query<{ id: string }>(
+        "select id from subagent_runs where parent_session_id = $1 and status = 'running'",
+        [parent.id],
+      );
+      runId = rows[0]?.id ?? "";
+      return runId !== "" && pub.published.length > 0;
+    }, "the foreground call to run");
+    expect(await service.moveToBackground(runId, crypto.randomUUID())).toMatchObject({ ok: false });
+    expect(await service.moveToBackground(runId, account.id)).toEqual({ ok: true });
+    const released = await waiting;
+    expect(released.receipt).toMatchObject({ kind: "started", runId });
+    expect(released.mode).toBe("background");
+    expect(released.lastPublished).toMatchObject({ mode: "background" });
+    gate.open();
+    const delivered = await waitFor(async () => {
+      const ids = resultIdsIn(await repo.readJournal(parent.id, account.id));
+      return ids.length > 0 ? ids : undefined;
+    }, "the background result in the parent's journal");
+    await service.whenIdle();
+    expect(resultIdsIn(await repo.readJournal(parent.id, account.id))).toEqual(delivered);
+    expect(delivered).toHaveLength(1);
+    expect(await repo.queuedResultIds(parent.id, account.id)).toEqual([]);
+    await service.close();
+  });
+
+  it("S004-231: S004-234: a failed background write is diagnosed and leaves the foreground waiter attached; outcomes stay typed", async () => {
+    const gates = new Map<string, Promise<void>>();
+    const gate = latch();
+    gates.set("hold", gate.promise);
+    const events: DelegationEvent[] = [];
+    let failBackground = true;
+    const { service, repo } = makeService(db.pool, {
+      tools: () => [gateTool("Gate", gates)],
+      onEvent: (e) => events.push(e),
+      publishProgress: async (snapshot) => {
+        if (snapshot.mode === "background" && failBackground) throw new Error("progress store unavailable");
+      },
+    });
+    const { account, parent } = await newParent(service);
+    let settledFirst = false;
+    const waiting = service
+      .delegate({
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        toolCallId: "ctrl-b-fail",
+        task: scriptTask({ rounds: gateCalls(["hold"]), answer: "still foreground" }),
+        mode: "foreground",
+      })
+      .then((r) => {
+        settledFirst = true;
+        return r;
+      });
+    const runId = await waitFor(async () => {
+      const { rows } = await db.pool.query<{ id: string }>(
+        "select id from subagent_runs where parent_session_id = $1 and status = 'running'",
+        [parent.id],
+      );
+      return rows[0]?.id;
+    }, "the foreground call to run");
+    const moved = await service.moveToBackground(runId, account.id);
+    expect(moved).toMatchObject({ ok: false, code: "progress_publication_failed" });
+    expect(events).toContainEqual(
+      expect.objectContaining({
+        type: "delegation.progress_failed",
+        runId,
+        code: "progress_publication_failed",
+      }),
+    );
+    await new Promise((r) => setTimeout(r, 50));
+    expect(settledFirst).toBe(false);
+    failBackground = false;
+    gate.open();
+    const receipt = await waiting;
+    // The waiter stayed attached: it gets the call's result, ok as ever.
+    expect(receipt).toMatchObject({ kind: "result", outcome: "ok", body: "still foreground" });
+    await service.whenIdle();
+    // Delivered exactly once although the row had become a background call.
+    expect(resultIdsIn(await repo.readJournal(parent.id, account.id))).toHaveLength(1);
+    await service.close();
+  });
+
+  it("S004-234: progress publication failures change no call outcome; each is diagnosed with its code", async () => {
+    const events: DelegationEvent[] = [];
+    const { service } = makeService(db.pool, {
+      tools: () => [gateTool("Gate", new Map())],
+      onEvent: (e) => events.push(e),
+      publishProgress: async () => {
+        throw new Error("no route to the progress store");
+      },
+    });
+    const { account, parent } = await newParent(service);
+    const ok = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "ok",
+      task: scriptTask({ rounds: gateCalls(["a"]), answer: "fine" }),
+      mode: "foreground",
+    });
+    expect(ok).toMatchObject({ kind: "result", outcome: "ok", body: "fine" });
+    const failed = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "bad",
+      task: scriptTask({ rounds: gateCalls(["a"]), failAtRequest: 1 }),
+      mode: "foreground",
+    });
+    expect(failed).toMatchObject({ kind: "result", outcome: "error" });
+    const diagnosed = events.filter((e) => e.type === "delegation.progress_failed");
+    expect(diagnosed.length).toBeGreaterThan(0);
+    for (const d of diagnosed) expect(d).toMatchObject({ code: "progress_publication_failed" });
+    await service.close();
+  });
+
+  it("S004-217: an admission refusal emits neither progress nor completion", async () => {
+    const pub = recordingPublisher(0);
+    const { service, repo } = makeService(db.pool, { publishProgress: pub.publish });
+    const { account, parent } = await newParent(service);
+    const first = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "d",
+      task: scriptTask({ answer: "ready" }),
+      mode: "foreground",
+    });
+    if (first.kind !== "result") throw new Error("expected a result");
+    await service.whenIdle();
+    const before = pub.state.calls;
+    const resultsBefore = await repo.settledResultIds(parent.id, account.id);
+    const events: ProgressEvent[] = [];
+    await expect(
+      service.continueSubagent({
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        childSessionId: first.childSessionId,
+        toolCallId: "c-refused",
+        text: "write something",
+        mode: "foreground",
+        callerReadOnly: true,
+        writeAccess: true,
+        progress: (e) => events.push(e),
+      }),
+    ).rejects.toMatchObject({ code: "write_access_refused" });
+    await expect(
+      service.delegate({
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        toolCallId: "d-refused",
+        task: "elsewhere",
+        mode: "background",
+        workDir: "/",
+        progress: (e) => events.push(e),
+      }),
+    ).rejects.toMatchObject({ code: "work_dir_not_permitted" });
+    await service.whenIdle();
+    expect(events).toEqual([]);
+    expect(pub.state.calls).toBe(before);
+    expect(await repo.queuedResultIds(parent.id, account.id)).toEqual([]);
+    expect(await repo.settledResultIds(parent.id, account.id)).toEqual(resultsBefore);
+    expect(await repo.runForToolCall(parent.id, "c-refused", account.id)).toBeNull();
+    expect(await repo.runForToolCall(parent.id, "d-refused", account.id)).toBeNull();
+    await service.close();
+  });
+});
