@@ -143,10 +143,15 @@ export class SubagentDispatch {
     const tapId = `local-${++this.#tapSeq}`;
     this.#localTaps.set(tapId, onEvent);
     const snapshot = outsideDispatchedTurn(() =>
-      this.#localViews.subscribe(tapId, sessionId, {
-        limit: history.limit ?? 50,
-        ...(history.before && { before: history.before }),
-      }),
+      this.#localViews.subscribe(
+        tapId,
+        sessionId,
+        {
+          limit: history.limit ?? 50,
+          ...(history.before && { before: history.before }),
+        },
+        { includeExecution: false },
+      ),
     );
     return {
       snapshot,

@@ -103,4 +103,4 @@ export {
 export { ScriptedTurnError, ScriptedTurnExecutor } from "./scriptedExecutor.js";
 export { loadBrainSessionBackend, type SessionTurnBackend } from "./sessionBackend.js";
 export { type SessionDispatchDeps, SubagentSessionDispatch } from "./sessionDispatch.js";
-export { SessionViews } from "./sessionViews.js";
+export { ExecutionAuthorityError, SessionViews } from "./sessionViews.js";

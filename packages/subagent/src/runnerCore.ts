@@ -145,7 +145,7 @@ export class RunnerCore {
       case "tap": {
         if (this.fault === "stall-tap") return;
         const snapshot = outsideDispatchedTurn(() =>
-          this.#views.subscribe(frame.tapId, frame.sessionId, frame.history),
+          this.#views.subscribe(frame.tapId, frame.sessionId, frame.history, { includeExecution: false }),
         );
         this.#send({ type: "tapReply", requestId: frame.requestId, result: { ok: snapshot } });
         return;

@@ -1,4 +1,12 @@
 import type { DelegatedTurnRequest, HistoryEntry, TapEvent, TapSnapshot } from "./protocol/turn.js";
+import { currentDispatchedTurn } from "./rpcTurn.js";
+
+/** A snapshot asked to resolve a child's execution without the dispatched turn's authority. */
+export class ExecutionAuthorityError extends Error {
+  override readonly name = "ExecutionAuthorityError";
+  readonly code = "no_execution_authority";
+  readonly retryable = false;
+}
 
 /** Entries a runner keeps per session for views. */
 export const HISTORY_WINDOW = 1_000;
@@ -61,10 +69,43 @@ export class SessionViews {
     view.live = [];
   }
 
-  subscribe(tapId: string, sessionId: string, history: { before?: string; limit: number }): TapSnapshot {
-    const view = this.#sessions.get(sessionId);
+  /**
+   * Subscribe a view and take its snapshot. Views call the snapshot seam with includeExecution: false by
+   * default: a viewing request holds no dispatched-turn authority to resolve where the child executes.
+   */
+  subscribe(
+    tapId: string,
+    sessionId: string,
+    history: { before?: string; limit: number },
+    options: { includeExecution: boolean } = { includeExecution: false },
+  ): TapSnapshot {
+    const snapshot = this.snapshot(sessionId, history, options);
     this.#taps.set(tapId, sessionId);
-    if (!view) return { sessionId, model: null, history: [], live: [] };
+    return snapshot;
+  }
+
+  /**
+   * The snapshot seam: model identity, a history page and the live turn's events. With includeExecution it
+   * also resolves the child's execution, which needs the authority of the dispatched turn running this very
+   * session (the dispatched-turn context); without it that is refused, never guessed.
+   */
+  snapshot(
+    sessionId: string,
+    history: { before?: string; limit: number },
+    options: { includeExecution: boolean },
+  ): TapSnapshot {
+    let execution: TapSnapshot["execution"];
+    if (options.includeExecution) {
+      const turn = currentDispatchedTurn();
+      if (!turn || turn.sessionId !== sessionId) {
+        throw new ExecutionAuthorityError(
+          `no dispatched turn of session ${sessionId} here to resolve its execution`,
+        );
+      }
+      execution = { turnId: turn.turnId };
+    }
+    const view = this.#sessions.get(sessionId);
+    if (!view) return { sessionId, model: null, history: [], live: [], ...(execution && { execution }) };
     let end = view.history.length;
     if (history.before !== undefined) {
       const at = view.history.findIndex((h) => h.id === history.before);
@@ -75,6 +116,7 @@ export class SessionViews {
       model: view.model,
       history: view.history.slice(Math.max(0, end - history.limit), end),
       live: [...view.live],
+      ...(execution && { execution }),
     };
   }
 

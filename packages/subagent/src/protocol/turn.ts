@@ -124,6 +124,11 @@ export const tapSnapshotSchema = z
     history: z.array(historyEntrySchema),
     /** Events of the turn in flight so far, replayed before live events. */
     live: z.array(tapEventSchema),
+    /**
+     * Where the child is executing, resolved only under the dispatched turn's own authority
+     * (includeExecution: true). Views never carry it: the daemon merges the child's location itself.
+     */
+    execution: z.object({ turnId: idSchema }).strict().optional(),
   })
   .strict();
 export type TapSnapshot = z.infer<typeof tapSnapshotSchema>;
