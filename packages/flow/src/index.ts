@@ -11,6 +11,7 @@ export {
   startedBackend,
 } from "./engine/flowRun.js";
 export type { FlowEvent } from "./engine/runContext.js";
+export { runSpent, TokenFigure, tokenTotal } from "./engine/tokenFigure.js";
 export {
   type CallOptions,
   defineWorkflow,

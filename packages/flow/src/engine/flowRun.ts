@@ -2,7 +2,7 @@ import { type FSWatcher, mkdirSync, watch } from "node:fs";
 import { join } from "node:path";
 import type { HostThread, SessionHost } from "../host/sessionHost.js";
 import { type JournalStats, JournalWriter } from "../journal/journal.js";
-import type { JournalRow, NewRow, Pair } from "../journal/rows.js";
+import type { JournalRow, NewRow, Pair, Tokens } from "../journal/rows.js";
 import type { RunPaths } from "../run/paths.js";
 import { type RoleName, type RoleTable, readRoleTable, rolePairs } from "../run/roles.js";
 import type { RunSpec } from "../run/spec.js";
@@ -15,6 +15,7 @@ import { foldCall } from "./callFold.js";
 import { answerStrayReports } from "./reports.js";
 import { type FlowEvent, type RunContext, RunStopped } from "./runContext.js";
 import { runSessionCall } from "./sessionCall.js";
+import { TokenFigure, tokenTotal } from "./tokenFigure.js";
 import {
   type CallOptions,
   type FlowContext,
@@ -36,6 +37,10 @@ export interface FlowRunOptions {
   env?: NodeJS.ProcessEnv;
   /** Called once with the journal writer's figures when this process's part of the run is over. */
   onStats?: (stats: JournalStats) => void;
+  /** The run's token ceiling (total tokens); overrides the spec's token_ceiling. */
+  tokenCeiling?: number;
+  /** Called once when this process's part of the run is over: the run's figure and this process's spent(). */
+  onTokens?: (figure: { run: Tokens; spent: Tokens }) => void;
 }
 
 export type FlowRunOutcome =
@@ -166,6 +171,7 @@ class FlowRun implements RunContext {
   private readonly pool: Pool;
   private ownerCache: { at: number; value: ReturnType<SessionHost["readThread"]> } | null = null;
   private stopWaiters: Array<() => void> = [];
+  readonly tokens: TokenFigure;
 
   constructor(
     private readonly opts: FlowRunOptions,
@@ -185,6 +191,7 @@ class FlowRun implements RunContext {
     this.lookupEveryMs = Math.max(this.pollMs * 4, 1000);
     this.pool = new Pool(Math.max(1, opts.spec.pool));
     for (const row of journal.rows) this.index(row);
+    this.tokens = new TokenFigure(journal.rows);
   }
 
   private index(row: JournalRow): void {
@@ -197,6 +204,7 @@ class FlowRun implements RunContext {
   append(rows: NewRow[]): JournalRow[] {
     const written = this.journal.append(rows);
     for (const r of written) this.index(r);
+    this.tokens.observe(written);
     return written;
   }
 
@@ -296,6 +304,7 @@ class FlowRun implements RunContext {
       return await this.executeWatched(workflow, ctx);
     } finally {
       this.unwatchInbox();
+      this.opts.onTokens?.({ run: this.tokens.run(), spent: this.tokens.spent() });
     }
   }
 
@@ -340,6 +349,15 @@ class FlowRun implements RunContext {
     return outcome;
   }
 
+  /** A new call is not started once the run's figure has reached its token ceiling: the run pauses. */
+  private checkCeiling(): void {
+    const ceiling = this.opts.tokenCeiling ?? this.spec.token_ceiling;
+    if (ceiling === undefined || tokenTotal(this.tokens.run()) < ceiling) return;
+    this.append([{ type: "run_paused", reason: "token_ceiling" }]);
+    this.stop("token_ceiling");
+    throw new RunStopped("token_ceiling");
+  }
+
   private async call(options: CallOptions): Promise<unknown> {
     if (this.stopping) throw new RunStopped(this.stopping.reason);
     const n = normalizeCall(options);
@@ -364,6 +382,7 @@ class FlowRun implements RunContext {
       await this.pool.acquire();
       try {
         if (this.stopping) throw new RunStopped(this.stopping.reason);
+        if (!fold.prepared) this.checkCeiling();
         if (!fold.prepared) {
           const workspace = n.workspace ?? join(this.paths.workspaces, call);
           this.append([

@@ -30,6 +30,8 @@ export interface RunSpec {
   /** Test and tuning knobs: how often the run polls, and SessionConfig.LostAfter. */
   poll_ms?: number;
   lost_after_ms?: number;
+  /** The run's token ceiling: no new call starts once the run's figure (total tokens) reaches it. */
+  token_ceiling?: number;
 }
 
 export function writeSpec(path: string, spec: RunSpec): void {
@@ -77,7 +79,7 @@ export function checkSpec(raw: unknown, source = "run.json"): RunSpec {
     if (env === null || typeof env !== "object" || typeof env.TMPDIR !== "string")
       bad("env.TMPDIR is not a string");
   }
-  for (const key of ["poll_ms", "lost_after_ms"]) {
+  for (const key of ["poll_ms", "lost_after_ms", "token_ceiling"]) {
     if (o[key] !== undefined && (typeof o[key] !== "number" || (o[key] as number) < 1))
       bad(`${key} is not a positive number`);
   }
