@@ -65,20 +65,21 @@ const delegations = (tag: string) =>
     { text: `dispatched (${tag})` },
   );
 
+/**
+ * Submits two workflows and a session whose turn delegates three background children; resolves once the
+ * workflows are recorded and the session's turn was sent, so the kill that follows lands on running work.
+ */
 async function submitWork(d: DaemonProcess, tag: string): Promise<void> {
   const client = await TestClient.connect(d.url, d.token);
-  // Fire and forget: the daemon may die under any of these calls.
-  for (let i = 0; i < 2; i++)
-    void client
-      .call("workflow.start", { definition: definition(`${tag}-${i}`), format: "json" })
-      .catch(() => {});
-  void client
-    .call("session.create")
-    .then((r) => {
-      const sessionId = (r.result as { sessionId: string } | undefined)?.sessionId;
-      if (sessionId) return client.call("session.send", { sessionId, text: delegations(tag) });
-    })
-    .catch(() => {});
+  await Promise.all(
+    [0, 1].map((i) =>
+      client.call("workflow.start", { definition: definition(`${tag}-${i}`), format: "json" }),
+    ),
+  );
+  const created = await client.call("session.create");
+  const sessionId = (created.result as { sessionId: string }).sessionId;
+  // Not awaited: the daemon dies under this call.
+  void client.call("session.send", { sessionId, text: delegations(tag) }).catch(() => {});
 }
 
 async function settled(): Promise<boolean> {
@@ -124,7 +125,7 @@ describe("test:e2e:recovery", () => {
       const d = await spawnDaemon(opts);
       await countRecovered(d);
       await submitWork(d, `k${k}`);
-      const delay = Math.floor(100 + rand() * 1400);
+      const delay = Math.floor(30 + rand() * 900);
       kills.push(delay);
       await new Promise((r) => setTimeout(r, delay));
       d.child.kill("SIGKILL");

@@ -10,6 +10,7 @@ export class TestClient {
   readonly notifications: Notification[] = [];
   #next = 1;
   readonly #pending = new Map<number, (frame: Record<string, unknown>) => void>();
+  readonly #timers = new Set<NodeJS.Timeout>();
 
   private constructor(readonly ws: WebSocket) {
     ws.on("message", (data) => {
@@ -21,6 +22,14 @@ export class TestClient {
       } else if (typeof frame.method === "string") {
         this.notifications.push({ method: frame.method, params: frame.params as Record<string, unknown> });
       }
+    });
+    // A closed connection answers every pending call with an error frame at once.
+    ws.on("close", () => {
+      for (const resolve of this.#pending.values())
+        resolve({ error: { code: -1, message: "connection closed", data: { code: "connection_closed" } } });
+      this.#pending.clear();
+      for (const t of this.#timers) clearTimeout(t);
+      this.#timers.clear();
     });
   }
 
@@ -41,8 +50,10 @@ export class TestClient {
     const id = this.#next++;
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`${method} got no answer in 60 s`)), 60_000);
+      this.#timers.add(timer);
       this.#pending.set(id, (frame) => {
         clearTimeout(timer);
+        this.#timers.delete(timer);
         resolve(frame);
       });
       this.ws.send(JSON.stringify({ jsonrpc: "2.0", id, method, params }));
