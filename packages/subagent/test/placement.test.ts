@@ -229,7 +229,7 @@ describe("protected automatic missing-child placement", () => {
     await runWithWorkflowNodeDispatch(scope, () => dispatch.send(child()));
     // Outside the scope the very same parent/child is ordinary work again: nothing was recorded.
     await dispatch.send(child());
-    // And work a runner does under the protected context does not carry it across the boundary.
+    // A mismatched child under the same scope is ordinary work too: it goes to the runner.
     await runWithWorkflowNodeDispatch(scope, () => dispatch.send(child({ sessionId: "child-2" })));
     expect(local.ran).toEqual(["child-1"]);
     expect(dispatchedSessions(events)).toBe(2);
