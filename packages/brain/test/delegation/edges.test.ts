@@ -1,0 +1,143 @@
+import { useTestDatabase } from "@crw/tools/pg";
+import { describe, expect, it } from "vitest";
+import {
+  createScriptedTurnRunner,
+  DelegationError,
+  delegationTools,
+  parseDelegatedExecutionScope,
+  type SessionTurnRunner,
+} from "../../src/index.js";
+import { makeService, newParent, resultIdsIn, scriptTask } from "./helpers.js";
+
+const db = useTestDatabase();
+
+describe("delivery and bracket edges", () => {
+  it("S004-041: a result that arrives as the parent's turn ends (after its last drain) is not stranded: one follow-up delivers it once", async () => {
+    const scripted = createScriptedTurnRunner();
+    const hook: { atTurnEnd?: (sessionId: string) => Promise<void> } = {};
+    const runner: SessionTurnRunner = {
+      async runTurn(request, host) {
+        const outcome = await scripted.runTurn(request, host);
+        // The turn has made its last steering drain and produced its answer, and still holds the session.
+        await hook.atTurnEnd?.(request.sessionId);
+        return outcome;
+      },
+    };
+    const { service, repo } = makeService(db.pool, { runner });
+    const { account, parent } = await newParent(service);
+    let resultId = "";
+    hook.atTurnEnd = async (sessionId) => {
+      if (sessionId !== parent.id || resultId) return;
+      resultId = await service.emitDelegationCompletion({
+        kind: "workflow_summary",
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        toolCallId: "wf-1",
+        outcome: "ok",
+        summary: "the workflow finished",
+      });
+      // Nobody can take it now: the turn is past its last drain and the session is still held.
+      expect(service.turns.isBusy(parent.id)).toBe(true);
+      expect(await repo.queuedResultIds(parent.id, account.id)).toEqual([resultId]);
+    };
+    const outcome = await service.prompt(parent.id, account.id, "hello");
+    expect(outcome.stopReason).toBe("stop");
+    await service.whenIdle();
+    expect(resultId).not.toBe("");
+    expect(await repo.queuedResultIds(parent.id, account.id)).toEqual([]);
+    const journal = await repo.readJournal(parent.id, account.id);
+    expect(resultIdsIn(journal)).toEqual([resultId]);
+    // The follow-up turn answered it: the journal ends with an assistant reply after the delivered result.
+    const last = journal.at(-1)?.body;
+    expect(last?.type === "message" && last.message.role).toBe("assistant");
+    await service.close();
+  });
+
+  it("S004-063: concurrent bracket callers and the owner's drain share one delivery authority: each result is journaled once", async () => {
+    const { service, repo } = makeService(db.pool);
+    const { account, parent } = await newParent(service);
+    const first = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "c",
+      task: scriptTask({ answer: "ready", followUp: "took it" }),
+      mode: "foreground",
+    });
+    if (first.kind !== "result") throw new Error("expected a result");
+    const child = await repo.getSession(first.childSessionId, account.id);
+    const resultIds: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const helper = await repo.createDelegation({
+        parentSessionId: child.id,
+        principalAccountId: account.id,
+        toolCallId: `h${i}`,
+        task: "helper",
+        mode: "background",
+        model: "scripted",
+        scope: child.scope ?? "",
+      });
+      const resultId = crypto.randomUUID();
+      await repo.settleRun({
+        runId: helper.run.id,
+        generation: 1,
+        resultId,
+        outcome: "ok",
+        body: `helper ${i}`,
+        byteSize: 8,
+      });
+      resultIds.push(resultId);
+    }
+    const scope = parseDelegatedExecutionScope(child.scope ?? "");
+    const outs = await Promise.all([
+      service.runChildTurn(child, scope, () => {}),
+      service.runChildTurn(child, scope, () => {}),
+      service.drainInto(child).then((messages) => ({ delivered: messages, outcome: null, reply: undefined })),
+      service.runChildTurn(child, scope, () => {}),
+    ]);
+    const journal = await repo.readJournal(child.id, account.id);
+    // Every helper result exactly once, in FIFO order, acknowledged; nothing waits.
+    expect(resultIdsIn(journal)).toEqual(resultIds);
+    expect(await repo.queuedResultIds(child.id, account.id)).toEqual([]);
+    const claimed = outs.flatMap((o) =>
+      o.delivered.map((d) =>
+        typeof d === "string" ? d : d.role === "custom" ? d.details?.resultId : undefined,
+      ),
+    );
+    expect(claimed.filter(Boolean).sort()).toEqual([...resultIds].sort());
+    // The bracket callers each ran one turn, one after another (the session lock is the only queue).
+    const turns = outs.filter((o) => o.outcome !== null);
+    expect(turns.every((o) => o.outcome?.stopReason === "stop")).toBe(true);
+    await service.close();
+  });
+
+  it("S004-567: no model input can name a dream: Delegate refuses a dream argument and a captured child never carries one", async () => {
+    const { service, repo } = makeService(db.pool);
+    const { account, parent } = await newParent(service);
+    const [delegate] = delegationTools(service, parent, false);
+    if (!delegate) throw new Error("expected the Delegate tool");
+    const ctx = {
+      sessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "dreamy",
+      readOnly: false,
+      workDir: null,
+      signal: new AbortController().signal,
+      progress: () => {},
+    };
+    await expect(
+      delegate.execute({ task: "remember everything", dream: { runId: "r1", conversationId: "c1" } }, ctx),
+    ).rejects.toBeInstanceOf(DelegationError);
+    expect(await repo.runForToolCall(parent.id, "dreamy", account.id)).toBeNull();
+    // The ordinary path mints the child's scope from live access alone: no dream marker in it.
+    const out = await delegate.execute(
+      { task: scriptTask({ answer: "plain" }) },
+      { ...ctx, toolCallId: "plain" },
+    );
+    expect(out.content).toContain("plain");
+    const run = await repo.runForToolCall(parent.id, "plain", account.id);
+    const child = await repo.getSession(run?.childSessionId ?? "", account.id);
+    expect(parseDelegatedExecutionScope(child.scope ?? "").dream).toBeUndefined();
+    expect(child.scope).not.toContain("dream");
+    await service.close();
+  });
+});
