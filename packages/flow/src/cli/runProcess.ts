@@ -54,7 +54,7 @@ export async function holdRun(opts: HoldRunOptions): Promise<number> {
     let host = opts.host;
     let ownHost = false;
     try {
-      if (!host) {
+      if (!host && spec.backend !== "local") {
         const { createAppServerHost } = await import("../host/index.js");
         host = createAppServerHost({
           transport: spec.host,

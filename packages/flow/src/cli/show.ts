@@ -74,6 +74,7 @@ export async function showCommand(args: string[]): Promise<number> {
         break;
       case "thread_started":
         c.subagents.push(r.thread_id);
+        c.attempts = Math.max(c.attempts, r.attempt); // a local call's attempts publish no steps
         if (r.session_agent_role_mismatch)
           c.warnings.push(`agent role ${r.session_agent_role_mismatch.actual}`);
         break;

@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
 import { isAbsolute, resolve } from "node:path";
+import { readLocalScript } from "../backends/localScript.js";
 import { readCodexSettings } from "../run/codexConfig.js";
 import { launchRunProcess } from "../run/launch.js";
 import { readLightRows } from "../run/lightJournal.js";
@@ -37,6 +38,8 @@ export async function startCommand(args: string[]): Promise<number> {
       repo: { type: "string" },
       "poll-ms": { type: "string" },
       "lost-after-ms": { type: "string" },
+      model: { type: "string" },
+      script: { type: "string" },
     },
     ["WORKFLOW"],
   );
@@ -44,19 +47,25 @@ export async function startCommand(args: string[]): Promise<number> {
   if (!existsSync(workflowPath) || !statSync(workflowPath).isFile()) {
     throw new FlowError("input", `workflow ${workflowPath} is not a file`, 2);
   }
-  const backend = values.backend ?? "session";
-  if (backend !== "session") {
+  const owner = values.owner ?? process.env.CODEX_THREAD_ID ?? null;
+  // with no --backend: a start inside a Codex session (an owner thread is known) is a session run, a start
+  // from a plain terminal a local run
+  const backend = values.backend ?? (owner ? "session" : "local");
+  if (backend !== "session" && backend !== "local") {
     throw new FlowError(
       "input",
       backend === "app-server"
-        ? "--backend app-server is not available in this build; use --backend session"
-        : `unknown backend '${backend}' (session or app-server)`,
+        ? "--backend app-server is not available in this build; use --backend session or local"
+        : `unknown backend '${backend}' (session, local or app-server)`,
       2,
     );
   }
   const input = parseInput(values.input);
-  const owner = values.owner ?? process.env.CODEX_THREAD_ID ?? null;
-  if (!owner) {
+  const local = backend === "local" ? localOptions(values.model, values.script) : undefined;
+  if (backend === "local" ? false : values.model !== undefined || values.script !== undefined) {
+    throw new FlowError("input", "--model and --script are options of --backend local", 2);
+  }
+  if (backend === "session" && !owner) {
     throw new FlowError(
       "input",
       "no owner thread: pass --owner THREAD or run inside a Codex session (CODEX_THREAD_ID)",
@@ -64,7 +73,8 @@ export async function startCommand(args: string[]): Promise<number> {
     );
   }
   const codex = readCodexSettings();
-  const pool = Math.min(intOption("pool", values.pool, 4, 1), Math.max(1, codex.maxThreads - 1));
+  const asked = intOption("pool", values.pool, 4, 1);
+  const pool = backend === "local" ? asked : Math.min(asked, Math.max(1, codex.maxThreads - 1));
   const repo = values.repo ? resolve(values.repo) : process.cwd();
   const table = readRoleTable(repo);
   const { loadWorkflow } = await import("../engine/workflow.js");
@@ -94,8 +104,9 @@ export async function startCommand(args: string[]): Promise<number> {
     workflow: workflowPath,
     workflow_name: workflow.name,
     input,
-    backend: "session",
+    backend,
     owner,
+    ...(local ? { local } : {}),
     pool,
     repo,
     host: values.host ?? process.env.CRW_FLOW_HOST ?? "",
@@ -125,25 +136,30 @@ export async function startCommand(args: string[]): Promise<number> {
       EXIT_REFUSED,
     );
   }
-  const facts = sessionFacts(owner, codex, paths.dir, repo);
+  const facts = owner && backend === "session" ? sessionFacts(owner, codex, paths.dir, repo) : [];
   const crw = `${process.execPath} ${process.argv[1] ?? "crw"}`;
   const stateFlag = values.state ? ` --state ${state}` : "";
   const next = `${crw} flow next ${runId}${stateFlag} --wait 10 --json`;
   const answer = {
     run_id: runId,
     pid,
-    backend: "session",
+    backend,
     owner,
+    ...(local ? { model: local.model } : {}),
     pool,
     state_dir: paths.dir,
-    spawn_formats: ROLE_NAMES.map((r) => spawnFormat(r, table.roles[r])),
+    spawn_formats: backend === "session" ? ROLE_NAMES.map((r) => spawnFormat(r, table.roles[r])) : [],
     facts,
     next,
   };
   const human = [
-    `run ${runId} started (pid ${pid}), owner ${owner}, pool ${pool}`,
+    backend === "local"
+      ? `run ${runId} started (pid ${pid}) on the local backend, model ${local?.model}, pool ${pool}`
+      : `run ${runId} started (pid ${pid}), owner ${owner}, pool ${pool}`,
     ...facts.filter((f) => !f.ok).map((f) => `warning: ${f.fact}: ${f.detail}`),
-    `Take its steps with: ${next}`,
+    backend === "local"
+      ? `Follow it with: ${crw} flow show ${runId}${stateFlag}`
+      : `Take its steps with: ${next}`,
   ].join("\n");
   print(values.json, answer, human);
   return EXIT_OK;
@@ -165,6 +181,26 @@ function parseInput(raw: string | undefined): unknown {
   } catch {
     throw new FlowError("input", "--input is not JSON (give JSON or @file)", 2);
   }
+}
+
+/** The local backend's model and script file, checked before anything is written (no provider loads here). */
+function localOptions(model: string | undefined, script: string | undefined) {
+  const name = model ?? "scripted";
+  if (
+    name !== "scripted" &&
+    !/^(openai-responses|openai-completions|anthropic-messages|openai-codex-responses):.+$/.test(name)
+  ) {
+    throw new FlowError(
+      "input",
+      `--model ${name}: not a model (scripted, or openai-responses:<id>, openai-completions:<id>, anthropic-messages:<id>, openai-codex-responses:<id>)`,
+      2,
+    );
+  }
+  if (script !== undefined && name !== "scripted")
+    throw new FlowError("input", "--script goes with --model scripted", 2);
+  const path = script === undefined ? null : resolve(script);
+  if (path) readLocalScript(path);
+  return { model: name, script: path };
 }
 
 function slug(name: string): string {

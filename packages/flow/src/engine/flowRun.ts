@@ -1,5 +1,7 @@
 import { type FSWatcher, mkdirSync, watch } from "node:fs";
 import { join } from "node:path";
+import { runLocalCall } from "../backends/local.js";
+import { noSessionHost } from "../backends/noHost.js";
 import type { HostThread, SessionHost } from "../host/sessionHost.js";
 import { type JournalStats, JournalWriter } from "../journal/journal.js";
 import type { JournalRow, NewRow, Pair, Tokens } from "../journal/rows.js";
@@ -27,7 +29,8 @@ import {
 export interface FlowRunOptions {
   paths: RunPaths;
   spec: RunSpec;
-  host: SessionHost;
+  /** The session host; a local run has none (a use of it is an error). */
+  host?: SessionHost;
   /** The process lock token this process holds, or null when it could not take one. */
   processToken: string | null;
   workflow?: Workflow;
@@ -49,7 +52,7 @@ export type FlowRunOutcome =
   | { state: "paused"; reason: string };
 
 /** The backend a journal records: its newest started row's, and a started row with none is app-server. */
-export function startedBackend(rows: readonly JournalRow[]): "session" | "app-server" | null {
+export function startedBackend(rows: readonly JournalRow[]): "session" | "app-server" | "local" | null {
   for (let i = rows.length - 1; i >= 0; i--) {
     const r = rows[i];
     if (r?.type === "started") return r.backend ?? "app-server";
@@ -182,9 +185,10 @@ class FlowRun implements RunContext {
     this.paths = opts.paths;
     this.spec = opts.spec;
     this.runId = opts.spec.run_id;
-    if (!opts.spec.owner) throw new FlowError("input", "a session run needs an owner thread", 2);
-    this.owner = opts.spec.owner;
-    this.host = opts.host;
+    if (!opts.spec.owner && opts.spec.backend === "session")
+      throw new FlowError("input", "a session run needs an owner thread", 2);
+    this.owner = opts.spec.owner ?? "";
+    this.host = opts.host ?? noSessionHost(opts.spec.backend);
     this.bus = new FileStepBus(opts.paths.steps, opts.stepWriteHook ?? null);
     this.pollMs = opts.spec.poll_ms ?? 500;
     this.lostAfterMs = opts.spec.lost_after_ms ?? DEFAULT_LOST_AFTER_MS;
@@ -377,7 +381,8 @@ class FlowRun implements RunContext {
       this.stop(`digest_mismatch:${call}`);
       throw this.fatal;
     }
-    if (fold.position?.kind === "terminal") return runSessionCall(this, call);
+    const runCall = this.spec.backend === "local" ? runLocalCall : runSessionCall;
+    if (fold.position?.kind === "terminal") return runCall(this, call);
     const p = (async () => {
       await this.pool.acquire();
       try {
@@ -393,7 +398,7 @@ class FlowRun implements RunContext {
               role: n.role,
               input,
               input_digest: inputDigest,
-              backend: "session",
+              backend: this.spec.backend,
               allocation: { workspace, kind: n.workspace ? "given" : "scratch" },
             },
           ]);
@@ -402,7 +407,7 @@ class FlowRun implements RunContext {
         } else {
           mkdirSync(fold.prepared.allocation.workspace, { recursive: true });
         }
-        return await runSessionCall(this, call);
+        return await runCall(this, call);
       } finally {
         this.pool.release();
       }

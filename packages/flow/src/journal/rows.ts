@@ -28,7 +28,7 @@ export const TokensSchema = z.object({
 });
 export type Tokens = z.infer<typeof TokensSchema>;
 
-export const BackendSchema = z.enum(["session", "app-server"]);
+export const BackendSchema = z.enum(["session", "app-server", "local"]);
 export type Backend = z.infer<typeof BackendSchema>;
 
 const base = { seq: z.number().int().nonnegative(), at: z.string() };
@@ -120,7 +120,8 @@ export const ThreadStartedRow = z.object({
   parent_thread_id: z.string().nullable(),
   agent_role: z.string().nullable(),
   attempt: z.number().int().positive(),
-  via: z.literal("session"),
+  /** session: a subagent the owner spawned; app-server / local: a thread the run opened itself. */
+  via: z.enum(["session", "app-server", "local"]),
   rollout_path: z.string().nullable(),
   marker: z.string(),
   pair_unchecked: z.boolean().optional(),

@@ -19,7 +19,9 @@ export interface RunSpec {
   workflow: string;
   workflow_name: string;
   input: unknown;
-  backend: "session" | "app-server";
+  backend: "session" | "app-server" | "local";
+  /** The local backend's model (`scripted`, `openai-responses:<id>`, …) and its script file, if any. */
+  local?: { model: string; script: string | null };
   owner: string | null;
   pool: number;
   repo: string;
@@ -69,7 +71,15 @@ export function checkSpec(raw: unknown, source = "run.json"): RunSpec {
     if (typeof o[key] !== "string") bad(`${key} is not a string`);
   }
   if (!isAbsolute(o.workflow as string)) bad("workflow is not an absolute path");
-  if (o.backend !== "session" && o.backend !== "app-server") bad("backend is neither session nor app-server");
+  if (o.backend !== "session" && o.backend !== "app-server" && o.backend !== "local")
+    bad("backend is neither session, app-server nor local");
+  if (o.local !== undefined) {
+    const l = o.local as Record<string, unknown>;
+    if (l === null || typeof l !== "object" || typeof l.model !== "string")
+      bad("local.model is not a string");
+    if (l.script !== null && (typeof l.script !== "string" || !isAbsolute(l.script)))
+      bad("local.script is not an absolute path or null");
+  }
   if (o.owner !== null && typeof o.owner !== "string") bad("owner is not a string or null");
   if (typeof o.pool !== "number" || !Number.isInteger(o.pool) || o.pool < 1)
     bad("pool is not a positive integer");
