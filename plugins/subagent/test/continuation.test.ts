@@ -83,8 +83,10 @@ async function parked(
   const ctx = w.ctx();
   const started = await engine.start(ctx, { definition: waits });
   await until(
-    async () => (await journal(started.workflowId)).nodes.remote?.status === "waiting",
-    "remote waiting",
+    async () =>
+      (await journal(started.workflowId)).nodes.remote?.status === "waiting" &&
+      engine.run(started.workflowId)?.active.has("remote") === false,
+    "remote waiting (its park settled)",
   );
   const wake = {
     workflowId: started.workflowId,
@@ -472,7 +474,9 @@ nodes:
     const ctx = w.ctx();
     const started = await engine.start(ctx, { definition: waits });
     await until(
-      async () => (await journal(started.workflowId)).nodes.remote?.status === "waiting",
+      async () =>
+        (await journal(started.workflowId)).nodes.remote?.status === "waiting" &&
+        engine.run(started.workflowId)?.active.has("remote") === false,
       "waiting",
     );
     const children = async () =>
@@ -508,6 +512,38 @@ nodes:
         .filter((e) => e.type === "node" && e.nodeId === "remote")
         .map((e) => (e as { status: string }).status),
     ).not.toContain("succeeded");
+  });
+});
+
+describe("waiting after a wake", () => {
+  it("S004-399: S004-383: a continuation that parks again carries its actual committed prerequisite; acceptance proves nothing", async () => {
+    const w = await world(db.pool);
+    const { engine, events, started, wake } = await parked(w);
+    const repark: RecoveryContinueNode = async () => ({
+      status: "waiting",
+      prerequisite: { waitId: "wait-2", claimVersion: 9 },
+    });
+    expect(engine.resumeWaitingNode({ ...wake, continueNode: repark })).toEqual({ status: "accepted" });
+    await until(
+      async () =>
+        (await journal(started.workflowId)).nodes.remote?.waiting?.waitId === "wait-2" &&
+        engine.run(started.workflowId)?.active.has("remote") === false,
+      "reparked",
+    );
+    const j = await journal(started.workflowId);
+    expect(j.nodes.remote?.status).toBe("waiting");
+    expect(j.nodes.remote?.waiting).toEqual({ waitId: "wait-2", claimVersion: 9 });
+    expect(j.nodes.after?.status).toBe("pending");
+    expect(events.some((e) => e.type === "workflow")).toBe(false);
+    // The old claim no longer wakes it; the committed one does (a newer admission version is adopted).
+    expect(engine.resumeWaitingNode(wake)).toEqual({ status: "stale" });
+    expect(
+      engine.resumeWaitingNode({ ...wake, waitId: "wait-2", claimVersion: 9, recoveryAdmissionVersion: 2 }),
+    ).toEqual({ status: "accepted" });
+    const outcome = await engine.finished(started.workflowId);
+    expect(outcome.status).toBe("completed");
+    // No generation was invented by the wake or the repark.
+    expect((await engine.store.getWorkflow(started.workflowId))?.recovery.workflowGeneration).toBe(1);
   });
 });
 
@@ -586,7 +622,12 @@ describe("a wake's live connection", () => {
         all.push(made.engine);
         const ctx = w.ctx();
         const s = await made.engine.start(ctx, { definition: waits });
-        await until(async () => (await journal(s.workflowId)).nodes.remote?.status === "waiting", "waiting");
+        await until(
+          async () =>
+            (await journal(s.workflowId)).nodes.remote?.status === "waiting" &&
+            made.engine.run(s.workflowId)?.active.has("remote") === false,
+          "waiting",
+        );
         return {
           engine: made.engine,
           started: s,
@@ -638,7 +679,12 @@ describe("a wake's live connection", () => {
       all.push(made.engine);
       const ctx = w.ctx({ access: { tools: { allow: ["Read", "Bash"] } } });
       const s = await made.engine.start(ctx, { definition: waits });
-      await until(async () => (await journal(s.workflowId)).nodes.remote?.status === "waiting", "waiting");
+      await until(
+        async () =>
+          (await journal(s.workflowId)).nodes.remote?.status === "waiting" &&
+          made.engine.run(s.workflowId)?.active.has("remote") === false,
+        "waiting",
+      );
       return { engine: made.engine, started: s, ctx };
     })();
     await db.pool.query("update accounts set tool_allow = '{Read}' where id = $1::uuid", [w.accountId]);
