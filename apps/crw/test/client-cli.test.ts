@@ -129,6 +129,26 @@ describe("crw workflow | session | tap against a running daemon", () => {
     }
   });
 
+  it("workflow cancel stops a running workflow: one summary says which nodes were interrupted and which never started", async () => {
+    const file = join(dataDir, "chain.json");
+    const nodes = Array.from({ length: 150 }, (_, i) => ({
+      id: `n${i}`,
+      task: `step ${i}`,
+      ...(i > 0 ? { dependsOn: [`n${i - 1}`] } : {}),
+    }));
+    writeFileSync(file, JSON.stringify({ name: "chain", nodes }));
+    const started = await crw("workflow", "run", file, "--detach", ...at);
+    expect(started.code, started.stderr).toBe(0);
+    const id = started.stdout.trim();
+    const cancelled = await crw("workflow", "cancel", id, "--json", ...at);
+    expect(cancelled.code, cancelled.stderr).toBe(0);
+    const outcome = JSON.parse(cancelled.stdout) as { status: string; summary: string };
+    expect(outcome.status).toBe("cancelled");
+    expect(outcome.summary).toMatch(/cancelled before it started/);
+    const status = await crw("workflow", "status", id, "--json", ...at);
+    expect(JSON.parse(status.stdout)).toMatchObject({ status: "cancelled" });
+  });
+
   it("daemon status shows the runner pool, queue and boot recovery", async () => {
     const r = await crw("daemon", "status", ...at);
     expect(r.code, r.stderr).toBe(0);
