@@ -1,0 +1,155 @@
+import { parseAnswer, validateAgainst } from "../engine/answer.js";
+import { callRows } from "../engine/callFold.js";
+import { startedBackend } from "../engine/flowRun.js";
+import { type CallOptions, FlowCallError, normalizeCall, type Workflow } from "../engine/workflow.js";
+import type { JournalRow, RowOf } from "../journal/rows.js";
+import { digestOf } from "../util/canonical.js";
+
+/** One difference between what the journal recorded and what the replay of the workflow does with it. */
+export interface Divergence {
+  kind:
+    | "op_not_in_journal"
+    | "input_digest_differs"
+    | "result_digest_differs"
+    | "answer_differs"
+    | "op_not_replayed"
+    | "run_result_differs"
+    | "run_status_differs";
+  op: string | null;
+  detail: string;
+}
+
+export interface ShadowReport {
+  run_id: string;
+  /** The backend the run's started row records (a started row with none is app-server); null: no started row. */
+  backend: "session" | "app-server" | "local" | null;
+  /** How the run ended in its journal: completed, failed, or running when it has no run_ended row. */
+  recorded: "completed" | "failed" | "running";
+  /** How the replay ended: the workflow returned, threw, or stopped at a call the journal has not finished. */
+  replay: "completed" | "failed" | "incomplete";
+  ops_replayed: number;
+  ops_recorded: number;
+  divergences: Divergence[];
+}
+
+/** The replay stops at a call the journal has no answer for (unfinished, or a divergence that blocks it). */
+class ReplayStop extends Error {
+  constructor(readonly op: string) {
+    super(`replay stopped at ${op}`);
+  }
+}
+
+/**
+ * Replays a run from its journal alone, without any host: the workflow runs again and every call is
+ * answered from its terminal row. Each answer is checked the way the run checked it (the recorded raw text
+ * parsed and validated again must give the recorded result), each op's input digest against the journal's,
+ * the workflow's outcome against run_ended, and every recorded op must be asked for again.
+ */
+export async function shadowReplay(
+  runId: string,
+  workflow: Workflow,
+  input: unknown,
+  rows: readonly JournalRow[],
+): Promise<ShadowReport> {
+  const divergences: Divergence[] = [];
+  const prepared = new Map<string, RowOf<"prepared">>();
+  for (const r of rows) if (r.type === "prepared") prepared.set(r.call, r);
+  const asked = new Set<string>();
+  const counters = new Map<string, number>();
+  const call = async (options: CallOptions): Promise<unknown> => {
+    const n = normalizeCall(options);
+    const i = (counters.get(n.node) ?? 0) + 1;
+    counters.set(n.node, i);
+    const op = `${n.node}.${i}`;
+    asked.add(op);
+    const digest = digestOf({ role: n.role, task: n.task, schema: n.schema, workspace: n.workspace });
+    const p = prepared.get(op);
+    if (!p) {
+      divergences.push({
+        kind: "op_not_in_journal",
+        op,
+        detail: "the replay asks for a call the run never made",
+      });
+      throw new ReplayStop(op);
+    }
+    if (p.input_digest !== digest) {
+      divergences.push({
+        kind: "input_digest_differs",
+        op,
+        detail: `journal ${p.input_digest}, replay ${digest}`,
+      });
+      throw new ReplayStop(op);
+    }
+    const own = callRows(rows, op);
+    const terminal = own.findLast((r) => r.type === "completed" || r.type === "null_model");
+    if (!terminal) throw new ReplayStop(op);
+    if (terminal.type === "null_model") throw new FlowCallError(op, terminal.reason);
+    if (digestOf(terminal.result) !== terminal.result_digest) {
+      divergences.push({
+        kind: "result_digest_differs",
+        op,
+        detail: "the recorded result does not match its digest",
+      });
+    }
+    const parsed = parseAnswer(terminal.raw_text);
+    const again =
+      parsed.ok && validateAgainst(p.input.schema, parsed.value).length === 0 ? parsed.value : null;
+    if (again === null || digestOf(again) !== terminal.result_digest) {
+      divergences.push({
+        kind: "answer_differs",
+        op,
+        detail: parsed.ok ? "the recorded answer, read again, is not the recorded result" : parsed.error,
+      });
+    }
+    return terminal.result;
+  };
+  let replay: ShadowReport["replay"];
+  let outcome: unknown;
+  try {
+    outcome = await workflow.run({ runId, call: call as never }, input);
+    replay = "completed";
+  } catch (e) {
+    replay = e instanceof ReplayStop ? "incomplete" : "failed";
+  }
+  const ended = rows.findLast((r) => r.type === "run_ended");
+  const recorded = ended?.type === "run_ended" ? ended.status : "running";
+  if (replay !== "incomplete" && recorded !== "running") {
+    if (replay !== recorded) {
+      divergences.push({
+        kind: "run_status_differs",
+        op: null,
+        detail: `journal ${recorded}, replay ${replay}`,
+      });
+    } else if (
+      recorded === "completed" &&
+      ended?.type === "run_ended" &&
+      digestOf(outcome) !== digestOf(ended.result)
+    ) {
+      divergences.push({
+        kind: "run_result_differs",
+        op: null,
+        detail: "the workflow returns another result",
+      });
+    }
+  }
+  if (replay !== "incomplete") {
+    for (const op of prepared.keys()) {
+      if (!asked.has(op)) {
+        divergences.push({
+          kind: "op_not_replayed",
+          op,
+          detail: "the run made this call; the replay never asks for it",
+        });
+      }
+    }
+  }
+  return {
+    run_id: runId,
+    backend: startedBackend(rows),
+    recorded,
+    replay,
+    ops_replayed: asked.size,
+    ops_recorded: prepared.size,
+    divergences,
+  };
+}
