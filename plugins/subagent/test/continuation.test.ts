@@ -883,3 +883,93 @@ nodes:
     expect((await engine.finished(started.workflowId)).status).toBe("completed");
   });
 });
+
+describe("output capture", () => {
+  it("S004-183: a node's stored output names every tool-result reference across its child's context, not only the final text", async () => {
+    const w = await world(db.pool);
+    const spilled = randomUUID();
+    const delegated = randomUUID();
+    let turn = 0;
+    const executor = {
+      async executeTurn(child: { sessionId: string; principalAccountId: string }, signal: AbortSignal) {
+        turn++;
+        const msg = (message: unknown) => ({ body: { type: "message" as const, message: message as never } });
+        if (turn === 1) {
+          // First turn: a tool whose large output was spilled, then the process is lost mid-turn.
+          await w.repo.append(child.sessionId, child.principalAccountId, [
+            msg({
+              role: "assistant",
+              content: [
+                { type: "toolCall", id: "call-1", name: "Bash", arguments: { command: "make test" } },
+              ],
+              stopReason: "toolUse",
+            }),
+            msg({
+              role: "toolResult",
+              toolCallId: "call-1",
+              toolName: "Bash",
+              content: "(output spilled)",
+              isError: false,
+              details: { resultId: spilled, spillPath: "/spill/call-1.txt", byteSize: 90000 },
+            }),
+          ]);
+          return untilAborted(signal);
+        }
+        await w.repo.append(child.sessionId, child.principalAccountId, [
+          msg({
+            role: "custom",
+            customType: "delegation_result",
+            content: "sub-result",
+            details: { resultId: delegated, outcome: "ok" },
+          }),
+          msg({ role: "assistant", content: [{ type: "text", text: "all green" }], stopReason: "stop" }),
+        ]);
+        return { stopReason: "stop" as const, reply: "all green" };
+      },
+    };
+    const one = parseWorkflowDefinition(`
+name: capture
+nodes:
+  - { id: a, task: "TASK a" }
+  - { id: b, task: "TASK b", dependsOn: [a] }
+`);
+    const first = await w.engine(() => "unused", {
+      dispatcher: new JournalNodeDispatcher(w.repo, executor),
+    });
+    all.push(first.engine);
+    const started = await first.engine.start(w.ctx(), { definition: one });
+    await until(
+      () => turn === 1 && first.engine.run(started.workflowId)?.started.has("a") === true,
+      "a in its tool",
+    );
+    await first.engine.close();
+    const second = await w.engine(() => "unused", {
+      dispatcher: new JournalNodeDispatcher(w.repo, {
+        executeTurn: (child, signal) =>
+          turn >= 2
+            ? ({ stopReason: "stop", reply: "b done" } as never)
+            : executor.executeTurn(child, signal),
+      }),
+    });
+    all.push(second.engine);
+    await second.engine.recoverInterrupted();
+    await until(
+      async () => (await journal(started.workflowId)).nodes.a?.status === "succeeded",
+      "a answered",
+    );
+    const j = await journal(started.workflowId);
+    const a = j.nodes.a as { artifact: { sha256: string }; handover: string };
+    const { workflowArtifactPath } = await import("../src/index.js");
+    const content = await second.engine.artifacts.readArtifact(
+      w.parentSessionId,
+      workflowArtifactPath(started.workflowId, "a", a.artifact.sha256),
+    );
+    expect(content).toContain("all green");
+    // The first (interrupted) turn's spilled tool output and the later delegated result are both named.
+    expect(content).toContain(`result ${spilled}`);
+    expect(content).toContain("output /spill/call-1.txt");
+    expect(content).toContain(`result ${delegated}`);
+    expect(a.handover).toBe("all green");
+    await second.engine.finished(started.workflowId);
+  });
+});

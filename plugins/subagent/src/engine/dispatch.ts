@@ -84,11 +84,27 @@ export interface NodeContinueRequest extends Omit<NodeRunRequest, "prompt"> {
 }
 
 export type NodeRunResult =
-  | { readonly status: "answered" | "continued"; readonly reply: string }
+  | {
+      readonly status: "answered" | "continued";
+      readonly reply: string;
+      /** Every tool-result reference across the child's whole context (stored with the node's artifact). */
+      readonly outputs?: readonly NodeOutputReference[];
+    }
   | { readonly status: "waiting"; readonly prerequisite: ComputerPrerequisite }
   | { readonly status: "empty" }
   | { readonly status: "failed"; readonly error: { readonly code: string; readonly message: string } }
   | { readonly status: "aborted" };
+
+/** A tool result (or delivered delegation result) in a node child's transcript that names a stored output. */
+export interface NodeOutputReference {
+  readonly toolName: string;
+  readonly toolCallId?: string;
+  readonly resultId?: string;
+  readonly childSessionId?: string;
+  readonly spillPath?: string;
+  readonly byteSize?: number;
+  readonly isError?: boolean;
+}
 
 export type NodeEvent =
   | { readonly type: "text"; readonly text: string }

@@ -26,6 +26,7 @@ export type {
   NodeContinueRequest,
   NodeDispatcher,
   NodeEvent,
+  NodeOutputReference,
   NodeRecoveryHost,
   NodeRunRequest,
   NodeRunResult,
@@ -47,6 +48,7 @@ export {
   NODE_SYSTEM_PROMPT,
   type NodeTurnExecutor,
   type NodeTurnRunner,
+  outputReferences,
   scriptedNodeTurnRunner,
 } from "./journalDispatcher.js";
 export { HANDOVER_CHARS, handoverOf, nodePrompt, workflowSummary } from "./prompt.js";

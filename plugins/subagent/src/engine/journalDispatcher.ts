@@ -5,10 +5,15 @@ import type {
   NodeContinueRequest,
   NodeDispatcher,
   NodeEvent,
+  NodeOutputReference,
   NodeRecoveryHost,
   NodeRunRequest,
   NodeRunResult,
 } from "./dispatch.js";
+
+function outputsOf(outputs: NodeOutputReference[]): { outputs?: NodeOutputReference[] } {
+  return outputs.length > 0 ? { outputs } : {};
+}
 
 /** The wake's connection predicate, rechecked after each awaited step (a no-op without one). */
 function connectionCheck(request: NodeContinueRequest, host: NodeRecoveryHost): (step: string) => void {
@@ -66,6 +71,39 @@ function messagesOf(entries: readonly JournalEntry[]): TranscriptMessage[] {
   return out;
 }
 
+/**
+ * Output capture over the child's whole context: every tool result and delivered delegation result that
+ * names a stored output (result id, spill path), in transcript order, from every turn — never only the
+ * final assistant text.
+ */
+export function outputReferences(entries: readonly JournalEntry[]): NodeOutputReference[] {
+  const out: NodeOutputReference[] = [];
+  for (const e of entries) {
+    if (e.body.type !== "message") continue;
+    const m = e.body.message;
+    if (m.role === "toolResult" && m.details && (m.details.resultId || m.details.spillPath)) {
+      out.push({
+        toolName: m.toolName,
+        toolCallId: m.toolCallId,
+        resultId: m.details.resultId,
+        ...(m.details.childSessionId ? { childSessionId: m.details.childSessionId } : {}),
+        ...(m.details.spillPath ? { spillPath: m.details.spillPath } : {}),
+        ...(m.details.byteSize !== undefined ? { byteSize: m.details.byteSize } : {}),
+        isError: m.isError,
+      });
+    } else if (m.role === "custom" && m.customType === "delegation_result" && m.details) {
+      out.push({
+        toolName: "delegation_result",
+        resultId: m.details.resultId,
+        ...(m.details.childSessionId ? { childSessionId: m.details.childSessionId } : {}),
+        ...(m.details.spillPath ? { spillPath: m.details.spillPath } : {}),
+        ...(m.details.byteSize !== undefined ? { byteSize: m.details.byteSize } : {}),
+      });
+    }
+  }
+  return out;
+}
+
 function textOf(message: AssistantMessage): string {
   return message.content
     .filter((c): c is { type: "text"; text: string } => c.type === "text")
@@ -113,9 +151,8 @@ export class JournalNodeDispatcher implements NodeDispatcher {
     const current = connectionCheck(request, host);
     await this.#assertParentRelation(request);
     current("parent relation checked");
-    const messages = messagesOf(
-      await this.repo.readJournal(request.childSessionId, request.principalAccountId),
-    );
+    const entries = await this.repo.readJournal(request.childSessionId, request.principalAccountId);
+    const messages = messagesOf(entries);
     current("transcript read");
     if (request.fallbackPrompt !== undefined) {
       // An explicit retry in the same child: the new task joins the transcript; the old attempt is not reused.
@@ -139,7 +176,7 @@ export class JournalNodeDispatcher implements NodeDispatcher {
     }
     // A settled answer after the last task is the node's answer: reuse it, run nothing.
     if (last.role === "assistant" && last.stopReason === "stop" && textOf(last).length > 0) {
-      return { status: "answered", reply: textOf(last) };
+      return { status: "answered", reply: textOf(last), ...outputsOf(outputReferences(entries)) };
     }
     await this.repo.append(request.childSessionId, request.principalAccountId, [
       {
@@ -223,7 +260,10 @@ export class JournalNodeDispatcher implements NodeDispatcher {
         error: { code: "empty_answer", message: "the node ended without an answer" },
       };
     }
-    return { status: as, reply };
+    const outputs = outputReferences(
+      await this.repo.readJournal(request.childSessionId, request.principalAccountId),
+    );
+    return { status: as, reply, ...outputsOf(outputs) };
   }
 }
 

@@ -17,6 +17,7 @@ import type { OriginBindings, SummaryWriter } from "./context.js";
 import type {
   NodeDispatcher,
   NodeEvent,
+  NodeOutputReference,
   NodeRecoveryHost,
   NodeRunResult,
   RecoveryContinueNode,
@@ -629,7 +630,12 @@ export class WorkflowRun {
           this.#setStatus(id, "failed", { error: { code: "output_schema", message: invalid } });
           break;
         }
-        const artifact = await this.deps.artifacts.putArtifact(this.id, id, result.reply);
+        const artifact = await this.deps.artifacts.putArtifact(
+          this.id,
+          id,
+          // A typed (output-schema) answer stays exactly the JSON its dependents parse.
+          node.outputSchema ? result.reply : artifactContent(result.reply, result.outputs),
+        );
         await this.deps.artifacts.grant(this.id, id, artifact.sha256, j.parentSessionId);
         this.#setStatus(id, "succeeded", {
           handover: handoverOf(result.reply),
@@ -767,6 +773,22 @@ export class WorkflowRun {
     this.deps.onEvent({ type: "workflow", workflowId: this.id, status, resultId: delivered });
     this.#resolve({ workflowId: this.id, status, summary, resultId: delivered });
   }
+}
+
+/** The node's full answer, then every tool output its child's context referenced (for dependents to read). */
+export function artifactContent(reply: string, outputs: readonly NodeOutputReference[] | undefined): string {
+  if (!outputs || outputs.length === 0) return reply;
+  const lines = outputs.map((o) => {
+    const parts = [o.toolName];
+    if (o.toolCallId) parts.push(`call ${o.toolCallId}`);
+    if (o.resultId) parts.push(`result ${o.resultId}`);
+    if (o.childSessionId) parts.push(`child ${o.childSessionId}`);
+    if (o.spillPath) parts.push(`output ${o.spillPath}`);
+    if (o.byteSize !== undefined) parts.push(`${o.byteSize} bytes`);
+    if (o.isError) parts.push("error");
+    return `- ${parts.join(", ")}`;
+  });
+  return `${reply}\n\n## Tool outputs referenced by this node\n${lines.join("\n")}\n`;
 }
 
 function outputSchemaProblem(schema: Record<string, unknown>, reply: string): string | undefined {
