@@ -4,6 +4,7 @@ import { sleep } from "../util/fsx.js";
 import { judgeBind, markerTurn } from "./bind.js";
 import { type CallFold, type CallPosition, foldCall } from "./callFold.js";
 import { clockRanOut, loseAttempt } from "./harvestTurn.js";
+import { ledgerWarnings } from "./hostWarnings.js";
 import { packetTextOf, type Step, type StepFiles, writeStepFiles } from "./publishStep.js";
 import { answerReports, type BindHandler } from "./reports.js";
 import type { RunContext } from "./runContext.js";
@@ -67,6 +68,8 @@ export async function lookUp(rc: RunContext, call: string, fold: CallFold, step:
   for (const thread of candidates) {
     const v = judgeBind(step, thread, rc.owner, pair);
     if (v.verdict === "bind") {
+      const warnings = step.action === "spawn" ? await ledgerWarnings(rc, step, thread) : [];
+      if (warnings.length > 0) rc.append([{ type: "session_host_warning", op: step.op, warnings }]);
       bind(rc, call, fold, step, thread, v);
       rc.emit({ type: "bound", call, marker: step.marker, agent: thread.id, via: "lookup" });
       return true;
