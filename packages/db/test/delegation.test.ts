@@ -307,6 +307,43 @@ describe("DelegationRepository on PostgreSQL", () => {
     expect(await r.settledResultIds(fork.child.id, account.id)).toEqual([own]);
   });
 
+  it("S004-219: a progress update writes only the progress columns, in seq order, of an open row of its generation", async () => {
+    const { r, account, parent, runs } = await family(1);
+    const run = runs[0];
+    if (!run?.childSessionId) throw new Error("expected a run");
+    await settle(r, run as never);
+    const cont = await r.createContinuation({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: run.childSessionId,
+      toolCallId: "cont-1",
+      task: "look",
+      mode: "foreground",
+      readOnlyScope: '{"readOnly":true}',
+    });
+    const before = (await db.pool.query("select * from subagent_runs where id = $1", [cont.run.id])).rows[0];
+    expect(await r.recordRunProgress(cont.run.id, account.id, 1, 2, '{"seq":2}')).toBe(true);
+    expect(await r.recordRunProgress(cont.run.id, account.id, 1, 1, '{"seq":1}')).toBe(false);
+    expect(await r.recordRunProgress(cont.run.id, account.id, 2, 3, '{"seq":3}')).toBe(false);
+    const other = await r.createAccount({ name: `other-${randomUUID()}` });
+    expect(await r.recordRunProgress(cont.run.id, other.id, 1, 4, '{"seq":4}')).toBe(false);
+    await expect(r.recordRunProgress(cont.run.id, account.id, 1, 0, "{}")).rejects.toMatchObject({
+      code: "invalid_input",
+    });
+    const after = (await db.pool.query("select * from subagent_runs where id = $1", [cont.run.id])).rows[0];
+    const { progress, progress_seq, ...rest } = after as Record<string, unknown>;
+    const { progress: _p, progress_seq: _s, ...restBefore } = before as Record<string, unknown>;
+    expect(rest).toEqual(restBefore);
+    expect([progress, progress_seq]).toEqual(['{"seq":2}', 2]);
+    expect((await r.getRun(cont.run.id, account.id)).readOnlyScope).toBe('{"readOnly":true}');
+    // Ctrl+B: an open foreground row becomes a background row; a terminal row does not move.
+    expect(await r.moveRunToBackground(cont.run.id, account.id, 1)).toBe(true);
+    expect((await r.getRun(cont.run.id, account.id)).mode).toBe("background");
+    expect(await r.moveRunToBackground(run.id, account.id, run.generation)).toBe(false);
+    await settle(r, cont.run as never);
+    expect(await r.recordRunProgress(cont.run.id, account.id, 1, 9, '{"seq":9}')).toBe(false);
+  });
+
   it("S004-247: boot discards unfinished private copies and S004-248: keeps the parent's run", async () => {
     const { r, account, parent } = await family(0);
     const fork = await r.createDelegation({
