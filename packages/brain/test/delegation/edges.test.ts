@@ -7,7 +7,7 @@ import {
   parseDelegatedExecutionScope,
   type SessionTurnRunner,
 } from "../../src/index.js";
-import { makeService, newParent, resultIdsIn, scriptTask } from "./helpers.js";
+import { gateTool, latch, makeService, newParent, resultIdsIn, scriptTask, waitFor } from "./helpers.js";
 
 const db = useTestDatabase();
 
@@ -107,6 +107,63 @@ describe("delivery and bracket edges", () => {
     // The bracket callers each ran one turn, one after another (the session lock is the only queue).
     const turns = outs.filter((o) => o.outcome !== null);
     expect(turns.every((o) => o.outcome?.stopReason === "stop")).toBe(true);
+    await service.close();
+  });
+
+  it("S004-050: committing a workflow summary for a working child does not release its open call; the call returns after the turn", async () => {
+    const gates = new Map<string, Promise<void>>();
+    const hold = latch();
+    gates.set("hold", hold.promise);
+    const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
+    const { account, parent } = await newParent(service);
+    let returned = false;
+    const call = service
+      .delegate({
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        toolCallId: "working",
+        task: scriptTask({ rounds: [[{ name: "Gate", arguments: { key: "hold" } }]], answer: "child done" }),
+        mode: "foreground",
+      })
+      .then((r) => {
+        returned = true;
+        return r;
+      });
+    const childId = await waitFor(async () => {
+      const run = await repo.runForToolCall(parent.id, "working", account.id);
+      if (!run?.childSessionId) return undefined;
+      const journal = await repo.readJournal(run.childSessionId, account.id);
+      return journal.some((e) => e.body.type === "tool_intent") ? run.childSessionId : undefined;
+    }, "the child's Gate call");
+    const summaryId = await service.emitDelegationCompletion({
+      kind: "workflow_summary",
+      parentSessionId: childId,
+      principalAccountId: account.id,
+      toolCallId: "wf-in-child",
+      outcome: "ok",
+      summary: "workflow summary for the child",
+    });
+    expect(await repo.queuedResultIds(childId, account.id)).toEqual([summaryId]);
+    await new Promise((r) => setTimeout(r, 100));
+    expect(returned).toBe(false);
+    hold.open();
+    const receipt = await call;
+    expect(receipt).toMatchObject({ kind: "result", outcome: "ok" });
+    // The summary joined the running turn at its tool round, once; the call answered after that turn.
+    const journal = await repo.readJournal(childId, account.id);
+    expect(resultIdsIn(journal)).toEqual([summaryId]);
+    const summaryAt = journal.findIndex(
+      (e) =>
+        e.body.type === "message" &&
+        e.body.message.role === "custom" &&
+        e.body.message.details?.resultId === summaryId,
+    );
+    const lastAssistant = journal.findLastIndex(
+      (e) => e.body.type === "message" && e.body.message.role === "assistant",
+    );
+    expect(summaryAt).toBeGreaterThan(0);
+    expect(lastAssistant).toBeGreaterThan(summaryAt);
+    expect(await repo.queuedResultIds(childId, account.id)).toEqual([]);
     await service.close();
   });
 
