@@ -35,8 +35,8 @@ const fileSchema = z
       .object({
         /** The model of sessions created without one: `scripted` or `<api>:<model id>`. */
         default: z.string().min(1).max(256),
-        baseUrls: z.record(z.enum(PROVIDER_APIS), z.string().url()),
-        apiKeyEnv: z.record(z.enum(PROVIDER_APIS), z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/)),
+        baseUrls: z.partialRecord(z.enum(PROVIDER_APIS), z.string().url()),
+        apiKeyEnv: z.partialRecord(z.enum(PROVIDER_APIS), z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/)),
       })
       .partial()
       .strict(),
