@@ -94,7 +94,7 @@ export async function shadowReplay(
     const parsed = parseAnswer(terminal.raw_text);
     const again =
       parsed.ok && validateAgainst(p.input.schema, parsed.value).length === 0 ? parsed.value : null;
-    if (again === null || digestOf(again) !== terminal.result_digest) {
+    if (again === null || digestOf(again) !== digestOf(terminal.result)) {
       divergences.push({
         kind: "answer_differs",
         op,
