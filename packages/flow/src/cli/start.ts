@@ -38,6 +38,7 @@ export async function startCommand(args: string[]): Promise<number> {
       repo: { type: "string" },
       "poll-ms": { type: "string" },
       "lost-after-ms": { type: "string" },
+      "token-ceiling": { type: "string" },
       model: { type: "string" },
       script: { type: "string" },
     },
@@ -74,6 +75,8 @@ export async function startCommand(args: string[]): Promise<number> {
   }
   const codex = readCodexSettings();
   const asked = intOption("pool", values.pool, 4, 1);
+  const tokenCeiling =
+    values["token-ceiling"] === undefined ? undefined : intOption("token-ceiling", values["token-ceiling"], 0, 1);
   const pool = backend === "local" ? asked : Math.min(asked, Math.max(1, codex.maxThreads - 1));
   const repo = values.repo ? resolve(values.repo) : process.cwd();
   const table = readRoleTable(repo);
@@ -116,6 +119,7 @@ export async function startCommand(args: string[]): Promise<number> {
     ...(values["lost-after-ms"]
       ? { lost_after_ms: intOption("lost-after-ms", values["lost-after-ms"], 600_000, 1) }
       : {}),
+    ...(tokenCeiling !== undefined ? { token_ceiling: tokenCeiling } : {}),
   };
   if (!tryLock(paths.startLock))
     throw new FlowError("run_live", `run ${runId} is being started by another process`, 1);

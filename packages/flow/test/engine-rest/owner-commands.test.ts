@@ -185,6 +185,28 @@ describe("the owner's commands and the run's locks", () => {
     expect(readFileSync(paths.spec, "utf8")).toBe(spec); // the record is never asked again or rewritten
   });
 
+  it("crw flow start --token-ceiling N records the run's token ceiling in run.json; a bad one is an input error before the run exists", async () => {
+    const state = join(root, "state");
+    const bad = await crwFlow(
+      ["start", workflowPath, "--run", "rest-ceiling-bad", "--state", state, "--token-ceiling", "0"],
+      env,
+      root,
+    );
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("--token-ceiling");
+    expect(existsSync(runPaths(state, "rest-ceiling-bad").dir)).toBe(false);
+    const r = await crwFlow(
+      ["start", workflowPath, "--run", "rest-ceiling", "--state", state, "--token-ceiling", "5000", "--json"],
+      env,
+      root,
+    );
+    expect(r.code, r.stderr).toBe(0);
+    pids.push(Number(r.json().pid));
+    expect(JSON.parse(readFileSync(runPaths(state, "rest-ceiling").spec, "utf8"))).toMatchObject({
+      token_ceiling: 5000,
+    });
+  });
+
   it("S000-268: start.lock is held from before the start binds until the run's process holds the run lock", async () => {
     // The run process is made slow to come up (a preload that waits in `crw flow _run` only), so the
     // start's hand-over is long enough to watch: at no moment is the run live by neither lock.
