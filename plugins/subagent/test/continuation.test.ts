@@ -367,7 +367,7 @@ nodes:
 });
 
 describe("recovery hooks", () => {
-  it("S004-345: S004-346: S004-424: S004-395: S004-386: S004-382: S004-354: S004-429: S004-428: startFresh reaches only the daemon-local continueNode (boot and wake), as a host argument of one hook type", async () => {
+  it("S004-345: S004-346: S004-424: S004-395: S004-386: S004-382: S004-354: S004-429: startFresh reaches only the daemon-local continueNode (boot and wake), as a host argument of one hook type", async () => {
     const w = await world(db.pool);
     const calls: Array<{ input: NodeContinueRequest; host?: NodeRecoveryHost }> = [];
     const { engine, events, started, wake } = await parked(w, { continueCalls: calls });
@@ -410,7 +410,7 @@ describe("recovery hooks", () => {
     expect(events.some((e) => e.type === "node_progress" && e.nodeId === "remote")).toBe(true);
   });
 
-  it("S004-345: S004-354: S004-429: explicit WorkflowResume (the live caller) retries with a fallbackPrompt and never passes startFresh", async () => {
+  it("S004-345: S004-354: S004-429: S004-428: explicit WorkflowResume (the live caller) retries with a data-only fallbackPrompt, never startFresh or a connection predicate", async () => {
     const w = await world(db.pool);
     const calls: Array<{ input: NodeContinueRequest; host?: NodeRecoveryHost }> = [];
     const runs: Array<Record<string, unknown>> = [];
@@ -450,6 +450,8 @@ nodes:
     const call = calls[0] as { input: NodeContinueRequest; host?: NodeRecoveryHost };
     expect(call.input.fallbackPrompt).toBe("TASK a");
     expect(call.host?.startFresh).toBeUndefined();
+    expect(call.host?.isCurrentConnection).toBeUndefined();
+    expect(Object.values(call.input).filter((v) => typeof v === "function")).toHaveLength(1); // onEvent
     expect("startFresh" in call.input).toBe(false);
     // The node dispatch request (what a runner receives) has no fresh callback either.
     expect(runs.every((r) => !("startFresh" in r))).toBe(true);
@@ -889,42 +891,28 @@ describe("output capture", () => {
     const w = await world(db.pool);
     const spilled = randomUUID();
     const delegated = randomUUID();
-    let turn = 0;
-    const executor = {
+    let firstTurns = 0;
+    const msg = (message: unknown) => ({ body: { type: "message" as const, message: message as never } });
+    // First process: a tool whose large output was spilled, then the process is lost mid-turn.
+    const before = {
       async executeTurn(child: { sessionId: string; principalAccountId: string }, signal: AbortSignal) {
-        turn++;
-        const msg = (message: unknown) => ({ body: { type: "message" as const, message: message as never } });
-        if (turn === 1) {
-          // First turn: a tool whose large output was spilled, then the process is lost mid-turn.
-          await w.repo.append(child.sessionId, child.principalAccountId, [
-            msg({
-              role: "assistant",
-              content: [
-                { type: "toolCall", id: "call-1", name: "Bash", arguments: { command: "make test" } },
-              ],
-              stopReason: "toolUse",
-            }),
-            msg({
-              role: "toolResult",
-              toolCallId: "call-1",
-              toolName: "Bash",
-              content: "(output spilled)",
-              isError: false,
-              details: { resultId: spilled, spillPath: "/spill/call-1.txt", byteSize: 90000 },
-            }),
-          ]);
-          return untilAborted(signal);
-        }
+        firstTurns++;
         await w.repo.append(child.sessionId, child.principalAccountId, [
           msg({
-            role: "custom",
-            customType: "delegation_result",
-            content: "sub-result",
-            details: { resultId: delegated, outcome: "ok" },
+            role: "assistant",
+            content: [{ type: "toolCall", id: "call-1", name: "Bash", arguments: { command: "make test" } }],
+            stopReason: "toolUse",
           }),
-          msg({ role: "assistant", content: [{ type: "text", text: "all green" }], stopReason: "stop" }),
+          msg({
+            role: "toolResult",
+            toolCallId: "call-1",
+            toolName: "Bash",
+            content: "(output spilled)",
+            isError: false,
+            details: { resultId: spilled, spillPath: "/spill/call-1.txt", byteSize: 90000 },
+          }),
         ]);
-        return { stopReason: "stop" as const, reply: "all green" };
+        return untilAborted(signal);
       },
     };
     const one = parseWorkflowDefinition(`
@@ -934,21 +922,35 @@ nodes:
   - { id: b, task: "TASK b", dependsOn: [a] }
 `);
     const first = await w.engine(() => "unused", {
-      dispatcher: new JournalNodeDispatcher(w.repo, executor),
+      dispatcher: new JournalNodeDispatcher(w.repo, before),
     });
     all.push(first.engine);
     const started = await first.engine.start(w.ctx(), { definition: one });
     await until(
-      () => turn === 1 && first.engine.run(started.workflowId)?.started.has("a") === true,
+      async () =>
+        firstTurns === 1 &&
+        (await childMessages((await journal(started.workflowId)).nodes.a?.childSessionId ?? randomUUID()))
+          .length === 3,
       "a in its tool",
     );
+    const childA = (await journal(started.workflowId)).nodes.a?.childSessionId as string;
     await first.engine.close();
     const second = await w.engine(() => "unused", {
       dispatcher: new JournalNodeDispatcher(w.repo, {
-        executeTurn: (child, signal) =>
-          turn >= 2
-            ? ({ stopReason: "stop", reply: "b done" } as never)
-            : executor.executeTurn(child, signal),
+        async executeTurn(child) {
+          if (child.sessionId !== childA) return { stopReason: "stop", reply: "other done" };
+          // After the restart: a delegated result is delivered, then the final answer.
+          await w.repo.append(child.sessionId, child.principalAccountId, [
+            msg({
+              role: "custom",
+              customType: "delegation_result",
+              content: "sub-result",
+              details: { resultId: delegated, outcome: "ok" },
+            }),
+            msg({ role: "assistant", content: [{ type: "text", text: "all green" }], stopReason: "stop" }),
+          ]);
+          return { stopReason: "stop", reply: "all green" };
+        },
       }),
     });
     all.push(second.engine);

@@ -593,15 +593,15 @@ export class WorkflowEngine {
       return { status: "stale" };
     if (input.recoveryAdmissionVersion < j.recovery.recoveryAdmissionVersion) return { status: "stale" };
     j.recovery.recoveryAdmissionVersion = input.recoveryAdmissionVersion;
-    run.wakes.set(input.nodeId, {
+    // Reserved synchronously (active) before anything is awaited: a duplicate wake finds it not held. The
+    // wake's hooks go straight to this one continuation: no per-claim registry keeps them.
+    run.launch(input.nodeId, "wake", {
       workflowGeneration: input.workflowGeneration,
       recoveryAdmissionVersion: input.recoveryAdmissionVersion,
       prerequisite: { ...node.waiting },
       ...(input.continueNode ? { continueNode: input.continueNode } : {}),
       ...(input.isCurrentConnection ? { isCurrentConnection: input.isCurrentConnection } : {}),
     });
-    // Reserved synchronously (active) before anything is awaited: a duplicate wake finds it not held.
-    run.launch(input.nodeId, "wake");
     return { status: "accepted" };
   }
 

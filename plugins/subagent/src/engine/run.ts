@@ -144,8 +144,6 @@ export class WorkflowRun {
   readonly active = new Map<string, { controller: AbortController; done: Promise<void> }>();
   /** Nodes whose child turn was actually started (a cancel interrupts these; the others never started). */
   readonly started = new Set<string>();
-  /** Accepted wakes of waiting nodes, until their continuation starts. */
-  readonly wakes = new Map<string, NodeWake>();
   #writes: Promise<boolean> = Promise.resolve(true);
   #stopped = false;
   #finishing = false;
@@ -344,7 +342,7 @@ export class WorkflowRun {
   }
 
   /** Starts executing a node; false when the engine's node cap holds a fresh dispatch back. */
-  launch(id: string, mode: Mode): boolean {
+  launch(id: string, mode: Mode, wake?: NodeWake): boolean {
     if (this.active.has(id)) return true;
     const slots = this.deps.slots;
     if (slots && !slots.acquire(this, mode !== "fresh")) return false;
@@ -354,7 +352,7 @@ export class WorkflowRun {
       const n = this.journal.nodes[id] as NodeState;
       n.status = "reserved";
     }
-    const done = this.#execute(id, mode, controller)
+    const done = this.#execute(id, mode, controller, wake)
       .catch((e) => this.#lost(e))
       .finally(() => {
         this.active.delete(id);
@@ -365,7 +363,7 @@ export class WorkflowRun {
     return true;
   }
 
-  async #execute(id: string, mode: Mode, controller: AbortController): Promise<void> {
+  async #execute(id: string, mode: Mode, controller: AbortController, wake?: NodeWake): Promise<void> {
     const j = this.journal;
     const state = j.nodes[id] as NodeState;
     const node = state.spec;
@@ -424,8 +422,6 @@ export class WorkflowRun {
       }
       // continue (boot), wake (a waiting node) or retry (explicit resume): the same child, never a second one.
       const childSessionId = state.childSessionId as string;
-      const wake = mode === "wake" ? this.wakes.get(id) : undefined;
-      this.wakes.delete(id);
       const current = (step: string) => {
         if (wake?.isCurrentConnection && !wake.isCurrentConnection()) {
           throw new SessionWorkAbortedError(
