@@ -1,3 +1,4 @@
+import { runSpent } from "../engine/tokenFigure.js";
 import { readJournalFile } from "../journal/journal.js";
 import type { JournalRow, Tokens } from "../journal/rows.js";
 import { runPaths, stateDirFrom } from "../run/paths.js";
@@ -91,6 +92,7 @@ export async function showCommand(args: string[]): Promise<number> {
         break;
       case "held":
         c.status = `held (${r.reason})`;
+        if (r.tokens) c.tokens = r.tokens;
         break;
       case "completed":
       case "null_model":
@@ -108,6 +110,9 @@ export async function showCommand(args: string[]): Promise<number> {
     workflow: spec.workflow_name,
     status,
     result,
+    /** RunSpent: each call counted once, by its newest terminal row. */
+    tokens: runSpent(read.rows),
+    ...(spec.token_ceiling !== undefined ? { token_ceiling: spec.token_ceiling } : {}),
     calls: [...calls.values()],
     warnings: runWarnings,
   };
@@ -117,6 +122,7 @@ export async function showCommand(args: string[]): Promise<number> {
       (c) =>
         `  ${c.call.padEnd(16)} ${c.role.padEnd(11)} ${c.status.padEnd(12)} attempts ${c.attempts} steps ${c.steps} tokens ${c.tokens.total ?? 0}${c.duration_ms !== null ? ` ${c.duration_ms} ms` : ""}${c.warnings.length ? `  [${c.warnings.join("; ")}]` : ""}`,
     ),
+    `  tokens ${view.tokens.total ?? 0}${view.token_ceiling !== undefined ? ` (ceiling ${view.token_ceiling})` : ""}`,
     ...runWarnings.map((w) => `warning: ${w}`),
   ].join("\n");
   print(values.json, view, human);
