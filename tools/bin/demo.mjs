@@ -43,12 +43,7 @@ try {
     ? "List three risks of running database migrations during a deploy, one line each."
     : JSON.stringify({ steps: [{ text: "Three risks: locks, long rewrites, no rollback path." }] });
   run("session", "delegate", session, task, "--data-dir", dataDir);
-  const health = JSON.parse(run("daemon", "status", "--data-dir", dataDir, "--json"));
-  const pool = health.health?.pool ?? health.pool;
-  if (pool)
-    say(
-      `\nRunner pool: mode ${pool.mode}, ${pool.runners.length} runner(s), ${pool.queued} queued; turns placed: ${JSON.stringify(health.health?.placements ?? health.placements)}`,
-    );
+  run("daemon", "status", "--data-dir", dataDir);
   say(
     [
       "",
