@@ -550,7 +550,7 @@ describe("waiting after a wake", () => {
 });
 
 describe("a wake's live connection", () => {
-  it("S004-368: S004-369: S004-396: S004-397: S004-439: the connection is rechecked after every awaited step up to the dispatch; false aborts and the node keeps waiting", async () => {
+  it("S004-368: S004-369: S004-396: S004-397: S004-398: S004-439: the connection is rechecked after every awaited step up to the dispatch; false aborts and the node keeps waiting", async () => {
     const w = await world(db.pool);
     const turns: string[] = [];
     const { engine, events, started, wake } = await parked(w, { turns });
@@ -973,5 +973,38 @@ nodes:
     expect(content).toContain(`result ${delegated}`);
     expect(a.handover).toBe("all green");
     await second.engine.finished(started.workflowId);
+  });
+});
+
+describe("minimal composition", () => {
+  it("S004-310: without shared artifacts no artifact is stored and no grant is minted; dependents get handovers only", async () => {
+    const w = await world(db.pool);
+    const prompts: Record<string, string> = {};
+    const { engine } = await w.engine(
+      ({ task }) => {
+        prompts[taskLine(task)] = task;
+        return `done ${taskLine(task)}`;
+      },
+      { sharedArtifacts: false },
+    );
+    all.push(engine);
+    const chain = parseWorkflowDefinition(`
+name: minimal
+nodes:
+  - { id: a, task: "TASK a" }
+  - { id: b, task: "TASK b", dependsOn: [a] }
+`);
+    const started = await engine.start(w.ctx(), { definition: chain });
+    expect((await engine.finished(started.workflowId)).status).toBe("completed");
+    expect(prompts["TASK b"]).toContain("done TASK a");
+    expect(prompts["TASK b"]).not.toContain("full result");
+    const count = async (table: string) =>
+      (
+        await db.pool.query(`select count(*)::int n from ${table} where workflow_id = $1::uuid`, [
+          started.workflowId,
+        ])
+      ).rows[0].n;
+    expect(await count("workflow_artifacts")).toBe(0);
+    expect(await count("workflow_artifact_grants")).toBe(0);
   });
 });

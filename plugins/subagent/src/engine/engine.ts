@@ -52,6 +52,11 @@ export interface WorkflowEngineOptions {
    * the runner pool's own queue): a ready node beyond it stays pending until a slot frees. Default: none.
    */
   readonly maxActiveNodes?: number;
+  /**
+   * false: a minimal composition without shared result artifacts. Dependents get handovers only; no
+   * artifact is stored and no grant is minted. Default true.
+   */
+  readonly sharedArtifacts?: boolean;
   /** Listen (one dedicated connection) for Stops recorded by other processes, for a prompt cancel. */
   readonly listenForCancel?: boolean;
   /** The summary writer for workflows finished without a live origin context (boot recovery). */
@@ -203,7 +208,7 @@ export class WorkflowEngine {
       },
       owner: this.options.owner,
       store: this.store,
-      artifacts: this.artifacts,
+      artifacts: this.options.sharedArtifacts === false ? null : this.artifacts,
       dispatcher: this.options.dispatcher,
       publisher: new SnapshotPublisher(this.#emitter),
       defaultModel: this.options.defaultModel,

@@ -73,7 +73,8 @@ export interface RunDeps {
   /** Used when no live origin bound a writer (boot). */
   readonly summaryWriter: SummaryWriter | null;
   readonly store: PgWorkflowStore;
-  readonly artifacts: PgArtifactStore;
+  /** null: a minimal composition without shared artifacts (no artifact stored, no grant minted). */
+  readonly artifacts: PgArtifactStore | null;
   readonly dispatcher: NodeDispatcher;
   readonly publisher: SnapshotPublisher;
   readonly defaultModel: string;
@@ -594,11 +595,13 @@ export class WorkflowRun {
 
   /** Grants minted from the journal's stored dependency ids and hashes; no caller-supplied path mints one. */
   async #grantDependencies(id: string, childSessionId: string): Promise<void> {
+    const artifacts = this.deps.artifacts;
+    if (!artifacts) return;
     const node = (this.journal.nodes[id] as NodeState).spec;
     for (const dep of node.dependsOn) {
       const artifact = this.journal.nodes[dep]?.artifact;
       if (!artifact) continue;
-      const granted = await this.deps.artifacts.grant(this.id, dep, artifact.sha256, childSessionId);
+      const granted = await artifacts.grant(this.id, dep, artifact.sha256, childSessionId);
       if (!granted) {
         throw new WorkflowNodePreparationError(
           `the artifact of ${dep} is not stored`,
@@ -626,16 +629,19 @@ export class WorkflowRun {
           this.#setStatus(id, "failed", { error: { code: "output_schema", message: invalid } });
           break;
         }
-        const artifact = await this.deps.artifacts.putArtifact(
-          this.id,
-          id,
-          // A typed (output-schema) answer stays exactly the JSON its dependents parse.
-          node.outputSchema ? result.reply : artifactContent(result.reply, result.outputs),
-        );
-        await this.deps.artifacts.grant(this.id, id, artifact.sha256, j.parentSessionId);
+        const artifacts = this.deps.artifacts;
+        const artifact = artifacts
+          ? await artifacts.putArtifact(
+              this.id,
+              id,
+              // A typed (output-schema) answer stays exactly the JSON its dependents parse.
+              node.outputSchema ? result.reply : artifactContent(result.reply, result.outputs),
+            )
+          : undefined;
+        if (artifacts && artifact) await artifacts.grant(this.id, id, artifact.sha256, j.parentSessionId);
         this.#setStatus(id, "succeeded", {
           handover: handoverOf(result.reply),
-          artifact,
+          ...(artifact ? { artifact } : {}),
           waiting: undefined,
         });
         delete (j.nodes[id] as NodeState).waiting;
