@@ -158,4 +158,47 @@ describe("the run's token figure", () => {
     rows = run.rows();
     expect(runSpent(rows)).toEqual({ input: 300, output: 60, total: 360 });
   });
+  it("S000-101: reaching the ceiling pauses the run like a usage limit: a call in flight is interrupted and held, and goes on in place at the resume", async () => {
+    run = await inProcessRun();
+    const answer = { summary: "s", score: 1 };
+    const wf = defineWorkflow({
+      name: "inflight",
+      run: async (ctx) => {
+        const slow = ctx.call({ role: "explorer", task: "slow", schema: answerSchema });
+        const chain = (async () => {
+          const b = await ctx.call({ role: "explorer", task: "b", schema: answerSchema });
+          const c = await ctx.call({ role: "explorer", task: "c", schema: answerSchema });
+          return [b, c];
+        })();
+        const [a, bc] = await Promise.all([slow, chain]);
+        return [a, ...bc];
+      },
+    });
+    run.spec.token_ceiling = 100;
+    let slowHangs = true;
+    const behave = (step: { call: string }) =>
+      step.call === "explorer.1" && slowHangs
+        ? { kind: "hang" as const }
+        : {
+            kind: "answer" as const,
+            messages: [{ text: JSON.stringify(answer), phase: "final_answer" as const }],
+            usage: { input: 100, output: 20 },
+          };
+    const first = await run.execute(wf, behave);
+    expect(first.outcome).toEqual({ state: "paused", reason: "token_ceiling" });
+    let rows = run.rows();
+    expect(of(rows, "prepared").map((r) => (r as { call: string }).call)).toEqual([
+      "explorer.1",
+      "explorer.2",
+    ]);
+    expect(of(rows, "interrupt_requested")).toEqual([expect.objectContaining({ call: "explorer.1" })]);
+    expect(of(rows, "held")).toEqual([expect.objectContaining({ call: "explorer.1" })]);
+    slowHangs = false;
+    run.spec.token_ceiling = 10_000;
+    const second = await run.execute(wf, behave);
+    expect(second.outcome).toEqual({ state: "completed", result: [answer, answer, answer] });
+    rows = run.rows();
+    expect(of(rows, "prepared")).toHaveLength(3); // the held call went on in place, not prepared again
+    expect(runSpent(rows)).toEqual({ input: 300, output: 60, total: 360 });
+  });
 });
