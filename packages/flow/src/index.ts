@@ -1,5 +1,7 @@
+export * from "./bound/index.js";
 export { flowHelp, runFlowCli } from "./cli/index.js";
 export { type HoldRunOptions, holdRun } from "./cli/runProcess.js";
+export { type SessionFact, sessionFacts } from "./cli/sessionFacts.js";
 export { answerText, parseAnswer, validateAgainst } from "./engine/answer.js";
 export { type BindVerdict, judgeBind, markerTurn } from "./engine/bind.js";
 export { addTokens, type CallPosition, callRows, foldCall, subtractTokens } from "./engine/callFold.js";
@@ -19,6 +21,7 @@ export {
   type FlowContext,
   type Workflow,
 } from "./engine/workflow.js";
+export * from "./git/index.js";
 export * from "./host/index.js";
 export type * from "./host/sessionHost.js";
 export { parseFaultPoint } from "./journal/fault.js";

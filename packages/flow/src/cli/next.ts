@@ -1,4 +1,6 @@
-import { readdirSync } from "node:fs";
+import { readdirSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { ownerLineWarning } from "../bound/run.js";
 import { readCodexSettings } from "../run/codexConfig.js";
 import { launchRunProcess, recordedTmpdirProblem } from "../run/launch.js";
 import type { LightRow } from "../run/lightJournal.js";
@@ -58,6 +60,27 @@ export async function nextCommand(args: string[]): Promise<number> {
     ({ listed, state } = look());
   }
 
+  // The owner's line only read (the holder writes it right after its started row): a holder under the
+  // starting window past taking its process lock whose line is not yet its own is read again, then the
+  // line is reported as it is.
+  let lineWarning: ReturnType<typeof ownerLineWarning> = null;
+  if (state.holderStarted && spec.owner && spec.backend === "session") {
+    const read = () =>
+      ownerLineWarning({
+        state: paths.state,
+        owner: String(spec.owner),
+        runId: spec.run_id,
+        policyDigest: String(state.holderStarted?.policy_digest),
+      });
+    lineWarning = read();
+    const since = processLockTakenAt(paths.dir, state.holderStarted);
+    while (lineWarning && since !== null && Date.now() - since < STARTING_WINDOW_MS) {
+      await sleep(POLL_MS);
+      lineWarning = read();
+    }
+    if (lineWarning) warnings.push(`${lineWarning.warning}: ${lineWarning.message}`);
+  }
+
   const codex = readCodexSettings();
   let store: RoleTable | null = null;
   try {
@@ -82,8 +105,11 @@ export async function nextCommand(args: string[]): Promise<number> {
 
   const crw = `${process.execPath} ${process.argv[1] ?? "crw"}`;
   const stateFlag = values.state ? ` --state ${paths.state}` : "";
+  // a step whose marker already has a turn_started row was taken (a process that died right after the
+  // bind leaves its file until the resumed process retracts it): never handed out twice
+  const turned = new Set(state.rows.filter((r) => r.type === "turn_started").map((r) => String(r.marker)));
   const steps = listed.steps
-    .filter((s) => s.run_id === spec.run_id)
+    .filter((s) => s.run_id === spec.run_id && !turned.has(s.marker))
     .map((s) => stepOut(s, crw, spec.run_id, stateFlag));
   const closes = listed.closes.map((c) => ({
     call: c.call,
@@ -135,6 +161,16 @@ export async function nextCommand(args: string[]): Promise<number> {
   ].join("\n");
   print(values.json, answer, human);
   return EXIT_OK;
+}
+
+/** When the holder took its process lock (the lock file's time), or null when it names none. */
+function processLockTakenAt(dir: string, started: LightRow): number | null {
+  if (typeof started.process !== "string") return null;
+  try {
+    return statSync(join(dir, `process.${started.process}.lock`)).mtimeMs;
+  } catch {
+    return null;
+  }
 }
 
 function spawnFormats(state: RunState, store: RoleTable | null): unknown[] {

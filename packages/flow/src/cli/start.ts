@@ -2,17 +2,19 @@ import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
 import { isAbsolute, resolve } from "node:path";
 import { readLocalScript } from "../backends/localScript.js";
+import { bindRunOwner } from "../bound/run.js";
 import { readCodexSettings } from "../run/codexConfig.js";
 import { launchRunProcess } from "../run/launch.js";
 import { readLightRows } from "../run/lightJournal.js";
 import { lockHolder, pidAlive, tryLock, unlock } from "../run/locks.js";
 import { checkRunId, runPaths, stateDirFrom } from "../run/paths.js";
-import { ROLE_NAMES, readRoleTable, spawnFormat } from "../run/roles.js";
+import { ROLE_NAMES, readRoleTable, rolePairs, spawnFormat } from "../run/roles.js";
 import { type RunSpec, SPEC_FORMAT, writeSpec } from "../run/spec.js";
-import { dirFrom, unusable } from "../run/tmploc.js";
+import { dirFrom } from "../run/tmploc.js";
 import { EXIT_OK, EXIT_REFUSED, FlowError } from "../util/errors.js";
 import { sleep } from "../util/fsx.js";
 import { intOption, parseCommand, print } from "./args.js";
+import { sessionFacts } from "./sessionFacts.js";
 
 /** How long the start holds its start lock waiting for the run's process to hold the run lock. */
 const HANDOVER_MS = 15_000;
@@ -76,7 +78,9 @@ export async function startCommand(args: string[]): Promise<number> {
   const codex = readCodexSettings();
   const asked = intOption("pool", values.pool, 4, 1);
   const tokenCeiling =
-    values["token-ceiling"] === undefined ? undefined : intOption("token-ceiling", values["token-ceiling"], 0, 1);
+    values["token-ceiling"] === undefined
+      ? undefined
+      : intOption("token-ceiling", values["token-ceiling"], 0, 1);
   const pool = backend === "local" ? asked : Math.min(asked, Math.max(1, codex.maxThreads - 1));
   const repo = values.repo ? resolve(values.repo) : process.cwd();
   const table = readRoleTable(repo);
@@ -124,8 +128,18 @@ export async function startCommand(args: string[]): Promise<number> {
   if (!tryLock(paths.startLock))
     throw new FlowError("run_live", `run ${runId} is being started by another process`, 1);
   let pid: number;
+  let bind: ReturnType<typeof bindRunOwner> | null = null;
   try {
     writeSpec(paths.spec, spec);
+    // a session run's owner is bound before any process of the run exists (the start lock makes it live)
+    if (backend === "session" && owner)
+      bind = bindRunOwner({
+        state,
+        owner,
+        runId,
+        policyDigest: table.policy_digest,
+        rolePairs: rolePairs(table),
+      });
     pid = launchRunProcess(paths, spec);
     const deadline = Date.now() + HANDOVER_MS;
     while (Date.now() < deadline && !lockHolder(paths.runLock) && pidAlive(pid)) await sleep(25);
@@ -140,7 +154,8 @@ export async function startCommand(args: string[]): Promise<number> {
       EXIT_REFUSED,
     );
   }
-  const facts = owner && backend === "session" ? sessionFacts(owner, codex, paths.dir, repo) : [];
+  const facts =
+    owner && backend === "session" ? sessionFacts({ owner, codex, paths, repo, table, bind, pool }) : [];
   const crw = `${process.execPath} ${process.argv[1] ?? "crw"}`;
   const stateFlag = values.state ? ` --state ${state}` : "";
   const next = `${crw} flow next ${runId}${stateFlag} --wait 10 --json`;
@@ -215,27 +230,4 @@ function slug(name: string): string {
       .replace(/^-+|-+$/g, "")
       .slice(0, 40) || "run"
   );
-}
-
-/** The preview's session facts: warnings, never a refusal. */
-function sessionFacts(
-  owner: string,
-  codex: ReturnType<typeof readCodexSettings>,
-  runDir: string,
-  repo: string,
-) {
-  return [
-    { fact: "owner_bound", ok: owner.length > 0, detail: `owner thread ${owner}` },
-    {
-      fact: "owner_state_writable",
-      ok: unusable(runDir) === null && unusable(repo) === null,
-      detail: `${runDir} and ${repo}`,
-    },
-    { fact: "subagent_slots", ok: codex.maxThreads >= 2, detail: `agents.max_threads = ${codex.maxThreads}` },
-    {
-      fact: "multi_agent_v1",
-      ok: !codex.multiAgentV2,
-      detail: codex.multiAgentV2 ? "features.multi_agent_v2 is on: the protocol stops" : "multi_agent v1",
-    },
-  ];
 }

@@ -2,9 +2,11 @@ import { type FSWatcher, mkdirSync, watch } from "node:fs";
 import { join } from "node:path";
 import { runLocalCall } from "../backends/local.js";
 import { noSessionHost } from "../backends/noHost.js";
+import { bindRunOwner, closeRunOwner } from "../bound/run.js";
 import type { HostThread, SessionHost } from "../host/sessionHost.js";
 import { type JournalStats, JournalWriter } from "../journal/journal.js";
 import type { JournalRow, NewRow, Pair, Tokens } from "../journal/rows.js";
+import { readCodexSettings } from "../run/codexConfig.js";
 import type { RunPaths } from "../run/paths.js";
 import { type RoleName, type RoleTable, readRoleTable, rolePairs } from "../run/roles.js";
 import type { RunSpec } from "../run/spec.js";
@@ -143,16 +145,55 @@ export async function executeRun(opts: FlowRunOptions): Promise<FlowRunOutcome> 
     }
     const ended = journal.rows.find((r) => r.type === "run_ended");
     if (ended?.type === "run_ended") {
+      closeHolder(opts);
       return ended.status === "completed"
         ? { state: "completed", result: ended.result }
         : { state: "failed", error: ended.error ?? "failed" };
     }
     const run = new FlowRun(opts, journal, table, pins);
     run.append(startRows);
-    return await run.execute();
+    bindHolder(opts, table.policy_digest, pins);
+    const outcome = await run.execute();
+    if (outcome.state !== "paused") closeHolder(opts);
+    return outcome;
   } finally {
     opts.onStats?.({ ...journal.stats });
     journal.close();
+  }
+}
+
+/**
+ * The holder writes the owner's orchestrator line right after its started row, with the pairs that row
+ * pinned (written only when the last line is not already its own with that digest); a line that cannot
+ * be written is a warning, the run goes on.
+ */
+function bindHolder(opts: FlowRunOptions, policyDigest: string, pins: Record<RoleName, Pair>): void {
+  if (!opts.spec.owner || opts.spec.backend !== "session") return;
+  const b = bindRunOwner({
+    state: opts.paths.state,
+    owner: opts.spec.owner,
+    runId: opts.spec.run_id,
+    policyDigest,
+    rolePairs: pins,
+  });
+  if (b.warning) opts.onEvent?.({ type: "warning", message: `owner binding: ${b.warning}` });
+}
+
+/** The holder closes its line when the run ends (completed or failed; never on a pause). */
+function closeHolder(opts: FlowRunOptions): void {
+  if (!opts.spec.owner || opts.spec.backend !== "session") return;
+  try {
+    closeRunOwner({
+      state: opts.paths.state,
+      owner: opts.spec.owner,
+      runId: opts.spec.run_id,
+      reason: "run_ended",
+    });
+  } catch (e) {
+    opts.onEvent?.({
+      type: "warning",
+      message: `owner binding: the line cannot be closed: ${(e as Error).message}`,
+    });
   }
 }
 
@@ -193,7 +234,12 @@ class FlowRun implements RunContext {
     this.pollMs = opts.spec.poll_ms ?? 500;
     this.lostAfterMs = opts.spec.lost_after_ms ?? DEFAULT_LOST_AFTER_MS;
     this.lookupEveryMs = Math.max(this.pollMs * 4, 1000);
-    this.pool = new Pool(Math.max(1, opts.spec.pool));
+    // a session run keeps one of agents.max_threads for the owner's own helper, whatever --pool said
+    const slots =
+      opts.spec.backend === "session"
+        ? Math.max(1, readCodexSettings(opts.env ?? process.env).maxThreads - 1)
+        : opts.spec.pool;
+    this.pool = new Pool(Math.max(1, Math.min(opts.spec.pool, slots)));
     for (const row of journal.rows) this.index(row);
     this.tokens = new TokenFigure(journal.rows);
   }

@@ -10,13 +10,18 @@ import { join } from "node:path";
 export interface CodexSettings {
   maxThreads: number;
   multiAgentV2: boolean;
+  /** The agent roles configured under `[agents.<type>]` (the real host refuses any other agent_type). */
+  agentTypes: string[];
   source: string;
 }
+
+/** The agent types the host knows without configuration. */
+export const BUILTIN_AGENT_TYPES: readonly string[] = ["default", "explorer", "worker"];
 
 export function readCodexSettings(env: NodeJS.ProcessEnv = process.env): CodexSettings {
   const home = env.CODEX_HOME || join(homedir(), ".codex");
   const source = join(home, "config.toml");
-  const out: CodexSettings = { maxThreads: 6, multiAgentV2: false, source };
+  const out: CodexSettings = { maxThreads: 6, multiAgentV2: false, agentTypes: [], source };
   let text: string;
   try {
     text = readFileSync(source, "utf8");
@@ -29,11 +34,16 @@ export function readCodexSettings(env: NodeJS.ProcessEnv = process.env): CodexSe
     const h = /^\[([^\]]+)\]$/.exec(line);
     if (h?.[1]) {
       table = h[1].trim();
+      const agent = /^agents\.("?)([A-Za-z0-9_-]+)\1$/.exec(table);
+      if (agent?.[2] && !out.agentTypes.includes(agent[2])) out.agentTypes.push(agent[2]);
       continue;
     }
     const kv = /^([A-Za-z0-9_.-]+)\s*=\s*(.+)$/.exec(line);
     if (!kv?.[1] || !kv[2]) continue;
     const key = table ? `${table}.${kv[1]}` : kv[1];
+    const inline = /^agents\.([A-Za-z0-9_-]+)(?:\.|$)/.exec(key);
+    if (inline?.[1] && !["max_threads", "max_depth", "job_max_runtime_seconds"].includes(inline[1]))
+      if (!out.agentTypes.includes(inline[1])) out.agentTypes.push(inline[1]);
     const value = kv[2].trim();
     if (key === "agents.max_threads" && /^\d+$/.test(value) && Number(value) >= 1)
       out.maxThreads = Number(value);

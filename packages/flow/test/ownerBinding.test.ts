@@ -1,0 +1,365 @@
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import {
+  bindingFile,
+  bindRunOwner,
+  closeRunOwner,
+  FileStepBus,
+  JournalWriter,
+  pidAlive,
+  readBinding,
+  readJournalFile,
+  readRoleTable,
+  rolePairs,
+  runPaths,
+  SPEC_FORMAT,
+  spawnMessage,
+  tryLock,
+  unlock,
+  writeSpec,
+} from "@crw/flow";
+import { FakeAppServer } from "@crw/tools/codex";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { crwFlow, ensureBuilt, waitFor } from "./helpers/cli.js";
+import { answerSchema, defineWorkflow, inProcessRun } from "./helpers/harness.js";
+
+let root: string;
+let env: NodeJS.ProcessEnv;
+let n = 0;
+const roles = ["architect", "executor", "executor-t1", "reviewer", "explorer", "critic"];
+const undecided = Object.fromEntries(roles.map((r) => [r, { model: null, effort: null }]));
+
+beforeAll(() => {
+  ensureBuilt();
+  root = mkdtempSync(join(tmpdir(), "crw-flow-owner-"));
+  mkdirSync(join(root, "codex-home"), { recursive: true });
+  writeFileSync(join(root, "codex-home", "config.toml"), "[agents]\nmax_threads = 3\n");
+  env = { ...process.env, CODEX_HOME: join(root, "codex-home"), CRW_FLOW_STARTING_MS: "400" };
+  delete env.CRW_FLOW_FAULT;
+}, 120_000);
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+const lines = (state: string, owner: string): Array<Record<string, unknown>> => {
+  const path = bindingFile(state, owner);
+  if (!existsSync(path)) return [];
+  return readFileSync(path, "utf8")
+    .split("\n")
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+};
+
+/** A run held by this test process (its process lock and run lock), with its started row written. */
+function heldRun(opts: { digest?: string } = {}) {
+  const runId = `own-${n++}`;
+  const owner = `owner-${runId}`;
+  const state = join(root, "state");
+  const paths = runPaths(state, runId);
+  mkdirSync(paths.dir, { recursive: true });
+  writeSpec(paths.spec, {
+    format: SPEC_FORMAT,
+    run_id: runId,
+    workflow: join(root, "w.mjs"),
+    workflow_name: "w",
+    input: null,
+    backend: "session",
+    owner,
+    pool: 2,
+    repo: root,
+    host: "ws://127.0.0.1:9",
+    created_at: new Date().toISOString(),
+  });
+  const token = n.toString(16).padStart(12, "0");
+  tryLock(join(paths.dir, `process.${token}.lock`), { pid: process.pid, token });
+  tryLock(paths.runLock, { pid: process.pid, token });
+  const w = JournalWriter.create(paths.journal, runId);
+  const digest = opts.digest ?? readRoleTable(root).policy_digest;
+  w.append([
+    {
+      type: "started",
+      backend: "session",
+      role_pairs: undecided,
+      policy_digest: digest,
+      process: token,
+      pid: process.pid,
+      process_n: 1,
+    },
+  ]);
+  return { runId, owner, state, paths, w, digest };
+}
+
+const next = (runId: string, state: string, e = env) =>
+  crwFlow(["next", runId, "--state", state, "--json"], e);
+
+describe("the holder binds and closes the owner's line", () => {
+  it("S000-211 S000-261 S000-262: the run's process writes the line right after its started row with the pinned pairs, and closes it when the run ends", async () => {
+    const run = await inProcessRun({
+      roles: { explorer: { model: "m-x", effort: "low" }, reviewer: { model: "m-r" } },
+    });
+    try {
+      const wf = defineWorkflow({
+        name: "bound",
+        run: async (ctx) => ctx.call({ role: "explorer", task: "one", schema: answerSchema }),
+      });
+      const { done } = run.background(wf);
+      await run.steps(1);
+      const state = run.paths.state;
+      const [line, ...rest] = lines(state, run.owner);
+      const started = run.rows().find((r) => r.type === "started");
+      if (started?.type !== "started") throw new Error("no started row");
+      expect(rest).toEqual([]);
+      expect(line).toMatchObject({
+        kind: "orchestrator",
+        run_id: run.spec.run_id,
+        policyDigest: started.policy_digest,
+        helperPairs: {
+          explorer: { model: "m-x", effort: "low" },
+          reviewer: { model: "m-r" },
+          architect: {},
+        },
+      });
+      expect(Date.parse(String(line?.at))).toBeGreaterThanOrEqual(Date.parse(started.at));
+      const [step] = await run.steps(1);
+      if (!step) throw new Error("no step");
+      const agent = run.fake.spawnSubagent({
+        ownerThreadId: run.owner,
+        message: step.message,
+        model: "m-x",
+        reasoningEffort: "low",
+        agentRole: "explorer",
+      }).threadId;
+      expect(await run.report(step, agent)).toBe("bound");
+      run.fake.answer(agent, '{"summary":"s","score":1}');
+      const outcome = await done;
+      expect(outcome.state).toBe("completed");
+      const after = lines(state, run.owner);
+      expect(after.map((l) => l.kind)).toEqual(["orchestrator", "closed"]);
+      expect(after[1]).toMatchObject({ run_id: run.spec.run_id });
+      expect(readBinding(state, run.owner).line).toBeNull();
+    } finally {
+      await run.close();
+    }
+  });
+});
+
+describe("crw flow start binds the owner; a resume binds again", () => {
+  let fake: FakeAppServer;
+  let cliEnv: NodeJS.ProcessEnv;
+  const wfPath = () => {
+    const path = join(root, "one.mjs");
+    writeFileSync(
+      path,
+      `export default { name: "one", async run(ctx) { return ctx.call({ role: "explorer", task: "one" }); } };`,
+    );
+    return path;
+  };
+  beforeAll(async () => {
+    fake = await FakeAppServer.start();
+    cliEnv = { ...env, CRW_FLOW_HOST: fake.url };
+  });
+  afterAll(async () => {
+    await fake?.stop();
+  });
+  const start = (runId: string, owner: string, state: string, e = cliEnv) =>
+    crwFlow(
+      ["start", wfPath(), "--run", runId, "--owner", owner, "--state", state, "--poll-ms", "20", "--json"],
+      e,
+      root,
+    );
+  const startedRows = (state: string, runId: string) =>
+    existsSync(runPaths(state, runId).journal)
+      ? readJournalFile(runPaths(state, runId).journal).rows.filter((r) => r.type === "started")
+      : [];
+
+  it("S000-194 S000-259 S000-261 S000-307 S000-306: the start writes the line before the run's process exists; the holder finds it its own and writes nothing more", async () => {
+    const state = join(root, "cli-state-1");
+    const owner = fake.createOwnerThread({ cwd: root });
+    const r = await start("cli-bind", owner, state);
+    expect(r.code, r.stderr).toBe(0);
+    const a = r.json();
+    const pid = Number(a.pid);
+    try {
+      const [started] = await waitFor("started row", () => {
+        const s = startedRows(state, "cli-bind");
+        return s.length > 0 ? s : null;
+      });
+      const ls = lines(state, owner);
+      expect(ls).toHaveLength(1);
+      expect(ls[0]).toMatchObject({ kind: "orchestrator", run_id: "cli-bind" });
+      expect(ls[0]?.pid).not.toBe(pid); // written by the start, not by the run's process
+      expect(Date.parse(String(ls[0]?.at))).toBeLessThanOrEqual(Date.parse(String(started?.at)));
+      expect(a.facts).toContainEqual(expect.objectContaining({ fact: "owner_bound", ok: true }));
+    } finally {
+      process.kill(pid, "SIGKILL");
+    }
+  });
+
+  it("S000-271 S000-273 S000-307: a second start on the thread while the first lives warns and does not bind; an unwritable binding warns and the run starts", async () => {
+    const state = join(root, "cli-state-2");
+    const owner = fake.createOwnerThread({ cwd: root });
+    const first = await start("cli-first", owner, state);
+    expect(first.code, first.stderr).toBe(0);
+    const second = await start("cli-second", owner, state);
+    expect(second.code, second.stderr).toBe(0);
+    const pids = [Number(first.json().pid), Number(second.json().pid)];
+    try {
+      expect(second.json().facts).toContainEqual(
+        expect.objectContaining({
+          fact: "owner_bound",
+          ok: false,
+          detail: expect.stringContaining("cli-first"),
+        }),
+      );
+      await waitFor("both started rows", () => startedRows(state, "cli-second").length > 0);
+      expect(lines(state, owner).map((l) => `${l.kind}:${l.run_id}`)).toEqual(["orchestrator:cli-first"]);
+      // a flow-bound directory others can write is untrusted: the binding cannot be written
+      const state3 = join(root, "cli-state-3");
+      mkdirSync(join(state3, "flow-bound"), { recursive: true });
+      chmodSync(join(state3, "flow-bound"), 0o777);
+      const third = await start("cli-third", owner, state3);
+      expect(third.code, third.stderr).toBe(0);
+      pids.push(Number(third.json().pid));
+      expect(third.json().facts).toContainEqual(expect.objectContaining({ fact: "owner_bound", ok: false }));
+      await waitFor("the third run's started row", () => startedRows(state3, "cli-third").length > 0);
+    } finally {
+      for (const pid of pids) if (pidAlive(pid)) process.kill(pid, "SIGKILL");
+    }
+  });
+
+  it("S000-263 S000-237: a line missing while a process holds the run is reported and stays missing; the resumed process binds it after its own started row", async () => {
+    const state = join(root, "cli-state-4");
+    const owner = fake.createOwnerThread({ cwd: root });
+    const r = await start("cli-resume", owner, state);
+    expect(r.code, r.stderr).toBe(0);
+    const pid = Number(r.json().pid);
+    await waitFor("started row", () => startedRows(state, "cli-resume").length === 1);
+    expect(closeRunOwner({ state, owner, runId: "cli-resume" }).closed).toBe(true);
+    const n1 = await next("cli-resume", state, cliEnv);
+    expect(n1.json().warnings).toContainEqual(expect.stringContaining("owner_line_missing"));
+    const n2 = await next("cli-resume", state, cliEnv);
+    expect(n2.json().warnings).toContainEqual(expect.stringContaining("owner_line_missing"));
+    expect(readBinding(state, owner).line).toBeNull();
+    process.kill(pid, "SIGKILL");
+    await waitFor("the process to die", () => !pidAlive(pid));
+    const resumed = await crwFlow(["resume", "cli-resume", "--state", state, "--detach", "--json"], cliEnv);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    const pid2 = Number(resumed.json().resumed_pid);
+    try {
+      await waitFor("the resumed started row", () => startedRows(state, "cli-resume").length === 2);
+      const [, second] = startedRows(state, "cli-resume");
+      const line = await waitFor("the line bound again", () => readBinding(state, owner).line);
+      expect(line).toMatchObject({ run_id: "cli-resume", kind: "orchestrator" });
+      const last = lines(state, owner).at(-1);
+      expect(last?.pid).toBe(pid2);
+      expect(Date.parse(String(last?.at))).toBeGreaterThanOrEqual(Date.parse(String(second?.at)));
+      const n3 = await next("cli-resume", state, cliEnv);
+      expect(n3.json().warnings).not.toContainEqual(expect.stringContaining("owner_line"));
+    } finally {
+      if (pidAlive(pid2)) process.kill(pid2, "SIGKILL");
+    }
+  });
+});
+
+describe("crw flow next reads the owner's line, never writes it", () => {
+  it("S000-209 S000-223 S000-263: next warns owner_line_missing and records nothing; the line stays missing", async () => {
+    const { runId, owner, state, paths } = heldRun();
+    const before = readFileSync(paths.journal, "utf8");
+    const r = await next(runId, state);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.json().warnings).toEqual([expect.stringContaining("owner_line_missing")]);
+    expect(readFileSync(paths.journal, "utf8")).toBe(before);
+    expect(existsSync(bindingFile(state, owner))).toBe(false);
+    const again = await next(runId, state);
+    expect(again.json().warnings).toEqual([expect.stringContaining("owner_line_missing")]);
+    expect(existsSync(bindingFile(state, owner))).toBe(false);
+  });
+
+  it("S000-223: next warns when the owner's last line is another live run's, or another digest's; not when it is the holder's", async () => {
+    const other = heldRun();
+    const { runId, state, paths, digest } = heldRun();
+    const owner = other.owner; // both runs name one owner: the other run holds the line
+    writeSpec(paths.spec, { ...JSON.parse(readFileSync(paths.spec, "utf8")), owner });
+    const pairs = rolePairs(readRoleTable(root));
+    expect(
+      bindRunOwner({ state, owner, runId: other.runId, policyDigest: digest, rolePairs: pairs }).bound,
+    ).toBe(true);
+    const a = (await next(runId, state)).json();
+    expect(a.warnings).toEqual([expect.stringContaining("owner_line_other_run")]);
+    // the other run ends: its line is closed; the holder of this run binds under another digest
+    closeRunOwner({ state, owner, runId: other.runId });
+    unlock(other.paths.runLock);
+    expect(bindRunOwner({ state, owner, runId, policyDigest: "sha256:other", rolePairs: pairs }).bound).toBe(
+      true,
+    );
+    const b = (await next(runId, state)).json();
+    expect(b.warnings).toEqual([expect.stringContaining("owner_line_other_digest")]);
+    const bytes = readFileSync(bindingFile(state, owner), "utf8");
+    expect(bindRunOwner({ state, owner, runId, policyDigest: digest, rolePairs: pairs }).bound).toBe(true);
+    expect(readFileSync(bindingFile(state, owner), "utf8").length).toBeGreaterThan(bytes.length);
+    const c = (await next(runId, state)).json();
+    expect(c.warnings).toEqual([]);
+  });
+
+  it("S000-221: a holder just past taking its process lock whose line is not yet bound is read again, then its line reported as is", async () => {
+    const slow = { ...env, CRW_FLOW_STARTING_MS: "5000" };
+    const { runId, owner, state, digest } = heldRun();
+    const pairs = rolePairs(readRoleTable(root));
+    const pending = next(runId, state, slow);
+    await new Promise((r) => setTimeout(r, 700));
+    expect(bindRunOwner({ state, owner, runId, policyDigest: digest, rolePairs: pairs }).bound).toBe(true);
+    const a = (await pending).json();
+    expect(a.warnings).toEqual([]);
+    // past the window: reported as it is, at once
+    const late = heldRun();
+    const t0 = Date.now();
+    const b = (await next(late.runId, late.state, { ...env, CRW_FLOW_STARTING_MS: "300" })).json();
+    expect(b.warnings).toEqual([expect.stringContaining("owner_line_missing")]);
+    expect(Date.now() - t0).toBeLessThan(5000);
+  });
+
+  it("next never hands out a step whose marker already has a turn_started row (a process that died right after the bind)", async () => {
+    const { runId, owner, state, paths, w, digest } = heldRun();
+    bindRunOwner({ state, owner, runId, policyDigest: digest, rolePairs: rolePairs(readRoleTable(root)) });
+    const bus = new FileStepBus(paths.steps);
+    const step = (call: string) => {
+      const packet = join(paths.steps, call, "packet-t1-a1.md");
+      bus.writeStep(
+        {
+          run_id: runId,
+          call,
+          k: 1,
+          attempt: 1,
+          op: `${call}/t1`,
+          marker: `${call}/t1-a1`,
+          role: "explorer",
+          action: "spawn",
+          agent_type: "explorer",
+          model: null,
+          reasoning_effort: null,
+          message: spawnMessage(`${call}/t1-a1`, "explorer", "/w", packet),
+          packet,
+          workspace: "/w",
+          agent_id: null,
+        },
+        "# p\n",
+      );
+    };
+    step("explorer.1");
+    step("explorer.2");
+    w.append([
+      {
+        type: "turn_started",
+        call: "explorer.1",
+        op: "explorer.1/t1",
+        k: 1,
+        turn_id: "turn-1",
+        attempt: 1,
+        marker: "explorer.1/t1-a1",
+        conversation_turn: 1,
+      },
+    ]);
+    const a = (await next(runId, state)).json();
+    const steps = a.steps as Array<{ call: string }>;
+    expect(steps.map((s) => s.call)).toEqual(["explorer.2"]);
+  });
+});
