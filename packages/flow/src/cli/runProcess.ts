@@ -1,3 +1,4 @@
+import { noteHostNotification } from "../backends/appServerTokens.js";
 import type { SessionHost } from "../host/sessionHost.js";
 import { type LockInfo, newToken, tryLock, unlock } from "../run/locks.js";
 import { processLockPath, type RunPaths, runPaths, stateDirFrom } from "../run/paths.js";
@@ -60,6 +61,7 @@ export async function holdRun(opts: HoldRunOptions): Promise<number> {
           transport: spec.host,
           onEvent: (e) => {
             if (e.type === "config_warning") log({ msg: "host config warning", summary: e.summary });
+            if (e.type === "notification") noteHostNotification(e.notification);
           },
         });
         ownHost = true;

@@ -54,14 +54,8 @@ export async function startCommand(args: string[]): Promise<number> {
   // with no --backend: a start inside a Codex session (an owner thread is known) is a session run, a start
   // from a plain terminal a local run
   const backend = values.backend ?? (owner ? "session" : "local");
-  if (backend !== "session" && backend !== "local") {
-    throw new FlowError(
-      "input",
-      backend === "app-server"
-        ? "--backend app-server is not available in this build; use --backend session or local"
-        : `unknown backend '${backend}' (session, local or app-server)`,
-      2,
-    );
+  if (backend !== "session" && backend !== "local" && backend !== "app-server") {
+    throw new FlowError("input", `unknown backend '${backend}' (session, local or app-server)`, 2);
   }
   const input = parseInput(values.input);
   const local = backend === "local" ? localOptions(values.model, values.script) : undefined;

@@ -1,5 +1,6 @@
 import { type FSWatcher, mkdirSync, watch } from "node:fs";
 import { join } from "node:path";
+import { runAppServerCall } from "../backends/appServer.js";
 import { runLocalCall } from "../backends/local.js";
 import { noSessionHost } from "../backends/noHost.js";
 import { bindRunOwner, closeRunOwner } from "../bound/run.js";
@@ -427,7 +428,12 @@ class FlowRun implements RunContext {
       this.stop(`digest_mismatch:${call}`);
       throw this.fatal;
     }
-    const runCall = this.spec.backend === "local" ? runLocalCall : runSessionCall;
+    const runCall =
+      this.spec.backend === "local"
+        ? runLocalCall
+        : this.spec.backend === "app-server"
+          ? runAppServerCall
+          : runSessionCall;
     if (fold.position?.kind === "terminal") return runCall(this, call);
     const p = (async () => {
       await this.pool.acquire();
