@@ -21,6 +21,7 @@ import {
   workflowTools,
 } from "@crw/plugin-subagent";
 import {
+  killContainedProcesses,
   MemoryRetryPolicySource,
   type PoolHealth,
   RESTART_REQUIRED_ALERT_KEY,
@@ -97,10 +98,17 @@ export async function assembleRuntime(
       public: [{ id: config.models.default, provider: config.models.default.split(":")[0] ?? "scripted" }],
       accounts: {},
     }),
+    // Runners build their agent loop with the same provider settings as the daemon's own.
+    agentOptions: () => ({ baseUrls: config.models.baseUrls, apiKeyEnv: config.models.apiKeyEnv }),
     onEvent: (event) => {
       if (event.type === "runner_log") return;
       log.info({ event }, "runner pool event");
     },
+  });
+  // Processes a runner started die with it: a killed runner's contained processes are ended.
+  runnerPool.attachRunnerExitTokensSink(({ killTokens }) => {
+    const killed = killContainedProcesses(killTokens);
+    if (killed > 0) log.warn({ killed }, "contained processes of an exited runner ended");
   });
   runnerPool.attachRestartRequiredSink(async (alert) => {
     try {
@@ -171,6 +179,8 @@ export async function assembleRuntime(
     dispatcher: new JournalNodeDispatcher(repo, delegationNodeTurns(service)),
     defaultModel: config.models.default,
     repo,
+    // A cancel recorded by another daemon for a workflow this one drives reaches it through pg_notify.
+    listenForCancel: true,
     onCompletion: (c) => service.resultQueued(c.parentSessionId, c.principalAccountId, c.resultId),
     onEvent: (event: WorkflowEvent) => {
       log.info({ event }, "workflow event");

@@ -131,8 +131,10 @@ export function registerWorkflowMethods(rpc: RpcRegistry, rt: DaemonRuntime, def
     params: z.strictObject({ workflowId: z.uuid() }),
     handler: async (p, ctx) => {
       await ownWorkflow(p.workflowId, ctx);
-      const outcome = await rt.engine.cancel(p.workflowId, ctx.accountId);
-      return outcome;
+      // A workflow another daemon drives is cancelled by its owner: the request is recorded on its row and
+      // the owner delivers the summary; this daemon answers that the stop was requested.
+      const requested = await rt.engine.requestCancel(p.workflowId, ctx.accountId);
+      return { status: requested, summary: null };
     },
   });
 
