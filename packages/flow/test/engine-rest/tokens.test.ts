@@ -7,6 +7,7 @@ import {
   runFlowCli,
   runPaths,
   runSpent,
+  TokenFigure,
   type Tokens,
   writeSpec,
 } from "@crw/flow";
@@ -200,5 +201,58 @@ describe("the run's token figure", () => {
     rows = run.rows();
     expect(of(rows, "prepared")).toHaveLength(3); // the held call went on in place, not prepared again
     expect(runSpent(rows)).toEqual({ input: 300, output: 60, total: 360 });
+  });
+  it("S000-098: a call held with tokens and taken up by the next process is counted once by RunSpent and by spent()", () => {
+    const at = new Date().toISOString();
+    const row = (seq: number, r: Record<string, unknown>) => ({ seq, at, ...r }) as unknown as JournalRow;
+    // the first process: the task turn measured 110, the repair turn held (its row carries the 110)
+    const first = [
+      row(1, {
+        type: "completed",
+        call: "a.1",
+        op: "a.1",
+        k: 1,
+        attempt: 1,
+        result: 1,
+        result_digest: "x",
+        raw_text: "1",
+        extracted: false,
+        tokens: { total: 40 },
+      }),
+      row(2, { type: "step_published", call: "b.1", call_tokens: { total: 110 } }),
+      row(3, { type: "held", call: "b.1", op: "b.1", reason: "usage_limit", tokens: { total: 110 } }),
+    ];
+    expect(runSpent(first)).toEqual({ total: 150 });
+    const figure = new TokenFigure(first);
+    expect(figure.run()).toEqual({ total: 150 });
+    // the next process publishes the repair again (the step carries the 110) and completes it with 55 more
+    figure.observe([row(4, { type: "step_published", call: "b.1", call_tokens: { total: 110 } })]);
+    expect(figure.spent()).toEqual({}); // the held row had them: nothing new was taken
+    const done = row(5, {
+      type: "completed",
+      call: "b.1",
+      op: "b.1",
+      k: 3,
+      attempt: 2,
+      result: 1,
+      result_digest: "x",
+      raw_text: "1",
+      extracted: false,
+      tokens: { total: 165 },
+    });
+    figure.observe([done]);
+    expect(figure.spent()).toEqual({ total: 55 });
+    expect(figure.run()).toEqual({ total: 205 });
+    expect(runSpent([...first, done])).toEqual(figure.run());
+    // recovered tokens in no terminal row are taken by the process that writes a row carrying them
+    const recovered = new TokenFigure([
+      row(1, { type: "step_published", call: "c.1", call_tokens: { total: 70 } }),
+    ]);
+    expect(recovered.run()).toEqual({});
+    recovered.observe([
+      row(2, { type: "null_model", call: "c.1", op: "c.1", reason: "r", tokens: { total: 90 } }),
+    ]);
+    expect(recovered.spent()).toEqual({ total: 90 });
+    expect(recovered.run()).toEqual({ total: 90 });
   });
 });
