@@ -1008,3 +1008,43 @@ nodes:
     expect(await count("workflow_artifact_grants")).toBe(0);
   });
 });
+
+describe("current access is rebuilt, never read from the journal", () => {
+  it("S004-314: identity, permission policy and tool grants are rebuilt from the account as it is now", async () => {
+    const { captureDelegatedExecutionScope } = await import("@crw/brain");
+    const { boundaryAgainst, currentDelegatedAccess } = await import("../src/index.js");
+    const w = await world(db.pool, { toolAllow: ["Read", "Bash"] });
+    const journaled = captureDelegatedExecutionScope({
+      accountId: w.accountId,
+      operator: true,
+      target: { kind: "host", ref: null },
+      tools: { allow: ["Read", "Bash"] },
+      permissionBoundary: "workspace-write",
+    });
+    const verdict = async () => {
+      const current = await currentDelegatedAccess(w.repo, w.accountId, w.parentSessionId);
+      if (!current.ok) throw new Error(current.reason);
+      return boundaryAgainst(current.authority)({ subject: "n", scope: journaled });
+    };
+    expect(await verdict()).toEqual({ ok: true });
+    // Identity: the account is no longer an owner; the journal's operator flag grants nothing.
+    await db.pool.query("update accounts set is_owner = false where id = $1::uuid", [w.accountId]);
+    expect(await verdict()).toMatchObject({ ok: false, reason: expect.stringContaining("operator") });
+    await db.pool.query("update accounts set is_owner = true where id = $1::uuid", [w.accountId]);
+    // Permission policy: the account's settings now say read-only.
+    await db.pool.query(
+      `update accounts set permission_settings = '{"permissionBoundary":"read-only"}' where id = $1::uuid`,
+      [w.accountId],
+    );
+    expect(await verdict()).toMatchObject({
+      ok: false,
+      reason: expect.stringContaining("permissionBoundary"),
+    });
+    await db.pool.query(`update accounts set permission_settings = '{}' where id = $1::uuid`, [w.accountId]);
+    // Tool grants: Bash is denied now.
+    await db.pool.query("update accounts set tool_deny = '{Bash}' where id = $1::uuid", [w.accountId]);
+    expect(await verdict()).toMatchObject({ ok: false });
+    await db.pool.query("update accounts set tool_deny = '{}' where id = $1::uuid", [w.accountId]);
+    expect(await verdict()).toEqual({ ok: true });
+  });
+});
