@@ -33,6 +33,7 @@ export {
   readJournalFile,
 } from "./journal/journal.js";
 export * from "./journal/rows.js";
+export { BUILTIN_AGENT_TYPES, type CodexSettings, readCodexSettings } from "./run/codexConfig.js";
 export { heldProcessLocks, lockHolder, pidAlive, tryLock, unlock } from "./run/locks.js";
 export { checkRunId, type RunPaths, runPaths, stateDirFrom } from "./run/paths.js";
 export {
