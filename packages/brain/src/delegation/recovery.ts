@@ -29,9 +29,12 @@ const UNKNOWN_OUTCOME =
  * charged a recovery attempt. A run beyond its attempts gets an ordinary error result that wakes its parent.
  * Last, idle parents with queued results get their follow-up turn.
  */
+/** How many claimed runs boot recovery works on at once. */
+export const RECOVERY_CONCURRENCY = 8;
+
 export async function recoverDelegations(
   service: DelegationService,
-  options: { maxRecoveryAttempts?: number; claimBatch?: number } = {},
+  options: { maxRecoveryAttempts?: number; claimBatch?: number; concurrency?: number } = {},
 ): Promise<RecoveryReport> {
   const repo = service.repo;
   await service.start();
@@ -59,11 +62,19 @@ export async function recoverDelegations(
   const failed: string[] = [];
   const max = options.maxRecoveryAttempts ?? 3;
   const runs = await repo.claimOpenRuns(service.owner, options.claimBatch ?? 1000);
-  for (const run of runs) {
-    const action = await recoverRun(service, run, max);
-    service.emit({ type: "delegation.recovered", runId: run.id, action });
-    ({ continued, settled: settledWithoutTurn, terminalized, failed })[action].push(run.id);
-  }
+  // Claimed runs are independent (one child each, every write in its own transaction), so a few are
+  // recovered at a time: one at a time kept the daemon's port closed for minutes with a thousand runs.
+  let nextRun = 0;
+  const worker = async () => {
+    while (nextRun < runs.length) {
+      const run = runs[nextRun++] as SubagentRun;
+      const action = await recoverRun(service, run, max);
+      service.emit({ type: "delegation.recovered", runId: run.id, action });
+      ({ continued, settled: settledWithoutTurn, terminalized, failed })[action].push(run.id);
+    }
+  };
+  const width = Math.max(1, Math.min(options.concurrency ?? RECOVERY_CONCURRENCY, runs.length));
+  await Promise.all(Array.from({ length: width }, worker));
 
   for (const s of await repo.sessionsWithQueuedResults()) {
     if (s.kind !== "root") continue;
