@@ -26,6 +26,10 @@ const commands: Record<
     summary: "a readable timeline of a run",
     load: async () => (await import("./show.js")).showCommand,
   },
+  answer: {
+    summary: "answer a decision the run waits for, then resume it (unless --no-resume)",
+    load: async () => (await import("../shadow/answer.js")).answerCommand,
+  },
   shadow: {
     summary: "replay a run from its journal without any host; report its backend and any divergence",
     load: async () => (await import("../shadow/cli.js")).shadowCommand,
@@ -49,6 +53,7 @@ export function flowHelp(): string {
     "  crw flow resume RUN [--detach]",
     "  crw flow show RUN",
     "  crw flow shadow RUN [--workflow FILE]",
+    "  crw flow answer RUN DECISION ANSWER [--no-resume] [--wait S]",
     "",
     "Every command takes --json and --state DIR (default: $CRW_STATE, else ~/.local/state/crw).",
     "Exit codes: 0 ok, 1 refused or failed, 2 input error.",

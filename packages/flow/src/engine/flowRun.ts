@@ -1,6 +1,7 @@
 import { type FSWatcher, mkdirSync, watch } from "node:fs";
 import { join } from "node:path";
 import { runAppServerCall } from "../backends/appServer.js";
+import { decide } from "../backends/decision.js";
 import { runLocalCall } from "../backends/local.js";
 import { noSessionHost } from "../backends/noHost.js";
 import { bindRunOwner, closeRunOwner } from "../bound/run.js";
@@ -349,7 +350,11 @@ class FlowRun implements RunContext {
 
   async execute(): Promise<FlowRunOutcome> {
     const workflow = this.opts.workflow ?? (await loadWorkflow(this.spec.workflow));
-    const ctx: FlowContext = { runId: this.runId, call: (o) => this.call(o) as never };
+    const ctx: FlowContext = {
+      runId: this.runId,
+      call: (o) => this.call(o) as never,
+      decide: (o) => decide(this, o),
+    };
     this.watchInbox();
     try {
       return await this.executeWatched(workflow, ctx);

@@ -19,6 +19,20 @@ export interface FlowContext {
   readonly runId: string;
   /** Runs one agent call as a session call; answers the schema-valid answer. */
   call<T = Record<string, unknown>>(options: CallOptions): Promise<T>;
+  /**
+   * Waits for a decision a person gives with `crw flow answer RUN ID ANSWER`: the run pauses
+   * (waiting_decision) until it is answered, then a resume returns the answer here. Answered decisions
+   * replay from the journal.
+   */
+  decide(options: DecideOptions): Promise<string>;
+}
+
+export interface DecideOptions {
+  /** The decision's id, unique in the run (the answer names it). */
+  id: string;
+  question: string;
+  /** The answers allowed; absent: any text. */
+  options?: string[];
 }
 
 /**

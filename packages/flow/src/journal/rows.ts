@@ -284,6 +284,23 @@ export const FlowWarningRow = z.object({
   detail: z.record(z.string(), z.unknown()).optional(),
 });
 
+/** The workflow waits for a decision (`ctx.decide`): the run pauses waiting_decision until it is answered. */
+export const DecisionRequestedRow = z.object({
+  ...base,
+  type: z.literal("decision_requested"),
+  decision: z.string(),
+  question: z.string(),
+  options: z.array(z.string()).optional(),
+});
+
+/** The answer `crw flow answer` stored for a decision; one per decision, applied once. */
+export const DecisionAnsweredRow = z.object({
+  ...base,
+  type: z.literal("decision_answered"),
+  decision: z.string(),
+  answer: z.string(),
+});
+
 export const RunPausedRow = z.object({
   ...base,
   type: z.literal("run_paused"),
@@ -319,6 +336,8 @@ export const JournalRowSchema = z.discriminatedUnion("type", [
   SessionWakeRow,
   EscalationRow,
   FlowWarningRow,
+  DecisionRequestedRow,
+  DecisionAnsweredRow,
   RunPausedRow,
   RunEndedRow,
 ]);

@@ -106,7 +106,12 @@ export async function shadowReplay(
   let replay: ShadowReport["replay"];
   let outcome: unknown;
   try {
-    outcome = await workflow.run({ runId, call: call as never }, input);
+    const decide = async (o: { id: string }): Promise<string> => {
+      const answered = rows.find((r) => r.type === "decision_answered" && r.decision === o.id);
+      if (answered?.type !== "decision_answered") throw new ReplayStop(`decision ${o.id}`);
+      return answered.answer;
+    };
+    outcome = await workflow.run({ runId, call: call as never, decide }, input);
     replay = "completed";
   } catch (e) {
     replay = e instanceof ReplayStop ? "incomplete" : "failed";
