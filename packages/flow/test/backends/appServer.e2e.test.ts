@@ -89,7 +89,7 @@ afterAll(async () => {
 });
 
 describe("--backend app-server with the real codex binary", () => {
-  it("S000-181 S000-052 S000-053 S000-054 S000-055 S000-099: a thread per call with the entries as leaf keys; killed after a turn_started, the app-server restarted, the resume follows the thread with the entries again", async () => {
+  it("S000-181 S000-052 S000-053 S000-054 S000-055: a thread per call with the entries as leaf keys; killed after a turn_started, the app-server restarted, the resume follows the thread with the entries again", async () => {
     const repo = join(root, "repo");
     const state = join(root, "state");
     const runTmp = join(root, "run-tmp");
