@@ -14,6 +14,7 @@ export {
 } from "./engine/flowRun.js";
 export type { FlowEvent } from "./engine/runContext.js";
 export { runSpent, TokenFigure, tokenTotal } from "./engine/tokenFigure.js";
+export { DEFAULT_WAKE, OwnerWaker, type WakeConfig, type WakeContext } from "./engine/wake.js";
 export {
   type CallOptions,
   defineWorkflow,

@@ -119,7 +119,7 @@ describe("crw flow start's preview", () => {
   });
 
   it("S000-189 S000-191 S000-192 S000-306: the pool is min(pool, max_threads - 1), six spawn formats, six facts as warnings; the run starts", async () => {
-    const env = { ...codexHome("[agents]\nmax_threads = 3\n"), CRW_FLOW_HOST: fake.url };
+    const env: NodeJS.ProcessEnv = { ...codexHome("[agents]\nmax_threads = 3\n"), CRW_FLOW_HOST: fake.url };
     delete env.CRW_FLOW_FAULT;
     const wf = join(root, "wf.mjs");
     writeFileSync(

@@ -19,6 +19,7 @@ import { digestOf } from "../util/canonical.js";
 import { FlowError } from "../util/errors.js";
 import { foldCall } from "./callFold.js";
 import { answerStrayReports } from "./reports.js";
+import { DEFAULT_WAKE, OwnerWaker } from "./wake.js";
 import { type FlowEvent, type RunContext, RunStopped } from "./runContext.js";
 import { runSessionCall } from "./sessionCall.js";
 import { TokenFigure, tokenTotal } from "./tokenFigure.js";
@@ -210,6 +211,7 @@ class FlowRun implements RunContext {
   readonly lostAfterMs: number;
   readonly lookupEveryMs: number;
   stopping: { reason: string } | null = null;
+  private waker: OwnerWaker | null = null;
   private fatal: FlowError | null = null;
   private readonly byCall = new Map<string, JournalRow[]>();
   private readonly counters = new Map<string, number>();
@@ -243,6 +245,24 @@ class FlowRun implements RunContext {
         : opts.spec.pool;
     this.pool = new Pool(Math.max(1, Math.min(opts.spec.pool, slots)));
     for (const row of journal.rows) this.index(row);
+    if (opts.spec.backend === "session" && opts.spec.owner) {
+      const stateFlag = ` --state ${opts.paths.state}`;
+      this.waker = new OwnerWaker(
+        {
+          runId: this.runId,
+          owner: opts.spec.owner,
+          host: this.host,
+          rows: () => this.journal.rows,
+          append: (rows) => this.append(rows),
+          nextCommand: `crw flow next ${this.runId}${stateFlag} --wait 10 --json`,
+        },
+        {
+          wakeAfterMs: opts.spec.wake_after_ms ?? DEFAULT_WAKE.wakeAfterMs,
+          renotifyMaxMs: opts.spec.renotify_max_ms ?? DEFAULT_WAKE.renotifyMaxMs,
+          unresponsiveAfterMs: opts.spec.unresponsive_after_ms ?? DEFAULT_WAKE.unresponsiveAfterMs,
+        },
+      );
+    }
     this.tokens = new TokenFigure(journal.rows);
   }
 
@@ -272,6 +292,7 @@ class FlowRun implements RunContext {
   }
 
   emit(event: FlowEvent): void {
+    this.waker?.onEvent(event);
     this.opts.onEvent?.(event);
   }
 
@@ -372,6 +393,11 @@ class FlowRun implements RunContext {
           answerStrayReports(this);
         } catch (e) {
           this.emit({ type: "warning", message: `inbox: ${(e as Error).message}` });
+        }
+        try {
+          await this.waker?.tick();
+        } catch (e) {
+          this.emit({ type: "warning", message: `owner wake: ${(e as Error).message}` });
         }
         await this.nap();
       }

@@ -32,6 +32,10 @@ export interface RunSpec {
   /** Test and tuning knobs: how often the run polls, and SessionConfig.LostAfter. */
   poll_ms?: number;
   lost_after_ms?: number;
+  /** SessionConfig.WakeAfter, RenotifyMax and UnresponsiveAfter of the owner's wakes (defaults 15 min, 1 h, 2 h). */
+  wake_after_ms?: number;
+  renotify_max_ms?: number;
+  unresponsive_after_ms?: number;
   /** The run's token ceiling: no new call starts once the run's figure (total tokens) reaches it. */
   token_ceiling?: number;
 }
@@ -89,7 +93,14 @@ export function checkSpec(raw: unknown, source = "run.json"): RunSpec {
     if (env === null || typeof env !== "object" || typeof env.TMPDIR !== "string")
       bad("env.TMPDIR is not a string");
   }
-  for (const key of ["poll_ms", "lost_after_ms", "token_ceiling"]) {
+  for (const key of [
+    "poll_ms",
+    "lost_after_ms",
+    "token_ceiling",
+    "wake_after_ms",
+    "renotify_max_ms",
+    "unresponsive_after_ms",
+  ]) {
     if (o[key] !== undefined && (typeof o[key] !== "number" || (o[key] as number) < 1))
       bad(`${key} is not a positive number`);
   }

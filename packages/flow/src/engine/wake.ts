@@ -1,0 +1,185 @@
+import type { SessionHost } from "../host/sessionHost.js";
+import type { JournalRow, NewRow } from "../journal/rows.js";
+import { digestOf } from "../util/canonical.js";
+import type { FlowEvent } from "./runContext.js";
+
+/** SessionConfig.WakeAfter / RenotifyMax / UnresponsiveAfter. */
+export interface WakeConfig {
+  wakeAfterMs: number;
+  renotifyMaxMs: number;
+  unresponsiveAfterMs: number;
+}
+
+export const DEFAULT_WAKE: WakeConfig = {
+  wakeAfterMs: 15 * 60_000,
+  renotifyMaxMs: 60 * 60_000,
+  unresponsiveAfterMs: 2 * 60 * 60_000,
+};
+
+export interface WakeContext {
+  runId: string;
+  owner: string;
+  host: SessionHost;
+  rows(): readonly JournalRow[];
+  append(rows: NewRow[]): unknown;
+  /** The command the owner takes the steps with, named in the message. */
+  nextCommand: string;
+}
+
+/**
+ * Wakes the owner thread while steps wait for it. When a step is published and the owner is idle or
+ * notLoaded, a session_step_waiting message is staged as a new turn on the owner thread through the host
+ * (a resume first when it is notLoaded). The wake's id is (run, process, batch): the batch is the set of
+ * waiting markers, the run's n-th process wakes under `<batch>/e<n>` (the first under `<batch>`), so the
+ * same steps staged again by one process are one message, and a resume stages new ones. While steps wait
+ * with no dispatched report the owner is notified again after WakeAfter, each interval twice the one
+ * before up to RenotifyMax, whatever its status; after UnresponsiveAfter the session_unresponsive
+ * escalation is written once and the run goes on waiting. Every wake is a session_wake row.
+ */
+export class OwnerWaker {
+  private readonly waiting = new Map<string, { call: string; op: string }>();
+  private firstAt: number | null = null;
+  private lastAt = 0;
+  private interval: number;
+  private renotify = 0;
+  private escalated = false;
+  private published = false;
+  private staged: Set<string> | null = null;
+  private running = false;
+
+  constructor(
+    private readonly ctx: WakeContext,
+    private readonly config: WakeConfig,
+    private readonly now: () => number = Date.now,
+  ) {
+    this.interval = config.wakeAfterMs;
+  }
+
+  /** Follows the run's events: a published step waits until it is bound or its call ends. */
+  onEvent(event: FlowEvent): void {
+    if (event.type === "step_published") {
+      this.waiting.set(event.marker, { call: event.call, op: opOfMarker(event.marker) });
+      this.published = true;
+      if (this.firstAt === null) {
+        this.firstAt = this.now();
+        this.lastAt = this.firstAt;
+      }
+    } else if (event.type === "bound") {
+      this.waiting.delete(event.marker);
+    } else if (event.type === "call_ended") {
+      for (const [marker, w] of this.waiting) if (w.call === event.call) this.waiting.delete(marker);
+    }
+    if (this.waiting.size === 0) this.reset();
+  }
+
+  private reset(): void {
+    this.firstAt = null;
+    this.renotify = 0;
+    this.interval = this.config.wakeAfterMs;
+    this.escalated = false;
+    this.published = false;
+  }
+
+  /** One round: called from the run's poll loop; never throws (a host failure is the row's error). */
+  async tick(): Promise<void> {
+    if (this.running || this.waiting.size === 0 || this.firstAt === null) return;
+    this.running = true;
+    try {
+      const now = this.now();
+      if (this.published) {
+        this.published = false;
+        const status = await this.ownerStatus();
+        if (status === "idle" || status === "notLoaded") await this.stage(status, 0, now);
+      }
+      if (now - this.lastAt >= this.interval) {
+        this.renotify++;
+        this.lastAt = now;
+        this.interval = Math.min(this.interval * 2, this.config.renotifyMaxMs);
+        await this.stage(await this.ownerStatus(), this.renotify, now);
+      }
+      if (!this.escalated && now - this.firstAt >= this.config.unresponsiveAfterMs) {
+        this.escalated = true;
+        this.ctx.append([
+          {
+            type: "escalation",
+            reason: "session_unresponsive",
+            owner: this.ctx.owner,
+            ops: this.ops(),
+            batch: this.batch(),
+            waiting_seconds: this.waitingSeconds(now),
+          },
+        ]);
+      }
+    } finally {
+      this.running = false;
+    }
+  }
+
+  private ops(): string[] {
+    return [...new Set([...this.waiting.values()].map((w) => w.op))].sort();
+  }
+
+  private batch(): string {
+    return digestOf([...this.waiting.keys()].sort())
+      .replace(/^sha256:/, "")
+      .slice(0, 16);
+  }
+
+  private waitingSeconds(now: number): number {
+    return Math.max(0, Math.round((now - (this.firstAt ?? now)) / 1000));
+  }
+
+  private async ownerStatus(): Promise<string> {
+    const r = await this.ctx.host.readThread(this.ctx.owner);
+    return r.ok ? r.value.status.type : `unreadable:${r.reason}`;
+  }
+
+  private processN(): number {
+    return Math.max(1, this.ctx.rows().filter((r) => r.type === "started").length);
+  }
+
+  private async stage(ownerStatus: string, renotify: number, now: number): Promise<void> {
+    if (!this.staged) {
+      this.staged = new Set();
+      for (const r of this.ctx.rows()) if (r.type === "session_wake" && r.staged) this.staged.add(r.wake_id);
+    }
+    const batch = this.batch();
+    const n = this.processN();
+    const wakeId = `run:${this.ctx.runId}/${batch}${n > 1 ? `/e${n}` : ""}${renotify > 0 ? `/r${renotify}` : ""}`;
+    const ops = this.ops();
+    const row = {
+      type: "session_wake" as const,
+      batch,
+      wake_id: wakeId,
+      renotify,
+      ops,
+      owner: this.ctx.owner,
+      owner_status: ownerStatus,
+      waiting_seconds: this.waitingSeconds(now),
+    };
+    if (this.staged.has(wakeId)) {
+      this.ctx.append([{ ...row, staged: false, reason: "already_held" }]);
+      return;
+    }
+    const r = await this.ctx.host.startTurn(this.ctx.owner, this.message(ops, wakeId));
+    if (r.ok) {
+      this.staged.add(wakeId);
+      this.ctx.append([{ ...row, staged: true }]);
+    } else {
+      this.ctx.append([{ ...row, staged: false, error: `${r.reason}: ${r.message}` }]);
+    }
+  }
+
+  private message(ops: string[], wakeId: string): string {
+    return [
+      `session_step_waiting (${wakeId})`,
+      `crw flow run ${this.ctx.runId} has ${ops.length} step(s) waiting for you: ${ops.join(", ")}.`,
+      `Take them with: ${this.ctx.nextCommand}`,
+    ].join("\n");
+  }
+}
+
+/** `<call>/t<k>-a<n>` → the op `<call>/t<k>`. */
+function opOfMarker(marker: string): string {
+  return marker.replace(/-a\d+$/, "");
+}

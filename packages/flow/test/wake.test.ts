@@ -1,0 +1,169 @@
+import { createAppServerHost, type JournalRow, type NewRow, OwnerWaker } from "@crw/flow";
+import { FakeAppServer } from "@crw/tools/codex";
+import { afterEach, describe, expect, it } from "vitest";
+import { answerSchema, defineWorkflow, type InProcessRun, inProcessRun } from "./helpers/harness.js";
+
+let run: InProcessRun | null = null;
+afterEach(async () => {
+  await run?.close();
+  run = null;
+});
+
+const one = defineWorkflow({
+  name: "wake",
+  run: async (ctx) => ctx.call({ role: "explorer", task: "one", schema: answerSchema }),
+});
+
+async function finish(r: InProcessRun, done: Promise<unknown>) {
+  const [step] = await r.steps(1);
+  if (!step) throw new Error("no step");
+  const agent = r.fake.spawnSubagent({
+    ownerThreadId: r.owner,
+    message: step.message,
+    agentRole: "explorer",
+  });
+  expect(await r.report(step, agent.threadId)).toBe("bound");
+  r.fake.answer(agent.threadId, '{"summary":"s","score":1}');
+  expect(await done).toMatchObject({ state: "completed" });
+}
+
+const wakes = (r: InProcessRun) =>
+  r.rows().filter((x): x is Extract<JournalRow, { type: "session_wake" }> => x.type === "session_wake");
+
+describe("the run wakes its owner", () => {
+  it("S000-290 S000-299 S000-173: a step published while the owner is idle stages session_step_waiting as a new owner turn; the wake is a session_wake row", async () => {
+    run = await inProcessRun({});
+    const r = run;
+    r.fake.completeTurn(r.owner); // the owner's turn ended: idle
+    const texts: string[] = [];
+    r.fake.onTurnStart((thread, _turn, text) => {
+      if (thread === r.owner) texts.push(text);
+    });
+    r.spec.wake_after_ms = 3_600_000;
+    const { done } = r.background(one);
+    const [step] = await r.steps(1);
+    const row = await waitRow(() => wakes(r)[0]);
+    expect(row).toMatchObject({
+      renotify: 0,
+      ops: ["explorer.1/t1"],
+      owner: r.owner,
+      owner_status: "idle",
+      staged: true,
+      wake_id: `run:${r.spec.run_id}/${row.batch}`,
+    });
+    expect(row.waiting_seconds).toBeGreaterThanOrEqual(0);
+    expect(texts).toHaveLength(1);
+    expect(texts[0]).toContain("session_step_waiting");
+    expect(texts[0]).toContain(`crw flow next ${r.spec.run_id}`);
+    expect(step?.marker).toBe("explorer.1/t1-a1");
+    await finish(r, done);
+    expect(wakes(r)).toHaveLength(1);
+  });
+
+  it("S000-296 S000-297 S000-298 S000-176: while a step waits unreported the owner is notified again whatever its status, each interval doubled up to RenotifyMax; the escalation is written once and the run goes on", async () => {
+    run = await inProcessRun({});
+    const r = run;
+    // the owner is busy: no wake at the publish, but the renotifications come whatever its status
+    Object.assign(r.spec, { wake_after_ms: 150, renotify_max_ms: 300, unresponsive_after_ms: 700 });
+    const { done } = r.background(one);
+    await r.steps(1);
+    await waitRow(() => (wakes(r).length >= 4 ? true : undefined), 10_000);
+    await waitRow(() => r.rows().find((x) => x.type === "escalation"), 10_000);
+    const ws = wakes(r);
+    expect(ws.slice(0, 4).map((w) => w.renotify)).toEqual([1, 2, 3, 4]);
+    expect(ws.every((w) => w.owner_status === "active")).toBe(true);
+    expect(new Set(ws.map((w) => w.wake_id)).size).toBe(ws.length);
+    const at = ws.map((w) => Date.parse(w.at));
+    const published = Date.parse(String(r.rows().find((x) => x.type === "step_published")?.at));
+    expect((at[0] ?? 0) - published).toBeGreaterThanOrEqual(150 - 5);
+    expect((at[1] ?? 0) - (at[0] ?? 0)).toBeGreaterThanOrEqual(300 - 5); // 150 doubled
+    expect((at[2] ?? 0) - (at[1] ?? 0)).toBeGreaterThanOrEqual(300 - 5); // capped at 300
+    const esc = r.rows().filter((x) => x.type === "escalation");
+    expect(esc).toHaveLength(1);
+    expect(esc[0]).toMatchObject({
+      reason: "session_unresponsive",
+      owner: r.owner,
+      ops: ["explorer.1/t1"],
+      batch: ws[0]?.batch,
+    });
+    expect((esc[0] as { waiting_seconds: number }).waiting_seconds).toBeGreaterThanOrEqual(0);
+    await new Promise((res) => setTimeout(res, 900));
+    expect(r.rows().filter((x) => x.type === "escalation")).toHaveLength(1); // once; the run waits on
+    await finish(r, done);
+  });
+});
+
+describe("OwnerWaker wake ids", () => {
+  it("S000-292 S000-293 S000-294: the id is (run, process, batch): the n-th process wakes under <batch>/e<n>; a wake the relay already held stages nothing", async () => {
+    const fake = await FakeAppServer.start();
+    const host = createAppServerHost({ transport: fake.url });
+    try {
+      const owner = fake.createOwnerThread({});
+      const rows: JournalRow[] = [];
+      let seq = 0;
+      const append = (batch: NewRow[]) => {
+        for (const b of batch) rows.push({ ...b, seq: seq++, at: new Date().toISOString() } as JournalRow);
+      };
+      const started = {
+        type: "started",
+        backend: "session",
+        role_pairs: {},
+        policy_digest: "d",
+        process: null,
+        pid: 1,
+        process_n: 1,
+      } as unknown as NewRow;
+      append([started]);
+      const cfg = { wakeAfterMs: 3_600_000, renotifyMaxMs: 3_600_000, unresponsiveAfterMs: 3_600_000 };
+      const ctx = { runId: "r1", owner, host, rows: () => rows, append, nextCommand: "crw flow next r1" };
+      const turns: string[] = [];
+      fake.onTurnStart((t, _id, text) => {
+        if (t === owner) turns.push(text);
+      });
+      const publish = (w: OwnerWaker, marker: string) =>
+        w.onEvent({ type: "step_published", call: marker.split("/")[0] ?? "", marker, action: "spawn" });
+
+      const first = new OwnerWaker(ctx, cfg);
+      publish(first, "a.1/t1-a1");
+      publish(first, "b.1/t1-a1");
+      await first.tick();
+      const w1 = rows.filter((x) => x.type === "session_wake");
+      expect(w1).toHaveLength(1);
+      const batch = (w1[0] as { batch: string }).batch;
+      expect(w1[0]).toMatchObject({ wake_id: `run:r1/${batch}`, staged: true, ops: ["a.1/t1", "b.1/t1"] });
+      fake.completeTurn(owner);
+
+      // the same process stages the same steps again: the relay holds the id already
+      const again = new OwnerWaker(ctx, cfg);
+      publish(again, "b.1/t1-a1");
+      publish(again, "a.1/t1-a1");
+      await again.tick();
+      const w2 = rows.filter((x) => x.type === "session_wake");
+      expect(w2[1]).toMatchObject({ wake_id: `run:r1/${batch}`, staged: false, reason: "already_held" });
+      expect(turns).toHaveLength(1);
+
+      // a resume: the run's second process wakes under <batch>/e2, a new message
+      append([{ ...(started as object), process_n: 2 } as NewRow]);
+      const resumed = new OwnerWaker(ctx, cfg);
+      publish(resumed, "a.1/t1-a1");
+      publish(resumed, "b.1/t1-a1");
+      await resumed.tick();
+      const w3 = rows.filter((x) => x.type === "session_wake");
+      expect(w3[2]).toMatchObject({ wake_id: `run:r1/${batch}/e2`, staged: true });
+      expect(turns).toHaveLength(2);
+    } finally {
+      await host.close();
+      await fake.stop();
+    }
+  });
+});
+
+async function waitRow<T>(get: () => T | undefined, ms = 5_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = get();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error("row not written in time");
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
