@@ -20,6 +20,7 @@ import { FlowError } from "../util/errors.js";
 import { foldCall } from "./callFold.js";
 import { answerStrayReports } from "./reports.js";
 import { DEFAULT_WAKE, OwnerWaker } from "./wake.js";
+import { placeWorktree, worktreeAllocation } from "./workspace.js";
 import { type FlowEvent, type RunContext, RunStopped } from "./runContext.js";
 import { runSessionCall } from "./sessionCall.js";
 import { TokenFigure, tokenTotal } from "./tokenFigure.js";
@@ -472,7 +473,11 @@ class FlowRun implements RunContext {
         if (this.stopping) throw new RunStopped(this.stopping.reason);
         if (!fold.prepared) this.checkCeiling();
         if (!fold.prepared) {
-          const workspace = n.workspace ?? join(this.paths.workspaces, call);
+          const tree =
+            n.workspace || this.spec.backend !== "session"
+              ? null
+              : await worktreeAllocation(this.spec.repo, this.paths.workspaces, n.node, call);
+          const workspace = tree?.workspace ?? n.workspace ?? join(this.paths.workspaces, call);
           this.append([
             {
               type: "prepared",
@@ -482,11 +487,14 @@ class FlowRun implements RunContext {
               input,
               input_digest: inputDigest,
               backend: this.spec.backend,
-              allocation: { workspace, kind: n.workspace ? "given" : "scratch" },
+              allocation: tree ?? { workspace, kind: n.workspace ? "given" : "scratch" },
             },
           ]);
           // the placer makes P after the prepared row; a resumed call finds it (or makes it again)
-          mkdirSync(workspace, { recursive: true });
+          if (tree) await placeWorktree(this.spec.repo, tree);
+          else mkdirSync(workspace, { recursive: true });
+        } else if (fold.prepared.allocation.kind === "worktree") {
+          await placeWorktree(this.spec.repo, fold.prepared.allocation);
         } else {
           mkdirSync(fold.prepared.allocation.workspace, { recursive: true });
         }

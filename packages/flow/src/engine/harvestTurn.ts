@@ -13,6 +13,7 @@ import {
 } from "./callFold.js";
 import { publish, type Step } from "./publishStep.js";
 import type { RunContext } from "./runContext.js";
+import { executorHeadMoved } from "./workspace.js";
 
 export async function harvest(
   rc: RunContext,
@@ -202,6 +203,7 @@ async function evaluate(
     if (parsed.ok) {
       errors = validateAgainst(prepared.input.schema, parsed.value);
       if (errors.length === 0) {
+        const headMoved = await executorHeadMoved(rc, call, prepared, step.attempt);
         rc.append([
           {
             type: "completed",
@@ -214,6 +216,7 @@ async function evaluate(
             raw_text: text,
             extracted: parsed.extracted,
             tokens: callTokens,
+            ...(headMoved ? { executor_head_moved: headMoved } : {}),
           },
         ]);
         rc.emit({ type: "call_ended", call, status: "completed" });

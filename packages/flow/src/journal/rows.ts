@@ -72,7 +72,12 @@ export const PreparedRow = z.object({
   input_digest: z.string(),
   backend: BackendSchema,
   /** The allocation every attempt of the call shares: its directory P. */
-  allocation: z.object({ workspace: z.string(), kind: z.enum(["scratch", "worktree", "given"]) }),
+  allocation: z.object({
+    workspace: z.string(),
+    kind: z.enum(["scratch", "worktree", "given"]),
+    /** A worktree's start commit (the repository's HEAD when the call was prepared). */
+    start: z.string().optional(),
+  }),
 });
 
 export const RepairSchema = z.object({ answer: z.string(), errors: z.array(z.string()) });

@@ -1,0 +1,99 @@
+import { execFileSync } from "node:child_process";
+import { existsSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { JournalRow } from "@crw/flow";
+import { afterEach, describe, expect, it } from "vitest";
+import { answerSchema, defineWorkflow, type InProcessRun, inProcessRun } from "../helpers/harness.js";
+
+let run: InProcessRun | null = null;
+afterEach(async () => {
+  await run?.close();
+  run = null;
+});
+
+const gitEnv = {
+  ...process.env,
+  GIT_AUTHOR_NAME: "t",
+  GIT_AUTHOR_EMAIL: "t@t",
+  GIT_COMMITTER_NAME: "t",
+  GIT_COMMITTER_EMAIL: "t@t",
+};
+const sh = (cwd: string, ...args: string[]) =>
+  execFileSync("git", args, { cwd, env: gitEnv, encoding: "utf8" }).trim();
+
+/** The run's repository made a git checkout with one commit. */
+function gitRepo(r: InProcessRun): string {
+  const repo = r.spec.repo;
+  rmSync(join(repo, ".crw"), { recursive: true, force: true });
+  sh(repo, "init", "-q", "-b", "main");
+  writeFileSync(join(repo, "a.txt"), "a\n");
+  sh(repo, "add", "-A");
+  sh(repo, "commit", "-q", "-m", "start");
+  return sh(repo, "rev-parse", "HEAD");
+}
+
+const prepared = (r: InProcessRun, call: string) =>
+  r
+    .rows()
+    .find((x): x is Extract<JournalRow, { type: "prepared" }> => x.type === "prepared" && x.call === call);
+
+async function answer(r: InProcessRun, call: string, role: string) {
+  const steps = await r.steps(1);
+  const step = steps.find((s) => s.call === call);
+  if (!step) throw new Error(`no step of ${call}`);
+  const agent = r.fake.spawnSubagent({ ownerThreadId: r.owner, message: step.message, agentRole: role });
+  expect(await r.report(step, agent.threadId)).toBe("bound");
+  return agent.threadId;
+}
+
+describe("git workspaces of the engine's calls", () => {
+  it("S000-010 S000-122: an executor call's P is its own worktree at HEAD; a subagent's commit is kept on the stray ref and the completed row records executor_head_moved", async () => {
+    run = await inProcessRun({});
+    const r = run;
+    const start = gitRepo(r);
+    const wf = defineWorkflow({
+      name: "exec",
+      run: async (ctx) => ctx.call({ role: "executor", task: "change a", schema: answerSchema }),
+    });
+    const { done } = r.background(wf);
+    await r.steps(1);
+    const p = prepared(r, "executor.1");
+    expect(p?.allocation).toMatchObject({ kind: "worktree", start });
+    const wt = String(p?.allocation.workspace);
+    expect(existsSync(join(wt, "a.txt"))).toBe(true);
+    expect(sh(wt, "rev-parse", "HEAD")).toBe(start);
+    expect(sh(wt, "rev-parse", "--git-common-dir")).toBe(join(r.spec.repo, ".git"));
+    // the subagent commits on its own (which it should not): HEAD moves
+    writeFileSync(join(wt, "a.txt"), "changed\n");
+    sh(wt, "commit", "-q", "-am", "stray");
+    const head = sh(wt, "rev-parse", "HEAD");
+    const agent = await answer(r, "executor.1", "executor");
+    r.fake.answer(agent, '{"summary":"s","score":1}');
+    expect(await done).toMatchObject({ state: "completed" });
+    const completed = r.rows().find((x) => x.type === "completed");
+    const ref = `refs/crw/flow/${r.spec.run_id}/stray/executor/a1-executor.1`;
+    expect(completed).toMatchObject({ executor_head_moved: { start, head, ref } });
+    expect(sh(r.spec.repo, "rev-parse", ref)).toBe(head);
+  });
+
+  it("S000-011: a non-executor call's P is a call-private checkout at HEAD; no executor_head_moved for it", async () => {
+    run = await inProcessRun({});
+    const r = run;
+    const start = gitRepo(r);
+    const wf = defineWorkflow({
+      name: "read",
+      run: async (ctx) => ctx.call({ role: "reviewer", task: "read a", schema: answerSchema }),
+    });
+    const { done } = r.background(wf);
+    await r.steps(1);
+    const p = prepared(r, "reviewer.1");
+    expect(p?.allocation).toMatchObject({ kind: "worktree", start });
+    const wt = String(p?.allocation.workspace);
+    expect(sh(wt, "rev-parse", "HEAD")).toBe(start);
+    expect(wt).not.toBe(r.spec.repo);
+    const agent = await answer(r, "reviewer.1", "reviewer");
+    r.fake.answer(agent, '{"summary":"s","score":1}');
+    expect(await done).toMatchObject({ state: "completed" });
+    expect(r.rows().find((x) => x.type === "completed")).not.toHaveProperty("executor_head_moved");
+  });
+});
