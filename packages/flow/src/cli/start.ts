@@ -39,6 +39,7 @@ export async function startCommand(args: string[]): Promise<number> {
       run: { type: "string" },
       repo: { type: "string" },
       "poll-ms": { type: "string" },
+      trace: { type: "boolean" },
       "lost-after-ms": { type: "string" },
       "token-ceiling": { type: "string" },
       model: { type: "string" },
@@ -113,6 +114,7 @@ export async function startCommand(args: string[]): Promise<number> {
     host: values.host ?? process.env.CRW_FLOW_HOST ?? "",
     created_at: new Date().toISOString(),
     env: { TMPDIR: tmp.dir },
+    ...(values.trace ? { trace: true } : {}),
     ...(values["poll-ms"] ? { poll_ms: intOption("poll-ms", values["poll-ms"], 500, 1) } : {}),
     ...(values["lost-after-ms"]
       ? { lost_after_ms: intOption("lost-after-ms", values["lost-after-ms"], 600_000, 1) }

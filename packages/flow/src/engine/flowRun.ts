@@ -19,6 +19,7 @@ import { digestOf } from "../util/canonical.js";
 import { FlowError } from "../util/errors.js";
 import { foldCall } from "./callFold.js";
 import { answerStrayReports } from "./reports.js";
+import { CallTracer } from "./trace.js";
 import { DEFAULT_WAKE, OwnerWaker } from "./wake.js";
 import { placeWorktree, worktreeAllocation } from "./workspace.js";
 import { type FlowEvent, type RunContext, RunStopped } from "./runContext.js";
@@ -213,6 +214,7 @@ class FlowRun implements RunContext {
   readonly lookupEveryMs: number;
   stopping: { reason: string } | null = null;
   private waker: OwnerWaker | null = null;
+  tracer: CallTracer | null = null;
   private fatal: FlowError | null = null;
   private readonly byCall = new Map<string, JournalRow[]>();
   private readonly counters = new Map<string, number>();
@@ -246,6 +248,16 @@ class FlowRun implements RunContext {
         : opts.spec.pool;
     this.pool = new Pool(Math.max(1, Math.min(opts.spec.pool, slots)));
     for (const row of journal.rows) this.index(row);
+    if (opts.spec.trace && opts.spec.backend === "session") {
+      this.tracer = new CallTracer({
+        runId: this.runId,
+        spec: opts.spec,
+        state: opts.paths.state,
+        rowsOf: (call) => this.rowsOf(call),
+        append: (rows) => this.append(rows),
+        emit: (event) => this.emit(event),
+      });
+    }
     if (opts.spec.backend === "session" && opts.spec.owner) {
       const stateFlag = ` --state ${opts.paths.state}`;
       this.waker = new OwnerWaker(
@@ -294,6 +306,7 @@ class FlowRun implements RunContext {
 
   emit(event: FlowEvent): void {
     this.waker?.onEvent(event);
+    this.tracer?.onEvent(event);
     this.opts.onEvent?.(event);
   }
 

@@ -204,6 +204,7 @@ async function evaluate(
       errors = validateAgainst(prepared.input.schema, parsed.value);
       if (errors.length === 0) {
         const headMoved = await executorHeadMoved(rc, call, prepared, step.attempt);
+        await rc.tracer?.harvest(call, prepared);
         rc.append([
           {
             type: "completed",

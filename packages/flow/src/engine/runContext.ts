@@ -5,6 +5,7 @@ import type { RunPaths } from "../run/paths.js";
 import type { RoleName, RoleTable } from "../run/roles.js";
 import type { RunSpec } from "../run/spec.js";
 import type { FileStepBus } from "../steps/stepBus.js";
+import type { CallTracer } from "./trace.js";
 
 /** Typed events a run emits; the CLI turns them into its log lines. */
 export type FlowEvent =
@@ -34,6 +35,8 @@ export interface RunContext {
   readonly lookupEveryMs: number;
   /** The reason the run is stopping (a pause, a held call, a fatal error), or null while it runs. */
   stopping: { reason: string } | null;
+  /** SessionConfig.Trace: digests at bind and harvest (null when the run does not trace). */
+  readonly tracer?: CallTracer | null;
   append(rows: NewRow[]): JournalRow[];
   rowsOf(call: string): readonly JournalRow[];
   stop(reason: string): void;

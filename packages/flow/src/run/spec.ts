@@ -34,6 +34,8 @@ export interface RunSpec {
   lost_after_ms?: number;
   /** SessionConfig.WakeAfter, RenotifyMax and UnresponsiveAfter of the owner's wakes (defaults 15 min, 1 h, 2 h). */
   wake_after_ms?: number;
+  /** SessionConfig.Trace: digests of P, the owner's checkout and the shared state at bind and harvest. */
+  trace?: boolean;
   renotify_max_ms?: number;
   unresponsive_after_ms?: number;
   /** The run's token ceiling: no new call starts once the run's figure (total tokens) reaches it. */
@@ -93,6 +95,7 @@ export function checkSpec(raw: unknown, source = "run.json"): RunSpec {
     if (env === null || typeof env !== "object" || typeof env.TMPDIR !== "string")
       bad("env.TMPDIR is not a string");
   }
+  if (o.trace !== undefined && typeof o.trace !== "boolean") bad("trace is not a boolean");
   for (const key of [
     "poll_ms",
     "lost_after_ms",

@@ -96,4 +96,56 @@ describe("git workspaces of the engine's calls", () => {
     expect(await done).toMatchObject({ state: "completed" });
     expect(r.rows().find((x) => x.type === "completed")).not.toHaveProperty("executor_head_moved");
   });
+
+  it("S000-114 S000-113: with Trace the run digests P, the owner's checkout and the shared state at bind and harvest; a read role that wrote, an executor that wrote outside P and a changed shared state are warned about, never refused", async () => {
+    run = await inProcessRun({});
+    const r = run;
+    gitRepo(r);
+    r.spec.trace = true;
+    const wf = defineWorkflow({
+      name: "traced",
+      run: async (ctx) => {
+        const a = await ctx.call({ role: "reviewer", task: "read", schema: answerSchema });
+        const b = await ctx.call({ role: "executor", task: "write", schema: answerSchema });
+        return [a, b];
+      },
+    });
+    const { done } = r.background(wf);
+    const reviewer = await answer(r, "reviewer.1", "reviewer");
+    await new Promise((res) => setTimeout(res, 500)); // the bind's digests are taken
+    writeFileSync(join(String(prepared(r, "reviewer.1")?.allocation.workspace), "note.txt"), "x\n");
+    r.fake.answer(reviewer, '{"summary":"s","score":1}');
+    await waitForCall(r, "executor.1");
+    const executor = await answer(r, "executor.1", "executor");
+    await new Promise((res) => setTimeout(res, 500));
+    writeFileSync(join(r.spec.repo, "outside.txt"), "y\n"); // the owner's checkout, outside P
+    sh(r.spec.repo, "update-ref", "refs/crw/other/x", "HEAD"); // shared state
+    r.fake.answer(executor, '{"summary":"s","score":2}');
+    expect(await done).toMatchObject({ state: "completed" });
+    const warnings = r.rows().filter((x) => x.type === "flow_warning");
+    expect(warnings).toContainEqual(
+      expect.objectContaining({
+        warning: "read_role_wrote",
+        call: "reviewer.1",
+        detail: expect.objectContaining({ changed: ["workspace"] }),
+      }),
+    );
+    expect(warnings).toContainEqual(
+      expect.objectContaining({ warning: "executor_wrote_outside", call: "executor.1" }),
+    );
+    expect(warnings).toContainEqual(
+      expect.objectContaining({ warning: "shared_state_changed", call: "executor.1" }),
+    );
+    expect(
+      warnings.filter((w) => w.call === "reviewer.1").map((w) => (w as { warning: string }).warning),
+    ).toEqual(["read_role_wrote"]);
+  });
 });
+
+async function waitForCall(r: InProcessRun, call: string) {
+  const deadline = Date.now() + 10_000;
+  while (!r.rows().some((x) => x.type === "step_published" && x.call === call)) {
+    if (Date.now() > deadline) throw new Error(`no step of ${call}`);
+    await new Promise((res) => setTimeout(res, 20));
+  }
+}
