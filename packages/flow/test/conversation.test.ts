@@ -1,0 +1,68 @@
+import type { JournalRow } from "@crw/flow";
+import { afterEach, describe, expect, it } from "vitest";
+import { defineWorkflow, type InProcessRun, inProcessRun } from "./helpers/harness.js";
+
+let run: InProcessRun | null = null;
+afterEach(async () => {
+  await run?.close();
+  run = null;
+});
+
+const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
+
+async function until(what: string, check: () => boolean, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out: ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+const of = <T extends JournalRow["type"]>(rows: JournalRow[], type: T) =>
+  rows.filter((r): r is Extract<JournalRow, { type: T }> => r.type === type);
+
+describe("conversation places of a call's turns", () => {
+  it("S000-021 S000-022 S000-162: the task turn is 1 and the repair 2 whatever subagent and attempt; a lost turn run again on a new subagent records replaces_turn, at publish and at bind", async () => {
+    run = await inProcessRun({ lostAfterMs: 300 });
+    const r = run;
+    const { done } = r.background(
+      defineWorkflow({ name: "conv", run: (ctx) => ctx.call({ role: "explorer", task: "count", schema }) }),
+    );
+    const [s1] = await r.steps();
+    if (!s1) throw new Error("no step");
+    const a = r.fake.spawnSubagent({ ownerThreadId: r.owner, message: s1.message, agentRole: "explorer" });
+    expect(await r.report(s1, a.threadId)).toBe("bound");
+    r.fake.setThreadStatus(a.threadId, "notLoaded"); // lost: the turn is run again on a new subagent
+    await until("attempt 2's step", () => of(r.rows(), "step_published").length === 2);
+    const s2 = (await r.steps()).find((s) => s.attempt === 2);
+    if (!s2) throw new Error("no attempt 2 step");
+    const b = r.fake.spawnSubagent({ ownerThreadId: r.owner, message: s2.message, agentRole: "explorer" });
+    expect(await r.report(s2, b.threadId)).toBe("bound");
+    r.fake.answer(b.threadId, "not json at all"); // the repair: conversation turn 2 on the same subagent
+    await until("the repair's step", () => of(r.rows(), "step_published").length === 3);
+    const s3 = (await r.steps()).find((s) => s.k === 2);
+    if (!s3) throw new Error("no repair step");
+    r.fake.sendInput(b.threadId, s3.message);
+    expect(await r.report(s3, b.threadId)).toBe("bound");
+    r.fake.answer(b.threadId, '{"n":3}');
+    expect(await done).toEqual({ state: "completed", result: { n: 3 } });
+
+    const published = of(r.rows(), "step_published").map((p) => ({
+      k: p.k,
+      attempt: p.attempt,
+      conversation_turn: p.conversation_turn,
+      replaces_turn: p.replaces_turn,
+    }));
+    expect(published).toEqual([
+      { k: 1, attempt: 1, conversation_turn: 1, replaces_turn: undefined },
+      { k: 1, attempt: 2, conversation_turn: 1, replaces_turn: 1 },
+      { k: 2, attempt: 2, conversation_turn: 2, replaces_turn: undefined },
+    ]);
+    const turns = of(r.rows(), "turn_started").map((t) => [t.attempt, t.conversation_turn, t.replaces_turn]);
+    expect(turns).toEqual([
+      [1, 1, undefined],
+      [2, 1, 1],
+      [2, 2, undefined],
+    ]);
+  });
+});
