@@ -65,7 +65,12 @@ describe("bad input gets a clear error and an exit code", () => {
     delete noOwner.CODEX_THREAD_ID;
     const ok = join(root, "ok.mjs");
     writeFileSync(ok, 'export default { name: "ok", run: async () => 1 };');
-    const o = await crwFlow(["start", ok, "--state", join(root, "s3")], noOwner, root);
+    // a session start needs an owner (with no --backend and no owner the start is a local run)
+    const o = await crwFlow(
+      ["start", ok, "--backend", "session", "--state", join(root, "s3")],
+      noOwner,
+      root,
+    );
     expect(o.code).toBe(2);
     expect(o.stderr).toContain("--owner");
   });

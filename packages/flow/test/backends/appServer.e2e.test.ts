@@ -169,7 +169,14 @@ describe("--backend app-server with the real codex binary", () => {
     const resume = await crwFlow(["resume", "as", "--state", state], env, repo);
     expect(resume.code, resume.stderr).toBe(0);
     const all = rows();
-    expect(all.find((r) => r.type === "run_ended")).toMatchObject({
+    const trail = all.map(
+      (r) =>
+        `${r.type}${"call" in r ? ` ${r.call}` : ""}${"reason" in r ? ` ${r.reason}` : ""}${"detail" in r && typeof r.detail === "string" ? ` ${r.detail}` : ""}`,
+    );
+    expect(
+      all.find((r) => r.type === "run_ended"),
+      trail.join("\n"),
+    ).toMatchObject({
       status: "completed",
       result: { a: runTmp, b: runTmp },
     });
