@@ -18,6 +18,7 @@ import { FileStepBus, type StepWriteHook } from "../steps/stepBus.js";
 import { digestOf } from "../util/canonical.js";
 import { FlowError } from "../util/errors.js";
 import { foldCall } from "./callFold.js";
+import { ledgerSpawnsOf } from "./ledgerJoin.js";
 import { answerStrayReports } from "./reports.js";
 import { CallTracer } from "./trace.js";
 import { DEFAULT_WAKE, OwnerWaker } from "./wake.js";
@@ -375,6 +376,8 @@ class FlowRun implements RunContext {
         if (markerInText(item.prompt) === marker) for (const id of item.receiverThreadIds) ids.add(id);
       }
     }
+    const items = owner.value.turns.flatMap((t) => t.items);
+    for (const id of ledgerSpawnsOf(this.paths.state, this.owner, items, marker)) ids.add(id);
     const threads: HostThread[] = [];
     for (const id of ids) {
       const t = await this.host.readThread(id);
