@@ -188,6 +188,12 @@ export async function runAppServerCall(rc: RunContext, call: string): Promise<un
       await rc.nap();
       continue;
     }
+    if (t.status === "interrupted" && !t.error) {
+      // nobody interrupted it but a server that went away (a restart ends a running turn this way): the
+      // attempt is lost and the next one opens a new thread
+      lose(rc, call, thread, last.k, last.turn_id, "turn_interrupted", read.value.status.type, t.status);
+      continue;
+    }
     if (t.status !== "completed") {
       rc.append([
         {

@@ -96,8 +96,9 @@ describe("--backend app-server with the real codex binary", () => {
     mkdirSync(runTmp);
     const workflow = join(repo, "as.mjs");
     writeFileSync(workflow, workflowSource);
-    const env = { ...process.env, TMPDIR: runTmp };
-    delete (env as NodeJS.ProcessEnv).CODEX_THREAD_ID;
+    const env: NodeJS.ProcessEnv = { ...process.env, TMPDIR: runTmp };
+    delete env.CRW_FLOW_FAULT;
+    delete env.CODEX_THREAD_ID;
     const start = await crwFlow(
       [
         "start",
@@ -145,7 +146,6 @@ describe("--backend app-server with the real codex binary", () => {
     });
     // the task turn ends on the host with nobody following it; then the app-server restarts
     const probe = createAppServerHost({ transport: codex.url });
-    await waitFor("the task turn to end", () => true);
     await expect
       .poll(
         async () => {
@@ -156,6 +156,14 @@ describe("--backend app-server with the real codex binary", () => {
       )
       .toBe("completed");
     await probe.close();
+    // the server stops only once the turn's end is on disk (the restarted server reads the rollout)
+    const rollout = thread.rollout_path;
+    if (!rollout) throw new Error("thread_started has no rollout_path");
+    await waitFor(
+      "the task turn's end in the rollout",
+      () => existsSync(rollout) && readFileSync(rollout, "utf8").includes('"task_complete"'),
+      30_000,
+    );
     codex = await restartRealCodex(codex);
     // a resume on another backend is refused before any row is written
     const specPath = join(state, "flow", "as", "run.json");
