@@ -10,6 +10,7 @@ import { runPaths } from "../../src/run/paths.js";
 import { type RunSpec, SPEC_FORMAT, writeSpec } from "../../src/run/spec.js";
 
 const cleanups: Array<() => Promise<void>> = [];
+let runs = 0;
 afterEach(async () => {
   for (const c of cleanups.splice(0)) await c();
 });
@@ -29,7 +30,10 @@ const workflow = defineWorkflow({
  * An app-server run against the fake app-server whose rollouts are gone as soon as a turn ends: the only
  * token source left is thread/tokenUsage/updated.
  */
-async function runWithoutRollouts(feedNotifications: boolean) {
+async function runWithoutRollouts(
+  feedNotifications: boolean,
+  onTurn?: (fake: FakeAppServer, threadId: string, n: number) => boolean,
+) {
   const root = mkdtempSync(join(tmpdir(), "crw-flow-as-tokens-"));
   const fake = await FakeAppServer.start();
   const host = createAppServerHost({
@@ -43,8 +47,12 @@ async function runWithoutRollouts(feedNotifications: boolean) {
     await fake.stop();
     rmSync(root, { recursive: true, force: true });
   });
+  let turns = 0;
   fake.onTurnStart((threadId) => {
+    turns++;
+    const n = turns;
     setTimeout(async () => {
+      if (onTurn?.(fake, threadId, n)) return;
       const t = await host.readThread(threadId);
       fake.answer(threadId, '{"ok": true}', {
         input: 900,
@@ -55,7 +63,7 @@ async function runWithoutRollouts(feedNotifications: boolean) {
       if (t.ok && t.value.rolloutPath) rmSync(t.value.rolloutPath, { force: true });
     }, 20);
   });
-  const paths = runPaths(join(root, "state"), feedNotifications ? "fed" : "unfed");
+  const paths = runPaths(join(root, "state"), `r${++runs}`);
   mkdirSync(paths.dir, { recursive: true });
   const repo = join(root, "repo");
   mkdirSync(repo);
@@ -95,5 +103,23 @@ describe("app-server backend tokens", () => {
     expect(outcome.state).toBe("completed");
     expect(rows.find((r) => r.type === "tokens_unmeasured")).toMatchObject({ pauses: false });
     expect(rows.find((r) => r.type === "completed")).toMatchObject({ tokens: {} });
+  });
+
+  it("a turn interrupted without an error (the server went away) loses the attempt; the next opens a new thread", async () => {
+    const { outcome, rows, fake } = await runWithoutRollouts(true, (f, threadId, n) => {
+      if (n !== 1) return false;
+      f.interruptTurn(threadId);
+      return true;
+    });
+    expect(outcome).toEqual({ state: "completed", result: { ok: true } });
+    expect(rows.find((r) => r.type === "session_attempt_lost")).toMatchObject({
+      attempt: 1,
+      reason: "turn_interrupted",
+      turn_status: "interrupted",
+    });
+    const threads = rows.filter((r) => r.type === "thread_started");
+    expect(threads.map((r) => r.type === "thread_started" && r.attempt)).toEqual([1, 2]);
+    expect(fake.requests.filter((r) => r.method === "thread/start")).toHaveLength(2);
+    expect(rows.find((r) => r.type === "completed")).toMatchObject({ attempt: 2 });
   });
 });
