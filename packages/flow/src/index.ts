@@ -5,6 +5,7 @@ export { type SessionFact, sessionFacts } from "./cli/sessionFacts.js";
 export { answerText, parseAnswer, validateAgainst } from "./engine/answer.js";
 export { type BindVerdict, judgeBind, markerTurn } from "./engine/bind.js";
 export { addTokens, type CallPosition, callRows, foldCall, subtractTokens } from "./engine/callFold.js";
+export { type ConversationTurn, continuationOf, conversationOf, recordOf } from "./engine/continuation.js";
 export {
   DEFAULT_LOST_AFTER_MS,
   executeRun,

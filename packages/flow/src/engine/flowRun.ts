@@ -18,6 +18,7 @@ import { FileStepBus, type StepWriteHook } from "../steps/stepBus.js";
 import { digestOf } from "../util/canonical.js";
 import { FlowError } from "../util/errors.js";
 import { foldCall } from "./callFold.js";
+import { continuationOf } from "./continuation.js";
 import { ledgerSpawnsOf } from "./ledgerJoin.js";
 import { answerStrayReports } from "./reports.js";
 import { CallTracer } from "./trace.js";
@@ -463,7 +464,13 @@ class FlowRun implements RunContext {
     const i = (this.counters.get(n.node) ?? 0) + 1;
     this.counters.set(n.node, i);
     const call = `${n.node}.${i}`;
-    const input = { role: n.role, task: n.task, schema: n.schema, workspace: n.workspace };
+    const input = {
+      role: n.role,
+      task: n.task,
+      schema: n.schema,
+      workspace: n.workspace,
+      ...(n.resume ? { resume: continuationOf(this, call, n.role, n.resume) } : {}),
+    };
     const inputDigest = digestOf(input);
     const fold = foldCall(this.rowsOf(call));
     if (fold.prepared && fold.prepared.input_digest !== inputDigest) {

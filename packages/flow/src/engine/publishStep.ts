@@ -4,6 +4,7 @@ import { buildPacket, repairInput } from "../steps/packet.js";
 import { packetPath } from "../steps/stepBus.js";
 import { sha256 } from "../util/canonical.js";
 import type { CallFold, NextStep } from "./callFold.js";
+import { continuationSection } from "./continuation.js";
 import type { RunContext } from "./runContext.js";
 
 export type Step = RowOf<"step_published">;
@@ -98,7 +99,7 @@ export function packetTextOf(
       `Read git -C ${step.workspace} status and the diff first: the previous attempt may have changed files.`,
     );
   }
-  return buildPacket({
+  const text = buildPacket({
     marker: step.marker,
     role: prepared.role,
     workspace: step.workspace,
@@ -112,6 +113,7 @@ export function packetTextOf(
     repair: step.repair ?? null,
     schema: prepared.input.schema,
   });
+  return prepared.input.resume ? `${text}\n${continuationSection(rc, prepared)}` : text;
 }
 
 /** Writes a step's packet and file; a failure is recorded at the 1st, 10th, 100th … failure. */

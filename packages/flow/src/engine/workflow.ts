@@ -13,6 +13,11 @@ export interface CallOptions {
   workspace?: string;
   /** The node the call belongs to: its op id is `<node>.<n>` (default node: the role). */
   node?: string;
+  /**
+   * A continuation: the op id (`<node>.<n>`) of a finished call this call continues. It runs on a new
+   * subagent whose packet carries the continued call's packet, its answer and the record of its turns.
+   */
+  resume?: string;
 }
 
 export interface FlowContext {
@@ -90,6 +95,7 @@ export interface NormalizedCall {
   schema: Record<string, unknown> | null;
   workspace: string | null;
   node: string;
+  resume: string | null;
 }
 
 const NODE = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
@@ -123,5 +129,17 @@ export function normalizeCall(options: CallOptions): NormalizedCall {
     (typeof options.workspace !== "string" || !options.workspace.startsWith("/"))
   )
     bad("workspace is not an absolute path");
-  return { role: options.role, task: options.task, schema, workspace: options.workspace ?? null, node };
+  if (
+    options.resume !== undefined &&
+    (typeof options.resume !== "string" || !/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}\.\d+$/.test(options.resume))
+  )
+    bad("resume is not the op id of a call (<node>.<n>)");
+  return {
+    role: options.role,
+    task: options.task,
+    schema,
+    workspace: options.workspace ?? null,
+    node,
+    resume: options.resume ?? null,
+  };
 }

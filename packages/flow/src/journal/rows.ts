@@ -39,6 +39,8 @@ export const CallInputSchema = z.object({
   task: z.string(),
   schema: z.record(z.string(), z.unknown()).nullable(),
   workspace: z.string().nullable(),
+  /** A continuation: the continued call and its subagents' thread chain (part of the input digest). */
+  resume: z.object({ call: z.string(), chain: z.array(z.string()) }).optional(),
 });
 export type CallInput = z.infer<typeof CallInputSchema>;
 

@@ -1,0 +1,143 @@
+import { readFileSync } from "node:fs";
+import { conversationOf, FlowCallError, type JournalRow } from "@crw/flow";
+import { afterEach, describe, expect, it } from "vitest";
+import { defineWorkflow, type InProcessRun, inProcessRun } from "./helpers/harness.js";
+
+let run: InProcessRun | null = null;
+afterEach(async () => {
+  await run?.close();
+  run = null;
+});
+
+const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
+const of = <T extends JournalRow["type"]>(rows: JournalRow[], type: T) =>
+  rows.filter((r): r is Extract<JournalRow, { type: T }> => r.type === type);
+
+async function answerNext(r: InProcessRun, call: string, answer: string, model?: string) {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const step = (await r.steps(1)).find((s) => s.call === call);
+    if (step) {
+      const a = r.fake.spawnSubagent({
+        ownerThreadId: r.owner,
+        message: step.message,
+        agentRole: step.agent_type,
+        ...(model ? { model, reasoningEffort: "high" } : {}),
+      });
+      expect(await r.report(step, a.threadId)).toBe("bound");
+      r.fake.answer(a.threadId, answer);
+      return { step, agent: a.threadId };
+    }
+    if (Date.now() > deadline) throw new Error(`no step of ${call}`);
+    await new Promise((res) => setTimeout(res, 20));
+  }
+}
+
+describe("continuations (resume: handle)", () => {
+  it("S000-155 S000-157 S000-051 S000-165: a continuation runs on a new subagent with its own thread_started; its packet carries the handle's packet, its answer file and the record of its turns; its input keeps the handle's thread chain", async () => {
+    run = await inProcessRun({});
+    const r = run;
+    const wf = defineWorkflow({
+      name: "cont",
+      run: async (ctx) => {
+        const first = await ctx.call<{ n: number }>({ role: "explorer", task: "count the files", schema });
+        const second = await ctx.call<{ n: number }>({
+          role: "explorer",
+          task: "now count them again",
+          schema,
+          resume: "explorer.1",
+        });
+        return first.n + second.n;
+      },
+    });
+    const { done } = r.background(wf);
+    const a = await answerNext(r, "explorer.1", '{"n":4}');
+    const b = await answerNext(r, "explorer.2", '{"n":5}');
+    expect(await done).toEqual({ state: "completed", result: 9 });
+    expect(b.agent).not.toBe(a.agent);
+    const threads = of(r.rows(), "thread_started");
+    expect(threads.map((t) => [t.call, t.thread_id])).toEqual([
+      ["explorer.1", a.agent],
+      ["explorer.2", b.agent],
+    ]);
+    const prepared = of(r.rows(), "prepared").find((p) => p.call === "explorer.2");
+    expect(prepared?.input.resume).toEqual({ call: "explorer.1", chain: [a.agent] });
+    const packet = readFileSync(b.step.packet, "utf8");
+    expect(packet).toContain("## Continued call explorer.1");
+    expect(packet).toContain(`Its packet: ${a.step.packet}`);
+    const answerFile = /Its answer: (\S+)/.exec(packet)?.[1] ?? "";
+    expect(JSON.parse(readFileSync(answerFile, "utf8"))).toEqual({ n: 4 });
+    expect(packet).toContain("conversation turn 1 (explorer.1/t1-a1)");
+    expect(packet).toContain("count the files");
+    expect(packet).toContain("now count them again");
+  });
+
+  it("S000-072 S000-070: a continuation whose role decides a model other than the one the handle's subagent ran is refused pair_refused", async () => {
+    run = await inProcessRun({ roles: { reviewer: { model: "m-review", effort: "high" } } });
+    const r = run;
+    let refused: unknown = null;
+    const wf = defineWorkflow({
+      name: "refused",
+      run: async (ctx) => {
+        await ctx.call({ role: "explorer", task: "look", schema });
+        try {
+          await ctx.call({ role: "reviewer", task: "review what you saw", schema, resume: "explorer.1" });
+        } catch (e) {
+          refused = e;
+        }
+        return "done";
+      },
+    });
+    const { done } = r.background(wf);
+    await answerNext(r, "explorer.1", '{"n":1}');
+    expect(await done).toMatchObject({ state: "completed" });
+    expect(refused).toBeInstanceOf(FlowCallError);
+    expect(String((refused as Error).message)).toContain("pair_refused");
+    expect(of(r.rows(), "prepared").map((p) => p.call)).toEqual(["explorer.1"]);
+  });
+});
+
+describe("the conversation list", () => {
+  const base = { seq: 0, at: "t" };
+  const step = (k: number, attempt: number, input: string, repair = false) =>
+    ({
+      ...base,
+      type: "step_published",
+      call: "c.1",
+      op: `c.1/t${k}`,
+      k,
+      marker: `c.1/t${k}-a${attempt}`,
+      attempt,
+      input,
+      ...(repair ? { repair: { answer: "x", errors: ["e"] } } : {}),
+    }) as unknown as JournalRow;
+  const turn = (k: number, attempt: number, id: string, place?: number) =>
+    ({
+      ...base,
+      type: "turn_started",
+      call: "c.1",
+      op: `c.1/t${k}`,
+      k,
+      turn_id: id,
+      attempt,
+      marker: `c.1/t${k}-a${attempt}`,
+      ...(place ? { conversation_turn: place } : {}),
+    }) as unknown as JournalRow;
+
+  it("S000-159 S000-161 S000-163 S000-164: each place once at the conversation_turn its turn records; a legacy turn takes its place from the step_published at its k, and a later one at that place replaces it", () => {
+    const rows = [
+      step(1, 1, "task"),
+      turn(1, 1, "t-a"), // legacy: place 1 (the step at k 1 is no repair)
+      step(1, 2, "task"),
+      turn(1, 2, "t-b"), // legacy again at place 1: replaces t-a
+      step(2, 2, "repair", true),
+      turn(2, 2, "t-c"), // legacy: place 2 (the step at k 2 is a repair)
+      step(3, 3, "repair", true),
+      turn(3, 3, "t-d", 2), // recorded place 2: supersedes t-c
+    ];
+    expect(conversationOf("c.1", rows).map((t) => [t.place, t.turn_id, t.input])).toEqual([
+      [1, "t-b", "task"],
+      [2, "t-d", "repair"],
+    ]);
+  });
+});
