@@ -106,6 +106,7 @@ function turnByMarker(thread: HostThread, marker: string): HostTurn | undefined 
 export async function runAppServerCall(rc: RunContext, call: string): Promise<unknown> {
   const host = appServerHost(rc);
   const followed = new Set<string>();
+  const missingSince = new Map<string, number>();
   for (;;) {
     const rows = callRows(rc.rowsOf(call), call);
     const prepared = rows.find((r): r is RowOf<"prepared"> => r.type === "prepared");
@@ -181,7 +182,13 @@ export async function runAppServerCall(rc: RunContext, call: string): Promise<un
     }
     const t = read.value.turns.find((x) => x.id === last.turn_id);
     if (!t) {
-      lose(rc, call, thread, last.k, last.turn_id, "turn_unknown", read.value.status.type, null);
+      // a turn just started may not be listed yet (the server lists turns from the rollout); only a thread
+      // that shows no activity and no such turn for LostAfter loses the attempt
+      const since = missingSince.get(last.turn_id) ?? Date.now();
+      missingSince.set(last.turn_id, since);
+      if (read.value.status.type !== "active" && Date.now() - since >= rc.lostAfterMs) {
+        lose(rc, call, thread, last.k, last.turn_id, "turn_unknown", read.value.status.type, null);
+      } else await rc.nap();
       continue;
     }
     if (t.status === "inProgress") {
@@ -189,11 +196,18 @@ export async function runAppServerCall(rc: RunContext, call: string): Promise<un
       continue;
     }
     if (t.status === "interrupted" && !t.error) {
-      // nobody interrupted it but a server that went away (a restart ends a running turn this way): the
-      // attempt is lost and the next one opens a new thread
-      lose(rc, call, thread, last.k, last.turn_id, "turn_interrupted", read.value.status.type, t.status);
+      // nobody here interrupted it: a server that went away ends a running turn this way, but the server
+      // also reads a turn it has just started as interrupted for a moment. As on the session backend, an
+      // interrupted turn without an error is judged after LostAfter: then the attempt is lost and the next
+      // one opens a new thread.
+      const since = missingSince.get(last.turn_id) ?? Date.now();
+      missingSince.set(last.turn_id, since);
+      if (read.value.status.type !== "active" && Date.now() - since >= rc.lostAfterMs) {
+        lose(rc, call, thread, last.k, last.turn_id, "turn_interrupted", read.value.status.type, t.status);
+      } else await rc.nap();
       continue;
     }
+    missingSince.delete(last.turn_id);
     if (t.status !== "completed") {
       rc.append([
         {

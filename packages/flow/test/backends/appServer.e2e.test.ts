@@ -89,7 +89,7 @@ afterAll(async () => {
 });
 
 describe("--backend app-server with the real codex binary", () => {
-  it("S000-181 S000-052 S000-053 S000-054 S000-055: a thread per call with the entries as leaf keys; killed after a turn_started, the app-server restarted, the resume follows the thread with the entries again", async () => {
+  it("S000-008 S000-181 S000-052 S000-053 S000-054 S000-055: a thread per call with the entries as leaf keys; killed after a turn_started, the app-server restarted, the resume follows the thread with the entries again", async () => {
     const repo = join(root, "repo");
     const state = join(root, "state");
     const runTmp = join(root, "run-tmp");
@@ -199,7 +199,10 @@ describe("--backend app-server with the real codex binary", () => {
     ).toBe(true);
     // a thread per call, each the run's own (no parent)
     const threads = all.filter((r) => r.type === "thread_started");
-    expect(threads.map((r) => r.type === "thread_started" && r.call)).toEqual(["a.1", "b.1"]);
+    expect(
+      threads.map((r) => r.type === "thread_started" && r.call),
+      trail.join("\n"),
+    ).toEqual(["a.1", "b.1"]);
     // a.1: the task turn, then its repair on the resumed thread (after the restart): x is the run's TMPDIR
     const aTurns = all.filter((r) => r.type === "turn_started" && r.call === "a.1");
     expect(aTurns.map((r) => r.type === "turn_started" && r.conversation_turn)).toEqual([1, 2]);
@@ -225,6 +228,9 @@ describe("--backend app-server with the real codex binary", () => {
       expect(c.tokens.output ?? 0).toBeGreaterThan(0);
       expect(c.tokens.reasoning_output ?? 0).toBeGreaterThan(0);
     }
-    expect(existsSync(journal)).toBe(true);
+    // the shadow replays it with no host and names the backend
+    const shadow = await crwFlow(["shadow", "as", "--state", state, "--json"], env, repo);
+    expect(shadow.code, shadow.stderr).toBe(0);
+    expect(shadow.json()).toMatchObject({ backend: "app-server", replay: "completed", divergences: [] });
   }, 240_000);
 });

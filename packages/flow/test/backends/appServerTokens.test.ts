@@ -81,6 +81,7 @@ async function runWithoutRollouts(
     created_at: new Date().toISOString(),
     env: { TMPDIR: tmpdir() },
     poll_ms: 20,
+    lost_after_ms: 400,
   };
   writeSpec(paths.spec, spec);
   const outcome = await executeRun({ paths, spec, host, processToken: null, workflow });
@@ -105,7 +106,7 @@ describe("app-server backend tokens", () => {
     expect(rows.find((r) => r.type === "completed")).toMatchObject({ tokens: {} });
   });
 
-  it("a turn interrupted without an error (the server went away) loses the attempt; the next opens a new thread", async () => {
+  it("a turn interrupted without an error (the server went away) loses the attempt after LostAfter; the next opens a new thread", async () => {
     const { outcome, rows, fake } = await runWithoutRollouts(true, (f, threadId, n) => {
       if (n !== 1) return false;
       f.interruptTurn(threadId);
