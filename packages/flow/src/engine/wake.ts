@@ -1,3 +1,4 @@
+import { performance } from "node:perf_hooks";
 import type { SessionHost } from "../host/sessionHost.js";
 import type { JournalRow, NewRow } from "../journal/rows.js";
 import { digestOf } from "../util/canonical.js";
@@ -50,7 +51,8 @@ export class OwnerWaker {
   constructor(
     private readonly ctx: WakeContext,
     private readonly config: WakeConfig,
-    private readonly now: () => number = Date.now,
+    /** A monotonic clock: a wall clock set forward must not make the owner look unresponsive. */
+    private readonly now: () => number = () => performance.now(),
   ) {
     this.interval = config.wakeAfterMs;
   }
@@ -64,6 +66,10 @@ export class OwnerWaker {
         this.firstAt = this.now();
         this.lastAt = this.firstAt;
       }
+      // the wake goes out at once, not at the next poll round (the round stays the bound)
+      setImmediate(() => {
+        this.tick().catch(() => {});
+      });
     } else if (event.type === "bound") {
       this.waiting.delete(event.marker);
     } else if (event.type === "call_ended") {
