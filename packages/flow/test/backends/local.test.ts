@@ -108,6 +108,19 @@ describe("the local backend through the built CLI", () => {
       replay: "completed",
       divergences: [],
     });
+    // another version of the workflow, shadowed against the same journal: exit 1 naming the op
+    const changed = join(state, "changed.workflow.mjs");
+    writeFileSync(changed, readFileSync(demo, "utf8").replace("Plan the release notes", "Plan the notes"));
+    const diverged = await crwFlow(
+      ["shadow", "demo", "--state", state, "--workflow", changed, "--json"],
+      plainEnv(),
+    );
+    expect(diverged.code).toBe(1);
+    expect(diverged.json()).toMatchObject({
+      backend: "local",
+      replay: "incomplete",
+      divergences: [{ kind: "input_digest_differs", op: "plan.1" }],
+    });
   }, 90_000);
 
   it("a local run killed right after a turn_started: a resume on the session backend is refused before any row; the local resume runs the lost attempt again, its turns replace the lost ones, same result", async () => {
