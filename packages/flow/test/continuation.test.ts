@@ -97,6 +97,50 @@ describe("continuations (resume: handle)", () => {
   });
 });
 
+describe("continuing a call bound effort_unchecked", () => {
+  it("S000-071: a handle bound effort_unchecked continues on a new subagent whose bind records the pair it runs", async () => {
+    run = await inProcessRun({ roles: { explorer: { model: "m-x" } } });
+    const r = run;
+    const wf = defineWorkflow({
+      name: "unchecked",
+      run: async (ctx) => {
+        await ctx.call({ role: "explorer", task: "look", schema });
+        return ctx.call({ role: "explorer", task: "look again", schema, resume: "explorer.1" });
+      },
+    });
+    const { done } = r.background(wf);
+    const spawnWith = async (call: string, effort: string) => {
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        const step = (await r.steps(1)).find((s) => s.call === call);
+        if (step) {
+          const a = r.fake.spawnSubagent({
+            ownerThreadId: r.owner,
+            message: step.message,
+            agentRole: "explorer",
+            model: "m-x",
+            reasoningEffort: effort,
+          });
+          expect(await r.report(step, a.threadId)).toBe("bound");
+          r.fake.answer(a.threadId, '{"n":1}');
+          return a.threadId;
+        }
+        if (Date.now() > deadline) throw new Error(`no step of ${call}`);
+        await new Promise((res) => setTimeout(res, 20));
+      }
+    };
+    const first = await spawnWith("explorer.1", "low");
+    const second = await spawnWith("explorer.2", "medium");
+    expect(await done).toMatchObject({ state: "completed" });
+    expect(second).not.toBe(first);
+    const threads = of(r.rows(), "thread_started");
+    expect(threads.map((t) => [t.call, t.model, t.effort, t.effort_unchecked])).toEqual([
+      ["explorer.1", "m-x", "low", true],
+      ["explorer.2", "m-x", "medium", true],
+    ]);
+  });
+});
+
 describe("the conversation list", () => {
   const base = { seq: 0, at: "t" };
   const step = (k: number, attempt: number, input: string, repair = false) =>
