@@ -184,7 +184,9 @@ describe("crw flow commands as real processes", () => {
       agent_id: null,
     });
     expect(spawn?.host_call).toMatchObject({ tool: "spawn_agent", arguments: { fork_context: false } });
-    expect(String((spawn?.host_call as { after: string }).after)).toContain("flow dispatched run-owner");
+    expect(String((spawn?.host_call as { after: string } | undefined)?.after)).toContain(
+      "flow dispatched run-owner",
+    );
     const send = seen.find((s) => s.action === "send_input");
     expect(send?.host_call).toMatchObject({ tool: "send_input", arguments: { target: send?.agent_id } });
     expect(String((send as { message: string }).message).split("\n")[0]).toBe(

@@ -157,7 +157,7 @@ function refused(code: string, message: string): Error {
 
 async function lastReply(rt: DaemonRuntime, id: string, accountId: string): Promise<string | undefined> {
   const [last] = await rt.repo.recentAssistantMessages(id, accountId, 1);
-  if (!last || last.message.role !== "assistant") return undefined;
+  if (last?.message.role !== "assistant") return undefined;
   return last.message.content
     .filter((c) => c.type === "text")
     .map((c) => (c as { text: string }).text)
