@@ -131,10 +131,16 @@ export function registerWorkflowMethods(rpc: RpcRegistry, rt: DaemonRuntime, def
     params: z.strictObject({ workflowId: z.uuid() }),
     handler: async (p, ctx) => {
       await ownWorkflow(p.workflowId, ctx);
-      // A workflow another daemon drives is cancelled by its owner: the request is recorded on its row and
-      // the owner delivers the summary; this daemon answers that the stop was requested.
-      const requested = await rt.engine.requestCancel(p.workflowId, ctx.accountId);
-      return { status: requested, summary: null };
+      try {
+        return await rt.engine.cancel(p.workflowId, ctx.accountId);
+      } catch (e) {
+        const err = e as { name?: unknown; code?: unknown };
+        if (err.name !== "WorkflowStateError" || err.code !== "not_running") throw e;
+        // Another daemon drives it: the stop is recorded on its row and that owner cancels it and delivers
+        // the summary; this daemon answers that the stop was requested.
+        const requested = await rt.engine.requestCancel(p.workflowId, ctx.accountId);
+        return { status: requested, summary: null };
+      }
     },
   });
 
