@@ -44,6 +44,35 @@ try {
     : JSON.stringify({ steps: [{ text: "Three risks: locks, long rewrites, no rollback path." }] });
   run("session", "delegate", session, task, "--data-dir", dataDir);
   run("daemon", "status", "--data-dir", dataDir);
+  // crw flow: a workflow whose agent calls crw runs itself (local backend, offline scripted model)
+  say("\ncrw flow: plan, two drafts in parallel, write NOTES.md, review; every answer schema-checked.");
+  const flowState = join(dataDir, "flow-state");
+  const flowRun = JSON.parse(
+    run(
+      "flow",
+      "start",
+      "examples/flow/release-notes.workflow.mjs",
+      "--backend",
+      "local",
+      "--state",
+      flowState,
+      "--script",
+      "examples/flow/release-notes.script.json",
+      "--input",
+      '{"version":"1.2.0"}',
+      "--json",
+    ),
+  ).run_id;
+  const flowShow = () =>
+    JSON.parse(
+      execFileSync(process.execPath, [crw, "flow", "show", flowRun, "--state", flowState, "--json"], {
+        env,
+        encoding: "utf8",
+      }),
+    );
+  for (let i = 0; i < 600 && flowShow().status === "running"; i++)
+    await new Promise((r) => setTimeout(r, 100));
+  run("flow", "show", flowRun, "--state", flowState);
   say(
     [
       "",
