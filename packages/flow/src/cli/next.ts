@@ -127,7 +127,11 @@ export async function nextCommand(args: string[]): Promise<number> {
   // A close file is handed out once.
   for (const c of listed.closes) removeIfExists(c.path);
 
-  const kind = state.kind === "unheld" ? "starting" : state.kind;
+  // A run paused on a decision waits for `crw flow answer`, not for a fix and a resume.
+  const decision =
+    state.kind === "paused" ? /^waiting_decision:(.+)$/.exec(state.pausedReason ?? "")?.[1] : undefined;
+  const kind =
+    state.kind === "unheld" ? "starting" : decision !== undefined ? "waiting_decision" : state.kind;
   const hint = hintFor(
     kind,
     steps.length,
@@ -256,6 +260,8 @@ function hintFor(
   const parts: string[] = [];
   if (resumedPid !== null) parts.push(`No process held the run: it was resumed (resumed_pid ${resumedPid}).`);
   if (kind === "ended") return `${parts.join(" ")}The run has ended; nothing more to do.`.trim();
+  if (kind === "waiting_decision")
+    return `The run waits for a decision: read it with ${crw} flow show ${runId}${stateFlag}, then run ${crw} flow answer ${runId} DECISION ANSWER${stateFlag}.`;
   if (kind === "paused")
     return `The run is paused; run ${crw} flow resume ${runId}${stateFlag} --detach when its cause is fixed.`;
   if (kind === "starting") {

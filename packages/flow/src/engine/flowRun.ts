@@ -21,12 +21,11 @@ import { foldCall } from "./callFold.js";
 import { continuationOf } from "./continuation.js";
 import { ledgerSpawnsOf } from "./ledgerJoin.js";
 import { answerStrayReports } from "./reports.js";
-import { CallTracer } from "./trace.js";
-import { DEFAULT_WAKE, OwnerWaker } from "./wake.js";
-import { placeWorktree, worktreeAllocation } from "./workspace.js";
 import { type FlowEvent, type RunContext, RunStopped } from "./runContext.js";
 import { runSessionCall } from "./sessionCall.js";
 import { TokenFigure, tokenTotal } from "./tokenFigure.js";
+import { CallTracer } from "./trace.js";
+import { DEFAULT_WAKE, OwnerWaker } from "./wake.js";
 import {
   type CallOptions,
   type FlowContext,
@@ -34,6 +33,7 @@ import {
   normalizeCall,
   type Workflow,
 } from "./workflow.js";
+import { placeWorktree, worktreeAllocation } from "./workspace.js";
 
 export interface FlowRunOptions {
   paths: RunPaths;

@@ -83,6 +83,13 @@ async function ended(run: Run): Promise<JournalRow> {
 describe("crw flow answer", () => {
   it("answers a decision once and resumes the run once; a second answer and an answer not in the options are refused", async () => {
     const run = await pausedRun("once");
+    const next = await crwFlow(["next", "once", "--state", run.state, "--json"], run.env);
+    expect(next.code, next.stderr).toBe(0);
+    const answer = JSON.parse(next.stdout) as { state: string; paused?: { reason: string }; hint: string };
+    expect(answer.state).toBe("waiting_decision");
+    expect(answer.paused?.reason).toBe("waiting_decision:ship");
+    expect(answer.hint).toContain("flow answer once");
+    expect(startedCount(run)).toBe(1);
     const notAnOption = await crwFlow(
       ["answer", "once", "ship", "maybe", "--state", run.state, "--json"],
       run.env,
