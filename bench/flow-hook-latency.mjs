@@ -40,7 +40,8 @@ const input = (session) =>
     hook_event_name: "PreToolUse",
     tool_name: "spawn_agent",
     tool_input: {
-      message: "crw-flow-op: build/t1-a1\nCRW-ROLE: executor\n\nYour shell starts in a directory that is NOT your workspace.",
+      message:
+        "crw-flow-op: build/t1-a1\nCRW-ROLE: executor\n\nYour shell starts in a directory that is NOT your workspace.",
       agent_type: "executor",
       model: "cheap",
       reasoning_effort: "low",
@@ -63,7 +64,8 @@ function time(args, stdin) {
 
 const hook = [crw, "flow", "hook", "pre-tool-use", "--state", state];
 const check = spawnSync(process.execPath, hook, { input: input(owner), encoding: "utf8" });
-if (!check.stdout.includes('"m-exec"')) throw new Error(`the hook did not rewrite: ${check.stdout} ${check.stderr}`);
+if (!check.stdout.includes('"m-exec"'))
+  throw new Error(`the hook did not rewrite: ${check.stdout} ${check.stderr}`);
 time(["-e", "0"]); // warm the file cache
 const node = time(["-e", "0"]);
 const unbound = time(hook, input("019a0000-0000-7000-8000-00000000dead"));
