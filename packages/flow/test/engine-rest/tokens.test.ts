@@ -189,10 +189,11 @@ describe("the run's token figure", () => {
     expect(first.outcome).toEqual({ state: "paused", reason: "token_ceiling" });
     let rows = run.rows();
     // The two calls run in parallel: their prepared rows land in either order.
-    expect(of(rows, "prepared").map((r) => (r as { call: string }).call).sort()).toEqual([
-      "explorer.1",
-      "explorer.2",
-    ]);
+    expect(
+      of(rows, "prepared")
+        .map((r) => (r as { call: string }).call)
+        .sort(),
+    ).toEqual(["explorer.1", "explorer.2"]);
     expect(of(rows, "interrupt_requested")).toEqual([expect.objectContaining({ call: "explorer.1" })]);
     expect(of(rows, "held")).toEqual([expect.objectContaining({ call: "explorer.1" })]);
     slowHangs = false;
