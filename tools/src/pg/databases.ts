@@ -22,8 +22,9 @@ async function withAdmin<T>(adminUrl: string, fn: (client: pg.Client) => Promise
   }
 }
 
-// Two CREATE DATABASE … TEMPLATE at once can find the template busy (55006); that alone is worth a retry.
-const TEMPLATE_BUSY = "55006";
+// object_in_use: two CREATE DATABASE … TEMPLATE at once can find the template busy, and a DROP DATABASE
+// can find clients still closing; both are worth a short retry.
+const OBJECT_IN_USE = "55006";
 
 export async function createDatabase(adminUrl: string, name: string, template?: string): Promise<string> {
   await withAdmin(adminUrl, async (client) => {
@@ -33,7 +34,7 @@ export async function createDatabase(adminUrl: string, name: string, template?: 
         return;
       } catch (e) {
         const code = (e as { code?: string }).code;
-        if (code !== TEMPLATE_BUSY || attempt >= 20) throw e;
+        if (code !== OBJECT_IN_USE || attempt >= 20) throw e;
         await new Promise((r) => setTimeout(r, 50 * (attempt + 1)));
       }
     }
@@ -42,5 +43,19 @@ export async function createDatabase(adminUrl: string, name: string, template?: 
 }
 
 export async function dropDatabase(adminUrl: string, name: string): Promise<void> {
-  await withAdmin(adminUrl, (client) => client.query(`drop database if exists "${name}" with (force)`));
+  // A test's own clients may still be closing (a pool ended without awaiting it, a LISTEN connection):
+  // give them a moment before forcing, since a forced drop makes each of them emit an error that nobody
+  // listens to any more and that fails the test run after its tests passed.
+  await withAdmin(adminUrl, async (client) => {
+    for (let attempt = 0; attempt < 30; attempt++) {
+      try {
+        await client.query(`drop database if exists "${name}"`);
+        return;
+      } catch (e) {
+        if ((e as { code?: string }).code !== OBJECT_IN_USE) throw e;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
+    await client.query(`drop database if exists "${name}" with (force)`);
+  });
 }
