@@ -42,11 +42,13 @@ export {
 export type {
   PoolEvent,
   PoolHealth,
+  ProcessChangedSink,
   ResultDeliveredSink,
   RetryProgress,
   RunnerExitTokensSink,
   RunnerPoolSizing,
   SpawnFailure,
+  SteerSettledSink,
   SubagentRunnerPoolDeps,
 } from "./poolTypes.js";
 export {

@@ -12,11 +12,13 @@ import { FairQueue } from "./fairQueue.js";
 import { HostRpcRefusedError } from "./hostRpc.js";
 import type {
   PoolHealth,
+  ProcessChangedSink,
   ResultDeliveredSink,
   RetryProgress,
   RunnerExitTokensSink,
   RunnerPoolSizing,
   SpawnFailure,
+  SteerSettledSink,
   SubagentRunnerPoolDeps,
 } from "./poolTypes.js";
 import type { DelegatedTurnRequest, DelegatedTurnResult, TapEvent } from "./protocol/turn.js";
@@ -104,6 +106,8 @@ export class SubagentRunnerPool {
   #restartSink: RestartRequiredSink | undefined;
   #resultSink: ResultDeliveredSink | undefined;
   #exitTokensSink: RunnerExitTokensSink | undefined;
+  #steerSink: SteerSettledSink | undefined;
+  #processSink: ProcessChangedSink | undefined;
 
   constructor(private readonly deps: SubagentRunnerPoolDeps) {
     this.#clock = deps.clock ?? systemClock;
@@ -117,6 +121,34 @@ export class SubagentRunnerPool {
   }
   attachRunnerExitTokensSink(sink: RunnerExitTokensSink): void {
     this.#exitTokensSink = sink;
+  }
+  attachSteerSettledSink(sink: SteerSettledSink): void {
+    this.#steerSink = sink;
+  }
+  attachProcessChangedSink(sink: ProcessChangedSink): void {
+    this.#processSink = sink;
+  }
+
+  /**
+   * Where a session executes now, from the pool's own route bookkeeping: the runner it is routed to and its
+   * placement state (queued, running, or routed and idle). Undefined: no runner hosts it.
+   */
+  executionOf(
+    sessionId: string,
+  ): { runnerId: string | null; state: "queued" | "running" | "idle" } | undefined {
+    const runnerId = this.#routes.get(sessionId);
+    const state = this.#states.get(sessionId);
+    if (runnerId === undefined && state === undefined) return undefined;
+    return { runnerId: runnerId ?? null, state: state ?? "idle" };
+  }
+
+  /** Every session the pool routes or queues, with its execution (see executionOf). */
+  executions(): { sessionId: string; runnerId: string | null; state: "queued" | "running" | "idle" }[] {
+    const ids = new Set([...this.#routes.keys(), ...this.#states.keys()]);
+    return [...ids].flatMap((sessionId) => {
+      const e = this.executionOf(sessionId);
+      return e ? [{ sessionId, ...e }] : [];
+    });
   }
 
   /** Whether the runners have the shared reverse host-call handler (takes no method argument). */
@@ -513,6 +545,7 @@ export class SubagentRunnerPool {
     this.#spawnFailure = null;
     this.#slots.set(host.runnerId, { host, turns: 0, nestedTurns: 0 });
     this.deps.onEvent?.({ type: "runner_ready", runnerId: host.runnerId });
+    this.#emitProcessChanged({ runnerId: host.runnerId, state: "started" });
   }
 
   #episodeFailed(error: Error): void {
@@ -560,6 +593,14 @@ export class SubagentRunnerPool {
           code: event.code,
           signal: event.signal,
         });
+        // Only a runner the pool adopted was announced as started; a failed boot attempt never was.
+        if (slot)
+          this.#emitProcessChanged({
+            runnerId: event.runnerId,
+            state: "exited",
+            code: event.code,
+            signal: event.signal,
+          });
         queueMicrotask(() => this.#pump());
         return;
       }
@@ -572,8 +613,27 @@ export class SubagentRunnerPool {
       case "stderr":
         this.deps.onEvent?.({ type: "runner_log", runnerId: event.runnerId, line: event.line });
         return;
+      case "steer_settled":
+        if (this.#steerSink) {
+          const { runnerId, sessionId, count } = event;
+          try {
+            this.#steerSink({ runnerId, sessionId, count });
+          } catch (e) {
+            this.deps.onEvent?.({ type: "sink_failed", sink: "steerSettled", error: toError(e).message });
+          }
+        }
+        return;
       case "heartbeat":
         return;
+    }
+  }
+
+  #emitProcessChanged(change: Parameters<ProcessChangedSink>[0]): void {
+    if (!this.#processSink) return;
+    try {
+      this.#processSink(change);
+    } catch (e) {
+      this.deps.onEvent?.({ type: "sink_failed", sink: "processChanged", error: toError(e).message });
     }
   }
 

@@ -96,10 +96,24 @@ export type PoolEvent =
   | { type: "frame_refused"; runnerId: string; issues: string }
   | { type: "measure_failed"; runnerId: string; message: string }
   | { type: "runner_log"; runnerId: string; line: string }
-  | { type: "alert_failed"; error: string };
+  | { type: "alert_failed"; error: string }
+  | { type: "sink_failed"; sink: "steerSettled" | "processChanged"; error: string };
 
 export type ResultDeliveredSink = (delivery: {
   parentSessionId: string;
   results: { resultId: string; toolCallId: string; kind: "result" | "workflow" }[];
 }) => Promise<void>;
 export type RunnerExitTokensSink = (exit: { runnerId: string; killTokens: readonly string[] }) => void;
+
+/** A runner turn consumed steering the daemon's seam handed it (drainSteering answered with messages). */
+export type SteerSettledSink = (settled: { runnerId: string; sessionId: string; count: number }) => void;
+
+/**
+ * The pool's runner processes changed: one started (application-ready) or exited. Typed facts only: no pid,
+ * path or build identity reaches a consumer.
+ */
+export type ProcessChangedSink = (
+  change:
+    | { runnerId: string; state: "started" }
+    | { runnerId: string; state: "exited"; code: number | null; signal: string | null },
+) => void;

@@ -548,8 +548,18 @@ export class SubagentRunnerHost {
         return session.host.record(call.message);
       case "beforeToolCall":
         return session.host.beforeToolCall(call.call);
-      case "drainSteering":
-        return session.host.drainSteering();
+      case "drainSteering": {
+        const messages = await session.host.drainSteering();
+        // Steering the runner's turn consumed is settled once the daemon's seam answered with it.
+        if (messages.length > 0)
+          this.deps.onEvent?.({
+            type: "steer_settled",
+            runnerId: this.runnerId,
+            sessionId: session.request.sessionId,
+            count: messages.length,
+          });
+        return messages;
+      }
       case "executeTool": {
         const tool = session.request.tools.find((t) => t.name === call.toolName);
         if (!tool) throw Object.assign(new Error(`no host tool ${call.toolName}`), { code: "unknown_tool" });

@@ -37,7 +37,8 @@ export type RunnerHostEvent =
   | { type: "heartbeat"; runnerId: string; heartbeat: HeartbeatFrame; memory: TreeMemory }
   | { type: "measure_failed"; runnerId: string; message: typeof MEASURE_FAILED_TEXT; error: string }
   | { type: "exit"; runnerId: string; code: number | null; signal: NodeJS.Signals | null }
-  | { type: "stderr"; runnerId: string; line: string };
+  | { type: "stderr"; runnerId: string; line: string }
+  | { type: "steer_settled"; runnerId: string; sessionId: string; count: number };
 
 export interface SubagentRunnerHostDeps {
   readonly runnerId: string;
