@@ -50,6 +50,8 @@ export type DelegationEvent =
       readonly code: string;
       readonly error: string;
     }
+  /** The restart checkpoint drained this process's captured writes (`failures` of them failed). */
+  | { readonly type: "delegation.paused"; readonly failures: number }
   /** Background work (a call, a follow-up turn) failed outside any caller; its rows stay for recovery. */
   | { readonly type: "delegation.background_failed"; readonly error: string; readonly code?: string };
 

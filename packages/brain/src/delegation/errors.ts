@@ -11,7 +11,9 @@ export type DelegationErrorCode =
   /** The full result could not be written to the spill store. */
   | "spill_failed"
   | "child_failed"
-  | "aborted";
+  | "aborted"
+  /** The process is pausing for a restart (pauseForRestart): no new delegation or turn work is admitted. */
+  | "paused_for_restart";
 
 export class DelegationError extends Error {
   override readonly name = "DelegationError";

@@ -1,3 +1,9 @@
+export {
+  CapturedWrites,
+  pausedError,
+  type RestartCheckpoint,
+  RestartCheckpointError,
+} from "./checkpoint.js";
 export { contextFromJournal, danglingToolCalls, endsWithAnswer } from "./context.js";
 export { type DelegationEvent, drainResults, type ResultDeliveredEvent, resultMessage } from "./delivery.js";
 export { DelegationError, type DelegationErrorCode } from "./errors.js";

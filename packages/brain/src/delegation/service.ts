@@ -16,6 +16,7 @@ import {
   unionDeny,
   type WorkDirPolicy,
 } from "../scope/index.js";
+import { CapturedWrites, pausedError, type RestartCheckpoint, RestartCheckpointError } from "./checkpoint.js";
 import { type DelegationEvent, drainResults } from "./delivery.js";
 import { DelegationError, toError } from "./errors.js";
 import { Notifier } from "./notifier.js";
@@ -66,8 +67,10 @@ export function assertForkContextAvailable(child: SessionRow): void {
  * in memory: what ran, what is owed and what was delivered is in the rows; in-memory state only serializes
  * this process's own turns and wakes its own waiters.
  */
-export class DelegationService {
+export class DelegationService implements RestartCheckpoint {
   readonly repo: DelegationRepository;
+  /** Every journal write and result publication of this process (the restart checkpoint drains them). */
+  readonly writes = new CapturedWrites();
   readonly turns: SessionTurns;
   readonly notifier = new Notifier();
   readonly owner: string;
@@ -75,13 +78,15 @@ export class DelegationService {
   readonly settlement: DelegatedSettlement;
   readonly #background = new Set<Promise<unknown>>();
   readonly #foreground = new Map<string, { run: SubagentRun; job: RunProgressJob; release: () => void }>();
+  readonly #jobs = new Set<RunProgressJob>();
   #releaseLease: (() => Promise<void>) | undefined;
+  #pause: Promise<void> | undefined;
 
   constructor(options: DelegationServiceOptions) {
     this.options = options;
     this.repo = options.repo;
     this.owner = options.owner ?? `crw-${process.pid}-${randomUUID()}`;
-    this.turns = new SessionTurns(options.repo, options.runner);
+    this.turns = new SessionTurns(options.repo, options.runner, this.writes);
     this.settlement = new DelegatedSettlement(this);
   }
 
@@ -94,6 +99,51 @@ export class DelegationService {
     await this.whenIdle();
     await this.#releaseLease?.();
     this.#releaseLease = undefined;
+  }
+
+  /**
+   * The restart checkpoint: from now on no new delegation, continuation, prompt, follow-up or turn is
+   * admitted and no new journal write is taken; every write and result publication already captured
+   * commits (a finished tool result queued behind an in-flight write included) and every call's progress
+   * publication drains. Model and tool turns are not waited for: their calls stay open in the rows and boot
+   * recovery continues them. Idempotent; rejects with `RestartCheckpointError` if anything drained failed.
+   */
+  pauseForRestart(): Promise<void> {
+    this.#pause ??= this.#checkpoint();
+    return this.#pause;
+  }
+
+  /** Whether `pauseForRestart` began. */
+  get paused(): boolean {
+    return this.writes.closed;
+  }
+
+  async #checkpoint(): Promise<void> {
+    const jobs = [...this.#jobs];
+    const before = jobs.map((job) => job.failures.length);
+    const [writes] = await Promise.allSettled([
+      this.writes.drain(),
+      Promise.all(jobs.map((job) => job.drain())),
+    ]);
+    const failures: Error[] = [];
+    if (writes.status === "rejected") {
+      const reason = writes.reason as unknown;
+      if (reason instanceof RestartCheckpointError) failures.push(...reason.failures);
+      else failures.push(toError(reason));
+    }
+    jobs.forEach((job, i) => {
+      failures.push(...job.failures.slice(before[i]));
+    });
+    this.emit({ type: "delegation.paused", failures: failures.length });
+    if (failures.length > 0) throw new RestartCheckpointError(failures);
+  }
+
+  #captured<T>(what: string, write: () => Promise<T>): Promise<T> {
+    return this.writes.capture(what, write);
+  }
+
+  #admit(what: string): void {
+    if (this.writes.closed) throw pausedError(what);
   }
 
   emit(event: DelegationEvent): void {
@@ -148,6 +198,7 @@ export class DelegationService {
     text: string,
     options: { readOnly?: boolean; progress?: ProgressSink } = {},
   ): Promise<TurnOutcome> {
+    this.#admit("a prompt");
     const session = await this.repo.getSession(sessionId, principalAccountId);
     const outcome = await this.turns.exclusive(session.id, () =>
       this.sessionTurn(session, [{ body: { type: "message", message: { role: "user", content: text } } }], {
@@ -165,6 +216,7 @@ export class DelegationService {
     input: Parameters<SessionTurns["runLocked"]>[0]["input"],
     opts: { readOnly: boolean; progress: ProgressSink; scope: DelegatedExecutionScope | null },
   ): Promise<TurnOutcome> {
+    this.#admit("a new turn");
     const own = this.options.tools?.(session) ?? [];
     const tools = [...delegationTools(this, session, opts.readOnly), ...own];
     const systemPrompt =
@@ -261,7 +313,8 @@ export class DelegationService {
 
   /** After a root session's turn, or a result for it: if results wait and no turn holds it, follow up once. */
   #afterIdle(session: SessionRow): void {
-    if (this.turns.isBusy(session.id)) return;
+    // Pausing: the results stay queued; boot recovery follows the idle parent up.
+    if (this.turns.isBusy(session.id) || this.paused) return;
     this.track(this.followUp(session));
   }
 
@@ -271,7 +324,12 @@ export class DelegationService {
    */
   async followUp(session: SessionRow): Promise<TurnOutcome | undefined> {
     const outcome = await this.turns.exclusive(session.id, async () => {
-      const delivered = await drainResults(this.#deliveryDeps(), session.id, session.principalAccountId);
+      if (this.paused) return undefined;
+      const delivered = await this.writes.capture(
+        "a follow-up delivery",
+        () => drainResults(this.#deliveryDeps(), session.id, session.principalAccountId),
+        session.id,
+      );
       if (delivered.length === 0) return undefined;
       return this.sessionTurn(session, [], { readOnly: false, progress: NO_PROGRESS, scope: null });
     });
@@ -285,6 +343,7 @@ export class DelegationService {
   // ---- Delegate / DelegateContinue / DelegateRead
 
   async delegate(args: DelegateArgs): Promise<DelegationReceipt> {
+    this.#admit("Delegate");
     const parent = await this.repo.getSession(args.parentSessionId, args.principalAccountId);
     const authority = await this.authorityFor(parent);
     const readOnly = args.readOnly === true || args.callerReadOnly === true || authority.readOnly === true;
@@ -307,17 +366,20 @@ export class DelegationService {
       }),
       authority,
     );
-    const { run, child, created } = await this.repo.createDelegation({
-      parentSessionId: parent.id,
-      principalAccountId: parent.principalAccountId,
-      toolCallId: args.toolCallId,
-      task: args.task,
-      mode: args.mode,
-      model: args.fork ? parent.model : (args.model ?? parent.model),
-      scope,
-      ...(args.fork ? { fork: { fromSessionId: parent.id } } : {}),
-    });
-    if (args.fork && created) await this.#copyForkContext(parent, child, args.toolCallId);
+    const { run, child, created } = await this.#captured("Delegate", () =>
+      this.repo.createDelegation({
+        parentSessionId: parent.id,
+        principalAccountId: parent.principalAccountId,
+        toolCallId: args.toolCallId,
+        task: args.task,
+        mode: args.mode,
+        model: args.fork ? parent.model : (args.model ?? parent.model),
+        scope,
+        ...(args.fork ? { fork: { fromSessionId: parent.id } } : {}),
+      }),
+    );
+    if (args.fork && created)
+      await this.#captured("a fork copy", () => this.#copyForkContext(parent, child, args.toolCallId));
     args.progress?.({ type: "session", sessionId: child.id, parentSessionId: parent.id });
     return this.#dispatch(run, args.mode, args.progress);
   }
@@ -389,7 +451,12 @@ export class DelegationService {
       progress?.(event);
       job.sink(event);
     };
+    this.#jobs.add(job);
     const execution = this.executeRun(run, { progress: sink, beforeSettle: () => job.drain() });
+    void execution.then(
+      () => this.#jobs.delete(job),
+      () => this.#jobs.delete(job),
+    );
     if (mode === "background") {
       this.track(execution);
       return { kind: "started", runId: run.id, childSessionId };
@@ -440,9 +507,11 @@ export class DelegationService {
       };
     }
     try {
-      const moved = await this.repo.moveRunToBackground(runId, principalAccountId, waiter.run.generation);
+      const moved = await this.#captured("Ctrl+B", () =>
+        this.repo.moveRunToBackground(runId, principalAccountId, waiter.run.generation),
+      );
       if (!moved) return { ok: false, code: "not_open", reason: "the call is no longer open" };
-      await waiter.job.background();
+      await this.#captured("Ctrl+B", () => waiter.job.background());
     } catch (e) {
       const error = toError(e);
       const code = (error as { code?: unknown }).code;
@@ -484,6 +553,7 @@ export class DelegationService {
    * read-only caller's continuation is bound to the new row as `read_only_scope` before dispatch.
    */
   async continueSubagent(args: ContinueArgs): Promise<DelegationReceipt> {
+    this.#admit("DelegateContinue");
     if (args.callerReadOnly && args.writeAccess) {
       throw new DelegationError(
         "write_access_refused",
@@ -521,7 +591,9 @@ export class DelegationService {
           },
         );
       }
-      const receipt = await this.repo.enqueueSteer(child.id, args.principalAccountId, args.text);
+      const receipt = await this.#captured("a steer", () =>
+        this.repo.enqueueSteer(child.id, args.principalAccountId, args.text),
+      );
       this.notifier.notify(child.id);
       return { kind: "steered", childSessionId: child.id, steerId: receipt.id };
     }
@@ -531,15 +603,17 @@ export class DelegationService {
     // The clamp proves the child's stored scope against the caller's current access before anything is written.
     const clamp = args.callerReadOnly ? readOnlyContinuationScope(stored, authority) : null;
     if (!clamp) continuationScope(stored, authority);
-    const { run } = await this.repo.createContinuation({
-      parentSessionId: parent.id,
-      principalAccountId: parent.principalAccountId,
-      childSessionId: child.id,
-      toolCallId: args.toolCallId,
-      task: args.text,
-      mode: args.mode,
-      readOnlyScope: clamp,
-    });
+    const { run } = await this.#captured("DelegateContinue", () =>
+      this.repo.createContinuation({
+        parentSessionId: parent.id,
+        principalAccountId: parent.principalAccountId,
+        childSessionId: child.id,
+        toolCallId: args.toolCallId,
+        task: args.text,
+        mode: args.mode,
+        readOnlyScope: clamp,
+      }),
+    );
     return this.#dispatch(run, args.mode, args.progress);
   }
 

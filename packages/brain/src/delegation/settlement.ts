@@ -7,6 +7,7 @@ import {
   type DelegationAuthority,
   parseDelegatedExecutionScope,
 } from "../scope/index.js";
+import type { CapturedWrites } from "./checkpoint.js";
 import { endsWithAnswer } from "./context.js";
 import { DelegationError, toError } from "./errors.js";
 import { faultPoint } from "./faults.js";
@@ -26,6 +27,8 @@ export interface SettlementCore {
   readonly turns: SessionTurns;
   readonly notifier: Notifier;
   readonly options: DelegationServiceOptions;
+  /** Journal writes and publications, drained (and then refused) by the restart checkpoint. */
+  readonly writes: CapturedWrites;
   authorityFor(session: SessionRow): Promise<DelegationAuthority>;
   sessionTurn(
     session: SessionRow,
@@ -63,7 +66,9 @@ export class DelegatedSettlement {
     };
     if (!run.childSessionId)
       return settle(run, "error", "the child session was discarded before it was ready", "child_missing");
-    const start = await this.core.repo.startRun(run.id, run.generation, this.core.owner);
+    const start = await this.core.writes.capture("a call's start", () =>
+      this.core.repo.startRun(run.id, run.generation, this.core.owner),
+    );
     if (!start.started) {
       // The same call again (a retried tool call): its settled result is the answer, never a second run.
       const settled = await this.core.repo.resultForRun(run.id, run.principalAccountId);
@@ -94,20 +99,27 @@ export class DelegatedSettlement {
     if (!endsWithAnswer(journal))
       outcome = (await this.runChildTurn(child, scope, progress, opts.signal)).outcome;
     const drained = await this.#settlementDrain(run, child, scope, progress, outcome, opts.signal);
-    await this.core.repo.markRunSettling(run.id, run.generation);
+    // Pausing for a restart: the call stays open and boot recovery continues it; nothing is settled here.
+    await this.core.writes.capture("a call's settlement", () =>
+      this.core.repo.markRunSettling(run.id, run.generation),
+    );
     if (drained.kind === "failed" || drained.kind === "aborted") {
       const reason = drained.kind === "failed" ? drained.reason : "the call was stopped";
       // Text follow-ups the call can no longer take get their dropped notice instead of waiting forever.
-      await this.core.repo.dropSteers(child.id, run.principalAccountId, `the call ended: ${reason}`);
+      await this.core.writes.capture("a call's settlement", () =>
+        this.core.repo.dropSteers(child.id, run.principalAccountId, `the call ended: ${reason}`),
+      );
       return settle(run, "error", reason, drained.kind === "failed" ? "child_failed" : "aborted");
     }
     const reply = await lastSettledAssistantText(this.core.repo, child.id, run.principalAccountId);
     const resultId = await settle(run, "ok", reply ?? "(the child gave no answer)");
     // A follow-up that raced the settlement would otherwise wait for a call that is gone: it gets its notice.
-    await this.core.repo.dropSteers(
-      child.id,
-      run.principalAccountId,
-      "the call settled before this follow-up was taken",
+    await this.core.writes.capture("a call's settlement", () =>
+      this.core.repo.dropSteers(
+        child.id,
+        run.principalAccountId,
+        "the call settled before this follow-up was taken",
+      ),
     );
     return resultId;
   }
@@ -124,7 +136,11 @@ export class DelegatedSettlement {
     signal?: AbortSignal,
   ): Promise<{ outcome: TurnOutcome; reply: string | undefined; delivered: string[] }> {
     return this.core.turns.exclusive(child.id, async () => {
-      const pending = await this.core.drainInto(child);
+      const pending = await this.core.writes.capture(
+        "a delivery",
+        () => this.core.drainInto(child),
+        child.id,
+      );
       const delivered = pending.flatMap((m) =>
         m.role === "custom" && m.details?.resultId ? [m.details.resultId] : [],
       );
@@ -225,10 +241,14 @@ export class DelegatedSettlement {
    * prepared the same way (inline or spilled) before the inbox handoff; delivery then follows the parent's
    * state like any result. Returns the result id.
    */
-  async emitDelegationCompletion(completion: DelegationCompletion): Promise<string> {
+  emitDelegationCompletion(completion: DelegationCompletion): Promise<string> {
+    return this.core.writes.capture("a completion", () => this.#emitCompletion(completion));
+  }
+
+  async #emitCompletion(completion: DelegationCompletion): Promise<string> {
     if (completion.kind === "subagent") {
       const run = await this.core.repo.getRun(completion.runId, completion.principalAccountId);
-      return this.#settle(run, completion.outcome, completion.body);
+      return this.#settleNow(run, completion.outcome, completion.body);
     }
     const resultId = randomUUID();
     const prepared = await prepareCompletion({
@@ -268,7 +288,12 @@ export class DelegatedSettlement {
     return this.#settle(run, outcome, body, code);
   }
 
-  async #settle(run: SubagentRun, outcome: "ok" | "error", body: string, code?: string): Promise<string> {
+  /** A result publication: captured, so the restart checkpoint lets one in flight commit. */
+  #settle(run: SubagentRun, outcome: "ok" | "error", body: string, code?: string): Promise<string> {
+    return this.core.writes.capture("a result publication", () => this.#settleNow(run, outcome, body, code));
+  }
+
+  async #settleNow(run: SubagentRun, outcome: "ok" | "error", body: string, code?: string): Promise<string> {
     const prepared = await prepareCompletion({
       repo: this.core.repo,
       spill: this.core.options.spill,

@@ -8,6 +8,7 @@ import type {
   TranscriptMessage,
 } from "@crw/db";
 import type { DelegatedExecutionScope, DelegatedTurnIdentity } from "../scope/index.js";
+import { CapturedWrites, pausedError } from "./checkpoint.js";
 import { contextFromJournal } from "./context.js";
 import { faultPoint } from "./faults.js";
 import { KeyedMutex } from "./notifier.js";
@@ -44,10 +45,19 @@ export class SessionTurns {
   readonly #lock = new KeyedMutex();
   readonly #streaming = new Set<string>();
 
+  /**
+   * Every journal write of a turn goes through `writes`: a session's writes commit in the order the runner
+   * reported them, and the restart checkpoint drains them (and refuses new ones).
+   */
+  readonly writes: CapturedWrites;
+
   constructor(
     private readonly repo: DelegationRepository,
     private readonly runner: SessionTurnRunner,
-  ) {}
+    writes?: CapturedWrites,
+  ) {
+    this.writes = writes ?? new CapturedWrites();
+  }
 
   isStreaming(sessionId: string): boolean {
     return this.#streaming.has(sessionId);
@@ -66,24 +76,20 @@ export class SessionTurns {
   async runLocked(turn: SessionTurnInput): Promise<TurnOutcome> {
     const { session } = turn;
     const principal = session.principalAccountId;
-    if (turn.input.length > 0) await this.repo.append(session.id, principal, turn.input);
+    if (this.writes.closed) throw pausedError("a new turn");
+    if (turn.input.length > 0)
+      await this.writes.capture(
+        "a turn's input",
+        () => this.repo.append(session.id, principal, turn.input),
+        session.id,
+      );
     const context = contextFromJournal(await this.repo.readJournal(session.id, principal));
     const host: TurnHost = {
-      record: (message) => this.#record(session, message),
-      beforeToolCall: async (call: ToolCallContent) => {
-        await this.repo.append(session.id, principal, [
-          {
-            body: {
-              type: "tool_intent",
-              toolCallId: call.id,
-              toolName: call.name,
-              arguments: call.arguments,
-            },
-          },
-        ]);
-        faultPoint("tool.after_intent", call.name);
-      },
-      drainSteering: turn.drainSteering,
+      record: (message) =>
+        this.writes.capture("a journal write", () => this.#record(session, message), session.id),
+      beforeToolCall: (call: ToolCallContent) =>
+        this.writes.capture("a tool intent", () => this.#intent(session, call), session.id),
+      drainSteering: () => this.writes.capture("a steering drain", turn.drainSteering, session.id),
       progress: turn.progress,
     };
     this.#streaming.add(session.id);
@@ -113,6 +119,20 @@ export class SessionTurns {
     } finally {
       this.#streaming.delete(session.id);
     }
+  }
+
+  async #intent(session: SessionRow, call: ToolCallContent): Promise<void> {
+    await this.repo.append(session.id, session.principalAccountId, [
+      {
+        body: {
+          type: "tool_intent",
+          toolCallId: call.id,
+          toolName: call.name,
+          arguments: call.arguments,
+        },
+      },
+    ]);
+    faultPoint("tool.after_intent", call.name);
   }
 
   async #record(session: SessionRow, message: AssistantMessage | ToolResultMessage): Promise<void> {
