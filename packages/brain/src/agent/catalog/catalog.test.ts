@@ -91,12 +91,18 @@ const ctx = (r: TurnRequest) => ({
 });
 
 describe("the shared whole-catalog deferral policy", () => {
-  it("declares the whole catalog while it stays within the threshold (child tools and host tools counted together)", async () => {
+  it("declares the whole catalog while it stays within the threshold, and counts child tools and host tools together", async () => {
     const { seen, runner } = capture();
-    const r = request(native.map((n) => tool(n)));
-    expect(catalogNames(r)).toEqual(["read", "write", "edit", "shell", ...native]);
-    await withToolCatalog(runner).runTurn(r, {} as never);
-    expect(seen[0]?.tools.map((t) => t.name)).toEqual(native);
+    const root = request(
+      [...native, "mcp__srv__one"].map((n) => tool(n)),
+      { workDir: null },
+    );
+    expect(catalogNames(root)).toEqual([...native, "mcp__srv__one"]);
+    await withToolCatalog(runner).runTurn(root, {} as never);
+    expect(seen[0]?.tools.map((t) => t.name)).toEqual([...native, "mcp__srv__one"]);
+    const child = request(native.map((n) => tool(n)));
+    expect(catalogNames(child)).toEqual(["read", "write", "edit", "shell", ...native]);
+    expect(planCatalog(catalogNames(child)).deferring).toBe(true);
   });
 
   it("S004-448: S004-449: past the threshold, native tools outside the locked core set and bridged tools are deferred but discoverable, and the model-only tools stay declared", async () => {
@@ -148,7 +154,6 @@ describe("the shared whole-catalog deferral policy", () => {
 
   it("a deferred tool called through ToolCall keeps its scope and read-only checks", async () => {
     const { seen, runner } = capture();
-    // Read-only: write and edit leave the catalog, so three bridged tools push it past the threshold.
     const tools = [
       ...native.map((n) => tool(n)),
       tool("mcp__srv__write", "writes", true),
@@ -177,7 +182,13 @@ describe("the shared whole-catalog deferral policy", () => {
       { workDir: null },
     );
     expect(catalogNames(root)).toEqual(names);
-    expect(planCatalog(catalogNames(root)).deferring).toBe(false);
+    expect(planCatalog(catalogNames(root)).deferred).toEqual([
+      "WorkflowResume",
+      "WorkflowCancel",
+      "mcp__a__x",
+      "mcp__a__y",
+    ]);
+    expect(planCatalog(native).deferring).toBe(false);
   });
 
   it("refuses a policy that would defer a child tool or declare a model-only tool as core, with a typed error", () => {

@@ -40,7 +40,9 @@ export interface CatalogPolicy {
 
 export const DEFAULT_CATALOG_POLICY: CatalogPolicy = Object.freeze({
   version: 1,
-  maxDirectTools: 10,
+  // A session's native host tools (Delegate, DelegateContinue, DelegateRead and the three workflow tools)
+  // plus one: any catalog that adds two tools to them (an MCP server, or the child tools) is deferred.
+  maxDirectTools: 7,
   core: Object.freeze([
     ...CHILD_TOOL_NAMES,
     "Delegate",
