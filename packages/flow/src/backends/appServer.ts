@@ -333,7 +333,9 @@ async function tokensOf(
       k: turn.k,
       turn_id: turn.turn_id,
       pauses: false,
-      reason: tc.ok ? "no thread/tokenUsage/updated and no token_count in the rollout" : tc.message,
+      reason: tc.ok
+        ? "no thread/tokenUsage/updated and no token_count in the rollout"
+        : `${tc.reason}: ${tc.message}`,
     },
   ]);
   return {};

@@ -39,6 +39,30 @@ export async function holdRun(opts: HoldRunOptions): Promise<number> {
       );
     process.env.TMPDIR = spec.env.TMPDIR;
   }
+  // A promise the workflow's own code leaves rejected and unawaited must not kill the process that holds
+  // the run (its rows would stop mid-way and its locks stay behind): it is logged, the run goes on.
+  const onUnhandled = (reason: unknown) =>
+    log({
+      msg: "unhandled rejection in the run process (the workflow left a promise unawaited)",
+      error: reason instanceof Error ? reason.message : String(reason),
+    });
+  process.on("unhandledRejection", onUnhandled);
+  try {
+    return await holdRunGuarded(opts, log);
+  } finally {
+    process.off("unhandledRejection", onUnhandled);
+    if (spec.env) {
+      if (saved === undefined) delete process.env.TMPDIR;
+      else process.env.TMPDIR = saved;
+    }
+  }
+}
+
+async function holdRunGuarded(
+  opts: HoldRunOptions,
+  log: (line: Record<string, unknown>) => void,
+): Promise<number> {
+  const { paths, spec } = opts;
   const token = opts.token ?? newToken();
   const processLock = processLockPath(paths, token);
   let heldToken: string | null = token;
@@ -82,10 +106,6 @@ export async function holdRun(opts: HoldRunOptions): Promise<number> {
     }
   } finally {
     if (heldToken) removeIfExists(processLock);
-    if (spec.env) {
-      if (saved === undefined) delete process.env.TMPDIR;
-      else process.env.TMPDIR = saved;
-    }
   }
 }
 

@@ -154,7 +154,10 @@ export async function startCommand(args: string[]): Promise<number> {
     owner && backend === "session" ? sessionFacts({ owner, codex, paths, repo, table, bind, pool }) : [];
   const crw = `${process.execPath} ${process.argv[1] ?? "crw"}`;
   const stateFlag = values.state ? ` --state ${state}` : "";
-  const next = `${crw} flow next ${runId}${stateFlag} --wait 10 --json`;
+  // the owner takes a session run's steps with next; a local or app-server run has no owner steps:
+  // it is followed with show
+  const show = `${crw} flow show ${runId}${stateFlag}`;
+  const next = backend === "session" ? `${crw} flow next ${runId}${stateFlag} --wait 10 --json` : null;
   const answer = {
     run_id: runId,
     pid,
@@ -166,15 +169,16 @@ export async function startCommand(args: string[]): Promise<number> {
     spawn_formats: backend === "session" ? ROLE_NAMES.map((r) => spawnFormat(r, table.roles[r])) : [],
     facts,
     next,
+    show,
   };
   const human = [
     backend === "local"
       ? `run ${runId} started (pid ${pid}) on the local backend, model ${local?.model}, pool ${pool}`
-      : `run ${runId} started (pid ${pid}), owner ${owner}, pool ${pool}`,
+      : backend === "app-server"
+        ? `run ${runId} started (pid ${pid}) on the app-server backend, pool ${pool}`
+        : `run ${runId} started (pid ${pid}), owner ${owner}, pool ${pool}`,
     ...facts.filter((f) => !f.ok).map((f) => `warning: ${f.fact}: ${f.detail}`),
-    backend === "local"
-      ? `Follow it with: ${crw} flow show ${runId}${stateFlag}`
-      : `Take its steps with: ${next}`,
+    next === null ? `Follow it with: ${show}` : `Take its steps with: ${next}`,
   ].join("\n");
   print(values.json, answer, human);
   return EXIT_OK;

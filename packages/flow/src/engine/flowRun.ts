@@ -391,7 +391,14 @@ class FlowRun implements RunContext {
     const workflow = this.opts.workflow ?? (await loadWorkflow(this.spec.workflow));
     const ctx: FlowContext = {
       runId: this.runId,
-      call: (o) => this.call(o) as never,
+      call: (o) => {
+        const p = this.call(o);
+        // A workflow may leave a call's promise unawaited while it awaits another: when the run stops,
+        // that call's rejection is part of the stop (the run ends with its row), never an unhandled
+        // rejection of the run's process. The workflow still gets the rejection when it awaits it.
+        p.catch(() => {});
+        return p as never;
+      },
       decide: (o) => decide(this, o),
     };
     this.watchInbox();

@@ -189,7 +189,7 @@ async function evaluate(
         k: step.k,
         turn_id: t.id,
         pauses: false,
-        reason: tc.ok ? "the rollout has no token_count yet" : tc.message,
+        reason: tc.ok ? "the rollout has no token_count yet" : `${tc.reason}: ${tc.message}`,
       },
     ]);
   }

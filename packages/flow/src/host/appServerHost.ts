@@ -237,15 +237,14 @@ export function createAppServerHost(options: AppServerHostOptions): AppServerHos
       if (!thread.rolloutPath) {
         return {
           ok: false,
-          reason: "protocol",
+          reason: "rollout_unreadable",
           message: `thread ${thread.id}: the host names no rollout file`,
         };
       }
       try {
         return { ok: true, value: await readRolloutTokenCount(thread.rolloutPath) };
       } catch (e) {
-        const error = toError(e);
-        return { ok: false, reason: "protocol", message: error.message };
+        return failureOf(e);
       }
     },
 
@@ -305,7 +304,10 @@ export function failureOf(e: unknown): HostFailure {
     const reason = unknownThreadPattern.test(error.message) ? "unknown_thread" : "protocol";
     return { ok: false, reason, message: `${error.method}: ${error.message}` };
   }
-  if (error instanceof RolloutUnreadableError || error instanceof HostProtocolError) {
+  if (error instanceof RolloutUnreadableError) {
+    return { ok: false, reason: "rollout_unreadable", message: error.message };
+  }
+  if (error instanceof HostProtocolError) {
     return { ok: false, reason: "protocol", message: error.message };
   }
   return { ok: false, reason: "protocol", message: error.message };

@@ -68,11 +68,12 @@ function toHostItem(item: z.output<typeof threadItemWire>): HostItem {
 }
 
 /**
- * The protocol's MessagePhase also has `partial_answer` (a streamed piece of an answer, not the answer):
- * it reads as commentary, so it is never taken for the final answer and never for a phase-less message.
+ * The protocol's MessagePhase: commentary, partial_answer (a piece of an answer: not the answer, and no
+ * commentary either, so a phase-less answer after it is still the answer), final_answer. A phase this
+ * crw does not know is read as commentary: never the answer.
  */
-function toPhase(phase: unknown): "commentary" | "final_answer" | null {
-  if (phase === "final_answer") return "final_answer";
+function toPhase(phase: unknown): "commentary" | "partial_answer" | "final_answer" | null {
+  if (phase === "final_answer" || phase === "partial_answer" || phase === "commentary") return phase;
   if (phase === null || phase === undefined) return null;
   return "commentary";
 }

@@ -16,7 +16,13 @@ export type HostTurnStatus = "inProgress" | "completed" | "interrupted" | "faile
 
 export type HostItem =
   | { type: "userMessage"; id: string; text: string }
-  | { type: "agentMessage"; id: string; text: string; phase: "commentary" | "final_answer" | null }
+  | {
+      type: "agentMessage";
+      id: string;
+      text: string;
+      /** partial_answer: a piece of an answer, neither the answer nor commentary. */
+      phase: "commentary" | "partial_answer" | "final_answer" | null;
+    }
   | {
       type: "collabAgentToolCall";
       id: string;
@@ -64,8 +70,12 @@ export interface TokenCount {
 
 export type HostFailure = {
   ok: false;
-  /** unreachable: the host could not be asked (judges nothing); unknown_thread: the host says it has no such thread. */
-  reason: "unreachable" | "unknown_thread" | "protocol";
+  /**
+   * unreachable: the host could not be asked (judges nothing); unknown_thread: the host says it has no such
+   * thread; rollout_unreadable: the thread's rollout file is named by no host answer or cannot be read (its
+   * turn is left unmeasured); protocol: an answer of the wrong shape.
+   */
+  reason: "unreachable" | "unknown_thread" | "rollout_unreadable" | "protocol";
   message: string;
 };
 

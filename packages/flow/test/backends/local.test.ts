@@ -62,6 +62,9 @@ describe("the local backend through the built CLI", () => {
     );
     expect(start.code, start.stderr).toBe(0);
     expect(start.json()).toMatchObject({ run_id: "demo", backend: "local", model: "scripted", owner: null });
+    // a local run has no owner steps: the answer names no next command, only the show that follows it
+    expect(start.json().next).toBeNull();
+    expect(String(start.json().show)).toMatch(/ flow show demo --state /);
     const end = await ended(state, "demo");
     expect(end).toMatchObject({ type: "run_ended", status: "completed", result: expected });
     const rows = rowsOf(state, "demo");

@@ -1,7 +1,13 @@
 import { rmSync } from "node:fs";
 import { FakeAppServer } from "@crw/tools/codex";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { createAppServerHost, type HostThread, type SessionHost } from "../../src/index.js";
+import {
+  answerText,
+  createAppServerHost,
+  type HostThread,
+  type HostTurn,
+  type SessionHost,
+} from "../../src/index.js";
 
 let fake: FakeAppServer;
 let host: ReturnType<typeof createAppServerHost>;
@@ -65,6 +71,29 @@ describe("app-server host over ws against the fake host", () => {
     });
   });
 
+  it("partial_answer is a phase of its own: not the answer, and no commentary before a phase-less answer", async () => {
+    const owner = fake.createOwnerThread();
+    const child = fake.spawnSubagent({ ownerThreadId: owner, message: marker });
+    fake.completeTurn(child.threadId, {
+      messages: [
+        // the fake's types name the two phases it scripts; the wire carries the protocol's third one
+        { text: '{"part":1}', phase: "partial_answer" as never },
+        { text: '{"whole":true}', phase: null },
+      ],
+    });
+    const turn = ok(await host.readThread(child.threadId)).turns[0] as HostTurn;
+    expect(turn.items.slice(1).map((i) => (i.type === "agentMessage" ? i.phase : i.type))).toEqual([
+      "partial_answer",
+      null,
+    ]);
+    expect(answerText(turn)).toBe('{"whole":true}');
+    const only = fake.spawnSubagent({ ownerThreadId: owner, message: marker });
+    fake.completeTurn(only.threadId, {
+      messages: [{ text: '{"part":1}', phase: "partial_answer" as never }],
+    });
+    expect(answerText(ok(await host.readThread(only.threadId)).turns[0] as HostTurn)).toBeNull();
+  });
+
   it("maps agent messages with their phases and a completed turn", async () => {
     const owner = fake.createOwnerThread();
     const child = fake.spawnSubagent({ ownerThreadId: owner, message: marker });
@@ -118,10 +147,11 @@ describe("app-server host over ws against the fake host", () => {
     const thread = ok(await host.readThread(child.threadId));
     rmSync(thread.rolloutPath as string);
     const count = await host.readTokenCount(thread);
-    expect(count).toMatchObject({ ok: false, reason: "protocol" });
+    // a reason of its own: no protocol failure (the host answered as it should)
+    expect(count).toMatchObject({ ok: false, reason: "rollout_unreadable" });
     expect(count.ok ? "" : count.message).toMatch(/rollout .* cannot be read/);
     const noPath: HostThread = { ...thread, rolloutPath: null };
-    expect(await host.readTokenCount(noPath)).toMatchObject({ ok: false, reason: "protocol" });
+    expect(await host.readTokenCount(noPath)).toMatchObject({ ok: false, reason: "rollout_unreadable" });
   });
 
   it("lists the owner's subagents only, with their turns", async () => {
