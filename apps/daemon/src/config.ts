@@ -28,6 +28,8 @@ const fileSchema = z
         subagentRunnerEnabled: z.boolean(),
         maxRunners: z.number().int().min(0).max(256),
         turnsPerRunner: z.number().int().min(1).max(64),
+        /** The workflow engine's bound on nodes running at once per workflow; default the engine's own. */
+        maxActiveNodes: z.number().int().min(1).max(1024),
       })
       .partial()
       .strict(),
@@ -61,7 +63,12 @@ export interface DaemonConfig {
   logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
   /** How long a graceful shutdown waits for in-flight work (journal writes, turns) before it closes anyway. */
   shutdownGraceMs: number;
-  runtime: { subagentRunnerEnabled: boolean; maxRunners: number | undefined; turnsPerRunner: number };
+  runtime: {
+    subagentRunnerEnabled: boolean;
+    maxRunners: number | undefined;
+    turnsPerRunner: number;
+    maxActiveNodes: number | undefined;
+  };
   /**
    * Providers: a session's model is `scripted` (the offline provider) or `<api>:<model id>`; a base URL and
    * the name of the environment variable holding the key may be set per API.
@@ -153,6 +160,11 @@ export function loadConfig(options: LoadConfigOptions = {}): DaemonConfig {
       env.CRW_SUBAGENT_RUNNER_ENABLED,
     );
   if (env.CRW_MAX_RUNNERS) runtimeEnv.maxRunners = envInt("CRW_MAX_RUNNERS", env.CRW_MAX_RUNNERS, 256);
+  if (env.CRW_MAX_ACTIVE_NODES) {
+    runtimeEnv.maxActiveNodes = envInt("CRW_MAX_ACTIVE_NODES", env.CRW_MAX_ACTIVE_NODES, 1024);
+    if (runtimeEnv.maxActiveNodes < 1)
+      throw new ConfigError("CRW_MAX_ACTIVE_NODES must be at least 1", "CRW_MAX_ACTIVE_NODES");
+  }
   const modelsEnv = modelsFromEnv(env);
 
   const merged = { ...file, ...fromEnv, ...overrides.data };
@@ -177,6 +189,7 @@ export function loadConfig(options: LoadConfigOptions = {}): DaemonConfig {
       subagentRunnerEnabled: runtime.subagentRunnerEnabled ?? true,
       maxRunners: runtime.maxRunners,
       turnsPerRunner: runtime.turnsPerRunner ?? 4,
+      maxActiveNodes: runtime.maxActiveNodes,
     },
     models: { default: models.default ?? "scripted", baseUrls: models.baseUrls, apiKeyEnv: models.apiKeyEnv },
     projectRoot: resolve(merged.projectRoot ?? process.cwd()),

@@ -10,4 +10,11 @@ export { type Daemon, type DaemonPhase, type StartDaemonOptions, startDaemon } f
 export { DaemonLockedError, type DaemonState, processAlive, readState, statePath } from "./lifecycle.js";
 export { ownerTokenPath } from "./ownerToken.js";
 export { RpcError, RpcRegistry } from "./rpc.js";
-export type { BootRecovery, DaemonRuntime, TurnObserver } from "./runtime.js";
+export {
+  type BootRecovery,
+  type DaemonRuntime,
+  type DeliveryNotice,
+  delegatedWorkflowExpansionAvailable,
+  type ExecutionLocation,
+  type TurnObserver,
+} from "./runtime.js";

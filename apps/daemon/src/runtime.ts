@@ -9,21 +9,26 @@ import {
   type ProgressSink,
   type RecoveryReport,
   recoverDelegations,
+  type SessionTurnRunner,
   type TurnRequest,
 } from "@crw/brain";
 import { PgDelegationRepository } from "@crw/db";
 import {
   boundedProjectFileReader,
   delegationNodeTurns,
+  handleWorkflowAddNodes,
   JournalNodeDispatcher,
   WorkflowEngine,
   type WorkflowEvent,
   workflowTools,
 } from "@crw/plugin-subagent";
 import {
+  type HostRpcHandler,
+  HostRpcRefusedError,
   killContainedProcesses,
   MemoryRetryPolicySource,
   type PoolHealth,
+  type ProcessChangedSink,
   RESTART_REQUIRED_ALERT_KEY,
   SubagentRunnerPool,
   SubagentSessionDispatch,
@@ -47,6 +52,37 @@ export interface BootRecovery {
 
 export type TurnObserver = (request: TurnRequest, placement: "runner" | "in-process") => void;
 
+/**
+ * Where a session executes now: in a runner (its id and placement state, from the pool's route bookkeeping)
+ * or in this daemon's own process (a turn running here), else nowhere.
+ */
+export type ExecutionLocation =
+  | {
+      readonly location: "runner";
+      readonly runnerId: string | null;
+      readonly state: "queued" | "running" | "idle";
+    }
+  | { readonly location: "in-process"; readonly state: "running" }
+  | { readonly location: "none" };
+
+/** A delivery acknowledgement as fanned out to live views, after the durable re-read confirmed it. */
+export interface DeliveryNotice {
+  readonly parentSessionId: string;
+  readonly results: readonly { resultId: string; toolCallId: string; kind: string }[];
+}
+
+/**
+ * delegatedWorkflowExpansionAvailable: a node's child may be offered WorkflowAddNodes when its turn runs in
+ * this daemon, or in a runner whose pool has the shared reverse host-call handler (supportsHostRpc, which
+ * takes no method argument; the method itself is dispatched and authorized by the typed RPC request).
+ */
+export function delegatedWorkflowExpansionAvailable(
+  placement: "runner" | "in-process",
+  pool: Pick<SubagentRunnerPool, "supportsHostRpc">,
+): boolean {
+  return placement === "in-process" || pool.supportsHostRpc();
+}
+
 export interface DaemonRuntime {
   readonly repo: PgDelegationRepository;
   readonly service: DelegationService;
@@ -56,11 +92,28 @@ export interface DaemonRuntime {
   readonly bus: EventBus;
   /** Placement counts since start: how many turns ran in runners and in the daemon. */
   readonly placements: { runner: number; "in-process": number };
+  /** The child's execution location (see ExecutionLocation). */
+  executionFor(sessionId: string): ExecutionLocation;
+  /** Every session executing now, in runners or in this process. */
+  executions(): ({ sessionId: string } & ExecutionLocation)[];
+  /**
+   * The daemon's delivery publisher: re-reads the parent's journal (the durable proof of delivery) and fans
+   * out only the results it confirms. Both the in-process delegation core and the runners' result-delivered
+   * host calls (through the pool's sink) publish here. Returns what was published.
+   */
+  publishDelivery(delivery: DeliveryNotice): Promise<DeliveryNotice | null>;
   /** A progress sink that publishes to the live views of each event's session. */
   progressSink(extra?: ProgressSink): ProgressSink;
   /** Boot recovery of delegations, then workflows; runs before the API port opens. */
   recover(): Promise<BootRecovery>;
-  health(): { pool: PoolHealth; recovery: BootRecovery | null; workflows: { driving: number } };
+  health(): {
+    pool: PoolHealth;
+    recovery: BootRecovery | null;
+    workflows: { driving: number };
+    executions: ({ sessionId: string } & ExecutionLocation)[];
+    processes: { started: number; exited: number };
+    steering: { settled: number };
+  };
   /**
    * Graceful stop: the database pool stops taking new statements and finishes those in flight (journal
    * writes drain); then runners, the workflow engine and the delegation core let go. Interrupted turns are
@@ -89,6 +142,17 @@ export async function assembleRuntime(
     multiplier: 2,
   });
   const maxRunners = config.runtime.maxRunners ?? Math.max(1, Math.min(4, cpus().length));
+  let engine!: WorkflowEngine;
+  // The shared reverse host-call handler runners call back through. workflow.addNodes goes to the plugin's
+  // handler, admitted only for the running node whose child made the call; other methods have no daemon
+  // service in crw yet and are refused with a typed error (never dropped).
+  const hostRpc: HostRpcHandler = async (method, params, context) => {
+    if (method === "workflow.addNodes")
+      return handleWorkflowAddNodes(engine, params as Parameters<typeof handleWorkflowAddNodes>[1], {
+        sessionId: context.sessionId,
+      });
+    throw new HostRpcRefusedError("unsupported", `the daemon serves no ${method} host call`);
+  };
   const runnerPool = new SubagentRunnerPool({
     sizing: () => ({ maxRunners, turnsPerRunner: config.runtime.turnsPerRunner }),
     enabled: () => config.runtime.subagentRunnerEnabled,
@@ -100,6 +164,7 @@ export async function assembleRuntime(
     }),
     // Runners build their agent loop with the same provider settings as the daemon's own.
     agentOptions: () => ({ baseUrls: config.models.baseUrls, apiKeyEnv: config.models.apiKeyEnv }),
+    hostRpc,
     onEvent: (event) => {
       if (event.type === "runner_log") return;
       log.info({ event }, "runner pool event");
@@ -125,12 +190,39 @@ export async function assembleRuntime(
     }
   });
 
+  const processes = { started: 0, exited: 0 };
+  runnerPool.attachProcessChangedSink((change: Parameters<ProcessChangedSink>[0]) => {
+    processes[change.state] += 1;
+    log.info({ change }, "runner process changed");
+    bus.publish("daemon:processes", { type: "process_changed", ...change });
+  });
+  const steering = { settled: 0 };
+  runnerPool.attachSteerSettledSink((settled) => {
+    steering.settled += settled.count;
+    bus.publish(`session:${settled.sessionId}`, { type: "steer_settled", ...settled });
+  });
+
   const placements = { runner: 0, "in-process": 0 };
   let firstTurnAt: string | null = null;
   const catalog = { baseUrls: config.models.baseUrls, apiKeyEnv: config.models.apiKeyEnv };
+  // Turns running in this process, by session: the in-process half of the execution projection.
+  const inProcessTurns = new Map<string, number>();
+  const agentLoop = createAgentTurnRunner(catalog);
+  const inProcess: SessionTurnRunner = {
+    async runTurn(request, host) {
+      inProcessTurns.set(request.sessionId, (inProcessTurns.get(request.sessionId) ?? 0) + 1);
+      try {
+        return await agentLoop.runTurn(request, host);
+      } finally {
+        const n = (inProcessTurns.get(request.sessionId) ?? 1) - 1;
+        if (n > 0) inProcessTurns.set(request.sessionId, n);
+        else inProcessTurns.delete(request.sessionId);
+      }
+    },
+  };
   const dispatch = new SubagentSessionDispatch({
     pool: runnerPool,
-    inProcess: createAgentTurnRunner(catalog),
+    inProcess,
     runnerEnabled: () => config.runtime.subagentRunnerEnabled,
     runnerKind: "agent",
     onPlaced: (request, placement) => {
@@ -148,7 +240,35 @@ export async function assembleRuntime(
   });
 
   const reader = boundedProjectFileReader({ root: config.projectRoot });
-  let engine!: WorkflowEngine;
+  const principalOf = async (sessionId: string): Promise<string | null> => {
+    const { rows } = await pgPool.query<{ principal: string }>(
+      "select principal_account_id::text as principal from sessions where id = $1::uuid",
+      [sessionId],
+    );
+    return rows[0]?.principal ?? null;
+  };
+  const publishDelivery = async (delivery: DeliveryNotice): Promise<DeliveryNotice | null> => {
+    // The acknowledgement is only as true as the journal: re-read the durable proof (settled, undiscarded
+    // rows carrying details.resultId) and fan out only what it confirms.
+    const principal = await principalOf(delivery.parentSessionId);
+    if (principal === null) return null;
+    const settled = new Set(await repo.settledResultIds(delivery.parentSessionId, principal));
+    const results = delivery.results.filter((r) => settled.has(r.resultId));
+    if (results.length < delivery.results.length)
+      log.warn(
+        { parentSessionId: delivery.parentSessionId, unconfirmed: delivery.results.length - results.length },
+        "result delivery not confirmed by the journal; not published",
+      );
+    if (results.length === 0) return null;
+    const notice = { parentSessionId: delivery.parentSessionId, results };
+    bus.publish(`session:${delivery.parentSessionId}`, { type: "result_delivered", ...notice });
+    return notice;
+  };
+  // A runner's delegation.resultDelivered (accepted by the pool only from the parent's routed runner) reaches
+  // the same publisher; the host call answers after publication.
+  runnerPool.attachResultDeliveredSink(async (delivery) => {
+    await publishDelivery(delivery);
+  });
   const service: DelegationService = new DelegationService({
     repo,
     runner: dispatch,
@@ -162,14 +282,18 @@ export async function assembleRuntime(
         readOnly: false,
         reader,
         currentWorkDir: async () => null,
+        expansionAvailable: delegatedWorkflowExpansionAvailable(
+          session.kind === "root" ? "in-process" : dispatch.placement(),
+          runnerPool,
+        ),
       }),
     onEvent: (event) => {
       log.info({ event }, "delegation event");
       if ("parentSessionId" in event && event.parentSessionId)
         bus.publish(`session:${event.parentSessionId}`, event);
     },
-    onResultDelivered: (event) => {
-      bus.publish(`session:${event.parentSessionId}`, { type: "result_delivered", ...event });
+    onResultDelivered: async (event) => {
+      await publishDelivery({ parentSessionId: event.parentSessionId, results: event.delivered });
     },
   });
   engine = new WorkflowEngine({
@@ -179,6 +303,7 @@ export async function assembleRuntime(
     dispatcher: new JournalNodeDispatcher(repo, delegationNodeTurns(service)),
     defaultModel: config.models.default,
     repo,
+    ...(config.runtime.maxActiveNodes !== undefined && { maxActiveNodes: config.runtime.maxActiveNodes }),
     // A cancel recorded by another daemon for a workflow this one drives reaches it through pg_notify.
     listenForCancel: true,
     onCompletion: (c) => service.resultQueued(c.parentSessionId, c.principalAccountId, c.resultId),
@@ -196,6 +321,24 @@ export async function assembleRuntime(
       extra?.(event);
     };
 
+  const executionFor = (sessionId: string): ExecutionLocation => {
+    if (inProcessTurns.has(sessionId)) return { location: "in-process", state: "running" };
+    const routed = runnerPool.executionOf(sessionId);
+    return routed ? { location: "runner", ...routed } : { location: "none" };
+  };
+
+  const executions = (): ({ sessionId: string } & ExecutionLocation)[] => [
+    ...[...inProcessTurns.keys()].map((sessionId) => ({
+      sessionId,
+      location: "in-process" as const,
+      state: "running" as const,
+    })),
+    ...runnerPool
+      .executions()
+      .filter((e) => !inProcessTurns.has(e.sessionId))
+      .map(({ sessionId, runnerId, state }) => ({ sessionId, location: "runner" as const, runnerId, state })),
+  ];
+
   return {
     repo,
     service,
@@ -205,6 +348,9 @@ export async function assembleRuntime(
     bus,
     placements,
     progressSink,
+    executionFor,
+    executions,
+    publishDelivery,
     async recover() {
       const startedAt = new Date().toISOString();
       recovery = {
@@ -242,6 +388,9 @@ export async function assembleRuntime(
         pool: runnerPool.health(),
         recovery: recovery ? { ...recovery, firstTurnAt } : null,
         workflows: { driving: engine.runIds().length },
+        executions: executions(),
+        processes: { ...processes },
+        steering: { ...steering },
       };
     },
     async close() {

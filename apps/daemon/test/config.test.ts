@@ -51,4 +51,19 @@ describe("daemon configuration", () => {
       loadConfig({ env: { CRW_DAEMON_DIR: dir(), CRW_SUBAGENT_RUNNER_ENABLED: "maybe" } }),
     ).toThrow(/CRW_SUBAGENT_RUNNER_ENABLED/);
   });
+
+  it("the workflow engine's node cap comes from runtime.maxActiveNodes (file or CRW_MAX_ACTIVE_NODES), bounded", () => {
+    const dataDir = dir();
+    expect(loadConfig({ env: { CRW_DAEMON_DIR: dataDir } }).runtime.maxActiveNodes).toBeUndefined();
+    writeFileSync(join(dataDir, "daemon.json"), JSON.stringify({ runtime: { maxActiveNodes: 6 } }));
+    expect(loadConfig({ env: { CRW_DAEMON_DIR: dataDir } }).runtime.maxActiveNodes).toBe(6);
+    expect(
+      loadConfig({ env: { CRW_DAEMON_DIR: dataDir, CRW_MAX_ACTIVE_NODES: "3" } }).runtime.maxActiveNodes,
+    ).toBe(3);
+    expect(() => loadConfig({ env: { CRW_DAEMON_DIR: dataDir, CRW_MAX_ACTIVE_NODES: "0" } })).toThrow(
+      /CRW_MAX_ACTIVE_NODES/,
+    );
+    writeFileSync(join(dataDir, "daemon.json"), JSON.stringify({ runtime: { maxActiveNodes: 0 } }));
+    expect(() => loadConfig({ env: { CRW_DAEMON_DIR: dataDir } })).toThrow(ConfigError);
+  });
 });

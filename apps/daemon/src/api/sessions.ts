@@ -139,6 +139,49 @@ export function registerSessionMethods(rpc: RpcRegistry, rt: DaemonRuntime, defa
     },
   });
 
+  /**
+   * A session's status: its execution location (runner id and placement state, or this daemon's process)
+   * merged with its delegation projection (the row, the open run) and the process projection of the runner
+   * hosting it (load only: no pid, path or build identity).
+   */
+  rpc.register("session.status", {
+    params: z.strictObject({ sessionId }),
+    handler: async (p, ctx) => {
+      const session = await own(p.sessionId, ctx);
+      const open =
+        session.kind === "delegated" ? await rt.repo.openRunForChild(session.id, ctx.accountId) : null;
+      const execution = rt.executionFor(session.id);
+      const runner =
+        execution.location === "runner" && execution.runnerId !== null
+          ? rt.runnerPool.health().runners.find((r) => r.runnerId === execution.runnerId)
+          : undefined;
+      return {
+        sessionId: session.id,
+        kind: session.kind,
+        parentSessionId: session.parentSessionId,
+        execution,
+        delegation: open
+          ? {
+              runId: open.id,
+              status: open.status,
+              mode: open.mode,
+              generation: open.generation,
+              recoveryAttempts: open.recoveryAttempts,
+            }
+          : null,
+        process: runner
+          ? {
+              runnerId: runner.runnerId,
+              turns: runner.turns,
+              sessions: runner.sessions,
+              memoryBytes: runner.memoryBytes,
+              memoryComplete: runner.memoryComplete,
+            }
+          : null,
+      };
+    },
+  });
+
   rpc.register("session.tap", {
     params: z.strictObject({
       sessionId,

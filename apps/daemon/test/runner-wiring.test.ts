@@ -1,0 +1,342 @@
+import { randomUUID } from "node:crypto";
+import { mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { RemoteTurnError, SubagentRunnerPool } from "@crw/subagent";
+import { useTestDatabase } from "@crw/tools/pg";
+import { pino } from "pino";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  type Daemon,
+  delegatedWorkflowExpansionAvailable,
+  loadConfig,
+  ownerTokenPath,
+  startDaemon,
+} from "../src/index.js";
+import { steps, TestClient } from "./support/client.js";
+import { gate, type LoopbackProvider, lastUserText, startLoopbackProvider } from "./support/provider.js";
+
+/**
+ * The daemon's runner wiring, in one daemon with real forked runners, a real PostgreSQL and a model provider
+ * on loopback (OpenAI Chat Completions over SSE) that the runners' agent loops reach through the daemon's
+ * configured base URL.
+ */
+const silent = pino({ level: "silent" });
+const db = useTestDatabase();
+const KEY_VAR = "CRW_TEST_LOOPBACK_KEY";
+const MODEL = "openai-completions:loopback-m";
+const holds = new Map<string, ReturnType<typeof gate>>();
+let provider: LoopbackProvider;
+let daemon: Daemon;
+let owner: TestClient;
+const placed: { sessionId: string; placement: string }[] = [];
+
+const waitFor = async (check: () => boolean | Promise<boolean>, what: string, ms = 30_000) => {
+  const until = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+};
+
+beforeAll(async () => {
+  process.env[KEY_VAR] = "loopback-secret";
+  provider = await startLoopbackProvider(async (request) => {
+    const text = lastUserText(request);
+    for (const [marker, g] of holds) if (text.includes(marker)) await g.wait;
+    return { text: `answered: ${text.slice(-60)}` };
+  });
+  const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-wiring-"));
+  daemon = await startDaemon(
+    loadConfig({
+      env: { DATABASE_URL: db.url },
+      overrides: {
+        dataDir,
+        port: 0,
+        logLevel: "silent",
+        runtime: { maxRunners: 2, turnsPerRunner: 8, maxActiveNodes: 4 },
+        models: {
+          baseUrls: { "openai-completions": provider.baseUrl },
+          apiKeyEnv: { "openai-completions": KEY_VAR },
+        },
+      },
+    }),
+    {
+      log: silent,
+      observeTurn: (request, placement) => placed.push({ sessionId: request.sessionId, placement }),
+    },
+  );
+  owner = await TestClient.connect(daemon.state.url, readFileSync(ownerTokenPath(dataDir), "utf8").trim());
+});
+
+afterAll(async () => {
+  for (const g of holds.values()) g.open();
+  owner?.close();
+  await daemon?.stop();
+  await provider?.close();
+});
+
+describe("the daemon's runner pool wiring", () => {
+  it("a delegated child runs in a runner against the daemon's configured provider URL and key variable", async () => {
+    const { sessionId } = await owner.ok<{ sessionId: string }>("session.create");
+    const before = provider.requests.length;
+    const receipt = await owner.ok<{ kind: string; childSessionId: string; body: string }>(
+      "session.delegate",
+      {
+        sessionId,
+        task: "loopback task one",
+        model: MODEL,
+      },
+    );
+    expect(receipt.kind).toBe("result");
+    expect(receipt.body).toContain("answered:");
+    const seen = provider.requests.slice(before);
+    expect(seen.length).toBeGreaterThanOrEqual(1);
+    expect(seen[0]).toMatchObject({
+      path: "/v1/chat/completions",
+      authorization: "Bearer loopback-secret",
+      body: { model: "loopback-m" },
+    });
+    // The child's turn was placed in a runner (not in the daemon), and the pool routes it there.
+    expect(placed.filter((p) => p.sessionId === receipt.childSessionId).map((p) => p.placement)).toEqual([
+      "runner",
+    ]);
+    expect(daemon.runtime.executionFor(receipt.childSessionId)).toMatchObject({ location: "runner" });
+  });
+
+  it("S004-484: session.status and /health merge a child's execution location with its delegation and process projections", async () => {
+    const hold = gate();
+    holds.set("HOLD-STATUS", hold);
+    const { sessionId } = await owner.ok<{ sessionId: string }>("session.create");
+    const receipt = await owner.ok<{ kind: string; childSessionId: string; runId: string }>(
+      "session.delegate",
+      {
+        sessionId,
+        task: "HOLD-STATUS child work",
+        model: MODEL,
+        background: true,
+      },
+    );
+    expect(receipt.kind).toBe("started");
+    const child = receipt.childSessionId;
+    await waitFor(
+      () => provider.requests.some((r) => lastUserText(r).includes("HOLD-STATUS")),
+      "the child's request",
+    );
+    const status = await owner.ok<Record<string, unknown>>("session.status", { sessionId: child });
+    const execution = status.execution as { location: string; runnerId: string; state: string };
+    expect(execution).toEqual({
+      location: "runner",
+      runnerId: expect.stringMatching(/^runner-/),
+      state: "running",
+    });
+    expect(status).toMatchObject({
+      sessionId: child,
+      kind: "delegated",
+      parentSessionId: sessionId,
+      delegation: { runId: receipt.runId, status: "running", mode: "background" },
+      process: { runnerId: execution.runnerId, turns: expect.any(Number) },
+    });
+    expect(JSON.stringify(status)).not.toMatch(/"pid"/);
+    const health = (await (await fetch(`${daemon.state.url}/health`)).json()) as {
+      executions: { sessionId: string; location: string; runnerId?: string; state: string }[];
+    };
+    expect(health.executions).toContainEqual({
+      sessionId: child,
+      location: "runner",
+      runnerId: execution.runnerId,
+      state: "running",
+    });
+    // A root session's turn runs in the daemon's own process: its location says so while it runs.
+    const root = await owner.ok<{ sessionId: string }>("session.create", { model: MODEL });
+    const rootHold = gate();
+    holds.set("HOLD-ROOT", rootHold);
+    const sending = owner.ok("session.send", { sessionId: root.sessionId, text: "HOLD-ROOT hello" });
+    await waitFor(
+      () => provider.requests.some((r) => lastUserText(r).includes("HOLD-ROOT")),
+      "the root's request",
+    );
+    expect(await owner.ok("session.status", { sessionId: root.sessionId })).toMatchObject({
+      kind: "root",
+      execution: { location: "in-process", state: "running" },
+      delegation: null,
+      process: null,
+    });
+    rootHold.open();
+    await sending;
+    expect(daemon.runtime.executionFor(root.sessionId)).toEqual({ location: "none" });
+    // Once the child's call settles, its delegation projection is gone and its runner route is idle.
+    hold.open();
+    await waitFor(async () => {
+      const s = await owner.ok<{ delegation: unknown }>("session.status", { sessionId: child });
+      return s.delegation === null;
+    }, "the child's call to settle");
+    expect(
+      (await owner.ok<{ execution: unknown }>("session.status", { sessionId: child })).execution,
+    ).toEqual({
+      location: "runner",
+      runnerId: execution.runnerId,
+      state: "idle",
+    });
+    // Another account's session is not found, as for every session method.
+    const other = await owner.call("session.status", { sessionId: randomUUID() });
+    expect(other.error).toMatchObject({ data: { code: "not_found" } });
+  });
+
+  it("S004-500: expansion is offered to a runner child when the pool has the host-call handler; workflow.addNodes from a forked runner extends the running node's workflow", async () => {
+    const hold = gate();
+    holds.set("HOLD-NODE-A", hold);
+    const definition = JSON.stringify({
+      name: "expand",
+      defaults: { model: MODEL },
+      nodes: [{ id: "a", task: "HOLD-NODE-A first node work" }],
+    });
+    const started = await owner.ok<{ workflowId: string; nodes: string[] }>("workflow.start", {
+      definition,
+      format: "json",
+    });
+    await waitFor(
+      () => provider.requests.some((r) => lastUserText(r).includes("HOLD-NODE-A")),
+      "node a's request",
+    );
+    // The node's child runs in a runner, and its provider request offers WorkflowAddNodes.
+    const request = provider.requests.find((r) => lastUserText(r).includes("HOLD-NODE-A"));
+    const toolNames = (request?.body.tools ?? []).map((t) => t.function?.name);
+    expect(toolNames).toContain("WorkflowAddNodes");
+    const node = daemon.runtime
+      .executions()
+      .find(
+        (e) =>
+          e.location === "runner" &&
+          e.state === "running" &&
+          daemon.runtime.engine.nodeOfSession(e.sessionId),
+      );
+    expect(node).toBeDefined();
+    const childSession = node?.sessionId as string;
+    const pool = daemon.runtime.runnerPool;
+    const addNodes = (sessionId: string, id: string) =>
+      pool.runTurn({
+        turnId: `t-${randomUUID()}`,
+        channelId: `host-call-${id}`,
+        sessionId,
+        prompt: "extend the workflow",
+        script: [
+          {
+            kind: "hostRpc",
+            method: "workflow.addNodes",
+            params: {
+              workflowId: started.workflowId,
+              nodes: [{ id, prompt: `added node ${id} work`, dependsOn: ["a"] }],
+            },
+          },
+        ],
+      });
+    // A session that is no running node of this workflow is refused, typed, and nothing is added.
+    const refused = await addNodes(randomUUID(), "intruder").catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(RemoteTurnError);
+    expect((refused as Error).message).toMatch(/not a running node/);
+    // The node's own session, through a real forked runner's host call.
+    const done = await addNodes(childSession, "b");
+    expect(done.stopReason).toBe("end");
+    const status = await owner.ok<{ nodes: { id: string }[] }>("workflow.status", {
+      workflowId: started.workflowId,
+    });
+    expect(status.nodes.map((n) => n.id).sort()).toEqual(["a", "b"]);
+    hold.open();
+    const followed = await owner.ok<{ status: string; nodes: { id: string; status: string }[] }>(
+      "workflow.follow",
+      { workflowId: started.workflowId },
+    );
+    expect(followed.status).toBe("completed");
+    expect(followed.nodes.map((n) => [n.id, n.status]).sort()).toEqual([
+      ["a", "succeeded"],
+      ["b", "succeeded"],
+    ]);
+  });
+
+  it("S004-500: S004-501: the daemon's decision reads supportsHostRpc(): without the handler a runner child gets no expansion", () => {
+    const base = {
+      sizing: () => ({ maxRunners: 1, turnsPerRunner: 1 }),
+      retryPolicySource: () => {
+        throw new Error("not started in this test");
+      },
+      catalog: () => ({ revision: 1, public: [], accounts: {} }),
+    };
+    const withHandler = new SubagentRunnerPool({ ...base, hostRpc: async () => null });
+    const without = new SubagentRunnerPool(base);
+    expect(delegatedWorkflowExpansionAvailable("runner", withHandler)).toBe(true);
+    expect(delegatedWorkflowExpansionAvailable("runner", without)).toBe(false);
+    // In the daemon's own process the tool runs locally: no host call is needed.
+    expect(delegatedWorkflowExpansionAvailable("in-process", without)).toBe(true);
+    // The daemon's pool has the handler.
+    expect(daemon.runtime.runnerPool.supportsHostRpc()).toBe(true);
+  });
+
+  it("S004-510: S004-511: a runner's result-delivered host call reaches the daemon's publisher, which re-reads the journal before fanning out", async () => {
+    // A parent with one delivered result (a foreground Delegate's tool result carries its resultId).
+    const { sessionId: parent } = await owner.ok<{ sessionId: string }>("session.create");
+    await owner.ok("session.send", {
+      sessionId: parent,
+      text: steps(
+        { toolCalls: [{ name: "Delegate", arguments: { task: "small job", background: false } }] },
+        { text: "ok" },
+      ),
+    });
+    const who = await owner.ok<{ accountId: string }>("daemon.whoami");
+    const [resultId] = await daemon.runtime.repo.settledResultIds(parent, who.accountId);
+    expect(resultId).toBeDefined();
+    const { sessionId: stranger } = await owner.ok<{ sessionId: string }>("session.create");
+
+    const published: { parent: string; event: unknown }[] = [];
+    const offs = [parent, stranger].map((s) =>
+      daemon.runtime.bus.subscribe(`session:${s}`, (event) => {
+        if ((event as { type?: string }).type === "result_delivered") published.push({ parent: s, event });
+      }),
+    );
+    const deliver = (sessionId: string) =>
+      daemon.runtime.runnerPool.runTurn({
+        turnId: `t-${randomUUID()}`,
+        channelId: `deliver-${sessionId}`,
+        sessionId,
+        prompt: "report the delivery",
+        script: [
+          {
+            kind: "hostRpc",
+            method: "delegation.resultDelivered",
+            params: {
+              parentSessionId: sessionId,
+              results: [{ resultId: resultId as string, toolCallId: "call-1", kind: "result" }],
+            },
+          },
+        ],
+      });
+    try {
+      // The journal of `stranger` holds no such delivery: the row says otherwise, nothing is published.
+      expect((await deliver(stranger)).stopReason).toBe("end");
+      expect(published).toEqual([]);
+      // The real parent's journal proves it: published once, before the host call answered.
+      expect((await deliver(parent)).stopReason).toBe("end");
+      expect(published).toEqual([
+        {
+          parent,
+          event: {
+            type: "result_delivered",
+            parentSessionId: parent,
+            results: [{ resultId, toolCallId: "call-1", kind: "result" }],
+          },
+        },
+      ]);
+    } finally {
+      for (const off of offs) off();
+    }
+  });
+
+  it("the daemon's process-changed sink counts its runners' starts and exits in /health", async () => {
+    const health = (await (await fetch(`${daemon.state.url}/health`)).json()) as {
+      processes: { started: number; exited: number };
+      steering: { settled: number };
+    };
+    expect(health.processes.started).toBeGreaterThanOrEqual(1);
+    expect(health.processes.exited).toBe(0);
+  });
+});
