@@ -33,9 +33,8 @@ function firstOf(run: ParityRun, role: Captured["role"]): Captured {
 
 function toolCallEnum(c: Captured): string[] {
   const call = c.body.tools?.find((t) => t.function.name === TOOL_CALL);
-  return (
-    (call?.function.parameters as { properties: { name: { enum: string[] } } }).properties.name.enum ?? []
-  ).slice();
+  const parameters = call?.function.parameters as { properties?: { name?: { enum?: string[] } } } | undefined;
+  return [...(parameters?.properties?.name?.enum ?? [])];
 }
 
 async function variant(count: number) {

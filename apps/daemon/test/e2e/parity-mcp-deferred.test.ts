@@ -1,0 +1,209 @@
+import { resolve } from "node:path";
+import {
+  catalogPolicyFingerprint,
+  catalogPolicyFrom,
+  PERSONA_TEMPLATES,
+  TOOL_CALL,
+  TOOL_SEARCH,
+} from "@crw/brain";
+import { useTestDatabase } from "@crw/tools/pg";
+import { describe, expect, it } from "vitest";
+import {
+  BaselineMigrationError,
+  checkedBaseline,
+  digestOf,
+  forkProof,
+  migrateBaseline,
+  type Prefix,
+  prefixDelta,
+} from "./parity-baseline.js";
+import { type Captured, declaredNames, normalize, runParitySession } from "./parity-harness.js";
+
+/**
+ * test:e2e:parity:mcp:deferred. The deferred catalog end to end, pinned: a twelve-tool MCP server bridged
+ * into every session, the child (in a forked runner) finds and calls a deferred tool, then forks once.
+ * The fingerprints pin the persona templates, the shared whole-catalog deferral policy (and the deferred
+ * catalog's own texts), the typed context records the run journaled, and every provider request prefix,
+ * against parity-mcp-deferred-baseline.json. The fork's first provider request must repeat its parent's
+ * system prompt, declared tools and message prefix byte for byte (the same-build fork proof every baseline
+ * migration needs).
+ */
+const db = useTestDatabase();
+const baselinePath = resolve(import.meta.dirname, "parity-mcp-deferred-baseline.json");
+
+type Body = Captured["body"] & { messages?: { role: string; content?: unknown }[] };
+const systemOf = (b: Body) => (b.messages ?? []).filter((m) => m.role === "system" || m.role === "developer");
+const contextOf = (b: Body) =>
+  (b.messages ?? []).filter((m) => m.role !== "system" && m.role !== "developer");
+
+function prefixOf(c: Captured): Prefix {
+  const body = normalize(c.body) as Body;
+  return {
+    system: JSON.stringify(systemOf(body)),
+    tools: Object.fromEntries((body.tools ?? []).map((t) => [t.function.name, JSON.stringify(t)])),
+    context: JSON.stringify(contextOf(body)),
+  };
+}
+
+function pinnedOf(transcripts: unknown[], policy = catalogPolicyFingerprint().digest) {
+  return {
+    personaTemplates: digestOf(PERSONA_TEMPLATES),
+    catalogPolicy: policy,
+    contextRecords: digestOf(normalize(transcripts)),
+  };
+}
+
+describe("test:e2e:parity:mcp:deferred", () => {
+  it("S004-447: S004-448: S004-449: S004-451: the deferred catalog through a runner, a same-build fork with byte-identical prefixes, and the pinned fingerprints equal the stored baseline", async () => {
+    const run = await runParitySession({ pool: db.pool, runnerEnabled: true, mcp: { calc: 12 }, fork: true });
+    expect(run.placements.runner).toBeGreaterThan(0);
+
+    const child = run.captured.filter((c) => c.role === "child");
+    const fork = run.captured.filter((c) => c.role === "fork");
+    expect(child.map((c) => c.step)).toEqual([0, 1, 2, 3]);
+    expect(fork.map((c) => c.step)).toEqual([0]);
+    // Native tools outside the locked core set and the bridged ones are deferred; the model-only tools stay
+    // declared directly; the deferred tool was found and called.
+    const declared = declaredNames(child[0] as Captured);
+    expect(declared).toEqual([
+      "Delegate",
+      "DelegateContinue",
+      "DelegateRead",
+      "WorkflowStart",
+      TOOL_SEARCH,
+      TOOL_CALL,
+    ]);
+    const found = (child[1]?.body.messages ?? [])
+      .filter((m) => m.role === "tool")
+      .map((m) => String(m.content));
+    expect(found.join("\n")).toContain('"name": "mcp__calc__add"');
+
+    // The same-build fork: its first request (captured at the provider) against the child's request that
+    // asked for it.
+    const body = (c: Captured) => c.body as Body;
+    const asked = child[2] as Captured;
+    const proof = forkProof(
+      {
+        key: "child:2",
+        system: systemOf(body(asked)),
+        tools: body(asked).tools,
+        messages: contextOf(body(asked)),
+      },
+      {
+        key: "fork:0",
+        system: systemOf(body(fork[0] as Captured)),
+        tools: body(fork[0] as Captured).tools,
+        messages: contextOf(body(fork[0] as Captured)),
+      },
+    );
+    expect(proof).toMatchObject({
+      systemIdentical: true,
+      toolsIdentical: true,
+      messagePrefixIdentical: true,
+    });
+    expect(proof.prefixMessages).toBeGreaterThan(1);
+
+    const prefixes = Object.fromEntries(run.captured.map((c) => [`${c.role}:${c.step}`, prefixOf(c)]));
+    const current = {
+      prefixes,
+      pinned: pinnedOf(run.transcripts),
+      turns: Object.fromEntries(Object.entries(prefixes).map(([k, p]) => [k, digestOf(p)])),
+    };
+    const baseline = checkedBaseline(baselinePath, current, proof);
+    expect(baseline.reason.length).toBeGreaterThan(0);
+    expect(baseline.forkProof).toMatchObject({
+      systemIdentical: true,
+      toolsIdentical: true,
+      messagePrefixIdentical: true,
+    });
+    expect(
+      prefixDelta(baseline, current),
+      "the pinned fingerprints or provider request prefixes changed: migrate the baseline (CRW_PARITY_UPDATE=1 with a reason naming the delta)",
+    ).toEqual([]);
+    expect(current.turns).toEqual(baseline.turns);
+  }, 120_000);
+
+  it("S004-447: the fingerprints move with the persona templates, the deferral policy and the context records", () => {
+    const base = pinnedOf([{ role: "user", content: "x" }]);
+    expect(pinnedOf([{ role: "user", content: "x" }])).toEqual(base);
+    expect(pinnedOf([{ role: "user", content: "y" }]).contextRecords).not.toBe(base.contextRecords);
+    expect(
+      pinnedOf(
+        [{ role: "user", content: "x" }],
+        catalogPolicyFingerprint(catalogPolicyFrom({ maxDirectTools: 8 })).digest,
+      ).catalogPolicy,
+    ).not.toBe(base.catalogPolicy);
+    expect(digestOf({ ...PERSONA_TEMPLATES, "crw-engineering": "changed" })).not.toBe(base.personaTemplates);
+    const previous = { prefixes: {}, pinned: base };
+    expect(prefixDelta(previous, { prefixes: {}, pinned: { ...base, personaTemplates: "other" } })).toEqual([
+      "pinned personaTemplates",
+    ]);
+  });
+
+  it("S004-451: S004-452: a baseline migrates only with a reason naming the exact delta and a passing same-build fork proof; a new capture alone is refused", () => {
+    const prefix: Prefix = { system: "s", tools: { Delegate: "d", ToolSearch: "t" }, context: "c" };
+    const previous = {
+      reason: "first",
+      updatedAt: "",
+      delta: [],
+      forkProof: undefined as never,
+      pinned: { catalogPolicy: "p1" },
+      turns: {},
+      prefixes: { "child:0": prefix },
+    };
+    const changed = {
+      pinned: { catalogPolicy: "p2" },
+      turns: {},
+      prefixes: { "child:0": { ...prefix, tools: { ...prefix.tools, Delegate: "d2" } } },
+    };
+    const proof = forkProof(
+      { key: "p", system: "s", tools: [1], messages: ["a"] },
+      { key: "f", system: "s", tools: [1], messages: ["a", "b"] },
+    );
+    const refused = (f: () => unknown) => {
+      try {
+        f();
+      } catch (e) {
+        return e instanceof BaselineMigrationError ? e.code : e;
+      }
+      return "accepted";
+    };
+    // A new capture alone (no fork proof) does not establish parity, whatever the reason says.
+    expect(
+      refused(() =>
+        migrateBaseline({
+          previous,
+          current: changed,
+          reason: "Delegate and catalogPolicy changed",
+          forkProof: undefined,
+        }),
+      ),
+    ).toBe("fork_proof_missing");
+    const broken = forkProof(
+      { key: "p", system: "s", tools: [1], messages: ["a"] },
+      { key: "f", system: "s", tools: [2], messages: ["a", "b"] },
+    );
+    expect(
+      refused(() =>
+        migrateBaseline({ previous, current: changed, reason: "Delegate catalogPolicy", forkProof: broken }),
+      ),
+    ).toBe("fork_not_identical");
+    expect(refused(() => migrateBaseline({ previous, current: changed, reason: "", forkProof: proof }))).toBe(
+      "reason_missing",
+    );
+    // The reason must name every changed part: here the Delegate tool and the pinned catalog policy.
+    expect(
+      refused(() =>
+        migrateBaseline({ previous, current: changed, reason: "Delegate got a field", forkProof: proof }),
+      ),
+    ).toBe("reason_incomplete");
+    const next = migrateBaseline({
+      previous,
+      current: changed,
+      reason: "Delegate got a field; catalogPolicy threshold raised",
+      forkProof: proof,
+    });
+    expect(next.delta).toEqual(["child:0 tool Delegate", "pinned catalogPolicy"]);
+    expect(next.forkProof).toBe(proof);
+  });
+});
