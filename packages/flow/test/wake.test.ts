@@ -63,16 +63,24 @@ describe("the run wakes its owner", () => {
   it("S000-296 S000-297 S000-298 S000-176: while a step waits unreported the owner is notified again whatever its status, each interval doubled up to RenotifyMax; the escalation is written once and the run goes on", async () => {
     run = await inProcessRun({});
     const r = run;
-    // the owner is busy: no wake at the publish, but the renotifications come whatever its status
+    // the owner is busy: the publish's wake waits for its turn to end, and the renotifications come
+    // whatever its status (each one held for after the turn in place of the one before)
     Object.assign(r.spec, { wake_after_ms: 150, renotify_max_ms: 300, unresponsive_after_ms: 700 });
+    const texts: string[] = [];
+    r.fake.onTurnStart((thread, _turn, text) => {
+      if (thread === r.owner) texts.push(text);
+    });
     const { done } = r.background(one);
     await r.steps(1);
-    await waitRow(() => (wakes(r).length >= 4 ? true : undefined), 10_000);
+    await waitRow(() => (wakes(r).length >= 5 ? true : undefined), 10_000);
     await waitRow(() => r.rows().find((x) => x.type === "escalation"), 10_000);
-    const ws = wakes(r);
+    const all = wakes(r);
+    expect(all[0]).toMatchObject({ renotify: 0, staged: true, delivery: "after_turn" });
+    const ws = all.filter((w) => w.renotify > 0);
     expect(ws.slice(0, 4).map((w) => w.renotify)).toEqual([1, 2, 3, 4]);
-    expect(ws.every((w) => w.owner_status === "active")).toBe(true);
-    expect(new Set(ws.map((w) => w.wake_id)).size).toBe(ws.length);
+    expect(all.every((w) => w.owner_status === "active")).toBe(true);
+    expect(new Set(all.map((w) => w.wake_id)).size).toBe(all.length);
+    expect(texts).toEqual([]); // never a turn on the busy owner
     const at = ws.map((w) => Date.parse(w.at));
     const published = Date.parse(String(r.rows().find((x) => x.type === "step_published")?.at));
     expect((at[0] ?? 0) - published).toBeGreaterThanOrEqual(150 - 5);
@@ -89,6 +97,52 @@ describe("the run wakes its owner", () => {
     expect((esc[0] as { waiting_seconds: number }).waiting_seconds).toBeGreaterThanOrEqual(0);
     await new Promise((res) => setTimeout(res, 900));
     expect(r.rows().filter((x) => x.type === "escalation")).toHaveLength(1); // once; the run waits on
+    await finish(r, done);
+    // every wake held for the busy owner was taken over by the next one, the last dropped once the step
+    // was bound: none was delivered
+    const deliveries = r.rows().filter((x) => x.type === "message_delivery");
+    expect(deliveries.length).toBe(wakes(r).length);
+    expect(deliveries.every((d) => d.type === "message_delivery" && !d.delivered)).toBe(true);
+    expect(deliveries.at(-1)).toMatchObject({ reason: "no_step_waiting" });
+  });
+
+  it("S000-291: a wake while the owner is busy is delivered after its current turn, as a new turn; the delivery is a message_delivery row", async () => {
+    run = await inProcessRun({});
+    const r = run;
+    r.spec.wake_after_ms = 3_600_000;
+    const texts: string[] = [];
+    const turnIds: string[] = [];
+    r.fake.onTurnStart((thread, turn, text) => {
+      if (thread === r.owner) {
+        texts.push(text);
+        turnIds.push(turn);
+      }
+    });
+    const { done } = r.background(one);
+    await r.steps(1);
+    const staged = await waitRow(() => wakes(r)[0]);
+    expect(staged).toMatchObject({
+      owner_status: "active",
+      staged: true,
+      delivery: "after_turn",
+      renotify: 0,
+    });
+    // polls go by while the owner's turn runs: nothing is delivered into it
+    await new Promise((res) => setTimeout(res, 4 * (r.spec.poll_ms ?? 20)));
+    expect(texts).toEqual([]);
+    expect(r.rows().some((x) => x.type === "message_delivery")).toBe(false);
+    r.fake.completeTurn(r.owner); // the owner's turn ends
+    const delivered = await waitRow(() => r.rows().find((x) => x.type === "message_delivery"));
+    expect(texts).toHaveLength(1);
+    expect(texts[0]).toContain(`session_step_waiting (${staged.wake_id})`);
+    expect(delivered).toMatchObject({
+      wake_id: staged.wake_id,
+      owner: r.owner,
+      delivered: true,
+      turn_id: turnIds[0],
+      owner_status: "idle",
+    });
+    expect(wakes(r)).toHaveLength(1); // one wake, one delivery
     await finish(r, done);
   });
 });

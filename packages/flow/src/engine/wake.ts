@@ -28,9 +28,12 @@ export interface WakeContext {
 }
 
 /**
- * Wakes the owner thread while steps wait for it. When a step is published and the owner is idle or
- * notLoaded, a session_step_waiting message is staged as a new turn on the owner thread through the host
- * (a resume first when it is notLoaded). The wake's id is (run, process, batch): the batch is the set of
+ * Wakes the owner thread while steps wait for it. When a step is published, a session_step_waiting message
+ * is staged for the owner thread and delivered through the host: a new turn on an idle thread, a resume and
+ * a turn on a notLoaded one, after the current turn on a busy (active) one (held here until the thread is
+ * no longer active; a later round's wake takes the place of one still held, and one the owner no longer
+ * needs because it took the steps meanwhile is dropped). Each delivery, or why there was none, is a
+ * message_delivery row. The wake's id is (run, process, batch): the batch is the set of
  * waiting markers, the run's n-th process wakes under `<batch>/e<n>` (the first under `<batch>`), so the
  * same steps staged again by one process are one message, and a resume stages new ones. While steps wait
  * with no dispatched report the owner is notified again after WakeAfter, each interval twice the one
@@ -47,6 +50,8 @@ export class OwnerWaker {
   private published = false;
   private staged: Set<string> | null = null;
   private running = false;
+  /** A wake staged while the owner was busy: delivered once its current turn has ended. */
+  private pending: { wakeId: string; text: string } | null = null;
 
   constructor(
     private readonly ctx: WakeContext,
@@ -79,6 +84,20 @@ export class OwnerWaker {
   }
 
   private reset(): void {
+    if (this.pending) {
+      // the owner took the steps in its current turn: the message has nothing to say any more
+      this.ctx.append([
+        {
+          type: "message_delivery",
+          wake_id: this.pending.wakeId,
+          owner: this.ctx.owner,
+          delivered: false,
+          owner_status: "active",
+          reason: "no_step_waiting",
+        },
+      ]);
+      this.pending = null;
+    }
     this.firstAt = null;
     this.renotify = 0;
     this.interval = this.config.wakeAfterMs;
@@ -92,10 +111,20 @@ export class OwnerWaker {
     this.running = true;
     try {
       const now = this.now();
+      if (this.pending) {
+        // a busy owner gets the message after its current turn
+        const status = await this.ownerStatus();
+        if (status === "idle" || status === "notLoaded") {
+          const { wakeId, text } = this.pending;
+          this.pending = null;
+          await this.deliver(wakeId, text, status);
+        }
+      }
       if (this.published) {
         this.published = false;
         const status = await this.ownerStatus();
-        if (status === "idle" || status === "notLoaded") await this.stage(status, 0, now);
+        if (status === "idle" || status === "notLoaded" || status === "active")
+          await this.stage(status, 0, now);
       }
       if (now - this.lastAt >= this.interval) {
         this.renotify++;
@@ -167,13 +196,69 @@ export class OwnerWaker {
       this.ctx.append([{ ...row, staged: false, reason: "already_held" }]);
       return;
     }
-    const r = await this.ctx.host.startTurn(this.ctx.owner, this.message(ops, wakeId));
+    const text = this.message(ops, wakeId);
+    if (ownerStatus === "active") {
+      // a busy owner: staged now, delivered after its current turn (a later round's wake takes the place
+      // of one still undelivered)
+      if (this.pending) {
+        this.ctx.append([
+          {
+            type: "message_delivery",
+            wake_id: this.pending.wakeId,
+            owner: this.ctx.owner,
+            delivered: false,
+            owner_status: ownerStatus,
+            reason: `superseded by ${wakeId}`,
+          },
+        ]);
+      }
+      this.staged.add(wakeId);
+      this.pending = { wakeId, text };
+      this.ctx.append([{ ...row, staged: true, delivery: "after_turn" }]);
+      return;
+    }
+    const delivery = ownerStatus === "notLoaded" ? "resume_and_turn" : "new_turn";
+    const r = await this.ctx.host.startTurn(this.ctx.owner, text);
     if (r.ok) {
       this.staged.add(wakeId);
-      this.ctx.append([{ ...row, staged: true }]);
+      this.ctx.append([
+        { ...row, staged: true, delivery },
+        {
+          type: "message_delivery",
+          wake_id: wakeId,
+          owner: this.ctx.owner,
+          delivered: true,
+          turn_id: r.value.turnId,
+          owner_status: ownerStatus,
+        },
+      ]);
     } else {
       this.ctx.append([{ ...row, staged: false, error: `${r.reason}: ${r.message}` }]);
     }
+  }
+
+  /** A wake staged while the owner was busy goes out as a new turn once that turn has ended. */
+  private async deliver(wakeId: string, text: string, ownerStatus: string): Promise<void> {
+    const r = await this.ctx.host.startTurn(this.ctx.owner, text);
+    this.ctx.append([
+      r.ok
+        ? {
+            type: "message_delivery",
+            wake_id: wakeId,
+            owner: this.ctx.owner,
+            delivered: true,
+            turn_id: r.value.turnId,
+            owner_status: ownerStatus,
+          }
+        : {
+            type: "message_delivery",
+            wake_id: wakeId,
+            owner: this.ctx.owner,
+            delivered: false,
+            owner_status: ownerStatus,
+            reason: `${r.reason}: ${r.message}`,
+          },
+    ]);
   }
 
   private message(ops: string[], wakeId: string): string {

@@ -268,6 +268,27 @@ export const SessionWakeRow = z.object({
   staged: z.boolean(),
   error: z.string().optional(),
   reason: z.string().optional(),
+  /**
+   * How the staged message reaches the owner: a new turn on an idle thread, a resume and a turn on a
+   * notLoaded one, after the current turn on a busy (active) one. Absent from a row written before it.
+   */
+  delivery: z.enum(["new_turn", "resume_and_turn", "after_turn"]).optional(),
+});
+
+/**
+ * The delivery of a staged wake (flow row): the owner turn it started (delivered), or why it was not
+ * (another wake of a later round took its place while the owner was busy, no step waits any more, the
+ * host refused the turn).
+ */
+export const MessageDeliveryRow = z.object({
+  ...base,
+  type: z.literal("message_delivery"),
+  wake_id: z.string(),
+  owner: z.string(),
+  delivered: z.boolean(),
+  turn_id: z.string().optional(),
+  owner_status: z.string(),
+  reason: z.string().optional(),
 });
 
 /** The session_unresponsive escalation (flow row); the run goes on. */
@@ -341,6 +362,7 @@ export const JournalRowSchema = z.discriminatedUnion("type", [
   RoleStoreChangedRow,
   EvidencePlacedRow,
   SessionWakeRow,
+  MessageDeliveryRow,
   EscalationRow,
   FlowWarningRow,
   DecisionRequestedRow,
