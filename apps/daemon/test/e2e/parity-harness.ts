@@ -14,6 +14,7 @@ import {
 } from "@crw/brain";
 import { PgDelegationRepository } from "@crw/db";
 import {
+  boundedProjectFileReader,
   delegationNodeTurns,
   JournalNodeDispatcher,
   WorkflowEngine,
@@ -38,8 +39,11 @@ export type Role = "root" | "child" | "fork";
 export interface Captured {
   readonly role: Role;
   readonly step: number;
-  readonly body: ProviderRequest["body"] & {
-    tools?: { function: { name: string; description: string; parameters: unknown } }[];
+  /** The request body as the provider received it (Chat Completions). */
+  readonly body: {
+    model?: string;
+    messages?: { role: string; content?: unknown; tool_calls?: unknown[] }[];
+    tools?: { type: string; function: { name: string; description: string; parameters: unknown } }[];
   };
 }
 
@@ -125,7 +129,7 @@ export async function runParitySession(options: RunOptions): Promise<ParityRun> 
   process.env[FAKE_KEY_ENV] = "parity-key";
   const provider = await startLoopbackProvider((request) => {
     const who = classify(request.body);
-    const c: Captured = { ...who, body: request.body as Captured["body"] };
+    const c: Captured = { ...who, body: request.body as unknown as Captured["body"] };
     captured.push(c);
     return answer(who, declaredNames(c), options.fork === true);
   });
@@ -173,7 +177,14 @@ export async function runParitySession(options: RunOptions): Promise<ParityRun> 
     spill: new FileSpillStore(join(dataDir, "spill")),
     owner: `parity-${randomUUID()}`,
     tools: (session) => [
-      ...workflowTools({ service, engine, session, readOnly: false, currentWorkDir: async () => null }),
+      ...workflowTools({
+        service,
+        engine,
+        session,
+        readOnly: false,
+        reader: boundedProjectFileReader({ root: dataDir }),
+        currentWorkDir: async () => null,
+      }),
       ...mcp.tools(),
     ],
   });
