@@ -1,11 +1,13 @@
-import type { TranscriptMessage } from "@crw/db";
+import type { ProviderContentPart, TranscriptMessage } from "@crw/db";
 import type { AgentMessage } from "@mariozechner/pi-agent-core";
 import type { Api, Message, Model, AssistantMessage as PiAssistant } from "@mariozechner/pi-ai";
 
 /**
- * Between the journal's transcript shapes (`@crw/db`) and pi-ai's messages. The journal keeps text and
- * tool calls; provider-private parts (thinking, signatures, images) are not journaled. A custom message
- * (a delivered result, a steer) reaches the model as user text and maps back to the same journal object.
+ * Between the journal's transcript shapes (`@crw/db`) and pi-ai's messages. An assistant message keeps its
+ * text and tool calls as `content`; when the provider produced more (thinking blocks, text, thinking and
+ * tool-call signatures), every part is kept in order as `providerContent`, with the producing API and
+ * provider, and the next request replays exactly those parts. A custom message (a delivered result, a
+ * steer) reaches the model as user text and maps back to the same journal object.
  */
 const ZERO_USAGE = {
   input: 0,
@@ -34,13 +36,15 @@ export function toPiMessage(message: TranscriptMessage, model: Model<Api>): Mess
     case "assistant":
       return {
         role: "assistant",
-        content: message.content.map((part) =>
-          part.type === "text"
-            ? { type: "text", text: part.text }
-            : { type: "toolCall", id: part.id, name: part.name, arguments: part.arguments },
-        ),
-        api: model.api,
-        provider: model.provider,
+        content: message.providerContent
+          ? message.providerContent.map((part) => ({ ...part }))
+          : message.content.map((part) =>
+              part.type === "text"
+                ? { type: "text", text: part.text }
+                : { type: "toolCall", id: part.id, name: part.name, arguments: part.arguments },
+            ),
+        api: (message.api as Api | undefined) ?? model.api,
+        provider: message.provider ?? model.provider,
         model: message.model ?? model.id,
         usage: ZERO_USAGE,
         stopReason: message.stopReason,
@@ -72,14 +76,43 @@ export function fromPiMessage(message: AgentMessage): TranscriptMessage | undefi
     case "assistant": {
       const m = message as PiAssistant;
       const content: Extract<TranscriptMessage, { role: "assistant" }>["content"] = [];
+      const parts: ProviderContentPart[] = [];
+      let extra = false;
       for (const part of m.content) {
-        if (part.type === "text") content.push({ type: "text", text: part.text });
-        else if (part.type === "toolCall")
+        if (part.type === "text") {
+          content.push({ type: "text", text: part.text });
+          parts.push({
+            type: "text",
+            text: part.text,
+            ...(part.textSignature !== undefined ? { textSignature: part.textSignature } : {}),
+          });
+          extra ||= part.textSignature !== undefined;
+        } else if (part.type === "toolCall") {
           content.push({ type: "toolCall", id: part.id, name: part.name, arguments: part.arguments });
+          parts.push({
+            type: "toolCall",
+            id: part.id,
+            name: part.name,
+            arguments: part.arguments,
+            ...(part.thoughtSignature !== undefined ? { thoughtSignature: part.thoughtSignature } : {}),
+          });
+          extra ||= part.thoughtSignature !== undefined;
+        } else if (part.type === "thinking") {
+          parts.push({
+            type: "thinking",
+            thinking: part.thinking,
+            ...(part.thinkingSignature !== undefined ? { thinkingSignature: part.thinkingSignature } : {}),
+            ...(part.redacted !== undefined ? { redacted: part.redacted } : {}),
+          });
+          extra = true;
+        }
       }
       return {
         role: "assistant",
         content,
+        // Provider-private parts are kept (in order, with the API and provider that made them) only when
+        // there are any: a plain message stays as small as it was.
+        ...(extra ? { providerContent: parts, api: m.api, provider: m.provider } : {}),
         // The journal has no "length" stop: the answer ended, cut at the limit (the outcome keeps "length").
         stopReason: m.stopReason === "length" ? "stop" : m.stopReason,
         ...(m.errorMessage !== undefined ? { errorMessage: m.errorMessage } : {}),

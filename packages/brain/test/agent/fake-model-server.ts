@@ -6,9 +6,51 @@ import type { AddressInfo } from "node:net";
  * Responses, Anthropic Messages) with scripted answers, so the real pi-ai clients run end to end offline.
  */
 export type FakeReply =
-  | { text: string }
-  | { tool: { id: string; name: string; arguments: Record<string, unknown> } }
+  | { text: string; thinking?: FakeThinking }
+  | { tool: { id: string; name: string; arguments: Record<string, unknown> }; thinking?: FakeThinking }
   | { status: number };
+
+/** An extended-thinking block sent before the reply's own block (Anthropic Messages only). */
+export interface FakeThinking {
+  readonly thinking: string;
+  readonly signature: string;
+}
+
+function anthropicThinking(thinking: FakeThinking | undefined): { event: string; data: unknown }[] {
+  if (!thinking) return [];
+  return [
+    {
+      event: "content_block_start",
+      data: { type: "content_block_start", index: 0, content_block: { type: "thinking", thinking: "" } },
+    },
+    {
+      event: "content_block_delta",
+      data: {
+        type: "content_block_delta",
+        index: 0,
+        delta: { type: "thinking_delta", thinking: thinking.thinking },
+      },
+    },
+    {
+      event: "content_block_delta",
+      data: {
+        type: "content_block_delta",
+        index: 0,
+        delta: { type: "signature_delta", signature: thinking.signature },
+      },
+    },
+    { event: "content_block_stop", data: { type: "content_block_stop", index: 0 } },
+  ];
+}
+
+/** Shifts a block's index past a leading thinking block. */
+function shifted(events: { event: string; data: unknown }[], by: number): { event: string; data: unknown }[] {
+  if (by === 0) return events;
+  return events.map((e) => {
+    const data = e.data as { index?: number };
+    return typeof data.index === "number" ? { ...e, data: { ...data, index: data.index + by } } : e;
+  });
+}
 
 export interface FakeModelServer {
   readonly url: string;
@@ -98,41 +140,55 @@ function anthropic(reply: FakeReply): string {
     },
     { event: "message_stop", data: { type: "message_stop" } },
   ];
+  if ("status" in reply) return "";
+  const thinking = anthropicThinking(reply.thinking);
+  const by = thinking.length > 0 ? 1 : 0;
   if ("text" in reply) {
     return sse([
       start,
-      {
-        event: "content_block_start",
-        data: { type: "content_block_start", index: 0, content_block: { type: "text", text: "" } },
-      },
-      {
-        event: "content_block_delta",
-        data: { type: "content_block_delta", index: 0, delta: { type: "text_delta", text: reply.text } },
-      },
-      { event: "content_block_stop", data: { type: "content_block_stop", index: 0 } },
+      ...thinking,
+      ...shifted(
+        [
+          {
+            event: "content_block_start",
+            data: { type: "content_block_start", index: 0, content_block: { type: "text", text: "" } },
+          },
+          {
+            event: "content_block_delta",
+            data: { type: "content_block_delta", index: 0, delta: { type: "text_delta", text: reply.text } },
+          },
+          { event: "content_block_stop", data: { type: "content_block_stop", index: 0 } },
+        ],
+        by,
+      ),
       ...end("end_turn"),
     ]);
   }
-  if (!("tool" in reply)) return "";
   return sse([
     start,
-    {
-      event: "content_block_start",
-      data: {
-        type: "content_block_start",
-        index: 0,
-        content_block: { type: "tool_use", id: reply.tool.id, name: reply.tool.name, input: {} },
-      },
-    },
-    {
-      event: "content_block_delta",
-      data: {
-        type: "content_block_delta",
-        index: 0,
-        delta: { type: "input_json_delta", partial_json: JSON.stringify(reply.tool.arguments) },
-      },
-    },
-    { event: "content_block_stop", data: { type: "content_block_stop", index: 0 } },
+    ...thinking,
+    ...shifted(
+      [
+        {
+          event: "content_block_start",
+          data: {
+            type: "content_block_start",
+            index: 0,
+            content_block: { type: "tool_use", id: reply.tool.id, name: reply.tool.name, input: {} },
+          },
+        },
+        {
+          event: "content_block_delta",
+          data: {
+            type: "content_block_delta",
+            index: 0,
+            delta: { type: "input_json_delta", partial_json: JSON.stringify(reply.tool.arguments) },
+          },
+        },
+        { event: "content_block_stop", data: { type: "content_block_stop", index: 0 } },
+      ],
+      by,
+    ),
     ...end("tool_use"),
   ]);
 }

@@ -237,6 +237,7 @@ describe("pauseForRestart: the restart checkpoint", () => {
       task: "do it",
       mode: "background",
     });
+    if (receipt.kind !== "started") throw new Error("expected a started call");
     await inTurn.promise;
     let resolved = false;
     const pause = service.pauseForRestart().then(() => {

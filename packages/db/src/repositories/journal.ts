@@ -17,6 +17,38 @@ export const toolCallContentSchema = z
   })
   .strict();
 
+/**
+ * The exact content parts the agent loop produced for an assistant message, for providers that need them
+ * back (thinking blocks and their signatures, text and tool-call signatures). `content` stays the journal's
+ * view (text and tool calls, in the same order); `providerContent`, when present, is what the provider
+ * request replays, byte for byte.
+ */
+export const providerTextPartSchema = z
+  .object({ type: z.literal("text"), text: z.string(), textSignature: z.string().optional() })
+  .strict();
+export const providerThinkingPartSchema = z
+  .object({
+    type: z.literal("thinking"),
+    thinking: z.string(),
+    thinkingSignature: z.string().optional(),
+    redacted: z.boolean().optional(),
+  })
+  .strict();
+export const providerToolCallPartSchema = z
+  .object({
+    type: z.literal("toolCall"),
+    id,
+    name: id,
+    arguments: z.record(z.string(), z.unknown()),
+    thoughtSignature: z.string().optional(),
+  })
+  .strict();
+export const providerContentPartSchema = z.discriminatedUnion("type", [
+  providerTextPartSchema,
+  providerThinkingPartSchema,
+  providerToolCallPartSchema,
+]);
+
 export const userMessageSchema = z.object({ role: z.literal("user"), content: z.string() }).strict();
 export const assistantMessageSchema = z
   .object({
@@ -25,8 +57,25 @@ export const assistantMessageSchema = z
     stopReason: z.enum(["stop", "toolUse", "error", "aborted"]),
     errorMessage: z.string().optional(),
     model: z.string().optional(),
+    /** Which provider API and provider produced it (a provider replays its own private parts only). */
+    api: z.string().max(200).optional(),
+    provider: z.string().max(200).optional(),
+    providerContent: z.array(providerContentPartSchema).optional(),
   })
-  .strict();
+  .strict()
+  .superRefine((m, ctx) => {
+    if (!m.providerContent) return;
+    // The journal's view must be exactly the text and tool calls of the provider parts, in order.
+    const view: unknown[] = [];
+    for (const p of m.providerContent) {
+      if (p.type === "text") view.push({ type: "text", text: p.text });
+      else if (p.type === "toolCall")
+        view.push({ type: "toolCall", id: p.id, name: p.name, arguments: p.arguments });
+    }
+    if (JSON.stringify(view) !== JSON.stringify(m.content)) {
+      ctx.addIssue({ code: "custom", message: "content must be the text and tool calls of providerContent" });
+    }
+  });
 export const resultDetailsSchema = z
   .object({
     resultId: uuid,
@@ -65,6 +114,7 @@ export const transcriptMessageSchema = z.discriminatedUnion("role", [
 ]);
 
 export type TextContent = z.infer<typeof textContentSchema>;
+export type ProviderContentPart = z.infer<typeof providerContentPartSchema>;
 export type ToolCallContent = z.infer<typeof toolCallContentSchema>;
 export type UserMessage = z.infer<typeof userMessageSchema>;
 export type AssistantMessage = z.infer<typeof assistantMessageSchema>;
