@@ -73,15 +73,14 @@ describe("the journal keeps every content part the agent loop produces", () => {
       await second.service.close();
       expect(report.continued).toEqual([receipt.runId]);
       expect(server.requests).toHaveLength(2);
-      const replayed = (server.requests[1]?.body.messages as Array<{ role: string; content: unknown }>).find(
-        (m) => m.role === "assistant",
-      );
+      const wire = (server.requests[1]?.body.messages ?? []) as Array<{ role: string; content: unknown }>;
+      const replayed = wire.find((m) => m.role === "assistant");
       expect(replayed?.content).toEqual([
         { type: "thinking", thinking: thinking.thinking, signature: thinking.signature },
         { type: "tool_use", id: "toolu_01", name: "Gate", input: { key: "g" } },
       ]);
       // Byte for byte: the thinking text and signature on the wire are exactly what the provider sent.
-      const block = (replayed?.content as Array<Record<string, unknown>>)[0];
+      const block = ((replayed?.content ?? []) as Array<Record<string, unknown>>)[0];
       expect(Buffer.from(String(block?.thinking)).equals(Buffer.from(thinking.thinking))).toBe(true);
       expect(block?.signature).toBe(thinking.signature);
       const run = await second.repo.getRun(receipt.runId, account.id);
