@@ -34,3 +34,31 @@ export class DelegationError extends Error {
 export function toError(e: unknown): Error {
   return e instanceof Error ? e : new Error(String(e));
 }
+
+/** Which asynchronous host contract a settlement awaited. */
+export type HostContract = "tool_result_inline_bytes" | "output_writer" | "completion_emitter";
+
+/**
+ * A host contract (the inline-byte limit, the recipient's output-writer capture, the completion emitter)
+ * rejected while a result was being prepared. Nothing was settled: the call stays open with its journal
+ * intact, and boot recovery settles it later (exactly once).
+ */
+export class HostContractError extends Error {
+  override readonly name = "HostContractError";
+  readonly code = "host_contract_failed";
+  constructor(
+    readonly contract: HostContract,
+    cause: unknown,
+  ) {
+    super(`the host's ${contract} contract failed: ${toError(cause).message}`, { cause });
+  }
+}
+
+/** Awaits one asynchronous host contract; a rejection (or a throw) becomes a HostContractError. */
+export async function hostContract<T>(contract: HostContract, call: () => T | Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (e) {
+    throw new HostContractError(contract, e);
+  }
+}

@@ -6,7 +6,13 @@ export {
 } from "./checkpoint.js";
 export { contextFromJournal, danglingToolCalls, endsWithAnswer } from "./context.js";
 export { type DelegationEvent, drainResults, type ResultDeliveredEvent, resultMessage } from "./delivery.js";
-export { DelegationError, type DelegationErrorCode } from "./errors.js";
+export {
+  DelegationError,
+  type DelegationErrorCode,
+  type HostContract,
+  HostContractError,
+  hostContract,
+} from "./errors.js";
 export { FAULT_POINTS, type FaultPoint, faultPoint } from "./faults.js";
 export { KeyedMutex, Notifier } from "./notifier.js";
 export {
@@ -57,3 +63,4 @@ export type {
 } from "./turn.js";
 export { turnErrorData, turnFailureCause } from "./turn.js";
 export { type SessionTurnInput, SessionTurns } from "./turns.js";
+export type { BackgroundCompletion, OutputRecipient } from "./types.js";

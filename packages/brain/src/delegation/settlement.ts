@@ -1,5 +1,12 @@
 import { randomUUID } from "node:crypto";
-import type { DelegationRepository, JournalWrite, SessionRow, SubagentRun, TranscriptMessage } from "@crw/db";
+import {
+  type DelegationRepository,
+  type JournalWrite,
+  OPEN_RUN_STATUSES,
+  type SessionRow,
+  type SubagentRun,
+  type TranscriptMessage,
+} from "@crw/db";
 import {
   admitStoredWorkDir,
   continuationScope,
@@ -9,11 +16,11 @@ import {
 } from "../scope/index.js";
 import type { CapturedWrites } from "./checkpoint.js";
 import { endsWithAnswer } from "./context.js";
-import { DelegationError, toError } from "./errors.js";
+import { DelegationError, hostContract, toError } from "./errors.js";
 import { faultPoint } from "./faults.js";
 import type { Notifier } from "./notifier.js";
 import { lastSettledAssistantText } from "./readSubagent.js";
-import { DEFAULT_TOOL_RESULT_INLINE_BYTES, prepareCompletion } from "./spill.js";
+import { DEFAULT_TOOL_RESULT_INLINE_BYTES, prepareCompletion, type SpillStore } from "./spill.js";
 import { type ProgressEvent, type ProgressSink, type TurnOutcome, turnFailureCause } from "./turn.js";
 import type { SessionTurns } from "./turns.js";
 import type { DelegationCompletion, DelegationServiceOptions, PendingResultDrainOutcome } from "./types.js";
@@ -231,8 +238,22 @@ export class DelegatedSettlement {
     return drain;
   }
 
-  #inlineBytes(): number {
-    return this.core.options.toolResultInlineBytes?.() ?? DEFAULT_TOOL_RESULT_INLINE_BYTES;
+  /**
+   * The asynchronous host contracts of a result's preparation: the inline-byte limit, then (only for an
+   * above-limit body) the recipient's captured output writer. Both are awaited; a rejection is typed.
+   */
+  async #writerFor(
+    recipient: { sessionId: string; principalAccountId: string },
+    body: string,
+  ): Promise<{ inlineBytes: number; spill: SpillStore }> {
+    const limit = this.core.options.toolResultInlineBytes;
+    const inlineBytes = limit
+      ? await hostContract("tool_result_inline_bytes", limit)
+      : DEFAULT_TOOL_RESULT_INLINE_BYTES;
+    const capture = this.core.options.captureOutputWriter;
+    if (!capture || Buffer.byteLength(body, "utf8") <= inlineBytes)
+      return { inlineBytes, spill: this.core.options.spill };
+    return { inlineBytes, spill: await hostContract("output_writer", () => capture(recipient)) };
   }
 
   /**
@@ -253,8 +274,10 @@ export class DelegatedSettlement {
     const resultId = randomUUID();
     const prepared = await prepareCompletion({
       repo: this.core.repo,
-      spill: this.core.options.spill,
-      inlineBytes: this.#inlineBytes(),
+      ...(await this.#writerFor(
+        { sessionId: completion.parentSessionId, principalAccountId: completion.principalAccountId },
+        completion.summary,
+      )),
       recipient: {
         sessionId: completion.parentSessionId,
         principalAccountId: completion.principalAccountId,
@@ -296,8 +319,10 @@ export class DelegatedSettlement {
   async #settleNow(run: SubagentRun, outcome: "ok" | "error", body: string, code?: string): Promise<string> {
     const prepared = await prepareCompletion({
       repo: this.core.repo,
-      spill: this.core.options.spill,
-      inlineBytes: this.#inlineBytes(),
+      ...(await this.#writerFor(
+        { sessionId: run.parentSessionId, principalAccountId: run.principalAccountId },
+        body,
+      )),
       recipient: {
         sessionId: run.parentSessionId,
         principalAccountId: run.principalAccountId,
@@ -309,10 +334,32 @@ export class DelegatedSettlement {
     });
     const error =
       prepared.error ?? (outcome === "error" ? { code: code ?? "child_failed", message: body } : undefined);
+    const resultId = randomUUID();
+    const emitter = this.core.options.completionEmitter;
+    if (emitter) {
+      // Background completion awaits the host's completion emitter before the inbox handoff. The row's
+      // mode now: Ctrl+B may have made a foreground call a background one.
+      const current = await this.core.repo.getRun(run.id, run.principalAccountId);
+      if (current.mode === "background" && OPEN_RUN_STATUSES.includes(current.status)) {
+        await hostContract("completion_emitter", () =>
+          emitter({
+            runId: run.id,
+            resultId,
+            parentSessionId: run.parentSessionId,
+            childSessionId: run.childSessionId,
+            principalAccountId: run.principalAccountId,
+            toolCallId: run.toolCallId,
+            outcome: prepared.outcome,
+            body: prepared.body,
+            byteSize: prepared.byteSize,
+          }),
+        );
+      }
+    }
     const settled = await this.core.repo.settleRun({
       runId: run.id,
       generation: run.generation,
-      resultId: randomUUID(),
+      resultId,
       outcome: prepared.outcome,
       body: prepared.body,
       byteSize: prepared.byteSize,

@@ -12,7 +12,22 @@ export interface DelegationServiceOptions {
   readonly spill: SpillStore;
   /** This process's recovery-owner id (defaults to a fresh one). */
   readonly owner?: string;
-  readonly toolResultInlineBytes?: () => number;
+  /**
+   * The host's inline-byte limit for a result (UTF-8 bytes); may be asynchronous and is awaited for every
+   * result. A rejection is a `HostContractError`; the call is not settled (recovery settles it).
+   */
+  readonly toolResultInlineBytes?: () => number | Promise<number>;
+  /**
+   * Captures the recipient's output writer for an above-limit result (asynchronous host contract; awaited
+   * before anything is written). Default: `spill`. A rejection is a `HostContractError`, nothing settled.
+   */
+  readonly captureOutputWriter?: (recipient: OutputRecipient) => Promise<SpillStore>;
+  /**
+   * The host's completion emitter: a background call's prepared result is handed to it and awaited before
+   * the result enters the parent's inbox (nothing is delivered before it resolves). A rejection is a
+   * `HostContractError`; the call stays open and boot recovery settles it, calling the emitter again.
+   */
+  readonly completionEmitter?: (completion: BackgroundCompletion) => Promise<void>;
   /** The session's own tools beside Delegate/DelegateContinue/DelegateRead (a child's file and shell tools). */
   readonly tools?: (session: SessionRow) => readonly MutatingTool[];
   /** Overrides the default composition (worker persona for fresh workers, the parent's prompt for forks). */
@@ -36,6 +51,26 @@ export interface DelegationServiceOptions {
   readonly helperWaitMs?: number;
   /** Bound on follow-up turns in one settlement drain. */
   readonly maxDrainTurns?: number;
+}
+
+/** Whose inbox an above-limit result is written for. */
+export interface OutputRecipient {
+  readonly sessionId: string;
+  readonly principalAccountId: string;
+}
+
+/** What the completion emitter receives for a background call, before its inbox handoff. */
+export interface BackgroundCompletion {
+  readonly runId: string;
+  readonly resultId: string;
+  readonly parentSessionId: string;
+  readonly childSessionId: string | null;
+  readonly principalAccountId: string;
+  readonly toolCallId: string;
+  readonly outcome: "ok" | "error";
+  /** The prepared body: inline, or the bounded placeholder of a spilled result. */
+  readonly body: string;
+  readonly byteSize: number;
 }
 
 export interface DelegateArgs {
