@@ -54,7 +54,7 @@ export class BaselineMigrationError extends Error {
   }
 }
 
-/** Each changed part as `<turn> <part>`: `child:0 system prompt`, `root:1 tool WorkflowStart`, `pinned catalogPolicy`. */
+/** Each changed part as `<part> @ <turn>`: `system prompt @ child:0`, `tool WorkflowStart @ root:1`, `pinned catalogPolicy`. */
 export function prefixDelta(
   previous: Pick<Baseline, "prefixes" | "pinned"> | undefined,
   current: Pick<Baseline, "prefixes" | "pinned">,
@@ -65,13 +65,13 @@ export function prefixDelta(
     const a = before[key];
     const b = current.prefixes[key];
     if (!a || !b) {
-      delta.push(`${key} ${a ? "removed" : "added"}`);
+      delta.push(`turn ${a ? "removed" : "added"} @ ${key}`);
       continue;
     }
-    if (a.system !== b.system) delta.push(`${key} system prompt`);
+    if (a.system !== b.system) delta.push(`system prompt @ ${key}`);
     for (const tool of [...new Set([...Object.keys(a.tools), ...Object.keys(b.tools)])].sort())
-      if (a.tools[tool] !== b.tools[tool]) delta.push(`${key} tool ${tool}`);
-    if (a.context !== b.context) delta.push(`${key} context`);
+      if (a.tools[tool] !== b.tools[tool]) delta.push(`tool ${tool} @ ${key}`);
+    if (a.context !== b.context) delta.push(`context @ ${key}`);
   }
   for (const name of [
     ...new Set([...Object.keys(previous?.pinned ?? {}), ...Object.keys(current.pinned)]),
@@ -83,9 +83,9 @@ export function prefixDelta(
 /** The word a reason must contain for one delta entry. */
 function label(entry: string): string {
   if (entry.startsWith("pinned ")) return entry.slice("pinned ".length);
-  const part = entry.slice(entry.indexOf(" ") + 1);
+  const part = entry.slice(0, entry.indexOf(" @ "));
   if (part.startsWith("tool ")) return part.slice("tool ".length);
-  if (part === "added" || part === "removed") return "turn";
+  if (part.startsWith("turn ")) return "turn";
   return part;
 }
 
@@ -153,7 +153,7 @@ export function checkedBaseline(
 ): Baseline {
   let stored: Baseline | undefined;
   try {
-    stored = JSON.parse(readFileSync(path, "utf8")) as Baseline;
+    stored = fromLegacy(JSON.parse(readFileSync(path, "utf8")));
   } catch {
     stored = undefined;
   }
@@ -170,4 +170,32 @@ export function checkedBaseline(
   if (!stored)
     throw new Error(`no baseline at ${path}: create it with CRW_PARITY_UPDATE=1 and CRW_PARITY_REASON`);
   return stored;
+}
+
+interface LegacyPrefix {
+  key: string;
+  prefix: {
+    model: unknown;
+    systemPrompt: unknown;
+    readOnly: unknown;
+    tools: { name: string }[];
+    context: unknown;
+  };
+}
+
+/** The first format (a list of whole prefixes, no delta or fork proof) read as the current one. */
+function fromLegacy(raw: Baseline | (Omit<Baseline, "prefixes"> & { prefixes: LegacyPrefix[] })): Baseline {
+  if (!Array.isArray(raw.prefixes)) return raw as Baseline;
+  const prefixes: Record<string, Prefix> = {};
+  for (const { key, prefix } of raw.prefixes)
+    prefixes[key] = {
+      system: JSON.stringify({
+        model: prefix.model,
+        readOnly: prefix.readOnly,
+        systemPrompt: prefix.systemPrompt,
+      }),
+      tools: Object.fromEntries(prefix.tools.map((t) => [t.name, JSON.stringify(t)])),
+      context: JSON.stringify(prefix.context),
+    };
+  return { ...(raw as Omit<Baseline, "prefixes">), pinned: raw.pinned ?? {}, prefixes };
 }

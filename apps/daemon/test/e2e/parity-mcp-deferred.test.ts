@@ -203,7 +203,7 @@ describe("test:e2e:parity:mcp:deferred", () => {
       reason: "Delegate got a field; catalogPolicy threshold raised",
       forkProof: proof,
     });
-    expect(next.delta).toEqual(["child:0 tool Delegate", "pinned catalogPolicy"]);
+    expect(next.delta).toEqual(["tool Delegate @ child:0", "pinned catalogPolicy"]);
     expect(next.forkProof).toBe(proof);
   });
 });

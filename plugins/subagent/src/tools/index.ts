@@ -74,7 +74,7 @@ export function workflowTools(options: SubagentToolsOptions): MutatingTool[] {
       name: "WorkflowStart",
       description:
         "Start a workflow from a definition file of this project (YAML or JSON: nodes with id, task, dependsOn, agentType or role, model, cwd, tools, outputSchema).",
-      parameters: z.toJSONSchema(startArgs) as Record<string, unknown>,
+      parameters: z.toJSONSchema(startArgs, { io: "input" }) as Record<string, unknown>,
       mutates: true,
       async execute(raw, ctx): Promise<ToolOutput> {
         const a = parse(startArgs, raw, "WorkflowStart");
@@ -110,7 +110,7 @@ export function workflowTools(options: SubagentToolsOptions): MutatingTool[] {
     {
       name: "WorkflowResume",
       description: "Resume a failed or cancelled workflow of this session under your current access.",
-      parameters: z.toJSONSchema(workflowArgs) as Record<string, unknown>,
+      parameters: z.toJSONSchema(workflowArgs, { io: "input" }) as Record<string, unknown>,
       mutates: true,
       async execute(raw, ctx): Promise<ToolOutput> {
         const a = parse(workflowArgs, raw, "WorkflowResume");
@@ -122,7 +122,7 @@ export function workflowTools(options: SubagentToolsOptions): MutatingTool[] {
       name: "WorkflowCancel",
       description:
         "Stop a running workflow of this session: running nodes are interrupted, pending ones never start.",
-      parameters: z.toJSONSchema(workflowArgs) as Record<string, unknown>,
+      parameters: z.toJSONSchema(workflowArgs, { io: "input" }) as Record<string, unknown>,
       async execute(raw): Promise<ToolOutput> {
         const a = parse(workflowArgs, raw, "WorkflowCancel");
         const row = await engine.store.getWorkflow(a.workflowId, principal);
@@ -151,7 +151,7 @@ export function workflowTools(options: SubagentToolsOptions): MutatingTool[] {
       name: "WorkflowAddNodes",
       description:
         "Add nodes to the workflow you are running in (they may depend on you or on existing nodes). Returns their ids once they are recorded.",
-      parameters: z.toJSONSchema(addArgs) as Record<string, unknown>,
+      parameters: z.toJSONSchema(addArgs, { io: "input" }) as Record<string, unknown>,
       mutates: true,
       async execute(raw): Promise<ToolOutput> {
         const a = parse(addArgs, raw, "WorkflowAddNodes");
