@@ -14,6 +14,11 @@ import { type ApiServer, startApiServer } from "./server.js";
 
 export type DaemonPhase = "starting" | "recovering" | "ready" | "stopping" | "stopped";
 
+export interface StopOutcome {
+  readonly reason: string;
+  readonly checkpoint: "passed" | "failed";
+}
+
 export interface Daemon {
   readonly config: DaemonConfig;
   readonly state: DaemonState;
@@ -23,8 +28,11 @@ export interface Daemon {
   phase(): DaemonPhase;
   /** Graceful stop: refuse new work, let in-flight requests finish (bounded by shutdownGraceMs), close. */
   stop(reason?: string): Promise<void>;
-  /** Resolves once the daemon has stopped, however it stopped. */
-  readonly stopped: Promise<void>;
+  /**
+   * Resolves once the daemon has stopped, however it stopped: `checkpoint` says whether the restart
+   * checkpoint drained every captured journal write (a failed one means the process should exit nonzero).
+   */
+  readonly stopped: Promise<StopOutcome>;
 }
 
 export interface StartDaemonOptions {
@@ -62,6 +70,11 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
     log.info({ ran, database: db.kind }, "migrations applied");
     pool = new pg.Pool({ connectionString: db.url, max: 16 });
     pool.on("error", (e) => log.warn({ err: e }, "idle database client failed"));
+    // A checked-out client whose connection the server ends (restart, pg_terminate_backend) emits 'error'
+    // besides failing its query: the query's caller handles the failure; the event must not end the process.
+    pool.on("connect", (client) => {
+      client.on("error", (e) => log.warn({ err: e }, "database connection ended"));
+    });
     const repo = new PgDelegationRepository(pool);
     await ensureOwnerToken(repo, config.dataDir);
 
@@ -139,8 +152,8 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
     await writeState(config.dataDir, state);
     log.info({ url: state.url, dataDir: config.dataDir }, "daemon ready");
 
-    let resolveStopped: () => void = () => {};
-    const stopped = new Promise<void>((r) => {
+    let resolveStopped: (outcome: StopOutcome) => void = () => {};
+    const stopped = new Promise<StopOutcome>((r) => {
       resolveStopped = r;
     });
     let stopping: Promise<void> | undefined;
@@ -149,14 +162,30 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
         phase = "stopping";
         stopSignal.abort();
         log.info({ reason, inFlight: inFlight.size }, "daemon stopping");
+        // The restart checkpoint before anything closes: captured journal writes and publications commit
+        // (a finished tool result queued behind an in-flight write included) while the database pool still
+        // accepts statements; model and tool turns are not waited for: boot recovery continues them.
+        let checkpoint: StopOutcome["checkpoint"] = "passed";
+        try {
+          await rt.pause();
+          log.info({}, "shutdown checkpoint passed");
+        } catch (e) {
+          checkpoint = "failed";
+          log.error(
+            { err: e },
+            "shutdown failed: the restart checkpoint could not commit its journal writes",
+          );
+        }
+        // In-flight API requests get the grace period; what is still running after it stays in the rows for
+        // the next boot's recovery.
         const grace = new Promise((r) => setTimeout(r, config.shutdownGraceMs).unref());
-        // In-flight requests and this process's background calls get the grace period; what is still running
-        // after it stays in the rows for the next boot's recovery.
-        await Promise.race([Promise.allSettled([...inFlight, rt.service.whenIdle()]), grace]);
+        await Promise.race([Promise.allSettled([...inFlight]), grace]);
         await cleanup();
         phase = "stopped";
-        log.info({}, "daemon stopped");
-        resolveStopped();
+        log.info({ checkpoint }, "daemon stopped");
+        // The process entry exits nonzero after a failed checkpoint.
+        if (checkpoint === "failed" && options.handleSignals) process.exitCode = 1;
+        resolveStopped({ reason, checkpoint });
       })();
       return stopping;
     };

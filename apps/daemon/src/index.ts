@@ -6,7 +6,13 @@ export {
   defaultDataDir,
   loadConfig,
 } from "./config.js";
-export { type Daemon, type DaemonPhase, type StartDaemonOptions, startDaemon } from "./daemon.js";
+export {
+  type Daemon,
+  type DaemonPhase,
+  type StartDaemonOptions,
+  type StopOutcome,
+  startDaemon,
+} from "./daemon.js";
 export { DaemonLockedError, type DaemonState, processAlive, readState, statePath } from "./lifecycle.js";
 export { ownerTokenPath } from "./ownerToken.js";
 export { RpcError, RpcRegistry } from "./rpc.js";

@@ -115,9 +115,16 @@ export interface DaemonRuntime {
     steering: { settled: number };
   };
   /**
-   * Graceful stop: the database pool stops taking new statements and finishes those in flight (journal
-   * writes drain); then runners, the workflow engine and the delegation core let go. Interrupted turns are
-   * left to the next boot's recovery, never settled as failures by the shutdown itself.
+   * The restart checkpoint (the delegation core's pauseForRestart): no new delegated work or journal write is
+   * admitted; every captured journal write and result publication commits, a finished tool result queued
+   * behind an in-flight write included. Model and tool turns are not waited for (boot recovery continues
+   * them). Rejects when a drained write failed. Idempotent.
+   */
+  pause(): Promise<void>;
+  /**
+   * Graceful stop, after `pause`: the database pool stops taking new statements and finishes those in flight;
+   * then runners, the workflow engine and the delegation core let go. Interrupted turns are left to the next
+   * boot's recovery, never settled as failures by the shutdown itself.
    */
   close(): Promise<void>;
 }
@@ -393,10 +400,14 @@ export async function assembleRuntime(
         steering: { ...steering },
       };
     },
+    pause: () => service.pauseForRestart(),
     async close() {
+      // The checkpoint first (close after a failed one still stops everything; the caller reports it).
+      await service.pauseForRestart().catch(() => {});
       // New statements are refused from here on; the ones in flight complete (the journal writes drain).
       const ended = pgPool.end().catch((e: unknown) => log.warn({ err: e }, "database pool end failed"));
       await runnerPool.close().catch((e: unknown) => log.warn({ err: e }, "runner pool close failed"));
+      log.info({}, "runner pool closed");
       await engine.close().catch((e: unknown) => log.warn({ err: e }, "workflow engine close failed"));
       await service.close().catch((e: unknown) => log.warn({ err: e }, "delegation service close failed"));
       await ended;

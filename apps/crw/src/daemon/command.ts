@@ -120,8 +120,9 @@ async function runForeground(
 ): Promise<number> {
   try {
     const d = await daemon.startDaemon(config, { handleSignals: true });
-    await d.stopped;
-    return 0;
+    // A failed restart checkpoint (journal writes that could not commit) is a failed exit.
+    const outcome = await d.stopped;
+    return outcome.checkpoint === "failed" ? 1 : 0;
   } catch (e) {
     err(e instanceof Error ? e.message : String(e));
     return 1;

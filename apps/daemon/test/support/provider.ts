@@ -106,6 +106,20 @@ export function lastUserText(request: ProviderRequest): string {
   return "";
 }
 
+/** The text of every user message of a chat request, joined (a continuation adds its own after the task). */
+export function allUserText(request: ProviderRequest): string {
+  return (request.body.messages ?? [])
+    .filter((m) => m.role === "user")
+    .map((m) =>
+      typeof m.content === "string"
+        ? m.content
+        : Array.isArray(m.content)
+          ? m.content.map((p) => (typeof p === "object" && p && "text" in p ? String(p.text) : "")).join("")
+          : "",
+    )
+    .join("\n");
+}
+
 /** A gate a reply can wait on; `open()` lets every waiter through. */
 export function gate(): { wait: Promise<void>; open: () => void } {
   let open = () => {};
