@@ -7,6 +7,20 @@ export { type BindVerdict, judgeBind, markerTurn } from "./engine/bind.js";
 export { addTokens, type CallPosition, callRows, foldCall, subtractTokens } from "./engine/callFold.js";
 export { type ConversationTurn, continuationOf, conversationOf, recordOf } from "./engine/continuation.js";
 export {
+  EVIDENCE_DIR,
+  type EvidenceRecord,
+  evidenceAssignment,
+  evidenceCopies,
+  evidenceRecordPath,
+  GATED_ROLES,
+  newestGeneration,
+  placedCwds,
+  releaseEvidence,
+  restoreEvidence,
+  stepEvidence,
+  writeEvidenceRecord,
+} from "./engine/evidence.js";
+export {
   DEFAULT_LOST_AFTER_MS,
   executeRun,
   type FlowRunOptions,

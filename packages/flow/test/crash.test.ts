@@ -1,7 +1,14 @@
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { type JournalRow, listStepFiles, pidAlive, readJournalFile, runPaths } from "@crw/flow";
+import {
+  evidenceRecordPath,
+  type JournalRow,
+  listStepFiles,
+  pidAlive,
+  readJournalFile,
+  runPaths,
+} from "@crw/flow";
 import { FakeAppServer } from "@crw/tools/codex";
 import { type Behave, checkResumedRun, faultPointsOf, fileStepSource, ScriptedOwner } from "@crw/tools/flow";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -10,7 +17,9 @@ import { crwFlow, ensureBuilt, waitFor } from "./helpers/cli.js";
 /**
  * Crash injection: the run process kills itself (SIGKILL) after each journal boundary of a scripted run
  * in turn; the run is resumed (`crw flow resume --detach`) and must end with the uninterrupted run's
- * result, no call completed twice and no step published twice.
+ * result, no call completed twice and no step published twice. The run has an evidence cwd (`--evidence`)
+ * and a gated executor call, so its flow evidence record's evidence_placed row is a boundary too; the
+ * record lives under the owner's cwd and is released when the run ends.
  */
 const workflowSource = `
 const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } }, additionalProperties: false };
@@ -21,7 +30,7 @@ export default {
       ctx.call({ role: "explorer", task: "count A", schema }),
       ctx.call({ role: "reviewer", task: "count B", schema }),
     ]);
-    const c = await ctx.call({ role: "architect", task: "sum " + (a.n + b.n), schema });
+    const c = await ctx.call({ role: "executor", task: "sum " + (a.n + b.n), schema });
     return { a: a.n, b: b.n, c: c.n, base: input.base };
   },
 };
@@ -36,7 +45,7 @@ const behave: Behave = (step) => {
       usage: { input: 30, output: 3 },
     };
   }
-  const n = step.call === "explorer.1" ? 7 : step.call === "reviewer.1" ? 5 : 12;
+  const n = step.call === "explorer.1" ? 7 : step.call === "reviewer.1" ? 5 : 12; // executor.1: 12
   return {
     kind: "answer",
     messages: [{ text: JSON.stringify({ n }), phase: "final_answer" }],
@@ -48,7 +57,7 @@ let fake: FakeAppServer;
 let root: string;
 let env: NodeJS.ProcessEnv;
 let workflowPath: string;
-let reference: { result: unknown; rows: JournalRow[] };
+let reference: { result: unknown; rows: JournalRow[]; record: string };
 let seq = 0;
 
 beforeAll(async () => {
@@ -67,9 +76,16 @@ afterAll(async () => {
   rmSync(root, { recursive: true, force: true });
 });
 
-async function runOnce(
-  fault: string | null,
-): Promise<{ result: unknown; rows: JournalRow[]; killed: boolean; log: string; leftSteps: number }> {
+async function runOnce(fault: string | null): Promise<{
+  result: unknown;
+  rows: JournalRow[];
+  killed: boolean;
+  log: string;
+  leftSteps: number;
+  /** At the kill: the journal's last row type and whether the executor's evidence record existed. */
+  atKill: { last: string | undefined; record: boolean } | null;
+  record: string;
+}> {
   const runId = `crash-${seq++}`;
   const state = join(root, "state");
   const paths = runPaths(state, runId);
@@ -96,6 +112,7 @@ async function runOnce(
       '{"base":1}',
       "--poll-ms",
       "20",
+      "--evidence",
       "--json",
     ],
     startEnv,
@@ -107,14 +124,19 @@ async function runOnce(
   const ended = () =>
     existsSync(paths.journal) && readJournalFile(paths.journal).rows.some((x) => x.type === "run_ended");
   let killed = false;
+  const record = evidenceRecordPath(root, `flow:${runId}/executor.1/g1`);
+  let atKill: { last: string | undefined; record: boolean } | null = null;
   try {
     await waitFor(`run ${runId} to end or its process to die`, () => !pidAlive(pid) || ended(), 30_000);
     if (!ended()) {
       killed = true;
+      atKill = { last: readJournalFile(paths.journal).rows.at(-1)?.type, record: existsSync(record) };
       const res = await crwFlow(["resume", runId, "--detach", "--state", state, "--json"], runEnv);
       if (res.code !== 0) throw new Error(`resume failed: ${res.stderr}`);
       await waitFor(`resumed run ${runId} to end`, ended, 30_000);
     }
+    // the process that ended the run lets its run lock go once it is done (after the release)
+    await waitFor(`run ${runId}'s process to let the run go`, () => !existsSync(paths.runLock), 10_000);
   } finally {
     await kit.stop();
   }
@@ -122,7 +144,15 @@ async function runOnce(
   const last = rows.at(-1);
   const log = existsSync(paths.log) ? readFileSync(paths.log, "utf8") : "";
   const leftSteps = listStepFiles(paths.steps).steps.length;
-  return { result: last?.type === "run_ended" ? last.result : undefined, rows, killed, log, leftSteps };
+  return {
+    result: last?.type === "run_ended" ? last.result : undefined,
+    rows,
+    killed,
+    log,
+    leftSteps,
+    atKill,
+    record,
+  };
 }
 
 function tokensByCall(rows: JournalRow[]): Record<string, unknown> {
@@ -141,10 +171,12 @@ function firstAndLastOfEachType(points: string[]): string[] {
 describe("crash injection at every journal boundary", () => {
   it("the uninterrupted run (the reference) repairs once and ends completed", () => {
     expect(reference.result).toEqual({ a: 7, b: 5, c: 12, base: 1 });
+    expect(reference.rows.filter((r) => r.type === "evidence_placed")).toHaveLength(1);
+    expect(existsSync(reference.record)).toBe(false);
     expect(reference.rows.filter((r) => r.type === "step_published")).toHaveLength(4);
   });
 
-  it("S000-097 S000-137 S000-138 S000-139 S000-140 S000-141 S000-142 S000-145 S000-146 S000-147: a SIGKILL after any row resumes to the same result, nothing twice", async () => {
+  it("S000-169 S000-097 S000-137 S000-138 S000-139 S000-140 S000-141 S000-142 S000-145 S000-146 S000-147: a SIGKILL after any row resumes to the same result, nothing twice", async () => {
     // Every boundary with CRW_CRASH_ALL=1 (about a minute here); by default the first and the last
     // boundary of each row type, which keeps the package's test run short on a shared machine.
     const only = process.env.CRW_CRASH_ONLY;
@@ -159,6 +191,16 @@ describe("crash injection at every journal boundary", () => {
       expect(out.killed, `${point}: the process was not killed`).toBe(true);
       expect(out.result, point).toEqual(reference.result);
       expect(out.leftSteps, `${point}: a step file was left (not retracted)`).toBe(0);
+      // S000-169 S000-171: evidence_placed is committed before the record is written (a process killed
+      // right after it leaves no record yet); the resumed run restores or writes it, and its end releases
+      // every copy the rows name
+      if (point.startsWith("after:evidence_placed:"))
+        expect(out.atKill, point).toEqual({ last: "evidence_placed", record: false });
+      expect(existsSync(out.record), `${point}: the evidence record was not released`).toBe(false);
+      expect(
+        out.rows.filter((r) => r.type === "evidence_placed"),
+        point,
+      ).toHaveLength(1);
       // tokens: a recovered turn counts only what it adds (tokens_seen, call_tokens of its step row)
       expect(tokensByCall(out.rows), point).toEqual(tokensByCall(reference.rows));
       expect(checkResumedRun(out.rows), point).toEqual({

@@ -46,7 +46,7 @@ export function flowHelp(): string {
     "crw flow: run a workflow durably as session calls of an owner Codex session",
     "",
     "Usage:",
-    "  crw flow start WORKFLOW [--input JSON|@file] [--backend session|local] [--owner THREAD] [--pool N] [--token-ceiling N] [--trace] [--state DIR] [--host SPEC]",
+    "  crw flow start WORKFLOW [--input JSON|@file] [--backend session|local] [--owner THREAD] [--pool N] [--token-ceiling N] [--trace] [--evidence] [--state DIR] [--host SPEC]",
     "                 [--model scripted|openai-responses:ID|…] [--script FILE]   (local: the default without an owner thread)",
     "  crw flow next RUN [--wait S]",
     "  crw flow dispatched RUN CALL --agent ID --k K --attempt N [--wait S]",

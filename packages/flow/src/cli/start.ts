@@ -40,6 +40,7 @@ export async function startCommand(args: string[]): Promise<number> {
       repo: { type: "string" },
       "poll-ms": { type: "string" },
       trace: { type: "boolean" },
+      evidence: { type: "boolean" },
       "lost-after-ms": { type: "string" },
       "token-ceiling": { type: "string" },
       model: { type: "string" },
@@ -115,6 +116,7 @@ export async function startCommand(args: string[]): Promise<number> {
     created_at: new Date().toISOString(),
     env: { TMPDIR: tmp.dir },
     ...(values.trace ? { trace: true } : {}),
+    ...(values.evidence ? { evidence: true } : {}),
     ...(values["poll-ms"] ? { poll_ms: intOption("poll-ms", values["poll-ms"], 500, 1) } : {}),
     ...(values["lost-after-ms"]
       ? { lost_after_ms: intOption("lost-after-ms", values["lost-after-ms"], 600_000, 1) }

@@ -3,7 +3,8 @@ import type { NewRow } from "../journal/rows.js";
 import { sleep } from "../util/fsx.js";
 import { judgeBind, markerTurn } from "./bind.js";
 import { type CallFold, type CallPosition, foldCall } from "./callFold.js";
-import { clockRanOut, loseAttempt } from "./harvestTurn.js";
+import { placedCwds, writeEvidenceRecord } from "./evidence.js";
+import { clockRanOut, hold, loseAttempt } from "./harvestTurn.js";
 import { ledgerWarnings } from "./hostWarnings.js";
 import { packetTextOf, type Step, type StepFiles, writeStepFiles } from "./publishStep.js";
 import { answerReports, type BindHandler } from "./reports.js";
@@ -70,15 +71,21 @@ export async function lookUp(rc: RunContext, call: string, fold: CallFold, step:
     if (v.verdict === "bind") {
       const warnings = step.action === "spawn" ? await ledgerWarnings(rc, step, thread) : [];
       if (warnings.length > 0) rc.append([{ type: "session_host_warning", op: step.op, warnings }]);
-      bind(rc, call, fold, step, thread, v);
-      rc.emit({ type: "bound", call, marker: step.marker, agent: thread.id, via: "lookup" });
+      // an evidence record that cannot be placed holds the call (the step is decided either way)
+      if (bind(rc, call, fold, step, thread, v).bound)
+        rc.emit({ type: "bound", call, marker: step.marker, agent: thread.id, via: "lookup" });
       return true;
     }
   }
   return false;
 }
 
-/** Writes the bind rows in one batch (thread_started for a spawn, turn_started always), then retracts. */
+/**
+ * Writes the bind rows in one batch (thread_started for a spawn, turn_started always), then retracts. A
+ * spawn step with a flow evidence record places it first: evidence_placed (durable) when no row of the
+ * call's newest generation names the subagent's host cwd, then the record there; a record that cannot be
+ * written leaves the subagent unbound and holds the call evidence_assignment_failed (the run pauses).
+ */
 function bind(
   rc: RunContext,
   call: string,
@@ -86,8 +93,20 @@ function bind(
   step: Step,
   thread: HostThread,
   v: Extract<ReturnType<typeof judgeBind>, { verdict: "bind" }>,
-): void {
+): { bound: true } | { bound: false; reason: string } {
   const rows: NewRow[] = [];
+  let evidenceCwd: string | null = null;
+  if (step.action === "spawn" && step.evidence_assignment) {
+    const placed = placeEvidence(rc, call, step, thread);
+    if (!placed.ok) {
+      hold(rc, call, step, "evidence_assignment_failed", placed.error);
+      rc.append([{ type: "run_paused", reason: `held:${call}`, call }]);
+      rc.bus.retractStep(call, step.k, step.attempt);
+      rc.stop(`held:${call}`);
+      return { bound: false, reason: `evidence_assignment_failed: ${placed.error}` };
+    }
+    evidenceCwd = placed.cwd;
+  }
   if (step.action === "spawn") {
     const priorPairs = fold.threads
       .map((t) => ({ model: t.model, effort: t.effort }))
@@ -110,11 +129,54 @@ function bind(
       ...(v.effortUnchecked ? { effort_unchecked: true } : {}),
       ...(v.agentRoleMismatch ? { session_agent_role_mismatch: v.agentRoleMismatch } : {}),
       ...(priorPairs.length > 0 ? { prior_pairs: priorPairs } : {}),
+      ...(evidenceCwd !== null ? { evidence_cwd: evidenceCwd } : {}),
     });
   }
   rows.push(turnStartedRow(call, step, v.turn.id));
   rc.append(rows);
   rc.bus.retractStep(call, step.k, step.attempt);
+  return { bound: true };
+}
+
+/** evidence_placed (when the cwd is new to the call's newest generation), then the record under the cwd. */
+function placeEvidence(
+  rc: RunContext,
+  call: string,
+  step: Step,
+  thread: HostThread,
+): { ok: true; cwd: string } | { ok: false; error: string } {
+  const cwd = thread.cwd;
+  const assignment = step.evidence_assignment as string;
+  if (!cwd) return { ok: false, error: `the host reports no cwd for ${thread.id}` };
+  if (!placedCwds(rc.rowsOf(call)).includes(cwd)) {
+    rc.append([
+      {
+        type: "evidence_placed",
+        call,
+        evidence_assignment: assignment,
+        evidence_cwd: cwd,
+        attempt: step.attempt,
+        marker: step.marker,
+      },
+    ]);
+  }
+  try {
+    writeEvidenceRecord(cwd, {
+      v: 1,
+      kind: "crw-flow-evidence",
+      run_id: rc.runId,
+      call,
+      evidence_assignment: assignment,
+      marker: step.marker,
+      attempt: step.attempt,
+      role: step.role,
+      workspace: step.workspace,
+      placed_at: new Date().toISOString(),
+    });
+  } catch (e) {
+    return { ok: false, error: `the record cannot be written under ${cwd}: ${(e as Error).message}` };
+  }
+  return { ok: true, cwd };
 }
 
 export function turnStartedRow(call: string, step: Step, turnId: string): NewRow {

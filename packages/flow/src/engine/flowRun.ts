@@ -19,6 +19,7 @@ import { digestOf } from "../util/canonical.js";
 import { FlowError } from "../util/errors.js";
 import { foldCall } from "./callFold.js";
 import { continuationOf } from "./continuation.js";
+import { releaseEvidence, restoreEvidence } from "./evidence.js";
 import { ledgerSpawnsOf } from "./ledgerJoin.js";
 import { answerStrayReports } from "./reports.js";
 import { type FlowEvent, type RunContext, RunStopped } from "./runContext.js";
@@ -153,6 +154,7 @@ export async function executeRun(opts: FlowRunOptions): Promise<FlowRunOutcome> 
     const ended = journal.rows.find((r) => r.type === "run_ended");
     if (ended?.type === "run_ended") {
       closeHolder(opts);
+      releaseEvidence(journal.rows);
       return ended.status === "completed"
         ? { state: "completed", result: ended.result }
         : { state: "failed", error: ended.error ?? "failed" };
@@ -160,8 +162,13 @@ export async function executeRun(opts: FlowRunOptions): Promise<FlowRunOutcome> 
     const run = new FlowRun(opts, journal, table, pins);
     run.append(startRows);
     bindHolder(opts, table.policy_digest, pins);
+    if (startedN > 1) restoreOpenEvidence(opts, journal.rows);
     const outcome = await run.execute();
-    if (outcome.state !== "paused") closeHolder(opts);
+    if (outcome.state !== "paused") {
+      closeHolder(opts);
+      // the run is over: every flow evidence copy its rows name is released
+      releaseEvidence(journal.rows);
+    }
     return outcome;
   } finally {
     opts.onStats?.({ ...journal.stats });
@@ -184,6 +191,26 @@ function bindHolder(opts: FlowRunOptions, policyDigest: string, pins: Record<Rol
     rolePairs: pins,
   });
   if (b.warning) opts.onEvent?.({ type: "warning", message: `owner binding: ${b.warning}` });
+}
+
+/**
+ * A resumed process restores the flow evidence records of its open calls (every copy of each call's newest
+ * generation, from the evidence_placed rows): a record the dead process had not written yet, or that was
+ * removed meanwhile, is there again before any of its steps is bound.
+ */
+function restoreOpenEvidence(opts: FlowRunOptions, rows: readonly JournalRow[]): void {
+  const calls = new Set<string>();
+  for (const r of rows) if (r.type === "evidence_placed") calls.add(r.call);
+  for (const call of calls) {
+    const own = rows.filter((r) => "call" in r && r.call === call);
+    if (foldCall(own).position?.kind === "terminal") continue;
+    for (const f of restoreEvidence(opts.spec.run_id, own).failed) {
+      opts.onEvent?.({
+        type: "warning",
+        message: `flow evidence: the record ${f.path} of ${call} cannot be restored: ${f.error}`,
+      });
+    }
+  }
 }
 
 /** The holder closes its line when the run ends (completed or failed; never on a pause). */

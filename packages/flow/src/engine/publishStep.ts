@@ -5,6 +5,7 @@ import { packetPath } from "../steps/stepBus.js";
 import { sha256 } from "../util/canonical.js";
 import type { CallFold, NextStep } from "./callFold.js";
 import { continuationSection } from "./continuation.js";
+import { isGated, stepEvidence } from "./evidence.js";
 import type { RunContext } from "./runContext.js";
 
 export type Step = RowOf<"step_published">;
@@ -70,6 +71,10 @@ export function publish(
     ...(next.call_tokens ? { call_tokens: next.call_tokens } : {}),
     conversation_turn: next.conversation_turn,
     ...(next.replaces_turn !== undefined ? { replaces_turn: next.replaces_turn } : {}),
+    // a spawn step of a gated executor role in a run with an evidence cwd names its flow evidence record
+    ...(next.action === "spawn" && rc.spec.evidence && isGated(role)
+      ? stepEvidence(rc.runId, call, rc.rowsOf(call))
+      : {}),
   };
   const [written] = rc.append([row]);
   rc.emit({ type: "step_published", call, marker, action: next.action });

@@ -19,7 +19,10 @@ const ReportSchema = z.object({
 });
 export type Report = z.infer<typeof ReportSchema>;
 
-export type BindHandler = (thread: HostThread, verdict: Extract<BindVerdict, { verdict: "bind" }>) => void;
+export type BindHandler = (
+  thread: HostThread,
+  verdict: Extract<BindVerdict, { verdict: "bind" }>,
+) => { bound: true } | { bound: false; reason: string };
 
 function readReport(rc: RunContext, name: string): Report | null {
   try {
@@ -88,7 +91,12 @@ export async function answerReports(
     }
     const v = judgeBind(step, r.value, rc.owner, rc.pins[step.role]);
     if (v.verdict === "bind") {
-      onBind(r.value, v);
+      const b = onBind(r.value, v);
+      if (!b.bound) {
+        // the subagent stays unbound (its call is held): close it
+        answer(rc, name, report, "close", b.reason);
+        return true;
+      }
       answer(rc, name, report, "bound", `subagent ${report.agent_id} is bound to ${step.marker}`);
       rc.emit({ type: "bound", call, marker: step.marker, agent: report.agent_id, via: "report" });
       return true;

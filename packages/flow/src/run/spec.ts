@@ -36,6 +36,11 @@ export interface RunSpec {
   wake_after_ms?: number;
   /** SessionConfig.Trace: digests of P, the owner's checkout and the shared state at bind and harvest. */
   trace?: boolean;
+  /**
+   * A run with an evidence cwd: each spawn step of a gated executor role names a flow evidence record, written
+   * under the cwd the host reports for the bound subagent (where its stop hook claims its receipt).
+   */
+  evidence?: boolean;
   renotify_max_ms?: number;
   unresponsive_after_ms?: number;
   /** The run's token ceiling: no new call starts once the run's figure (total tokens) reaches it. */
@@ -96,6 +101,7 @@ export function checkSpec(raw: unknown, source = "run.json"): RunSpec {
       bad("env.TMPDIR is not a string");
   }
   if (o.trace !== undefined && typeof o.trace !== "boolean") bad("trace is not a boolean");
+  if (o.evidence !== undefined && typeof o.evidence !== "boolean") bad("evidence is not a boolean");
   for (const key of [
     "poll_ms",
     "lost_after_ms",
