@@ -27,7 +27,7 @@ const core = new RunnerCore(
       process.stderr.write(`${JSON.stringify({ level, msg, pid: process.pid, ...fields })}\n`),
   },
   new ScriptedTurnExecutor(),
-  buildIdentityOf(fileURLToPath(import.meta.url)),
+  `${buildIdentityOf(fileURLToPath(import.meta.url))}${fault === "other-build" ? "-other" : ""}`,
   fault,
   loadBrainSessionBackend,
 );

@@ -34,7 +34,9 @@ export type RunnerFault =
   | "hang-before-hello"
   | "fail-boot"
   | "stall-tap"
-  | "garbage-before-hello";
+  | "garbage-before-hello"
+  /** Announce a build identity other than this file's (as a runner forked from a replaced build would). */
+  | "other-build";
 
 interface ActiveTurn {
   readonly sessionId: string;
