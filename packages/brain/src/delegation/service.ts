@@ -563,6 +563,16 @@ export class DelegationService implements RestartCheckpoint {
         },
       );
     }
+    if (args.callerReadOnly && args.promote) {
+      throw new DelegationError("write_access_refused", "a child cannot be promoted from a read-only turn", {
+        childSessionId: args.childSessionId,
+      });
+    }
+    if (args.model !== undefined && (args.model.length === 0 || args.model.length > 200)) {
+      throw new DelegationError("invalid_input", "a continuation's model is a name of 1 to 200 characters", {
+        childSessionId: args.childSessionId,
+      });
+    }
     const child = await this.repo.getChildSession(
       args.parentSessionId,
       args.childSessionId,
@@ -570,6 +580,13 @@ export class DelegationService implements RestartCheckpoint {
     );
     assertForkContextAvailable(child);
     const open = await this.repo.openRunForChild(child.id, args.principalAccountId);
+    if (open && (args.promote || args.model !== undefined)) {
+      // A model or a promotion belongs to a call of its own; it never rides on a steer into a running one.
+      throw new DelegationError("wait_required", "the child is working; a model change or promotion waits", {
+        childSessionId: child.id,
+        runId: open.id,
+      });
+    }
     if (open) {
       if (args.callerReadOnly) {
         throw new DelegationError(
@@ -600,9 +617,12 @@ export class DelegationService implements RestartCheckpoint {
     const parent = await this.repo.getSession(args.parentSessionId, args.principalAccountId);
     const authority = await this.authorityFor(parent);
     const stored = child.scope ?? "";
+    // A promotion mints the child's scope again from the caller's live access (keeping its placement, role
+    // and context); it replaces the durable scope in the transaction that opens the call.
+    const promoted = args.promote ? this.#promotedScope(stored, authority) : undefined;
     // The clamp proves the child's stored scope against the caller's current access before anything is written.
     const clamp = args.callerReadOnly ? readOnlyContinuationScope(stored, authority) : null;
-    if (!clamp) continuationScope(stored, authority);
+    if (!clamp) continuationScope(promoted ?? stored, authority);
     const { run } = await this.#captured("DelegateContinue", () =>
       this.repo.createContinuation({
         parentSessionId: parent.id,
@@ -612,9 +632,36 @@ export class DelegationService implements RestartCheckpoint {
         task: args.text,
         mode: args.mode,
         readOnlyScope: clamp,
+        ...(args.model !== undefined ? { model: args.model } : {}),
+        ...(promoted !== undefined ? { promotedScope: promoted } : {}),
       }),
     );
+    // Admitted: only now does the caller's onEvent hear of the call.
+    args.progress?.({ type: "session", sessionId: child.id, parentSessionId: parent.id });
     return this.#dispatch(run, args.mode, args.progress);
+  }
+
+  /**
+   * A promotion's scope: minted field by field from the caller's live access (no dream marker can come
+   * through), on the child's stored placement, role, context and fork flag; tool restrictions and the
+   * read-only flag of the old scope are not carried over, the caller's current grant decides them.
+   */
+  #promotedScope(stored: string, authority: DelegationAuthority & { target: ExecutionTarget }): string {
+    const old = parseDelegatedExecutionScope(stored);
+    return captureDelegatedExecutionScope(
+      delegatedScopeFromAccess({
+        accountId: old.accountId,
+        operator: authority.operator ?? false,
+        target: old.target,
+        ...(old.workDir ? { workDir: old.workDir } : {}),
+        ...(old.projectRef ? { projectRef: old.projectRef } : {}),
+        ...(old.role ? { role: old.role } : {}),
+        ...(old.context ? { context: old.context } : {}),
+        ...(old.fork ? { fork: true } : {}),
+        ...(authority.readOnly ? { readOnly: true, permissionBoundary: "read-only" as const } : {}),
+      }),
+      authority,
+    );
   }
 
   readSubagent(

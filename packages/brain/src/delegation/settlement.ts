@@ -84,7 +84,9 @@ export class DelegatedSettlement {
         runId: run.id,
       });
     }
-    const child = await this.core.repo.getSession(run.childSessionId, run.principalAccountId);
+    const stored = await this.core.repo.getSession(run.childSessionId, run.principalAccountId);
+    // A continuation's own model is this call's: every turn of it (and its recovery) runs on it.
+    const child = run.model ? { ...stored, model: run.model } : stored;
     // Every turn of the call reads the call's own scope (its read-only clamp, else the child's durable
     // scope), narrowed by the delegating side's live access: current grants only ever narrow it.
     let scope: DelegatedExecutionScope;

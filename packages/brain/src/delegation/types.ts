@@ -102,7 +102,18 @@ export interface ContinueArgs {
   readonly callerReadOnly?: boolean;
   /** Asks for write access; refused from a read-only turn. */
   readonly writeAccess?: boolean;
+  /** The continuation's onEvent: session and progress events of this call (after admission only). */
   readonly progress?: ProgressSink;
+  /**
+   * The model this continuation runs on. It belongs to this call (stored on its row, replayed by its
+   * recovery); the child session keeps its own model for later continuations.
+   */
+  readonly model?: string;
+  /**
+   * Promote the child: its durable scope is minted again from the caller's live access (placement, role
+   * and context kept; old tool restrictions and read-only dropped). Refused from a read-only turn.
+   */
+  readonly promote?: boolean;
 }
 
 /** What a completion emitter accepts: a sub-agent's result, or one whole-workflow summary. */

@@ -123,8 +123,8 @@ export function createContinuation(
       await c.query("savepoint open_run");
       const run = await c.query<Row>(
         `insert into subagent_runs
-           (parent_session_id, principal_account_id, tool_call_id, child_session_id, kind, mode, task, read_only_scope)
-         values ($1::uuid, $2::uuid, $3, $4::uuid, 'continue', $5, $6, $7) returning *`,
+           (parent_session_id, principal_account_id, tool_call_id, child_session_id, kind, mode, task, read_only_scope, model)
+         values ($1::uuid, $2::uuid, $3, $4::uuid, 'continue', $5, $6, $7, $8) returning *`,
         [
           input.parentSessionId,
           input.principalAccountId,
@@ -133,8 +133,15 @@ export function createContinuation(
           input.mode,
           input.task,
           input.readOnlyScope,
+          input.model ?? null,
         ],
       );
+      if (input.promotedScope !== undefined) {
+        await c.query(
+          "update sessions set scope = $3 where id = $1::uuid and principal_account_id = $2::uuid",
+          [input.childSessionId, input.principalAccountId, input.promotedScope],
+        );
+      }
       return { run: runFromRow(run.rows[0] as Row), created: true };
     } catch (e) {
       if ((e as { code?: string }).code === "23505") {

@@ -59,6 +59,8 @@ export interface SubagentRun {
   readonly status: RunStatus;
   readonly generation: number;
   readonly readOnlyScope: string | null;
+  /** The model this one call runs on (a continuation's model argument); null: the child session's model. */
+  readonly model?: string | null;
   /** The newest published progress snapshot (canonical JSON) and its seq; absent in rows read before 0020. */
   readonly progress?: string | null;
   readonly progressSeq?: number;
@@ -90,6 +92,13 @@ export interface NewContinuation {
   readonly task: string;
   readonly mode: "foreground" | "background";
   readonly readOnlyScope: string | null;
+  /** This call's own model (not stored on the child session). */
+  readonly model?: string;
+  /**
+   * A promotion: the child's durable scope is replaced by this canonical JSON (minted from the caller's
+   * live access) in the same transaction that opens the call.
+   */
+  readonly promotedScope?: string;
 }
 
 export interface SettledResult {
