@@ -97,6 +97,117 @@ describe("continuations (resume: handle)", () => {
   });
 });
 
+describe("an explicit effort on a continuation", () => {
+  it("S000-073: with the role's effort undecided, an explicit effort is compared with the effort the handle's subagent ran: the same one runs (the step asks it, the bind checks it), another is pair_refused", async () => {
+    run = await inProcessRun({ roles: { explorer: { model: "m-x" } } });
+    const r = run;
+    let refused: unknown = null;
+    const wf = defineWorkflow({
+      name: "explicit",
+      run: async (ctx) => {
+        await ctx.call({ role: "explorer", task: "look", schema });
+        try {
+          await ctx.call({
+            role: "explorer",
+            task: "look deeper",
+            schema,
+            resume: "explorer.1",
+            effort: "low",
+          });
+        } catch (e) {
+          refused = e;
+        }
+        return ctx.call({
+          role: "explorer",
+          task: "look again",
+          schema,
+          resume: "explorer.1",
+          effort: "high",
+        });
+      },
+    });
+    const { done } = r.background(wf);
+    const stepOf = async (call: string) => {
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        const step = (await r.steps(1)).find((s) => s.call === call);
+        if (step) return step;
+        if (Date.now() > deadline) throw new Error(`no step of ${call}`);
+        await new Promise((res) => setTimeout(res, 20));
+      }
+    };
+    const spawn = (step: { message: string }, effort: string) =>
+      r.fake.spawnSubagent({
+        ownerThreadId: r.owner,
+        message: step.message,
+        agentRole: "explorer",
+        model: "m-x",
+        reasoningEffort: effort,
+      }).threadId;
+    const s1 = await stepOf("explorer.1");
+    expect(s1.reasoning_effort).toBeNull(); // the role leaves it to the host
+    const a1 = spawn(s1, "high");
+    expect(await r.report(s1, a1)).toBe("bound");
+    r.fake.answer(a1, '{"n":1}');
+    // explorer.2 asks low: its handle's subagent ran high
+    const s3 = await stepOf("explorer.3");
+    expect(refused).toBeInstanceOf(FlowCallError);
+    expect((refused as FlowCallError).reason).toMatch(
+      /^pair_refused: explorer\.1's subagent ran effort high/,
+    );
+    expect(of(r.rows(), "prepared").map((p) => p.call)).toEqual(["explorer.1", "explorer.3"]);
+    // explorer.3 asks high: its step names the effort and a subagent on another effort is not bound
+    expect(s3.reasoning_effort).toBe("high");
+    expect(of(r.rows(), "prepared")[1]?.input).toMatchObject({ effort: "high" });
+    const wrong = spawn(s3, "medium");
+    expect(await r.report(s3, wrong)).toBe("pair_mismatch");
+    const right = spawn(s3, "high");
+    expect(await r.report(s3, right)).toBe("bound");
+    r.fake.answer(right, '{"n":3}');
+    expect(await done).toEqual({ state: "completed", result: { n: 3 } });
+    const t3 = of(r.rows(), "thread_started").find((t) => t.call === "explorer.3");
+    expect(t3).toMatchObject({ thread_id: right, effort: "high" });
+    expect(t3?.effort_unchecked).toBeUndefined();
+  });
+
+  it("S000-073: an explicit effort is a continuation's option; one that differs from an effort the role decides is pair_refused", async () => {
+    run = await inProcessRun({ roles: { explorer: { model: "m-x", effort: "high" } } });
+    const r = run;
+    const errors: unknown[] = [];
+    const wf = defineWorkflow({
+      name: "explicit-bad",
+      run: async (ctx) => {
+        try {
+          await ctx.call({ role: "explorer", task: "look", schema, effort: "low" });
+        } catch (e) {
+          errors.push(e);
+        }
+        await ctx.call({ role: "explorer", task: "look", schema });
+        try {
+          await ctx.call({
+            role: "explorer",
+            task: "look again",
+            schema,
+            resume: "explorer.1",
+            effort: "low",
+          });
+        } catch (e) {
+          errors.push(e);
+        }
+        return "done";
+      },
+    });
+    const { done } = r.background(wf);
+    await answerNext(r, "explorer.1", '{"n":1}', "m-x");
+    expect(await done).toMatchObject({ state: "completed" });
+    expect(String((errors[0] as Error).message)).toMatch(/effort is a continuation's option/);
+    expect(errors[1]).toBeInstanceOf(FlowCallError);
+    expect((errors[1] as FlowCallError).reason).toBe(
+      "pair_refused: role explorer decides effort high, not low",
+    );
+  });
+});
+
 describe("continuing a call bound effort_unchecked", () => {
   it("S000-071: a handle bound effort_unchecked continues on a new subagent whose bind records the pair it runs", async () => {
     run = await inProcessRun({ roles: { explorer: { model: "m-x" } } });

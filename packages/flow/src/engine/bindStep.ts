@@ -47,9 +47,21 @@ export async function awaitBind(
   await rc.nap();
 }
 
+/**
+ * The pair a step's subagent is bound on: the role's pinned pair, with a continuation's explicit effort
+ * in place of an effort the role leaves undecided.
+ */
+export function stepPair(rc: RunContext, step: Step): { model: string | null; effort: string | null } {
+  const pin = rc.pins[step.role];
+  if (pin.effort !== null) return pin;
+  const prepared = rc.rowsOf(step.call).find((r) => r.type === "prepared");
+  const explicit = prepared?.type === "prepared" ? (prepared.input.effort ?? null) : null;
+  return explicit ? { model: pin.model, effort: explicit } : pin;
+}
+
 /** While a step waits, the marker is looked up on the host so an unreported spawn or repair binds too. */
 export async function lookUp(rc: RunContext, call: string, fold: CallFold, step: Step): Promise<boolean> {
-  const pair = rc.pins[step.role];
+  const pair = stepPair(rc, step);
   let candidates: HostThread[];
   if (step.action === "send_input" && step.agent_id) {
     const r = await rc.host.readThread(step.agent_id);

@@ -61,6 +61,7 @@ export function continuationOf(
   call: string,
   role: RoleName,
   handle: string,
+  effort: string | null = null,
 ): { call: string; chain: string[] } {
   const rows = rc.rowsOf(handle);
   if (!rows.some((r) => r.type === "completed"))
@@ -82,6 +83,16 @@ export function continuationOf(
       throw new FlowCallError(
         call,
         `pair_refused: ${handle}'s subagent ran effort ${last.effort ?? "unknown"}, role ${role} decides ${pin.effort}`,
+      );
+  }
+  if (effort !== null) {
+    // an explicit effort: the role's when it decides one, else the effort the handle's subagent ran
+    if (pin.effort !== null && effort !== pin.effort)
+      throw new FlowCallError(call, `pair_refused: role ${role} decides effort ${pin.effort}, not ${effort}`);
+    if (pin.effort === null && last && last.effort !== effort)
+      throw new FlowCallError(
+        call,
+        `pair_refused: ${handle}'s subagent ran effort ${last.effort ?? "unknown"}, the continuation asks ${effort}`,
       );
   }
   const prepared = rows.find((r): r is RowOf<"prepared"> => r.type === "prepared");

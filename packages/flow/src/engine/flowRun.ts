@@ -503,7 +503,8 @@ class FlowRun implements RunContext {
       task: n.task,
       schema: n.schema,
       workspace: n.workspace,
-      ...(n.resume ? { resume: continuationOf(this, call, n.role, n.resume) } : {}),
+      ...(n.resume ? { resume: continuationOf(this, call, n.role, n.resume, n.effort) } : {}),
+      ...(n.effort ? { effort: n.effort } : {}),
     };
     const inputDigest = digestOf(input);
     const fold = foldCall(this.rowsOf(call));

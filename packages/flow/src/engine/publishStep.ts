@@ -61,7 +61,8 @@ export function publish(
     role,
     agent_type: entry.agent_type,
     model: pair.model,
-    effort: pair.effort,
+    // a continuation's explicit effort (checked when the call was made) is the one the step asks for
+    effort: pair.effort ?? prepared.input.effort ?? null,
     workspace,
     ...(next.action === "send_input" && next.agent_id ? { agent_id: next.agent_id } : {}),
     ...(next.note ? { note: next.note } : {}),

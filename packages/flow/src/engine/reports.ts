@@ -5,6 +5,7 @@ import type { HostThread } from "../host/sessionHost.js";
 import type { RowOf } from "../journal/rows.js";
 import { REPORT_FORMAT, type Reply, type ReplyKind, writeReply } from "../steps/inbox.js";
 import { type BindVerdict, judgeBind } from "./bind.js";
+import { stepPair } from "./bindStep.js";
 import { foldCall } from "./callFold.js";
 import type { RunContext } from "./runContext.js";
 
@@ -89,7 +90,7 @@ export async function answerReports(
       );
       continue;
     }
-    const v = judgeBind(step, r.value, rc.owner, rc.pins[step.role]);
+    const v = judgeBind(step, r.value, rc.owner, stepPair(rc, step));
     if (v.verdict === "bind") {
       const b = onBind(r.value, v);
       if (!b.bound) {

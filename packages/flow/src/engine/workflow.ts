@@ -18,6 +18,12 @@ export interface CallOptions {
    * subagent whose packet carries the continued call's packet, its answer and the record of its turns.
    */
   resume?: string;
+  /**
+   * A continuation's explicit reasoning effort. Compared with the effort the handle's subagent ran when
+   * the role leaves its effort undecided (with the role's effort when it decides one): a difference is
+   * pair_refused. The continuation's step asks for it and its bind checks it.
+   */
+  effort?: string;
 }
 
 export interface FlowContext {
@@ -96,6 +102,7 @@ export interface NormalizedCall {
   workspace: string | null;
   node: string;
   resume: string | null;
+  effort: string | null;
 }
 
 const NODE = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
@@ -134,6 +141,11 @@ export function normalizeCall(options: CallOptions): NormalizedCall {
     (typeof options.resume !== "string" || !/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}\.\d+$/.test(options.resume))
   )
     bad("resume is not the op id of a call (<node>.<n>)");
+  if (options.effort !== undefined) {
+    if (typeof options.effort !== "string" || !/^[a-z][a-z_-]{0,31}$/.test(options.effort))
+      bad("effort is not an effort name (e.g. low, medium, high)");
+    if (options.resume === undefined) bad("effort is a continuation's option (give it with resume)");
+  }
   return {
     role: options.role,
     task: options.task,
@@ -141,5 +153,6 @@ export function normalizeCall(options: CallOptions): NormalizedCall {
     workspace: options.workspace ?? null,
     node,
     resume: options.resume ?? null,
+    effort: options.effort ?? null,
   };
 }

@@ -41,6 +41,8 @@ export const CallInputSchema = z.object({
   workspace: z.string().nullable(),
   /** A continuation: the continued call and its subagents' thread chain (part of the input digest). */
   resume: z.object({ call: z.string(), chain: z.array(z.string()) }).optional(),
+  /** A continuation's explicit effort (checked against the handle's subagent when the role leaves it open). */
+  effort: z.string().optional(),
 });
 export type CallInput = z.infer<typeof CallInputSchema>;
 
