@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { mkdtempSync, readFileSync } from "node:fs";
+import { readdir, readFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { RemoteTurnError, SubagentRunnerPool } from "@crw/subagent";
@@ -14,7 +15,13 @@ import {
   startDaemon,
 } from "../src/index.js";
 import { steps, TestClient } from "./support/client.js";
-import { gate, type LoopbackProvider, lastUserText, startLoopbackProvider } from "./support/provider.js";
+import {
+  allUserText,
+  gate,
+  type LoopbackProvider,
+  lastUserText,
+  startLoopbackProvider,
+} from "./support/provider.js";
 
 /**
  * The daemon's runner wiring, in one daemon with real forked runners, a real PostgreSQL and a model provider
@@ -43,6 +50,19 @@ beforeAll(async () => {
   process.env[KEY_VAR] = "loopback-secret";
   provider = await startLoopbackProvider(async (request) => {
     const text = lastUserText(request);
+    // The steering scenario: the child delegates (its tool round), the grandchild waits on a gate.
+    if (allUserText(request).includes("STEER-CHILD")) {
+      const toolRound = (request.body.messages ?? []).some((m) => m.role === "tool");
+      if (!toolRound)
+        return {
+          tool: {
+            id: "call-steer",
+            name: "Delegate",
+            arguments: { task: "STEER-GRAND work", background: false },
+          },
+        };
+      return { text: "child done after steering" };
+    }
     for (const [marker, g] of holds) if (text.includes(marker)) await g.wait;
     return { text: `answered: ${text.slice(-60)}` };
   });
@@ -331,6 +351,53 @@ describe("the daemon's runner pool wiring", () => {
     }
   });
 
+  it("the daemon's steer-settled sink: steering a runner child consumed at its tool round is published and counted", async () => {
+    const hold = gate();
+    holds.set("STEER-GRAND", hold);
+    const { sessionId: parent } = await owner.ok<{ sessionId: string }>("session.create");
+    const receipt = await owner.ok<{ childSessionId: string }>("session.delegate", {
+      sessionId: parent,
+      task: "STEER-CHILD work",
+      model: MODEL,
+      background: true,
+    });
+    const child = receipt.childSessionId;
+    await waitFor(
+      () => provider.requests.some((r) => lastUserText(r).includes("STEER-GRAND")),
+      "the grandchild's request",
+    );
+    const settled: unknown[] = [];
+    const off = daemon.runtime.bus.subscribe(`session:${child}`, (e) => {
+      if ((e as { type?: string }).type === "steer_settled") settled.push(e);
+    });
+    const before = daemon.runtime.health().steering.settled;
+    try {
+      const who = await owner.ok<{ accountId: string }>("daemon.whoami");
+      const steered = await daemon.runtime.service.continueSubagent({
+        parentSessionId: parent,
+        principalAccountId: who.accountId,
+        childSessionId: child,
+        toolCallId: `steer-${randomUUID()}`,
+        text: "also look at the STEER-NOTE",
+        mode: "background",
+      });
+      expect(steered.kind).toBe("steered");
+      hold.open();
+      await waitFor(() => settled.length > 0, "the steer to settle");
+      expect(settled).toEqual([
+        { type: "steer_settled", runnerId: expect.stringMatching(/^runner-/), sessionId: child, count: 1 },
+      ]);
+      expect(daemon.runtime.health().steering.settled).toBe(before + 1);
+      // The child's next model request carries the steering text.
+      await waitFor(
+        () => provider.requests.some((r) => JSON.stringify(r.body.messages).includes("STEER-NOTE")),
+        "the steered request",
+      );
+    } finally {
+      off();
+    }
+  });
+
   it("the daemon's process-changed sink counts its runners' starts and exits in /health", async () => {
     const health = (await (await fetch(`${daemon.state.url}/health`)).json()) as {
       processes: { started: number; exited: number };
@@ -339,4 +406,57 @@ describe("the daemon's runner pool wiring", () => {
     expect(health.processes.started).toBeGreaterThanOrEqual(1);
     expect(health.processes.exited).toBe(0);
   });
+
+  it("the daemon's runner-exit-tokens sink: a SIGKILLed runner's contained processes are ended", async () => {
+    const sessionId = `spawner-${randomUUID()}`;
+    const result = await daemon.runtime.runnerPool.runTurn({
+      turnId: `t-${randomUUID()}`,
+      channelId: "containment",
+      sessionId,
+      prompt: "start a long process",
+      script: [{ kind: "spawn", command: ["sleep", "300"] }],
+    });
+    expect(result.stopReason).toBe("end");
+    const view = await daemon.runtime.runnerPool.tap(sessionId, () => {});
+    const pid = Number(view?.snapshot.history.find((h) => h.role === "tool" && /^\d+$/.test(h.text))?.text);
+    await view?.close();
+    expect(pid).toBeGreaterThan(0);
+    const alive = () => {
+      try {
+        process.kill(pid, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    try {
+      // The runner's heartbeat (every HEARTBEAT_INTERVAL_MS) carries the kill token to the daemon first.
+      await new Promise((r) => setTimeout(r, 6_500));
+      expect(alive()).toBe(true);
+      const exitedBefore = daemon.runtime.health().processes.exited;
+      expect(await killRunnersOf(process.pid)).toBeGreaterThanOrEqual(1);
+      await waitFor(() => daemon.runtime.health().processes.exited > exitedBefore, "the runner exit");
+      await waitFor(() => !alive(), "the contained process to end");
+    } finally {
+      if (alive()) process.kill(pid, "SIGKILL");
+    }
+  }, 60_000);
 });
+
+/** SIGKILL the runner processes forked by `parent` (found in the process table). */
+async function killRunnersOf(parent: number): Promise<number> {
+  let killed = 0;
+  for (const entry of await readdir("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = await readFile(`/proc/${entry}/stat`, "utf8");
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      const cmd = await readFile(`/proc/${entry}/cmdline`, "utf8");
+      if (ppid === parent && cmd.includes("runner.js")) {
+        process.kill(Number(entry), "SIGKILL");
+        killed++;
+      }
+    } catch {}
+  }
+  return killed;
+}
