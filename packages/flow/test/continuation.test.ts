@@ -296,3 +296,89 @@ describe("the conversation list", () => {
     ]);
   });
 });
+
+describe("turns run again", () => {
+  it("S000-160 S000-158: a held call's repair on a new subagent at the next k, and a lost turn's next attempt, record the replaced place and replaces_turn; the conversation (and a continuation's record) takes the newest", async () => {
+    run = await inProcessRun({ lostAfterMs: 200 });
+    const r = run;
+    const wf = defineWorkflow({
+      name: "again",
+      run: async (ctx) => {
+        const first = await ctx.call<{ n: number }>({ role: "explorer", task: "count the files", schema });
+        const next = await ctx.call<{ n: number }>({
+          role: "explorer",
+          task: "count them again",
+          schema,
+          resume: "explorer.1",
+        });
+        return [first.n, next.n];
+      },
+    });
+    const stepOf = async (match: (s: { call: string; k: number; attempt: number }) => boolean) => {
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        const step = (await r.steps(1)).find(match);
+        if (step) return step;
+        if (Date.now() > deadline) throw new Error("no such step");
+        await new Promise((res) => setTimeout(res, 20));
+      }
+    };
+    const spawn = (message: string) =>
+      r.fake.spawnSubagent({ ownerThreadId: r.owner, message, agentRole: "explorer" }).threadId;
+    // first process: the task turn answers prose, the repair goes to the same subagent and its turn fails
+    const p1 = r.background(wf);
+    const s1 = await stepOf((s) => s.call === "explorer.1" && s.k === 1);
+    const a = spawn(s1.message);
+    expect(await r.report(s1, a)).toBe("bound");
+    r.fake.answer(a, "about seven");
+    const s2 = await stepOf((s) => s.call === "explorer.1" && s.k === 2);
+    expect(s2).toMatchObject({ action: "send_input", agent_id: a });
+    r.fake.sendInput(a, s2.message);
+    expect(await r.report(s2, a)).toBe("bound");
+    r.fake.failTurn(a, "internalServerError", { message: "boom" });
+    expect(await p1.done).toEqual({ state: "paused", reason: "held:explorer.1" });
+    // the resume: the held repair goes on in place on a new subagent at the next k
+    const p2 = r.background(wf);
+    const s3 = await stepOf((s) => s.call === "explorer.1" && s.k === 3 && s.attempt === 2);
+    expect(s3.action).toBe("spawn");
+    const b = spawn(s3.message);
+    expect(await r.report(s3, b)).toBe("bound");
+    r.fake.setThreadStatus(b, "notLoaded"); // its turn never ends: lost after LostAfter
+    const s4 = await stepOf((s) => s.call === "explorer.1" && s.k === 3 && s.attempt === 3);
+    const c = spawn(s4.message);
+    expect(await r.report(s4, c)).toBe("bound");
+    r.fake.answer(c, '{"n":7}');
+    const s5 = await stepOf((s) => s.call === "explorer.2");
+    const d = spawn(s5.message);
+    expect(await r.report(s5, d)).toBe("bound");
+    r.fake.answer(d, '{"n":8}');
+    expect(await p2.done).toEqual({ state: "completed", result: [7, 8] });
+
+    const turns = of(r.rows(), "turn_started").filter((t) => t.call === "explorer.1");
+    expect(turns.map((t) => [t.marker, t.conversation_turn, t.replaces_turn])).toEqual([
+      ["explorer.1/t1-a1", 1, undefined],
+      ["explorer.1/t2-a1", 2, undefined],
+      ["explorer.1/t3-a2", 2, 2], // the held repair, on a new subagent at the next k
+      ["explorer.1/t3-a3", 2, 2], // the next attempt of that lost turn
+    ]);
+    const published = of(r.rows(), "step_published").filter((s) => s.call === "explorer.1");
+    expect(published.map((s) => [s.marker, s.conversation_turn, s.replaces_turn])).toEqual([
+      ["explorer.1/t1-a1", 1, undefined],
+      ["explorer.1/t2-a1", 2, undefined],
+      ["explorer.1/t3-a2", 2, 2],
+      ["explorer.1/t3-a3", 2, 2],
+    ]);
+    // the conversation holds each place once, the newest turn at it
+    const callRows = r.rows().filter((x) => "call" in x && x.call === "explorer.1");
+    expect(conversationOf("explorer.1", callRows).map((t) => t.marker)).toEqual([
+      "explorer.1/t1-a1",
+      "explorer.1/t3-a3",
+    ]);
+    // the continuation's record is built from that list alone
+    const packet = readFileSync(s5.packet, "utf8");
+    expect(packet).toContain("conversation turn 1 (explorer.1/t1-a1)");
+    expect(packet).toContain("conversation turn 2 (explorer.1/t3-a3)");
+    expect(packet).not.toContain("(explorer.1/t2-a1)");
+    expect(packet).not.toContain("(explorer.1/t3-a2)");
+  });
+});
