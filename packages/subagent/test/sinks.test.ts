@@ -51,7 +51,7 @@ const echo: TurnTool = {
 };
 
 describe("daemon sinks the pool feeds (the pool owns its hosts' callbacks)", () => {
-  it("S004-507: attachSteerSettledSink: steering a runner turn consumed reaches the sink, once per non-empty drain", async () => {
+  it("attachSteerSettledSink: steering a runner turn consumed reaches the sink, once per non-empty drain", async () => {
     const { pool } = makePool();
     const settled: { runnerId: string; sessionId: string; count: number }[] = [];
     pool.attachSteerSettledSink((s) => settled.push(s));
@@ -76,7 +76,7 @@ describe("daemon sinks the pool feeds (the pool owns its hosts' callbacks)", () 
     expect(settled).toHaveLength(1);
   });
 
-  it("S004-507: attachProcessChangedSink: a runner's start and exit reach the sink as typed facts (no pid)", async () => {
+  it("attachProcessChangedSink: a runner's start and exit reach the sink as typed facts (no pid)", async () => {
     const { pool } = makePool();
     const changes: Parameters<ProcessChangedSink>[0][] = [];
     pool.attachProcessChangedSink((c) => changes.push(c));
