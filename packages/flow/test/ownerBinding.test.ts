@@ -1,3 +1,4 @@
+import { execFile } from "node:child_process";
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -21,7 +22,7 @@ import {
 } from "@crw/flow";
 import { FakeAppServer } from "@crw/tools/codex";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { crwFlow, ensureBuilt, waitFor } from "./helpers/cli.js";
+import { crwBin, crwFlow, ensureBuilt, waitFor } from "./helpers/cli.js";
 import { answerSchema, defineWorkflow, inProcessRun } from "./helpers/harness.js";
 
 let root: string;
@@ -266,6 +267,104 @@ describe("crw flow start binds the owner; a resume binds again", () => {
       expect(n3.json().warnings).not.toContainEqual(expect.stringContaining("owner_line"));
     } finally {
       if (pidAlive(pid2)) process.kill(pid2, "SIGKILL");
+    }
+  });
+});
+
+describe("only the holder writes the owner's line while it holds the run", () => {
+  let fake: FakeAppServer;
+  let cliEnv: NodeJS.ProcessEnv;
+  beforeAll(async () => {
+    fake = await FakeAppServer.start();
+    cliEnv = { ...env, CRW_FLOW_HOST: fake.url };
+  });
+  afterAll(async () => {
+    await fake?.stop();
+  });
+
+  it("S000-260: next, show, dispatched, the spawn hook and a second start on the thread leave the line as it is; the holder alone closes it when the run ends", async () => {
+    const state = join(root, "cli-state-holder");
+    const wf = join(root, "holder.mjs");
+    writeFileSync(
+      wf,
+      `export default { name: "holder", async run(ctx) { return ctx.call({ role: "explorer", task: "one" }); } };`,
+    );
+    const owner = fake.createOwnerThread({ cwd: root });
+    fake.startOwnerTurn(owner);
+    const startRun = (runId: string) =>
+      crwFlow(
+        ["start", wf, "--run", runId, "--owner", owner, "--state", state, "--poll-ms", "20", "--json"],
+        cliEnv,
+        root,
+      );
+    const first = await startRun("holder-1");
+    expect(first.code, first.stderr).toBe(0);
+    const pids = [Number(first.json().pid)];
+    try {
+      const paths = runPaths(state, "holder-1");
+      await waitFor("the holder's started row", () =>
+        existsSync(paths.journal)
+          ? readJournalFile(paths.journal).rows.some((r) => r.type === "started")
+          : false,
+      );
+      const file = bindingFile(state, owner);
+      const before = readFileSync(file, "utf8");
+      expect(lines(state, owner).map((l) => `${l.kind}:${l.run_id}`)).toEqual(["orchestrator:holder-1"]);
+      // every other party that runs while the holder holds the run
+      const second = await startRun("holder-2");
+      expect(second.code, second.stderr).toBe(0);
+      pids.push(Number(second.json().pid));
+      const n1 = await next("holder-1", state, cliEnv);
+      const step = (n1.json().steps as Array<Record<string, unknown>>)[0];
+      if (!step) throw new Error(`no step: ${n1.stdout}`);
+      const agent = fake.spawnSubagent({
+        ownerThreadId: owner,
+        message: String(step.message),
+        agentRole: "explorer",
+      }).threadId;
+      const hook = await new Promise<number>((resolve) => {
+        const child = execFile(process.execPath, [crwBin, "flow", "hook", "pre-tool-use", "--state", state], {
+          env: cliEnv,
+        });
+        child.stdin?.end(
+          JSON.stringify({
+            session_id: owner,
+            hook_event_name: "PreToolUse",
+            tool_name: "spawn_agent",
+            tool_use_id: "call-1",
+            tool_input: { message: step.message, agent_type: "explorer" },
+          }),
+        );
+        child.on("exit", (code) => resolve(code ?? 1));
+      });
+      expect(hook).toBe(0);
+      const dispatched = await crwFlow(
+        ["dispatched", "holder-1", String(step.call), "--agent", agent, "--k", "1", "--attempt", "1"]
+          .concat(["--state", state, "--wait", "10", "--json"]),
+        cliEnv,
+      );
+      expect(dispatched.json()).toMatchObject({ reply: "bound" });
+      expect((await crwFlow(["show", "holder-1", "--state", state], cliEnv)).code).toBe(0);
+      await next("holder-1", state, cliEnv);
+      await waitFor("the second run's started row", () =>
+        existsSync(runPaths(state, "holder-2").journal)
+          ? readJournalFile(runPaths(state, "holder-2").journal).rows.some((r) => r.type === "started")
+          : false,
+      );
+      expect(readFileSync(file, "utf8")).toBe(before);
+      // the holder ends the run and closes its line: the only line written after the start's
+      fake.answer(agent, '{"done":true}');
+      await waitFor("the run's end", () =>
+        readJournalFile(paths.journal).rows.some((r) => r.type === "run_ended"),
+      );
+      await waitFor("the holder's close", () => lines(state, owner).length === 2);
+      expect(lines(state, owner).map((l) => `${l.kind}:${l.run_id}`)).toEqual([
+        "orchestrator:holder-1",
+        "closed:holder-1",
+      ]);
+      expect(readFileSync(file, "utf8").startsWith(before)).toBe(true);
+    } finally {
+      for (const pid of pids) if (pidAlive(pid)) process.kill(pid, "SIGKILL");
     }
   });
 });
