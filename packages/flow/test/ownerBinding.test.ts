@@ -339,8 +339,13 @@ describe("only the holder writes the owner's line while it holds the run", () =>
       });
       expect(hook).toBe(0);
       const dispatched = await crwFlow(
-        ["dispatched", "holder-1", String(step.call), "--agent", agent, "--k", "1", "--attempt", "1"]
-          .concat(["--state", state, "--wait", "10", "--json"]),
+        ["dispatched", "holder-1", String(step.call), "--agent", agent, "--k", "1", "--attempt", "1"].concat([
+          "--state",
+          state,
+          "--wait",
+          "10",
+          "--json",
+        ]),
         cliEnv,
       );
       expect(dispatched.json()).toMatchObject({ reply: "bound" });

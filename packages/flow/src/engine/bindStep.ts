@@ -145,9 +145,38 @@ function bind(
     });
   }
   rows.push(turnStartedRow(call, step, v.turn.id));
+  const sameThread = step.action === "spawn" ? sameThreadReview(rc, call, step, thread.id) : null;
+  if (sameThread) rows.push(sameThread);
   rc.append(rows);
   rc.bus.retractStep(call, step.k, step.attempt);
   return { bound: true };
+}
+
+const REVIEW_ROLES = new Set(["reviewer", "critic"]);
+const AUTHOR_ROLES = new Set(["executor", "executor-t1", "architect"]);
+
+/**
+ * Same-thread review, observed: a reviewer's or critic's step bound to a subagent that an author call of the
+ * run (executor, executor-t1, architect) was bound to (the owner sent the review to the author's thread).
+ * It is a warning, never a refusal: the review is bound and runs.
+ */
+function sameThreadReview(rc: RunContext, call: string, step: Step, threadId: string): NewRow | null {
+  if (!REVIEW_ROLES.has(step.role)) return null;
+  const author = rc.journal.rows.find(
+    (r) =>
+      r.type === "thread_started" &&
+      r.thread_id === threadId &&
+      r.call !== call &&
+      rc.rowsOf(r.call).some((p) => p.type === "prepared" && AUTHOR_ROLES.has(p.role)),
+  );
+  if (author?.type !== "thread_started") return null;
+  return {
+    type: "flow_warning",
+    warning: "same_thread_review",
+    call,
+    op: step.op,
+    detail: { thread_id: threadId, author_call: author.call, role: step.role },
+  };
 }
 
 /** evidence_placed (when the cwd is new to the call's newest generation), then the record under the cwd. */
