@@ -48,6 +48,7 @@ export {
   prepareCompletion,
   type SpillStore,
 } from "./spill.js";
+export { SPILL_READ_PAGE, spillReadTool } from "./spillRead.js";
 export { delegationTools } from "./tools.js";
 export type {
   ProgressEvent,

@@ -23,7 +23,9 @@ import { Notifier } from "./notifier.js";
 import { type ProgressPublisher, RunProgressJob } from "./progress.js";
 import { systemPromptFor } from "./prompt.js";
 import { readSubagent } from "./readSubagent.js";
+import type { MutatingTool } from "./scopedTools.js";
 import { DelegatedSettlement } from "./settlement.js";
+import { spillReadTool } from "./spillRead.js";
 import { delegationTools } from "./tools.js";
 import type { ProgressSink, TurnOutcome, TurnTool } from "./turn.js";
 import { SessionTurns } from "./turns.js";
@@ -218,7 +220,8 @@ export class DelegationService implements RestartCheckpoint {
   ): Promise<TurnOutcome> {
     this.#admit("a new turn");
     const own = this.options.tools?.(session) ?? [];
-    const tools = [...delegationTools(this, session, opts.readOnly), ...own];
+    const spillRead = (await this.#readsSpills(session, own)) ? [spillReadTool(this.repo, session)] : [];
+    const tools = [...delegationTools(this, session, opts.readOnly), ...spillRead, ...own];
     const systemPrompt =
       this.options.systemPrompt?.(session, opts.scope) ?? (await this.#systemPromptOf(session, tools));
     return this.turns.runLocked({
@@ -232,6 +235,17 @@ export class DelegationService implements RestartCheckpoint {
       progress: opts.progress,
       drainSteering: () => this.drainInto(session),
     });
+  }
+
+  /**
+   * A session reads its own spilled results with Read (unless the host gives it a Read of its own): from
+   * the turn on which one may reach it, i.e. once it has a spilled result or while a child of it is open
+   * (a result can arrive, spilled, at any tool round). Other sessions' tool lists stay as they were.
+   */
+  async #readsSpills(session: SessionRow, own: readonly MutatingTool[]): Promise<boolean> {
+    if (own.some((t) => t.name === "Read")) return false;
+    if (await this.repo.hasSpilledOutputs(session.id, session.principalAccountId)) return true;
+    return (await this.repo.openChildRuns(session.id, session.principalAccountId)).length > 0;
   }
 
   /**

@@ -160,3 +160,41 @@ export async function sessionsWithQueuedResults(
     kind: r.kind === "root" ? "root" : "delegated",
   }));
 }
+
+export async function spilledOutput(
+  pool: pg.Pool,
+  sessionId: string,
+  principalAccountId: string,
+  path: string,
+): Promise<SpillRecord | null> {
+  assertUuid("sessionId", sessionId);
+  assertUuid("principalAccountId", principalAccountId);
+  const { rows } = await pool.query<Row>(
+    `select id, session_id, path, byte_size, sha256 from spilled_outputs
+      where session_id = $1::uuid and principal_account_id = $2::uuid and path = $3`,
+    [sessionId, principalAccountId, path],
+  );
+  const r = rows[0];
+  if (!r) return null;
+  return {
+    id: String(r.id),
+    sessionId: String(r.session_id),
+    path: String(r.path),
+    byteSize: Number(r.byte_size),
+    sha256: String(r.sha256),
+  };
+}
+
+export async function hasSpilledOutputs(
+  pool: pg.Pool,
+  sessionId: string,
+  principalAccountId: string,
+): Promise<boolean> {
+  assertUuid("sessionId", sessionId);
+  assertUuid("principalAccountId", principalAccountId);
+  const { rows } = await pool.query(
+    "select 1 from spilled_outputs where session_id = $1::uuid and principal_account_id = $2::uuid limit 1",
+    [sessionId, principalAccountId],
+  );
+  return rows.length > 0;
+}

@@ -80,6 +80,10 @@ export class PgDelegationRepository implements DelegationRepository {
   dropSteers: DelegationRepository["dropSteers"] = async (c, p, r) => steers.dropSteers(this.pool, c, p, r);
 
   recordSpill: DelegationRepository["recordSpill"] = async (r) => recovery.recordSpill(this.pool, r);
+  spilledOutput: DelegationRepository["spilledOutput"] = async (sessionId, principalAccountId, path) =>
+    recovery.spilledOutput(this.pool, sessionId, principalAccountId, path);
+  hasSpilledOutputs: DelegationRepository["hasSpilledOutputs"] = async (sessionId, principalAccountId) =>
+    recovery.hasSpilledOutputs(this.pool, sessionId, principalAccountId);
 
   discardPrivateSessions: DelegationRepository["discardPrivateSessions"] = async () =>
     recovery.discardPrivateSessions(this.pool);

@@ -302,6 +302,10 @@ export interface DelegationRepository {
 
   // spill
   recordSpill(record: Omit<SpillRecord, "id"> & { principalAccountId: string }): Promise<SpillRecord>;
+  /** A spilled output recorded for this session (its own namespace) at exactly `path`, or null. */
+  spilledOutput(sessionId: string, principalAccountId: string, path: string): Promise<SpillRecord | null>;
+  /** Whether any spilled output was recorded for this session. */
+  hasSpilledOutputs(sessionId: string, principalAccountId: string): Promise<boolean>;
 
   // recovery
   /** Deletes unfinished private fork copies (and anything under them); returns their ids. */
