@@ -23,15 +23,16 @@ import {
   workflowTools,
 } from "@crw/plugin-subagent";
 import {
+  createSubagentRuntime,
   type HostRpcHandler,
   HostRpcRefusedError,
   killContainedProcesses,
   MemoryRetryPolicySource,
   type PoolHealth,
   type ProcessChangedSink,
+  parseSubagentConfig,
   RESTART_REQUIRED_ALERT_KEY,
-  SubagentRunnerPool,
-  SubagentSessionDispatch,
+  type SubagentRunnerPool,
 } from "@crw/subagent";
 import type pg from "pg";
 import type { Logger } from "pino";
@@ -160,18 +161,55 @@ export async function assembleRuntime(
       });
     throw new HostRpcRefusedError("unsupported", `the daemon serves no ${method} host call`);
   };
-  const runnerPool = new SubagentRunnerPool({
-    sizing: () => ({ maxRunners, turnsPerRunner: config.runtime.turnsPerRunner }),
-    enabled: () => config.runtime.subagentRunnerEnabled,
+  const placements = { runner: 0, "in-process": 0 };
+  let firstTurnAt: string | null = null;
+  const catalog = { baseUrls: config.models.baseUrls, apiKeyEnv: config.models.apiKeyEnv };
+  // Turns running in this process, by session: the in-process half of the execution projection.
+  const inProcessTurns = new Map<string, number>();
+  const agentLoop = createAgentTurnRunner(catalog);
+  const inProcess: SessionTurnRunner = {
+    async runTurn(request, host) {
+      inProcessTurns.set(request.sessionId, (inProcessTurns.get(request.sessionId) ?? 0) + 1);
+      try {
+        return await agentLoop.runTurn(request, host);
+      } finally {
+        const n = (inProcessTurns.get(request.sessionId) ?? 1) - 1;
+        if (n > 0) inProcessTurns.set(request.sessionId, n);
+        else inProcessTurns.delete(request.sessionId);
+      }
+    },
+  };
+  // The package's entry point builds the pool and the session dispatch (the delegation core's SessionTurnRunner).
+  const subagentConfig = parseSubagentConfig({
+    subagentRunnerEnabled: config.runtime.subagentRunnerEnabled,
+    maxRunners,
+    turnsPerRunner: config.runtime.turnsPerRunner,
+    runnerKind: "agent",
+  });
+  const { pool: runnerPool, dispatch } = createSubagentRuntime({
+    config: () => subagentConfig,
     retryPolicySource: () => policy,
+    inProcess,
     catalog: () => ({
       revision: 1,
       public: [{ id: config.models.default, provider: config.models.default.split(":")[0] ?? "scripted" }],
       accounts: {},
     }),
     // Runners build their agent loop with the same provider settings as the daemon's own.
-    agentOptions: () => ({ baseUrls: config.models.baseUrls, apiKeyEnv: config.models.apiKeyEnv }),
+    agentOptions: () => catalog,
     hostRpc,
+    onPlaced: (request, placement) => {
+      placements[placement] += 1;
+      observeTurn?.(request, placement);
+      firstTurnAt ??= new Date().toISOString();
+    },
+    // A child's channel (fairness key, unit of abort) is its parent session, read from its row.
+    placementOf: async (request) => {
+      const row = await repo.getSession(request.sessionId, request.principalAccountId);
+      return row.parentSessionId
+        ? { channelId: row.parentSessionId, parentSessionId: row.parentSessionId }
+        : { channelId: row.id };
+    },
     onEvent: (event) => {
       if (event.type === "runner_log") return;
       log.info({ event }, "runner pool event");
@@ -207,43 +245,6 @@ export async function assembleRuntime(
   runnerPool.attachSteerSettledSink((settled) => {
     steering.settled += settled.count;
     bus.publish(`session:${settled.sessionId}`, { type: "steer_settled", ...settled });
-  });
-
-  const placements = { runner: 0, "in-process": 0 };
-  let firstTurnAt: string | null = null;
-  const catalog = { baseUrls: config.models.baseUrls, apiKeyEnv: config.models.apiKeyEnv };
-  // Turns running in this process, by session: the in-process half of the execution projection.
-  const inProcessTurns = new Map<string, number>();
-  const agentLoop = createAgentTurnRunner(catalog);
-  const inProcess: SessionTurnRunner = {
-    async runTurn(request, host) {
-      inProcessTurns.set(request.sessionId, (inProcessTurns.get(request.sessionId) ?? 0) + 1);
-      try {
-        return await agentLoop.runTurn(request, host);
-      } finally {
-        const n = (inProcessTurns.get(request.sessionId) ?? 1) - 1;
-        if (n > 0) inProcessTurns.set(request.sessionId, n);
-        else inProcessTurns.delete(request.sessionId);
-      }
-    },
-  };
-  const dispatch = new SubagentSessionDispatch({
-    pool: runnerPool,
-    inProcess,
-    runnerEnabled: () => config.runtime.subagentRunnerEnabled,
-    runnerKind: "agent",
-    onPlaced: (request, placement) => {
-      placements[placement] += 1;
-      observeTurn?.(request, placement);
-      firstTurnAt ??= new Date().toISOString();
-    },
-    // A child's channel (fairness key, unit of abort) is its parent session, read from its row.
-    placementOf: async (request) => {
-      const row = await repo.getSession(request.sessionId, request.principalAccountId);
-      return row.parentSessionId
-        ? { channelId: row.parentSessionId, parentSessionId: row.parentSessionId }
-        : { channelId: row.id };
-    },
   });
 
   const reader = boundedProjectFileReader({ root: config.projectRoot });

@@ -47,6 +47,8 @@ export interface SubagentRuntimeDeps {
   readonly hostRpc?: HostRpcHandler;
   readonly localExec?: LocalExecHandler;
   readonly placementOf?: SessionDispatchDeps["placementOf"];
+  /** Observes every placement decision (runner or in-process). */
+  readonly onPlaced?: SessionDispatchDeps["onPlaced"];
   readonly onEvent?: (event: PoolEvent) => void;
 }
 
@@ -82,6 +84,7 @@ export function createSubagentRuntime(deps: SubagentRuntimeDeps): {
     runnerEnabled: () => deps.config().subagentRunnerEnabled,
     runnerKind: initial.runnerKind,
     ...(deps.placementOf && { placementOf: deps.placementOf }),
+    ...(deps.onPlaced && { onPlaced: deps.onPlaced }),
   });
   return { pool, dispatch };
 }
