@@ -9,6 +9,7 @@ import { markerInText, markerLine, markerOf } from "../steps/message.js";
 import { repairInput, repositoryTools } from "../steps/packet.js";
 import { digestOf } from "../util/canonical.js";
 import { FlowError } from "../util/errors.js";
+import { sleep } from "../util/fsx.js";
 import { threadTokenTotal } from "./appServerTokens.js";
 
 function appServerHost(rc: RunContext): AppServerHost {
@@ -114,7 +115,10 @@ export async function runAppServerCall(rc: RunContext, call: string): Promise<un
     const terminal = rows.findLast((r) => r.type === "completed" || r.type === "null_model");
     if (terminal?.type === "completed") return terminal.result;
     if (terminal?.type === "null_model") throw new FlowCallError(call, terminal.reason);
-    if (rc.stopping) throw new RunStopped(rc.stopping.reason);
+    if (rc.stopping) {
+      await stopAppServerCall(rc, host, call, rows);
+      throw new RunStopped(rc.stopping.reason);
+    }
     const thread = rows.findLast((r): r is RowOf<"thread_started"> => r.type === "thread_started");
     const lost = rows.some((r) => r.type === "session_attempt_lost" && r.attempt === thread?.attempt);
     const held = rows.findLast((r) => r.type === "held");
@@ -267,6 +271,58 @@ export async function runAppServerCall(rc: RunContext, call: string): Promise<un
     }
     await startTurn(rc, host, call, prepared, thread, read.value, k, 2, repairInput(text ?? "", errors));
   }
+}
+
+/**
+ * A pause (a held call elsewhere, a usage limit, the token ceiling) stops every call of the run: a turn the
+ * call is running is interrupted (the interrupt_requested row is durable before turn/interrupt goes out)
+ * and its thread read until the turn runs no more; then the call is held for the pause's reason, so the
+ * resume goes on with a new attempt. A call that is already held stays as it is.
+ */
+async function stopAppServerCall(
+  rc: RunContext,
+  host: AppServerHost,
+  call: string,
+  rows: ReturnType<typeof callRows>,
+): Promise<void> {
+  const reason = rc.stopping?.reason ?? "stopped";
+  const lastOwn = rows.findLast((r) => r.type !== "run_paused");
+  if (lastOwn?.type === "held") return;
+  const thread = rows.findLast((r): r is RowOf<"thread_started"> => r.type === "thread_started");
+  const turn = thread
+    ? rows.findLast(
+        (r): r is RowOf<"turn_started"> =>
+          r.type === "turn_started" && r.attempt === thread.attempt && r.seq > thread.seq,
+      )
+    : undefined;
+  if (thread && turn) {
+    const read = await host.readThread(thread.thread_id);
+    const t = read.ok ? read.value.turns.find((x) => x.id === turn.turn_id) : undefined;
+    if (t?.status === "inProgress") {
+      rc.append([
+        {
+          type: "interrupt_requested",
+          call,
+          op: turn.op,
+          reason,
+          k: turn.k,
+          attempt: turn.attempt,
+          turn_id: turn.turn_id,
+        },
+      ]);
+      await host.interruptTurn(thread.thread_id, turn.turn_id);
+      const deadline = Date.now() + rc.lostAfterMs;
+      while (Date.now() < deadline) {
+        const again = await host.readThread(thread.thread_id);
+        if (!again.ok) break;
+        const t2 = again.value.turns.find((x) => x.id === turn.turn_id);
+        if (again.value.status.type !== "active" && t2?.status !== "inProgress") break;
+        await sleep(rc.pollMs);
+      }
+    }
+  }
+  rc.append([{ type: "held", call, op: call, reason }]);
+  rc.emit({ type: "call_ended", call, status: `held (${reason})` });
 }
 
 async function startTurn(
