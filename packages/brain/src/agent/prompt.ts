@@ -150,6 +150,8 @@ export interface PromptInputs {
   /** Plugin-supplied role template text (e.g. a typed agent definition): appended as the role, never the foundation. */
   readonly roleTemplate?: string;
   readonly accountInstructions?: string;
+  /** The eligible project instruction files, already composed as a section (see `instructionSection`). */
+  readonly projectInstructions?: string;
   /** Interactive sessions only. */
   readonly recalledMemories?: readonly string[];
   readonly sharedRoom?: boolean;
@@ -178,6 +180,7 @@ function appendSections(route: "worker" | "interactive", inputs: PromptInputs): 
   if (fragments.length) sections.push(fragments.map((f) => f.text).join("\n\n"));
   const role = roleText(inputs);
   if (role) sections.push(role);
+  if (inputs.projectInstructions) sections.push(inputs.projectInstructions);
   if (inputs.accountInstructions) {
     sections.push(
       `<account-instructions>\n${escapeAccountInstructions(inputs.accountInstructions)}\n</account-instructions>`,

@@ -1,6 +1,12 @@
 import type { SessionRow } from "@crw/db";
 import { composeInteractivePrompt, composeWorkerPrompt } from "../agent/index.js";
-import { type DelegatedExecutionScope, parseDelegatedExecutionScope } from "../scope/index.js";
+import {
+  type DelegatedExecutionScope,
+  eligibleInstructionFiles,
+  instructionRootFor,
+  instructionSection,
+  parseDelegatedExecutionScope,
+} from "../scope/index.js";
 import type { TurnTool } from "./turn.js";
 
 /**
@@ -13,18 +19,40 @@ export async function systemPromptFor(
   scope: DelegatedExecutionScope | null,
   tools: readonly TurnTool[],
   parentOf: (session: SessionRow) => Promise<SessionRow>,
+  projectRootOf?: (ref: string) => Promise<string | undefined>,
 ): Promise<string> {
   const own = scope ?? (session.scope ? parseDelegatedExecutionScope(session.scope) : null);
   if (own?.fork && session.parentSessionId) {
     const parent = await parentOf(session);
     const parentScope = parent.scope ? parseDelegatedExecutionScope(parent.scope) : null;
-    return systemPromptFor(parent, parentScope, tools, parentOf);
+    return systemPromptFor(parent, parentScope, tools, parentOf, projectRootOf);
   }
+  const instructions = own ? await projectInstructionsOf(own, projectRootOf) : undefined;
   const inputs = {
     model: { id: session.model },
     tools: tools.map((t) => ({ name: t.name, description: t.description })),
     ...(own?.role ? { role: own.role } : {}),
     ...(own?.context ? { context: own.context } : {}),
+    ...(instructions ? { projectInstructions: instructions } : {}),
   };
   return session.kind === "delegated" ? composeWorkerPrompt(inputs) : composeInteractivePrompt(inputs);
+}
+
+/**
+ * The project instructions of a host placement under the owner-ancestor rule, read from its instruction
+ * root (a linked worktree's own root, kept inside a registered project's root). Other targets read their
+ * instructions on their own side; an unreadable placement composes without them.
+ */
+async function projectInstructionsOf(
+  scope: DelegatedExecutionScope,
+  projectRootOf?: (ref: string) => Promise<string | undefined>,
+): Promise<string | undefined> {
+  if (!scope.workDir || scope.target.kind !== "host") return undefined;
+  try {
+    const projectRoot = scope.target.ref ? await projectRootOf?.(scope.target.ref) : undefined;
+    const root = await instructionRootFor(scope.workDir, projectRoot ?? null);
+    return instructionSection(root, await eligibleInstructionFiles(scope.workDir, root));
+  } catch {
+    return undefined;
+  }
 }

@@ -277,12 +277,13 @@ export class DelegationService implements RestartCheckpoint {
     if (fresh.systemPrompt !== null) return fresh.systemPrompt;
     const parentOf = (s: SessionRow) => this.repo.getSession(s.parentSessionId ?? "", s.principalAccountId);
     const own = session.scope ? parseDelegatedExecutionScope(session.scope) : null;
+    const rootOf = async (ref: string) => (await this.options.projects?.rootOf?.(ref))?.root;
     let composed: string;
     if (own?.fork && session.parentSessionId) {
       const parent = await parentOf(session);
-      composed = parent.systemPrompt ?? (await systemPromptFor(parent, null, tools, parentOf));
+      composed = parent.systemPrompt ?? (await systemPromptFor(parent, null, tools, parentOf, rootOf));
     } else {
-      composed = await systemPromptFor(session, null, tools, parentOf);
+      composed = await systemPromptFor(session, null, tools, parentOf, rootOf);
     }
     return this.repo.setSystemPrompt(session.id, session.principalAccountId, composed);
   }

@@ -14,6 +14,15 @@ export {
 } from "./capture.js";
 export { DelegatedScopeError, type DelegatedScopeErrorCode } from "./errors.js";
 export { type DelegatedTurnIdentity, forDelegatedTurn, type ParentSessionFacts } from "./identity.js";
+export {
+  eligibleInstructionFiles,
+  INSTRUCTION_FILE,
+  INSTRUCTION_LIMITS,
+  type InstructionFile,
+  instructionRootFor,
+  instructionSection,
+  RULES_DIR,
+} from "./instructions.js";
 export { isCanonicalArtifactPath, normalizePlacement, type PathSpelling, pathSpelling } from "./paths.js";
 export {
   type DelegatedExecutionScope,
