@@ -67,12 +67,13 @@ const definition = {
 };
 
 beforeAll(() => {
-  for (const dir of ["packages/db", "packages/brain", "plugins/subagent"]) ensureBuilt(dir);
+  for (const dir of ["packages/db", "packages/brain", "packages/subagent", "plugins/subagent"])
+    ensureBuilt(dir);
 }, 120_000);
 
 describe("a daemon process SIGKILLed while a workflow runs", () => {
   it.each(WORKFLOW_FAULT_POINTS)(
-    "S004-340: S004-414: killed at %s, the next boot completes the workflow: one child per node, no node ran twice, one summary",
+    "S004-340: S004-414: killed at %s, the next boot completes the workflow: one child per node (none left empty), no node ran twice, one summary",
     async (fault) => {
       const repo = new PgDelegationRepository(db.pool);
       const account = await repo.createAccount({ name: `a-${randomUUID()}`, isOwner: true });
@@ -104,6 +105,14 @@ describe("a daemon process SIGKILLed while a workflow runs", () => {
         [parent.id],
       );
       expect(children).toHaveLength(4);
+      // No empty child is left behind (killed between a child's insert and the journal write placing it,
+      // the boot adopts the same planned row).
+      const { rows: empty } = await db.pool.query(
+        `select s.id from sessions s where s.parent_session_id = $1::uuid
+           and not exists (select 1 from journal_entries j where j.session_id = s.id)`,
+        [parent.id],
+      );
+      expect(empty).toEqual([]);
       const effects = existsSync(effectsFile) ? readFileSync(effectsFile, "utf8").trim().split("\n") : [];
       const perChild = new Map<string, number>();
       for (const line of effects) perChild.set(line, (perChild.get(line) ?? 0) + 1);

@@ -53,6 +53,11 @@ export interface NodeChildRequest {
   readonly model: string;
   /** Canonical JSON of the child's captured DelegatedExecutionScope. */
   readonly scope: string;
+  /**
+   * The journaled planned id: the child is created with it, or adopted when a row with it exists (empty,
+   * same parent and principal) because an earlier process was killed right after inserting it.
+   */
+  readonly childSessionId?: string;
 }
 
 export interface NodeRunRequest {

@@ -5,6 +5,7 @@
  */
 export const WORKFLOW_FAULT_POINTS = [
   "node.reserved", // the reservation is journaled and published, before any preparation
+  "node.child_inserted", // the child row exists, before the journal places it (its planned id is journaled)
   "node.child_created", // the planned child is journaled, before its task is
   "node.settling", // the child's answer is in its journal, before the engine records the node as done
   "workflow.terminal_published", // terminal publication accepted, before the summary reaches the inbox

@@ -128,6 +128,35 @@ export class JournalNodeDispatcher implements NodeDispatcher {
   }
 
   async createChild(request: NodeChildRequest): Promise<string> {
+    if (request.childSessionId !== undefined) {
+      // Created with its planned id, or adopted: a row left by a process killed right after inserting it
+      // is the same planned child (same parent and principal, nothing journaled yet); it takes the
+      // model and scope prepared now. Anything else with that id is refused, never reused.
+      const { rows } = await this.repo.pool.query<{ id: string }>(
+        `insert into sessions (id, kind, parent_session_id, principal_account_id, model, scope)
+         values ($1::uuid, 'delegated', $2::uuid, $3::uuid, $4, $5)
+         on conflict (id) do update set model = excluded.model, scope = excluded.scope
+           where sessions.kind = 'delegated'
+             and sessions.parent_session_id = excluded.parent_session_id
+             and sessions.principal_account_id = excluded.principal_account_id
+             and not exists (select 1 from journal_entries j where j.session_id = excluded.id)
+         returning id`,
+        [
+          request.childSessionId,
+          request.parentSessionId,
+          request.principalAccountId,
+          request.model,
+          request.scope,
+        ],
+      );
+      if (!rows[0])
+        throw new WorkflowStateError(
+          "child_mismatch",
+          `node ${request.nodeId}: session ${request.childSessionId} exists and is not its planned child`,
+          { workflowId: request.workflowId, nodeId: request.nodeId },
+        );
+      return String(rows[0].id);
+    }
     const { rows } = await this.repo.pool.query<{ id: string }>(
       `insert into sessions (kind, parent_session_id, principal_account_id, model, scope)
        values ('delegated', $1::uuid, $2::uuid, $3, $4) returning id`,

@@ -1,8 +1,15 @@
+import { randomUUID } from "node:crypto";
 import { resolve as resolvePath } from "node:path";
 import { delegatedWorkDir, type WorkDirPolicy } from "@crw/brain";
+import { type HostWorkflowNodeDispatch, runWithWorkflowNodeDispatch } from "@crw/subagent";
 import { z } from "zod";
 import type { WorkflowNode } from "../definition/schema.js";
-import { SessionWorkAbortedError, toError, WorkflowNodePreparationError } from "../errors.js";
+import {
+  SessionWorkAbortedError,
+  toError,
+  WorkflowNodePreparationError,
+  WorkflowStateError,
+} from "../errors.js";
 import {
   type ComputerPrerequisite,
   type NodeState,
@@ -368,11 +375,12 @@ export class WorkflowRun {
     const j = this.journal;
     const state = j.nodes[id] as NodeState;
     const node = state.spec;
+    let admissionRefused = false;
     try {
       if (mode === "fresh") {
         // Fresh reservation: journaled and snapshotted before any asynchronous preparation; charged once.
         j.dispatches += 1;
-        this.#setStatus(id, "reserved", { run: j.run });
+        this.#setStatus(id, "reserved", { run: j.run, plannedChildId: randomUUID() });
         if (j.dispatches > j.definition.maxDispatches) {
           this.#setStatus(id, "failed", {
             error: {
@@ -390,6 +398,11 @@ export class WorkflowRun {
       }
       if (mode === "fresh" || mode === "prepare") {
         if (this.#cancelledBeforeStart(id)) return;
+        if (state.plannedChildId === undefined) {
+          // A reservation journaled before planned ids existed: plan (and journal) one before any insert.
+          state.plannedChildId = randomUUID();
+          if (!(await this.persist())) return;
+        }
         const { model, scope } = await this.#prepare(id, node, state.addedBy);
         if (this.#stopped) return;
         if (this.#cancelledBeforeStart(id)) return;
@@ -400,7 +413,9 @@ export class WorkflowRun {
           principalAccountId: j.principalAccountId,
           model,
           scope,
+          childSessionId: state.plannedChildId,
         });
+        workflowFault("node.child_inserted");
         this.#setStatus(id, "running", { childSessionId });
         if (!(await this.persist())) return;
         workflowFault("node.child_created");
@@ -468,27 +483,46 @@ export class WorkflowRun {
               ...(wake?.isCurrentConnection ? { isCurrentConnection: wake.isCurrentConnection } : {}),
             };
       current("dispatch");
-      const result = await continueNode(
-        {
-          workflowId: j.workflowId,
-          nodeId: id,
-          childSessionId,
-          parentSessionId: j.parentSessionId,
-          principalAccountId: j.principalAccountId,
-          model: j.nodeModels[id] ?? this.deps.defaultModel,
-          scope: j.nodeAccess[id] ?? "",
-          ...(mode === "retry" ? { fallbackPrompt: nodePrompt(j, node) } : {}),
-          signal: controller.signal,
-          onEvent: this.#progress(id),
-        },
-        host,
-      );
+      admissionRefused = false;
+      const input = {
+        workflowId: j.workflowId,
+        nodeId: id,
+        childSessionId,
+        parentSessionId: j.parentSessionId,
+        principalAccountId: j.principalAccountId,
+        model: j.nodeModels[id] ?? this.deps.defaultModel,
+        scope: j.nodeAccess[id] ?? "",
+        ...(mode === "retry" ? { fallbackPrompt: nodePrompt(j, node) } : {}),
+        signal: controller.signal,
+        onEvent: this.#progress(id),
+      };
+      let result: NodeRunResult;
+      if (mode === "retry") {
+        // The live caller (explicit WorkflowResume): no protected scope, no fresh callback.
+        result = await continueNode(input, host);
+      } else {
+        // Automatic missing-child recovery (boot continuation, a waiting node's wake): the host-only
+        // protected scope names this exact child. Its assertion (exact admission, the wake's connection)
+        // is awaited here first, before the dispatcher prepares anything (transcript, startFresh's
+        // handovers and artifact address, the turn), and again by a placement that matches the child.
+        const scope = this.#protectedScope(id, childSessionId, wake);
+        try {
+          await scope.assertDispatch(childSessionId);
+        } catch (e) {
+          admissionRefused = true;
+          throw e;
+        }
+        result = await runWithWorkflowNodeDispatch(scope, () => continueNode(input, host));
+      }
       await this.#settle(id, result);
     } catch (e) {
       if (this.#stopped || (j.cancelRequested && TERMINAL_NODE_STATUSES.has(state.status))) return;
       const error = toError(e);
       this.deps.onEvent({ type: "node_error", workflowId: this.id, nodeId: id, error });
-      if (error instanceof SessionWorkAbortedError && mode === "wake") {
+      // A refused assertion of a boot continuation: another admission superseded this run; it stops
+      // driving the workflow and writes nothing (the rows stay for their current owner).
+      if (admissionRefused && mode !== "wake") throw error;
+      if ((error instanceof SessionWorkAbortedError || admissionRefused) && mode === "wake") {
         // The wake's connection went away: the node keeps waiting on its committed prerequisite.
         const waiting = (j.nodes[id] as NodeState).waiting;
         if (waiting) {
@@ -503,6 +537,68 @@ export class WorkflowRun {
       await this.persist();
       await this.publish();
     }
+  }
+
+  /**
+   * The host-only `HostWorkflowNodeDispatch` of one automatic continuation: the workflow's parent, its
+   * channel (crw's channel of a delegated child is its parent session) and the exact child. The assertion
+   * checks exact admission: the child is the node's journaled child, the run is live and not stopped, the
+   * generation and admission version are still the ones it was admitted under in the journal, the native
+   * row (read from PostgreSQL) is running, held by this owner, at that generation and at no newer
+   * admission version, and a wake's connection is still current.
+   */
+  #protectedScope(
+    id: string,
+    childSessionId: string,
+    wake: NodeWake | undefined,
+  ): HostWorkflowNodeDispatch & { assertDispatch: (child: string) => Promise<void> } {
+    const j = this.journal;
+    const admitted = { ...j.recovery };
+    const refuse = (why: string): never => {
+      throw new WorkflowStateError(
+        "stale_generation",
+        `node ${id}: its continuation is no longer admitted (${why})`,
+        { workflowId: j.workflowId, nodeId: id },
+      );
+    };
+    return {
+      parentSessionId: j.parentSessionId,
+      channelId: j.parentSessionId,
+      childSessionId,
+      assertDispatch: async (child: string) => {
+        const state = j.nodes[id] as NodeState;
+        if (child !== childSessionId || state.childSessionId !== child)
+          throw new WorkflowStateError("child_mismatch", `node ${id}: ${child} is not its child`, {
+            workflowId: j.workflowId,
+            nodeId: id,
+          });
+        if (this.#stopped || j.cancelRequested) refuse("the run stopped");
+        if (
+          j.recovery.workflowGeneration !== admitted.workflowGeneration ||
+          j.recovery.recoveryAdmissionVersion !== admitted.recoveryAdmissionVersion
+        )
+          refuse("the journal moved on");
+        const row = await this.deps.store.getWorkflow(j.workflowId);
+        if (
+          row?.status !== "running" ||
+          row.lockedBy !== this.deps.owner ||
+          row.recovery.workflowGeneration !== admitted.workflowGeneration ||
+          // A wake may carry a newer admission version than the row shows (adopted from the host's
+          // claim); a row newer than the admission means another admission superseded this one.
+          row.recovery.recoveryAdmissionVersion > admitted.recoveryAdmissionVersion
+        )
+          refuse("the native record moved on");
+        if (wake?.isCurrentConnection && !wake.isCurrentConnection())
+          throw new SessionWorkAbortedError(
+            `node ${id}: the connection of its wake is no longer current (assert)`,
+            {
+              workflowId: j.workflowId,
+              nodeId: id,
+              step: "assert",
+            },
+          );
+      },
+    };
   }
 
   #progress(nodeId: string): (event: NodeEvent) => void {

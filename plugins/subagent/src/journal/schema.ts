@@ -53,6 +53,12 @@ export const NodeStateSchema = z.strictObject({
   /** The node whose WorkflowAddNodes call added this one; absent for definition nodes. */
   addedBy: z.string().optional(),
   childSessionId: uuid.optional(),
+  /**
+   * The child session id chosen at reservation, journaled before the child row is inserted: a process
+   * killed between that insert and the journal write that places the child finds and adopts the same
+   * (empty) row at boot instead of leaving it behind and creating another.
+   */
+  plannedChildId: uuid.optional(),
   /** The run number under which the node was last reserved. */
   run: z.number().int().positive().optional(),
   /** A short handover for direct dependents, recorded for every completed node. */

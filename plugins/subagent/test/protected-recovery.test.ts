@@ -1,0 +1,440 @@
+import { randomUUID } from "node:crypto";
+import { mkdtemp } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createScriptedTurnRunner, DelegationService, FileSpillStore, scriptTask } from "@crw/brain";
+import { PgDelegationRepository } from "@crw/db";
+import {
+  currentWorkflowNodeDispatch,
+  type HostWorkflowNodeDispatch,
+  MemoryRetryPolicySource,
+  runWithWorkflowNodeDispatch,
+  SubagentRunnerPool,
+  SubagentSessionDispatch,
+} from "@crw/subagent";
+import { useTestDatabase } from "@crw/tools/pg";
+import { afterEach, describe, expect, it } from "vitest";
+import {
+  delegationNodeTurns,
+  hostAccessors,
+  JournalNodeDispatcher,
+  type NodeDispatcher,
+  type NodeRunResult,
+  parseWorkflowDefinition,
+  type RecoveryContinueNode,
+  readOrchestrationJournal,
+  WorkflowEngine,
+  type WorkflowEvent,
+} from "../src/index.js";
+import { taskLine, until, untilAborted, world } from "./helpers.js";
+
+/**
+ * The host-only workflow dispatch scope (`HostWorkflowNodeDispatch`, @crw/subagent's AsyncLocalStorage):
+ * the engine's automatic missing-child recovery (a boot continuation, a waiting node's wake) runs its
+ * continuation inside it, naming the workflow's parent, its channel and the exact child, with the engine's
+ * exact-admission assertion; fresh dispatches and the live caller (explicit WorkflowResume) never do.
+ */
+const db = useTestDatabase();
+const all: WorkflowEngine[] = [];
+afterEach(async () => {
+  for (const e of all.splice(0)) await e.close();
+});
+
+async function journal(workflowId: string) {
+  const { rows } = await db.pool.query("select body from workflow_journals where workflow_id = $1::uuid", [
+    workflowId,
+  ]);
+  const r = readOrchestrationJournal(rows[0]?.body);
+  if (!r.ok) throw new Error(r.reason);
+  return r.journal;
+}
+
+const chain = parseWorkflowDefinition(`
+name: chain
+nodes:
+  - { id: a, task: "TASK a" }
+  - { id: b, task: "TASK b", dependsOn: [a] }
+`);
+
+type Seen = { node: string; scope: HostWorkflowNodeDispatch | undefined };
+
+/** Interrupts `a` mid-turn in a first engine and returns what a second engine needs to boot over it. */
+async function interrupted(w: Awaited<ReturnType<typeof world>>) {
+  const first = await w.engine(({ signal }) => untilAborted(signal));
+  all.push(first.engine);
+  const started = await first.engine.start(w.ctx(), { definition: chain });
+  await until(() => first.engine.run(started.workflowId)?.started.has("a") === true, "a running");
+  await first.engine.close();
+  return started;
+}
+
+describe("the host-only workflow dispatch scope", () => {
+  it("S004-352: S004-355: S004-361: a boot continuation runs inside the scope (parent, channel, exact child, an assertion); fresh dispatches and the live WorkflowResume never do", async () => {
+    const w = await world(db.pool);
+    const started = await interrupted(w);
+    const childA = (await journal(started.workflowId)).nodes.a?.childSessionId;
+    const seen: Seen[] = [];
+    const second = await w.engine(({ task }) => {
+      seen.push({ node: taskLine(task), scope: currentWorkflowNodeDispatch() });
+      return `done ${taskLine(task)}`;
+    });
+    all.push(second.engine);
+    await second.engine.recoverInterrupted();
+    expect((await second.engine.finished(started.workflowId)).status).toBe("completed");
+    const a = seen.find((s) => s.node === "TASK a") as Seen;
+    const b = seen.find((s) => s.node === "TASK b") as Seen;
+    // The continuation of a (automatic recovery of its existing child) ran inside the exact scope.
+    expect(a.scope).toMatchObject({
+      parentSessionId: w.parentSessionId,
+      channelId: w.parentSessionId,
+      childSessionId: childA,
+    });
+    expect(typeof a.scope?.assertDispatch).toBe("function");
+    expect(Object.isFrozen(a.scope)).toBe(true);
+    // b was a fresh dispatch (after a's result): no scope.
+    expect(b.scope).toBeUndefined();
+    // Outside any turn there is no scope either: nothing is kept after the continuation.
+    expect(currentWorkflowNodeDispatch()).toBeUndefined();
+
+    // The live caller: an explicit WorkflowResume retries a failed node with no scope and no fresh callback.
+    let fail = true;
+    const live: Seen[] = [];
+    const retried: Array<{ startFresh: unknown }> = [];
+    const third = await w.engine(
+      ({ task }) => {
+        live.push({ node: taskLine(task), scope: currentWorkflowNodeDispatch() });
+        if (fail) throw new Error("provider down");
+        return `done ${taskLine(task)}`;
+      },
+      {
+        wrap: (base): NodeDispatcher => ({
+          createChild: (r) => base.createChild(r),
+          runNode: (r) => base.runNode(r),
+          continueNode: (input, host) => {
+            retried.push({ startFresh: host?.startFresh });
+            return base.continueNode(input, host);
+          },
+        }),
+      },
+    );
+    all.push(third.engine);
+    const one = parseWorkflowDefinition('name: one\nnodes:\n  - { id: x, task: "TASK x" }\n');
+    const s2 = await third.engine.start(w.ctx(), { definition: one });
+    expect((await third.engine.finished(s2.workflowId)).status).toBe("failed");
+    fail = false;
+    await third.engine.resume(w.ctx({ toolCallId: `call-${randomUUID()}` }), s2.workflowId);
+    expect((await third.engine.finished(s2.workflowId)).status).toBe("completed");
+    expect(retried).toEqual([{ startFresh: undefined }]);
+    expect(live.map((l) => l.scope)).toEqual([undefined, undefined]);
+  });
+
+  it("S004-353: concurrent continuations each see only their own child in the scope (async context, no shared store or callback map)", async () => {
+    const w = await world(db.pool);
+    const wide = parseWorkflowDefinition(`
+name: wide
+nodes:
+  - { id: p, task: "TASK p" }
+  - { id: q, task: "TASK q" }
+  - { id: r, task: "TASK r" }
+`);
+    const first = await w.engine(({ signal }) => untilAborted(signal));
+    all.push(first.engine);
+    const started = await first.engine.start(w.ctx(), { definition: wide });
+    await until(() => first.engine.run(started.workflowId)?.started.size === 3, "all running");
+    await first.engine.close();
+    const seen: Array<{ session: string; child: string | undefined }> = [];
+    let arrived = 0;
+    let release!: () => void;
+    const gate = new Promise<void>((r) => {
+      release = r;
+    });
+    const second = await w.engine(async ({ sessionId, task }) => {
+      const before = currentWorkflowNodeDispatch()?.childSessionId;
+      // All three are in flight together here; each still sees its own child after the others ran.
+      arrived += 1;
+      if (arrived < 3) await gate;
+      else release();
+      seen.push({ session: sessionId, child: currentWorkflowNodeDispatch()?.childSessionId });
+      expect(before).toBe(sessionId);
+      return `done ${taskLine(task)}`;
+    });
+    all.push(second.engine);
+    await second.engine.recoverInterrupted();
+    expect((await second.engine.finished(started.workflowId)).status).toBe("completed");
+    expect(seen).toHaveLength(3);
+    for (const s of seen) expect(s.child).toBe(s.session);
+  });
+
+  it("S004-365: S004-352: the assertion is awaited before the dispatcher prepares anything; a superseded admission refuses and prepares nothing", async () => {
+    const w = await world(db.pool);
+    const log: string[] = [];
+    const host: RecoveryContinueNode = async (_input, h) => {
+      log.push("continue");
+      const task = await h?.startFresh?.();
+      log.push(`startFresh:${taskLine(task ?? "")}`);
+      return { status: "answered", reply: "ok" } satisfies NodeRunResult;
+    };
+    const parkOnce = (base: NodeDispatcher): NodeDispatcher => ({
+      createChild: (r) => base.createChild(r),
+      runNode: async (r) =>
+        r.nodeId === "a"
+          ? { status: "waiting", prerequisite: { waitId: "w1", claimVersion: 1 } }
+          : base.runNode(r),
+      continueNode: (input, h) => base.continueNode(input, h),
+    });
+    const { engine } = await w.engine(({ task }) => `done ${taskLine(task)}`, { wrap: parkOnce });
+    all.push(engine);
+    // The native query of the assertion is the row read; it is logged where it happens.
+    const read = engine.store.getWorkflow.bind(engine.store);
+    engine.store.getWorkflow = async (id, principal) => {
+      if (new Error().stack?.includes("assertDispatch")) log.push("assert");
+      return read(id, principal);
+    };
+    const ctx = w.ctx();
+    const started = await engine.start(ctx, { definition: chain });
+    await until(
+      async () =>
+        (await journal(started.workflowId)).nodes.a?.status === "waiting" &&
+        engine.run(started.workflowId)?.active.has("a") === false,
+      "a waiting",
+    );
+    const wake = {
+      workflowId: started.workflowId,
+      parentSessionId: w.parentSessionId,
+      toolCallId: ctx.toolCallId,
+      workflowGeneration: 1,
+      recoveryAdmissionVersion: 1,
+      nodeId: "a",
+      waitId: "w1",
+      claimVersion: 1,
+      continueNode: host,
+    };
+    // Another admission superseded this one in the native record: the wake is accepted (its synchronous
+    // checks hold) but the assertion refuses before anything is prepared; the node keeps waiting.
+    await db.pool.query("update workflows set recovery_admission_version = 5 where id = $1::uuid", [
+      started.workflowId,
+    ]);
+    expect(engine.resumeWaitingNode(wake)).toEqual({ status: "accepted" });
+    await until(() => engine.run(started.workflowId)?.active.has("a") === false, "refused wake settled");
+    expect(log).toEqual(["assert"]);
+    expect((await journal(started.workflowId)).nodes.a?.status).toBe("waiting");
+    const child = (await journal(started.workflowId)).nodes.a?.childSessionId as string;
+    const { rows } = await db.pool.query(
+      "select count(*)::int n from journal_entries where session_id = $1::uuid",
+      [child],
+    );
+    expect(rows[0].n).toBe(0);
+
+    // Admitted again (the host's current admission version): the assertion runs first, then the dispatcher.
+    log.length = 0;
+    expect(engine.resumeWaitingNode({ ...wake, recoveryAdmissionVersion: 5 })).toEqual({
+      status: "accepted",
+    });
+    expect((await engine.finished(started.workflowId)).status).toBe("completed");
+    expect(log).toEqual(["assert", "continue", "startFresh:TASK a"]);
+  });
+
+  it("S004-359: the continuation's outcome and thrown values pass through unchanged", async () => {
+    const w = await world(db.pool);
+    const started = await interrupted(w);
+    const thrown = Object.assign(new Error("the host could not continue"), { code: "host_refused" });
+    const events: WorkflowEvent[] = [];
+    const second = await w.engine(({ task }) => `done ${taskLine(task)}`, {
+      onEvent: (e) => events.push(e),
+    });
+    all.push(second.engine);
+    await second.engine.recoverInterrupted(1000, {
+      continueNode: async () => {
+        throw thrown;
+      },
+    });
+    expect((await second.engine.finished(started.workflowId)).status).toBe("failed");
+    const errors = events.filter((e) => e.type === "node_error");
+    expect(errors).toHaveLength(1);
+    expect(errors[0]?.type === "node_error" && errors[0].error).toBe(thrown);
+    expect((await journal(started.workflowId)).nodes.a?.error).toEqual({
+      code: "host_refused",
+      message: "the host could not continue",
+    });
+
+    const w2 = await world(db.pool);
+    const s2 = await interrupted(w2);
+    const third = await w2.engine(({ task }) => `done ${taskLine(task)}`);
+    all.push(third.engine);
+    const result: NodeRunResult = { status: "answered", reply: "the host's own answer" };
+    await third.engine.recoverInterrupted(1000, { continueNode: async () => result });
+    const outcome = await third.engine.finished(s2.workflowId);
+    expect(outcome.status).toBe("completed");
+    expect(outcome.summary).toContain("the host's own answer");
+  });
+});
+
+describe("the scope at the real placement (SubagentSessionDispatch with forked runners)", () => {
+  it("S004-362: S004-364: S004-366: S004-355: the recovered child matches parent and channel and runs in the daemon after the placement's assertion (the engine's native row read); its nested child and fresh nodes keep runner placement", async () => {
+    const repo = new PgDelegationRepository(db.pool);
+    const placements: Array<{ sessionId: string; placement: string }> = [];
+    const pool = new SubagentRunnerPool({
+      sizing: () => ({ maxRunners: 1, turnsPerRunner: 4 }),
+      retryPolicySource: () =>
+        new MemoryRetryPolicySource({ revision: 1, maxRetries: 1, initialDelayMs: 100, multiplier: 2 }),
+      catalog: () => ({ revision: 1, public: [{ id: "scripted", provider: "scripted" }], accounts: {} }),
+    });
+    const dispatch = new SubagentSessionDispatch({
+      pool,
+      inProcess: createScriptedTurnRunner(),
+      runnerEnabled: () => true,
+      runnerKind: "scripted",
+      onPlaced: (request, placement) => placements.push({ sessionId: request.sessionId, placement }),
+      // As the daemon does: a child's channel is its parent session.
+      placementOf: async (request) => {
+        const row = await repo.getSession(request.sessionId, request.principalAccountId);
+        return row.parentSessionId
+          ? { channelId: row.parentSessionId, parentSessionId: row.parentSessionId }
+          : { channelId: row.id };
+      },
+    });
+    const service = new DelegationService({
+      repo,
+      runner: dispatch,
+      spill: new FileSpillStore(await mkdtemp(join(tmpdir(), "crw-spill-"))),
+    });
+    await service.start();
+    const account = await repo.createAccount({ name: `a-${randomUUID()}`, isOwner: true });
+    const parent = await repo.createRootSession(account.id, "scripted");
+    const grandchildTask = scriptTask({ answer: "grandchild reports" });
+    const nodeTask = scriptTask({
+      rounds: [[{ name: "Delegate", arguments: { task: grandchildTask, background: false } }]],
+      answer: "node a done",
+    });
+    const def = parseWorkflowDefinition(
+      JSON.stringify({
+        name: "placed",
+        nodes: [
+          { id: "a", task: nodeTask },
+          { id: "b", task: "TASK b", dependsOn: ["a"] },
+        ],
+      }),
+      "json",
+    );
+    const ctx = {
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "call-1",
+      currentAccess: async () => service.authorityFor(parent),
+      currentWorkDir: async () => null,
+      ...hostAccessors(),
+    };
+    const base = new JournalNodeDispatcher(repo, delegationNodeTurns(service));
+    const engineOptions = {
+      pool: db.pool,
+      defaultModel: "scripted",
+      repo,
+      onCompletion: (c: { parentSessionId: string; principalAccountId: string; resultId: string }) =>
+        service.resultQueued(c.parentSessionId, c.principalAccountId, c.resultId),
+    };
+    // A first daemon dies while a's child is mid-turn: its task is journaled, nothing answered.
+    const first = new WorkflowEngine({
+      ...engineOptions,
+      owner: `wf-${randomUUID()}`,
+      dispatcher: {
+        createChild: (r) => base.createChild(r),
+        runNode: async (r) => {
+          await repo.append(r.childSessionId, r.principalAccountId, [
+            { body: { type: "message", message: { role: "user", content: r.prompt } } },
+          ]);
+          return untilAborted(r.signal);
+        },
+        continueNode: (i, h) => base.continueNode(i, h),
+      },
+    });
+    await first.open();
+    const started = await first.start(ctx, { definition: def });
+    await until(() => first.run(started.workflowId)?.started.has("a") === true, "a running");
+    await first.close();
+    const childA = (await journal(started.workflowId)).nodes.a?.childSessionId as string;
+
+    const second = new WorkflowEngine({ ...engineOptions, owner: `wf-${randomUUID()}`, dispatcher: base });
+    all.push(second);
+    const asserted: string[] = [];
+    const read = second.store.getWorkflow.bind(second.store);
+    second.store.getWorkflow = async (id, principal) => {
+      const stack = new Error().stack ?? "";
+      if (stack.includes("assertDispatch"))
+        asserted.push(stack.includes("assertProtectedDispatch") ? "placement" : "engine");
+      return read(id, principal);
+    };
+    try {
+      await second.open();
+      await second.recoverInterrupted();
+      const outcome = await second.finished(started.workflowId);
+      expect(outcome.status).toBe("completed");
+      const childB = (
+        await db.pool.query("select id from sessions where parent_session_id = $1::uuid and id <> $2::uuid", [
+          parent.id,
+          childA,
+        ])
+      ).rows[0]?.id as string;
+      const { rows } = await db.pool.query("select id from sessions where parent_session_id = $1::uuid", [
+        childA,
+      ]);
+      const grandchild = String(rows[0]?.id);
+      // The exact recovered child ran in the daemon; its own nested child and the fresh node b in a runner.
+      expect(placements.filter((p) => p.sessionId === childA).map((p) => p.placement)).toEqual([
+        "in-process",
+      ]);
+      expect(placements.filter((p) => p.sessionId === grandchild).map((p) => p.placement)).toEqual([
+        "runner",
+      ]);
+      expect(placements.filter((p) => p.sessionId === childB).map((p) => p.placement)).toEqual(["runner"]);
+      // The assertion (the engine's native row read) ran once in the engine before preparation and once at
+      // the placement for the exact match, and never for a call that did not match.
+      expect(asserted).toEqual(["engine", "placement"]);
+      expect(outcome.summary).toContain("node a done");
+    } finally {
+      await second.close();
+      await service.close();
+      await pool.close();
+    }
+  }, 120_000);
+
+  it("S004-364: a continuation that re-enters the scope without its assertion fails loudly at the placement; nothing runs", async () => {
+    const repo = new PgDelegationRepository(db.pool);
+    const inProcess = createScriptedTurnRunner();
+    let turns = 0;
+    const dispatch = new SubagentSessionDispatch({
+      inProcess: {
+        runTurn: (r, h) => {
+          turns++;
+          return inProcess.runTurn(r, h);
+        },
+      },
+      runnerEnabled: () => false,
+      placementOf: async (request) => {
+        const row = await repo.getSession(request.sessionId, request.principalAccountId);
+        return { channelId: row.parentSessionId ?? row.id, parentSessionId: row.parentSessionId ?? row.id };
+      },
+    });
+    const service = new DelegationService({
+      repo,
+      runner: dispatch,
+      spill: new FileSpillStore(await mkdtemp(join(tmpdir(), "crw-spill-"))),
+    });
+    await service.start();
+    const w = await world(db.pool);
+    const started = await interrupted(w);
+    turns = 0;
+    const base = new JournalNodeDispatcher(w.repo, delegationNodeTurns(service));
+    const second = await w.engine(() => "unused", { dispatcher: base });
+    all.push(second.engine);
+    // A host hook that strips the assertion and re-enters the scope for the same exact child.
+    const forged: RecoveryContinueNode = (input, host) => {
+      const { assertDispatch: _dropped, ...rest } = currentWorkflowNodeDispatch() as HostWorkflowNodeDispatch;
+      return runWithWorkflowNodeDispatch(rest, () => base.continueNode(input, host));
+    };
+    await second.engine.recoverInterrupted(1000, { continueNode: forged });
+    expect((await second.engine.finished(started.workflowId)).status).toBe("failed");
+    expect((await journal(started.workflowId)).nodes.a?.error?.message).toMatch(/no assertion callback/);
+    expect(turns).toBe(0);
+    await service.close();
+  });
+});
