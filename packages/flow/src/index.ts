@@ -63,6 +63,7 @@ export {
 export { type RunState, readRunState } from "./run/runState.js";
 export { checkSpec, type RunSpec, readSpec, SPEC_FORMAT, writeSpec } from "./run/spec.js";
 export { dirFrom, unusable } from "./run/tmploc.js";
+export { type Divergence, type ShadowReport, shadowReplay } from "./shadow/replay.js";
 export { type DispatchReport, type Reply, readReply, reportName, writeReport } from "./steps/inbox.js";
 export { markerInText, markerOf, sendInputMessage, spawnMessage } from "./steps/message.js";
 export { buildPacket, repositoryTools } from "./steps/packet.js";

@@ -1,5 +1,5 @@
 import { readFileSync } from "node:fs";
-import { conversationOf, FlowCallError, type JournalRow } from "@crw/flow";
+import { conversationOf, FlowCallError, type JournalRow, shadowReplay } from "@crw/flow";
 import { afterEach, describe, expect, it } from "vitest";
 import { defineWorkflow, type InProcessRun, inProcessRun } from "./helpers/harness.js";
 
@@ -70,6 +70,11 @@ describe("continuations (resume: handle)", () => {
     expect(packet).toContain("conversation turn 1 (explorer.1/t1-a1)");
     expect(packet).toContain("count the files");
     expect(packet).toContain("now count them again");
+    // crw flow shadow digests a continuation's input as the run did (with the handle's thread chain)
+    expect(await shadowReplay(r.spec.run_id, wf, null, r.rows())).toMatchObject({
+      replay: "completed",
+      divergences: [],
+    });
   });
 
   it("S000-072 S000-070: a continuation whose role decides a model other than the one the handle's subagent ran is refused pair_refused", async () => {

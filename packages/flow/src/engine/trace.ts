@@ -27,7 +27,19 @@ export class CallTracer {
   constructor(private readonly ctx: TraceContext) {}
 
   onEvent(event: FlowEvent): void {
-    if (event.type === "bound") this.atBind.set(event.call, this.take(event.call));
+    if (event.type !== "bound") return;
+    const call = event.call;
+    this.atBind.set(
+      call,
+      this.take(call).then((d) => {
+        if (d) this.record(call, "bind", d);
+        return d;
+      }),
+    );
+  }
+
+  private record(call: string, point: "bind" | "harvest", digests: TraceDigests): void {
+    this.ctx.append([{ type: "trace_digests", call, op: call, point, digests }]);
   }
 
   /** At the harvest, before the call's terminal row: the warnings as flow_warning rows. */
@@ -37,6 +49,7 @@ export class CallTracer {
     if (!bind) return; // bound by an earlier process: nothing to compare with
     const now = await this.take(call);
     if (!now) return;
+    this.record(call, "harvest", now);
     const warnings = traceWarnings({
       writes: WRITING_ROLES.has(prepared.role),
       atBind: bind,

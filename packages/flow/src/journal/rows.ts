@@ -304,6 +304,20 @@ export const EscalationRow = z.object({
   waiting_seconds: z.number().nonnegative(),
 });
 
+/**
+ * The Trace digests of a call (flow row): P's (workspace), the owner's checkout's (outside) and the run's
+ * shared state's, taken when its subagent was bound and when its answer was harvested. The warnings are
+ * judged from them, so `crw flow shadow` judges them again from the rows.
+ */
+export const TraceDigestsRow = z.object({
+  ...base,
+  type: z.literal("trace_digests"),
+  call: z.string(),
+  op: z.string(),
+  point: z.enum(["bind", "harvest"]),
+  digests: z.object({ workspace: z.string().nullable(), outside: z.string().nullable(), shared: z.string() }),
+});
+
 /** A flow warning of the Trace digests and the like: read_role_wrote, executor_wrote_outside, … */
 export const FlowWarningRow = z.object({
   ...base,
@@ -366,6 +380,7 @@ export const JournalRowSchema = z.discriminatedUnion("type", [
   SessionWakeRow,
   MessageDeliveryRow,
   EscalationRow,
+  TraceDigestsRow,
   FlowWarningRow,
   DecisionRequestedRow,
   DecisionAnsweredRow,

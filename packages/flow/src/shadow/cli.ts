@@ -24,7 +24,7 @@ export async function shadowCommand(args: string[]): Promise<number> {
   const workflow = await loadWorkflow(values.workflow ?? spec.workflow);
   const report = await shadowReplay(spec.run_id, workflow, spec.input, read.rows);
   const human = [
-    `run ${report.run_id}: backend ${report.backend ?? "(no started row)"}, recorded ${report.recorded}, replay ${report.replay}, ${report.ops_replayed} of ${report.ops_recorded} ops replayed`,
+    `run ${report.run_id}: backend ${report.backend ?? "(no started row)"}, recorded ${report.recorded}, replay ${report.replay}, ${report.ops_replayed} of ${report.ops_recorded} ops replayed, trace digests of ${report.trace_calls_replayed} calls judged again`,
     ...(report.divergences.length === 0
       ? ["no divergence"]
       : report.divergences.map((d) => `divergence ${d.kind}${d.op ? ` at ${d.op}` : ""}: ${d.detail}`)),

@@ -2,7 +2,9 @@ import { parseAnswer, validateAgainst } from "../engine/answer.js";
 import { callRows } from "../engine/callFold.js";
 import { startedBackend } from "../engine/flowRun.js";
 import { type CallOptions, FlowCallError, normalizeCall, type Workflow } from "../engine/workflow.js";
+import { traceWarnings } from "../git/trace.js";
 import type { JournalRow, RowOf } from "../journal/rows.js";
+import { WRITING_ROLES } from "../run/roles.js";
 import { digestOf } from "../util/canonical.js";
 
 /** One difference between what the journal recorded and what the replay of the workflow does with it. */
@@ -14,7 +16,8 @@ export interface Divergence {
     | "answer_differs"
     | "op_not_replayed"
     | "run_result_differs"
-    | "run_status_differs";
+    | "run_status_differs"
+    | "trace_warnings_differ";
   op: string | null;
   detail: string;
 }
@@ -29,6 +32,8 @@ export interface ShadowReport {
   replay: "completed" | "failed" | "incomplete";
   ops_replayed: number;
   ops_recorded: number;
+  /** Calls whose recorded Trace digests (bind and harvest) were judged again. */
+  trace_calls_replayed: number;
   divergences: Divergence[];
 }
 
@@ -62,7 +67,15 @@ export async function shadowReplay(
     counters.set(n.node, i);
     const op = `${n.node}.${i}`;
     asked.add(op);
-    const digest = digestOf({ role: n.role, task: n.task, schema: n.schema, workspace: n.workspace });
+    // the input as the run digested it: a continuation keeps its handle's thread chain from the journal
+    const digest = digestOf({
+      role: n.role,
+      task: n.task,
+      schema: n.schema,
+      workspace: n.workspace,
+      ...(n.resume ? { resume: { call: n.resume, chain: chainOf(rows, n.resume) } } : {}),
+      ...(n.effort ? { effort: n.effort } : {}),
+    });
     const p = prepared.get(op);
     if (!p) {
       divergences.push({
@@ -148,6 +161,8 @@ export async function shadowReplay(
       }
     }
   }
+  const trace = replayTrace(rows, prepared);
+  divergences.push(...trace.divergences);
   return {
     run_id: runId,
     backend: startedBackend(rows),
@@ -155,6 +170,61 @@ export async function shadowReplay(
     replay,
     ops_replayed: asked.size,
     ops_recorded: prepared.size,
+    trace_calls_replayed: trace.calls,
     divergences,
   };
+}
+
+/** A handle's thread chain as the run recorded it: its own continued chain first, then its subagents. */
+function chainOf(rows: readonly JournalRow[], handle: string): string[] {
+  const own = callRows(rows, handle);
+  const p = own.find((r): r is RowOf<"prepared"> => r.type === "prepared");
+  const threads = own.filter((r): r is RowOf<"thread_started"> => r.type === "thread_started");
+  return [...(p?.input.resume?.chain ?? []), ...threads.map((t) => t.thread_id)];
+}
+
+const TRACE_WARNINGS = new Set(["read_role_wrote", "executor_wrote_outside", "shared_state_changed"]);
+
+/**
+ * The Trace digests replayed: for every call with a bind and a harvest trace_digests row, the warnings are
+ * judged again from those digests and the role (the same rule the run applied) and compared with the
+ * flow_warning rows the run wrote for the call. A journal without digest rows (a run without Trace, or
+ * written before they were recorded) has nothing to replay.
+ */
+function replayTrace(
+  rows: readonly JournalRow[],
+  prepared: ReadonlyMap<string, RowOf<"prepared">>,
+): { calls: number; divergences: Divergence[] } {
+  const divergences: Divergence[] = [];
+  let calls = 0;
+  for (const [call, p] of prepared) {
+    const own = callRows(rows, call);
+    const digests = own.filter((r): r is RowOf<"trace_digests"> => r.type === "trace_digests");
+    const harvest = digests.findLast((d) => d.point === "harvest");
+    const bind = harvest && digests.findLast((d) => d.point === "bind" && d.seq < harvest.seq);
+    if (!harvest || !bind) continue;
+    calls++;
+    const expected = traceWarnings({
+      writes: WRITING_ROLES.has(p.role),
+      atBind: bind.digests,
+      atHarvest: harvest.digests,
+    })
+      .map((w) => `${w.warning}:${[...w.changed].sort().join(",")}`)
+      .sort();
+    const recorded = own
+      .filter(
+        (r): r is RowOf<"flow_warning"> =>
+          r.type === "flow_warning" && TRACE_WARNINGS.has(r.warning) && r.seq > harvest.seq,
+      )
+      .map((r) => `${r.warning}:${[...((r.detail?.changed as string[]) ?? [])].sort().join(",")}`)
+      .sort();
+    if (JSON.stringify(expected) !== JSON.stringify(recorded)) {
+      divergences.push({
+        kind: "trace_warnings_differ",
+        op: call,
+        detail: `the recorded digests give [${expected.join(" ")}]; the run recorded [${recorded.join(" ")}]`,
+      });
+    }
+  }
+  return { calls, divergences };
 }

@@ -1,7 +1,7 @@
 import { execFileSync } from "node:child_process";
 import { existsSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import type { JournalRow } from "@crw/flow";
+import { type JournalRow, shadowReplay } from "@crw/flow";
 import { afterEach, describe, expect, it } from "vitest";
 import { answerSchema, defineWorkflow, type InProcessRun, inProcessRun } from "../helpers/harness.js";
 
@@ -139,6 +139,26 @@ describe("git workspaces of the engine's calls", () => {
     expect(
       warnings.filter((w) => w.call === "reviewer.1").map((w) => (w as { warning: string }).warning),
     ).toEqual(["read_role_wrote"]);
+    // the digests are rows (bind, then harvest) and crw flow shadow judges them again
+    const rows = r.rows();
+    for (const call of ["reviewer.1", "executor.1"]) {
+      expect(
+        rows
+          .filter((x) => x.type === "trace_digests" && x.call === call)
+          .map((x) => (x as { point: string }).point),
+      ).toEqual(["bind", "harvest"]);
+    }
+    const replayed = await shadowReplay(r.spec.run_id, wf, null, rows);
+    expect(replayed).toMatchObject({ divergences: [], trace_calls_replayed: 2 });
+    // a journal whose warnings do not follow from its digests diverges at the call
+    const dropped = rows.filter(
+      (x) => !(x.type === "flow_warning" && x.call === "reviewer.1" && x.warning === "read_role_wrote"),
+    );
+    const report = await shadowReplay(r.spec.run_id, wf, null, dropped);
+    expect(report.divergences).toEqual([
+      expect.objectContaining({ kind: "trace_warnings_differ", op: "reviewer.1" }),
+    ]);
+    expect(report.divergences[0]?.detail).toContain("read_role_wrote:workspace");
   });
 });
 
