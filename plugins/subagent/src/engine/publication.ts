@@ -22,6 +22,11 @@ export interface WorkflowUpdate {
   readonly workflowId: string;
   readonly status: WorkflowStatus;
   readonly snapshot: WorkflowSnapshot;
+  /**
+   * The writer's row lease: a later write is accepted only while this owner holds the row (besides the
+   * expected generation). Absent: fenced by the generation alone.
+   */
+  readonly owner?: string;
   /** Only for the initial native insert. */
   readonly create?: {
     readonly parentSessionId: string;
@@ -79,6 +84,7 @@ export function pgWorkflowEmitter(
           update.snapshot,
           update.status,
           expectedGeneration,
+          update.owner,
         ),
       };
     }

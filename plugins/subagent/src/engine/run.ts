@@ -293,7 +293,7 @@ export class WorkflowRun {
   publish(status: WorkflowStatus = "running"): Promise<WorkflowEmitResult> {
     const expected = this.journal.recovery.workflowGeneration;
     const result = this.deps.publisher.queue(
-      { workflowId: this.id, status, snapshot: this.snapshotOf(status) },
+      { workflowId: this.id, status, snapshot: this.snapshotOf(status), owner: this.deps.owner },
       expected,
     );
     return result.then((r) => {

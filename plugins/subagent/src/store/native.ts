@@ -126,20 +126,23 @@ export class PgWorkflowStore {
   }
 
   /**
-   * A fenced snapshot write: accepted only under `expectedGeneration`, and never moving a terminal record
-   * back to running. `updated` includes terminal updates; a refused write publishes nothing (`stale`).
+   * A fenced snapshot write: accepted only under `expectedGeneration` and, when `owner` is given, only while
+   * that owner holds the row's lease; never moving a terminal record back to running. `updated` includes
+   * terminal updates; a refused write publishes nothing (`stale`).
    */
   async publishSnapshot(
     workflowId: string,
     snapshot: unknown,
     status: WorkflowStatus,
     expectedGeneration: number,
+    owner?: string,
   ): Promise<"updated" | "stale"> {
     const { rowCount } = await this.pool.query(
       `update workflows set snapshot = $2::jsonb, status = $3, published_count = published_count + 1,
               updated_at = now()
-        where id = $1::uuid and generation = $4 and status = 'running'`,
-      [workflowId, JSON.stringify(snapshot), status, expectedGeneration],
+        where id = $1::uuid and generation = $4 and status = 'running'
+          and ($5::text is null or locked_by = $5::text)`,
+      [workflowId, JSON.stringify(snapshot), status, expectedGeneration, owner ?? null],
     );
     return rowCount === 1 ? "updated" : "stale";
   }
