@@ -269,6 +269,43 @@ nodes:
   });
 });
 
+describe("host-proven recovery admission", () => {
+  it("S004-381: boot resume takes {workflowGeneration, recoveryAdmissionVersion} from the claimed native row: a journal claiming other numbers is overridden, and the protected continuation is admitted under the row's", async () => {
+    const w = await world(db.pool);
+    const started = await interrupted(w);
+    await db.pool.query(
+      "update workflows set generation = 3, recovery_admission_version = 2 where id = $1::uuid",
+      [started.workflowId],
+    );
+    await db.pool.query(
+      `update workflow_journals set body = jsonb_set(body, '{recovery}',
+         '{"workflowGeneration": 9, "recoveryAdmissionVersion": 9}') where workflow_id = $1::uuid`,
+      [started.workflowId],
+    );
+    expect((await journal(started.workflowId)).recovery).toEqual({
+      workflowGeneration: 9,
+      recoveryAdmissionVersion: 9,
+    });
+    const admitted: Array<{ generation: number; admission: number }> = [];
+    const second = await w.engine(({ task }) => `done ${taskLine(task)}`);
+    all.push(second.engine);
+    await second.engine.recoverInterrupted(1000, {
+      continueNode: async (input, host) => {
+        const run = second.engine.run(started.workflowId);
+        admitted.push({
+          generation: run?.journal.recovery.workflowGeneration ?? -1,
+          admission: run?.journal.recovery.recoveryAdmissionVersion ?? -1,
+        });
+        return second.dispatcher.continueNode(input, host);
+      },
+    });
+    expect((await second.engine.finished(started.workflowId)).status).toBe("completed");
+    expect(admitted).toEqual([{ generation: 3, admission: 2 }]);
+    const row = await second.engine.store.getWorkflow(started.workflowId);
+    expect(row?.recovery).toEqual({ workflowGeneration: 3, recoveryAdmissionVersion: 2 });
+  });
+});
+
 describe("the scope at the real placement (SubagentSessionDispatch with forked runners)", () => {
   it("S004-362: S004-364: S004-366: S004-355: the recovered child matches parent and channel and runs in the daemon after the placement's assertion (the engine's native row read); its nested child and fresh nodes keep runner placement", async () => {
     const repo = new PgDelegationRepository(db.pool);
