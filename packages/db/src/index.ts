@@ -1,3 +1,4 @@
+export { RECLAIM_BATCH } from "./delegation/forks.js";
 export { PgDelegationRepository } from "./delegation/repository.js";
 export {
   type EmbeddedCluster,

@@ -32,6 +32,7 @@ export {
   scriptTask,
 } from "./scripted.js";
 export {
+  assertAddressable,
   assertForkContextAvailable,
   type ContinueArgs,
   type DelegateArgs,
@@ -39,6 +40,7 @@ export {
   type DelegationReceipt,
   DelegationService,
   type DelegationServiceOptions,
+  type DreamArgs,
   type PendingResultDrainOutcome,
 } from "./service.js";
 export {

@@ -1,5 +1,11 @@
 import { randomUUID } from "node:crypto";
-import type { DelegationRepository, SessionRow, SubagentRun, TranscriptMessage } from "@crw/db";
+import type {
+  DelegationRepository,
+  PrefixReclaim,
+  SessionRow,
+  SubagentRun,
+  TranscriptMessage,
+} from "@crw/db";
 import {
   captureDelegatedExecutionScope,
   continuationScope,
@@ -35,6 +41,7 @@ import type {
   DelegationCompletion,
   DelegationReceipt,
   DelegationServiceOptions,
+  DreamArgs,
   PendingResultDrainOutcome,
 } from "./types.js";
 
@@ -44,6 +51,7 @@ export type {
   DelegationCompletion,
   DelegationReceipt,
   DelegationServiceOptions,
+  DreamArgs,
   PendingResultDrainOutcome,
 } from "./types.js";
 
@@ -59,6 +67,18 @@ export function assertForkContextAvailable(child: SessionRow): void {
     throw new DelegationError("invalid_input", "a memory-dreaming run cannot be continued", {
       childSessionId: child.id,
       dreamRunId: scope.dream.runId,
+    });
+  }
+}
+
+/**
+ * A host-owned dream child has no addressable conversation: nobody prompts it, continues it or steers it;
+ * its own output stays readable through the ordinary ownership guard (readSubagent).
+ */
+export function assertAddressable(session: SessionRow): void {
+  if (session.scope && parseDelegatedExecutionScope(session.scope).dream) {
+    throw new DelegationError("invalid_input", "a memory-dreaming run has no addressable conversation", {
+      sessionId: session.id,
     });
   }
 }
@@ -202,6 +222,7 @@ export class DelegationService implements RestartCheckpoint {
   ): Promise<TurnOutcome> {
     this.#admit("a prompt");
     const session = await this.repo.getSession(sessionId, principalAccountId);
+    assertAddressable(session);
     const outcome = await this.turns.exclusive(session.id, () =>
       this.sessionTurn(session, [{ body: { type: "message", message: { role: "user", content: text } } }], {
         readOnly: options.readOnly ?? false,
@@ -676,6 +697,74 @@ export class DelegationService implements RestartCheckpoint {
         ...(authority.readOnly ? { readOnly: true, permissionBoundary: "read-only" as const } : {}),
       }),
       authority,
+    );
+  }
+
+  /**
+   * A memory-dreaming run, started by the host only (no tool or plugin input reaches this): a fresh
+   * background child of the account's own top-level conversation, forked from its context, whose scope
+   * carries the host-minted dream marker under a host-imposed permission boundary (read-only unless the
+   * host says otherwise). It runs through the same delegated path as any child; it is never continuable
+   * or addressable, and its inherited prefix can be reclaimed once it is terminal and delivered.
+   */
+  async startDream(args: DreamArgs): Promise<DelegationReceipt> {
+    this.#admit("a dream");
+    const parent = await this.repo.getSession(args.parentSessionId, args.principalAccountId);
+    if (parent.kind !== "root") {
+      throw new DelegationError(
+        "invalid_input",
+        "a dream runs only under an account's own top-level conversation",
+        {
+          parentSessionId: parent.id,
+        },
+      );
+    }
+    const authority = await this.authorityFor(parent);
+    const boundary = args.permissionBoundary ?? "read-only";
+    const dream = { runId: args.dreamRunId, accountUserId: parent.principalAccountId };
+    const scope = captureDelegatedExecutionScope(
+      {
+        version: 1,
+        accountId: parent.principalAccountId,
+        operator: false,
+        target: authority.target,
+        tools: { ...(args.tools?.allow ? { allow: args.tools.allow } : {}), deny: args.tools?.deny ?? [] },
+        permissionBoundary: boundary,
+        readOnly: boundary === "read-only",
+        fork: true,
+        dream,
+      },
+      { ...authority, dream },
+    );
+    const toolCallId = `dream:${args.dreamRunId}`;
+    const { run, child, created } = await this.#captured("a dream", () =>
+      this.repo.createDelegation({
+        parentSessionId: parent.id,
+        principalAccountId: parent.principalAccountId,
+        toolCallId,
+        task: args.task,
+        mode: "background",
+        model: args.model ?? parent.model,
+        scope,
+        fork: { fromSessionId: parent.id },
+      }),
+    );
+    if (created) await this.#captured("a fork copy", () => this.#copyForkContext(parent, child, toolCallId));
+    return this.#dispatch(run, "background", args.progress);
+  }
+
+  /**
+   * Reclaims a terminal dream child's old inherited prefix under the same checks as archiving a child:
+   * no turn of it runs here (idle), none of its calls is open, and its results are delivered to the
+   * parent. The store module does the bounded work and keeps the marker and costs.
+   */
+  async reclaimDreamPrefix(
+    childSessionId: string,
+    principalAccountId: string,
+  ): Promise<PrefixReclaim | { readonly reclaimed: false; readonly reason: "busy"; rows: 0; bytes: 0 }> {
+    if (this.turns.isBusy(childSessionId)) return { reclaimed: false, reason: "busy", rows: 0, bytes: 0 };
+    return this.#captured("a prefix reclamation", () =>
+      this.repo.reclaimInheritedPrefix(childSessionId, principalAccountId),
     );
   }
 

@@ -92,6 +92,20 @@ export interface DelegateArgs {
   readonly progress?: ProgressSink;
 }
 
+/** What the host names when it starts a memory-dreaming run (never model or plugin input). */
+export interface DreamArgs {
+  readonly parentSessionId: string;
+  readonly principalAccountId: string;
+  /** The host's dream run id: minted into the scope's marker and the call's id. */
+  readonly dreamRunId: string;
+  readonly task: string;
+  readonly model?: string;
+  /** The host-imposed boundary (default read-only). */
+  readonly permissionBoundary?: "read-only" | "workspace-write" | "full-access";
+  readonly tools?: { readonly allow?: readonly string[]; readonly deny?: readonly string[] };
+  readonly progress?: ProgressSink;
+}
+
 export interface ContinueArgs {
   readonly parentSessionId: string;
   readonly principalAccountId: string;

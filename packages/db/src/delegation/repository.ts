@@ -100,4 +100,6 @@ export class PgDelegationRepository implements DelegationRepository {
   copyJournalBranch: DelegationRepository["copyJournalBranch"] = async (s, t, p, u) =>
     forks.copyJournalBranch(this.pool, s, t, p, u);
   commitFork: DelegationRepository["commitFork"] = async (s, p) => forks.commitFork(this.pool, s, p);
+  reclaimInheritedPrefix: DelegationRepository["reclaimInheritedPrefix"] = async (s, p, o) =>
+    forks.reclaimInheritedPrefix(this.pool, s, p, o);
 }

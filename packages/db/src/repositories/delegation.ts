@@ -1,4 +1,7 @@
+import type { PrefixReclaim } from "../delegation/forks.js";
 import type { JournalEntry, JournalWrite, TranscriptMessage } from "./journal.js";
+
+export type { PrefixReclaim, PrefixReclaimRefusal } from "../delegation/forks.js";
 
 /**
  * The asynchronous contracts of the delegation core's persistence. Every read and write names the
@@ -304,6 +307,15 @@ export interface DelegationRepository {
   recordSpill(record: Omit<SpillRecord, "id"> & { principalAccountId: string }): Promise<SpillRecord>;
   /** A spilled output recorded for this session (its own namespace) at exactly `path`, or null. */
   spilledOutput(sessionId: string, principalAccountId: string, path: string): Promise<SpillRecord | null>;
+  /**
+   * Reclaims a terminal dream child's inherited prefix (the rows its fork copy brought), in bounded
+   * batches, once none of its calls is open and each of its results is acknowledged by its parent.
+   */
+  reclaimInheritedPrefix(
+    sessionId: string,
+    principalAccountId: string,
+    options?: { batch?: number },
+  ): Promise<PrefixReclaim>;
   /** Whether any spilled output was recorded for this session. */
   hasSpilledOutputs(sessionId: string, principalAccountId: string): Promise<boolean>;
 
