@@ -114,6 +114,14 @@ export interface DaemonRuntime {
     executions: ({ sessionId: string } & ExecutionLocation)[];
     processes: { started: number; exited: number };
     steering: { settled: number };
+    providerUsage: {
+      responses: number;
+      input: number;
+      output: number;
+      totalTokens: number;
+      cost: number;
+      unrecorded: number;
+    };
   };
   /**
    * The restart checkpoint (the delegation core's pauseForRestart): no new delegated work or journal write is
@@ -240,6 +248,43 @@ export async function assembleRuntime(
     processes[change.state] += 1;
     log.info({ change }, "runner process changed");
     bus.publish("daemon:processes", { type: "process_changed", ...change });
+  });
+  // Provider usage of the runners' turns: recorded durably (one row per provider response), counted for
+  // /health and published to the session's live views. A row that cannot be written is logged, never retried.
+  const usage = { responses: 0, input: 0, output: 0, totalTokens: 0, cost: 0, unrecorded: 0 };
+  runnerPool.attachProviderUsageSink((report) => {
+    const u = report.usage;
+    usage.responses += 1;
+    usage.input += u.input;
+    usage.output += u.output;
+    usage.totalTokens += u.totalTokens;
+    usage.cost += u.cost;
+    bus.publish(`session:${report.sessionId}`, { type: "provider_usage", ...report });
+    pgPool
+      .query(
+        `insert into provider_usage (session_id, turn_id, runner_id, api, provider, model, stop_reason,
+           input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, total_tokens, cost)
+         values ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+        [
+          report.sessionId,
+          report.turnId,
+          report.runnerId,
+          u.api,
+          u.provider,
+          u.model,
+          u.stopReason,
+          u.input,
+          u.output,
+          u.cacheRead,
+          u.cacheWrite,
+          u.totalTokens,
+          u.cost,
+        ],
+      )
+      .catch((e: unknown) => {
+        usage.unrecorded += 1;
+        log.warn({ err: e, sessionId: report.sessionId }, "provider usage not recorded");
+      });
   });
   const steering = { settled: 0 };
   runnerPool.attachSteerSettledSink((settled) => {
@@ -399,6 +444,7 @@ export async function assembleRuntime(
         executions: executions(),
         processes: { ...processes },
         steering: { ...steering },
+        providerUsage: { ...usage },
       };
     },
     pause: () => service.pauseForRestart(),

@@ -124,6 +124,66 @@ describe("the daemon's runner pool wiring", () => {
     expect(daemon.runtime.executionFor(receipt.childSessionId)).toMatchObject({ location: "runner" });
   });
 
+  it("S004-507: the daemon's provider-usage sink: each provider response of a runner turn is recorded and published", async () => {
+    const { sessionId } = await owner.ok<{ sessionId: string }>("session.create");
+    const usageBefore = daemon.runtime.health().providerUsage.responses;
+    const published: { type: string; sessionId: string }[] = [];
+    // The child session is created by the call: listen on every session topic the call publishes to.
+    const bus = daemon.runtime.bus;
+    const original = bus.publish.bind(bus);
+    bus.publish = (topic: string, event: unknown) => {
+      if ((event as { type?: string }).type === "provider_usage")
+        published.push(event as { type: string; sessionId: string });
+      original(topic, event);
+    };
+    const receipt = await owner
+      .ok<{ childSessionId: string }>("session.delegate", {
+        sessionId,
+        task: "loopback task for usage",
+        model: MODEL,
+      })
+      .finally(() => {
+        bus.publish = original;
+      });
+    const rows = async () =>
+      (
+        await db.pool.query(
+          `select runner_id, api, provider, model, stop_reason, input_tokens::int as input,
+                  output_tokens::int as output, total_tokens::int as total
+             from provider_usage where session_id = $1 order by id`,
+          [receipt.childSessionId],
+        )
+      ).rows;
+    await waitFor(async () => (await rows()).length === 1, "the usage row");
+    // The loopback server reports 7 prompt and 2 completion tokens per response.
+    expect(await rows()).toEqual([
+      {
+        runner_id: expect.stringMatching(/^runner-/),
+        api: "openai-completions",
+        provider: "openai",
+        model: "loopback-m",
+        stop_reason: "stop",
+        input: 7,
+        output: 2,
+        total: 9,
+      },
+    ]);
+    expect(daemon.runtime.health().providerUsage.responses).toBe(usageBefore + 1);
+    expect(published).toEqual([
+      expect.objectContaining({ type: "provider_usage", sessionId: receipt.childSessionId }),
+    ]);
+    // The offline scripted provider reports nothing: a scripted child adds no row.
+    const scripted = await owner.ok<{ childSessionId: string }>("session.delegate", {
+      sessionId,
+      task: steps({ text: "scripted answer" }),
+    });
+    const { rows: none } = await db.pool.query(
+      "select count(*)::int as n from provider_usage where session_id = $1",
+      [scripted.childSessionId],
+    );
+    expect(none[0].n).toBe(0);
+  });
+
   it("S004-484: session.status and /health merge a child's execution location with its delegation and process projections", async () => {
     const hold = gate();
     holds.set("HOLD-STATUS", hold);
@@ -292,7 +352,7 @@ describe("the daemon's runner pool wiring", () => {
     expect(daemon.runtime.runnerPool.supportsHostRpc()).toBe(true);
   });
 
-  it("S004-510: S004-511: a runner's result-delivered host call reaches the daemon's publisher, which re-reads the journal before fanning out", async () => {
+  it("S004-507: S004-510: S004-511: a runner's result-delivered host call reaches the daemon's publisher, which re-reads the journal before fanning out", async () => {
     // A parent with one delivered result (a foreground Delegate's tool result carries its resultId).
     const { sessionId: parent } = await owner.ok<{ sessionId: string }>("session.create");
     await owner.ok("session.send", {
@@ -351,7 +411,7 @@ describe("the daemon's runner pool wiring", () => {
     }
   });
 
-  it("the daemon's steer-settled sink: steering a runner child consumed at its tool round is published and counted", async () => {
+  it("S004-507: the daemon's steer-settled sink: steering a runner child consumed at its tool round is published and counted", async () => {
     const hold = gate();
     holds.set("STEER-GRAND", hold);
     const { sessionId: parent } = await owner.ok<{ sessionId: string }>("session.create");
@@ -398,7 +458,7 @@ describe("the daemon's runner pool wiring", () => {
     }
   });
 
-  it("the daemon's process-changed sink counts its runners' starts and exits in /health", async () => {
+  it("S004-507: the daemon's process-changed sink counts its runners' starts and exits in /health", async () => {
     const health = (await (await fetch(`${daemon.state.url}/health`)).json()) as {
       processes: { started: number; exited: number };
       steering: { settled: number };
@@ -407,7 +467,7 @@ describe("the daemon's runner pool wiring", () => {
     expect(health.processes.exited).toBe(0);
   });
 
-  it("the daemon's runner-exit-tokens sink: a SIGKILLed runner's contained processes are ended", async () => {
+  it("S004-507: the daemon's runner-exit-tokens sink: a SIGKILLed runner's contained processes are ended", async () => {
     const sessionId = `spawner-${randomUUID()}`;
     const result = await daemon.runtime.runnerPool.runTurn({
       turnId: `t-${randomUUID()}`,

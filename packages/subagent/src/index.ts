@@ -43,6 +43,7 @@ export type {
   PoolEvent,
   PoolHealth,
   ProcessChangedSink,
+  ProviderUsageSink,
   ResultDeliveredSink,
   RetryProgress,
   RunnerExitTokensSink,
@@ -61,6 +62,12 @@ export {
   runWithWorkflowNodeDispatch,
 } from "./protectedPlacement.js";
 export * from "./protocol/index.js";
+export {
+  installProviderUsageTap,
+  type ProviderUsage,
+  type ProviderUsageReport,
+  providerUsageSchema,
+} from "./providerUsage.js";
 export {
   RESTART_REQUIRED_ALERT_KEY,
   type RestartRequiredAlert,

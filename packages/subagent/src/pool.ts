@@ -13,6 +13,7 @@ import { HostRpcRefusedError } from "./hostRpc.js";
 import type {
   PoolHealth,
   ProcessChangedSink,
+  ProviderUsageSink,
   ResultDeliveredSink,
   RetryProgress,
   RunnerExitTokensSink,
@@ -108,6 +109,7 @@ export class SubagentRunnerPool {
   #exitTokensSink: RunnerExitTokensSink | undefined;
   #steerSink: SteerSettledSink | undefined;
   #processSink: ProcessChangedSink | undefined;
+  #usageSink: ProviderUsageSink | undefined;
 
   constructor(private readonly deps: SubagentRunnerPoolDeps) {
     this.#clock = deps.clock ?? systemClock;
@@ -127,6 +129,9 @@ export class SubagentRunnerPool {
   }
   attachProcessChangedSink(sink: ProcessChangedSink): void {
     this.#processSink = sink;
+  }
+  attachProviderUsageSink(sink: ProviderUsageSink): void {
+    this.#usageSink = sink;
   }
 
   /**
@@ -620,6 +625,16 @@ export class SubagentRunnerPool {
             this.#steerSink({ runnerId, sessionId, count });
           } catch (e) {
             this.deps.onEvent?.({ type: "sink_failed", sink: "steerSettled", error: toError(e).message });
+          }
+        }
+        return;
+      case "provider_usage":
+        if (this.#usageSink) {
+          const { runnerId, sessionId, turnId, usage } = event;
+          try {
+            this.#usageSink({ runnerId, sessionId, turnId, usage });
+          } catch (e) {
+            this.deps.onEvent?.({ type: "sink_failed", sink: "providerUsage", error: toError(e).message });
           }
         }
         return;

@@ -2,6 +2,7 @@ import type { Clock } from "./clock.js";
 import type { RunnerStartupCategory } from "./errors.js";
 import type { ModelCatalogPublication } from "./protocol/policy.js";
 import type { AgentOptions } from "./protocol/sessionTurn.js";
+import type { ProviderUsage } from "./providerUsage.js";
 import type { RetryPolicySource } from "./retryPolicy.js";
 import type { HostRpcHandler, LocalExecHandler } from "./runnerHost.js";
 
@@ -97,7 +98,7 @@ export type PoolEvent =
   | { type: "measure_failed"; runnerId: string; message: string }
   | { type: "runner_log"; runnerId: string; line: string }
   | { type: "alert_failed"; error: string }
-  | { type: "sink_failed"; sink: "steerSettled" | "processChanged"; error: string };
+  | { type: "sink_failed"; sink: "steerSettled" | "processChanged" | "providerUsage"; error: string };
 
 export type ResultDeliveredSink = (delivery: {
   parentSessionId: string;
@@ -117,3 +118,11 @@ export type ProcessChangedSink = (
     | { runnerId: string; state: "started" }
     | { runnerId: string; state: "exited"; code: number | null; signal: string | null },
 ) => void;
+
+/** One provider response's usage in a runner's session turn (see providerUsage.ts). */
+export type ProviderUsageSink = (report: {
+  runnerId: string;
+  sessionId: string;
+  turnId: string;
+  usage: ProviderUsage;
+}) => void;

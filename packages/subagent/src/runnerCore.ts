@@ -10,6 +10,7 @@ import { errorToRemote, type RemoteError } from "./protocol/envelope.js";
 import { type InputFrame, type InputFrameOf, parseInputFrame } from "./protocol/index.js";
 import type { OutputFrame } from "./protocol/output.js";
 import type { AgentOptions } from "./protocol/sessionTurn.js";
+import type { ProviderUsageReport } from "./providerUsage.js";
 import { RetryPolicyMirror } from "./retryPolicy.js";
 import { outsideDispatchedTurn, runInDispatchedTurn } from "./rpcTurn.js";
 import { RunnerSessionTurns } from "./runnerSessionTurn.js";
@@ -69,7 +70,10 @@ export class RunnerCore {
     private readonly executor: ChildTurnExecutor,
     private readonly buildId: string,
     private readonly fault: RunnerFault | undefined,
-    private readonly loadSessionBackend?: (options: AgentOptions | undefined) => Promise<SessionTurnBackend>,
+    private readonly loadSessionBackend?: (
+      options: AgentOptions | undefined,
+      hooks: { readonly providerUsage?: ProviderUsageReport },
+    ) => Promise<SessionTurnBackend>,
   ) {
     this.#views = new SessionViews((tapId, event) =>
       this.#send({ type: "tapEvent", requestId: randomUUID(), tapId, event }),
@@ -318,7 +322,10 @@ export class RunnerCore {
     });
     let text: string | undefined;
     try {
-      this.#backend ??= this.loadSessionBackend(this.#agentOptions);
+      this.#backend ??= this.loadSessionBackend(this.#agentOptions, {
+        providerUsage: (usage, at) =>
+          void this.#send({ type: "providerUsage", requestId: randomUUID(), turnId: at.turnId, usage }),
+      });
       const backend = await this.#backend;
       if (controller.signal.aborted) {
         reply({ ok: { stopReason: "aborted" } });

@@ -436,6 +436,19 @@ export class SubagentRunnerHost {
       case "hostRpcCancel":
         this.#rpcs.get(frame.rpcId)?.abort();
         return;
+      case "providerUsage": {
+        // Counted only for a session turn this host dispatched and that is still running.
+        const turn = this.#turns.get(frame.turnId);
+        if (!turn?.session) return;
+        this.deps.onEvent?.({
+          type: "provider_usage",
+          runnerId: this.runnerId,
+          sessionId: turn.sessionId,
+          turnId: frame.turnId,
+          usage: frame.usage,
+        });
+        return;
+      }
     }
   }
 

@@ -5,6 +5,7 @@ import type { HeartbeatFrame } from "./protocol/output.js";
 import type { ModelCatalogPublication } from "./protocol/policy.js";
 import type { AgentOptions, SessionRunnerKind } from "./protocol/sessionTurn.js";
 import type { TapSnapshot } from "./protocol/turn.js";
+import type { ProviderUsage } from "./providerUsage.js";
 import type { RetryPolicySource } from "./retryPolicy.js";
 
 /** Boot deadline of one physical attempt: fork, hello, boot reply. Not a retry budget. */
@@ -38,7 +39,8 @@ export type RunnerHostEvent =
   | { type: "measure_failed"; runnerId: string; message: typeof MEASURE_FAILED_TEXT; error: string }
   | { type: "exit"; runnerId: string; code: number | null; signal: NodeJS.Signals | null }
   | { type: "stderr"; runnerId: string; line: string }
-  | { type: "steer_settled"; runnerId: string; sessionId: string; count: number };
+  | { type: "steer_settled"; runnerId: string; sessionId: string; count: number }
+  | { type: "provider_usage"; runnerId: string; sessionId: string; turnId: string; usage: ProviderUsage };
 
 export interface SubagentRunnerHostDeps {
   readonly runnerId: string;

@@ -219,7 +219,13 @@ describe("pool dependencies", () => {
       expectTypeOf<Extract<Keys, typeof k>>().toBeNever();
     }
     const { pool } = makePool();
-    expect(typeof pool.attachResultDeliveredSink).toBe("function");
-    expect(typeof pool.attachRunnerExitTokensSink).toBe("function");
+    for (const attach of [
+      pool.attachSteerSettledSink,
+      pool.attachResultDeliveredSink,
+      pool.attachProviderUsageSink,
+      pool.attachProcessChangedSink,
+      pool.attachRunnerExitTokensSink,
+    ])
+      expect(typeof attach).toBe("function");
   });
 });

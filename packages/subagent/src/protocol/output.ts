@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { providerUsageSchema } from "../providerUsage.js";
 import { envelope, requestIdSchema } from "./envelope.js";
 import { hostRpcMethodSchema } from "./hostRpcMethods.js";
 import { localExecRequestSchema } from "./localExec.js";
@@ -115,6 +116,15 @@ export const outputFrameSchema = z.discriminatedUnion("type", [
       requestId: requestIdSchema,
       turnId: id,
       request: localExecRequestSchema,
+    })
+    .strict(),
+  /** One provider response's usage in a session turn of this runner (unsolicited; no reply). */
+  z
+    .object({
+      type: z.literal("providerUsage"),
+      requestId: requestIdSchema,
+      turnId: id,
+      usage: providerUsageSchema,
     })
     .strict(),
   /** hostCancel: the runner's process registry cancels a local execution call by its original call and turn ids. */
