@@ -1,0 +1,194 @@
+import { useTestDatabase } from "@crw/tools/pg";
+import { describe, expect, it } from "vitest";
+import {
+  canonicalJson,
+  createScriptedTurnRunner,
+  type MutatingTool,
+  parseDelegatedExecutionScope,
+  recoverDelegations,
+  type SessionTurnRunner,
+  type TurnRequest,
+} from "../../src/index.js";
+import { delegateCall, makeService, messages, newParent, scriptTask, waitFor } from "./helpers.js";
+
+const db = useTestDatabase();
+
+const writeTool: MutatingTool = {
+  name: "Write",
+  description: "writes",
+  parameters: {},
+  mutates: true,
+  async execute() {
+    return { content: "written" };
+  },
+};
+
+function recording() {
+  const inner = createScriptedTurnRunner();
+  const seen: TurnRequest[] = [];
+  const runner: SessionTurnRunner = {
+    runTurn: (request, host) => {
+      seen.push(request);
+      return inner.runTurn(request, host);
+    },
+  };
+  return { seen, runner };
+}
+
+const storedScopeText = async (id: string) =>
+  (await db.pool.query<{ scope: string }>("select scope from sessions where id = $1", [id])).rows[0]?.scope;
+
+describe("one request for every path of a delegated call", () => {
+  it("S004-206: foreground, background, continuation, helper wake and recovery turns get the same request from the durable scope", async () => {
+    const { seen, runner } = recording();
+    const { service, repo } = makeService(db.pool, { runner, tools: () => [writeTool] });
+    const { account, parent } = await newParent(service);
+    // Foreground call whose child starts a background helper: the helper's result wakes the settling child.
+    const first = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "fg",
+      task: scriptTask({
+        rounds: [[delegateCall({ answer: "helper done" }, { background: true })]],
+        answer: "child done",
+      }),
+      mode: "foreground",
+      tools: { deny: ["Write(/etc/**)"] },
+    });
+    if (first.kind !== "result") throw new Error("expected a result");
+    const child = first.childSessionId;
+    await service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: child,
+      toolCallId: "bg",
+      text: scriptTask({ answer: "background continuation" }),
+      mode: "background",
+    });
+    await waitFor(
+      async () => (await repo.runForToolCall(parent.id, "bg", account.id))?.status === "succeeded",
+      "the background continuation",
+    );
+    // A call interrupted by a restart (its owner is gone): recovery continues it.
+    const { run } = await repo.createContinuation({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: child,
+      toolCallId: "rec",
+      task: scriptTask({ answer: "recovered" }),
+      mode: "background",
+      readOnlyScope: null,
+    });
+    await repo.startRun(run.id, run.generation, "dead-owner");
+    await recoverDelegations(service);
+    await waitFor(async () => (await repo.getRun(run.id, account.id)).status === "succeeded", "recovery");
+    await service.whenIdle();
+
+    const childTurns = seen.filter((r) => r.sessionId === child);
+    // The first turn, the helper wake while settling, the background continuation, the recovered call.
+    expect(childTurns.length).toBeGreaterThanOrEqual(4);
+    const journal = messages(await repo.readJournal(child, account.id));
+    expect(journal.some((m) => m.role === "custom" && m.content.includes("helper done"))).toBe(true);
+    const expected = canonicalJson(parseDelegatedExecutionScope((await storedScopeText(child)) ?? ""));
+    for (const request of childTurns) {
+      expect(request.scope && canonicalJson(request.scope)).toBe(expected);
+      expect(request.readOnly).toBe(false);
+      expect(request.workDir).toBeNull();
+      expect(request.identity).toEqual({ principalAccountId: account.id });
+      expect(request.systemPrompt).toBe(childTurns[0]?.systemPrompt);
+      expect(request.tools.map((t) => t.name)).toEqual(childTurns[0]?.tools.map((t) => t.name));
+    }
+    await service.close();
+  });
+
+  it("S004-207: current account denials narrow a turn without changing the durable scope", async () => {
+    const { seen, runner } = recording();
+    const { service, repo } = makeService(db.pool, { runner, tools: () => [writeTool] });
+    const { account, parent } = await newParent(service);
+    const first = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "d",
+      task: scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "wrote" }),
+      mode: "foreground",
+    });
+    if (first.kind !== "result") throw new Error("expected a result");
+    const before = await storedScopeText(first.childSessionId);
+    await db.pool.query("update accounts set tool_deny = '{Write}' where id = $1", [account.id]);
+    await service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: first.childSessionId,
+      toolCallId: "c",
+      text: scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "tried" }),
+      mode: "foreground",
+    });
+    const writes = messages(await repo.readJournal(first.childSessionId, account.id)).flatMap((m) =>
+      m.role === "toolResult" && m.toolName === "Write" ? [m.isError] : [],
+    );
+    expect(writes).toEqual([false, true]);
+    const turns = seen.filter((r) => r.sessionId === first.childSessionId);
+    expect(turns[0]?.scope?.tools.deny).not.toContain("Write");
+    expect(turns[1]?.scope?.tools.deny).toContain("Write");
+    // The durable scope is byte for byte what was captured.
+    expect(await storedScopeText(first.childSessionId)).toBe(before);
+    // Lifting the denial lifts the narrowing: the stored scope never absorbed it.
+    await db.pool.query("update accounts set tool_deny = '{}' where id = $1", [account.id]);
+    await service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: first.childSessionId,
+      toolCallId: "c2",
+      text: scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "wrote again" }),
+      mode: "foreground",
+    });
+    const again = messages(await repo.readJournal(first.childSessionId, account.id)).flatMap((m) =>
+      m.role === "toolResult" && m.toolName === "Write" ? [m.isError] : [],
+    );
+    expect(again).toEqual([false, true, false]);
+    await service.close();
+  });
+
+  it("S004-191: Delegate and dreaming supply the authenticated account, permission boundary and project target to the capture", async () => {
+    const { service, repo } = makeService(db.pool);
+    const { account, parent } = await newParent(service, { isOwner: true });
+    const plain = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "d",
+      task: scriptTask({ answer: "ok" }),
+      mode: "foreground",
+    });
+    const readOnly = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "r",
+      task: scriptTask({ answer: "ok" }),
+      mode: "foreground",
+      callerReadOnly: true,
+    });
+    const dream = await service.startDream({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      dreamRunId: "dream-191",
+      task: scriptTask({ answer: "dreamt" }),
+    });
+    const scopes = await Promise.all(
+      [plain, readOnly, dream].map(async (r) => {
+        if (r.kind === "steered") throw new Error("unexpected");
+        return parseDelegatedExecutionScope(
+          (await repo.getSession(r.childSessionId, account.id)).scope ?? "",
+        );
+      }),
+    );
+    for (const s of scopes) {
+      expect(s.accountId).toBe(account.id);
+      expect(s.target).toEqual({ kind: "host", ref: null });
+    }
+    expect(scopes.map((s) => s.permissionBoundary)).toEqual(["workspace-write", "read-only", "read-only"]);
+    expect(scopes[0]?.operator).toBe(true);
+    expect(scopes[2]?.operator).toBe(false);
+    await service.whenIdle();
+    await service.close();
+  });
+});
