@@ -13,7 +13,7 @@ import {
 } from "./callFold.js";
 import { publish, type Step } from "./publishStep.js";
 import type { RunContext } from "./runContext.js";
-import { executorHeadMoved } from "./workspace.js";
+import { executorHeadMoved, executorState } from "./workspace.js";
 
 export async function harvest(
   rc: RunContext,
@@ -204,6 +204,7 @@ async function evaluate(
       errors = validateAgainst(prepared.input.schema, parsed.value);
       if (errors.length === 0) {
         const headMoved = await executorHeadMoved(rc, call, prepared, step.attempt);
+        const state = await executorState(rc, call, prepared, headMoved);
         await rc.tracer?.harvest(call, prepared);
         rc.append([
           {
@@ -218,6 +219,7 @@ async function evaluate(
             extracted: parsed.extracted,
             tokens: callTokens,
             ...(headMoved ? { executor_head_moved: headMoved } : {}),
+            ...(state ? { executor_state: state } : {}),
           },
         ]);
         rc.emit({ type: "call_ended", call, status: "completed" });

@@ -1,5 +1,5 @@
 import { gitRun } from "../git/exec.js";
-import { type ExecutorHeadMoved, recordExecutorHead } from "../git/stray.js";
+import { type ExecutorHeadMoved, pendingTree, recordExecutorHead, strayHeadForTree } from "../git/stray.js";
 import { ensureWorktree, worktreePath } from "../git/worktree.js";
 import type { RowOf } from "../journal/rows.js";
 import { WRITING_ROLES } from "../run/roles.js";
@@ -64,6 +64,34 @@ export async function executorHeadMoved(
     return moved;
   } catch (e) {
     rc.emit({ type: "warning", message: `${call}: executor HEAD not compared: ${(e as Error).message}` });
+    return null;
+  }
+}
+
+/**
+ * The proof of an executor call's state at its completed row: P's pending tree, and the recorded stray HEAD
+ * (this call's executor_head_moved, and the heads the node's earlier calls recorded) whose tree is that
+ * pending tree, when there is one. Never throws: a git failure is a warning and no member.
+ */
+export async function executorState(
+  rc: RunContext,
+  call: string,
+  prepared: RowOf<"prepared">,
+  moved: ExecutorHeadMoved | null,
+): Promise<{ pending_tree: string; stray_head: string | null } | null> {
+  const a = prepared.allocation as Allocation;
+  if (a.kind !== "worktree" || !a.start || !WRITING_ROLES.has(prepared.role)) return null;
+  try {
+    const tree = await pendingTree(a.workspace);
+    const node = call.replace(/\.\d+$/, "");
+    const heads: string[] = moved ? [moved.head] : [];
+    for (const r of rc.journal.rows) {
+      if (r.type === "completed" && r.executor_head_moved && r.call.replace(/\.\d+$/, "") === node)
+        heads.push(r.executor_head_moved.head);
+    }
+    return { pending_tree: tree, stray_head: await strayHeadForTree(rc.spec.repo, heads, tree) };
+  } catch (e) {
+    rc.emit({ type: "warning", message: `${call}: executor state not proven: ${(e as Error).message}` });
     return null;
   }
 }

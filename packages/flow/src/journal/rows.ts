@@ -185,6 +185,12 @@ export const CompletedRow = z.object({
   tokens: TokensSchema,
   /** An executor whose subagent moved HEAD: the commit is kept on the stray ref. */
   executor_head_moved: z.object({ start: z.string(), head: z.string(), ref: z.string() }).optional(),
+  /**
+   * An executor in a worktree: its pending tree (P as it stands, untracked files included) and the call's
+   * state the proof takes: the recorded stray HEAD whose tree is the pending tree, else null (the pending
+   * tree is the state; crw.commit commits it on the start).
+   */
+  executor_state: z.object({ pending_tree: z.string(), stray_head: z.string().nullable() }).optional(),
 });
 
 export const NullModelRow = z.object({

@@ -76,6 +76,55 @@ describe("git workspaces of the engine's calls", () => {
     expect(sh(r.spec.repo, "rev-parse", ref)).toBe(head);
   });
 
+  it("S000-124: the proof takes the recorded stray HEAD whose tree is the pending tree as the call's state; a pending tree no stray HEAD has is its own state", async () => {
+    run = await inProcessRun({});
+    const r = run;
+    gitRepo(r);
+    const wf = defineWorkflow({
+      name: "proof",
+      run: async (ctx) => {
+        const a = await ctx.call({ role: "executor", node: "clean", task: "commit a", schema: answerSchema });
+        const b = await ctx.call({ role: "executor", node: "dirty", task: "commit b", schema: answerSchema });
+        return [a, b];
+      },
+    });
+    const { done } = r.background(wf);
+    // clean.1: the subagent commits everything: its pending tree is its stray HEAD's tree
+    await r.steps(1);
+    const wtA = String(prepared(r, "clean.1")?.allocation.workspace);
+    writeFileSync(join(wtA, "a.txt"), "committed\n");
+    sh(wtA, "commit", "-q", "-am", "stray");
+    const headA = sh(wtA, "rev-parse", "HEAD");
+    const agentA = await answer(r, "clean.1", "executor");
+    r.fake.answer(agentA, '{"summary":"s","score":1}');
+    // dirty.1: the subagent commits, then changes more: no stray HEAD has its pending tree
+    await waitForCall(r, "dirty.1");
+    const wtB = String(prepared(r, "dirty.1")?.allocation.workspace);
+    writeFileSync(join(wtB, "a.txt"), "committed\n");
+    sh(wtB, "commit", "-q", "-am", "stray");
+    writeFileSync(join(wtB, "new.txt"), "not committed\n");
+    const agentB = await answer(r, "dirty.1", "executor");
+    r.fake.answer(agentB, '{"summary":"s","score":2}');
+    expect(await done).toMatchObject({ state: "completed" });
+    const completed = (call: string) =>
+      r
+        .rows()
+        .find(
+          (x): x is Extract<JournalRow, { type: "completed" }> => x.type === "completed" && x.call === call,
+        );
+    expect(completed("clean.1")?.executor_state).toEqual({
+      pending_tree: sh(r.spec.repo, "rev-parse", `${headA}^{tree}`),
+      stray_head: headA,
+    });
+    const stateB = completed("dirty.1")?.executor_state;
+    expect(stateB?.stray_head).toBeNull();
+    expect(stateB?.pending_tree).not.toBe(
+      sh(r.spec.repo, "rev-parse", `${completed("dirty.1")?.executor_head_moved?.head}^{tree}`),
+    );
+    // the pending tree holds the uncommitted file
+    expect(sh(r.spec.repo, "ls-tree", "--name-only", String(stateB?.pending_tree))).toContain("new.txt");
+  });
+
   it("S000-011: a non-executor call's P is a call-private checkout at HEAD; no executor_head_moved for it", async () => {
     run = await inProcessRun({});
     const r = run;
