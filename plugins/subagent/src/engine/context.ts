@@ -1,3 +1,5 @@
+import { AsyncResource } from "node:async_hooks";
+
 /**
  * What the engine takes from its host's live context at WorkflowStart and explicit WorkflowResume. Each
  * accessor is always supplied by core; a capability the host lacks is the accessor's `null` (or `false`)
@@ -49,8 +51,18 @@ export interface OriginBindings {
  * before deciding how nodes extend the workflow, the expansion RPC only when they do.
  */
 export async function captureOriginBindings(host: WorkflowHostAccessors): Promise<OriginBindings> {
-  const completion = await host.delegationCompletionEmitter();
-  const writer = await host.captureToolOutputWriter();
+  // Bound to the origin's async context (the live tool call): whatever later triggers them (a node's
+  // settlement, a Stop recorded by another caller, a cancel notification), they run as the origin would.
+  const origin = new AsyncResource("crw.workflow.origin");
+  const completionSink = await host.delegationCompletionEmitter();
+  const writerSink = await host.captureToolOutputWriter();
+  const completion: CompletionSink | null = completionSink
+    ? (c) => origin.runInAsyncScope(completionSink, undefined, c)
+    : null;
+  const writer: SummaryWriter | null = writerSink
+    ? (summary, outcome, workflowId) =>
+        origin.runInAsyncScope(writerSink, undefined, summary, outcome, workflowId)
+    : null;
   const outOfProcess = await host.delegatedTurnsOutOfProcess();
   const expansion: ExpansionMode = outOfProcess
     ? (await host.workflowExpansionRpc())
