@@ -74,7 +74,7 @@ beforeAll(async () => {
         dataDir,
         port: 0,
         logLevel: "silent",
-        runtime: { maxRunners: 2, turnsPerRunner: 8, maxActiveNodes: 4 },
+        runtime: { maxRunners: 2, turnsPerRunner: 8, maxActiveNodes: 1 },
         models: {
           baseUrls: { "openai-completions": provider.baseUrl },
           apiKeyEnv: { "openai-completions": KEY_VAR },
@@ -332,6 +332,35 @@ describe("the daemon's runner pool wiring", () => {
       ["a", "succeeded"],
       ["b", "succeeded"],
     ]);
+  });
+
+  it("runtime.maxActiveNodes reaches the workflow engine: with a cap of one, independent nodes run one at a time", async () => {
+    const gx = gate();
+    const gy = gate();
+    holds.set("HOLD-CAP-X", gx);
+    holds.set("HOLD-CAP-Y", gy);
+    const definition = JSON.stringify({
+      name: "capped",
+      defaults: { model: MODEL },
+      nodes: [
+        { id: "x", task: "HOLD-CAP-X work" },
+        { id: "y", task: "HOLD-CAP-Y work" },
+      ],
+    });
+    const started = await owner.ok<{ workflowId: string }>("workflow.start", { definition, format: "json" });
+    const asked = (m: string) => provider.requests.some((r) => lastUserText(r).includes(m));
+    await waitFor(() => asked("HOLD-CAP-X") || asked("HOLD-CAP-Y"), "the first node's request");
+    const [first, second] = asked("HOLD-CAP-X") ? [gx, gy] : [gy, gx];
+    const secondMarker = asked("HOLD-CAP-X") ? "HOLD-CAP-Y" : "HOLD-CAP-X";
+    // While the first node holds the only slot, the second node's child is never prompted.
+    await new Promise((r) => setTimeout(r, 500));
+    expect(asked(secondMarker)).toBe(false);
+    expect(daemon.runtime.engine.activeNodes()).toBe(1);
+    first.open();
+    await waitFor(() => asked(secondMarker), "the second node's request");
+    second.open();
+    const done = await owner.ok<{ status: string }>("workflow.follow", { workflowId: started.workflowId });
+    expect(done.status).toBe("completed");
   });
 
   it("S004-500: S004-501: the daemon's decision reads supportsHostRpc(): without the handler a runner child gets no expansion", () => {
