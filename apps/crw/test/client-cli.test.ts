@@ -127,6 +127,20 @@ describe("crw workflow | session | tap against a running daemon", () => {
       if (Date.now() > until) throw new Error("the foreground result never reached the parent's journal");
       await new Promise((r) => setTimeout(r, 200));
     }
+    // Where the finished child executes now: routed to a runner, idle, no open call.
+    const status = await crw("session", "status", receipt.childSessionId, "--json", ...at);
+    expect(status.code, status.stderr).toBe(0);
+    expect(JSON.parse(status.stdout)).toMatchObject({
+      ok: true,
+      sessionId: receipt.childSessionId,
+      kind: "delegated",
+      parentSessionId: session,
+      execution: { location: "runner", state: "idle" },
+      delegation: null,
+    });
+    const human = await crw("session", "status", receipt.childSessionId, ...at);
+    expect(human.stdout).toMatch(/child of .*: in runner-\d+ \(idle\)/);
+    expect((await crw("session", "status", ...at)).code).toBe(2);
   });
 
   it("workflow cancel stops a running workflow: one summary says which nodes were interrupted and which never started", async () => {

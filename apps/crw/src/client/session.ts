@@ -8,6 +8,8 @@ Commands:
   send SESSION TEXT...               send a message: one turn of the session's agent loop; prints its reply
   delegate SESSION TASK...           delegate a task to a child of SESSION [--background] [--model M] [--read-only]
   read SESSION [--limit N]           the session's recent messages and its last answer
+  status SESSION                     where the session executes now (a runner, the daemon, or nowhere),
+                                     its open delegated call and its runner's load
 
 TEXT or TASK '-' reads it from standard input.
 
@@ -133,6 +135,43 @@ export async function runSessionCli(args: string[]): Promise<number> {
           `session ${r.session.id} (${r.session.kind}${r.session.parentSessionId ? `, child of ${r.session.parentSessionId}` : ""}, model ${r.session.model})${r.openRun ? ` — working (${r.openRun.status})` : ""}`,
         );
         for (const m of r.messages) out(formatMessage(m));
+        return 0;
+      });
+    }
+    case "status": {
+      const [sessionId] = rest;
+      if (!sessionId) return inputError(PREFIX, "status needs SESSION; see 'crw session --help'");
+      return withClient(PREFIX, values, async (client) => {
+        const r = await client.call<{
+          sessionId: string;
+          kind: string;
+          parentSessionId: string | null;
+          execution: { location: string; runnerId?: string | null; state?: string };
+          delegation: { runId: string; status: string; mode: string } | null;
+          process: { runnerId: string; turns: number; sessions: number; memoryBytes: number | null } | null;
+        }>("session.status", { sessionId });
+        if (json) {
+          out(JSON.stringify({ ok: true, ...r }));
+          return 0;
+        }
+        const e = r.execution;
+        const where =
+          e.location === "runner"
+            ? `in ${e.runnerId ?? "a runner"} (${e.state})`
+            : e.location === "in-process"
+              ? "in the daemon's process (running)"
+              : "not executing";
+        out(
+          `session ${r.sessionId} (${r.kind}${r.parentSessionId ? `, child of ${r.parentSessionId}` : ""}): ${where}`,
+        );
+        if (r.delegation) out(`  call ${r.delegation.runId}: ${r.delegation.status} (${r.delegation.mode})`);
+        if (r.process) {
+          const mem =
+            r.process.memoryBytes === null
+              ? "not measured yet"
+              : `${Math.round(r.process.memoryBytes / 1e6)} MB`;
+          out(`  ${r.process.runnerId}: ${r.process.turns} turns, ${r.process.sessions} sessions, ${mem}`);
+        }
         return 0;
       });
     }
