@@ -231,10 +231,16 @@ export class McpBridge {
         tool,
       });
     let result: Record<string, unknown>;
+    // A signal of its own per call, following the turn's: the client keeps its listener on the signal it
+    // is given, and a turn's signal serves many calls.
+    const call = new AbortController();
+    const follow = () => call.abort(ctx.signal.reason);
+    if (ctx.signal.aborted) follow();
+    else ctx.signal.addEventListener("abort", follow, { once: true });
     try {
       result = await server.client.callTool({ name: tool, arguments: { ...args } }, undefined, {
         timeout: server.config.timeoutMs,
-        signal: ctx.signal,
+        signal: call.signal,
       });
     } catch (e) {
       throw new McpError(
@@ -243,6 +249,8 @@ export class McpBridge {
         { server: server.name, tool },
         { cause: e },
       );
+    } finally {
+      ctx.signal.removeEventListener("abort", follow);
     }
     return { content: resultText(result), ...(result.isError === true ? { isError: true } : {}) };
   }

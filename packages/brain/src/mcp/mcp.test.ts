@@ -1,3 +1,4 @@
+import { getEventListeners } from "node:events";
 import { resolve } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { bridgedToolName, McpBridge, McpError } from "./index.js";
@@ -85,6 +86,17 @@ describe("MCP servers bridged into the tool catalog", () => {
       name: "McpError",
       code: "server_closed",
     });
+  });
+
+  it("many calls under one turn's signal leave no listener on it", async () => {
+    const bridge = await McpBridge.start({
+      servers: { calc: { command: process.execPath, args: [server, "2"] } },
+    });
+    open.push(bridge);
+    const turn = new AbortController();
+    const add = bridge.tools()[0];
+    for (let i = 0; i < 25; i++) await add?.execute({ a: i, b: 1 }, { ...ctx, signal: turn.signal });
+    expect(getEventListeners(turn.signal, "abort")).toHaveLength(0);
   });
 
   it("long names are cut to 64 characters with a digest; odd characters become underscores", () => {

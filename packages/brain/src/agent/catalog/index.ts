@@ -167,6 +167,11 @@ const searchArgs = z
   })
   .strict();
 
+const SEARCH_PARAMETERS = Object.freeze(z.toJSONSchema(searchArgs, { io: "input" })) as Record<
+  string,
+  unknown
+>;
+
 const callArgs = (names: readonly string[]) =>
   z
     .object({
@@ -196,7 +201,7 @@ function searchTool(deferred: readonly TurnTool[]): TurnTool {
   return {
     name: TOOL_SEARCH,
     description: `${SEARCH_DESCRIPTION}\nDeferred tools: ${names.join(", ")}.`,
-    parameters: z.toJSONSchema(searchArgs, { io: "input" }) as Record<string, unknown>,
+    parameters: SEARCH_PARAMETERS,
     async execute(args): Promise<ToolOutput> {
       const a = parseArgs(searchArgs, args, TOOL_SEARCH);
       const exact = a.query
