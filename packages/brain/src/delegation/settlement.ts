@@ -44,6 +44,8 @@ export interface SettlementCore {
   ): Promise<TurnOutcome>;
   drainInto(session: SessionRow): Promise<TranscriptMessage[]>;
   resultQueued(parentSessionId: string, principalAccountId: string, resultId: string): Promise<void>;
+  /** Runs work outside any caller (its failure is reported, its rows stay for recovery). */
+  track(work: Promise<unknown>): void;
 }
 
 /**
@@ -54,6 +56,11 @@ export interface SettlementCore {
  */
 export class DelegatedSettlement {
   readonly #drains = new Map<string, Promise<PendingResultDrainOutcome>>();
+  /** The calls this process is running, by child session: their scope and progress, for result turns. */
+  readonly #calls = new Map<
+    string,
+    { scope: DelegatedExecutionScope; progress: ProgressSink; child: SessionRow }
+  >();
 
   constructor(private readonly core: SettlementCore) {}
 
@@ -103,6 +110,23 @@ export class DelegatedSettlement {
       return settle(run, "error", `the call's scope no longer holds: ${toError(e).message}`, "scope_refused");
     }
     const progress = opts.progress ?? NO_PROGRESS;
+    this.#calls.set(child.id, { scope, progress, child });
+    try {
+      return await this.#runCall(run, child, scope, progress, opts.signal, settle);
+    } finally {
+      this.#calls.delete(child.id);
+    }
+  }
+
+  async #runCall(
+    run: SubagentRun,
+    child: SessionRow,
+    scope: DelegatedExecutionScope,
+    progress: ProgressSink,
+    signal: AbortSignal | undefined,
+    settle: (...args: Parameters<DelegatedSettlement["settleRunResult"]>) => Promise<string>,
+  ): Promise<string> {
+    const opts = { signal };
     let outcome: TurnOutcome = { stopReason: "stop" };
     const journal = await this.core.repo.readJournal(child.id, run.principalAccountId);
     if (!endsWithAnswer(journal))
@@ -195,6 +219,13 @@ export class DelegatedSettlement {
         await this.core.notifier.wait(child.id, this.core.options.helperWaitMs ?? 1000);
         continue;
       }
+      // A result turn started on its own (a workflow completion) holds the call until it finishes.
+      const joined = this.#drains.get(child.id);
+      if (joined) {
+        last = await joined;
+        if (last.kind === "failed" || last.kind === "aborted") return last;
+        continue;
+      }
       const steers = await this.core.repo.pendingSteers(child.id, run.principalAccountId);
       const queued = await this.core.repo.queuedResultIds(child.id, run.principalAccountId);
       if (steers.length === 0 && queued.length === 0) return last;
@@ -209,6 +240,23 @@ export class DelegatedSettlement {
       reason: `more than ${bound} follow-up turns while settling`,
       cause: new Error("drain bound"),
     };
+  }
+
+  /**
+   * A workflow completion for a delegated session whose call this process runs and whose turn has ended
+   * (its settlement is waiting, e.g. on live helpers) starts the result turn itself, through the same
+   * bracket and drain, independently of the settlement drain; a running turn takes it at its next tool
+   * round instead. The open call is held until that turn finishes (committing the summary releases
+   * nothing), and its result is the newest settled reply.
+   */
+  #resultTurnFor(sessionId: string): void {
+    const call = this.#calls.get(sessionId);
+    if (!call || this.core.turns.isBusy(sessionId)) return;
+    this.core.track(
+      this.drainPendingResults(call.child, call.scope, call.progress).then((outcome) => {
+        if (outcome.kind === "failed") throw outcome.cause;
+      }),
+    );
   }
 
   /** One drain of a settling child; concurrent callers join the same drain and get the same outcome. */
@@ -299,12 +347,14 @@ export class DelegatedSettlement {
       byteSize: prepared.byteSize,
       ...(prepared.spillId ? { spillId: prepared.spillId } : {}),
     });
-    if (queued.created)
+    if (queued.created) {
       await this.core.resultQueued(
         completion.parentSessionId,
         completion.principalAccountId,
         queued.resultId,
       );
+      this.#resultTurnFor(completion.parentSessionId);
+    }
     return queued.resultId;
   }
 

@@ -198,3 +198,89 @@ describe("delivery and bracket edges", () => {
     await service.close();
   });
 });
+
+describe("a workflow completion for a settling child", () => {
+  it("S004-048: starts the result turn itself, independently of the settlement drain; the call is held until that turn finishes", async () => {
+    const gates = new Map<string, Promise<void>>();
+    const helperGate = latch();
+    gates.set("helper", helperGate.promise);
+    const { service, repo } = makeService(db.pool, {
+      tools: () => [gateTool("Gate", gates)],
+      helperWaitMs: 5_000,
+    });
+    const { account, parent } = await newParent(service);
+    let returned = false;
+    // The child starts a background helper that keeps working, answers, and its call waits for the helper.
+    const call = service
+      .delegate({
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        toolCallId: "settling",
+        task: scriptTask({
+          rounds: [
+            [
+              {
+                name: "Delegate",
+                arguments: {
+                  task: scriptTask({
+                    rounds: [[{ name: "Gate", arguments: { key: "helper" } }]],
+                    answer: "helper",
+                  }),
+                  background: true,
+                },
+              },
+            ],
+          ],
+          answer: "child answered",
+        }),
+        mode: "foreground",
+      })
+      .then((r) => {
+        returned = true;
+        return r;
+      });
+    const childId = await waitFor(async () => {
+      const run = await repo.runForToolCall(parent.id, "settling", account.id);
+      if (!run?.childSessionId) return undefined;
+      const journal = await repo.readJournal(run.childSessionId, account.id);
+      const answered = journal.some(
+        (e) =>
+          e.body.type === "message" &&
+          e.body.message.role === "assistant" &&
+          e.body.message.content.some((c) => c.type === "text" && c.text === "child answered"),
+      );
+      return answered && !service.turns.isBusy(run.childSessionId) ? run.childSessionId : undefined;
+    }, "the child's answer, its call settling on a live helper");
+    const summaryId = await service.emitDelegationCompletion({
+      kind: "workflow_summary",
+      parentSessionId: childId,
+      principalAccountId: account.id,
+      toolCallId: "wf",
+      outcome: "ok",
+      summary: "workflow summary while settling",
+    });
+    // The summary's turn runs now, while the helper is still working (the settlement drain waits on it).
+    await waitFor(async () => {
+      const journal = await repo.readJournal(childId, account.id);
+      const at = journal.findIndex(
+        (e) =>
+          e.body.type === "message" &&
+          e.body.message.role === "custom" &&
+          e.body.message.details?.resultId === summaryId,
+      );
+      return (
+        at > 0 &&
+        journal.slice(at).some((e) => e.body.type === "message" && e.body.message.role === "assistant")
+      );
+    }, "the summary's own turn");
+    expect((await repo.openChildRuns(childId, account.id)).length).toBe(1);
+    expect(returned).toBe(false);
+    helperGate.open();
+    const receipt = await call;
+    expect(receipt).toMatchObject({ kind: "result", outcome: "ok" });
+    const journal = await repo.readJournal(childId, account.id);
+    expect(resultIdsIn(journal).filter((id) => id === summaryId)).toHaveLength(1);
+    await service.whenIdle();
+    await service.close();
+  });
+});
