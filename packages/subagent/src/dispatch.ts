@@ -8,6 +8,7 @@ import {
   currentWorkflowNodeDispatch,
   matchesProtectedDispatch,
   outsideWorkflowNodeDispatch,
+  retireRunnerRoute,
 } from "./protectedPlacement.js";
 import { hostRpcParamsSchemas } from "./protocol/hostRpcMethods.js";
 import type { DelegatedTurnRequest, DelegatedTurnResult, TapEvent } from "./protocol/turn.js";
@@ -92,9 +93,11 @@ export class SubagentDispatch {
     if (request.purpose === "skill-review") return this.#sendSkillReview(request, options, fence);
     const scope = currentWorkflowNodeDispatch();
     if (matchesProtectedDispatch(scope, request)) {
-      return assertProtectedDispatch(scope).then(() =>
-        fence(request, () => outsideWorkflowNodeDispatch(() => this.#runInProcess(request, options))),
-      );
+      return assertProtectedDispatch(scope)
+        .then(() => retireRunnerRoute(this.deps.pool, request.sessionId))
+        .then(() =>
+          fence(request, () => outsideWorkflowNodeDispatch(() => this.#runInProcess(request, options))),
+        );
     }
     const placement = this.placement();
     return fence(request, () =>

@@ -17,7 +17,8 @@ export type SubagentErrorCode =
   | "protocol_violation"
   | "turn_failed"
   | "skill_review_skipped"
-  | "session_closed";
+  | "session_closed"
+  | "session_busy";
 
 export abstract class SubagentError extends Error {
   abstract readonly code: SubagentErrorCode;

@@ -58,7 +58,9 @@ export {
   type HostWorkflowNodeDispatch,
   matchesProtectedDispatch,
   outsideWorkflowNodeDispatch,
+  ProtectedDispatchBusyError,
   ProtectedDispatchError,
+  retireRunnerRoute,
   runWithWorkflowNodeDispatch,
 } from "./protectedPlacement.js";
 export * from "./protocol/index.js";

@@ -25,6 +25,35 @@ export class ProtectedDispatchError extends SubagentError {
   readonly retryable = false;
 }
 
+/**
+ * The matched child still runs a turn in the runner it is routed to: it is not continued in the daemon at the
+ * same time. Nothing ran; the route stays.
+ */
+export class ProtectedDispatchBusyError extends SubagentError {
+  override readonly name = "ProtectedDispatchBusyError";
+  readonly code = "session_busy" as const;
+  readonly retryable = true;
+}
+
+/**
+ * Before a protected child runs in the daemon, its runner route (from an earlier turn there) is retired, so
+ * routing stays exact: "released" drops it, "busy" refuses the continuation (ProtectedDispatchBusyError),
+ * "failed" (the runner could not answer) keeps the route as the pool reports it and the continuation goes on.
+ */
+export async function retireRunnerRoute(
+  pool:
+    | { routeOf(sessionId: string): string | undefined; release(sessionId: string): Promise<string> }
+    | undefined,
+  sessionId: string,
+): Promise<void> {
+  if (!pool?.routeOf(sessionId)) return;
+  const state = await pool.release(sessionId);
+  if (state === "busy")
+    throw new ProtectedDispatchBusyError(
+      `child ${sessionId} is still running a turn in its runner; it is not continued in the daemon meanwhile`,
+    );
+}
+
 const storage = new AsyncLocalStorage<HostWorkflowNodeDispatch>();
 
 export function runWithWorkflowNodeDispatch<T>(dispatch: HostWorkflowNodeDispatch, work: () => T): T {

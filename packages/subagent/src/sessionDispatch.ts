@@ -7,6 +7,7 @@ import {
   currentWorkflowNodeDispatch,
   matchesProtectedDispatch,
   outsideWorkflowNodeDispatch,
+  retireRunnerRoute,
 } from "./protectedPlacement.js";
 import type { SessionRunnerKind } from "./protocol/sessionTurn.js";
 
@@ -63,8 +64,10 @@ export class SubagentSessionDispatch implements SessionTurnRunner {
     if (request.scope !== null && scope?.childSessionId === request.sessionId) {
       where = await this.#where(request);
       protectedMatch = matchesProtectedDispatch(scope, { sessionId: request.sessionId, ...where });
-      if (protectedMatch && scope)
+      if (protectedMatch && scope) {
         await assertProtectedDispatch({ ...scope, childSessionId: request.sessionId });
+        await retireRunnerRoute(this.deps.pool, request.sessionId);
+      }
     }
     // Runners are for delegated children: a root session (no durable scope) always runs in the daemon.
     const placement = request.scope === null || protectedMatch ? "in-process" : this.placement();

@@ -3,6 +3,7 @@ import {
   type DelegatedTurnRequest,
   delegatedTurnRequestSchema,
   type HostWorkflowNodeDispatch,
+  ProtectedDispatchBusyError,
   ProtectedDispatchError,
   RunnerStartupError,
   runWithWorkflowNodeDispatch,
@@ -163,6 +164,40 @@ describe("protected automatic missing-child placement", () => {
     // Runner mode was never entered: no startup was attempted, though this pool's runners cannot start.
     expect(events).toEqual([]);
     expect(pool.health().spawnFailure).toBeNull();
+  });
+
+  it("a protected child with a runner route from an earlier turn: the route is released before it runs in the daemon", async () => {
+    const { pool } = makePool();
+    const log: string[] = [];
+    const local = inProcess(log);
+    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
+    // An earlier ordinary turn of the child ran in a runner and left its route.
+    await dispatch.send(child({ script: [{ kind: "text", text: "first turn in a runner" }] }));
+    expect(pool.routeOf("child-1")).toBeDefined();
+    const result = await runWithWorkflowNodeDispatch(protectedScope(log), () =>
+      dispatch.send(child({ script: [{ kind: "text", text: "continued in the daemon" }] })),
+    );
+    expect(result.text).toBe("continued in the daemon");
+    expect(local.ran).toEqual(["child-1"]);
+    expect(pool.routeOf("child-1")).toBeUndefined();
+  });
+
+  it("a protected child still running a turn in its runner is refused (busy), not run twice; its route stays", async () => {
+    const { pool } = makePool({ size: { maxRunners: 1, turnsPerRunner: 2 } });
+    const log: string[] = [];
+    const local = inProcess(log);
+    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
+    const running = dispatch.send(child({ script: [{ kind: "wait", ms: 60_000 }] }));
+    await waitFor(() => pool.sessionState("child-1") === "running");
+    const refused = await runWithWorkflowNodeDispatch(protectedScope(log), () =>
+      dispatch.send(child({ script: [{ kind: "text", text: "must not run" }] })),
+    ).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(ProtectedDispatchBusyError);
+    expect(refused).toMatchObject({ code: "session_busy" });
+    expect(local.ran).toEqual([]);
+    expect(pool.routeOf("child-1")).toBeDefined();
+    pool.abortChannel("parent-1");
+    await running.catch(() => {});
   });
 
   it("S004-374: a matched scope without its assertion callback fails loudly and runs nothing", async () => {
