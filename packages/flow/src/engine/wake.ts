@@ -50,8 +50,16 @@ export class OwnerWaker {
   private published = false;
   private staged: Set<string> | null = null;
   private running = false;
-  /** A wake staged while the owner was busy: delivered once its current turn has ended. */
-  private pending: { wakeId: string; text: string } | null = null;
+  /**
+   * A wake staged while the owner was busy: delivered once its current turn has ended. The publish's wake
+   * has no row yet (`unwritten`, written with its delivery: an owner that takes the steps in its current
+   * turn needed no wake, and none is recorded); a renotification's row is written when it is staged.
+   */
+  private pending: {
+    wakeId: string;
+    text: string;
+    unwritten: (NewRow & { type: "session_wake" }) | null;
+  } | null = null;
 
   constructor(
     private readonly ctx: WakeContext,
@@ -84,6 +92,7 @@ export class OwnerWaker {
   }
 
   private reset(): void {
+    if (this.pending?.unwritten) this.pending = null; // never recorded: nothing to say
     if (this.pending) {
       // the owner took the steps in its current turn: the message has nothing to say any more
       this.ctx.append([
@@ -115,9 +124,9 @@ export class OwnerWaker {
         // a busy owner gets the message after its current turn
         const status = await this.ownerStatus();
         if (status === "idle" || status === "notLoaded") {
-          const { wakeId, text } = this.pending;
+          const { wakeId, text, unwritten } = this.pending;
           this.pending = null;
-          await this.deliver(wakeId, text, status);
+          await this.deliver(wakeId, text, status, unwritten);
         }
       }
       if (this.published) {
@@ -199,7 +208,13 @@ export class OwnerWaker {
     const text = this.message(ops, wakeId);
     if (ownerStatus === "active") {
       // a busy owner: staged now, delivered after its current turn (a later round's wake takes the place
-      // of one still undelivered)
+      // of one still undelivered); the publish's wake is recorded with its delivery
+      const staged = { ...row, staged: true, delivery: "after_turn" as const };
+      if (renotify === 0) {
+        this.pending = { wakeId, text, unwritten: staged };
+        return;
+      }
+      if (this.pending?.unwritten) this.pending = null; // never recorded: replaced without a row
       if (this.pending) {
         this.ctx.append([
           {
@@ -213,8 +228,8 @@ export class OwnerWaker {
         ]);
       }
       this.staged.add(wakeId);
-      this.pending = { wakeId, text };
-      this.ctx.append([{ ...row, staged: true, delivery: "after_turn" }]);
+      this.pending = { wakeId, text, unwritten: null };
+      this.ctx.append([staged]);
       return;
     }
     const delivery = ownerStatus === "notLoaded" ? "resume_and_turn" : "new_turn";
@@ -238,9 +253,17 @@ export class OwnerWaker {
   }
 
   /** A wake staged while the owner was busy goes out as a new turn once that turn has ended. */
-  private async deliver(wakeId: string, text: string, ownerStatus: string): Promise<void> {
+  private async deliver(
+    wakeId: string,
+    text: string,
+    ownerStatus: string,
+    unwritten: (NewRow & { type: "session_wake" }) | null,
+  ): Promise<void> {
+    if (unwritten && this.staged?.has(wakeId)) return; // held already (the journal has it)
     const r = await this.ctx.host.startTurn(this.ctx.owner, text);
+    if (unwritten) this.staged?.add(wakeId);
     this.ctx.append([
+      ...(unwritten ? [unwritten] : []),
       r.ok
         ? {
             type: "message_delivery",

@@ -182,11 +182,15 @@ async function twoStarts(): Promise<PairOutcome> {
   const turn = await startTurn(owner, "Start the linger workflow twice.");
   await codex.client.waitTurnCompleted(owner, turn, 60_000);
   const answers = outs.map((o) => JSON.parse(readFileSync(o, "utf8")) as Record<string, unknown>);
-  // both runs end on their own (no call): wait for their ends so the lines are final
+  // both runs end on their own (no call): wait until their processes let them go (a holder closes its
+  // line after its run_ended row), so the lines are final
   for (const a of answers) {
     await until(`run ${a.run_id} to end`, async () =>
       rowsOf(state, String(a.run_id)).some((r) => r.type === "run_ended"),
     );
+    await until(`run ${a.run_id}'s process to let it go`, async () => {
+      return !existsSync(runPaths(state, String(a.run_id)).runLock);
+    });
   }
   return { owner, state, answers };
 }
