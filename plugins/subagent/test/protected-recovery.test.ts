@@ -307,7 +307,7 @@ describe("host-proven recovery admission", () => {
 });
 
 describe("the scope at the real placement (SubagentSessionDispatch with forked runners)", () => {
-  it("S004-362: S004-364: S004-366: S004-355: the recovered child matches parent and channel and runs in the daemon after the placement's assertion (the engine's native row read); its nested child and fresh nodes keep runner placement", async () => {
+  it("S004-362: S004-364: S004-366: S004-367: S004-355: the recovered child matches parent and channel and runs in the daemon after the placement's assertion (the engine's native row read); its nested child and fresh nodes keep runner placement; the placement neither parks, admits nor charges", async () => {
     const repo = new PgDelegationRepository(db.pool);
     const placements: Array<{ sessionId: string; placement: string }> = [];
     const pool = new SubagentRunnerPool({
@@ -390,7 +390,19 @@ describe("the scope at the real placement (SubagentSessionDispatch with forked r
     await first.close();
     const childA = (await journal(started.workflowId)).nodes.a?.childSessionId as string;
 
-    const second = new WorkflowEngine({ ...engineOptions, owner: `wf-${randomUUID()}`, dispatcher: base });
+    const charged = (await journal(started.workflowId)).dispatches;
+    const statuses: string[] = [];
+    let dispatches = 0;
+    const second: WorkflowEngine = new WorkflowEngine({
+      ...engineOptions,
+      owner: `wf-${randomUUID()}`,
+      dispatcher: base,
+      onEvent: (e) => {
+        if (e.type !== "node") return;
+        statuses.push(`${e.nodeId}:${e.status}`);
+        dispatches = Math.max(dispatches, second.run(started.workflowId)?.journal.dispatches ?? 0);
+      },
+    });
     all.push(second);
     const asserted: string[] = [];
     const read = second.store.getWorkflow.bind(second.store);
@@ -426,6 +438,14 @@ describe("the scope at the real placement (SubagentSessionDispatch with forked r
       // The assertion (the engine's native row read) ran once in the engine before preparation and once at
       // the placement for the exact match, and never for a call that did not match.
       expect(asserted).toEqual(["engine", "placement"]);
+      // The placement layer neither parked nor admitted nor charged: a never waited, the only new charge
+      // is b's fresh dispatch, and the native admission is where boot found it.
+      expect(statuses.filter((x) => x.startsWith("a:"))).not.toContain("a:waiting");
+      expect(dispatches).toBe(charged + 1);
+      expect((await second.store.getWorkflow(started.workflowId))?.recovery).toEqual({
+        workflowGeneration: 1,
+        recoveryAdmissionVersion: 1,
+      });
       expect(outcome.summary).toContain("node a done");
     } finally {
       await second.close();
