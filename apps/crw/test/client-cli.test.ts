@@ -168,6 +168,8 @@ describe("crw workflow | session | tap against a running daemon", () => {
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toMatch(/sub-agents: \d+\/\d+ runners, \d+ turns running, \d+ queued/);
     expect(r.stdout).toMatch(/boot recovery: 0 calls continued/);
+    expect(r.stdout).toMatch(/runner processes: \d+ started, \d+ exited; sessions executing: \d+ in runners/);
+    expect(r.stdout).toMatch(/provider usage in runners: \d+ responses/);
   });
 
   it("errors say what to do: unknown session (1), missing arguments (2), no daemon (1)", async () => {

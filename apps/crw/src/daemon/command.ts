@@ -260,6 +260,19 @@ function healthLines(health: Record<string, unknown>): string[] {
     lines.push(
       `boot recovery: ${recovery.delegations.continued.length} calls continued, ${recovery.delegations.terminalized.length + recovery.delegations.failed.length} ended with an error result, ${recovery.workflows.resumed.length} workflows resumed, ${recovery.workflows.invalid.length} invalid`,
     );
+  const processes = health.processes as { started: number; exited: number } | undefined;
+  const executions = health.executions as { location: string }[] | undefined;
+  if (processes && executions)
+    lines.push(
+      `runner processes: ${processes.started} started, ${processes.exited} exited; sessions executing: ${executions.filter((e) => e.location === "runner").length} in runners, ${executions.filter((e) => e.location === "in-process").length} in the daemon`,
+    );
+  const usage = health.providerUsage as
+    | { responses: number; input: number; output: number; totalTokens: number }
+    | undefined;
+  if (usage)
+    lines.push(
+      `provider usage in runners: ${usage.responses} responses, ${usage.input} input / ${usage.output} output tokens`,
+    );
   for (const a of (health.alerts as { severity: string; text: { en?: string } }[] | undefined) ?? [])
     lines.push(`${a.severity}: ${a.text.en ?? ""}`);
   return lines;
