@@ -3,7 +3,9 @@
 // turn the run starts on the idle owner thread (session_step_waiting through the host's turn/start), on the
 // fake app-server over ws. A workflow of N calls one after the other; after each wake the bench answers
 // the step (spawn, dispatch report, final answer) and ends the owner's turn so it is idle again.
-// Prints one JSON object, then a one-line summary. Usage: node bench/flow-wake.mjs [calls] [poll-ms]
+// With `busy` the owner is in a turn when each step is published: the wake is held and the latency is from
+// the end of that turn to the wake's new turn (delivered after the current turn).
+// Prints one JSON object, then a one-line summary. Usage: node bench/flow-wake.mjs [calls] [poll-ms] [busy]
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -12,6 +14,7 @@ import { build } from "esbuild";
 
 const calls = Number(process.argv[2] ?? 30);
 const pollMs = Number(process.argv[3] ?? 100);
+const busy = process.argv[4] === "busy";
 const root = mkdtempSync(join(tmpdir(), "crw-bench-wake-"));
 const repoRoot = new URL("..", import.meta.url).pathname;
 await build({
@@ -31,6 +34,7 @@ const { FakeAppServer } = await import(
 
 const fake = await FakeAppServer.start();
 const owner = fake.createOwnerThread({ cwd: root });
+if (busy) fake.startOwnerTurn(owner); // the owner is in a turn when the first step is published
 const state = join(root, "state");
 const paths = flow.runPaths(state, "bench-wake");
 mkdirSync(paths.dir, { recursive: true });
@@ -66,9 +70,10 @@ fake.onTurnStart((thread, _turn, text) => {
   const [marker, t0] = [...published.entries()].at(-1) ?? [];
   if (marker === undefined) return;
   published.delete(marker);
-  latencies.push(t1 - t0);
+  latencies.push(t1 - (busy ? (turnEnded.get(marker) ?? t0) : t0));
   setImmediate(() => answer(marker));
 });
+const turnEnded = new Map();
 function answer(marker) {
   const step = flow.listStepFiles(paths.steps).steps.find((s) => s.marker === marker);
   if (!step) return setTimeout(() => answer(marker), 5);
@@ -83,7 +88,9 @@ function answer(marker) {
     at: new Date().toISOString(),
   });
   fake.answer(a.threadId, '{"n":1}');
-  fake.completeTurn(owner); // the owner's woken turn ends: idle for the next step
+  // the owner's woken turn ends: idle for the next step (busy: it stays in that turn until after the next
+  // publish)
+  if (!busy) fake.completeTurn(owner);
 }
 const host = flow.createAppServerHost({ transport: fake.url });
 const outcome = await flow.executeRun({
@@ -93,7 +100,15 @@ const outcome = await flow.executeRun({
   processToken: null,
   workflow,
   onEvent: (e) => {
-    if (e.type === "step_published") published.set(e.marker, performance.now());
+    if (e.type !== "step_published") return;
+    published.set(e.marker, performance.now());
+    if (busy) {
+      // the owner's turn ends a little after the publish
+      setTimeout(() => {
+        turnEnded.set(e.marker, performance.now());
+        fake.completeTurn(owner);
+      }, 30);
+    }
   },
 });
 await host.close();
@@ -106,6 +121,7 @@ const out = {
   bench: "flow-wake-latency",
   calls,
   poll_ms: pollMs,
+  owner: busy ? "busy (latency from the end of its turn)" : "idle (latency from the publish)",
   outcome: outcome.state,
   wakes: latencies.length,
   p50_ms: r2(pct(50)),
@@ -114,5 +130,5 @@ const out = {
 };
 console.log(JSON.stringify(out));
 console.log(
-  `wake latency (publish -> owner's new turn), ${latencies.length} wakes, poll ${pollMs} ms: p50 ${out.p50_ms} ms, p90 ${out.p90_ms} ms`,
+  `wake latency (${busy ? "end of the busy owner's turn" : "publish"} -> owner's new turn), ${latencies.length} wakes, poll ${pollMs} ms: p50 ${out.p50_ms} ms, p90 ${out.p90_ms} ms`,
 );
