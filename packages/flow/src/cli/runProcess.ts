@@ -24,7 +24,7 @@ export interface HoldRunOptions {
  * process lock is taken before the run lock and let go after it, and the run executes under both.
  */
 export async function holdRun(opts: HoldRunOptions): Promise<number> {
-  const { paths, spec } = opts;
+  const { spec } = opts;
   const log =
     opts.log ??
     ((line) => process.stderr.write(`${JSON.stringify({ at: new Date().toISOString(), ...line })}\n`));
