@@ -1,5 +1,5 @@
-import type { JournalRow } from "@crw/flow";
-import { afterEach, describe, expect, it } from "vitest";
+import { type JournalRow, runFlowCli } from "@crw/flow";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { defineWorkflow, type InProcessRun, inProcessRun } from "./helpers/harness.js";
 
 let run: InProcessRun | null = null;
@@ -70,5 +70,23 @@ describe("same-thread review", () => {
     expect(rows.find((x) => x.type === "completed" && x.call === "reviewer.1")).toMatchObject({
       result: { n: 2 },
     });
+    // crw flow show names the warning on the call, with the pair its subagent runs
+    const out: string[] = [];
+    const spy = vi.spyOn(process.stdout, "write").mockImplementation((chunk) => {
+      out.push(String(chunk));
+      return true;
+    });
+    try {
+      expect(await runFlowCli(["show", r.spec.run_id, "--state", r.paths.state, "--json"])).toBe(0);
+    } finally {
+      spy.mockRestore();
+    }
+    const shown = JSON.parse(out.join("")) as { calls: Array<Record<string, unknown>> };
+    expect(shown.calls.find((c) => c.call === "reviewer.1")).toMatchObject({
+      warnings: expect.arrayContaining(["same_thread_review"]),
+      subagents: [author.threadId],
+      pair: { model: "mock-model" },
+    });
+    expect(shown.calls.find((c) => c.call === "critic.1")?.warnings).not.toContain("same_thread_review");
   });
 });

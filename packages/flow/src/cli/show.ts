@@ -12,6 +12,9 @@ interface CallView {
   status: string;
   attempts: number;
   subagents: string[];
+  /** The pair of its newest bound subagent (its newest thread_started row), and the earlier ones that differ. */
+  pair: { model: string | null; effort: string | null } | null;
+  prior_pairs: Array<{ model: string | null; effort: string | null }>;
   steps: number;
   tokens: Tokens;
   started_at: string;
@@ -56,6 +59,8 @@ export async function showCommand(args: string[]): Promise<number> {
         status: "open",
         attempts: 0,
         subagents: [],
+        pair: null,
+        prior_pairs: [],
         steps: 0,
         tokens: {},
         started_at: r.at,
@@ -75,6 +80,8 @@ export async function showCommand(args: string[]): Promise<number> {
         break;
       case "thread_started":
         c.subagents.push(r.thread_id);
+        c.pair = { model: r.model, effort: r.effort };
+        c.prior_pairs = r.prior_pairs ?? [];
         c.attempts = Math.max(c.attempts, r.attempt); // a local call's attempts publish no steps
         if (r.session_agent_role_mismatch)
           c.warnings.push(`agent role ${r.session_agent_role_mismatch.actual}`);
@@ -89,6 +96,9 @@ export async function showCommand(args: string[]): Promise<number> {
         break;
       case "tokens_unmeasured":
         c.warnings.push(`turn ${r.k} unmeasured`);
+        break;
+      case "flow_warning":
+        c.warnings.push(r.warning);
         break;
       case "held":
         c.status = `held (${r.reason})`;
