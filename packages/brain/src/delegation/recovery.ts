@@ -42,8 +42,8 @@ export async function recoverDelegations(
   let unknownToolCalls = 0;
   for (const s of await repo.sessionsWithDanglingToolCalls()) {
     await repo.settleProvisional(s.sessionId, s.principalAccountId, "discarded");
-    const journal = await repo.readJournal(s.sessionId, s.principalAccountId);
-    const dangling = danglingToolCalls(journal);
+    // Only the interrupted tail: the newest turn (getLatestTurn), never the whole journal.
+    const dangling = danglingToolCalls(await repo.latestTurn(s.sessionId, s.principalAccountId));
     if (dangling.length === 0) continue;
     unknownToolCalls += dangling.length;
     const answers = [];

@@ -768,6 +768,48 @@ export class DelegationService implements RestartCheckpoint {
     );
   }
 
+  /**
+   * The dream error check, from the dream child's newest turn (getLatestTurn: provisional rows and custom
+   * events included): `running` while rows follow its last answer without one of their own (or are still
+   * provisional), `failed` when that turn's answer is an error or an abort, else `ok`. Only for dreams.
+   */
+  async dreamTurnCheck(
+    childSessionId: string,
+    principalAccountId: string,
+  ): Promise<
+    | { readonly kind: "ok" }
+    | { readonly kind: "running" }
+    | { readonly kind: "failed"; readonly reason: string; readonly interrupted: boolean }
+  > {
+    const child = await this.repo.getSession(childSessionId, principalAccountId);
+    const scope = child.scope ? parseDelegatedExecutionScope(child.scope) : null;
+    if (!scope?.dream) {
+      throw new DelegationError("invalid_input", "not a memory-dreaming run", { sessionId: childSessionId });
+    }
+    const turn = await this.repo.latestTurn(child.id, principalAccountId);
+    const interrupted = turn.some(
+      (e) =>
+        e.body.type === "message" &&
+        e.body.message.role === "custom" &&
+        e.body.message.customType === "interrupted",
+    );
+    const last = turn.at(-1);
+    const answer =
+      last?.settled && last.body.type === "message" && last.body.message.role === "assistant"
+        ? last.body.message
+        : undefined;
+    if (!answer || answer.stopReason === "toolUse" || answer.content.some((c) => c.type === "toolCall"))
+      return { kind: "running" };
+    if (answer.stopReason === "error" || answer.stopReason === "aborted") {
+      return {
+        kind: "failed",
+        reason: answer.errorMessage ?? `the dream's turn ended: ${answer.stopReason}`,
+        interrupted,
+      };
+    }
+    return { kind: "ok" };
+  }
+
   readSubagent(
     parentSessionId: string,
     childSessionId: string,

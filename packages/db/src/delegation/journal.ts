@@ -232,3 +232,53 @@ export async function settledResultIds(
     { isolation: "repeatable read", readOnly: true },
   );
 }
+
+/**
+ * getLatestTurn: the rows of a session's newest turn, provisional rows and custom events (delivered results,
+ * steers, interruption notices) included, discarded rows never. A turn ends with a settled assistant answer
+ * (any stop reason but toolUse, and no tool call in it). When rows follow the newest answer, the newest turn is the open (or
+ * interrupted) one made of those rows; otherwise it is the finished turn that answer ended, back to the
+ * answer before it. Two index probes and the turn's own rows: never the whole journal.
+ */
+export async function latestTurn(
+  pool: pg.Pool,
+  sessionId: string,
+  principalAccountId: string,
+): Promise<JournalEntry[]> {
+  assertUuid("sessionId", sessionId);
+  return tx(
+    pool,
+    async (c) => {
+      await assertVisible(c, sessionId, principalAccountId);
+      const answerBefore = async (seq: number | null): Promise<number> => {
+        const { rows } = await c.query<{ seq: string }>(
+          `select seq from journal_entries
+            where session_id = $1::uuid and role = 'assistant' and not discarded and settled
+              and ($2::bigint is null or seq < $2::bigint)
+              and (body::jsonb -> 'message' ->> 'stopReason') <> 'toolUse'
+              and not (body::jsonb -> 'message' -> 'content') @> '[{"type": "toolCall"}]'::jsonb
+            order by seq desc limit 1`,
+          [sessionId, seq],
+        );
+        return rows[0] ? Number(rows[0].seq) : 0;
+      };
+      const last = await answerBefore(null);
+      const after = await c.query(
+        "select 1 from journal_entries where session_id = $1::uuid and seq > $2 and not discarded limit 1",
+        [sessionId, last],
+      );
+      const [from, to] =
+        (after.rowCount ?? 0) > 0 || last === 0
+          ? [last + 1, Number.MAX_SAFE_INTEGER]
+          : [(await answerBefore(last)) + 1, last];
+      const { rows } = await c.query<Row>(
+        `select session_id, seq, body, settled, created_at from journal_entries
+          where session_id = $1::uuid and not discarded and seq between $2 and $3
+          order by seq`,
+        [sessionId, from, to],
+      );
+      return rows.map(entryFromRow);
+    },
+    { isolation: "repeatable read", readOnly: true },
+  );
+}

@@ -30,6 +30,7 @@ export class PgDelegationRepository implements DelegationRepository {
   ancestry: DelegationRepository["ancestry"] = async (s, p) => sessions.ancestry(this.pool, s, p);
 
   append: DelegationRepository["append"] = async (s, p, e, o) => journal.append(this.pool, s, p, e, o);
+  latestTurn: DelegationRepository["latestTurn"] = async (s, p) => journal.latestTurn(this.pool, s, p);
   readJournal: DelegationRepository["readJournal"] = async (s, p, o) =>
     journal.readJournal(this.pool, s, p, o);
   recentAssistantMessages: DelegationRepository["recentAssistantMessages"] = async (s, p, l, b) =>

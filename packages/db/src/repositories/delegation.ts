@@ -203,6 +203,11 @@ export interface DelegationRepository {
     entries: readonly JournalWrite[],
     options?: AppendOptions,
   ): Promise<JournalEntry[]>;
+  /**
+   * getLatestTurn: the newest turn's rows (provisional rows and custom events included, discarded never):
+   * the rows after the newest settled answer, or, when none follow it, the turn that answer finished.
+   */
+  latestTurn(sessionId: string, principalAccountId: string): Promise<JournalEntry[]>;
   /** Settled, undiscarded rows in order; from the latest compaction's kept seq when `fromCompaction`. */
   readJournal(
     sessionId: string,
