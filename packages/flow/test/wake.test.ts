@@ -149,6 +149,31 @@ describe("the run wakes its owner", () => {
   });
 });
 
+describe("a held wake and a later one", () => {
+  it("S000-291: a renotification that goes out at once takes the place of the wake held for after the busy turn: the owner gets one turn", async () => {
+    run = await inProcessRun({});
+    const r = run;
+    Object.assign(r.spec, { wake_after_ms: 300, renotify_max_ms: 3_600_000 });
+    const texts: string[] = [];
+    r.fake.onTurnStart((thread, _turn, text) => {
+      if (thread === r.owner) texts.push(text);
+    });
+    const { done } = r.background(one);
+    await r.steps(1); // published while the owner is busy: held
+    // the owner's turn ends and its thread shows neither idle nor busy (in one step: no round sees idle):
+    // the held wake waits on
+    r.fake.completeTurn(r.owner);
+    r.fake.setThreadStatus(r.owner, "systemError");
+    const delivered = await waitRow(() => r.rows().find((x) => x.type === "message_delivery"));
+    expect(delivered).toMatchObject({ delivered: true, owner_status: "systemError" });
+    expect(wakes(r)).toEqual([expect.objectContaining({ renotify: 1, staged: true, delivery: "new_turn" })]);
+    r.fake.setThreadStatus(r.owner, "idle");
+    await new Promise((res) => setTimeout(res, 6 * (r.spec.poll_ms ?? 20)));
+    expect(texts).toHaveLength(1); // the held wake did not go out as well
+    await finish(r, done);
+  });
+});
+
 describe("OwnerWaker wake ids", () => {
   it("S000-292 S000-293 S000-294: the id is (run, process, batch): the n-th process wakes under <batch>/e<n>; a wake the relay already held stages nothing", async () => {
     const fake = await FakeAppServer.start();

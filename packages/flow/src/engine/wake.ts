@@ -236,6 +236,21 @@ export class OwnerWaker {
     const r = await this.ctx.host.startTurn(this.ctx.owner, text);
     if (r.ok) {
       this.staged.add(wakeId);
+      // a wake that went out takes the place of one still held for after a turn
+      const held = this.pending;
+      this.pending = null;
+      if (held && !held.unwritten) {
+        this.ctx.append([
+          {
+            type: "message_delivery",
+            wake_id: held.wakeId,
+            owner: this.ctx.owner,
+            delivered: false,
+            owner_status: ownerStatus,
+            reason: `superseded by ${wakeId}`,
+          },
+        ]);
+      }
       this.ctx.append([
         { ...row, staged: true, delivery },
         {
