@@ -160,6 +160,7 @@ describe("a held wake and a later one", () => {
     });
     const { done } = r.background(one);
     await r.steps(1); // published while the owner is busy: held
+    await new Promise((res) => setTimeout(res, 6 * (r.spec.poll_ms ?? 20))); // the publish's round ran
     // the owner's turn ends and its thread shows neither idle nor busy (in one step: no round sees idle):
     // the held wake waits on
     r.fake.completeTurn(r.owner);
@@ -167,9 +168,12 @@ describe("a held wake and a later one", () => {
     const delivered = await waitRow(() => r.rows().find((x) => x.type === "message_delivery"));
     expect(delivered).toMatchObject({ delivered: true, owner_status: "systemError" });
     expect(wakes(r)).toEqual([expect.objectContaining({ renotify: 1, staged: true, delivery: "new_turn" })]);
+    r.fake.completeTurn(r.owner); // the woken turn ends: the owner is idle
     r.fake.setThreadStatus(r.owner, "idle");
     await new Promise((res) => setTimeout(res, 6 * (r.spec.poll_ms ?? 20)));
     expect(texts).toHaveLength(1); // the held wake did not go out as well
+    expect(wakes(r)).toHaveLength(1);
+    expect(r.rows().filter((x) => x.type === "message_delivery")).toHaveLength(1);
     await finish(r, done);
   });
 });
