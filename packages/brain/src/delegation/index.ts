@@ -21,7 +21,12 @@ export {
   RunProgressJob,
   type RunProgressSnapshot,
 } from "./progress.js";
-export { ASSISTANT_PAGE, lastSettledAssistantText, readSubagent } from "./readSubagent.js";
+export {
+  ASSISTANT_PAGE,
+  lastSettledAssistantText,
+  latestAssistantText,
+  readSubagent,
+} from "./readSubagent.js";
 export { INTERRUPTED_CONTEXT, type RecoveryReport, recoverDelegations } from "./recovery.js";
 export { type MutatingTool, scopedTools } from "./scopedTools.js";
 export {

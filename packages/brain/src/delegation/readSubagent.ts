@@ -25,6 +25,21 @@ export async function lastSettledAssistantText(
   }
 }
 
+/**
+ * The ordinary last-row reply reader: one assistant row, the newest. A call's result is the answer of
+ * that call's last turn; an empty last answer is no answer (it never falls back to an older call's reply,
+ * which only DelegateRead's canonical reader may surface).
+ */
+export async function latestAssistantText(
+  repo: DelegationRepository,
+  sessionId: string,
+  principalAccountId: string,
+): Promise<string | undefined> {
+  const [row] = await repo.recentAssistantMessages(sessionId, principalAccountId, 1);
+  const text = row ? assistantText(row.message) : "";
+  return text.trim().length > 0 ? text : undefined;
+}
+
 /** DelegateRead: the ownership guard first (the child must be this parent's, under this principal), then the read. */
 export async function readSubagent(
   repo: DelegationRepository,

@@ -19,7 +19,7 @@ import { endsWithAnswer } from "./context.js";
 import { DelegationError, hostContract, toError } from "./errors.js";
 import { faultPoint } from "./faults.js";
 import type { Notifier } from "./notifier.js";
-import { lastSettledAssistantText } from "./readSubagent.js";
+import { latestAssistantText } from "./readSubagent.js";
 import { DEFAULT_TOOL_RESULT_INLINE_BYTES, prepareCompletion, type SpillStore } from "./spill.js";
 import { type ProgressEvent, type ProgressSink, type TurnOutcome, turnFailureCause } from "./turn.js";
 import type { SessionTurns } from "./turns.js";
@@ -144,7 +144,7 @@ export class DelegatedSettlement {
       );
       return settle(run, "error", reason, drained.kind === "failed" ? "child_failed" : "aborted");
     }
-    const reply = await lastSettledAssistantText(this.core.repo, child.id, run.principalAccountId);
+    const reply = await latestAssistantText(this.core.repo, child.id, run.principalAccountId);
     const resultId = await settle(run, "ok", reply ?? "(the child gave no answer)");
     // A follow-up that raced the settlement would otherwise wait for a call that is gone: it gets its notice.
     await this.core.writes.capture("a call's settlement", () =>
@@ -185,7 +185,7 @@ export class DelegatedSettlement {
               progress: inheritSink(progress),
               scope,
             });
-      const reply = await lastSettledAssistantText(this.core.repo, child.id, child.principalAccountId);
+      const reply = await latestAssistantText(this.core.repo, child.id, child.principalAccountId);
       return { outcome, reply, delivered };
     });
   }

@@ -14,8 +14,12 @@ export type PathSpelling =
   | "relative";
 
 export function pathSpelling(path: string): PathSpelling {
-  if (path.startsWith("\\\\") || path.startsWith("//"))
-    return /^[\\/]{2}[^\\/]+[\\/][^\\/]+/.test(path) ? "unc" : "relative";
+  if (path.startsWith("\\\\") || path.startsWith("//")) {
+    // A UNC share names a server and a share; `.`/`..`/`?` there are device or dot segments, not names.
+    const unc = /^[\\/]{2}([^\\/]+)[\\/]([^\\/]+)/.exec(path);
+    const dots = (name: string | undefined) => name === "." || name === ".." || name === "?";
+    return unc && !dots(unc[1]) && !dots(unc[2]) ? "unc" : "relative";
+  }
   if (/^[A-Za-z]:[\\/]/.test(path)) return "windows-drive";
   if (/^[A-Za-z]:/.test(path)) return "drive-relative";
   if (path.startsWith("/")) return "posix";
@@ -45,6 +49,9 @@ export function normalizePlacement(
   let normal = win32.normalize(path);
   if (normal.length > 3 && normal.endsWith("\\") && spelling === "windows-drive")
     normal = normal.slice(0, -1);
+  // A stored placement must read back as itself: a spelling that normalizes into another kind is refused.
+  if (pathSpelling(normal) !== spelling)
+    return { ok: false, reason: "path does not normalize to an absolute path" };
   return { ok: true, path: normal };
 }
 

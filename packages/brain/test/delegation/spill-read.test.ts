@@ -157,3 +157,42 @@ describe("readSubagent", () => {
     await expect(service.readSubagent(parent.id, r.childSessionId, account.id)).resolves.toBe("secret");
   });
 });
+
+describe("the ordinary last-row reply reader", () => {
+  it("S004-180: a call's result reads one assistant row; an empty last answer never surfaces an older call's reply", async () => {
+    const base = makeService(db.pool);
+    const limits: number[] = [];
+    const counting = Object.create(base.repo) as typeof base.repo;
+    counting.recentAssistantMessages = (s, p, l, b) => {
+      limits.push(l);
+      return base.repo.recentAssistantMessages(s, p, l, b);
+    };
+    const { service } = makeService(db.pool, { repo: counting });
+    const { account, parent } = await newParent(service);
+    const first = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "d",
+      task: scriptTask({ answer: "the first answer" }),
+      mode: "foreground",
+    });
+    if (first.kind !== "result") throw new Error("expected a result");
+    expect(first.body).toBe("the first answer");
+    const empty = await service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: first.childSessionId,
+      toolCallId: "c",
+      text: scriptTask({ answer: "" }),
+      mode: "foreground",
+    });
+    expect(empty).toMatchObject({ kind: "result", body: "(the child gave no answer)" });
+    // Settlement read one row per call; only DelegateRead pages (and finds the older answer).
+    expect(limits.length).toBeGreaterThan(0);
+    expect(limits.every((l) => l === 1)).toBe(true);
+    limits.length = 0;
+    expect(await service.readSubagent(parent.id, first.childSessionId, account.id)).toBe("the first answer");
+    expect(limits).toEqual([ASSISTANT_PAGE]);
+    await service.close();
+  });
+});

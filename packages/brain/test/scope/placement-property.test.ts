@@ -51,4 +51,14 @@ describe("placements never leave their root (property)", () => {
       { numRuns: 500 },
     );
   });
+
+  it("UNC needs a real server and share: dot and device segments are refused, so a placement reads back as itself", () => {
+    for (const path of ["//./..", "\\\\.\\..", "\\\\?\\C:\\x", "//../share/x", "//srv/../x"]) {
+      expect(normalizePlacement(path, "local").ok).toBe(false);
+    }
+    expect(normalizePlacement("\\\\srv\\share\\dir\\..\\x", "local")).toEqual({
+      ok: true,
+      path: "\\\\srv\\share\\x",
+    });
+  });
 });
