@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { isAbsolute, join, resolve } from "node:path";
+import { type CatalogConfig, catalogConfigSchema, type McpConfig, mcpConfigSchema } from "@crw/brain";
 import { z } from "zod";
 
 /**
@@ -23,6 +24,12 @@ const fileSchema = z
     port: z.number().int().min(0).max(65_535),
     logLevel: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]),
     shutdownGraceMs: z.number().int().min(0).max(600_000),
+    /** How long the shutdown's restart checkpoint may take before the stop fails (nonzero exit). */
+    shutdownCheckpointMs: z.number().int().min(100).max(3_600_000),
+    /** MCP servers whose tools are bridged into every session's catalog (`mcp__<server>__<tool>`). */
+    mcp: mcpConfigSchema,
+    /** The whole-catalog deferral policy shared by every session and placement. */
+    tools: catalogConfigSchema,
     runtime: z
       .object({
         subagentRunnerEnabled: z.boolean(),
@@ -51,6 +58,8 @@ const fileSchema = z
   .strict();
 
 export type DaemonConfigFile = z.infer<typeof fileSchema>;
+/** The config file as written (defaults inside sections, e.g. an MCP server's `args`, may be left out). */
+export type DaemonConfigInput = z.input<typeof fileSchema>;
 
 export interface DaemonConfig {
   /** Where the daemon keeps its state: the embedded PostgreSQL cluster, the lock and state files, logs. */
@@ -63,6 +72,15 @@ export interface DaemonConfig {
   logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
   /** How long a graceful shutdown waits for in-flight work (journal writes, turns) before it closes anyway. */
   shutdownGraceMs: number;
+  /**
+   * The bound of the shutdown's restart checkpoint: when captured journal writes have not committed by then,
+   * the stop logs what was still pending and the process exits nonzero (boot recovery takes the rest).
+   */
+  shutdownCheckpointMs: number;
+  /** MCP servers bridged into every session's tools; a server that cannot start fails the daemon's start. */
+  mcp: McpConfig;
+  /** The tool catalog policy (threshold for deferral, extra core names). */
+  tools: CatalogConfig;
   runtime: {
     subagentRunnerEnabled: boolean;
     maxRunners: number | undefined;
@@ -130,7 +148,7 @@ export interface LoadConfigOptions {
   file?: string;
   env?: NodeJS.ProcessEnv;
   /** Values from command-line flags; they win over everything. */
-  overrides?: DaemonConfigFile;
+  overrides?: DaemonConfigInput;
 }
 
 export function loadConfig(options: LoadConfigOptions = {}): DaemonConfig {
@@ -152,6 +170,15 @@ export function loadConfig(options: LoadConfigOptions = {}): DaemonConfig {
   if (env.DATABASE_URL) fromEnv.databaseUrl = env.DATABASE_URL;
   if (env.CRW_DAEMON_HOST) fromEnv.host = env.CRW_DAEMON_HOST;
   if (env.CRW_DAEMON_PORT) fromEnv.port = envInt("CRW_DAEMON_PORT", env.CRW_DAEMON_PORT, 65_535);
+  if (env.CRW_SHUTDOWN_CHECKPOINT_MS) {
+    fromEnv.shutdownCheckpointMs = envInt(
+      "CRW_SHUTDOWN_CHECKPOINT_MS",
+      env.CRW_SHUTDOWN_CHECKPOINT_MS,
+      3_600_000,
+    );
+    if (fromEnv.shutdownCheckpointMs < 100)
+      throw new ConfigError("CRW_SHUTDOWN_CHECKPOINT_MS must be at least 100", "CRW_SHUTDOWN_CHECKPOINT_MS");
+  }
   if (env.CRW_LOG_LEVEL) fromEnv.logLevel = fileSchema.shape.logLevel.parse(env.CRW_LOG_LEVEL);
   const runtimeEnv: NonNullable<DaemonConfigFile["runtime"]> = {};
   if (env.CRW_SUBAGENT_RUNNER_ENABLED)
@@ -185,6 +212,9 @@ export function loadConfig(options: LoadConfigOptions = {}): DaemonConfig {
     port: merged.port ?? 7420,
     logLevel: merged.logLevel ?? "info",
     shutdownGraceMs: merged.shutdownGraceMs ?? 10_000,
+    shutdownCheckpointMs: merged.shutdownCheckpointMs ?? 30_000,
+    mcp: merged.mcp ?? { servers: {} },
+    tools: merged.tools ?? {},
     runtime: {
       subagentRunnerEnabled: runtime.subagentRunnerEnabled ?? true,
       maxRunners: runtime.maxRunners,

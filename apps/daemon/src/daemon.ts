@@ -9,7 +9,7 @@ import { type DaemonState, lockDataDir, removeState, writeState } from "./lifecy
 import { ensureOwnerToken, tokenHash } from "./ownerToken.js";
 import { type DaemonDatabase, openDaemonDatabase } from "./postgres.js";
 import { RpcRegistry } from "./rpc.js";
-import { assembleRuntime, type DaemonRuntime, type TurnObserver } from "./runtime.js";
+import { assembleRuntime, type DaemonRuntime, type PendingCall, type TurnObserver } from "./runtime.js";
 import { type ApiServer, startApiServer } from "./server.js";
 
 export type DaemonPhase = "starting" | "recovering" | "ready" | "stopping" | "stopped";
@@ -17,6 +17,8 @@ export type DaemonPhase = "starting" | "recovering" | "ready" | "stopping" | "st
 export interface StopOutcome {
   readonly reason: string;
   readonly checkpoint: "passed" | "failed";
+  /** Set when the checkpoint did not finish within `shutdownCheckpointMs`: the calls it still waited for. */
+  readonly pending?: readonly PendingCall[];
 }
 
 export interface Daemon {
@@ -56,9 +58,9 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
   let pool: pg.Pool | undefined;
   let server: ApiServer | undefined;
   let runtime: DaemonRuntime | undefined;
-  const cleanup = async () => {
+  const cleanup = async (abandonCheckpoint = false) => {
     await server?.close().catch((e: unknown) => log.warn({ err: e }, "api close failed"));
-    if (runtime) await runtime.close();
+    if (runtime) await runtime.close({ abandonCheckpoint });
     else await pool?.end().catch((e: unknown) => log.warn({ err: e }, "pool end failed"));
     await db?.stop().catch((e: unknown) => log.warn({ err: e }, "database stop failed"));
     await removeState(config.dataDir);
@@ -166,26 +168,48 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
         // (a finished tool result queued behind an in-flight write included) while the database pool still
         // accepts statements; model and tool turns are not waited for: boot recovery continues them.
         let checkpoint: StopOutcome["checkpoint"] = "passed";
+        let pending: PendingCall[] | undefined;
+        // The checkpoint is bounded: a journal write blocked for good (a lock held elsewhere, a hung
+        // database) must not keep the daemon in "stopping". Past the deadline the stop fails, naming what
+        // was still pending; nothing committed is touched and boot recovery continues from the rows.
+        let deadline: NodeJS.Timeout | undefined;
+        const timedOut = new Promise<"timeout">((r) => {
+          deadline = setTimeout(() => r("timeout"), config.shutdownCheckpointMs);
+        });
         try {
-          await rt.pause();
-          log.info({}, "shutdown checkpoint passed");
+          const result = await Promise.race([rt.pause().then(() => "done" as const), timedOut]);
+          if (result === "timeout") {
+            checkpoint = "failed";
+            pending = rt.pendingCalls();
+            log.error(
+              { pending, deadlineMs: config.shutdownCheckpointMs },
+              `shutdown failed: the restart checkpoint did not finish within ${config.shutdownCheckpointMs} ms; still pending: ${describePending(pending)}; boot recovery continues from the committed rows`,
+            );
+          } else log.info({}, "shutdown checkpoint passed");
         } catch (e) {
           checkpoint = "failed";
           log.error(
             { err: e },
             "shutdown failed: the restart checkpoint could not commit its journal writes",
           );
+        } finally {
+          clearTimeout(deadline);
         }
-        // In-flight API requests get the grace period; what is still running after it stays in the rows for
-        // the next boot's recovery.
-        const grace = new Promise((r) => setTimeout(r, config.shutdownGraceMs).unref());
+        // In-flight API requests get the grace period (none past a checkpoint deadline: they wait on the same
+        // database); what is still running after it stays in the rows for the next boot's recovery.
+        const graceMs = pending ? 0 : config.shutdownGraceMs;
+        const grace = new Promise((r) => setTimeout(r, graceMs).unref());
         await Promise.race([Promise.allSettled([...inFlight]), grace]);
-        await cleanup();
+        await cleanup(pending !== undefined);
         phase = "stopped";
         log.info({ checkpoint }, "daemon stopped");
-        // The process entry exits nonzero after a failed checkpoint.
-        if (checkpoint === "failed" && options.handleSignals) process.exitCode = 1;
-        resolveStopped({ reason, checkpoint });
+        // The process entry exits nonzero after a failed checkpoint. Past the deadline a blocked write
+        // still holds its database connection open, so the process ends here rather than waiting on it.
+        if (checkpoint === "failed" && options.handleSignals) {
+          process.exitCode = 1;
+          if (pending) setImmediate(() => process.exit(1));
+        }
+        resolveStopped({ reason, checkpoint, ...(pending && { pending }) });
       })();
       return stopping;
     };
@@ -217,6 +241,13 @@ async function migrateShared(url: string, log: Logger): Promise<unknown> {
       await new Promise((r) => setTimeout(r, delay));
     }
   }
+}
+
+function describePending(pending: readonly PendingCall[]): string {
+  if (pending.length === 0) return "no database call (a captured write had not reached the database)";
+  return pending
+    .map((p) => `${p.call}${p.sessionId ? ` (session ${p.sessionId})` : ""} for ${p.sinceMs} ms`)
+    .join(", ");
 }
 
 function refusedWhileStopping(frame: unknown): object | undefined {

@@ -3,6 +3,7 @@ export {
   ConfigError,
   type DaemonConfig,
   type DaemonConfigFile,
+  type DaemonConfigInput,
   defaultDataDir,
   loadConfig,
 } from "./config.js";

@@ -2,15 +2,18 @@ import { randomUUID } from "node:crypto";
 import { cpus } from "node:os";
 import { join } from "node:path";
 import {
+  catalogPolicyFrom,
   createAgentTurnRunner,
   DelegationService,
   FileSpillStore,
+  McpBridge,
   type ProgressEvent,
   type ProgressSink,
   type RecoveryReport,
   recoverDelegations,
   type SessionTurnRunner,
   type TurnRequest,
+  withToolCatalog,
 } from "@crw/brain";
 import { PgDelegationRepository } from "@crw/db";
 import {
@@ -49,6 +52,20 @@ export interface BootRecovery {
   /** When the first turn after boot was placed (a resumed child or node, else new work). */
   readonly firstTurnAt: string | null;
   readonly error: string | null;
+}
+
+/** A database call of the delegation core still running (what a checkpoint past its deadline names). */
+export interface PendingCall {
+  readonly call: string;
+  readonly sessionId: string | null;
+  readonly sinceMs: number;
+}
+
+/** One configured MCP server as /health shows it. */
+export interface McpServerHealth {
+  readonly name: string;
+  readonly tools: number;
+  readonly running: boolean;
 }
 
 export type TurnObserver = (request: TurnRequest, placement: "runner" | "in-process") => void;
@@ -107,8 +124,11 @@ export interface DaemonRuntime {
   progressSink(extra?: ProgressSink): ProgressSink;
   /** Boot recovery of delegations, then workflows; runs before the API port opens. */
   recover(): Promise<BootRecovery>;
+  /** The delegation core's database calls in flight now, oldest first. */
+  pendingCalls(): PendingCall[];
   health(): {
     pool: PoolHealth;
+    mcp: { servers: McpServerHealth[] };
     recovery: BootRecovery | null;
     workflows: { driving: number };
     executions: ({ sessionId: string } & ExecutionLocation)[];
@@ -135,8 +155,61 @@ export interface DaemonRuntime {
    * then runners, the workflow engine and the delegation core let go. Interrupted turns are left to the next
    * boot's recovery, never settled as failures by the shutdown itself.
    */
-  close(): Promise<void>;
+  close(options?: { abandonCheckpoint?: boolean }): Promise<void>;
 }
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * The repository with its calls in flight recorded (method and session), so a shutdown whose checkpoint
+ * does not finish can say which journal writes it still waited for.
+ */
+function trackedRepository(inner: PgDelegationRepository): {
+  repo: PgDelegationRepository;
+  pending(): PendingCall[];
+} {
+  const inFlight = new Map<number, { call: string; sessionId: string | null; since: number }>();
+  let next = 0;
+  const repo = new Proxy(inner, {
+    get(target, key, receiver) {
+      const value = Reflect.get(target, key, receiver) as unknown;
+      if (typeof value !== "function" || typeof key !== "string") return value;
+      return (...args: unknown[]) => {
+        const id = next++;
+        const first = args[0];
+        inFlight.set(id, {
+          call: key,
+          sessionId: typeof first === "string" && UUID.test(first) ? first : null,
+          since: Date.now(),
+        });
+        let result: unknown;
+        try {
+          result = (value as (...a: unknown[]) => unknown).apply(target, args);
+        } catch (e) {
+          inFlight.delete(id);
+          throw e;
+        }
+        if (result instanceof Promise)
+          return result.finally(() => {
+            inFlight.delete(id);
+          });
+        inFlight.delete(id);
+        return result;
+      };
+    },
+  });
+  return {
+    repo,
+    pending: () =>
+      [...inFlight.values()]
+        .sort((a, b) => a.since - b.since)
+        .map((p) => ({ call: p.call, sessionId: p.sessionId, sinceMs: Date.now() - p.since })),
+  };
+}
+
+/** Waits for `work`, at most `ms`; a stop past its deadline must not hang on a part that cannot let go. */
+const within = (work: Promise<unknown>, ms: number): Promise<unknown> =>
+  Promise.race([work, new Promise((r) => setTimeout(r, ms).unref())]);
 
 /** The daemon's parts wired together: db + brain (delegation core, agent loop) + runner pool + the Sub-agent plugin. */
 export async function assembleRuntime(
@@ -145,7 +218,8 @@ export async function assembleRuntime(
   log: Logger,
   observeTurn?: TurnObserver,
 ): Promise<DaemonRuntime> {
-  const repo = new PgDelegationRepository(pgPool);
+  const tracked = trackedRepository(new PgDelegationRepository(pgPool));
+  const repo = tracked.repo;
   const bus = new EventBus();
   const alerts = await AlertService.open(config.dataDir);
   // The old process's build-mismatch latch died with it: its alert is cleared before the new sink attaches.
@@ -187,6 +261,10 @@ export async function assembleRuntime(
       }
     },
   };
+  // MCP servers before the delegation core: every session's catalog includes their tools from the first
+  // turn on. A server that cannot start fails the daemon's start (typed McpError naming the server).
+  const mcp = await McpBridge.start(config.mcp);
+  const catalogPolicy = catalogPolicyFrom(config.tools);
   // The package's entry point builds the pool and the session dispatch (the delegation core's SessionTurnRunner).
   const subagentConfig = parseSubagentConfig({
     subagentRunnerEnabled: config.runtime.subagentRunnerEnabled,
@@ -324,11 +402,12 @@ export async function assembleRuntime(
   });
   const service: DelegationService = new DelegationService({
     repo,
-    runner: dispatch,
+    // One whole-catalog deferral policy for every session and both placements (runner or daemon).
+    runner: withToolCatalog(dispatch, catalogPolicy),
     spill: new FileSpillStore(join(config.dataDir, "spill")),
     owner,
-    tools: (session) =>
-      workflowTools({
+    tools: (session) => [
+      ...workflowTools({
         service,
         engine,
         session,
@@ -340,6 +419,8 @@ export async function assembleRuntime(
           runnerPool,
         ),
       }),
+      ...mcp.tools(),
+    ],
     onEvent: (event) => {
       log.info({ event }, "delegation event");
       if ("parentSessionId" in event && event.parentSessionId)
@@ -436,9 +517,13 @@ export async function assembleRuntime(
       );
       return recovery;
     },
+    pendingCalls: () => tracked.pending(),
     health() {
       return {
         pool: runnerPool.health(),
+        mcp: {
+          servers: mcp.servers().map((s) => ({ name: s.name, tools: s.tools.length, running: s.running })),
+        },
         recovery: recovery ? { ...recovery, firstTurnAt } : null,
         workflows: { driving: engine.runIds().length },
         executions: executions(),
@@ -448,16 +533,23 @@ export async function assembleRuntime(
       };
     },
     pause: () => service.pauseForRestart(),
-    async close() {
-      // The checkpoint first (close after a failed one still stops everything; the caller reports it).
-      await service.pauseForRestart().catch(() => {});
+    async close(options = {}) {
+      const abandon = options.abandonCheckpoint === true;
+      // The checkpoint first (close after a failed one still stops everything; the caller reports it). A
+      // checkpoint past its deadline is abandoned: its blocked writes are left to the database and to the
+      // next boot's recovery, and no part waits for them beyond a short bound.
+      if (!abandon) await service.pauseForRestart().catch(() => {});
+      const bound = (work: Promise<unknown>) => (abandon ? within(work, 5_000) : work);
       // New statements are refused from here on; the ones in flight complete (the journal writes drain).
       const ended = pgPool.end().catch((e: unknown) => log.warn({ err: e }, "database pool end failed"));
-      await runnerPool.close().catch((e: unknown) => log.warn({ err: e }, "runner pool close failed"));
+      await bound(runnerPool.close().catch((e: unknown) => log.warn({ err: e }, "runner pool close failed")));
       log.info({}, "runner pool closed");
-      await engine.close().catch((e: unknown) => log.warn({ err: e }, "workflow engine close failed"));
-      await service.close().catch((e: unknown) => log.warn({ err: e }, "delegation service close failed"));
-      await ended;
+      await bound(engine.close().catch((e: unknown) => log.warn({ err: e }, "workflow engine close failed")));
+      await bound(
+        service.close().catch((e: unknown) => log.warn({ err: e }, "delegation service close failed")),
+      );
+      await mcp.close().catch((e: unknown) => log.warn({ err: e }, "MCP servers close failed"));
+      await bound(ended);
     },
   };
 }

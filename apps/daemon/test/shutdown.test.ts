@@ -76,9 +76,12 @@ const env = () => ({
   CRW_MODEL_API_KEY_ENV: KEY_VAR,
 });
 
-async function start(dataDir: string): Promise<{ daemon: DaemonProcess; client: TestClient }> {
+async function start(
+  dataDir: string,
+  extra: Record<string, unknown> = {},
+): Promise<{ daemon: DaemonProcess; client: TestClient }> {
   // A grace longer than any test: a stop that waited for a held model turn would never end here.
-  writeFileSync(join(dataDir, "daemon.json"), JSON.stringify({ shutdownGraceMs: 600_000 }));
+  writeFileSync(join(dataDir, "daemon.json"), JSON.stringify({ shutdownGraceMs: 600_000, ...extra }));
   const daemon = await spawnDaemon({
     dataDir,
     databaseUrl: db.url,
@@ -236,5 +239,51 @@ describe("the restart checkpoint on daemon exit", { timeout: 120_000 }, () => {
     const failed = first.daemon.logs().find((l) => /^shutdown failed/.test(String(l.msg)));
     expect(failed).toMatchObject({ level: 50 });
     expect(logIndex(first.daemon, "shutdown checkpoint passed")).toBe(-1);
+  });
+
+  it("S004-139: a checkpoint write blocked past shutdownCheckpointMs: the stop logs the failure naming the pending write, exits nonzero, and the next boot recovers the run", async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-checkpoint-deadline-"));
+    const first = await start(dataDir, { shutdownCheckpointMs: 1_500 });
+    const c = await childWithBlockedToolResult("DL", first.client);
+    first.client.close();
+    first.daemon.child.kill("SIGTERM");
+    // The write stays blocked for good (the holder never lets go while this daemon lives): the deadline
+    // ends the stop, not the write.
+    expect(await first.daemon.exited).toBe("1");
+    expect(logIndex(first.daemon, "shutdown checkpoint passed")).toBe(-1);
+    const failed = first.daemon.logs().find((l) => /^shutdown failed/.test(String(l.msg)));
+    expect(failed).toMatchObject({ level: 50, deadlineMs: 1_500 });
+    expect(String(failed?.msg)).toContain("did not finish within 1500 ms");
+    // It names the blocked journal write: the grandchild's result delivered into the child's session.
+    const pending = failed?.pending as { call: string; sessionId: string | null; sinceMs: number }[];
+    const write = pending.find((p) => p.sessionId === c.child);
+    expect(write?.call).toMatch(/^(deliverResults|append)$/);
+    expect(write?.sinceMs).toBeGreaterThanOrEqual(1_000);
+    expect(String(failed?.msg)).toContain(`${write?.call} (session ${c.child})`);
+    expect(first.daemon.logs().some((l) => l.msg === "daemon stopped")).toBe(true);
+
+    // Nothing committed is lost: the lock goes, the next daemon boots and its recovery takes the open run.
+    await c.holder.query("rollback");
+    await c.holder.end();
+    c.gates.resume.open();
+    const second = await start(dataDir);
+    try {
+      const health = await second.client.ok<{
+        recovery: {
+          delegations: { continued: string[]; settledWithoutTurn: string[]; terminalized: string[] };
+        };
+      }>("daemon.health");
+      const d = health.recovery.delegations;
+      expect([...d.continued, ...d.settledWithoutTurn, ...d.terminalized]).toContain(c.runId);
+      const journal = await db.pool.query(
+        "select count(*)::int as n from journal_entries where session_id = $1 and role = 'assistant'",
+        [c.child],
+      );
+      expect(journal.rows[0].n).toBeGreaterThanOrEqual(1);
+    } finally {
+      second.client.close();
+      second.daemon.child.kill("SIGTERM");
+      expect(await second.daemon.exited).toBe("0");
+    }
   });
 });

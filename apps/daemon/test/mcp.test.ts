@@ -1,0 +1,119 @@
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { useTestDatabase } from "@crw/tools/pg";
+import { pino } from "pino";
+import { describe, expect, it } from "vitest";
+import { ConfigError, loadConfig, readState, startDaemon } from "../src/index.js";
+import { spawnDaemon } from "./support/process.js";
+
+/**
+ * MCP servers and the tool catalog policy in the daemon's configuration: the bridged servers start with
+ * the daemon (before the delegation core), /health shows each with its tool count, and a server that
+ * cannot start fails the daemon's start with a typed error naming it.
+ */
+const db = useTestDatabase();
+const SERVER = resolve(import.meta.dirname, "e2e/parity-mcp-server.mjs");
+const silent = pino({ level: "silent" });
+const dir = (prefix: string) => mkdtempSync(join(tmpdir(), prefix));
+
+describe("daemon configuration: mcp, tools, shutdownCheckpointMs", () => {
+  it("reads MCP servers, the catalog policy and the checkpoint deadline from the file; refuses bad ones", () => {
+    const dataDir = dir("crw-mcp-config-");
+    const c0 = loadConfig({ env: { CRW_DAEMON_DIR: dataDir } });
+    expect(c0.mcp).toEqual({ servers: {} });
+    expect(c0.tools).toEqual({});
+    expect(c0.shutdownCheckpointMs).toBe(30_000);
+    writeFileSync(
+      join(dataDir, "daemon.json"),
+      JSON.stringify({
+        mcp: { servers: { calc: { command: "node", args: [SERVER, "2"] } } },
+        tools: { maxDirectTools: 12 },
+        shutdownCheckpointMs: 2_000,
+      }),
+    );
+    const c = loadConfig({ env: { CRW_DAEMON_DIR: dataDir } });
+    expect(c.mcp.servers?.calc).toMatchObject({ command: "node", args: [SERVER, "2"], readOnly: false });
+    expect(c.tools).toEqual({ maxDirectTools: 12 });
+    expect(c.shutdownCheckpointMs).toBe(2_000);
+    expect(
+      loadConfig({ env: { CRW_DAEMON_DIR: dataDir, CRW_SHUTDOWN_CHECKPOINT_MS: "500" } })
+        .shutdownCheckpointMs,
+    ).toBe(500);
+    expect(() => loadConfig({ env: { CRW_DAEMON_DIR: dataDir, CRW_SHUTDOWN_CHECKPOINT_MS: "5" } })).toThrow(
+      /CRW_SHUTDOWN_CHECKPOINT_MS/,
+    );
+    for (const bad of [
+      { mcp: { servers: { "bad name!": { command: "node" } } } },
+      { mcp: { servers: { calc: { command: "node", shell: true } } } },
+      { tools: { maxDirectTools: -1 } },
+      { tools: { deferAll: true } },
+      { shutdownCheckpointMs: 0 },
+    ]) {
+      writeFileSync(join(dataDir, "daemon.json"), JSON.stringify(bad));
+      expect(() => loadConfig({ env: { CRW_DAEMON_DIR: dataDir } }), JSON.stringify(bad)).toThrow(
+        ConfigError,
+      );
+    }
+  });
+});
+
+describe("MCP servers in the daemon", { timeout: 120_000 }, () => {
+  it("starts every configured server with the daemon; /health shows each with its tool count", async () => {
+    const dataDir = dir("crw-mcp-health-");
+    const daemon = await startDaemon(
+      loadConfig({
+        env: { DATABASE_URL: db.url },
+        overrides: {
+          dataDir,
+          port: 0,
+          runtime: { maxRunners: 1 },
+          mcp: {
+            servers: {
+              wide: { command: process.execPath, args: [SERVER, "12"] },
+              calc: { command: process.execPath, args: [SERVER, "2"], readOnly: true },
+            },
+          },
+        },
+      }),
+      { log: silent },
+    );
+    try {
+      const health = (await (await fetch(`${daemon.state.url}/health`)).json()) as Record<string, unknown>;
+      expect(health.mcp).toEqual({
+        servers: [
+          { name: "calc", tools: 2, running: true },
+          { name: "wide", tools: 12, running: true },
+        ],
+      });
+    } finally {
+      await daemon.stop();
+    }
+  });
+
+  it("a server that cannot start fails the daemon's start: typed McpError naming the server, nonzero exit, nothing left listening", async () => {
+    const dataDir = dir("crw-mcp-fail-");
+    writeFileSync(
+      join(dataDir, "daemon.json"),
+      JSON.stringify({
+        mcp: {
+          servers: {
+            calc: { command: process.execPath, args: [SERVER, "2"] },
+            broken: { command: process.execPath, args: [SERVER, "2"], env: { CRW_MCP_FAIL: "start" } },
+          },
+        },
+      }),
+    );
+    await expect(spawnDaemon({ dataDir, databaseUrl: db.url, logLevel: "info" })).rejects.toThrow(
+      /did not come up \(exit 1\).*McpError.*MCP server broken .*could not start.*refusing to start/s,
+    );
+    expect(await readState(dataDir)).toBeUndefined();
+    // The same in process: the typed error names the server.
+    const error = await startDaemon(
+      loadConfig({ env: { DATABASE_URL: db.url }, overrides: { dataDir, port: 0 } }),
+      { log: silent },
+    ).catch((e: unknown) => e);
+    expect(error).toMatchObject({ name: "McpError", code: "start_failed", context: { server: "broken" } });
+    expect(await readState(dataDir)).toBeUndefined();
+  });
+});
