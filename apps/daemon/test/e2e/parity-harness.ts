@@ -1,35 +1,20 @@
-import { randomUUID } from "node:crypto";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import {
-  type CatalogPolicy,
-  createAgentTurnRunner,
-  DEFAULT_CATALOG_POLICY,
-  DelegationService,
-  FileSpillStore,
-  McpBridge,
-  type TurnRequest,
-  withToolCatalog,
-} from "@crw/brain";
-import { PgDelegationRepository } from "@crw/db";
-import {
-  boundedProjectFileReader,
-  delegationNodeTurns,
-  JournalNodeDispatcher,
-  WorkflowEngine,
-  workflowTools,
-} from "@crw/plugin-subagent";
-import { MemoryRetryPolicySource, SubagentRunnerPool, SubagentSessionDispatch } from "@crw/subagent";
+import type { CatalogConfig } from "@crw/brain";
 import type pg from "pg";
+import { pino } from "pino";
+import { loadConfig, ownerTokenPath, startDaemon } from "../../src/index.js";
+import { TestClient } from "../support/client.js";
 import { type ProviderReply, type ProviderRequest, startLoopbackProvider } from "../support/provider.js";
 
 /**
- * The parts of the daemon's runtime a parity run needs, assembled as `apps/daemon/src/runtime.ts` does
- * (runner pool + session dispatch + delegation core + the Sub-agent plugin's tools), plus what the daemon
- * does not wire yet: MCP servers bridged into every session's tools (`McpBridge`) and the shared catalog
- * policy (`withToolCatalog`) around the placement. Sessions talk to a loopback provider speaking the
- * OpenAI Chat Completions wire protocol: every request body it receives is the provider request capture.
+ * A parity run on the real daemon (`startDaemon`, as a user's `crw daemon run` starts it): its MCP servers
+ * (`mcp` in the daemon's configuration, bridged into every session's tools) and its tool catalog policy
+ * (`tools`), forked runners by default or switched off with `runtime.subagentRunnerEnabled=false`. The
+ * root session is created and prompted through the daemon's API. Sessions talk to a loopback provider
+ * speaking the OpenAI Chat Completions wire protocol: every request body it receives is the provider
+ * request capture.
  */
 export const MCP_SERVER = resolve(import.meta.dirname, "parity-mcp-server.mjs");
 export const FAKE_KEY_ENV = "CRW_PARITY_FAKE_KEY";
@@ -79,13 +64,16 @@ export interface ParityRun {
 }
 
 export interface RunOptions {
+  /** The test database (the daemon's external PostgreSQL) and a pool to read it with. */
+  readonly url: string;
   readonly pool: pg.Pool;
   readonly runnerEnabled: boolean;
   /** MCP servers: name -> number of tools of the test server. */
   readonly mcp: Record<string, number>;
   /** The child forks once (Delegate with fork: true) after its MCP call. */
   readonly fork?: boolean;
-  readonly policy?: CatalogPolicy;
+  /** The daemon's `tools` section (the catalog policy); the default policy when left out. */
+  readonly tools?: CatalogConfig;
 }
 
 /** The scripted model: root delegates, the child finds and calls the MCP adder (optionally forks), answers. */
@@ -126,99 +114,73 @@ function answer(calls: { role: Role; step: number }, declared: string[], fork: b
 
 export async function runParitySession(options: RunOptions): Promise<ParityRun> {
   const captured: Captured[] = [];
+  // The daemon and its forked runners read the provider key from this variable.
   process.env[FAKE_KEY_ENV] = "parity-key";
-  const provider = await startLoopbackProvider((request) => {
+  const provider = await startLoopbackProvider((request: ProviderRequest) => {
     const who = classify(request.body);
     const c: Captured = { ...who, body: request.body as unknown as Captured["body"] };
     captured.push(c);
     return answer(who, declaredNames(c), options.fork === true);
   });
-  const catalog = {
-    baseUrls: { "openai-completions": provider.baseUrl },
-    apiKeyEnv: { "openai-completions": FAKE_KEY_ENV },
-  } as const;
-  const repo = new PgDelegationRepository(options.pool);
   const dataDir = mkdtempSync(join(tmpdir(), "crw-parity-mcp-"));
-  const runnerPool = new SubagentRunnerPool({
-    sizing: () => ({ maxRunners: 1, turnsPerRunner: 4 }),
-    enabled: () => options.runnerEnabled,
-    retryPolicySource: () =>
-      new MemoryRetryPolicySource({ revision: 1, maxRetries: 1, initialDelayMs: 100, multiplier: 2 }),
-    catalog: () => ({ revision: 1, public: [{ id: MODEL, provider: "openai-completions" }], accounts: {} }),
-    agentOptions: () => catalog,
-  });
-  const placements = { runner: 0, "in-process": 0 };
-  const dispatch = new SubagentSessionDispatch({
-    pool: runnerPool,
-    inProcess: createAgentTurnRunner(catalog),
-    runnerEnabled: () => options.runnerEnabled,
-    runnerKind: "agent",
-    onPlaced: (_request: TurnRequest, placement) => {
-      placements[placement] += 1;
-    },
-    placementOf: async (request) => {
-      const row = await repo.getSession(request.sessionId, request.principalAccountId);
-      return row.parentSessionId
-        ? { channelId: row.parentSessionId, parentSessionId: row.parentSessionId }
-        : { channelId: row.id };
-    },
-  });
   const servers = Object.fromEntries(
     Object.entries(options.mcp).map(([name, count]) => [
       name,
       { command: process.execPath, args: [MCP_SERVER, String(count)] },
     ]),
   );
-  const mcp = await McpBridge.start({ servers });
-  let engine!: WorkflowEngine;
-  const service: DelegationService = new DelegationService({
-    repo,
-    runner: withToolCatalog(dispatch, options.policy ?? DEFAULT_CATALOG_POLICY),
-    spill: new FileSpillStore(join(dataDir, "spill")),
-    owner: `parity-${randomUUID()}`,
-    tools: (session) => [
-      ...workflowTools({
-        service,
-        engine,
-        session,
-        readOnly: false,
-        reader: boundedProjectFileReader({ root: dataDir }),
-        currentWorkDir: async () => null,
-      }),
-      ...mcp.tools(),
-    ],
-  });
-  engine = new WorkflowEngine({
-    pool: options.pool,
-    owner: `parity-${randomUUID()}-workflows`,
-    dispatcher: new JournalNodeDispatcher(repo, delegationNodeTurns(service)),
-    defaultModel: MODEL,
-    repo,
-    onCompletion: (c) => service.resultQueued(c.parentSessionId, c.principalAccountId, c.resultId),
-  });
-  await service.start();
+  let daemon: Awaited<ReturnType<typeof startDaemon>> | undefined;
+  let client: TestClient | undefined;
   try {
-    const account = await repo.createAccount({ name: `parity-${randomUUID()}`, isOwner: true });
-    const root = await service.createRootSession(account.id, MODEL);
-    const outcome = await service.prompt(root.id, account.id, "ROOT-GO: have a child add two numbers");
-    if (outcome.stopReason !== "stop")
-      throw new Error(`root turn ended ${outcome.stopReason}: ${outcome.errorMessage}`);
-    await service.whenIdle();
+    daemon = await startDaemon(
+      loadConfig({
+        env: { DATABASE_URL: options.url },
+        overrides: {
+          dataDir,
+          port: 0,
+          projectRoot: dataDir,
+          runtime: { subagentRunnerEnabled: options.runnerEnabled, maxRunners: 1 },
+          models: {
+            default: MODEL,
+            baseUrls: { "openai-completions": provider.baseUrl },
+            apiKeyEnv: { "openai-completions": FAKE_KEY_ENV },
+          },
+          mcp: { servers },
+          ...(options.tools && { tools: options.tools }),
+        },
+      }),
+      { log: pino({ level: "silent" }) },
+    );
+    client = await TestClient.connect(daemon.state.url, readFileSync(ownerTokenPath(dataDir), "utf8").trim());
+    const { sessionId } = await client.ok<{ sessionId: string }>("session.create", { model: MODEL });
+    const outcome = await client.ok<{ stopReason: string; reply: string }>("session.send", {
+      sessionId,
+      text: "ROOT-GO: have a child add two numbers",
+    });
+    if (outcome.stopReason !== "stop") throw new Error(`root turn ended ${outcome.stopReason}`);
+    await daemon.runtime.service.whenIdle();
+    // The root and every session under it, in creation order.
     const sessions = (
       await options.pool.query(
-        "select id from sessions where principal_account_id = $1::uuid order by created_at, id",
-        [account.id],
+        `with recursive tree(id) as (
+           select id from sessions where id = $1::uuid
+           union all select s.id from sessions s join tree t on s.parent_session_id = t.id)
+         select s.id, s.principal_account_id::text as principal from sessions s join tree using (id)
+          order by s.created_at, s.id`,
+        [sessionId],
       )
-    ).rows as { id: string }[];
+    ).rows as { id: string; principal: string }[];
     const transcripts = [];
-    for (const s of sessions) transcripts.push(await repo.readJournal(s.id, account.id));
-    const final = captured.filter((c) => c.role === "root").length;
-    return { captured, placements, transcripts, reply: final > 0 ? "root done" : "" };
+    for (const s of sessions) transcripts.push(await daemon.runtime.repo.readJournal(s.id, s.principal));
+    return {
+      captured,
+      placements: { ...daemon.runtime.placements },
+      transcripts,
+      reply: outcome.reply,
+    };
   } finally {
-    await service.close().catch(() => {});
-    await engine.close().catch(() => {});
-    await runnerPool.close().catch(() => {});
-    await mcp.close();
+    client?.close();
+    await daemon?.stop();
     await provider.close();
   }
 }

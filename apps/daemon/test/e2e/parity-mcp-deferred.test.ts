@@ -20,8 +20,8 @@ import {
 import { type Captured, declaredNames, normalize, runParitySession } from "./parity-harness.js";
 
 /**
- * test:e2e:parity:mcp:deferred. The deferred catalog end to end, pinned: a twelve-tool MCP server bridged
- * into every session, the child (in a forked runner) finds and calls a deferred tool, then forks once.
+ * test:e2e:parity:mcp:deferred. The deferred catalog end to end on the real daemon (`startDaemon`), pinned:
+ * a twelve-tool MCP server from the daemon's configuration bridged into every session, the child (in a forked runner) finds and calls a deferred tool, then forks once.
  * The fingerprints pin the persona templates, the shared whole-catalog deferral policy (and the deferred
  * catalog's own texts), the typed context records the run journaled, and every provider request prefix,
  * against parity-mcp-deferred-baseline.json. The fork's first provider request must repeat its parent's
@@ -55,7 +55,7 @@ function pinnedOf(transcripts: unknown[], policy = catalogPolicyFingerprint().di
 
 describe("test:e2e:parity:mcp:deferred", () => {
   it("S004-447: S004-448: S004-449: S004-451: the deferred catalog through a runner, a same-build fork with byte-identical prefixes, and the pinned fingerprints equal the stored baseline", async () => {
-    const run = await runParitySession({ pool: db.pool, runnerEnabled: true, mcp: { calc: 12 }, fork: true });
+    const run = await runParitySession({ url: db.url, pool: db.pool, runnerEnabled: true, mcp: { calc: 12 }, fork: true });
     expect(run.placements.runner).toBeGreaterThan(0);
 
     const child = run.captured.filter((c) => c.role === "child");

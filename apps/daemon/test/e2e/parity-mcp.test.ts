@@ -10,9 +10,10 @@ import {
 } from "./parity-harness.js";
 
 /**
- * test:e2e:parity:mcp. A real MCP server process (stdio, the official SDK) is bridged into every session's
- * tools; a root session delegates a child (in a forked runner by default, in the daemon with runners off),
- * and the child finds the server's adder and calls it. Every provider request is captured where the
+ * test:e2e:parity:mcp. The real daemon (`startDaemon`) with a real MCP server process (stdio, the official
+ * SDK) in its configuration, bridged into every session's tools; a root session created and prompted through
+ * the daemon's API delegates a child (in a forked runner by default, in the daemon with runners off), and
+ * the child finds the server's adder and calls it. Every provider request is captured where the
  * provider receives it (the loopback server speaking the Chat Completions wire protocol). Two variants:
  * a two-tool and a twelve-tool server.
  */
@@ -38,8 +39,8 @@ function toolCallEnum(c: Captured): string[] {
 }
 
 async function variant(count: number) {
-  const runner = await runParitySession({ pool: db.pool, runnerEnabled: true, mcp: { calc: count } });
-  const local = await runParitySession({ pool: db.pool, runnerEnabled: false, mcp: { calc: count } });
+  const runner = await runParitySession({ url: db.url, pool: db.pool, runnerEnabled: true, mcp: { calc: count } });
+  const local = await runParitySession({ url: db.url, pool: db.pool, runnerEnabled: false, mcp: { calc: count } });
   return { runner, local };
 }
 
@@ -95,5 +96,30 @@ describe("test:e2e:parity:mcp", () => {
 
   it("S004-450: twelve-tool MCP server: bridged names deferred in the child and in the root, every expected name reaches the child, runner = daemon", async () => {
     assertVariant(12, await variant(12));
+  }, 120_000);
+
+  it("the daemon's tools section sets the policy: with maxDirectTools above the catalog the bridged names are declared directly and called by name", async () => {
+    const run = await runParitySession({
+      url: db.url,
+      pool: db.pool,
+      runnerEnabled: true,
+      mcp: { calc: 2 },
+      tools: { maxDirectTools: 20 },
+    });
+    expect(run.placements.runner).toBeGreaterThan(0);
+    const child = firstOf(run, "child");
+    expect(declaredNames(child)).toEqual([
+      "Delegate",
+      "DelegateContinue",
+      "DelegateRead",
+      "WorkflowStart",
+      "WorkflowResume",
+      "WorkflowCancel",
+      ...bridged(2),
+    ]);
+    expect(declaredNames(child)).not.toContain(TOOL_SEARCH);
+    const last = run.captured.filter((c) => c.role === "child").at(-1) as Captured;
+    const results = (last.body.messages ?? []).filter((m) => m.role === "tool").map((m) => String(m.content));
+    expect(results.some((m) => /^5 \(pid \d+\)$/.test(m))).toBe(true);
   }, 120_000);
 });
