@@ -33,6 +33,21 @@ async function crw(...args: string[]): Promise<{ code: number; stdout: string; s
 const at = ["--data-dir", dataDir];
 
 beforeAll(async () => {
+  // The daemon's configuration bridges a real MCP server (stdio, two tools) into every session.
+  writeFileSync(
+    join(dataDir, "daemon.json"),
+    JSON.stringify({
+      mcp: {
+        servers: {
+          calc: {
+            command: process.execPath,
+            args: [resolve(root, "apps/daemon/test/e2e/parity-mcp-server.mjs"), "2"],
+          },
+        },
+      },
+      tools: { maxDirectTools: 16 },
+    }),
+  );
   const r = await crw("daemon", "start", ...at, "--port", "0");
   expect(r.code, r.stderr).toBe(0);
 }, 120_000);
@@ -163,9 +178,14 @@ describe("crw workflow | session | tap against a running daemon", () => {
     expect(JSON.parse(status.stdout)).toMatchObject({ status: "cancelled" });
   });
 
-  it("daemon status shows the runner pool, queue and boot recovery", async () => {
+  it("daemon status shows the runner pool, queue, boot recovery and the configured MCP servers with their tool counts", async () => {
     const r = await crw("daemon", "status", ...at);
     expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toContain("MCP servers: calc (2 tools)");
+    const json = JSON.parse((await crw("daemon", "status", "--json", ...at)).stdout) as {
+      health: { mcp: unknown };
+    };
+    expect(json.health.mcp).toEqual({ servers: [{ name: "calc", tools: 2, running: true }] });
     expect(r.stdout).toMatch(/sub-agents: \d+\/\d+ runners, \d+ turns running, \d+ queued/);
     expect(r.stdout).toMatch(/boot recovery: 0 calls continued/);
     expect(r.stdout).toMatch(/runner processes: \d+ started, \d+ exited; sessions executing: \d+ in runners/);

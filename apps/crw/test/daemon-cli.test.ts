@@ -1,5 +1,5 @@
 import { execFile } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
@@ -85,5 +85,30 @@ describe("crw daemon start | status | stop with the embedded PostgreSQL", () => 
     const r = await crw("daemon", "start", "--port", "eighty");
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/--port/);
+  });
+
+  it("an MCP server that cannot start fails the start: exit 1, and the log names the server and its error", async () => {
+    const config = join(dataDir, "broken-mcp.json");
+    writeFileSync(
+      config,
+      JSON.stringify({
+        mcp: {
+          servers: {
+            broken: {
+              command: process.execPath,
+              args: [resolve(import.meta.dirname, "../../daemon/test/e2e/parity-mcp-server.mjs")],
+              env: { CRW_MCP_FAIL: "start" },
+            },
+          },
+        },
+      }),
+    );
+    const r = await crw("daemon", "start", "--data-dir", dataDir, "--config", config, "--port", "0");
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/the daemon exited during start \(code 1\); see .*daemon\.log/);
+    const log = readFileSync(join(dataDir, "daemon.log"), "utf8");
+    expect(log).toMatch(/MCP server broken .*could not start.*refusing to start/);
+    expect(log).toContain('"code":"start_failed"');
+    expect((await crw("daemon", "status", "--data-dir", dataDir)).code).toBe(1);
   });
 });

@@ -231,7 +231,7 @@ async function status(
   return state && health?.status === "ok" ? 0 : 1;
 }
 
-/** The human summary of /health: runners, queue, recovery and alerts. */
+/** The human summary of /health: runners, queue, recovery, MCP servers and alerts. */
 function healthLines(health: Record<string, unknown>): string[] {
   const lines: string[] = [];
   const pool = health.pool as
@@ -272,6 +272,20 @@ function healthLines(health: Record<string, unknown>): string[] {
   if (usage)
     lines.push(
       `provider usage in runners: ${usage.responses} responses, ${usage.input} input / ${usage.output} output tokens`,
+    );
+  const mcp = health.mcp as { servers: { name: string; tools: number; running: boolean }[] } | undefined;
+  if (mcp)
+    lines.push(
+      `MCP servers: ${
+        mcp.servers.length === 0
+          ? "none configured"
+          : mcp.servers
+              .map(
+                (s) =>
+                  `${s.name} (${s.tools} tool${s.tools === 1 ? "" : "s"}${s.running ? "" : ", stopped"})`,
+              )
+              .join(", ")
+      }`,
     );
   for (const a of (health.alerts as { severity: string; text: { en?: string } }[] | undefined) ?? [])
     lines.push(`${a.severity}: ${a.text.en ?? ""}`);

@@ -55,7 +55,13 @@ function pinnedOf(transcripts: unknown[], policy = catalogPolicyFingerprint().di
 
 describe("test:e2e:parity:mcp:deferred", () => {
   it("S004-447: S004-448: S004-449: S004-451: the deferred catalog through a runner, a same-build fork with byte-identical prefixes, and the pinned fingerprints equal the stored baseline", async () => {
-    const run = await runParitySession({ url: db.url, pool: db.pool, runnerEnabled: true, mcp: { calc: 12 }, fork: true });
+    const run = await runParitySession({
+      url: db.url,
+      pool: db.pool,
+      runnerEnabled: true,
+      mcp: { calc: 12 },
+      fork: true,
+    });
     expect(run.placements.runner).toBeGreaterThan(0);
 
     const child = run.captured.filter((c) => c.role === "child");

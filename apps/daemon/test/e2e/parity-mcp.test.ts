@@ -39,8 +39,18 @@ function toolCallEnum(c: Captured): string[] {
 }
 
 async function variant(count: number) {
-  const runner = await runParitySession({ url: db.url, pool: db.pool, runnerEnabled: true, mcp: { calc: count } });
-  const local = await runParitySession({ url: db.url, pool: db.pool, runnerEnabled: false, mcp: { calc: count } });
+  const runner = await runParitySession({
+    url: db.url,
+    pool: db.pool,
+    runnerEnabled: true,
+    mcp: { calc: count },
+  });
+  const local = await runParitySession({
+    url: db.url,
+    pool: db.pool,
+    runnerEnabled: false,
+    mcp: { calc: count },
+  });
   return { runner, local };
 }
 
