@@ -6,6 +6,8 @@ import {
   type JournalEntry,
   type JournalWrite,
   journalBodySchema,
+  type ProviderUsage,
+  providerUsageSchema,
   resultIdOf,
   type TranscriptMessage,
 } from "../repositories/journal.js";
@@ -19,6 +21,7 @@ interface RowShape {
   resultId: string | null;
   toolCallId: string | null;
   settled: boolean;
+  usage: string | null;
 }
 
 function shape(sessionId: string, write: JournalWrite): RowShape {
@@ -33,10 +36,25 @@ function shape(sessionId: string, write: JournalWrite): RowShape {
     );
   }
   const body: JournalBody = parsed.data;
+  let usage: string | null = null;
+  if (write.usage !== undefined) {
+    const u = providerUsageSchema.safeParse(write.usage);
+    if (!u.success || body.type !== "message" || body.message.role !== "assistant") {
+      throw new DelegationDbError(
+        "malformed_entry",
+        u.success
+          ? "refused provider usage on a row that is not an assistant message"
+          : `refused malformed provider usage: ${u.error.message}`,
+        { sessionId },
+      );
+    }
+    usage = JSON.stringify(u.data);
+  }
   const base = {
     body: JSON.stringify(body),
     resultId: resultIdOf(body) ?? null,
     settled: write.settled ?? true,
+    usage,
   };
   switch (body.type) {
     case "compaction":
@@ -80,10 +98,12 @@ export async function appendIn(
   const start = Number(first.first);
   try {
     const inserted = await client.query<Row>(
-      `insert into journal_entries (session_id, seq, kind, role, body, result_id, tool_call_id, settled)
-       select $1::uuid, t.seq, t.kind, t.role, t.body, t.result_id, t.tool_call_id, t.settled
-         from unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::uuid[], $7::text[], $8::boolean[])
-           as t(seq, kind, role, body, result_id, tool_call_id, settled)
+      `insert into journal_entries (session_id, seq, kind, role, body, result_id, tool_call_id, settled,
+                                    provider_usage)
+       select $1::uuid, t.seq, t.kind, t.role, t.body, t.result_id, t.tool_call_id, t.settled, t.usage::jsonb
+         from unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::uuid[], $7::text[], $8::boolean[],
+                     $9::text[])
+           as t(seq, kind, role, body, result_id, tool_call_id, settled, usage)
        returning session_id, seq, body, settled, created_at`,
       [
         sessionId,
@@ -94,6 +114,7 @@ export async function appendIn(
         rows.map((r) => r.resultId),
         rows.map((r) => r.toolCallId),
         rows.map((r) => r.settled),
+        rows.map((r) => r.usage),
       ],
     );
     return inserted.rows.map(entryFromRow).sort((a, b) => a.seq - b.seq);
@@ -163,11 +184,11 @@ export async function recentAssistantMessages(
   principalAccountId: string,
   limit: number,
   beforeSeq?: number,
-): Promise<Array<{ seq: number; message: TranscriptMessage }>> {
+): Promise<Array<{ seq: number; message: TranscriptMessage; usage?: ProviderUsage }>> {
   assertUuid("sessionId", sessionId);
   await assertVisible(pool, sessionId, principalAccountId);
   const { rows } = await pool.query<Row>(
-    `select seq, body from journal_entries
+    `select seq, body, provider_usage from journal_entries
       where session_id = $1::uuid and role = 'assistant' and not discarded and settled and seq < $2
       order by seq desc limit $3`,
     [sessionId, beforeSeq ?? Number.MAX_SAFE_INTEGER, limit],
@@ -177,7 +198,14 @@ export async function recentAssistantMessages(
     const body = decodeBody(sessionId, seq, String(r.body));
     if (body.type !== "message")
       throw new DelegationDbError("malformed_entry", "assistant row is not a message", { sessionId, seq });
-    return { seq, message: body.message };
+    if (r.provider_usage === null || r.provider_usage === undefined) return { seq, message: body.message };
+    const usage = providerUsageSchema.safeParse(r.provider_usage);
+    if (!usage.success)
+      throw new DelegationDbError("malformed_entry", `malformed provider usage: ${usage.error.message}`, {
+        sessionId,
+        seq,
+      });
+    return { seq, message: body.message, usage: usage.data };
   });
 }
 

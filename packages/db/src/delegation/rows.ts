@@ -40,6 +40,9 @@ export function sessionFromRow(r: Row): SessionRow {
     scope: strOrNull(r.scope),
     systemPrompt: strOrNull(r.system_prompt),
     createdAt: date(r.created_at),
+    ...(r.inherited_through === undefined
+      ? {}
+      : { inheritedThrough: r.inherited_through === null ? null : num(r.inherited_through) }),
   };
 }
 

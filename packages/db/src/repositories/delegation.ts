@@ -1,5 +1,5 @@
 import type { PrefixReclaim } from "../delegation/forks.js";
-import type { JournalEntry, JournalWrite, TranscriptMessage } from "./journal.js";
+import type { JournalEntry, JournalWrite, ProviderUsage, TranscriptMessage } from "./journal.js";
 
 export type { PrefixReclaim, PrefixReclaimRefusal } from "../delegation/forks.js";
 
@@ -44,6 +44,11 @@ export interface SessionRow {
   /** The system prompt composed once for the session (null until its first turn). */
   readonly systemPrompt: string | null;
   readonly createdAt: Date;
+  /**
+   * A fork's inherited prefix: its rows seq 1..inheritedThrough were copied from its parent (null when it
+   * inherited nothing). Read from the row where the repository has it.
+   */
+  readonly inheritedThrough?: number | null;
 }
 
 export type RunStatus = "queued" | "running" | "settling" | "succeeded" | "failed" | "aborted";
@@ -214,13 +219,16 @@ export interface DelegationRepository {
     principalAccountId: string,
     options?: { fromSeq?: number; includeProvisional?: boolean },
   ): Promise<JournalEntry[]>;
-  /** Assistant messages newest-first, at most `limit`, with seq below `beforeSeq`. */
+  /**
+   * Assistant messages newest-first, at most `limit`, with seq below `beforeSeq`; each with the provider
+   * usage recorded with it, when there is one.
+   */
   recentAssistantMessages(
     sessionId: string,
     principalAccountId: string,
     limit: number,
     beforeSeq?: number,
-  ): Promise<Array<{ seq: number; message: TranscriptMessage }>>;
+  ): Promise<Array<{ seq: number; message: TranscriptMessage; usage?: ProviderUsage }>>;
   /** Mark provisional rows settled (a finished turn) or discarded (an interrupted tail). */
   settleProvisional(
     sessionId: string,

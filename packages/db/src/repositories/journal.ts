@@ -150,8 +150,36 @@ export interface JournalEntry {
   readonly createdAt: Date;
 }
 
+/**
+ * The usage one provider response reported, as the agent loop saw it: stored with the assistant row that
+ * records the response (its own column, outside the row's JSON). Field names follow the runner pool's
+ * `providerUsage` frame. `cost` only when the model's prices are known.
+ */
+export const providerUsageSchema = z
+  .object({
+    api: z.string().min(1).max(128),
+    provider: z.string().min(1).max(128),
+    model: z.string().min(1).max(256),
+    stopReason: z.string().min(1).max(64),
+    input: z.number().int().min(0),
+    output: z.number().int().min(0),
+    cacheRead: z.number().int().min(0),
+    cacheWrite: z.number().int().min(0),
+    totalTokens: z.number().int().min(0),
+    cost: z.number().min(0).optional(),
+  })
+  .strict();
+export type ProviderUsage = z.infer<typeof providerUsageSchema>;
+
+/** Whether a recorded usage carries figures (a response that failed before the provider counted reports none). */
+export function bearsUsage(usage: ProviderUsage | null | undefined): usage is ProviderUsage {
+  return !!usage && usage.input + usage.output + usage.cacheRead + usage.cacheWrite + usage.totalTokens > 0;
+}
+
 export interface JournalWrite {
   readonly body: JournalBody;
+  /** The provider usage of the response an assistant message records (assistant messages only). */
+  readonly usage?: ProviderUsage;
   /** false: a provisional row of a turn still running (recovery settles or discards it). Default true. */
   readonly settled?: boolean;
 }
