@@ -22,7 +22,7 @@ import {
   userTexts,
 } from "@crw/tools/codex";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type JournalRow, readJournalFile, runPaths } from "../../src/index.js";
+import { evidenceRecordPath, type JournalRow, readJournalFile, runPaths } from "../../src/index.js";
 import { crwBin } from "../helpers/cli.js";
 import { ensureBuilt } from "./codexScenario.js";
 
@@ -81,11 +81,23 @@ let codex: RealCodex;
 let root: string;
 let repo: string;
 const subagentTexts = new Map<string, string>();
+let evidenceSeen = "";
 
 /** Subagents answer by their marker: the first call's task turn is prose (the repair runs). */
 function subagentReply(request: ModelRequest): ModelReply {
   const { marker, text } = subagentTurn(request);
   if (marker) subagentTexts.set(marker, text);
+  if (marker?.startsWith("build.1/")) {
+    // before it ends its turn (where a stop hook runs) the executor reads its flow evidence record under
+    // its own shell's cwd; the run places it when it binds the subagent, once the owner has reported it
+    const outputs = functionOutputs(request);
+    if (outputs.length === 0)
+      return exec(
+        "for i in $(seq 1 200); do ls .crw/flow-evidence/*.json >/dev/null 2>&1 && break; sleep 0.05; done; cat .crw/flow-evidence/*.json; echo; pwd",
+        "look_for_evidence",
+      );
+    evidenceSeen = outputs[0]?.output ?? "";
+  }
   const answer = (t: string): ModelReply => ({
     items: [{ type: "message", text: t, phase: "final_answer" }],
     usage: { input: 500, output: 20 },
@@ -260,9 +272,35 @@ async function continuationChain(): Promise<ChainOutcome> {
   return { owner, state, played: played.state };
 }
 
+// ---- scenario D: a gated executor in a run with an evidence cwd ----
+const buildWorkflow = `
+export default {
+  name: "build",
+  async run(ctx) {
+    return ctx.call({ role: "executor", node: "build", task: "Build it", schema: ${schemaN} });
+  },
+};
+`;
+
+async function evidenceRun(): Promise<ChainOutcome> {
+  const state = join(root, "state-d");
+  const wf = join(repo, "build.mjs");
+  writeFileSync(wf, buildWorkflow);
+  const owner = await ownerThread();
+  const played = ownerModel({ startCommand: `${startCommand(wf, state)} --evidence` });
+  model.on((r) => r.threadId === owner, played.handler);
+  const turn = await startTurn(owner, "Run the build workflow with crw flow.");
+  await codex.client.waitTurnCompleted(owner, turn, 150_000);
+  if (played.state.failure) throw new Error(`the owner gave up: ${played.state.failure}`);
+  const run = played.state.runId as string;
+  await until("the run's process to let it go", async () => !existsSync(runPaths(state, run).runLock));
+  return { owner, state, played: played.state };
+}
+
 let pair: PairOutcome;
 let woken: WakeOutcome;
 let chain: ChainOutcome;
+let evidence: ChainOutcome;
 
 beforeAll(async () => {
   ensureBuilt();
@@ -278,8 +316,15 @@ beforeAll(async () => {
     baseUrl: model.baseUrl,
     models: ["mock-explorer"],
     listen: "ws",
+    // the executor role spawns as agent type executor: a Codex role of its own
+    extraToml: '\n[agents.executor]\ndescription = "crw flow executor"\n',
   });
-  [pair, woken, chain] = await Promise.all([twoStarts(), wokenOwner(), continuationChain()]);
+  [pair, woken, chain, evidence] = await Promise.all([
+    twoStarts(),
+    wokenOwner(),
+    continuationChain(),
+    evidenceRun(),
+  ]);
 }, 200_000);
 
 afterAll(async () => {
@@ -405,5 +450,29 @@ describe("a continuation chain through real codex subagents", () => {
     expect(of("turn_started", "first.1").map((t) => t.conversation_turn)).toEqual([1, 2]);
     expect(of("thread_started", "first.1")).toHaveLength(1);
     expect(readdirSync(join(runPaths(chain.state, chain.played.runId as string).steps))).toContain("third.1");
+  });
+});
+
+describe("a flow evidence record on the real codex", () => {
+  it("S000-023 S000-076 S000-081: the executor's spawn step names its record; the bind places it under the cwd the host reports for the subagent, where its shell finds it; the run's end releases it", () => {
+    expect(evidence.played.failure).toBeNull();
+    const run = evidence.played.runId as string;
+    const rows = rowsOf(evidence.state, run);
+    expect(rows.find((r) => r.type === "run_ended")).toMatchObject({ status: "completed", result: { n: 7 } });
+    const assignment = `flow:${run}/build.1/g1`;
+    expect(rows.find((r) => r.type === "step_published")).toMatchObject({
+      evidence_assignment: assignment,
+      evidence_cwds: [],
+    });
+    const placed = rows.filter((r) => r.type === "evidence_placed");
+    const thread = rows.find((r) => r.type === "thread_started");
+    // the real host reports the owner's cwd for its subagent: the record goes there
+    expect(placed).toEqual([expect.objectContaining({ evidence_cwd: repo, marker: "build.1/t1-a1" })]);
+    expect(thread).toMatchObject({ host_cwd: repo, evidence_cwd: repo, parent_thread_id: evidence.owner });
+    expect((placed[0]?.seq as number) < (thread?.seq as number)).toBe(true);
+    // the subagent's own shell (the cwd its stop hook runs in) read the record while it worked
+    expect(evidenceSeen).toContain(`"evidence_assignment":"${assignment}"`);
+    expect(evidenceSeen).toContain(repo);
+    expect(existsSync(evidenceRecordPath(repo, assignment))).toBe(false);
   });
 });
