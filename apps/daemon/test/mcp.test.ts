@@ -1,4 +1,4 @@
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
@@ -15,6 +15,22 @@ import { spawnDaemon } from "./support/process.js";
 const db = useTestDatabase();
 const SERVER = resolve(import.meta.dirname, "e2e/parity-mcp-server.mjs");
 const silent = pino({ level: "silent" });
+/** The test server processes this process started (the in-process daemon's children), by tool count. */
+function serverPids(count: string): number[] {
+  return readdirSync("/proc")
+    .filter((d) => /^\d+$/.test(d))
+    .filter((pid) => {
+      try {
+        const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+        const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+        const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+        return ppid === process.pid && argv.includes(SERVER) && argv.includes(count);
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+}
 const dir = (prefix: string) => mkdtempSync(join(tmpdir(), prefix));
 
 describe("daemon configuration: mcp, tools, shutdownCheckpointMs", () => {
@@ -59,7 +75,7 @@ describe("daemon configuration: mcp, tools, shutdownCheckpointMs", () => {
 });
 
 describe("MCP servers in the daemon", { timeout: 120_000 }, () => {
-  it("starts every configured server with the daemon; /health shows each with its tool count", async () => {
+  it("starts every configured server with the daemon; /health shows each with its tool count and whether it still runs", async () => {
     const dataDir = dir("crw-mcp-health-");
     const daemon = await startDaemon(
       loadConfig({
@@ -86,6 +102,22 @@ describe("MCP servers in the daemon", { timeout: 120_000 }, () => {
           { name: "wide", tools: 12, running: true },
         ],
       });
+      // A server that dies later is shown as not running (its tools then answer server_closed).
+      const wide = serverPids("12");
+      expect(wide).toHaveLength(1);
+      process.kill(wide[0] as number, "SIGKILL");
+      const until = Date.now() + 30_000;
+      for (;;) {
+        const h = (await (await fetch(`${daemon.state.url}/health`)).json()) as {
+          mcp: { servers: { name: string; running: boolean }[] };
+        };
+        if (h.mcp.servers.find((s) => s.name === "wide")?.running === false) {
+          expect(h.mcp.servers.find((s) => s.name === "calc")?.running).toBe(true);
+          break;
+        }
+        if (Date.now() > until) throw new Error("the killed MCP server still shows as running");
+        await new Promise((r) => setTimeout(r, 50));
+      }
     } finally {
       await daemon.stop();
     }
