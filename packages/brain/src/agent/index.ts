@@ -42,6 +42,7 @@ export {
   createAgentTurnRunner,
   type ModelCatalogOptions,
   modelConfigFor,
+  type ProviderUsageReport,
 } from "./runner.js";
 export {
   SCRIPTED_API,
@@ -68,6 +69,7 @@ export {
   type ChildTurnProgress,
   type ChildTurnStopReason,
   type HostTool,
+  providerUsageOf,
   runChildTurn,
   type ToolCallRecord,
   type ToolIntent,

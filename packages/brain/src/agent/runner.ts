@@ -1,4 +1,13 @@
-import type { SessionTurnRunner, TurnHost, TurnOutcome, TurnRequest } from "../delegation/index.js";
+import { randomUUID } from "node:crypto";
+import type { ProviderUsage } from "@crw/db";
+import {
+  addUsage,
+  type SessionTurnRunner,
+  type TurnHost,
+  type TurnOutcome,
+  type TurnRequest,
+  type TurnUsageTotals,
+} from "../delegation/turn.js";
 import { captureDelegatedExecutionScope } from "../scope/index.js";
 import { AgentConfigError } from "./errors.js";
 import type { ModelConfig } from "./providers.js";
@@ -48,11 +57,28 @@ export function modelConfigFor(name: string, catalog: ModelCatalogOptions = {}):
   throw new AgentConfigError("invalid_model_config", `unknown model API in ${name}`, { model: name });
 }
 
+/**
+ * One provider response's usage in an in-process turn, as the runner pool's `attachProviderUsageSink` reports
+ * a runner turn's (`{ runnerId, sessionId, turnId, usage }` without the runner): `turnId` is fresh for each
+ * `runTurn`.
+ */
+export interface ProviderUsageReport {
+  readonly sessionId: string;
+  readonly principalAccountId: string;
+  readonly turnId: string;
+  readonly usage: ProviderUsage;
+}
+
 export interface AgentTurnRunnerOptions extends ModelCatalogOptions {
   /** Overrides the name-to-configuration mapping. */
   readonly models?: (name: string) => ModelConfig;
   readonly maxProviderCalls?: number;
   readonly shellTimeoutMs?: number;
+  /**
+   * Called once per provider response that reported usage, after the response's assistant row was handed
+   * to the host (journaled with the same usage). A hook that throws is ignored: accounting never ends a turn.
+   */
+  readonly onProviderUsage?: (report: ProviderUsageReport) => void;
 }
 
 /**
@@ -86,6 +112,8 @@ export function createAgentTurnRunner(options: AgentTurnRunnerOptions = {}): Ses
           }),
       }));
       // A root session has no durable scope: its own tools run under an unrestricted scope of its account.
+      const turnId = randomUUID();
+      let usage: TurnUsageTotals | undefined;
       const scope =
         request.scope ??
         captureDelegatedExecutionScope({
@@ -109,8 +137,23 @@ export function createAgentTurnRunner(options: AgentTurnRunnerOptions = {}): Ses
           ...(options.shellTimeoutMs !== undefined ? { shellTimeoutMs: options.shellTimeoutMs } : {}),
         },
         hooks: {
-          onMessage: async (message) => {
-            if (message.role === "assistant" || message.role === "toolResult") await host.record(message);
+          onMessage: async (message, meta) => {
+            if (message.role === "toolResult") await host.record(message);
+            if (message.role !== "assistant") return;
+            const reported = meta?.usage;
+            await host.record(message, reported ? { usage: reported } : undefined);
+            if (!reported) return;
+            usage = addUsage(usage, reported);
+            try {
+              options.onProviderUsage?.({
+                sessionId: request.sessionId,
+                principalAccountId: request.principalAccountId,
+                turnId,
+                usage: reported,
+              });
+            } catch {
+              // The report is accounting; the turn goes on.
+            }
           },
           onToolIntent: (intent) =>
             host.beforeToolCall({
@@ -141,6 +184,7 @@ export function createAgentTurnRunner(options: AgentTurnRunnerOptions = {}): Ses
       return {
         stopReason,
         ...(outcome.errorMessage !== undefined ? { errorMessage: outcome.errorMessage } : {}),
+        ...(usage ? { usage } : {}),
       };
     },
   };

@@ -1,4 +1,6 @@
 import {
+  type ProviderUsage,
+  providerUsageSchema,
   type ResultDetails,
   resultDetailsSchema,
   type TranscriptMessage,
@@ -38,8 +40,15 @@ export type ChildTurnProgress =
  */
 export interface ChildTurnHooks {
   readonly onToolIntent?: (intent: ToolIntent) => Promise<void> | void;
-  /** Every message the turn adds, in order: its input, replies, tool results, injected steering. */
-  readonly onMessage?: (message: TranscriptMessage) => Promise<void> | void;
+  /**
+   * Every message the turn adds, in order: its input, replies, tool results, injected steering. An
+   * assistant message a provider produced comes with that response's usage (`meta.usage`); the offline
+   * scripted provider and a request refused before it reached a provider report none.
+   */
+  readonly onMessage?: (
+    message: TranscriptMessage,
+    meta?: { readonly usage?: ProviderUsage },
+  ) => Promise<void> | void;
   readonly onProgress?: (event: ChildTurnProgress) => void;
   /**
    * Polled after each tool round and before the next provider request; everything returned goes into the
@@ -123,6 +132,35 @@ export interface ChildTurnOutcome {
   readonly finalText: string;
   readonly toolCalls: ToolCallRecord[];
   readonly usage: TurnUsage;
+}
+
+const whole = (n: unknown) => (typeof n === "number" && Number.isFinite(n) && n > 0 ? Math.round(n) : 0);
+
+/**
+ * The usage one provider response reported, in the journal's shape. `cost` only when the model has prices
+ * (pi-ai computes it from them; a model without prices would always report 0). Undefined when the message
+ * has no usage or a figure does not validate.
+ */
+export function providerUsageOf(
+  message: PiAssistant,
+  model: { readonly cost: { readonly input: number; readonly output: number } },
+): ProviderUsage | undefined {
+  const u = message.usage as Partial<PiAssistant["usage"]> | undefined;
+  if (!u) return undefined;
+  const priced = model.cost.input > 0 || model.cost.output > 0;
+  const parsed = providerUsageSchema.safeParse({
+    api: message.api || "unknown",
+    provider: message.provider || "unknown",
+    model: message.model || "unknown",
+    stopReason: message.stopReason || "unknown",
+    input: whole(u.input),
+    output: whole(u.output),
+    cacheRead: whole(u.cacheRead),
+    cacheWrite: whole(u.cacheWrite),
+    totalTokens: whole(u.totalTokens),
+    ...(priced ? { cost: Math.max(0, Number(u.cost?.total ?? 0) || 0) } : {}),
+  });
+  return parsed.success ? parsed.data : undefined;
 }
 
 const InputShape = z.object({
@@ -212,6 +250,8 @@ export async function runChildTurn(input: ChildTurnInput): Promise<ChildTurnOutc
   const maxProviderCalls = input.limits?.maxProviderCalls ?? 100;
   let providerCalls = 0;
   let overLimit = false;
+  // Messages no provider produced (a request refused by the bound): they carry no usage.
+  const synthetic = new WeakSet<object>();
 
   const agent = new pi.core.Agent({
     initialState: {
@@ -243,6 +283,7 @@ export async function runChildTurn(input: ChildTurnInput): Promise<ChildTurnOutc
           errorMessage: `the turn reached its limit of ${maxProviderCalls} provider requests`,
           timestamp: Date.now(),
         };
+        synthetic.add(failure);
         stream.push({ type: "error", reason: "error", error: failure });
         stream.end(failure);
         return stream;
@@ -315,7 +356,11 @@ export async function runChildTurn(input: ChildTurnInput): Promise<ChildTurnOutc
           if (details) journal = { ...journal, details };
         }
         outcomeMessages.push(journal);
-        await hooks.onMessage?.(journal);
+        const usage =
+          journal.role === "assistant" && !synthetic.has(event.message) && resolved.config.api !== "scripted"
+            ? providerUsageOf(event.message as PiAssistant, resolved.model)
+            : undefined;
+        await hooks.onMessage?.(journal, usage ? { usage } : undefined);
         return;
       }
       case "tool_execution_start":

@@ -60,6 +60,7 @@ export { delegationTools } from "./tools.js";
 export type {
   ProgressEvent,
   ProgressSink,
+  RecordMeta,
   SessionTurnRunner,
   ToolContext,
   ToolOutput,
@@ -68,7 +69,15 @@ export type {
   TurnOutcome,
   TurnRequest,
   TurnTool,
+  TurnUsageTotals,
 } from "./turn.js";
-export { turnErrorData, turnFailureCause } from "./turn.js";
+export { addUsage, turnErrorData, turnFailureCause } from "./turn.js";
 export { type SessionTurnInput, SessionTurns } from "./turns.js";
 export type { BackgroundCompletion, OutputRecipient } from "./types.js";
+export {
+  type ForkPrefixDiagnostics,
+  forkPrefixDiagnostics,
+  newestUsageBearingResponse,
+  type UsageBearingResponse,
+  type UsagePaging,
+} from "./usage.js";

@@ -44,6 +44,7 @@ import type {
   DreamArgs,
   PendingResultDrainOutcome,
 } from "./types.js";
+import { type ForkPrefixDiagnostics, forkPrefixDiagnostics } from "./usage.js";
 
 export type {
   ContinueArgs,
@@ -816,6 +817,14 @@ export class DelegationService implements RestartCheckpoint {
     principalAccountId: string,
   ): Promise<string | undefined> {
     return readSubagent(this.repo, parentSessionId, childSessionId, principalAccountId);
+  }
+
+  /**
+   * Fork-prefix diagnostics of one of the principal's sessions (see `forkPrefixDiagnostics`): the newest
+   * usage-bearing response's cache figures and, for a fork, whether it read the parent's cached prefix.
+   */
+  forkPrefixDiagnostics(sessionId: string, principalAccountId: string): Promise<ForkPrefixDiagnostics> {
+    return forkPrefixDiagnostics(this.repo, sessionId, principalAccountId);
   }
 
   // ---- settlement

@@ -1,5 +1,6 @@
 import type {
   AssistantMessage,
+  ProviderUsage,
   ResultDetails,
   ToolCallContent,
   ToolResultMessage,
@@ -44,7 +45,11 @@ export interface TurnRequest {
 }
 
 export interface TurnHost {
-  record(message: AssistantMessage | ToolResultMessage): Promise<void>;
+  /**
+   * Journals a message. An assistant message a provider produced may come with that response's usage
+   * (`meta.usage`), which is recorded beside the row, never inside its JSON.
+   */
+  record(message: AssistantMessage | ToolResultMessage, meta?: RecordMeta): Promise<void>;
   beforeToolCall(call: ToolCallContent): Promise<void>;
   drainSteering(): Promise<TranscriptMessage[]>;
   progress(event: ProgressEvent): void;
@@ -59,6 +64,40 @@ export interface TurnOutcome {
    * into a result payload; it lets the delegating side tell conditions apart without parsing prose.
    */
   readonly error?: TurnErrorData;
+  /** The provider usage of the turn (sum over its responses); absent when no response reported usage. */
+  readonly usage?: TurnUsageTotals;
+}
+
+/** What travels with a recorded message besides the message itself. */
+export interface RecordMeta {
+  readonly usage?: ProviderUsage;
+}
+
+/** The provider usage of a whole turn: the sum over the provider responses that reported usage. */
+export interface TurnUsageTotals {
+  readonly responses: number;
+  readonly input: number;
+  readonly output: number;
+  readonly cacheRead: number;
+  readonly cacheWrite: number;
+  readonly totalTokens: number;
+  /** Summed over the responses whose cost is known; absent when none was. */
+  readonly cost?: number;
+}
+
+/** Adds one response's usage to a turn's totals (pure). */
+export function addUsage(total: TurnUsageTotals | undefined, usage: ProviderUsage): TurnUsageTotals {
+  const t = total ?? { responses: 0, input: 0, output: 0, cacheRead: 0, cacheWrite: 0, totalTokens: 0 };
+  const cost = usage.cost === undefined ? t.cost : t.cost === undefined ? usage.cost : t.cost + usage.cost;
+  return {
+    responses: t.responses + 1,
+    input: t.input + usage.input,
+    output: t.output + usage.output,
+    cacheRead: t.cacheRead + usage.cacheRead,
+    cacheWrite: t.cacheWrite + usage.cacheWrite,
+    totalTokens: t.totalTokens + usage.totalTokens,
+    ...(cost === undefined ? {} : { cost }),
+  };
 }
 
 export interface TurnErrorData {

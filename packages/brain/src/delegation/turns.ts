@@ -15,6 +15,7 @@ import { KeyedMutex } from "./notifier.js";
 import { type MutatingTool, scopedTools } from "./scopedTools.js";
 import {
   type ProgressSink,
+  type RecordMeta,
   type SessionTurnRunner,
   type TurnHost,
   type TurnOutcome,
@@ -85,8 +86,8 @@ export class SessionTurns {
       );
     const context = contextFromJournal(await this.repo.readJournal(session.id, principal));
     const host: TurnHost = {
-      record: (message) =>
-        this.writes.capture("a journal write", () => this.#record(session, message), session.id),
+      record: (message, meta) =>
+        this.writes.capture("a journal write", () => this.#record(session, message, meta), session.id),
       beforeToolCall: (call: ToolCallContent) =>
         this.writes.capture("a tool intent", () => this.#intent(session, call), session.id),
       drainSteering: () => this.writes.capture("a steering drain", turn.drainSteering, session.id),
@@ -135,11 +136,19 @@ export class SessionTurns {
     faultPoint("tool.after_intent", call.name);
   }
 
-  async #record(session: SessionRow, message: AssistantMessage | ToolResultMessage): Promise<void> {
+  async #record(
+    session: SessionRow,
+    message: AssistantMessage | ToolResultMessage,
+    meta?: RecordMeta,
+  ): Promise<void> {
     const principal = session.principalAccountId;
     const resultId = message.role === "toolResult" ? message.details?.resultId : undefined;
     if (!resultId) {
-      await this.repo.append(session.id, principal, [{ body: { type: "message", message } }]);
+      // Usage goes beside an assistant row (its own column); any other row has none to keep.
+      const usage = message.role === "assistant" ? meta?.usage : undefined;
+      await this.repo.append(session.id, principal, [
+        { body: { type: "message", message }, ...(usage ? { usage } : {}) },
+      ]);
       return;
     }
     // A foreground Delegate's result: the toolResult is its delivery, appended and acknowledged together.

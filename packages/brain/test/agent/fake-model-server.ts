@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 
@@ -112,7 +113,70 @@ function completions(reply: FakeReply): string {
   ]);
 }
 
-function anthropic(reply: FakeReply): string {
+/** The usage an Anthropic Messages response reports (`message_start`). */
+export interface AnthropicUsage {
+  readonly input: number;
+  readonly output: number;
+  readonly cacheRead: number;
+  readonly cacheWrite: number;
+}
+
+const strip = (v: unknown): unknown =>
+  Array.isArray(v)
+    ? v.map(strip)
+    : v && typeof v === "object"
+      ? Object.fromEntries(
+          Object.entries(v as Record<string, unknown>)
+            .filter(([k]) => k !== "cache_control")
+            .map(([k, x]) => [k, strip(x)]),
+        )
+      : v;
+
+/**
+ * A model of Anthropic's prompt cache, per server: a request's prompt is a sequence of blocks (the system
+ * blocks, the tool declarations, then every content block of every message with its role); the cache
+ * holds the digest of every block prefix an earlier request sent. A request reads from the cache the
+ * longest of its block prefixes stored there and writes the rest; tokens are characters / 4. Cache markers
+ * (`cache_control`) are not part of the prompt's identity, as on the real service.
+ */
+export class PromptCacheModel {
+  readonly #stored = new Set<string>();
+
+  usage(body: Record<string, unknown>): AnthropicUsage {
+    const messages = (body.messages ?? []) as { role: string; content: unknown }[];
+    const blocks = [
+      JSON.stringify(strip(body.system ?? null)),
+      JSON.stringify(strip(body.tools ?? null)),
+      ...messages.flatMap((m) =>
+        (typeof m.content === "string" ? [{ type: "text", text: m.content }] : (m.content as unknown[])).map(
+          (b) => JSON.stringify({ role: m.role, block: strip(b) }),
+        ),
+      ),
+    ];
+    const hash = createHash("sha256");
+    let chars = 0;
+    let readChars = 0;
+    const digests: string[] = [];
+    for (const block of blocks) {
+      hash.update(block);
+      chars += block.length;
+      const digest = hash.copy().digest("hex");
+      digests.push(digest);
+      if (this.#stored.has(digest)) readChars = chars;
+    }
+    for (const d of digests) this.#stored.add(d);
+    const tokens = (n: number) => Math.ceil(n / 4);
+    const cacheRead = tokens(readChars);
+    return { input: 1, output: 3, cacheRead, cacheWrite: tokens(chars) - cacheRead };
+  }
+
+  /** Forgets everything (an evicted cache). */
+  clear(): void {
+    this.#stored.clear();
+  }
+}
+
+function anthropic(reply: FakeReply, usage?: AnthropicUsage): string {
   const start = {
     event: "message_start",
     data: {
@@ -125,7 +189,14 @@ function anthropic(reply: FakeReply): string {
         content: [],
         stop_reason: null,
         stop_sequence: null,
-        usage: { input_tokens: 11, output_tokens: 1 },
+        usage: usage
+          ? {
+              input_tokens: usage.input,
+              output_tokens: 1,
+              cache_read_input_tokens: usage.cacheRead,
+              cache_creation_input_tokens: usage.cacheWrite,
+            }
+          : { input_tokens: 11, output_tokens: 1 },
       },
     },
   };
@@ -135,7 +206,7 @@ function anthropic(reply: FakeReply): string {
       data: {
         type: "message_delta",
         delta: { stop_reason: stop, stop_sequence: null },
-        usage: { output_tokens: 3 },
+        usage: { output_tokens: usage?.output ?? 3 },
       },
     },
     { event: "message_stop", data: { type: "message_stop" } },
@@ -304,7 +375,10 @@ function responses(reply: FakeReply): string {
   ]);
 }
 
-export async function startFakeModelServer(replies: FakeReply[]): Promise<FakeModelServer> {
+export async function startFakeModelServer(
+  replies: FakeReply[],
+  options: { readonly promptCache?: PromptCacheModel } = {},
+): Promise<FakeModelServer> {
   const requests: FakeModelServer["requests"] = [];
   const server: Server = createServer((req, res) => {
     const chunks: Buffer[] = [];
@@ -322,7 +396,7 @@ export async function startFakeModelServer(replies: FakeReply[]): Promise<FakeMo
       const body$ = path.endsWith("/chat/completions")
         ? completions(reply)
         : path.endsWith("/messages")
-          ? anthropic(reply)
+          ? anthropic(reply, options.promptCache?.usage(body))
           : path.endsWith("/responses")
             ? responses(reply)
             : undefined;
