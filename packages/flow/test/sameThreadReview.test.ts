@@ -37,12 +37,12 @@ describe("same-thread review", () => {
     const ex = await stepOf(r, "executor.1");
     const author = r.fake.spawnSubagent({ ownerThreadId: r.owner, message: ex.message, agentRole: "worker" });
     expect(await r.report(ex, author.threadId)).toBe("bound");
-    r.fake.answer(author.threadId, '{"n":1}');
+    r.fake.answer(author.threadId, '{"n":1}', { input: 100, output: 10 });
     // the owner sends the review to the author's thread instead of spawning a reviewer
     const rv = await stepOf(r, "reviewer.1");
     r.fake.sendInput(author.threadId, rv.message);
     expect(await r.report(rv, author.threadId)).toBe("bound");
-    r.fake.answer(author.threadId, '{"n":2}');
+    r.fake.answer(author.threadId, '{"n":2}', { input: 50, output: 5 });
     // a review on a thread of its own is no warning
     const cr = await stepOf(r, "critic.1");
     const critic = r.fake.spawnSubagent({
@@ -70,6 +70,13 @@ describe("same-thread review", () => {
     expect(rows.find((x) => x.type === "completed" && x.call === "reviewer.1")).toMatchObject({
       result: { n: 2 },
     });
+    // the review counts its own turn only: the author's turn on that thread was the author's
+    const tokensOf = (call: string) =>
+      rows.find(
+        (x): x is Extract<JournalRow, { type: "completed" }> => x.type === "completed" && x.call === call,
+      )?.tokens;
+    expect(tokensOf("executor.1")).toEqual({ input: 100, output: 10, total: 110 });
+    expect(tokensOf("reviewer.1")).toEqual({ input: 50, output: 5, total: 55 });
     // crw flow show names the warning on the call, with the pair its subagent runs
     const out: string[] = [];
     const spy = vi.spyOn(process.stdout, "write").mockImplementation((chunk) => {

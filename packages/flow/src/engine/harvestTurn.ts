@@ -193,7 +193,13 @@ async function evaluate(
       },
     ]);
   }
-  const delta = cumulative ? subtractTokens(cumulative, step.tokens_seen) : {};
+  // what the subagent's earlier turns counted: the step's (a send_input), else, for a subagent another
+  // call was bound to first (a same-thread review), that call's count at its harvest
+  const seen = step.tokens_seen ?? sharedThreadCount(rc, call, thread.thread_id);
+  const delta = cumulative ? subtractTokens(cumulative, seen) : {};
+  const threadTokens = cumulative
+    ? { thread_tokens: { thread_id: thread.thread_id, tokens: addTokens(cumulative, undefined) } }
+    : {};
   const callTokens = addTokens(step.call_tokens, delta);
   const prepared = foldCall(rc.rowsOf(call)).prepared as RowOf<"prepared">;
   let errors: string[];
@@ -218,6 +224,7 @@ async function evaluate(
             raw_text: text,
             extracted: parsed.extracted,
             tokens: callTokens,
+            ...threadTokens,
             ...(headMoved ? { executor_head_moved: headMoved } : {}),
             ...(state ? { executor_state: state } : {}),
           },
@@ -238,6 +245,7 @@ async function evaluate(
         ...(text !== null ? { raw_text: text } : {}),
         errors,
         tokens: callTokens,
+        ...threadTokens,
       },
     ]);
     rc.emit({ type: "call_ended", call, status: "null_model" });
@@ -271,6 +279,20 @@ async function evaluate(
       };
   const fold = foldCall(rc.rowsOf(call));
   publish(rc, call, fold, next, new Map());
+}
+
+/** The newest count another call's terminal row recorded for this subagent (undefined: none did). */
+function sharedThreadCount(rc: RunContext, call: string, threadId: string): Tokens | undefined {
+  for (let i = rc.journal.rows.length - 1; i >= 0; i--) {
+    const r = rc.journal.rows[i];
+    if (
+      (r?.type === "completed" || r?.type === "null_model") &&
+      r.call !== call &&
+      r.thread_tokens?.thread_id === threadId
+    )
+      return r.thread_tokens.tokens;
+  }
+  return undefined;
 }
 
 /** The subagent is closed once the call has its terminal row: one close file for its newest subagent. */

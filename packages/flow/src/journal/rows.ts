@@ -191,6 +191,8 @@ export const CompletedRow = z.object({
    * tree is the state; crw.commit commits it on the start).
    */
   executor_state: z.object({ pending_tree: z.string(), stray_head: z.string().nullable() }).optional(),
+  /** The harvested subagent's cumulative count at this harvest (a later call bound to it counts from there). */
+  thread_tokens: z.object({ thread_id: z.string(), tokens: TokensSchema }).optional(),
 });
 
 export const NullModelRow = z.object({
@@ -200,6 +202,7 @@ export const NullModelRow = z.object({
   raw_text: z.string().optional(),
   errors: z.array(z.string()).optional(),
   tokens: TokensSchema,
+  thread_tokens: z.object({ thread_id: z.string(), tokens: TokensSchema }).optional(),
 });
 
 export const HeldRow = z.object({
