@@ -7,7 +7,12 @@ import {
   instructionSection,
   parseDelegatedExecutionScope,
 } from "../scope/index.js";
-import type { TurnTool } from "./turn.js";
+
+/** What a prompt says of a tool: its name and one-line description. */
+export interface PromptTool {
+  readonly name: string;
+  readonly description: string;
+}
 
 /**
  * The system prompt of a session's turn, composed from durable state only (so a recovered turn gets the
@@ -17,7 +22,7 @@ import type { TurnTool } from "./turn.js";
 export async function systemPromptFor(
   session: SessionRow,
   scope: DelegatedExecutionScope | null,
-  tools: readonly TurnTool[],
+  tools: readonly PromptTool[],
   parentOf: (session: SessionRow) => Promise<SessionRow>,
   projectRootOf?: (ref: string) => Promise<string | undefined>,
 ): Promise<string> {

@@ -6,6 +6,7 @@ import type {
   SubagentRun,
   TranscriptMessage,
 } from "@crw/db";
+import { catalogPolicyOf, promptToolSummaries } from "../agent/catalog/index.js";
 import {
   captureDelegatedExecutionScope,
   continuationScope,
@@ -27,7 +28,7 @@ import { type DelegationEvent, drainResults } from "./delivery.js";
 import { DelegationError, toError } from "./errors.js";
 import { Notifier } from "./notifier.js";
 import { type ProgressPublisher, RunProgressJob } from "./progress.js";
-import { systemPromptFor } from "./prompt.js";
+import { type PromptTool, systemPromptFor } from "./prompt.js";
 import { readSubagent } from "./readSubagent.js";
 import type { MutatingTool } from "./scopedTools.js";
 import { DelegatedSettlement } from "./settlement.js";
@@ -245,7 +246,8 @@ export class DelegationService implements RestartCheckpoint {
     const spillRead = (await this.#readsSpills(session, own)) ? [spillReadTool(this.repo, session)] : [];
     const tools = [...delegationTools(this, session, opts.readOnly), ...spillRead, ...own];
     const systemPrompt =
-      this.options.systemPrompt?.(session, opts.scope) ?? (await this.#systemPromptOf(session, tools));
+      this.options.systemPrompt?.(session, opts.scope) ??
+      (await this.#systemPromptOf(session, () => this.#promptTools(tools, opts)));
     return this.turns.runLocked({
       identity: await this.#identityFor(session),
       session,
@@ -294,9 +296,10 @@ export class DelegationService implements RestartCheckpoint {
    * continuations and recovered turns reuse the same bytes. Composition reads the session's permanent scope
    * (never a turn's read-only clamp); a fork takes its parent's prompt byte for byte.
    */
-  async #systemPromptOf(session: SessionRow, tools: readonly TurnTool[]): Promise<string> {
+  async #systemPromptOf(session: SessionRow, toolsOf: () => readonly PromptTool[]): Promise<string> {
     const fresh = await this.repo.getSession(session.id, session.principalAccountId);
     if (fresh.systemPrompt !== null) return fresh.systemPrompt;
+    const tools = toolsOf();
     const parentOf = (s: SessionRow) => this.repo.getSession(s.parentSessionId ?? "", s.principalAccountId);
     const own = session.scope ? parseDelegatedExecutionScope(session.scope) : null;
     const rootOf = async (ref: string) => (await this.options.projects?.rootOf?.(ref))?.root;
@@ -308,6 +311,25 @@ export class DelegationService implements RestartCheckpoint {
       composed = await systemPromptFor(session, null, tools, parentOf, rootOf);
     }
     return this.repo.setSystemPrompt(session.id, session.principalAccountId, composed);
+  }
+
+  /**
+   * The tools the composing turn's prompt describes: with a catalog policy (the option, else the runner's
+   * own), the plan of that turn's request (a deferred tool is left to ToolSearch); without one, every tool.
+   */
+  #promptTools(
+    tools: readonly TurnTool[],
+    opts: { readOnly: boolean; scope: DelegatedExecutionScope | null },
+  ): readonly PromptTool[] {
+    const policy =
+      this.options.catalogPolicy === undefined
+        ? catalogPolicyOf(this.options.runner)
+        : this.options.catalogPolicy;
+    if (!policy) return tools;
+    return promptToolSummaries(
+      { tools, scope: opts.scope, workDir: opts.scope?.workDir ?? null, readOnly: opts.readOnly },
+      policy,
+    );
   }
 
   /** Journals (and acknowledges) what arrived for a session: its queued results, then a child's text steers. */

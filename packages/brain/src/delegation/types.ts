@@ -1,4 +1,5 @@
 import type { DelegationRepository, SessionRow } from "@crw/db";
+import type { CatalogPolicy } from "../agent/catalog/index.js";
 import type { DelegatedExecutionScope, HostProject } from "../scope/index.js";
 import type { DelegationEvent, ResultDeliveredEvent } from "./delivery.js";
 import type { ProgressPublisher } from "./progress.js";
@@ -10,6 +11,12 @@ export interface DelegationServiceOptions {
   readonly repo: DelegationRepository;
   readonly runner: SessionTurnRunner;
   readonly spill: SpillStore;
+  /**
+   * The tool catalog policy the session prompts follow: a tool the policy defers is not described in a
+   * prompt (it is found through ToolSearch). Defaults to the policy of a runner made by `withToolCatalog`;
+   * `null`: every tool is described.
+   */
+  readonly catalogPolicy?: CatalogPolicy | null;
   /** This process's recovery-owner id (defaults to a fresh one). */
   readonly owner?: string;
   /**

@@ -282,11 +282,46 @@ export function withToolCatalog(
   policy: CatalogPolicy = DEFAULT_CATALOG_POLICY,
 ): SessionTurnRunner {
   checkPolicy(policy);
-  return {
+  const runner: SessionTurnRunner = {
     runTurn(request: TurnRequest, host: TurnHost): Promise<TurnOutcome> {
       return inner.runTurn(applyCatalog(request, policy).request, host);
     },
   };
+  policies.set(runner, policy);
+  return runner;
+}
+
+const policies = new WeakMap<SessionTurnRunner, CatalogPolicy>();
+
+/** The policy a runner made by `withToolCatalog` applies (undefined for any other runner). */
+export function catalogPolicyOf(runner: SessionTurnRunner): CatalogPolicy | undefined {
+  return policies.get(runner);
+}
+
+/**
+ * The tools a session's system prompt describes under the policy, for the turn that composes it: while
+ * nothing is deferred, every tool of the request (unchanged); past the threshold, the declared tools in
+ * catalog order and then the deferred catalog's own two tools (their fixed descriptions, without the list
+ * of names). A deferred tool is not described in the prompt: the model finds it through ToolSearch. The
+ * plan is the one `applyCatalog` makes for the same request, so the prompt names what the provider
+ * request declares.
+ */
+export function promptToolSummaries(
+  request: Pick<TurnRequest, "tools" | "scope" | "workDir" | "readOnly">,
+  policy: CatalogPolicy = DEFAULT_CATALOG_POLICY,
+): { name: string; description: string }[] {
+  const summary = (t: { name: string; description: string }) => ({
+    name: t.name,
+    description: t.description,
+  });
+  const plan = planCatalog(catalogNames(request), policy);
+  if (!plan.deferring) return request.tools.map(summary);
+  const deferred = new Set(plan.deferred);
+  return [
+    ...request.tools.filter((t) => !policy.modelOnly.includes(t.name) && !deferred.has(t.name)).map(summary),
+    { name: TOOL_SEARCH, description: SEARCH_DESCRIPTION },
+    { name: TOOL_CALL, description: CALL_DESCRIPTION },
+  ];
 }
 
 /**
