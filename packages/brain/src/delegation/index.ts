@@ -67,6 +67,7 @@ export type {
   TurnErrorData,
   TurnHost,
   TurnOutcome,
+  TurnPurpose,
   TurnRequest,
   TurnTool,
   TurnUsageTotals,

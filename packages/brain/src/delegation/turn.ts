@@ -42,7 +42,15 @@ export interface TurnRequest {
    * Always set by the delegation core; optional for runners' own callers.
    */
   readonly identity?: DelegatedTurnIdentity;
+  /**
+   * An internal purpose the host minted for this turn (never a tool argument). `skill-review`: an optional
+   * one-shot review turn, which a runner placement runs only opportunistically (runner-only, never queued,
+   * never in the daemon). Absent for every ordinary turn.
+   */
+  readonly purpose?: TurnPurpose;
 }
+
+export type TurnPurpose = "skill-review";
 
 export interface TurnHost {
   /**

@@ -19,6 +19,7 @@ import {
   type SessionTurnRunner,
   type TurnHost,
   type TurnOutcome,
+  type TurnPurpose,
   turnErrorData,
 } from "./turn.js";
 
@@ -35,6 +36,8 @@ export interface SessionTurnInput {
   readonly drainSteering: () => Promise<TranscriptMessage[]>;
   readonly signal?: AbortSignal;
   readonly identity: DelegatedTurnIdentity;
+  /** A host-minted purpose, passed to the runner as `TurnRequest.purpose` (absent for ordinary turns). */
+  readonly purpose?: TurnPurpose;
 }
 
 /**
@@ -107,6 +110,7 @@ export class SessionTurns {
           readOnly: turn.readOnly,
           workDir: turn.scope?.workDir ?? null,
           identity: turn.identity,
+          ...(turn.purpose ? { purpose: turn.purpose } : {}),
           signal: turn.signal ?? new AbortController().signal,
         },
         host,
