@@ -95,7 +95,7 @@ export function userMessageItem(text: string): ThreadItem {
   } as ThreadItem;
 }
 
-export type Phase = "commentary" | "final_answer" | null;
+export type Phase = "commentary" | "final_answer" | "partial_answer" | null;
 
 export function agentMessageItem(text: string, phase: Phase): ThreadItem {
   return {

@@ -77,7 +77,7 @@ describe("app-server host over ws against the fake host", () => {
     fake.completeTurn(child.threadId, {
       messages: [
         // the fake's types name the two phases it scripts; the wire carries the protocol's third one
-        { text: '{"part":1}', phase: "partial_answer" as never },
+        { text: '{"part":1}', phase: "partial_answer" },
         { text: '{"whole":true}', phase: null },
       ],
     });
@@ -89,7 +89,7 @@ describe("app-server host over ws against the fake host", () => {
     expect(answerText(turn)).toBe('{"whole":true}');
     const only = fake.spawnSubagent({ ownerThreadId: owner, message: marker });
     fake.completeTurn(only.threadId, {
-      messages: [{ text: '{"part":1}', phase: "partial_answer" as never }],
+      messages: [{ text: '{"part":1}', phase: "partial_answer" }],
     });
     expect(answerText(ok(await host.readThread(only.threadId)).turns[0] as HostTurn)).toBeNull();
   });
