@@ -30,6 +30,10 @@ const continueArgs = z
     text: z.string().min(1).max(100_000),
     background: z.boolean().default(false),
     writeAccess: z.boolean().optional(),
+    /** The model this continuation runs on (this call only; the child keeps its own). */
+    model: z.string().min(1).max(200).optional(),
+    /** Mint the child's scope again from your current access (refused from a read-only turn). */
+    promote: z.boolean().optional(),
   })
   .strict();
 
@@ -123,6 +127,8 @@ export function delegationTools(
           mode: a.background ? "background" : "foreground",
           callerReadOnly: readOnly,
           ...(a.writeAccess !== undefined ? { writeAccess: a.writeAccess } : {}),
+          ...(a.model !== undefined ? { model: a.model } : {}),
+          ...(a.promote !== undefined ? { promote: a.promote } : {}),
           progress: ctx.progress,
         });
         return receiptOutput(receipt);
