@@ -558,7 +558,7 @@ export class SubagentRunnerHost {
   ): Promise<unknown> {
     switch (call.op) {
       case "record":
-        return session.host.record(call.message);
+        return session.host.record(call.message, call.usage ? { usage: call.usage } : undefined);
       case "beforeToolCall":
         return session.host.beforeToolCall(call.call);
       case "drainSteering": {

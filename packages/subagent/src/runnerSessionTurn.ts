@@ -94,8 +94,11 @@ export class RunnerSessionTurns {
       signal,
     };
     const host: TurnHost = {
-      record: async (message) => {
-        await this.#call(turnId, { op: "record", message }, nullAnswer);
+      record: async (message, meta) => {
+        // The response's usage travels with its journal write (the row's own record); the per-response
+        // accounting is the separate `providerUsage` frame.
+        const usage = message.role === "assistant" ? meta?.usage : undefined;
+        await this.#call(turnId, { op: "record", message, ...(usage && { usage }) }, nullAnswer);
         if (message.role === "assistant") {
           text = message.content.flatMap((c) => (c.type === "text" ? [c.text] : [])).join("");
         }

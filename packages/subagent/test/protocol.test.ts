@@ -162,4 +162,33 @@ describe("protocol frames", () => {
     ).toBe(false);
     expect(parseOutputFrame({ ...validOutputs[10], method: "shell.exec" }).ok).toBe(false);
   });
+
+  it("a turnHost record frame carries an assistant response's usage only in the journal's usage shape", () => {
+    const message = {
+      role: "assistant",
+      content: [{ type: "text", text: "measured" }],
+      api: "openai-completions",
+      provider: "openai",
+      model: "m",
+      stopReason: "stop",
+    };
+    const usage = {
+      api: "openai-completions",
+      provider: "openai",
+      model: "m",
+      stopReason: "stop",
+      input: 10,
+      output: 6,
+      cacheRead: 30,
+      cacheWrite: 0,
+      totalTokens: 46,
+    };
+    const frame = (call: object) => ({ type: "turnHost", requestId: "r1", turnId: "t1", call });
+    expect(parseOutputFrame(frame({ op: "record", message })).ok).toBe(true);
+    expect(parseOutputFrame(frame({ op: "record", message, usage })).ok).toBe(true);
+    expect(parseOutputFrame(frame({ op: "record", message, usage: { ...usage, input: -1 } })).ok).toBe(false);
+    expect(parseOutputFrame(frame({ op: "record", message, usage: { ...usage, extra: 1 } })).ok).toBe(false);
+    const { cacheRead: _, ...partial } = usage;
+    expect(parseOutputFrame(frame({ op: "record", message, usage: partial })).ok).toBe(false);
+  });
 });

@@ -1,5 +1,6 @@
 import {
   assistantMessageSchema,
+  providerUsageSchema,
   resultDetailsSchema,
   toolCallContentSchema,
   toolResultMessageSchema,
@@ -76,7 +77,12 @@ export const turnOutcomeSchema = z
 /** The seam's TurnHost operations plus host tool execution, as calls from the runner to the daemon. */
 export const turnHostCallSchema = z.discriminatedUnion("op", [
   z
-    .object({ op: z.literal("record"), message: z.union([assistantMessageSchema, toolResultMessageSchema]) })
+    .object({
+      op: z.literal("record"),
+      message: z.union([assistantMessageSchema, toolResultMessageSchema]),
+      /** The provider usage of the response an assistant message records, journaled with its row. */
+      usage: providerUsageSchema.optional(),
+    })
     .strict(),
   z.object({ op: z.literal("beforeToolCall"), call: toolCallContentSchema }).strict(),
   z.object({ op: z.literal("drainSteering") }).strict(),

@@ -1,4 +1,6 @@
 import { randomUUID } from "node:crypto";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import {
   createScriptedTurnRunner,
   DelegationService,
@@ -7,7 +9,12 @@ import {
   scriptTask,
 } from "@crw/brain";
 import { PgDelegationRepository, type TranscriptMessage } from "@crw/db";
-import { type Placement, runWithWorkflowNodeDispatch, SubagentSessionDispatch } from "@crw/subagent";
+import {
+  type Placement,
+  runWithWorkflowNodeDispatch,
+  type SubagentRunnerPoolDeps,
+  SubagentSessionDispatch,
+} from "@crw/subagent";
 import { useTestDatabase } from "@crw/tools/pg";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -40,15 +47,16 @@ afterAll(async () => {
 function assemble(
   size: { maxRunners: number; turnsPerRunner: number } = { maxRunners: 2, turnsPerRunner: 4 },
   tools?: DelegationServiceOptions["tools"],
+  runner: { kind?: "agent" | "scripted"; pool?: Partial<SubagentRunnerPoolDeps> } = {},
 ) {
-  const { pool, events } = makePool({ size });
+  const { pool, events } = makePool({ size, ...runner.pool });
   const placements: Placement[] = [];
   const placed: { sessionId: string; placement: Placement }[] = [];
   const repo = new PgDelegationRepository(pgPool);
   const dispatch = new SubagentSessionDispatch({
     pool,
     inProcess: createScriptedTurnRunner(),
-    runnerKind: "scripted",
+    runnerKind: runner.kind ?? "scripted",
     onPlaced: (request, placement) => {
       placements.push(placement);
       placed.push({ sessionId: request.sessionId, placement });
@@ -281,5 +289,91 @@ describe("test:e2e:subagent", () => {
       true,
     );
     expect(asserted).toHaveLength(1);
+  });
+
+  it("an assistant row journaled from a runner carries its provider response's usage; the usage frames stay the per-response source", async () => {
+    // OpenAI Chat Completions over SSE on loopback: one answer with usage figures, part of the prompt cached.
+    const server = createServer((req, res) => {
+      req.resume();
+      req.on("end", () => {
+        const chunk = (delta: object, finish: string | null, usage?: object) =>
+          `data: ${JSON.stringify({ id: "c", object: "chat.completion.chunk", created: 0, model: "m", choices: [{ index: 0, delta, finish_reason: finish }], ...(usage && { usage }) })}\n\n`;
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        res.end(
+          chunk({ role: "assistant", content: "measured" }, null) +
+            chunk({}, "stop", {
+              prompt_tokens: 40,
+              completion_tokens: 6,
+              total_tokens: 46,
+              prompt_tokens_details: { cached_tokens: 30 },
+            }) +
+            "data: [DONE]\n\n",
+        );
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    try {
+      const baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`;
+      const { service, repo, pool, placed } = assemble(undefined, undefined, {
+        kind: "agent",
+        pool: {
+          agentOptions: () => ({
+            baseUrls: { "openai-completions": baseUrl },
+            apiKeyEnv: { "openai-completions": "CRW_E2E_USAGE_KEY" },
+          }),
+          env: { CRW_E2E_USAGE_KEY: "k" },
+        },
+      });
+      const frames: Parameters<Parameters<typeof pool.attachProviderUsageSink>[0]>[0][] = [];
+      pool.attachProviderUsageSink((r) => frames.push(r));
+      const account = await repo.createAccount({ name: `acct-${randomUUID()}` });
+      const parent = await service.createRootSession(account.id, "scripted");
+      const receipt = await service.delegate({
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        toolCallId: `call-${randomUUID()}`,
+        task: "measure this",
+        mode: "foreground",
+        model: "openai-completions:m",
+      });
+      await service.whenIdle();
+      const child = placed.find((p) => p.sessionId !== parent.id);
+      expect(child?.placement).toBe("runner");
+      const childId = child?.sessionId ?? "";
+      expect(JSON.stringify(receipt)).toContain(childId);
+      const { rows } = await pgPool.query<{ role: string; usage: unknown }>(
+        `select role, provider_usage as usage from journal_entries
+          where session_id = $1::uuid and kind = 'message' order by seq`,
+        [childId],
+      );
+      const expected = {
+        api: "openai-completions",
+        provider: "openai",
+        model: "m",
+        stopReason: "stop",
+        input: 10,
+        output: 6,
+        cacheRead: 30,
+        cacheWrite: 0,
+        totalTokens: 46,
+      };
+      const assistant = rows.filter((r) => r.role === "assistant");
+      expect(assistant).toHaveLength(1);
+      expect(assistant[0]?.usage).toMatchObject(expected);
+      // Only the assistant row carries usage; the read path returns it with the row.
+      expect(rows.filter((r) => r.role !== "assistant").every((r) => r.usage === null)).toBe(true);
+      const [recent] = await repo.recentAssistantMessages(childId, account.id, 1);
+      expect(recent?.usage).toMatchObject(expected);
+      // One providerUsage frame per response, as before: the journal column is not a second report.
+      await waitFor(() => frames.length >= 1);
+      expect(frames).toHaveLength(1);
+      expect(frames[0]).toMatchObject({ sessionId: childId, usage: expected });
+      // The delegation core's diagnostics read it from the row.
+      const diag = await service.forkPrefixDiagnostics(childId, account.id);
+      expect(diag.response).toMatchObject({ promptTokens: 40, usage: { cacheRead: 30 } });
+    } finally {
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    }
   });
 });
