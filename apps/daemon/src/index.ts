@@ -23,5 +23,6 @@ export {
   type DeliveryNotice,
   delegatedWorkflowExpansionAvailable,
   type ExecutionLocation,
+  IN_PROCESS_RUNNER_ID,
   type TurnObserver,
 } from "./runtime.js";

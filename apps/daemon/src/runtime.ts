@@ -15,7 +15,7 @@ import {
   type TurnRequest,
   withToolCatalog,
 } from "@crw/brain";
-import { PgDelegationRepository } from "@crw/db";
+import { PgDelegationRepository, type ProviderUsage } from "@crw/db";
 import {
   boundedProjectFileReader,
   delegationNodeTurns,
@@ -158,6 +158,9 @@ export interface DaemonRuntime {
   close(options?: { abandonCheckpoint?: boolean }): Promise<void>;
 }
 
+/** The `runner_id` of provider usage from the daemon's own (in-process) turns. */
+export const IN_PROCESS_RUNNER_ID = "in-process";
+
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /**
@@ -248,7 +251,57 @@ export async function assembleRuntime(
   const catalog = { baseUrls: config.models.baseUrls, apiKeyEnv: config.models.apiKeyEnv };
   // Turns running in this process, by session: the in-process half of the execution projection.
   const inProcessTurns = new Map<string, number>();
-  const agentLoop = createAgentTurnRunner(catalog);
+  // Provider usage, one row per provider response in `provider_usage` (migration 0028), counted for /health
+  // and published to the session's live views. Runner turns report through the pool's sink (`providerUsage`
+  // frames); the daemon's own turns (root sessions, runners off) through the agent loop's hook, as runner
+  // "in-process". Each response is reported once, by the process that made the request. A row that cannot
+  // be written is logged, never retried.
+  const usage = { responses: 0, input: 0, output: 0, totalTokens: 0, cost: 0, unrecorded: 0 };
+  const recordProviderUsage = (report: {
+    runnerId: string;
+    sessionId: string;
+    turnId: string;
+    usage: ProviderUsage;
+  }): void => {
+    const u = report.usage;
+    const cost = u.cost ?? 0;
+    usage.responses += 1;
+    usage.input += u.input;
+    usage.output += u.output;
+    usage.totalTokens += u.totalTokens;
+    usage.cost += cost;
+    bus.publish(`session:${report.sessionId}`, { type: "provider_usage", ...report });
+    pgPool
+      .query(
+        `insert into provider_usage (session_id, turn_id, runner_id, api, provider, model, stop_reason,
+           input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, total_tokens, cost)
+         values ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+        [
+          report.sessionId,
+          report.turnId,
+          report.runnerId,
+          u.api,
+          u.provider,
+          u.model,
+          u.stopReason,
+          u.input,
+          u.output,
+          u.cacheRead,
+          u.cacheWrite,
+          u.totalTokens,
+          cost,
+        ],
+      )
+      .catch((e: unknown) => {
+        usage.unrecorded += 1;
+        log.warn({ err: e, sessionId: report.sessionId }, "provider usage not recorded");
+      });
+  };
+  const agentLoop = createAgentTurnRunner({
+    ...catalog,
+    onProviderUsage: ({ sessionId, turnId, usage: u }) =>
+      recordProviderUsage({ runnerId: IN_PROCESS_RUNNER_ID, sessionId, turnId, usage: u }),
+  });
   const inProcess: SessionTurnRunner = {
     async runTurn(request, host) {
       inProcessTurns.set(request.sessionId, (inProcessTurns.get(request.sessionId) ?? 0) + 1);
@@ -327,43 +380,7 @@ export async function assembleRuntime(
     log.info({ change }, "runner process changed");
     bus.publish("daemon:processes", { type: "process_changed", ...change });
   });
-  // Provider usage of the runners' turns: recorded durably (one row per provider response), counted for
-  // /health and published to the session's live views. A row that cannot be written is logged, never retried.
-  const usage = { responses: 0, input: 0, output: 0, totalTokens: 0, cost: 0, unrecorded: 0 };
-  runnerPool.attachProviderUsageSink((report) => {
-    const u = report.usage;
-    usage.responses += 1;
-    usage.input += u.input;
-    usage.output += u.output;
-    usage.totalTokens += u.totalTokens;
-    usage.cost += u.cost;
-    bus.publish(`session:${report.sessionId}`, { type: "provider_usage", ...report });
-    pgPool
-      .query(
-        `insert into provider_usage (session_id, turn_id, runner_id, api, provider, model, stop_reason,
-           input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, total_tokens, cost)
-         values ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
-        [
-          report.sessionId,
-          report.turnId,
-          report.runnerId,
-          u.api,
-          u.provider,
-          u.model,
-          u.stopReason,
-          u.input,
-          u.output,
-          u.cacheRead,
-          u.cacheWrite,
-          u.totalTokens,
-          u.cost,
-        ],
-      )
-      .catch((e: unknown) => {
-        usage.unrecorded += 1;
-        log.warn({ err: e, sessionId: report.sessionId }, "provider usage not recorded");
-      });
-  });
+  runnerPool.attachProviderUsageSink((report) => recordProviderUsage(report));
   const steering = { settled: 0 };
   runnerPool.attachSteerSettledSink((settled) => {
     steering.settled += settled.count;

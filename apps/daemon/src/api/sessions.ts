@@ -182,6 +182,19 @@ export function registerSessionMethods(rpc: RpcRegistry, rt: DaemonRuntime, defa
     },
   });
 
+  /**
+   * Fork-prefix diagnostics: the session's newest usage-bearing provider response (prompt tokens, share read
+   * from the cache) and, for a fork, the parent's response whose prompt was the inherited prefix and whether
+   * the fork read that prefix from the provider's cache (`prefixFromCache`; null when it cannot be judged).
+   */
+  rpc.register("session.forkPrefix", {
+    params: z.strictObject({ sessionId }),
+    handler: async (p, ctx) => {
+      const session = await own(p.sessionId, ctx);
+      return rt.service.forkPrefixDiagnostics(session.id, ctx.accountId);
+    },
+  });
+
   rpc.register("session.tap", {
     params: z.strictObject({
       sessionId,

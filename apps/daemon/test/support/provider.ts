@@ -2,7 +2,15 @@ import { createServer, type IncomingMessage } from "node:http";
 import type { AddressInfo } from "node:net";
 
 /** What one request to the loopback model gets: a text answer, or a tool call. */
-export type ProviderReply = { text: string } | { tool: { id: string; name: string; arguments: object } };
+export type ProviderReply = ({ text: string } | { tool: { id: string; name: string; arguments: object } }) & {
+  /** The wire usage of the reply (Chat Completions `usage`); 7 prompt + 2 completion tokens when absent. */
+  usage?: {
+    prompt_tokens: number;
+    completion_tokens: number;
+    total_tokens: number;
+    prompt_tokens_details?: { cached_tokens?: number };
+  };
+};
 
 export interface ProviderRequest {
   readonly path: string;
@@ -32,7 +40,7 @@ const chunk = (delta: object, finish: string | null, usage?: object) =>
   })}\n\n`;
 
 function stream(reply: ProviderReply): string {
-  const usage = { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 };
+  const usage = reply.usage ?? { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 };
   if ("text" in reply)
     return (
       chunk({ role: "assistant", content: reply.text }, null) + chunk({}, "stop", usage) + "data: [DONE]\n\n"
