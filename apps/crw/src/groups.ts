@@ -27,7 +27,7 @@ export const groups: CommandGroup[] = [
   },
   {
     name: "session",
-    summary: "talk to a daemon session: send, delegate, read",
+    summary: "talk to a daemon session: send, delegate, read, status, fork-prefix",
     run: async (args) => (await import("./client/session.js")).runSessionCli(args),
   },
   {

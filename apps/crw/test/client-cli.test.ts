@@ -1,5 +1,7 @@
 import { execFile } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
@@ -32,11 +34,64 @@ async function crw(...args: string[]): Promise<{ code: number; stdout: string; s
 }
 const at = ["--data-dir", dataDir];
 
+/**
+ * A model provider on loopback (OpenAI Chat Completions over SSE) reporting usage with cached prompt tokens:
+ * a FORK-PARENT message asks for a fork of its session (60 of 100 prompt tokens cached); the fork's own
+ * response reads 90 of 110 from the cache.
+ */
+const LOOPBACK_KEY = "CRW_CLI_TEST_LOOPBACK_KEY";
+const provider = createServer((req, res) => {
+  let raw = "";
+  req.on("data", (d) => {
+    raw += d.toString();
+  });
+  req.on("end", () => {
+    const messages = (JSON.parse(raw || "{}").messages ?? []) as { role: string; content?: unknown }[];
+    const users = messages.filter((m) => m.role === "user").map((m) => JSON.stringify(m.content));
+    const last = users.at(-1) ?? "";
+    const toolRound = messages.some((m) => m.role === "tool");
+    const chunk = (delta: object, finish: string | null, usage?: object) =>
+      `data: ${JSON.stringify({ id: "c", object: "chat.completion.chunk", created: 0, model: "cli-m", choices: [{ index: 0, delta, finish_reason: finish }], ...(usage && { usage }) })}\n\n`;
+    const usage = (prompt: number, cached: number) => ({
+      prompt_tokens: prompt,
+      completion_tokens: 3,
+      total_tokens: prompt + 3,
+      prompt_tokens_details: { cached_tokens: cached },
+    });
+    let body: string;
+    if (last.includes("FORK-PARENT") && !toolRound) {
+      const call = {
+        index: 0,
+        id: "call-fork",
+        type: "function",
+        function: {
+          name: "Delegate",
+          arguments: JSON.stringify({ task: "FORK-TASK", fork: true, background: false }),
+        },
+      };
+      body = chunk({ role: "assistant", tool_calls: [call] }, null) + chunk({}, "tool_calls", usage(100, 60));
+    } else {
+      const [text, u] = last.includes("FORK-TASK")
+        ? ["fork answered", usage(110, 90)]
+        : ["done", usage(120, 100)];
+      body = chunk({ role: "assistant", content: text }, null) + chunk({}, "stop", u);
+    }
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    res.end(`${body}data: [DONE]\n\n`);
+  });
+});
+
 beforeAll(async () => {
+  await new Promise<void>((r) => provider.listen(0, "127.0.0.1", r));
+  process.env[LOOPBACK_KEY] = "loopback-secret";
   // The daemon's configuration bridges a real MCP server (stdio, two tools) into every session.
   writeFileSync(
     join(dataDir, "daemon.json"),
     JSON.stringify({
+      models: {
+        baseUrls: { "openai-completions": `http://127.0.0.1:${(provider.address() as AddressInfo).port}/v1` },
+        apiKeyEnv: { "openai-completions": LOOPBACK_KEY },
+      },
       mcp: {
         servers: {
           calc: {
@@ -53,6 +108,8 @@ beforeAll(async () => {
 }, 120_000);
 afterAll(async () => {
   await crw("daemon", "stop", ...at);
+  provider.closeAllConnections();
+  provider.close();
   const pidFile = join(dataDir, "postgres", "postmaster.pid");
   if (existsSync(pidFile)) {
     try {
@@ -190,6 +247,64 @@ describe("crw workflow | session | tap against a running daemon", () => {
     expect(r.stdout).toMatch(/boot recovery: 0 calls continued/);
     expect(r.stdout).toMatch(/runner processes: \d+ started, \d+ exited; sessions executing: \d+ in runners/);
     expect(r.stdout).toMatch(/provider usage in runners: \d+ responses/);
+  });
+
+  it("session fork-prefix tells whether a fork read its parent's cached prefix (human line and --json)", async () => {
+    const created = await crw("session", "create", "--model", "openai-completions:cli-m", "--json", ...at);
+    expect(created.code, created.stderr).toBe(0);
+    const { sessionId } = JSON.parse(created.stdout) as { sessionId: string };
+    const sent = await crw("session", "send", sessionId, "FORK-PARENT", "--json", ...at);
+    expect(sent.code, sent.stderr).toBe(0);
+    // The fork's session id, from the progress notification announcing it.
+    const started = sent.stdout
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as { notification?: string; type?: string; sessionId?: string })
+      .find(
+        (n) => n.notification === "session.progress" && n.type === "session" && n.sessionId !== sessionId,
+      );
+    const fork = started?.sessionId ?? "";
+    expect(fork).toMatch(/^[0-9a-f-]{36}$/);
+
+    const json = await crw("session", "fork-prefix", fork, "--json", ...at);
+    expect(json.code, json.stderr).toBe(0);
+    expect(JSON.parse(json.stdout)).toMatchObject({
+      ok: true,
+      sessionId: fork,
+      parentSessionId: sessionId,
+      fork: true,
+      response: { promptTokens: 110, usage: { cacheRead: 90 } },
+      parentResponse: { sessionId, promptTokens: 100, usage: { cacheRead: 60 } },
+      parentCachedTokens: 60,
+      prefixFromCache: true,
+    });
+    const human = await crw("session", "fork-prefix", fork, ...at);
+    expect(human.code, human.stderr).toBe(0);
+    expect(human.stdout).toMatch(
+      new RegExp(
+        `^fork ${fork} of ${sessionId} \\(inherited rows 1-\\d+\\): read its parent's prefix from the cache\n`,
+      ),
+    );
+    expect(human.stdout).toMatch(/response: row \d+, cli-m, 110 prompt tokens, 90 read from cache \(82%\)/);
+    expect(human.stdout).toMatch(
+      /parent's request: row \d+, cli-m, 100 prompt tokens, 60 read from cache \(60%\)/,
+    );
+    // The root session itself is not a fork; its newest response is judged alone.
+    const root = await crw("session", "fork-prefix", sessionId, ...at);
+    expect(root.stdout).toMatch(
+      /is not a fork; its newest provider response read 83% of its prompt from the cache/,
+    );
+    // A session without a provider response with usage (the offline scripted provider).
+    const scripted = JSON.parse((await crw("session", "create", "--json", ...at)).stdout) as {
+      sessionId: string;
+    };
+    const none = await crw("session", "fork-prefix", scripted.sessionId, ...at);
+    expect(none.stdout).toMatch(/is not a fork and has no provider response with usage/);
+    expect((await crw("session", "fork-prefix", ...at)).code).toBe(2);
+    const unknown = await crw("session", "fork-prefix", "00000000-0000-4000-8000-000000000000", ...at);
+    expect(unknown.code).toBe(1);
+    const help = await crw("session", "--help");
+    expect(help.stdout).toMatch(/fork-prefix SESSION/);
   });
 
   it("errors say what to do: unknown session (1), missing arguments (2), no daemon (1)", async () => {

@@ -10,6 +10,8 @@ Commands:
   read SESSION [--limit N]           the session's recent messages and its last answer
   status SESSION                     where the session executes now (a runner, the daemon, or nowhere),
                                      its open delegated call and its runner's load
+  fork-prefix SESSION                the newest provider response's prompt cache figures; for a fork,
+                                     whether it read its parent's cached prefix
 
 TEXT or TASK '-' reads it from standard input.
 
@@ -175,6 +177,19 @@ export async function runSessionCli(args: string[]): Promise<number> {
         return 0;
       });
     }
+    case "fork-prefix": {
+      const [sessionId] = rest;
+      if (!sessionId) return inputError(PREFIX, "fork-prefix needs SESSION; see 'crw session --help'");
+      return withClient(PREFIX, values, async (client) => {
+        const r = await client.call<ForkPrefixView>("session.forkPrefix", { sessionId });
+        if (json) {
+          out(JSON.stringify({ ok: true, ...r }));
+          return 0;
+        }
+        for (const line of formatForkPrefix(r)) out(line);
+        return 0;
+      });
+    }
     default:
       return inputError(PREFIX, `unknown command '${command}'; see 'crw session --help'`);
   }
@@ -184,4 +199,56 @@ export function formatMessage(m: { seq: number; role: string; text?: string; too
   const head = m.role === "toolResult" ? `tool ${m.toolName}` : m.role;
   const text = (m.text ?? "").replace(/\n/g, "\n      ");
   return `${String(m.seq).padStart(4)}  ${head}: ${text}`;
+}
+
+interface UsageResponseView {
+  seq: number;
+  promptTokens: number;
+  cacheReadRatio: number;
+  usage: { model: string; cacheRead: number; cacheWrite: number };
+}
+
+/** What `session.forkPrefix` answers (the delegation core's fork-prefix diagnostics). */
+export interface ForkPrefixView {
+  sessionId: string;
+  parentSessionId: string | null;
+  fork: boolean;
+  inheritedThrough: number | null;
+  response: UsageResponseView | null;
+  parentResponse: UsageResponseView | null;
+  parentCachedTokens: number | null;
+  prefixFromCache: boolean | null;
+}
+
+const pct = (ratio: number) => `${Math.round(ratio * 100)}%`;
+
+/** The human lines of `crw session fork-prefix`: one headline, then the responses it was judged from. */
+export function formatForkPrefix(r: ForkPrefixView): string[] {
+  const response = (label: string, x: UsageResponseView) =>
+    `  ${label}: row ${x.seq}, ${x.usage.model}, ${x.promptTokens} prompt tokens, ${x.usage.cacheRead} read from cache (${pct(x.cacheReadRatio)}), ${x.usage.cacheWrite} written`;
+  const lines: string[] = [];
+  if (!r.fork) {
+    lines.push(
+      r.response
+        ? `session ${r.sessionId} is not a fork; its newest provider response read ${pct(r.response.cacheReadRatio)} of its prompt from the cache`
+        : `session ${r.sessionId} is not a fork and has no provider response with usage`,
+    );
+  } else {
+    const verdict =
+      r.prefixFromCache === true
+        ? "read its parent's prefix from the cache"
+        : r.prefixFromCache === false
+          ? `did not read its parent's prefix from the cache (${r.response?.usage.cacheRead ?? 0} of ${r.parentCachedTokens} cached tokens)`
+          : !r.response
+            ? "cannot be judged yet: it has no provider response with usage"
+            : !r.parentResponse
+              ? "cannot be judged: the parent's request for the prefix reported no usage"
+              : "cannot be judged: the parent's request cached nothing";
+    lines.push(
+      `fork ${r.sessionId} of ${r.parentSessionId} (inherited rows 1-${r.inheritedThrough}): ${verdict}`,
+    );
+  }
+  if (r.response) lines.push(response("response", r.response));
+  if (r.parentResponse) lines.push(response("parent's request", r.parentResponse));
+  return lines;
 }
