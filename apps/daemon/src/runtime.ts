@@ -66,6 +66,13 @@ export interface McpServerHealth {
   readonly name: string;
   readonly tools: number;
   readonly running: boolean;
+  /** running, restarting (waiting for its next start attempt), failed (given up: see lastError), stopped. */
+  readonly state: "running" | "restarting" | "failed" | "stopped";
+  readonly restarts: number;
+  /** Consecutive failed start attempts since it last exited. */
+  readonly attempts: number;
+  /** Why it is not running (its exit and stderr tail, or the last start attempt's error). */
+  readonly lastError: string | null;
 }
 
 export type TurnObserver = (request: TurnRequest, placement: "runner" | "in-process") => void;
@@ -316,7 +323,26 @@ export async function assembleRuntime(
   };
   // MCP servers before the delegation core: every session's catalog includes their tools from the first
   // turn on. A server that cannot start fails the daemon's start (typed McpError naming the server).
-  const mcp = await McpBridge.start(config.mcp);
+  // A server that exits later is restarted by the bridge (bounded backoff); its life is logged here.
+  const mcp = await McpBridge.start(config.mcp, {
+    onEvent: (e) => {
+      if (e.type === "server_restarted") {
+        if (e.toolsChanged)
+          log.warn(
+            { server: e.server, added: e.toolsAdded, removed: e.toolsRemoved },
+            "MCP server restarted with a changed tool list; sessions keep the tools listed at start",
+          );
+        else log.info({ server: e.server, attempt: e.attempt, pid: e.pid }, "MCP server restarted");
+      } else if (e.type === "server_exited")
+        log.warn({ server: e.server, stderr: e.stderr, willRestart: e.willRestart }, "MCP server exited");
+      else if (e.type === "restart_failed")
+        log.warn(
+          { server: e.server, attempt: e.attempt, err: e.error, nextDelayMs: e.nextDelayMs },
+          "MCP server restart failed",
+        );
+      else log.error({ server: e.server, attempts: e.attempts, reason: e.reason }, "MCP server stays down");
+    },
+  });
   const catalogPolicy = catalogPolicyFrom(config.tools);
   // The package's entry point builds the pool and the session dispatch (the delegation core's SessionTurnRunner).
   const subagentConfig = parseSubagentConfig({
@@ -539,7 +565,15 @@ export async function assembleRuntime(
       return {
         pool: runnerPool.health(),
         mcp: {
-          servers: mcp.servers().map((s) => ({ name: s.name, tools: s.tools.length, running: s.running })),
+          servers: mcp.servers().map((s) => ({
+            name: s.name,
+            tools: s.tools.length,
+            running: s.running,
+            state: s.state,
+            restarts: s.restarts,
+            attempts: s.attempts,
+            lastError: s.lastError,
+          })),
         },
         recovery: recovery ? { ...recovery, firstTurnAt } : null,
         workflows: { driving: engine.runIds().length },

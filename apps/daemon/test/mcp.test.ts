@@ -75,8 +75,9 @@ describe("daemon configuration: mcp, tools, shutdownCheckpointMs", () => {
 });
 
 describe("MCP servers in the daemon", { timeout: 120_000 }, () => {
-  it("starts every configured server with the daemon; /health shows each with its tool count and whether it still runs", async () => {
+  it("starts every configured server with the daemon; /health shows each with its tool count, whether it runs, its restarts and why it stays down", async () => {
     const dataDir = dir("crw-mcp-health-");
+    const block = join(dir("crw-mcp-block-"), "block");
     const daemon = await startDaemon(
       loadConfig({
         env: { DATABASE_URL: db.url },
@@ -86,38 +87,84 @@ describe("MCP servers in the daemon", { timeout: 120_000 }, () => {
           runtime: { maxRunners: 1 },
           mcp: {
             servers: {
-              wide: { command: process.execPath, args: [SERVER, "12"] },
-              calc: { command: process.execPath, args: [SERVER, "2"], readOnly: true },
+              // Never comes back once `block` exists: two attempts, then it stays down.
+              wide: {
+                command: process.execPath,
+                args: [SERVER, "12"],
+                env: { CRW_MCP_FAIL_IF: block },
+                restart: { maxAttempts: 2, initialDelayMs: 20, maxDelayMs: 40 },
+              },
+              calc: {
+                command: process.execPath,
+                args: [SERVER, "2"],
+                readOnly: true,
+                restart: { initialDelayMs: 20 },
+              },
             },
           },
         },
       }),
       { log: silent },
     );
+    type Health = {
+      mcp: {
+        servers: {
+          name: string;
+          running: boolean;
+          state: string;
+          restarts: number;
+          lastError: string | null;
+        }[];
+      };
+    };
+    const health = async () => (await (await fetch(`${daemon.state.url}/health`)).json()) as Health;
+    const server = async (name: string, holds: (s: Health["mcp"]["servers"][number]) => boolean) => {
+      const until = Date.now() + 30_000;
+      for (;;) {
+        const s = (await health()).mcp.servers.find((x) => x.name === name);
+        if (s && holds(s)) return s;
+        if (Date.now() > until) throw new Error(`MCP server ${name}: ${JSON.stringify(s)}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    };
     try {
-      const health = (await (await fetch(`${daemon.state.url}/health`)).json()) as Record<string, unknown>;
-      expect(health.mcp).toEqual({
+      expect((await health()).mcp).toEqual({
         servers: [
-          { name: "calc", tools: 2, running: true },
-          { name: "wide", tools: 12, running: true },
+          {
+            name: "calc",
+            tools: 2,
+            running: true,
+            state: "running",
+            restarts: 0,
+            attempts: 0,
+            lastError: null,
+          },
+          {
+            name: "wide",
+            tools: 12,
+            running: true,
+            state: "running",
+            restarts: 0,
+            attempts: 0,
+            lastError: null,
+          },
         ],
       });
-      // A server that dies later is shown as not running (its tools then answer server_closed).
+      // A killed server is restarted: /health shows it running again with one restart.
+      const calc = serverPids("2");
+      expect(calc).toHaveLength(1);
+      process.kill(calc[0] as number, "SIGKILL");
+      await server("calc", (s) => s.running && s.restarts === 1);
+      expect(serverPids("2")).not.toEqual(calc);
+      // One that cannot start again stays down after its attempts, and /health says why.
+      writeFileSync(block, "");
       const wide = serverPids("12");
       expect(wide).toHaveLength(1);
       process.kill(wide[0] as number, "SIGKILL");
-      const until = Date.now() + 30_000;
-      for (;;) {
-        const h = (await (await fetch(`${daemon.state.url}/health`)).json()) as {
-          mcp: { servers: { name: string; running: boolean }[] };
-        };
-        if (h.mcp.servers.find((s) => s.name === "wide")?.running === false) {
-          expect(h.mcp.servers.find((s) => s.name === "calc")?.running).toBe(true);
-          break;
-        }
-        if (Date.now() > until) throw new Error("the killed MCP server still shows as running");
-        await new Promise((r) => setTimeout(r, 50));
-      }
+      const down = await server("wide", (s) => s.state === "failed");
+      expect(down).toMatchObject({ running: false, attempts: 2, restarts: 0 });
+      expect(down.lastError).toContain("refusing to start");
+      expect((await server("calc", () => true)).running).toBe(true);
     } finally {
       await daemon.stop();
     }
