@@ -1,7 +1,14 @@
 import { readFileSync } from "node:fs";
-import { executeRun, FlowError, type JournalRow } from "@crw/flow";
+import { executeRun, FlowError } from "@crw/flow";
 import { afterEach, describe, expect, it } from "vitest";
-import { defineWorkflow, type InProcessRun, inProcessRun } from "./helpers/harness.js";
+import {
+  defineWorkflow,
+  type InProcessRun,
+  inProcessRun,
+  rowsOfType,
+  countSchema as schema,
+  until,
+} from "./helpers/harness.js";
 
 let run: InProcessRun | null = null;
 afterEach(async () => {
@@ -9,31 +16,15 @@ afterEach(async () => {
   run = null;
 });
 
-const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
 const one = (role: "explorer" | "executor" = "explorer", task = "count") =>
   defineWorkflow({ name: "one", run: (ctx) => ctx.call({ role, task, schema }) });
-
-async function until(what: string, check: () => boolean, ms = 10_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out: ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
-const rowsOfType = (rows: JournalRow[], type: string) => rows.filter((r) => r.type === type);
 
 describe("attempts, holds and pauses", () => {
   it("S000-126 S000-128 S000-131 S000-132 S000-133 S000-134 S000-135: a subagent that is notLoaded and unchanged for LostAfter loses the attempt; the next spawns in the same allocation", async () => {
     run = await inProcessRun({ lostAfterMs: 300 });
     const { done } = run.background(one("executor"));
-    const [s1] = await run.steps();
-    if (!s1) throw new Error("no step");
-    const a = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: s1.message,
-      agentRole: "executor",
-    });
+    const s1 = await run.firstStep();
+    const a = run.spawn(s1, "executor");
     expect(await run.report(s1, a.threadId)).toBe("bound");
     run.fake.setThreadStatus(a.threadId, "notLoaded"); // the turn stays inProgress and never changes
     await until("attempt 2's step", () => rowsOfType(run?.rows() ?? [], "step_published").length === 2);
@@ -61,11 +52,7 @@ describe("attempts, holds and pauses", () => {
     const packet = readFileSync(s2.packet, "utf8");
     expect(packet).toContain("The previous attempt (1) was cut off");
     expect(packet).toContain(`git -C ${s1.workspace} status`);
-    const b = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: s2.message,
-      agentRole: "executor",
-    });
+    const b = run.spawn(s2, "executor");
     expect(await run.report(s2, b.threadId)).toBe("bound");
     run.fake.answer(b.threadId, '{"n":9}');
     expect(await done).toEqual({ state: "completed", result: { n: 9 } });
@@ -79,13 +66,8 @@ describe("attempts, holds and pauses", () => {
   it("S000-130 S000-129: an active thread is waited for, and a host that cannot be asked judges nothing", async () => {
     run = await inProcessRun({ lostAfterMs: 200 });
     const { done } = run.background(one());
-    const [s1] = await run.steps();
-    if (!s1) throw new Error("no step");
-    const a = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: s1.message,
-      agentRole: "explorer",
-    });
+    const s1 = await run.firstStep();
+    const a = run.spawn(s1, "explorer");
     expect(await run.report(s1, a.threadId)).toBe("bound");
     run.fake.setThreadStatus(a.threadId, "active");
     await new Promise((r) => setTimeout(r, 600));
@@ -100,13 +82,8 @@ describe("attempts, holds and pauses", () => {
   it("S000-092 S000-089 S000-149 S000-150 S000-233: a host failure holds the call and pauses the run; the resume goes on in place with a new attempt", async () => {
     run = await inProcessRun();
     const { done } = run.background(one());
-    const [s1] = await run.steps();
-    if (!s1) throw new Error("no step");
-    const a = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: s1.message,
-      agentRole: "explorer",
-    });
+    const s1 = await run.firstStep();
+    const a = run.spawn(s1, "explorer");
     expect(await run.report(s1, a.threadId)).toBe("bound");
     run.fake.failTurn(a.threadId, "internalServerError", { message: "boom" });
     expect(await done).toEqual({ state: "paused", reason: "held:explorer.1" });
@@ -123,11 +100,7 @@ describe("attempts, holds and pauses", () => {
     if (!s2) throw new Error("no new attempt");
     expect(s2).toMatchObject({ k: 2, action: "spawn" });
     expect(readFileSync(s2.packet, "utf8")).toContain("was stopped: host_failure");
-    const b = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: s2.message,
-      agentRole: "explorer",
-    });
+    const b = run.spawn(s2, "explorer");
     expect(await run.report(s2, b.threadId)).toBe("bound");
     run.fake.answer(b.threadId, '{"n":5}');
     expect(await second.done).toEqual({ state: "completed", result: { n: 5 } });
@@ -151,16 +124,8 @@ describe("attempts, holds and pauses", () => {
     const ex = byCall.get("explorer.1");
     const rv = byCall.get("reviewer.1");
     if (!ex || !rv) throw new Error("steps");
-    const a = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: ex.message,
-      agentRole: "explorer",
-    });
-    const b = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: rv.message,
-      agentRole: "reviewer",
-    });
+    const a = run.spawn(ex, "explorer");
+    const b = run.spawn(rv, "reviewer");
     expect(await run.report(ex, a.threadId)).toBe("bound");
     expect(await run.report(rv, b.threadId)).toBe("bound");
     run.fake.failTurn(a.threadId, "usageLimitExceeded");
@@ -199,8 +164,7 @@ describe("attempts, holds and pauses", () => {
       workflow: one(),
       stepWriteHook: hook,
     });
-    const [s1] = await run.steps();
-    if (!s1) throw new Error("no step");
+    const s1 = await run.firstStep();
     const rows = rowsOfType(run.rows(), "step_unwritten");
     expect(rows.map((r) => (r as { failures: number }).failures)).toEqual([1, 10, 12]);
     expect(rows[0]).toMatchObject({
@@ -213,11 +177,7 @@ describe("attempts, holds and pauses", () => {
     });
     expect(rows[2]).toMatchObject({ written: true });
     expect(rows[0]).not.toHaveProperty("written");
-    const a = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: s1.message,
-      agentRole: "explorer",
-    });
+    const a = run.spawn(s1, "explorer");
     expect(await run.report(s1, a.threadId)).toBe("bound");
     run.fake.answer(a.threadId, '{"n":1}');
     expect(await done).toMatchObject({ state: "completed" });
@@ -226,13 +186,8 @@ describe("attempts, holds and pauses", () => {
   it("a resume whose workflow changed a call's input is refused naming the op (exit 2)", async () => {
     run = await inProcessRun();
     const { done } = run.background(one());
-    const [s1] = await run.steps();
-    if (!s1) throw new Error("no step");
-    const a = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: s1.message,
-      agentRole: "explorer",
-    });
+    const s1 = await run.firstStep();
+    const a = run.spawn(s1, "explorer");
     await run.report(s1, a.threadId);
     run.fake.failTurn(a.threadId, "internalServerError");
     await done;

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { defineWorkflow, type InProcessRun, inProcessRun } from "./helpers/harness.js";
+import { defineWorkflow, type InProcessRun, inProcessRun, countSchema as schema } from "./helpers/harness.js";
 
 let run: InProcessRun | null = null;
 afterEach(async () => {
@@ -7,7 +7,6 @@ afterEach(async () => {
   run = null;
 });
 
-const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
 const one = (role: "explorer" | "executor" = "explorer") =>
   defineWorkflow({ name: "one", run: (ctx) => ctx.call({ role, task: "count", schema }) });
 
@@ -15,16 +14,9 @@ describe("binding a reported subagent", () => {
   it("S000-057 S000-059: a subagent on another pair gets pair_mismatch naming the role's pair; the step stays; the right pair binds", async () => {
     run = await inProcessRun({ roles: { explorer: { model: "m-explore", effort: "high" } } });
     const { done } = run.background(one());
-    const [step] = await run.steps();
-    if (!step) throw new Error("no step");
+    const step = await run.firstStep();
     expect(step).toMatchObject({ model: "m-explore", reasoning_effort: "high", agent_type: "explorer" });
-    const wrong = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: step.message,
-      model: "other",
-      reasoningEffort: "high",
-      agentRole: "explorer",
-    });
+    const wrong = run.spawn(step, "explorer", { model: "other", reasoningEffort: "high" });
     expect(await run.report(step, wrong.threadId)).toBe("pair_mismatch");
     const reply = JSON.parse(
       (await import("node:fs")).readFileSync(
@@ -34,13 +26,7 @@ describe("binding a reported subagent", () => {
     );
     expect(reply.pair).toEqual({ model: "m-explore", effort: "high" });
     expect(await run.steps()).toHaveLength(1); // the step stays
-    const right = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: step.message,
-      model: "m-explore",
-      reasoningEffort: "high",
-      agentRole: "explorer",
-    });
+    const right = run.spawn(step, "explorer", { model: "m-explore", reasoningEffort: "high" });
     expect(await run.report(step, right.threadId)).toBe("bound");
     run.fake.answer(right.threadId, '{"n":1}', { input: 1, output: 1 });
     expect(await done).toEqual({ state: "completed", result: { n: 1 } });
@@ -53,15 +39,8 @@ describe("binding a reported subagent", () => {
   it("S000-069 S000-067: a model with an undecided effort binds on the model alone (effort_unchecked, the host's effort recorded)", async () => {
     run = await inProcessRun({ roles: { explorer: { model: "m-explore" } } });
     const { done } = run.background(one());
-    const [step] = await run.steps();
-    if (!step) throw new Error("no step");
-    const a = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: step.message,
-      model: "m-explore",
-      reasoningEffort: "low",
-      agentRole: "explorer",
-    });
+    const step = await run.firstStep();
+    const a = run.spawn(step, "explorer", { model: "m-explore", reasoningEffort: "low" });
     expect(await run.report(step, a.threadId)).toBe("bound");
     run.fake.answer(a.threadId, '{"n":2}');
     await done;
@@ -74,13 +53,8 @@ describe("binding a reported subagent", () => {
   it("S000-068: an agentRole other than the expected agent type is recorded session_agent_role_mismatch and bound", async () => {
     run = await inProcessRun();
     const { done } = run.background(one());
-    const [step] = await run.steps();
-    if (!step) throw new Error("no step");
-    const a = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: step.message,
-      agentRole: "default",
-    });
+    const step = await run.firstStep();
+    const a = run.spawn(step, "default");
     expect(await run.report(step, a.threadId)).toBe("bound");
     run.fake.answer(a.threadId, '{"n":3}');
     await done;
@@ -93,8 +67,7 @@ describe("binding a reported subagent", () => {
   it("S000-060 S000-061 S000-063 S000-065 S000-066: retry, refused and close replies", async () => {
     run = await inProcessRun();
     const { done } = run.background(one());
-    const [step] = await run.steps();
-    if (!step) throw new Error("no step");
+    const step = await run.firstStep();
     // retry: no turn of the reported subagent carries the marker (yet)
     const noMarker = run.fake.spawnSubagent({
       ownerThreadId: run.owner,
@@ -115,18 +88,10 @@ describe("binding a reported subagent", () => {
     expect(await run.report(step, foreign.threadId)).toBe("refused");
     // close: a step the run did not publish (an early report)
     expect(await run.report({ call: step.call, k: 5, attempt: 1 }, noMarker.threadId)).toBe("close");
-    const a = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: step.message,
-      agentRole: "explorer",
-    });
+    const a = run.spawn(step, "explorer");
     expect(await run.report(step, a.threadId)).toBe("bound");
     // close: a second subagent for a bound attempt
-    const second = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: step.message,
-      agentRole: "explorer",
-    });
+    const second = run.spawn(step, "explorer");
     expect(await run.report(step, second.threadId)).toBe("close");
     run.fake.answer(a.threadId, '{"n":4}');
     expect(await done).toEqual({ state: "completed", result: { n: 4 } });
@@ -143,13 +108,8 @@ describe("binding a reported subagent", () => {
       },
     });
     const { done } = run.background(wf);
-    const [s1] = await run.steps();
-    if (!s1) throw new Error("no step");
-    const a = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: s1.message,
-      agentRole: "explorer",
-    });
+    const s1 = await run.firstStep();
+    const a = run.spawn(s1, "explorer");
     expect(await run.report(s1, a.threadId)).toBe("bound");
     run.fake.answer(a.threadId, '{"n":1}');
     const deadline = Date.now() + 5000;
@@ -158,11 +118,7 @@ describe("binding a reported subagent", () => {
     expect(await run.report(s1, a.threadId)).toBe("close");
     const [s2] = (await run.steps()).filter((s) => s.call === "explorer.2");
     if (!s2) throw new Error("no second step");
-    const b = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: s2.message,
-      agentRole: "explorer",
-    });
+    const b = run.spawn(s2, "explorer");
     expect(await run.report(s2, b.threadId)).toBe("bound");
     run.fake.answer(b.threadId, '{"n":2}');
     expect(await done).toEqual({ state: "completed", result: [{ n: 1 }, { n: 2 }] });

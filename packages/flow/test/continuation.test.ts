@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { conversationOf, FlowCallError, type JournalRow, shadowReplay } from "@crw/flow";
 import { afterEach, describe, expect, it } from "vitest";
-import { defineWorkflow, type InProcessRun, inProcessRun } from "./helpers/harness.js";
+import { defineWorkflow, type InProcessRun, inProcessRun, countSchema as schema } from "./helpers/harness.js";
 
 let run: InProcessRun | null = null;
 afterEach(async () => {
@@ -9,7 +9,6 @@ afterEach(async () => {
   run = null;
 });
 
-const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
 const of = <T extends JournalRow["type"]>(rows: JournalRow[], type: T) =>
   rows.filter((r): r is Extract<JournalRow, { type: T }> => r.type === type);
 
@@ -142,13 +141,7 @@ describe("an explicit effort on a continuation", () => {
       }
     };
     const spawn = (step: { message: string }, effort: string) =>
-      r.fake.spawnSubagent({
-        ownerThreadId: r.owner,
-        message: step.message,
-        agentRole: "explorer",
-        model: "m-x",
-        reasoningEffort: effort,
-      }).threadId;
+      r.spawn(step, "explorer", { model: "m-x", reasoningEffort: effort }).threadId;
     const s1 = await stepOf("explorer.1");
     expect(s1.reasoning_effort).toBeNull(); // the role leaves it to the host
     const a1 = spawn(s1, "high");
@@ -230,13 +223,7 @@ describe("continuing a call bound effort_unchecked", () => {
       for (;;) {
         const step = (await r.steps(1)).find((s) => s.call === call);
         if (step) {
-          const a = r.fake.spawnSubagent({
-            ownerThreadId: r.owner,
-            message: step.message,
-            agentRole: "explorer",
-            model: "m-x",
-            reasoningEffort: effort,
-          });
+          const a = r.spawn(step, "explorer", { model: "m-x", reasoningEffort: effort });
           expect(await r.report(step, a.threadId)).toBe("bound");
           r.fake.answer(a.threadId, '{"n":1}');
           return a.threadId;

@@ -1,22 +1,18 @@
 import type { JournalRow } from "@crw/flow";
 import { afterEach, describe, expect, it } from "vitest";
-import { defineWorkflow, type InProcessRun, inProcessRun } from "./helpers/harness.js";
+import {
+  defineWorkflow,
+  type InProcessRun,
+  inProcessRun,
+  countSchema as schema,
+  until,
+} from "./helpers/harness.js";
 
 let run: InProcessRun | null = null;
 afterEach(async () => {
   await run?.close();
   run = null;
 });
-
-const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
-
-async function until(what: string, check: () => boolean, ms = 10_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out: ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
 
 const of = <T extends JournalRow["type"]>(rows: JournalRow[], type: T) =>
   rows.filter((r): r is Extract<JournalRow, { type: T }> => r.type === type);
@@ -28,15 +24,14 @@ describe("conversation places of a call's turns", () => {
     const { done } = r.background(
       defineWorkflow({ name: "conv", run: (ctx) => ctx.call({ role: "explorer", task: "count", schema }) }),
     );
-    const [s1] = await r.steps();
-    if (!s1) throw new Error("no step");
-    const a = r.fake.spawnSubagent({ ownerThreadId: r.owner, message: s1.message, agentRole: "explorer" });
+    const s1 = await r.firstStep();
+    const a = r.spawn(s1, "explorer");
     expect(await r.report(s1, a.threadId)).toBe("bound");
     r.fake.setThreadStatus(a.threadId, "notLoaded"); // lost: the turn is run again on a new subagent
     await until("attempt 2's step", () => of(r.rows(), "step_published").length === 2);
     const s2 = (await r.steps()).find((s) => s.attempt === 2);
     if (!s2) throw new Error("no attempt 2 step");
-    const b = r.fake.spawnSubagent({ ownerThreadId: r.owner, message: s2.message, agentRole: "explorer" });
+    const b = r.spawn(s2, "explorer");
     expect(await r.report(s2, b.threadId)).toBe("bound");
     r.fake.answer(b.threadId, "not json at all"); // the repair: conversation turn 2 on the same subagent
     await until("the repair's step", () => of(r.rows(), "step_published").length === 3);

@@ -40,11 +40,7 @@ async function take(r: InProcessRun, call: string, agentType = "worker") {
   for (;;) {
     const step = (await r.steps(1)).find((s) => s.call === call);
     if (step) {
-      const agent = r.fake.spawnSubagent({
-        ownerThreadId: r.owner,
-        message: step.message,
-        agentRole: agentType,
-      });
+      const agent = r.spawn(step, agentType);
       return { step, agent: agent.threadId, reply: await r.report(step, agent.threadId) };
     }
     if (Date.now() > deadline) throw new Error(`no step of ${call}`);
@@ -120,7 +116,7 @@ describe("flow evidence records", () => {
     while (!second) {
       const s = (await r.steps(1)).find((x) => x.call === "executor.1" && x.attempt === 2);
       if (s) {
-        const a = r.fake.spawnSubagent({ ownerThreadId: r.owner, message: s.message, agentRole: "worker" });
+        const a = r.spawn(s, "worker");
         second = { step: s, agent: a.threadId, reply: await r.report(s, a.threadId) };
       } else if (Date.now() > deadline) throw new Error("no second attempt");
       else await new Promise((res) => setTimeout(res, 20));

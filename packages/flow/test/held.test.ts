@@ -1,6 +1,6 @@
 import type { JournalRow } from "@crw/flow";
 import { afterEach, describe, expect, it } from "vitest";
-import { defineWorkflow, type InProcessRun, inProcessRun } from "./helpers/harness.js";
+import { defineWorkflow, type InProcessRun, inProcessRun, countSchema as schema } from "./helpers/harness.js";
 
 let run: InProcessRun | null = null;
 afterEach(async () => {
@@ -8,7 +8,6 @@ afterEach(async () => {
   run = null;
 });
 
-const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
 const two = defineWorkflow({
   name: "two",
   run: (ctx) =>
@@ -34,18 +33,10 @@ describe("held calls", () => {
     const ex = steps.find((s) => s.call === "explorer.1");
     const rv = steps.find((s) => s.call === "reviewer.1");
     if (!ex || !rv) throw new Error("steps");
-    const a = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: ex.message,
-      agentRole: "explorer",
-    });
+    const a = run.spawn(ex, "explorer");
     expect(await run.report(ex, a.threadId)).toBe("bound");
     // the owner spawned the reviewer's subagent and never reported it; then the run pauses
-    const b = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: rv.message,
-      agentRole: "reviewer",
-    });
+    const b = run.spawn(rv, "reviewer");
     run.fake.failTurn(a.threadId, "internalServerError");
     expect(await first.done).toMatchObject({ state: "paused" });
     expect(callRows(run.rows(), "reviewer.1").map((r) => r.type)).toEqual([
@@ -63,11 +54,7 @@ describe("held calls", () => {
     run.fake.answer(b.threadId, '{"n":2}');
     const ex2 = (await run.steps()).find((s) => s.call === "explorer.1");
     if (!ex2) throw new Error("no new explorer attempt");
-    const c = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: ex2.message,
-      agentRole: "explorer",
-    });
+    const c = run.spawn(ex2, "explorer");
     expect(await run.report(ex2, c.threadId)).toBe("bound");
     run.fake.answer(c.threadId, '{"n":1}');
     expect(await second.done).toEqual({ state: "completed", result: [{ n: 1 }, { n: 2 }] });
@@ -80,16 +67,8 @@ describe("held calls", () => {
     const ex = steps.find((s) => s.call === "explorer.1");
     const rv = steps.find((s) => s.call === "reviewer.1");
     if (!ex || !rv) throw new Error("steps");
-    const a = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: ex.message,
-      agentRole: "explorer",
-    });
-    const b = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: rv.message,
-      agentRole: "reviewer",
-    });
+    const a = run.spawn(ex, "explorer");
+    const b = run.spawn(rv, "reviewer");
     expect(await run.report(ex, a.threadId)).toBe("bound");
     expect(await run.report(rv, b.threadId)).toBe("bound");
     run.fake.answer(a.threadId, "not json");

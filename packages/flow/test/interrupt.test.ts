@@ -2,7 +2,7 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { digestOf, JournalWriter, spawnMessage } from "@crw/flow";
 import { afterEach, describe, expect, it } from "vitest";
-import { defineWorkflow, type InProcessRun, inProcessRun } from "./helpers/harness.js";
+import { defineWorkflow, type InProcessRun, inProcessRun, countSchema as schema } from "./helpers/harness.js";
 
 let run: InProcessRun | null = null;
 afterEach(async () => {
@@ -10,7 +10,6 @@ afterEach(async () => {
   run = null;
 });
 
-const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
 const one = defineWorkflow({
   name: "one",
   run: (ctx) => ctx.call({ role: "explorer", task: "count", schema }),
@@ -132,11 +131,7 @@ describe("an interrupt goes with its turn across a restart", () => {
     expect(held).toMatchObject({ reason: "usage_limit" }); // the completed turn ends held for the row's reason
     expect(rows.some((r) => r.type === "completed")).toBe(false);
     expect(s2).toMatchObject({ k: 2, attempt: 2, action: "spawn" });
-    const b = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: s2.message,
-      agentRole: "explorer",
-    });
+    const b = run.spawn(s2, "explorer");
     expect(await run.report(s2, b.threadId)).toBe("bound");
     run.fake.answer(b.threadId, '{"n":2}');
     expect(await done).toEqual({ state: "completed", result: { n: 2 } }); // the new attempt carries no intent

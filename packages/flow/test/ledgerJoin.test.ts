@@ -20,11 +20,7 @@ describe("the ledger join", () => {
     );
     const [step] = await r.steps(1);
     if (!step) throw new Error("no step");
-    const agent = r.fake.spawnSubagent({
-      ownerThreadId: r.owner,
-      message: step.message,
-      agentRole: "explorer",
-    });
+    const agent = r.spawn(step, "explorer");
     // the owner's spawn item shows no prompt (nothing carries the marker there), and the owner reports
     // nothing: only the hook's ledger line of the op ties the tool call to the step
     const ownerTurns = r.fake.state.get(r.owner).turns;

@@ -1,8 +1,16 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { digestOf, executeRun, type JournalRow, JournalWriter, readReply } from "@crw/flow";
+import { digestOf, executeRun, JournalWriter, readReply } from "@crw/flow";
 import { afterEach, describe, expect, it } from "vitest";
-import { defineWorkflow, type InProcessRun, inProcessRun } from "./helpers/harness.js";
+import {
+  defineWorkflow,
+  type InProcessRun,
+  inProcessRun,
+  rowsOfType as of,
+  nullRolePairs as pairs,
+  countSchema as schema,
+  until,
+} from "./helpers/harness.js";
 
 let run: InProcessRun | null = null;
 afterEach(async () => {
@@ -10,37 +18,21 @@ afterEach(async () => {
   run = null;
 });
 
-const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
 const one = (role: "explorer" | "executor" = "explorer") =>
   defineWorkflow({ name: "one", run: (ctx) => ctx.call({ role, task: "count", schema }) });
-const of = (rows: JournalRow[], type: string) => rows.filter((r) => r.type === type);
-async function until(what: string, check: () => boolean, ms = 10_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out: ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-const pairs = Object.fromEntries(
-  ["architect", "executor", "executor-t1", "reviewer", "explorer", "critic"].map((r) => [
-    r,
-    { model: null, effort: null },
-  ]),
-);
 
 describe("more of the session call", () => {
   it("S000-009 S000-013 S000-025 S000-083: P is made after the prepared row and is the call's cwd; the step files are where the seed says", async () => {
     run = await inProcessRun();
     const { done } = run.background(one());
-    const [s] = await run.steps();
-    if (!s) throw new Error("no step");
+    const s = await run.firstStep();
     const P = join(run.paths.workspaces, "explorer.1");
     expect(existsSync(P)).toBe(true);
     expect(s.workspace).toBe(P);
     expect(s.packet).toBe(join(run.paths.steps, "explorer.1", "packet-t1-a1.md"));
     expect(existsSync(join(run.paths.steps, "explorer.1", "t1-a1.json"))).toBe(true);
     expect(readFileSync(s.packet, "utf8")).toContain(`Your workspace is ${P}`);
-    const a = run.fake.spawnSubagent({ ownerThreadId: run.owner, message: s.message, agentRole: "explorer" });
+    const a = run.spawn(s, "explorer");
     expect(await run.report(s, a.threadId)).toBe("bound");
     await new Promise((r) => setTimeout(r, 200)); // the turn runs on: the run keeps reading it
     expect(of(run.rows(), "completed")).toHaveLength(0);
@@ -53,9 +45,8 @@ describe("more of the session call", () => {
   it("S000-026 S000-018: a repair whose subagent is closed is a spawn on a new attempt, carrying the previous answer", async () => {
     run = await inProcessRun();
     const { done } = run.background(one());
-    const [s] = await run.steps();
-    if (!s) throw new Error("no step");
-    const a = run.fake.spawnSubagent({ ownerThreadId: run.owner, message: s.message, agentRole: "explorer" });
+    const s = await run.firstStep();
+    const a = run.spawn(s, "explorer");
     expect(await run.report(s, a.threadId)).toBe("bound");
     run.fake.answer(a.threadId, "oops");
     run.fake.closeAgent(a.threadId);
@@ -72,11 +63,7 @@ describe("more of the session call", () => {
     const s2 = (await run.steps()).find((x) => x.k === 2);
     if (!s2) throw new Error("no repair step");
     expect(readFileSync(s2.packet, "utf8")).toContain("oops");
-    const b = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: s2.message,
-      agentRole: "explorer",
-    });
+    const b = run.spawn(s2, "explorer");
     expect(await run.report(s2, b.threadId)).toBe("bound");
     run.fake.answer(b.threadId, '{"n":2}');
     expect(await done).toEqual({ state: "completed", result: { n: 2 } });
@@ -85,27 +72,14 @@ describe("more of the session call", () => {
   it("S000-077 S000-167: thread_started once per attempt; a later attempt on another pair records prior_pairs", async () => {
     run = await inProcessRun({ lostAfterMs: 200 });
     const { done } = run.background(one());
-    const [s] = await run.steps();
-    if (!s) throw new Error("no step");
-    const a = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: s.message,
-      model: "m-one",
-      reasoningEffort: "low",
-      agentRole: "explorer",
-    });
+    const s = await run.firstStep();
+    const a = run.spawn(s, "explorer", { model: "m-one", reasoningEffort: "low" });
     expect(await run.report(s, a.threadId)).toBe("bound");
     run.fake.setThreadStatus(a.threadId, "notLoaded");
     await until("attempt 2", () => of(run?.rows() ?? [], "step_published").length === 2);
     const s2 = (await run.steps()).find((x) => x.attempt === 2);
     if (!s2) throw new Error("no attempt 2");
-    const b = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: s2.message,
-      model: "m-two",
-      reasoningEffort: "high",
-      agentRole: "explorer",
-    });
+    const b = run.spawn(s2, "explorer", { model: "m-two", reasoningEffort: "high" });
     expect(await run.report(s2, b.threadId)).toBe("bound");
     run.fake.answer(b.threadId, '{"n":3}');
     await done;
@@ -121,9 +95,8 @@ describe("more of the session call", () => {
   it("S000-100: a turn whose rollout has no token count is left unmeasured (tokens_unmeasured, pauses: false)", async () => {
     run = await inProcessRun();
     const { done } = run.background(one());
-    const [s] = await run.steps();
-    if (!s) throw new Error("no step");
-    const a = run.fake.spawnSubagent({ ownerThreadId: run.owner, message: s.message, agentRole: "explorer" });
+    const s = await run.firstStep();
+    const a = run.spawn(s, "explorer");
     expect(await run.report(s, a.threadId)).toBe("bound");
     run.fake.completeTurn(a.threadId, { messages: [{ text: '{"n":1}', phase: "final_answer" }] }); // no usage
     await done;
@@ -139,10 +112,9 @@ describe("more of the session call", () => {
   it("S000-174: two unreported subagents carrying one marker: session_host_warning several_spawns with the op", async () => {
     run = await inProcessRun();
     const { done } = run.background(one());
-    const [s] = await run.steps();
-    if (!s) throw new Error("no step");
-    const a = run.fake.spawnSubagent({ ownerThreadId: run.owner, message: s.message, agentRole: "explorer" });
-    run.fake.spawnSubagent({ ownerThreadId: run.owner, message: s.message, agentRole: "explorer" });
+    const s = await run.firstStep();
+    const a = run.spawn(s, "explorer");
+    run.spawn(s, "explorer");
     await until("a bind by lookup", () => of(run?.rows() ?? [], "thread_started").length === 1);
     expect(of(run.rows(), "session_host_warning")[0]).toMatchObject({
       op: "explorer.1/t1",
@@ -157,8 +129,7 @@ describe("more of the session call", () => {
   it("S000-062: a report that names no subagent is refused", async () => {
     run = await inProcessRun();
     const { done } = run.background(one());
-    const [s] = await run.steps();
-    if (!s) throw new Error("no step");
+    const s = await run.firstStep();
     mkdirSync(run.paths.inbox, { recursive: true });
     writeFileSync(
       join(run.paths.inbox, "explorer.1.t7-a1.x.json"),
@@ -175,7 +146,7 @@ describe("more of the session call", () => {
       reply: "refused",
       reason: "the report names no subagent",
     });
-    const a = run.fake.spawnSubagent({ ownerThreadId: run.owner, message: s.message, agentRole: "explorer" });
+    const a = run.spawn(s, "explorer");
     expect(await run.report(s, a.threadId)).toBe("bound");
     run.fake.answer(a.threadId, '{"n":1}');
     await done;
@@ -202,9 +173,8 @@ describe("more of the session call", () => {
       workflow: wf,
       stepWriteHook: hook,
     });
-    const [s] = await run.steps();
-    if (!s) throw new Error("no step");
-    const a = run.fake.spawnSubagent({ ownerThreadId: run.owner, message: s.message, agentRole: "explorer" });
+    const s = await run.firstStep();
+    const a = run.spawn(s, "explorer");
     expect(await run.report(s, a.threadId)).toBe("bound");
     run.fake.failTurn(a.threadId, "usageLimitExceeded");
     expect(await done).toMatchObject({ state: "paused" });
@@ -293,11 +263,7 @@ describe("more of the session call", () => {
     expect(existsSync(join(run.paths.steps, "explorer.1", "close-a1-gone-thread.json"))).toBe(true);
     const s2 = (await run.steps()).find((x) => x.attempt === 2);
     if (!s2) throw new Error("no attempt 2");
-    const b = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: s2.message,
-      agentRole: "explorer",
-    });
+    const b = run.spawn(s2, "explorer");
     expect(await run.report(s2, b.threadId)).toBe("bound");
     run.fake.answer(b.threadId, '{"n":4}');
     expect(await done).toEqual({ state: "completed", result: { n: 4 } });
@@ -382,11 +348,7 @@ describe("more of the session call", () => {
     );
     const s2 = (await run.steps()).find((x) => x.attempt === 2);
     if (!s2) throw new Error("no attempt 2");
-    const b = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: s2.message,
-      agentRole: "explorer",
-    });
+    const b = run.spawn(s2, "explorer");
     expect(await run.report(s2, b.threadId)).toBe("bound");
     run.fake.answer(b.threadId, '{"n":4}');
     expect(await done).toEqual({ state: "completed", result: { n: 4 } });
@@ -395,9 +357,8 @@ describe("more of the session call", () => {
   it("S000-225: a resume takes the role store's new pairs, records them in its started row and the change in policy_repinned", async () => {
     run = await inProcessRun();
     const first = run.background(one());
-    const [s] = await run.steps();
-    if (!s) throw new Error("no step");
-    const a = run.fake.spawnSubagent({ ownerThreadId: run.owner, message: s.message, agentRole: "explorer" });
+    const s = await run.firstStep();
+    const a = run.spawn(s, "explorer");
     expect(await run.report(s, a.threadId)).toBe("bound");
     run.fake.failTurn(a.threadId, "internalServerError");
     await first.done;
@@ -421,12 +382,7 @@ describe("more of the session call", () => {
       pinned_digest: (started[0] as { policy_digest: string }).policy_digest,
       store_digest: (started[1] as { policy_digest: string }).policy_digest,
     });
-    const b = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: s2.message,
-      model: "m-new",
-      agentRole: "explorer",
-    });
+    const b = run.spawn(s2, "explorer", { model: "m-new" });
     expect(await run.report(s2, b.threadId)).toBe("bound");
     run.fake.answer(b.threadId, '{"n":1}');
     await second.done;

@@ -1,5 +1,4 @@
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
   digestOf,
@@ -15,20 +14,15 @@ import {
 } from "@crw/flow";
 import { FakeAppServer } from "@crw/tools/codex";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { crwFlow, ensureBuilt, waitFor } from "./helpers/cli.js";
+import { cliRoot, crwFlow, waitFor } from "./helpers/cli.js";
+import { nullRolePairs as undecided } from "./helpers/harness.js";
 
 let root: string;
 let env: NodeJS.ProcessEnv;
 let n = 0;
-const roles = ["architect", "executor", "executor-t1", "reviewer", "explorer", "critic"];
-const undecided = Object.fromEntries(roles.map((r) => [r, { model: null, effort: null }]));
 
 beforeAll(() => {
-  ensureBuilt();
-  root = mkdtempSync(join(tmpdir(), "crw-flow-next-"));
-  mkdirSync(join(root, "codex-home"), { recursive: true });
-  writeFileSync(join(root, "codex-home", "config.toml"), "[agents]\nmax_threads = 3\n");
-  env = { ...process.env, CODEX_HOME: join(root, "codex-home"), CRW_FLOW_STARTING_MS: "300" };
+  ({ root, env } = cliRoot("crw-flow-next-", { CRW_FLOW_STARTING_MS: "300" }));
 }, 120_000);
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 

@@ -1,6 +1,5 @@
 import { execFile } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import {
   bindingFile,
@@ -22,21 +21,15 @@ import {
 } from "@crw/flow";
 import { FakeAppServer } from "@crw/tools/codex";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { crwBin, crwFlow, ensureBuilt, waitFor } from "./helpers/cli.js";
-import { answerSchema, defineWorkflow, inProcessRun } from "./helpers/harness.js";
+import { cliRoot, crwBin, crwFlow, waitFor } from "./helpers/cli.js";
+import { answerSchema, defineWorkflow, inProcessRun, nullRolePairs as undecided } from "./helpers/harness.js";
 
 let root: string;
 let env: NodeJS.ProcessEnv;
 let n = 0;
-const roles = ["architect", "executor", "executor-t1", "reviewer", "explorer", "critic"];
-const undecided = Object.fromEntries(roles.map((r) => [r, { model: null, effort: null }]));
 
 beforeAll(() => {
-  ensureBuilt();
-  root = mkdtempSync(join(tmpdir(), "crw-flow-owner-"));
-  mkdirSync(join(root, "codex-home"), { recursive: true });
-  writeFileSync(join(root, "codex-home", "config.toml"), "[agents]\nmax_threads = 3\n");
-  env = { ...process.env, CODEX_HOME: join(root, "codex-home"), CRW_FLOW_STARTING_MS: "400" };
+  ({ root, env } = cliRoot("crw-flow-owner-", { CRW_FLOW_STARTING_MS: "400" }));
   delete env.CRW_FLOW_FAULT;
 }, 120_000);
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -122,13 +115,7 @@ describe("the holder binds and closes the owner's line", () => {
       expect(Date.parse(String(line?.at))).toBeGreaterThanOrEqual(Date.parse(started.at));
       const [step] = await run.steps(1);
       if (!step) throw new Error("no step");
-      const agent = run.fake.spawnSubagent({
-        ownerThreadId: run.owner,
-        message: step.message,
-        model: "m-x",
-        reasoningEffort: "low",
-        agentRole: "explorer",
-      }).threadId;
+      const agent = run.spawn(step, "explorer", { model: "m-x", reasoningEffort: "low" }).threadId;
       expect(await run.report(step, agent)).toBe("bound");
       run.fake.answer(agent, '{"summary":"s","score":1}');
       const outcome = await done;

@@ -1,14 +1,12 @@
 import { type JournalRow, runFlowCli } from "@crw/flow";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { defineWorkflow, type InProcessRun, inProcessRun } from "./helpers/harness.js";
+import { defineWorkflow, type InProcessRun, inProcessRun, countSchema as schema } from "./helpers/harness.js";
 
 let run: InProcessRun | null = null;
 afterEach(async () => {
   await run?.close();
   run = null;
 });
-
-const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
 
 async function stepOf(r: InProcessRun, call: string) {
   const deadline = Date.now() + 10_000;
@@ -35,7 +33,7 @@ describe("same-thread review", () => {
     });
     const { done } = r.background(wf);
     const ex = await stepOf(r, "executor.1");
-    const author = r.fake.spawnSubagent({ ownerThreadId: r.owner, message: ex.message, agentRole: "worker" });
+    const author = r.spawn(ex, "worker");
     expect(await r.report(ex, author.threadId)).toBe("bound");
     r.fake.answer(author.threadId, '{"n":1}', { input: 100, output: 10 });
     // the owner sends the review to the author's thread instead of spawning a reviewer
@@ -45,11 +43,7 @@ describe("same-thread review", () => {
     r.fake.answer(author.threadId, '{"n":2}', { input: 50, output: 5 });
     // a review on a thread of its own is no warning
     const cr = await stepOf(r, "critic.1");
-    const critic = r.fake.spawnSubagent({
-      ownerThreadId: r.owner,
-      message: cr.message,
-      agentRole: "reviewer",
-    });
+    const critic = r.spawn(cr, "reviewer");
     expect(await r.report(cr, critic.threadId)).toBe("bound");
     r.fake.answer(critic.threadId, '{"n":3}');
     expect(await done).toEqual({ state: "completed", result: [1, 2, 3] });

@@ -1,8 +1,14 @@
 import { appendFileSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
-import type { JournalRow } from "@crw/flow";
 import { afterEach, describe, expect, it } from "vitest";
-import { defineWorkflow, type InProcessRun, inProcessRun } from "../helpers/harness.js";
+import {
+  defineWorkflow,
+  type InProcessRun,
+  inProcessRun,
+  rowsOfType as of,
+  countSchema as schema,
+  until,
+} from "../helpers/harness.js";
 
 let run: InProcessRun | null = null;
 afterEach(async () => {
@@ -10,20 +16,10 @@ afterEach(async () => {
   run = null;
 });
 
-const of = (rows: JournalRow[], type: string) => rows.filter((r) => r.type === type);
-async function until(what: string, check: () => boolean, ms = 10_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out: ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
 describe("the session host adapter's warnings", () => {
   it("S000-301: what the marker search cannot tie with the hook's ledger (no_ledger_line, ledger_op_differs) is a session_host_warning row, before the bind", async () => {
     run = await inProcessRun();
     const r = run;
-    const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
     const three = defineWorkflow({
       name: "three",
       run: async (ctx) => {
@@ -65,7 +61,7 @@ describe("the session host adapter's warnings", () => {
       await until(`step ${n}`, () => of(r.rows(), "step_published").length === n);
       const s = (await r.steps()).find((x) => x.call === `explorer.${n}`);
       if (!s) throw new Error(`no step ${n}`);
-      const a = r.fake.spawnSubagent({ ownerThreadId: r.owner, message: s.message, agentRole: "explorer" });
+      const a = r.spawn(s, "explorer");
       const item = r.fake.state
         .get(r.owner)
         .turns.flatMap((t) => t.items)
@@ -106,10 +102,9 @@ describe("the session host adapter's warnings", () => {
       run: (ctx) => ctx.call({ role: "explorer", task: "t", schema: { type: "object" } }),
     });
     const { done } = r.background(one);
-    const [s] = await r.steps();
-    if (!s) throw new Error("no step");
-    const a = r.fake.spawnSubagent({ ownerThreadId: r.owner, message: s.message, agentRole: "explorer" });
-    r.fake.spawnSubagent({ ownerThreadId: r.owner, message: s.message, agentRole: "explorer" });
+    const s = await r.firstStep();
+    const a = r.spawn(s, "explorer");
+    r.spawn(s, "explorer");
     await until("the bind", () => of(r.rows(), "thread_started").length === 1);
     const bound = of(r.rows(), "thread_started")[0] as { thread_id: string };
     r.fake.answer(bound.thread_id, "{}");

@@ -2,22 +2,20 @@ import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { JournalRow } from "@crw/flow";
 import { afterEach, describe, expect, it } from "vitest";
-import { defineWorkflow, type InProcessRun, inProcessRun } from "../helpers/harness.js";
+import {
+  defineWorkflow,
+  type InProcessRun,
+  inProcessRun,
+  rowsOfType as of,
+  countSchema as schema,
+  until,
+} from "../helpers/harness.js";
 
 let run: InProcessRun | null = null;
 afterEach(async () => {
   await run?.close();
   run = null;
 });
-
-const of = (rows: JournalRow[], type: string) => rows.filter((r) => r.type === type);
-async function until(what: string, check: () => boolean, ms = 10_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out: ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
 
 /** The host methods that would start, resume or resend a turn: the App Server path's, never a session call's. */
 const TURN_MAKERS = ["thread/start", "thread/fork", "thread/resume", "turn/start", "turn/steer"];
@@ -29,19 +27,13 @@ describe("a session call on its own path", () => {
     // owner's spawn_agent / send_input. Its allocation is the prepared row's, made once after that row,
     // and a lost attempt's next step is published in it (callFold: the next attempt of the same call).
     run = await inProcessRun({ lostAfterMs: 200 });
-    const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
     const one = defineWorkflow({
       name: "one",
       run: (ctx) => ctx.call({ role: "executor", task: "build it", schema }),
     });
     const { done } = run.background(one);
-    const [s1] = await run.steps();
-    if (!s1) throw new Error("no step");
-    const a = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: s1.message,
-      agentRole: "executor",
-    });
+    const s1 = await run.firstStep();
+    const a = run.spawn(s1, "executor");
     expect(await run.report(s1, a.threadId)).toBe("bound");
     // the first attempt leaves work in P, then its thread is gone from the host
     writeFileSync(join(s1.workspace, "work-of-attempt-1.txt"), "half done\n");
@@ -54,11 +46,7 @@ describe("a session call on its own path", () => {
     expect(s2.workspace).toBe(s1.workspace);
     expect(readFileSync(join(s2.workspace, "work-of-attempt-1.txt"), "utf8")).toBe("half done\n");
     expect(readFileSync(s2.packet, "utf8")).toContain("cut off");
-    const b = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: s2.message,
-      agentRole: "executor",
-    });
+    const b = run.spawn(s2, "executor");
     expect(await run.report(s2, b.threadId)).toBe("bound");
     run.fake.answer(b.threadId, '{"n":2}');
     expect(await done).toEqual({ state: "completed", result: { n: 2 } });

@@ -12,15 +12,19 @@ import {
   writeSpec,
 } from "@crw/flow";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { answerSchema, defineWorkflow, type InProcessRun, inProcessRun } from "../helpers/harness.js";
+import {
+  answerSchema,
+  defineWorkflow,
+  type InProcessRun,
+  inProcessRun,
+  rowsOfType as of,
+} from "../helpers/harness.js";
 
 let run: InProcessRun | null = null;
 afterEach(async () => {
   await run?.close();
   run = null;
 });
-
-const of = (rows: JournalRow[], type: string) => rows.filter((r) => r.type === type);
 
 describe("the run's token figure", () => {
   it("S000-098: recovered call tokens (in no terminal row) count when the resumed process takes them, ride on the terminal row, and are counted once", async () => {

@@ -41,7 +41,7 @@ async function answer(r: InProcessRun, call: string, role: string) {
   const steps = await r.steps(1);
   const step = steps.find((s) => s.call === call);
   if (!step) throw new Error(`no step of ${call}`);
-  const agent = r.fake.spawnSubagent({ ownerThreadId: r.owner, message: step.message, agentRole: role });
+  const agent = r.spawn(step, role);
   expect(await r.report(step, agent.threadId)).toBe("bound");
   return agent.threadId;
 }

@@ -1,5 +1,6 @@
 import { execFile, execFileSync } from "node:child_process";
-import { existsSync, readdirSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 
 export const repoRoot = resolve(import.meta.dirname, "../../../..");
@@ -21,6 +22,21 @@ export function ensureBuilt(): void {
       execFileSync("npx", ["tsup"], { cwd: join(repoRoot, pkg), stdio: "ignore" });
     }
   }
+}
+
+/**
+ * Builds the CLI when stale, then makes a temporary root (named after `prefix`) with a CODEX_HOME whose
+ * config allows three agent threads; `env` is this process's environment with CODEX_HOME and `extra`.
+ */
+export function cliRoot(
+  prefix: string,
+  extra: NodeJS.ProcessEnv = {},
+): { root: string; env: NodeJS.ProcessEnv } {
+  ensureBuilt();
+  const root = mkdtempSync(join(tmpdir(), prefix));
+  mkdirSync(join(root, "codex-home"), { recursive: true });
+  writeFileSync(join(root, "codex-home", "config.toml"), "[agents]\nmax_threads = 3\n");
+  return { root, env: { ...process.env, CODEX_HOME: join(root, "codex-home"), ...extra } };
 }
 
 export interface CliResult {

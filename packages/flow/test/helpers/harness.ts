@@ -22,6 +22,9 @@ import {
   writeSpec,
 } from "@crw/flow";
 import { FakeAppServer } from "@crw/tools/codex";
+
+type SpawnInput = Parameters<FakeAppServer["spawnSubagent"]>[0];
+
 import { type Behave, fileStepSource, ScriptedOwner } from "@crw/tools/flow";
 
 /** A run of a workflow in this process against the fake app-server (real JSON-RPC over ws). */
@@ -46,6 +49,14 @@ export interface InProcessRun {
   background(workflow: Workflow): { done: Promise<FlowRunOutcome>; events: FlowEvent[] };
   /** Waits for the step files of the run (close files excluded). */
   steps(count?: number): Promise<StepFile[]>;
+  /** Waits for the run's first step file. */
+  firstStep(): Promise<StepFile>;
+  /** The owner spawns a subagent of `agentRole` with the step's message (the fake host's spawn_agent). */
+  spawn(
+    step: { message: string },
+    agentRole: string,
+    extra?: Omit<SpawnInput, "ownerThreadId" | "message" | "agentRole">,
+  ): { threadId: string; turnId: string };
   report(
     step: { call: string; k: number; attempt: number },
     agentId: string,
@@ -96,7 +107,7 @@ export async function inProcessRun(
   };
   writeSpec(paths.spec, spec);
   const host = createAppServerHost({ transport: fake.url });
-  return {
+  const run: InProcessRun = {
     fake,
     host,
     owner,
@@ -150,6 +161,14 @@ export async function inProcessRun(
         await new Promise((r) => setTimeout(r, 10));
       }
     },
+    async firstStep() {
+      const [step] = await run.steps();
+      if (!step) throw new Error("no step");
+      return step;
+    },
+    spawn(step, agentRole, extra = {}) {
+      return fake.spawnSubagent({ ownerThreadId: owner, message: step.message, agentRole, ...extra });
+    },
     async report(step, agentId, otherRun) {
       const name = reportName(step.call, step.k, step.attempt, agentId);
       rmSync(join(paths.replies, name), { force: true });
@@ -176,6 +195,7 @@ export async function inProcessRun(
       rmSync(root, { recursive: true, force: true });
     },
   };
+  return run;
 }
 
 export const answerSchema = {
@@ -196,5 +216,29 @@ export function json(value: unknown): {
     usage: { input: 100, output: 20 },
   };
 }
+
+/** The answer schema of the one-call workflows: `{ n: integer }`. */
+export const countSchema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
+
+/** Polls `check` every 10 ms until it holds; throws `timed out: <what>` after `ms`. */
+export async function until(what: string, check: () => boolean, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out: ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** The journal rows of one type. */
+export const rowsOfType = (rows: JournalRow[], type: string): JournalRow[] =>
+  rows.filter((r) => r.type === type);
+
+/** Role pairs of the default role table with no model or effort set (a `started` row's role_pairs). */
+export const nullRolePairs = Object.fromEntries(
+  ["architect", "executor", "executor-t1", "reviewer", "explorer", "critic"].map((r) => [
+    r,
+    { model: null, effort: null },
+  ]),
+);
 
 export { defineWorkflow };
