@@ -1,31 +1,30 @@
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
-import type { MutatingTool } from "../../src/index.js";
-import { gateTool, latch, makeService, messages, newParent, scriptTask, waitFor } from "./helpers.js";
+import {
+  continueForeground,
+  delegateForeground,
+  gateTool,
+  latch,
+  makeService,
+  messages,
+  newParent,
+  scriptTask,
+  waitFor,
+  writeTool,
+} from "./helpers.js";
 
 const db = useTestDatabase();
-
-const writeTool: MutatingTool = {
-  name: "Write",
-  description: "writes",
-  parameters: {},
-  mutates: true,
-  async execute() {
-    return { content: "written" };
-  },
-};
 
 async function childWithAnswer() {
   const gates = new Map<string, Promise<void>>();
   const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates), writeTool] });
   const { account, parent } = await newParent(service);
-  const first = await service.delegate({
-    parentSessionId: parent.id,
-    principalAccountId: account.id,
-    toolCallId: "d1",
-    task: scriptTask({ answer: "first answer" }),
-    mode: "foreground",
-  });
+  const first = await delegateForeground(
+    service,
+    { parent, account },
+    "d1",
+    scriptTask({ answer: "first answer" }),
+  );
   if (first.kind !== "result") throw new Error("expected a result");
   return { service, repo, account, parent, child: first.childSessionId, gates };
 }
@@ -62,14 +61,13 @@ describe("DelegateContinue and the read-only clamp", () => {
       content: expect.stringMatching(/^tool_not_allowed: .*read-only/),
     });
     // the child's permanent scope is unchanged: a later Build continuation may write again (S004-224)
-    const build = await service.continueSubagent({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      childSessionId: child,
-      toolCallId: "c2",
-      text: scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "wrote" }),
-      mode: "foreground",
-    });
+    const build = await continueForeground(
+      service,
+      { parent, account },
+      child,
+      "c2",
+      scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "wrote" }),
+    );
     expect(build).toMatchObject({ kind: "result", body: "wrote" });
     const after = messages(await repo.readJournal(child, account.id));
     expect(after.filter((m) => m.role === "toolResult" && m.toolName === "Write").at(-1)).toMatchObject({
@@ -126,14 +124,7 @@ describe("DelegateContinue and the read-only clamp", () => {
       callerReadOnly: true,
     });
     await expect(planning).rejects.toMatchObject({ code: "wait_required", retryable: true });
-    const steered = await service.continueSubagent({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      childSessionId: child,
-      toolCallId: "s1",
-      text: "also do this",
-      mode: "foreground",
-    });
+    const steered = await continueForeground(service, { parent, account }, child, "s1", "also do this");
     expect(steered.kind).toBe("steered");
     hold.open();
     await waitFor(async () => (await repo.openRunForChild(child, account.id)) === null, "settled");
@@ -163,14 +154,7 @@ describe("DelegateContinue and the read-only clamp", () => {
     const open = await waitFor(async () => repo.openRunForChild(child, account.id), "open read-only call");
     expect(open?.readOnlyScope).not.toBeNull();
     await expect(
-      service.continueSubagent({
-        parentSessionId: parent.id,
-        principalAccountId: account.id,
-        childSessionId: child,
-        toolCallId: "b2",
-        text: "build",
-        mode: "foreground",
-      }),
+      continueForeground(service, { parent, account }, child, "b2", "build"),
     ).rejects.toMatchObject({ code: "wait_required" });
     expect(
       (await db.pool.query("select 1 from delegated_steers where child_session_id = $1", [child])).rowCount,
@@ -217,14 +201,7 @@ describe("DelegateContinue and the read-only clamp", () => {
       child.id,
     ]);
     await expect(
-      service.continueSubagent({
-        parentSessionId: parent.id,
-        principalAccountId: account.id,
-        childSessionId: child.id,
-        toolCallId: "c",
-        text: "go on",
-        mode: "foreground",
-      }),
+      continueForeground(service, { parent, account }, child.id, "c", "go on"),
     ).rejects.toMatchObject({ code: "invalid_authority" });
     expect((await db.pool.query("select 1 from subagent_runs where tool_call_id = 'c'")).rowCount).toBe(0);
   });
@@ -249,14 +226,7 @@ describe("DelegateContinue and the read-only clamp", () => {
       child.id,
     ]);
     await expect(
-      service.continueSubagent({
-        parentSessionId: parent.id,
-        principalAccountId: account.id,
-        childSessionId: child.id,
-        toolCallId: "again",
-        text: "more",
-        mode: "foreground",
-      }),
+      continueForeground(service, { parent, account }, child.id, "again", "more"),
     ).rejects.toMatchObject({ code: "invalid_input", context: { dreamRunId: "dream-1" } });
     expect((await db.pool.query("select 1 from subagent_runs where tool_call_id = 'again'")).rowCount).toBe(
       0,

@@ -9,7 +9,7 @@ import {
   type SessionTurnRunner,
   type TurnRequest,
 } from "../../src/index.js";
-import { latch, makeService, newParent, scriptTask } from "./helpers.js";
+import { continueForeground, latch, makeService, newParent, scriptTask } from "./helpers.js";
 
 const db = useTestDatabase();
 
@@ -75,14 +75,7 @@ describe("DelegateContinue's call id, onEvent, model and promote", () => {
     // onEvent saw the call's session identity and its activity.
     expect(events[0]).toMatchObject({ type: "session", sessionId: child });
     // Without a model, the next continuation runs on the session's own model again.
-    await service.continueSubagent({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      childSessionId: child,
-      toolCallId: "c-plain",
-      text: scriptTask({ answer: "plain" }),
-      mode: "foreground",
-    });
+    await continueForeground(service, { parent, account }, child, "c-plain", scriptTask({ answer: "plain" }));
     expect(rec.turns.filter((t) => t.sessionId === child).at(-1)?.model).toBe("scripted");
 
     // A continuation on another model interrupted by a restart is recovered on that model.

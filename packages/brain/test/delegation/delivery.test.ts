@@ -2,6 +2,7 @@ import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import {
   delegateCall,
+  delegateForeground,
   gateTool,
   latch,
   makeService,
@@ -277,13 +278,7 @@ describe("delivery of delegated results", () => {
     const { service } = makeService(db.pool);
     const { account, parent } = await newParent(service);
     const call = () =>
-      service.delegate({
-        parentSessionId: parent.id,
-        principalAccountId: account.id,
-        toolCallId: "same",
-        task: scriptTask({ answer: "once" }),
-        mode: "foreground",
-      });
+      delegateForeground(service, { parent, account }, "same", scriptTask({ answer: "once" }));
     const first = await call();
     await service.whenIdle();
     const again = await call();

@@ -2,7 +2,15 @@ import { RECLAIM_BATCH } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { DelegationError, parseDelegatedExecutionScope } from "../../src/index.js";
-import { gateTool, latch, makeService, newParent, scriptTask, waitFor } from "./helpers.js";
+import {
+  continueForeground,
+  gateTool,
+  latch,
+  makeService,
+  newParent,
+  scriptTask,
+  waitFor,
+} from "./helpers.js";
 
 const db = useTestDatabase();
 
@@ -56,16 +64,9 @@ describe("memory-dreaming children", () => {
 
     // Not addressable: nobody prompts, continues or steers it.
     await expect(service.prompt(child, account.id, "hello")).rejects.toBeInstanceOf(DelegationError);
-    await expect(
-      service.continueSubagent({
-        parentSessionId: parent.id,
-        principalAccountId: account.id,
-        childSessionId: child,
-        toolCallId: "c",
-        text: "more",
-        mode: "foreground",
-      }),
-    ).rejects.toMatchObject({ code: "invalid_input" });
+    await expect(continueForeground(service, { parent, account }, child, "c", "more")).rejects.toMatchObject({
+      code: "invalid_input",
+    });
 
     // Its call is open: nothing is reclaimed.
     expect(await service.reclaimDreamPrefix(child, account.id)).toMatchObject({ reclaimed: false });

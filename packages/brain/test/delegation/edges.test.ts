@@ -7,7 +7,17 @@ import {
   parseDelegatedExecutionScope,
   type SessionTurnRunner,
 } from "../../src/index.js";
-import { gateTool, latch, makeService, newParent, resultIdsIn, scriptTask, waitFor } from "./helpers.js";
+import {
+  delegateForeground,
+  gateTool,
+  latch,
+  makeService,
+  newParent,
+  resultIdsIn,
+  scriptTask,
+  settledHelperResult,
+  waitFor,
+} from "./helpers.js";
 
 const db = useTestDatabase();
 
@@ -56,35 +66,17 @@ describe("delivery and bracket edges", () => {
   it("S004-063: concurrent bracket callers and the owner's drain share one delivery authority: each result is journaled once", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent } = await newParent(service);
-    const first = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "c",
-      task: scriptTask({ answer: "ready", followUp: "took it" }),
-      mode: "foreground",
-    });
+    const first = await delegateForeground(
+      service,
+      { parent, account },
+      "c",
+      scriptTask({ answer: "ready", followUp: "took it" }),
+    );
     if (first.kind !== "result") throw new Error("expected a result");
     const child = await repo.getSession(first.childSessionId, account.id);
     const resultIds: string[] = [];
     for (let i = 0; i < 5; i++) {
-      const helper = await repo.createDelegation({
-        parentSessionId: child.id,
-        principalAccountId: account.id,
-        toolCallId: `h${i}`,
-        task: "helper",
-        mode: "background",
-        model: "scripted",
-        scope: child.scope ?? "",
-      });
-      const resultId = crypto.randomUUID();
-      await repo.settleRun({
-        runId: helper.run.id,
-        generation: 1,
-        resultId,
-        outcome: "ok",
-        body: `helper ${i}`,
-        byteSize: 8,
-      });
+      const resultId = await settledHelperResult(repo, child, account.id, `h${i}`, `helper ${i}`);
       resultIds.push(resultId);
     }
     const scope = parseDelegatedExecutionScope(child.scope ?? "");

@@ -11,7 +11,9 @@ import {
   FileSpillStore,
   type MutatingTool,
   type Script,
+  type SessionTurnRunner,
   scriptTask,
+  type TurnRequest,
 } from "../../src/index.js";
 
 export { scriptTask };
@@ -90,4 +92,99 @@ export function latch() {
     open = r;
   });
   return { promise, open };
+}
+
+/**
+ * A background helper of `child` whose run has settled with `body`: its result waits in the child's inbox.
+ * Returns the result id.
+ */
+export async function settledHelperResult(
+  repo: PgDelegationRepository,
+  child: { id: string; scope?: string | null },
+  principalAccountId: string,
+  toolCallId: string,
+  body: string,
+): Promise<string> {
+  const helper = await repo.createDelegation({
+    parentSessionId: child.id,
+    principalAccountId,
+    toolCallId,
+    task: "helper",
+    mode: "background",
+    model: "scripted",
+    scope: child.scope ?? "",
+  });
+  const resultId = randomUUID();
+  await repo.settleRun({
+    runId: helper.run.id,
+    generation: 1,
+    resultId,
+    outcome: "ok",
+    body,
+    byteSize: Buffer.byteLength(body),
+  });
+  return resultId;
+}
+
+/** A mutating tool named Write that always succeeds. */
+export const writeTool: MutatingTool = {
+  name: "Write",
+  description: "writes",
+  parameters: {},
+  mutates: true,
+  async execute() {
+    return { content: "written" };
+  },
+};
+
+/** A runner that records every turn request before `inner` (the scripted runner by default) runs it. */
+export function recording(inner: SessionTurnRunner = createScriptedTurnRunner()) {
+  const seen: TurnRequest[] = [];
+  const runner: SessionTurnRunner = {
+    runTurn: (request, host) => {
+      seen.push(request);
+      return inner.runTurn(request, host);
+    },
+  };
+  return { seen, runner };
+}
+
+/** The parent session and its principal account a call is made from. */
+export interface Caller {
+  parent: { id: string };
+  account: { id: string };
+}
+
+/** A foreground delegation from `caller`'s parent session. */
+export function delegateForeground(
+  service: DelegationService,
+  caller: Caller,
+  toolCallId: string,
+  task: string,
+) {
+  return service.delegate({
+    parentSessionId: caller.parent.id,
+    principalAccountId: caller.account.id,
+    toolCallId,
+    task,
+    mode: "foreground",
+  });
+}
+
+/** A foreground continuation of `childSessionId` from `caller`'s parent session. */
+export function continueForeground(
+  service: DelegationService,
+  caller: Caller,
+  childSessionId: string,
+  toolCallId: string,
+  text: string,
+) {
+  return service.continueSubagent({
+    parentSessionId: caller.parent.id,
+    principalAccountId: caller.account.id,
+    childSessionId,
+    toolCallId,
+    text,
+    mode: "foreground",
+  });
 }

@@ -2,7 +2,7 @@ import type { DelegationRepository, JournalWrite } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { recoverDelegations } from "../../src/index.js";
-import { makeService, newParent, scriptTask, waitFor } from "./helpers.js";
+import { delegateForeground, makeService, newParent, scriptTask, waitFor } from "./helpers.js";
 
 const db = useTestDatabase();
 
@@ -132,13 +132,12 @@ describe("getLatestTurn", () => {
       interrupted: false,
     });
     // Ordinary children are not dreams.
-    const plain = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "plain",
-      task: scriptTask({ answer: "plain" }),
-      mode: "foreground",
-    });
+    const plain = await delegateForeground(
+      service,
+      { parent, account },
+      "plain",
+      scriptTask({ answer: "plain" }),
+    );
     if (plain.kind !== "result") throw new Error("expected a result");
     await expect(service.dreamTurnCheck(plain.childSessionId, account.id)).rejects.toMatchObject({
       code: "invalid_input",

@@ -1,7 +1,16 @@
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import type { DelegationEvent, ProgressEvent, RunProgressSnapshot } from "../../src/index.js";
-import { gateTool, latch, makeService, newParent, resultIdsIn, scriptTask, waitFor } from "./helpers.js";
+import {
+  delegateForeground,
+  gateTool,
+  latch,
+  makeService,
+  newParent,
+  resultIdsIn,
+  scriptTask,
+  waitFor,
+} from "./helpers.js";
 
 const db = useTestDatabase();
 
@@ -105,13 +114,12 @@ describe("progress publication of a delegation's job", () => {
   it("S004-219: the default publication writes only the run's progress columns; the host-owned scope column is kept", async () => {
     const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", new Map())] });
     const { account, parent } = await newParent(service, { isOwner: true });
-    const first = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "d1",
-      task: scriptTask({ answer: "ready" }),
-      mode: "foreground",
-    });
+    const first = await delegateForeground(
+      service,
+      { parent, account },
+      "d1",
+      scriptTask({ answer: "ready" }),
+    );
     if (first.kind !== "result") throw new Error("expected a result");
     // A continuation from a planning turn: its read-only clamp is bound to the row before dispatch.
     const cont = await service.continueSubagent({
@@ -254,21 +262,19 @@ describe("progress publication of a delegation's job", () => {
       },
     });
     const { account, parent } = await newParent(service);
-    const ok = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "ok",
-      task: scriptTask({ rounds: gateCalls(["a"]), answer: "fine" }),
-      mode: "foreground",
-    });
+    const ok = await delegateForeground(
+      service,
+      { parent, account },
+      "ok",
+      scriptTask({ rounds: gateCalls(["a"]), answer: "fine" }),
+    );
     expect(ok).toMatchObject({ kind: "result", outcome: "ok", body: "fine" });
-    const failed = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "bad",
-      task: scriptTask({ rounds: gateCalls(["a"]), failAtRequest: 1 }),
-      mode: "foreground",
-    });
+    const failed = await delegateForeground(
+      service,
+      { parent, account },
+      "bad",
+      scriptTask({ rounds: gateCalls(["a"]), failAtRequest: 1 }),
+    );
     expect(failed).toMatchObject({ kind: "result", outcome: "error" });
     const diagnosed = events.filter((e) => e.type === "delegation.progress_failed");
     expect(diagnosed.length).toBeGreaterThan(0);
@@ -280,13 +286,12 @@ describe("progress publication of a delegation's job", () => {
     const pub = recordingPublisher(0);
     const { service, repo } = makeService(db.pool, { publishProgress: pub.publish });
     const { account, parent } = await newParent(service);
-    const first = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "d",
-      task: scriptTask({ answer: "ready" }),
-      mode: "foreground",
-    });
+    const first = await delegateForeground(
+      service,
+      { parent, account },
+      "d",
+      scriptTask({ answer: "ready" }),
+    );
     if (first.kind !== "result") throw new Error("expected a result");
     await service.whenIdle();
     const before = pub.state.calls;

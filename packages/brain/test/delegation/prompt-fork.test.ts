@@ -1,27 +1,18 @@
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
+import { type MutatingTool, PERSONA_TEMPLATES } from "../../src/index.js";
 import {
-  createScriptedTurnRunner,
-  type MutatingTool,
-  PERSONA_TEMPLATES,
-  type SessionTurnRunner,
-  type TurnRequest,
-} from "../../src/index.js";
-import { delegateCall, makeService, messages, newParent, scriptTask } from "./helpers.js";
+  continueForeground,
+  delegateCall,
+  delegateForeground,
+  makeService,
+  messages,
+  newParent,
+  recording,
+  scriptTask,
+} from "./helpers.js";
 
 const db = useTestDatabase();
-
-function recording() {
-  const seen: TurnRequest[] = [];
-  const base = createScriptedTurnRunner();
-  const runner: SessionTurnRunner = {
-    runTurn: (request, host) => {
-      seen.push(request);
-      return base.runTurn(request, host);
-    },
-  };
-  return { seen, runner };
-}
 
 describe("the prompt and context a child's turn gets", () => {
   it("S004-001: an ordinary non-fork child takes the worker route, with a typed or a generic role", async () => {
@@ -120,13 +111,7 @@ describe("the prompt and context a child's turn gets", () => {
     let extra: MutatingTool[] = [];
     const { service } = makeService(db.pool, { runner, tools: () => extra });
     const { account, parent } = await newParent(service);
-    const first = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "d",
-      task: "t",
-      mode: "foreground",
-    });
+    const first = await delegateForeground(service, { parent, account }, "d", "t");
     if (first.kind !== "result") throw new Error("expected result");
     // the host's tool catalog changes after the spawn: a recomposition would list the new tool
     extra = [
@@ -137,14 +122,7 @@ describe("the prompt and context a child's turn gets", () => {
         execute: async () => ({ content: "" }),
       },
     ];
-    await service.continueSubagent({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      childSessionId: first.childSessionId,
-      toolCallId: "c",
-      text: "again",
-      mode: "foreground",
-    });
+    await continueForeground(service, { parent, account }, first.childSessionId, "c", "again");
     const turns = seen.filter((r) => r.sessionId === first.childSessionId);
     expect(turns).toHaveLength(2);
     expect(turns[1]?.systemPrompt).toBe(turns[0]?.systemPrompt);

@@ -1,39 +1,20 @@
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
+import { canonicalJson, parseDelegatedExecutionScope, recoverDelegations } from "../../src/index.js";
 import {
-  canonicalJson,
-  createScriptedTurnRunner,
-  type MutatingTool,
-  parseDelegatedExecutionScope,
-  recoverDelegations,
-  type SessionTurnRunner,
-  type TurnRequest,
-} from "../../src/index.js";
-import { delegateCall, makeService, messages, newParent, scriptTask, waitFor } from "./helpers.js";
+  continueForeground,
+  delegateCall,
+  delegateForeground,
+  makeService,
+  messages,
+  newParent,
+  recording,
+  scriptTask,
+  waitFor,
+  writeTool,
+} from "./helpers.js";
 
 const db = useTestDatabase();
-
-const writeTool: MutatingTool = {
-  name: "Write",
-  description: "writes",
-  parameters: {},
-  mutates: true,
-  async execute() {
-    return { content: "written" };
-  },
-};
-
-function recording() {
-  const inner = createScriptedTurnRunner();
-  const seen: TurnRequest[] = [];
-  const runner: SessionTurnRunner = {
-    runTurn: (request, host) => {
-      seen.push(request);
-      return inner.runTurn(request, host);
-    },
-  };
-  return { seen, runner };
-}
 
 const storedScopeText = async (id: string) =>
   (await db.pool.query<{ scope: string }>("select scope from sessions where id = $1", [id])).rows[0]?.scope;
@@ -105,24 +86,22 @@ describe("one request for every path of a delegated call", () => {
     const { seen, runner } = recording();
     const { service, repo } = makeService(db.pool, { runner, tools: () => [writeTool] });
     const { account, parent } = await newParent(service);
-    const first = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "d",
-      task: scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "wrote" }),
-      mode: "foreground",
-    });
+    const first = await delegateForeground(
+      service,
+      { parent, account },
+      "d",
+      scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "wrote" }),
+    );
     if (first.kind !== "result") throw new Error("expected a result");
     const before = await storedScopeText(first.childSessionId);
     await db.pool.query("update accounts set tool_deny = '{Write}' where id = $1", [account.id]);
-    await service.continueSubagent({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      childSessionId: first.childSessionId,
-      toolCallId: "c",
-      text: scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "tried" }),
-      mode: "foreground",
-    });
+    await continueForeground(
+      service,
+      { parent, account },
+      first.childSessionId,
+      "c",
+      scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "tried" }),
+    );
     const writes = messages(await repo.readJournal(first.childSessionId, account.id)).flatMap((m) =>
       m.role === "toolResult" && m.toolName === "Write" ? [m.isError] : [],
     );
@@ -134,14 +113,13 @@ describe("one request for every path of a delegated call", () => {
     expect(await storedScopeText(first.childSessionId)).toBe(before);
     // Lifting the denial lifts the narrowing: the stored scope never absorbed it.
     await db.pool.query("update accounts set tool_deny = '{}' where id = $1", [account.id]);
-    await service.continueSubagent({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      childSessionId: first.childSessionId,
-      toolCallId: "c2",
-      text: scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "wrote again" }),
-      mode: "foreground",
-    });
+    await continueForeground(
+      service,
+      { parent, account },
+      first.childSessionId,
+      "c2",
+      scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "wrote again" }),
+    );
     const again = messages(await repo.readJournal(first.childSessionId, account.id)).flatMap((m) =>
       m.role === "toolResult" && m.toolName === "Write" ? [m.isError] : [],
     );
@@ -152,13 +130,7 @@ describe("one request for every path of a delegated call", () => {
   it("S004-191: Delegate and dreaming supply the authenticated account, permission boundary and project target to the capture", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent } = await newParent(service, { isOwner: true });
-    const plain = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "d",
-      task: scriptTask({ answer: "ok" }),
-      mode: "foreground",
-    });
+    const plain = await delegateForeground(service, { parent, account }, "d", scriptTask({ answer: "ok" }));
     const readOnly = await service.delegate({
       parentSessionId: parent.id,
       principalAccountId: account.id,

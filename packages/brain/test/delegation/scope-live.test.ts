@@ -7,35 +7,22 @@ import {
   canonicalJson,
   captureDelegatedExecutionScope,
   createScriptedTurnRunner,
-  type MutatingTool,
   recoverDelegations,
-  type SessionTurnRunner,
-  type TurnRequest,
 } from "../../src/index.js";
-import { delegateCall, makeService, messages, newParent, scriptTask, waitFor } from "./helpers.js";
+import {
+  continueForeground,
+  delegateCall,
+  delegateForeground,
+  makeService,
+  messages,
+  newParent,
+  recording,
+  scriptTask,
+  waitFor,
+  writeTool,
+} from "./helpers.js";
 
 const db = useTestDatabase();
-
-const writeTool: MutatingTool = {
-  name: "Write",
-  description: "writes",
-  parameters: {},
-  mutates: true,
-  async execute() {
-    return { content: "written" };
-  },
-};
-
-function recording(inner: SessionTurnRunner = createScriptedTurnRunner()) {
-  const seen: TurnRequest[] = [];
-  const runner: SessionTurnRunner = {
-    runTurn: (request, host) => {
-      seen.push(request);
-      return inner.runTurn(request, host);
-    },
-  };
-  return { seen, runner };
-}
 
 const storedScope = async (childId: string) =>
   JSON.parse(
@@ -87,24 +74,22 @@ describe("scope capture and live access in delegation", () => {
   it("S004-210: S004-220: S004-318: live account grants narrow every later turn of the call and never widen the stored scope", async () => {
     const { service, repo } = makeService(db.pool, { tools: () => [writeTool] });
     const { account, parent } = await newParent(service);
-    const first = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "d",
-      task: scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "wrote" }),
-      mode: "foreground",
-    });
+    const first = await delegateForeground(
+      service,
+      { parent, account },
+      "d",
+      scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "wrote" }),
+    );
     if (first.kind !== "result") throw new Error("expected result");
     const before = await storedScope(first.childSessionId);
     await db.pool.query("update accounts set tool_allow = '{Read}' where id = $1", [account.id]);
-    await service.continueSubagent({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      childSessionId: first.childSessionId,
-      toolCallId: "c",
-      text: scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "tried" }),
-      mode: "foreground",
-    });
+    await continueForeground(
+      service,
+      { parent, account },
+      first.childSessionId,
+      "c",
+      scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "tried" }),
+    );
     const writes = messages(await repo.readJournal(first.childSessionId, account.id)).filter(
       (m) => m.role === "toolResult" && m.toolName === "Write",
     );
@@ -126,14 +111,7 @@ describe("scope capture and live access in delegation", () => {
       workDir: dir,
     });
     if (first.kind !== "result") throw new Error("expected result");
-    await service.continueSubagent({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      childSessionId: first.childSessionId,
-      toolCallId: "c",
-      text: "again",
-      mode: "foreground",
-    });
+    await continueForeground(service, { parent, account }, first.childSessionId, "c", "again");
     // a third call interrupted by a crash: recovery continues it in the same directory
     const { run } = await repo.createContinuation({
       parentSessionId: parent.id,
@@ -195,13 +173,7 @@ describe("scope capture and live access in delegation", () => {
       },
     });
     const { account, parent } = await newParent(service);
-    const r = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "d",
-      task: "t",
-      mode: "foreground",
-    });
+    const r = await delegateForeground(service, { parent, account }, "d", "t");
     expect(r).toMatchObject({ kind: "result", outcome: "error" });
     const receipts = await db.pool.query<{ status: string; drop_reason: string }>(
       "select status, drop_reason from delegated_steers where child_session_id = $1",
@@ -313,14 +285,7 @@ describe("scope capture and live access in delegation", () => {
     const scope = await storedScope(first.childSessionId);
     expect(scope).toMatchObject({ workDir: root, target: { kind: "host", ref: "p1" }, projectRef: "p1" });
     const cont = (id: string) =>
-      service.continueSubagent({
-        parentSessionId: parent.id,
-        principalAccountId: account.id,
-        childSessionId: first.childSessionId,
-        toolCallId: id,
-        text: "again",
-        mode: "foreground",
-      });
+      continueForeground(service, { parent, account }, first.childSessionId, id, "again");
     // the directory now belongs to another registered project: refused at admission, before any turn
     projects.set("p2", root);
     projects.delete("p1");
@@ -410,13 +375,12 @@ describe("scope capture and live access in delegation", () => {
       scope: dreamScope,
     });
     await service.executeRun(made.run);
-    const ordinary = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "plain",
-      task: scriptTask({ rounds: [[delegateCall({ answer: "nested" })]], answer: "plain done" }),
-      mode: "foreground",
-    });
+    const ordinary = await delegateForeground(
+      service,
+      { parent, account },
+      "plain",
+      scriptTask({ rounds: [[delegateCall({ answer: "nested" })]], answer: "plain done" }),
+    );
     await service.whenIdle();
     const identityOf = (sessionId: string) =>
       seen.filter((r) => r.sessionId === sessionId).map((r) => r.identity);

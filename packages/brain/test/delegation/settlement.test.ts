@@ -3,13 +3,16 @@ import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { type ProgressEvent, parseDelegatedExecutionScope } from "../../src/index.js";
 import {
+  continueForeground,
   delegateCall,
+  delegateForeground,
   gateTool,
   latch,
   makeService,
   messages,
   newParent,
   scriptTask,
+  settledHelperResult,
   waitFor,
 } from "./helpers.js";
 
@@ -72,34 +75,16 @@ describe("settlement of a child's call", () => {
   it("S004-052: S004-053: S004-051: a failed drain carries result id, reason and cause to every joined caller; nothing is requeued", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent } = await newParent(service);
-    const first = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "c",
-      task: scriptTask({ answer: "first", failAtRequest: 1 }),
-      mode: "foreground",
-    });
+    const first = await delegateForeground(
+      service,
+      { parent, account },
+      "c",
+      scriptTask({ answer: "first", failAtRequest: 1 }),
+    );
     if (first.kind !== "result") throw new Error("expected result");
     const child = await repo.getSession(first.childSessionId, account.id);
     // a helper result waits in the child's inbox
-    const helper = await repo.createDelegation({
-      parentSessionId: child.id,
-      principalAccountId: account.id,
-      toolCallId: "h",
-      task: "helper",
-      mode: "background",
-      model: "scripted",
-      scope: child.scope ?? "",
-    });
-    const resultId = crypto.randomUUID();
-    await repo.settleRun({
-      runId: helper.run.id,
-      generation: 1,
-      resultId,
-      outcome: "ok",
-      body: "helper says",
-      byteSize: 11,
-    });
+    const resultId = await settledHelperResult(repo, child, account.id, "h", "helper says");
     const scope = parseDelegatedExecutionScope(child.scope ?? "");
     const [a, b] = await Promise.all([
       service.drainPendingResults(child, scope, () => {}),
@@ -115,13 +100,12 @@ describe("settlement of a child's call", () => {
   it("S004-054: an aborted drain keeps stop precedence over failure", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent } = await newParent(service);
-    const first = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "c",
-      task: scriptTask({ answer: "first", failAtRequest: 1 }),
-      mode: "foreground",
-    });
+    const first = await delegateForeground(
+      service,
+      { parent, account },
+      "c",
+      scriptTask({ answer: "first", failAtRequest: 1 }),
+    );
     if (first.kind !== "result") throw new Error("expected result");
     const child = await repo.getSession(first.childSessionId, account.id);
     await repo.enqueueSteer(child.id, account.id, "more");
@@ -171,13 +155,12 @@ describe("settlement of a child's call", () => {
   it("S004-037: result steering writes no steer receipt and never stamps a steer id on a result", async () => {
     const { service } = makeService(db.pool);
     const { account, parent } = await newParent(service);
-    await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "c",
-      task: scriptTask({ rounds: [[delegateCall({ answer: "h" }, { background: true })]], answer: "done" }),
-      mode: "foreground",
-    });
+    await delegateForeground(
+      service,
+      { parent, account },
+      "c",
+      scriptTask({ rounds: [[delegateCall({ answer: "h" }, { background: true })]], answer: "done" }),
+    );
     await service.whenIdle();
     const steers = await db.pool.query(
       "select 1 from delegated_steers d join sessions s on s.id = d.child_session_id where s.principal_account_id = $1",
@@ -266,14 +249,7 @@ describe("settlement of a child's call", () => {
     if (receipt.kind !== "started") throw new Error("expected background");
     const child = receipt.childSessionId;
     await waitFor(async () => texts.includes("C done"), "C's own turn ended");
-    const steer = await service.continueSubagent({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      childSessionId: child,
-      toolCallId: "s",
-      text: "and also this",
-      mode: "foreground",
-    });
+    const steer = await continueForeground(service, { parent, account }, child, "s", "and also this");
     expect(steer.kind).toBe("steered");
     helper.open();
     await waitFor(

@@ -3,7 +3,15 @@ import { readFileSync } from "node:fs";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { ASSISTANT_PAGE, type SpillStore } from "../../src/index.js";
-import { makeService, messages, newParent, scriptTask, waitFor } from "./helpers.js";
+import {
+  continueForeground,
+  delegateForeground,
+  makeService,
+  messages,
+  newParent,
+  scriptTask,
+  waitFor,
+} from "./helpers.js";
 
 const db = useTestDatabase();
 
@@ -102,13 +110,12 @@ describe("readSubagent", () => {
   it("S004-175: S004-176: S004-177: S004-179: pages newest-first by 32 past empty failed continuations and keeps whitespace", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent } = await newParent(service);
-    const first = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "d",
-      task: scriptTask({ answer: "\n  the answer  \n" }),
-      mode: "foreground",
-    });
+    const first = await delegateForeground(
+      service,
+      { parent, account },
+      "d",
+      scriptTask({ answer: "\n  the answer  \n" }),
+    );
     if (first.kind !== "result") throw new Error("expected a result");
     // more empty failed continuations than two pages
     const empties = ASSISTANT_PAGE * 2 + 5;
@@ -143,13 +150,7 @@ describe("readSubagent", () => {
     const { service } = makeService(db.pool);
     const { account, parent } = await newParent(service);
     const stranger = await service.repo.createAccount({ name: `s-${randomUUID()}` });
-    const r = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "d",
-      task: scriptTask({ answer: "secret" }),
-      mode: "foreground",
-    });
+    const r = await delegateForeground(service, { parent, account }, "d", scriptTask({ answer: "secret" }));
     if (r.kind !== "result") throw new Error("expected a result");
     await expect(service.readSubagent(parent.id, r.childSessionId, stranger.id)).rejects.toMatchObject({
       code: "not_found",
@@ -169,23 +170,21 @@ describe("the ordinary last-row reply reader", () => {
     };
     const { service } = makeService(db.pool, { repo: counting });
     const { account, parent } = await newParent(service);
-    const first = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "d",
-      task: scriptTask({ answer: "the first answer" }),
-      mode: "foreground",
-    });
+    const first = await delegateForeground(
+      service,
+      { parent, account },
+      "d",
+      scriptTask({ answer: "the first answer" }),
+    );
     if (first.kind !== "result") throw new Error("expected a result");
     expect(first.body).toBe("the first answer");
-    const empty = await service.continueSubagent({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      childSessionId: first.childSessionId,
-      toolCallId: "c",
-      text: scriptTask({ answer: "" }),
-      mode: "foreground",
-    });
+    const empty = await continueForeground(
+      service,
+      { parent, account },
+      first.childSessionId,
+      "c",
+      scriptTask({ answer: "" }),
+    );
     expect(empty).toMatchObject({ kind: "result", body: "(the child gave no answer)" });
     // Settlement read one row per call; only DelegateRead pages (and finds the older answer).
     expect(limits.length).toBeGreaterThan(0);

@@ -3,7 +3,15 @@ import { fileURLToPath } from "node:url";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { DelegationError, type DelegationService } from "../../src/index.js";
-import { gateTool, latch, makeService, newParent, scriptTask, waitFor } from "./helpers.js";
+import {
+  delegateForeground,
+  gateTool,
+  latch,
+  makeService,
+  newParent,
+  scriptTask,
+  waitFor,
+} from "./helpers.js";
 
 const db = useTestDatabase();
 
@@ -42,13 +50,12 @@ function admissionTable(): Row[] {
 
 async function situation(service: DelegationService, child: string) {
   const { account, parent } = await newParent(service);
-  const first = await service.delegate({
-    parentSessionId: parent.id,
-    principalAccountId: account.id,
-    toolCallId: "first",
-    task: scriptTask({ answer: "ready" }),
-    mode: "foreground",
-  });
+  const first = await delegateForeground(
+    service,
+    { parent, account },
+    "first",
+    scriptTask({ answer: "ready" }),
+  );
   if (first.kind !== "result") throw new Error("expected a result");
   const childId = first.childSessionId;
   if (child === "idle after read-only") {

@@ -5,7 +5,7 @@ import {
   parseDelegatedExecutionScope,
   type SessionTurnRunner,
 } from "../../src/index.js";
-import { makeService, newParent, scriptTask } from "./helpers.js";
+import { delegateForeground, makeService, newParent, scriptTask, settledHelperResult } from "./helpers.js";
 
 const db = useTestDatabase();
 
@@ -61,33 +61,15 @@ describe("typed turn failures", () => {
     const { runner, state } = switchableRunner();
     const { service, repo } = makeService(db.pool, { runner });
     const { account, parent } = await newParent(service);
-    const first = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "c",
-      task: scriptTask({ answer: "first" }),
-      mode: "foreground",
-    });
+    const first = await delegateForeground(
+      service,
+      { parent, account },
+      "c",
+      scriptTask({ answer: "first" }),
+    );
     if (first.kind !== "result") throw new Error("expected a result");
     const child = await repo.getSession(first.childSessionId, account.id);
-    const helper = await repo.createDelegation({
-      parentSessionId: child.id,
-      principalAccountId: account.id,
-      toolCallId: "h",
-      task: "helper",
-      mode: "background",
-      model: "scripted",
-      scope: child.scope ?? "",
-    });
-    const resultId = crypto.randomUUID();
-    await repo.settleRun({
-      runId: helper.run.id,
-      generation: 1,
-      resultId,
-      outcome: "ok",
-      body: "helper says",
-      byteSize: 11,
-    });
+    const resultId = await settledHelperResult(repo, child, account.id, "h", "helper says");
     state.failing = true;
     const scope = parseDelegatedExecutionScope(child.scope ?? "");
     const [a, b] = await Promise.all([
@@ -113,13 +95,12 @@ describe("typed turn failures", () => {
     const { service, repo } = makeService(db.pool, { runner });
     const { account, parent } = await newParent(service);
     state.failing = true;
-    const receipt = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "c2",
-      task: scriptTask({ answer: "never" }),
-      mode: "foreground",
-    });
+    const receipt = await delegateForeground(
+      service,
+      { parent, account },
+      "c2",
+      scriptTask({ answer: "never" }),
+    );
     expect(receipt).toMatchObject({ kind: "result", outcome: "error" });
     if (receipt.kind !== "result") throw new Error("expected a result");
     expect(receipt.body).toContain("sub-agent runner did not become ready in time");
