@@ -3,21 +3,17 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { FileSpillStore, prepareCompletion } from "@crw/brain";
 import { useTestDatabase } from "@crw/tools/pg";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import {
   type CompletionSink,
   parseWorkflowDefinition,
   type SummaryWriter,
-  type WorkflowEngine,
   type WorkflowHostAccessors,
 } from "../src/index.js";
-import { deferred, summaries, taskLine, until, world } from "./helpers.js";
+import { closeEnginesAfterEach, deferred, summaries, taskLine, until, world } from "./helpers.js";
 
 const db = useTestDatabase();
-const all: WorkflowEngine[] = [];
-afterEach(async () => {
-  for (const e of all.splice(0)) await e.close();
-});
+const all = closeEnginesAfterEach();
 
 const later =
   <T>(value: T, log: string[], name: string): (() => Promise<T>) =>

@@ -1,18 +1,10 @@
 import { useTestDatabase } from "@crw/tools/pg";
-import { afterEach, describe, expect, it } from "vitest";
-import {
-  parseWorkflowDefinition,
-  sha256Hex,
-  type WorkflowEngine,
-  workflowArtifactPath,
-} from "../src/index.js";
-import { taskLine, world } from "./helpers.js";
+import { describe, expect, it } from "vitest";
+import { parseWorkflowDefinition, sha256Hex, workflowArtifactPath } from "../src/index.js";
+import { closeEnginesAfterEach, taskLine, world } from "./helpers.js";
 
 const db = useTestDatabase();
-const all: WorkflowEngine[] = [];
-afterEach(async () => {
-  for (const e of all.splice(0)) await e.close();
-});
+const all = closeEnginesAfterEach();
 
 describe("shared result artifacts", () => {
   it("S004-305: S004-306: S004-308: grants are minted from stored dependency ids and hashes, for the parent and direct dependents only", async () => {

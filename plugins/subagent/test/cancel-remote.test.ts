@@ -1,13 +1,18 @@
 import { useTestDatabase } from "@crw/tools/pg";
-import { afterEach, describe, expect, it } from "vitest";
-import { parseWorkflowDefinition, type WorkflowEngine } from "../src/index.js";
-import { deferred, summaries, taskLine, until, untilAborted, world } from "./helpers.js";
+import { describe, expect, it } from "vitest";
+import { parseWorkflowDefinition } from "../src/index.js";
+import {
+  closeEnginesAfterEach,
+  deferred,
+  summaries,
+  taskLine,
+  until,
+  untilAborted,
+  world,
+} from "./helpers.js";
 
 const db = useTestDatabase();
-const all: WorkflowEngine[] = [];
-afterEach(async () => {
-  for (const e of all.splice(0)) await e.close();
-});
+const all = closeEnginesAfterEach();
 
 const def = parseWorkflowDefinition(`
 name: remote-stop

@@ -1,11 +1,13 @@
 import { randomUUID } from "node:crypto";
 import { PgDelegationRepository } from "@crw/db";
 import type pg from "pg";
+import { afterEach } from "vitest";
 import {
   hostAccessors,
   JournalNodeDispatcher,
   type NodeDispatcher,
   type OriginAccessInput,
+  readOrchestrationJournal,
   scriptedNodeTurnRunner,
   type WorkflowCallContext,
   WorkflowEngine,
@@ -130,3 +132,34 @@ export async function summaries(
 }
 
 export const taskLine = (task: string): string => task.split("\n")[0] ?? "";
+
+/** The engines a test file opens, each closed after its test. */
+export function closeEnginesAfterEach(): WorkflowEngine[] {
+  const all: WorkflowEngine[] = [];
+  afterEach(async () => {
+    for (const e of all.splice(0)) await e.close();
+  });
+  return all;
+}
+
+/** A workflow's orchestration journal as stored. */
+export async function workflowJournal(pool: pg.Pool, workflowId: string) {
+  const { rows } = await pool.query("select body from workflow_journals where workflow_id = $1::uuid", [
+    workflowId,
+  ]);
+  const r = readOrchestrationJournal(rows[0]?.body);
+  if (!r.ok) throw new Error(r.reason);
+  return r.journal;
+}
+
+/** The transcript messages of a child session, in journal order. */
+export async function childMessages(
+  pool: pg.Pool,
+  childId: string,
+): Promise<Array<{ role: string; content: unknown; customType?: string }>> {
+  const { rows } = await pool.query(
+    "select body from journal_entries where session_id = $1::uuid order by seq",
+    [childId],
+  );
+  return rows.map((r) => JSON.parse(r.body).message);
+}

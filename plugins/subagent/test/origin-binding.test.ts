@@ -1,14 +1,11 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import { useTestDatabase } from "@crw/tools/pg";
-import { afterEach, describe, expect, it } from "vitest";
-import { hostAccessors, parseWorkflowDefinition, type WorkflowEngine } from "../src/index.js";
-import { until, untilAborted, world } from "./helpers.js";
+import { describe, expect, it } from "vitest";
+import { hostAccessors, parseWorkflowDefinition } from "../src/index.js";
+import { closeEnginesAfterEach, until, untilAborted, world } from "./helpers.js";
 
 const db = useTestDatabase();
-const all: WorkflowEngine[] = [];
-afterEach(async () => {
-  for (const e of all.splice(0)) await e.close();
-});
+const all = closeEnginesAfterEach();
 
 describe("the live caller's origin binding", () => {
   it("S004-427: the origin's completion sink and summary writer run in the origin's async context, whoever triggers the end", async () => {

@@ -2,20 +2,12 @@ import { mkdir, mkdtemp, realpath } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
-import { afterEach, describe, expect, it } from "vitest";
-import {
-  PgWorkflowStore,
-  parseWorkflowDefinition,
-  pgWorkflowEmitter,
-  type WorkflowEngine,
-} from "../src/index.js";
-import { deferred, taskLine, until, world } from "./helpers.js";
+import { describe, expect, it } from "vitest";
+import { PgWorkflowStore, parseWorkflowDefinition, pgWorkflowEmitter } from "../src/index.js";
+import { closeEnginesAfterEach, deferred, taskLine, until, world } from "./helpers.js";
 
 const db = useTestDatabase();
-const all: WorkflowEngine[] = [];
-afterEach(async () => {
-  for (const e of all.splice(0)) await e.close();
-});
+const all = closeEnginesAfterEach();
 
 async function scopes(
   parent: string,

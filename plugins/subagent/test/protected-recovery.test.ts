@@ -13,7 +13,7 @@ import {
   SubagentSessionDispatch,
 } from "@crw/subagent";
 import { useTestDatabase } from "@crw/tools/pg";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import {
   delegationNodeTurns,
   hostAccessors,
@@ -22,11 +22,10 @@ import {
   type NodeRunResult,
   parseWorkflowDefinition,
   type RecoveryContinueNode,
-  readOrchestrationJournal,
   WorkflowEngine,
   type WorkflowEvent,
 } from "../src/index.js";
-import { taskLine, until, untilAborted, world } from "./helpers.js";
+import { closeEnginesAfterEach, taskLine, until, untilAborted, workflowJournal, world } from "./helpers.js";
 
 /**
  * The host-only workflow dispatch scope (`HostWorkflowNodeDispatch`, @crw/subagent's AsyncLocalStorage):
@@ -35,19 +34,9 @@ import { taskLine, until, untilAborted, world } from "./helpers.js";
  * exact-admission assertion; fresh dispatches and the live caller (explicit WorkflowResume) never do.
  */
 const db = useTestDatabase();
-const all: WorkflowEngine[] = [];
-afterEach(async () => {
-  for (const e of all.splice(0)) await e.close();
-});
+const all = closeEnginesAfterEach();
 
-async function journal(workflowId: string) {
-  const { rows } = await db.pool.query("select body from workflow_journals where workflow_id = $1::uuid", [
-    workflowId,
-  ]);
-  const r = readOrchestrationJournal(rows[0]?.body);
-  if (!r.ok) throw new Error(r.reason);
-  return r.journal;
-}
+const journal = (workflowId: string) => workflowJournal(db.pool, workflowId);
 
 const chain = parseWorkflowDefinition(`
 name: chain

@@ -1,5 +1,5 @@
 import { useTestDatabase } from "@crw/tools/pg";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import {
   type NodeDispatcher,
   PgWorkflowStore,
@@ -7,16 +7,20 @@ import {
   pgWorkflowEmitter,
   readOrchestrationJournal,
   type WorkflowEmitter,
-  type WorkflowEngine,
   type WorkflowUpdate,
 } from "../src/index.js";
-import { deferred, summaries, taskLine, until, untilAborted, world } from "./helpers.js";
+import {
+  closeEnginesAfterEach,
+  deferred,
+  summaries,
+  taskLine,
+  until,
+  untilAborted,
+  world,
+} from "./helpers.js";
 
 const db = useTestDatabase();
-const all: WorkflowEngine[] = [];
-afterEach(async () => {
-  for (const e of all.splice(0)) await e.close();
-});
+const all = closeEnginesAfterEach();
 
 const two = parseWorkflowDefinition(`
 name: pub

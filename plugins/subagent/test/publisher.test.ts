@@ -1,22 +1,18 @@
 import { randomUUID } from "node:crypto";
 import { useTestDatabase } from "@crw/tools/pg";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import {
   PgWorkflowStore,
   parseWorkflowDefinition,
   pgWorkflowEmitter,
   SnapshotPublisher,
   type WorkflowEmitter,
-  type WorkflowEngine,
   type WorkflowUpdate,
 } from "../src/index.js";
-import { deferred, until, untilAborted, world } from "./helpers.js";
+import { closeEnginesAfterEach, deferred, until, untilAborted, world } from "./helpers.js";
 
 const db = useTestDatabase();
-const all: WorkflowEngine[] = [];
-afterEach(async () => {
-  for (const e of all.splice(0)) await e.close();
-});
+const all = closeEnginesAfterEach();
 
 function update(workflowId: string, label: string): WorkflowUpdate {
   return {

@@ -1,19 +1,20 @@
 import { randomUUID } from "node:crypto";
 import { useTestDatabase } from "@crw/tools/pg";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
+import { type NodeDispatcher, parseWorkflowDefinition } from "../src/index.js";
 import {
-  type NodeDispatcher,
-  parseWorkflowDefinition,
-  readOrchestrationJournal,
-  type WorkflowEngine,
-} from "../src/index.js";
-import { summaries, taskLine, until, untilAborted, world } from "./helpers.js";
+  childMessages as childMessagesOf,
+  closeEnginesAfterEach,
+  summaries,
+  taskLine,
+  until,
+  untilAborted,
+  workflowJournal,
+  world,
+} from "./helpers.js";
 
 const db = useTestDatabase();
-const all: WorkflowEngine[] = [];
-afterEach(async () => {
-  for (const e of all.splice(0)) await e.close();
-});
+const all = closeEnginesAfterEach();
 
 const chain = parseWorkflowDefinition(`
 name: chain
@@ -22,24 +23,9 @@ nodes:
   - { id: b, task: "TASK b", dependsOn: [a] }
 `);
 
-async function journal(workflowId: string) {
-  const { rows } = await db.pool.query("select body from workflow_journals where workflow_id = $1::uuid", [
-    workflowId,
-  ]);
-  const r = readOrchestrationJournal(rows[0]?.body);
-  if (!r.ok) throw new Error(r.reason);
-  return r.journal;
-}
+const journal = (workflowId: string) => workflowJournal(db.pool, workflowId);
 
-async function childMessages(
-  childId: string,
-): Promise<Array<{ role: string; content: unknown; customType?: string }>> {
-  const { rows } = await db.pool.query(
-    "select body from journal_entries where session_id = $1::uuid order by seq",
-    [childId],
-  );
-  return rows.map((r) => JSON.parse(r.body).message);
-}
+const childMessages = (childId: string) => childMessagesOf(db.pool, childId);
 
 /** Only this test's workflows (one database serves the whole file). */
 async function mine<T extends { resumed: string[]; invalid: string[]; refused: string[] }>(

@@ -1,19 +1,18 @@
 import { useTestDatabase } from "@crw/tools/pg";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
+import { type NodeDispatcher, parseWorkflowDefinition, WorkflowBoundaryError } from "../src/index.js";
 import {
-  type NodeDispatcher,
-  parseWorkflowDefinition,
-  readOrchestrationJournal,
-  WorkflowBoundaryError,
-  type WorkflowEngine,
-} from "../src/index.js";
-import { deferred, summaries, taskLine, until, world } from "./helpers.js";
+  closeEnginesAfterEach,
+  deferred,
+  summaries,
+  taskLine,
+  until,
+  workflowJournal,
+  world,
+} from "./helpers.js";
 
 const db = useTestDatabase();
-const all: WorkflowEngine[] = [];
-afterEach(async () => {
-  for (const e of all.splice(0)) await e.close();
-});
+const all = closeEnginesAfterEach();
 
 const def = parseWorkflowDefinition(`
 name: flaky
@@ -23,14 +22,7 @@ nodes:
   - { id: last, task: "TASK last", dependsOn: [flaky] }
 `);
 
-async function journal(workflowId: string) {
-  const { rows } = await db.pool.query("select body from workflow_journals where workflow_id = $1::uuid", [
-    workflowId,
-  ]);
-  const r = readOrchestrationJournal(rows[0]?.body);
-  if (!r.ok) throw new Error(r.reason);
-  return r.journal;
-}
+const journal = (workflowId: string) => workflowJournal(db.pool, workflowId);
 
 async function failedOnce(w: Awaited<ReturnType<typeof world>>) {
   let fail = true;

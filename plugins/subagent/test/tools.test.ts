@@ -18,35 +18,47 @@ import { until } from "./helpers.js";
 
 const db = useTestDatabase();
 
+/**
+ * A delegation service whose sessions get the workflow tools (reading `project`), and the workflow engine
+ * those tools drive: node turns run as delegated child sessions, completions wake their parent.
+ */
+function wiredWithWorkflowTools(project: string, spillRoot: string) {
+  const repo = new PgDelegationRepository(db.pool);
+  let engine!: WorkflowEngine;
+  const reader = boundedProjectFileReader({ root: project });
+  let service!: DelegationService;
+  service = new DelegationService({
+    repo,
+    runner: createScriptedTurnRunner(),
+    spill: new FileSpillStore(spillRoot),
+    tools: (session) =>
+      workflowTools({
+        service,
+        engine,
+        session,
+        readOnly: false,
+        reader,
+        currentWorkDir: async () => null,
+      }),
+  });
+  engine = new WorkflowEngine({
+    pool: db.pool,
+    owner: `wf-${randomUUID()}`,
+    dispatcher: new JournalNodeDispatcher(repo, delegationNodeTurns(service)),
+    defaultModel: "scripted",
+    repo,
+    onCompletion: (c) => service.resultQueued(c.parentSessionId, c.principalAccountId, c.resultId),
+  });
+  return { repo, service, engine, reader };
+}
+
 describe("the Sub-agent plugin's tools", () => {
   it("S004-287: S004-341: S004-286: a parent's WorkflowStart reads the project file; a node's WorkflowAddNodes expands the DAG from inside its turn", async () => {
     const project = await mkdtemp(join(tmpdir(), "crw-proj-"));
-    const repo = new PgDelegationRepository(db.pool);
-    let engine!: WorkflowEngine;
-    const reader = boundedProjectFileReader({ root: project });
-    let service!: DelegationService;
-    service = new DelegationService({
-      repo,
-      runner: createScriptedTurnRunner(),
-      spill: new FileSpillStore(await mkdtemp(join(tmpdir(), "crw-spill-"))),
-      tools: (session) =>
-        workflowTools({
-          service,
-          engine,
-          session,
-          readOnly: false,
-          reader,
-          currentWorkDir: async () => null,
-        }),
-    });
-    engine = new WorkflowEngine({
-      pool: db.pool,
-      owner: `wf-${randomUUID()}`,
-      dispatcher: new JournalNodeDispatcher(repo, delegationNodeTurns(service)),
-      defaultModel: "scripted",
-      repo,
-      onCompletion: (c) => service.resultQueued(c.parentSessionId, c.principalAccountId, c.resultId),
-    });
+    const { repo, service, engine, reader } = wiredWithWorkflowTools(
+      project,
+      await mkdtemp(join(tmpdir(), "crw-spill-")),
+    );
     try {
       await service.start();
       await engine.open();
@@ -183,32 +195,7 @@ describe("the Sub-agent plugin's tools", () => {
       join(project, "fg.yaml"),
       "name: fg\nnodes:\n  - {id: a, task: look}\n  - {id: b, task: check, dependsOn: [a]}\n",
     );
-    const repo = new PgDelegationRepository(db.pool);
-    let engine!: WorkflowEngine;
-    const reader = boundedProjectFileReader({ root: project });
-    let service!: DelegationService;
-    service = new DelegationService({
-      repo,
-      runner: createScriptedTurnRunner(),
-      spill: new FileSpillStore(project),
-      tools: (session) =>
-        workflowTools({
-          service,
-          engine,
-          session,
-          readOnly: false,
-          reader,
-          currentWorkDir: async () => null,
-        }),
-    });
-    engine = new WorkflowEngine({
-      pool: db.pool,
-      owner: `wf-${randomUUID()}`,
-      dispatcher: new JournalNodeDispatcher(repo, delegationNodeTurns(service)),
-      defaultModel: "scripted",
-      repo,
-      onCompletion: (c) => service.resultQueued(c.parentSessionId, c.principalAccountId, c.resultId),
-    });
+    const { repo, service, engine } = wiredWithWorkflowTools(project, project);
     try {
       await service.start();
       await engine.open();
