@@ -9,7 +9,15 @@ import {
   type SessionTurnRunner,
   type TurnOutcome,
 } from "../../src/index.js";
-import { latch, makeService, messages, newParent, scriptTask, waitFor } from "./helpers.js";
+import {
+  delegateBackground,
+  latch,
+  makeService,
+  messages,
+  newParent,
+  scriptTask,
+  waitFor,
+} from "./helpers.js";
 
 const db = useTestDatabase();
 
@@ -230,13 +238,7 @@ describe("pauseForRestart: the restart checkpoint", () => {
       },
     });
     const { account, parent } = await newParent(service);
-    const receipt = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "bg",
-      task: "do it",
-      mode: "background",
-    });
+    const receipt = await delegateBackground(service, { parent, account }, "bg", "do it");
     if (receipt.kind !== "started") throw new Error("expected a started call");
     await inTurn.promise;
     let resolved = false;

@@ -1,6 +1,7 @@
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import {
+  delegateBackground,
   delegateCall,
   delegateForeground,
   gateTool,
@@ -93,13 +94,7 @@ describe("delivery of delegated results", () => {
     // The parent is busy (its turn lock held) while three results settle; then it goes idle.
     const busy = service.turns.exclusive(parent.id, () => hold.promise);
     for (let i = 0; i < 3; i++) {
-      await service.delegate({
-        parentSessionId: parent.id,
-        principalAccountId: account.id,
-        toolCallId: `bg-${i}`,
-        task: scriptTask({ answer: `r${i}` }),
-        mode: "background",
-      });
+      await delegateBackground(service, { parent, account }, `bg-${i}`, scriptTask({ answer: `r${i}` }));
     }
     await waitFor(
       async () => (await repo.queuedResultIds(parent.id, account.id)).length === 3,
@@ -135,13 +130,7 @@ describe("delivery of delegated results", () => {
     );
     await Promise.all(
       Array.from({ length: n / 2 }, (_, i) =>
-        service.delegate({
-          parentSessionId: parent.id,
-          principalAccountId: account.id,
-          toolCallId: `idle-${i}`,
-          task: scriptTask({ answer: `i${i}` }),
-          mode: "background",
-        }),
+        delegateBackground(service, { parent, account }, `idle-${i}`, scriptTask({ answer: `i${i}` })),
       ),
     );
     await turn;
@@ -170,13 +159,7 @@ describe("delivery of delegated results", () => {
     const { account, parent } = await newParent(service);
     // The follow-up request (the 2nd of this plan) fails at the provider.
     await service.prompt(parent.id, account.id, scriptTask({ answer: "waiting", failAtRequest: 1 }));
-    await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "bg",
-      task: scriptTask({ answer: "the result" }),
-      mode: "background",
-    });
+    await delegateBackground(service, { parent, account }, "bg", scriptTask({ answer: "the result" }));
     await waitFor(async () => {
       const msgs = messages(await repo.readJournal(parent.id, account.id));
       return msgs.some((m) => m.role === "assistant" && m.stopReason === "error");
@@ -206,13 +189,7 @@ describe("delivery of delegated results", () => {
     });
     const { account, parent } = await newParent(service);
     await service.prompt(parent.id, account.id, scriptTask({ answer: "ok" }));
-    const r = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "bg",
-      task: scriptTask({ answer: "x" }),
-      mode: "background",
-    });
+    const r = await delegateBackground(service, { parent, account }, "bg", scriptTask({ answer: "x" }));
     await waitFor(async () => seen.length > 0, "publication");
     await service.whenIdle();
     expect(r.kind).toBe("started");

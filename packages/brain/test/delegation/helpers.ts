@@ -171,6 +171,22 @@ export function delegateForeground(
   });
 }
 
+/** A background delegation from `caller`'s parent session. */
+export function delegateBackground(
+  service: DelegationService,
+  caller: Caller,
+  toolCallId: string,
+  task: string,
+) {
+  return service.delegate({
+    parentSessionId: caller.parent.id,
+    principalAccountId: caller.account.id,
+    toolCallId,
+    task,
+    mode: "background",
+  });
+}
+
 /** A foreground continuation of `childSessionId` from `caller`'s parent session. */
 export function continueForeground(
   service: DelegationService,

@@ -11,7 +11,16 @@ import {
   type OutputRecipient,
   recoverDelegations,
 } from "../../src/index.js";
-import { latch, makeService, messages, newParent, resultIdsIn, scriptTask, waitFor } from "./helpers.js";
+import {
+  delegateBackground,
+  latch,
+  makeService,
+  messages,
+  newParent,
+  resultIdsIn,
+  scriptTask,
+  waitFor,
+} from "./helpers.js";
 
 const db = useTestDatabase();
 
@@ -31,13 +40,12 @@ describe("asynchronous host contracts of a result's preparation", () => {
       },
     });
     const { account, parent } = await newParent(service);
-    const receipt = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "bg",
-      task: scriptTask({ answer: "emitted answer" }),
-      mode: "background",
-    });
+    const receipt = await delegateBackground(
+      service,
+      { parent, account },
+      "bg",
+      scriptTask({ answer: "emitted answer" }),
+    );
     if (receipt.kind !== "started") throw new Error("expected a background call");
     await waitFor(async () => emitted.length === 1, "the emitter to be called");
     // While the emitter has not resolved, nothing is settled or delivered.
@@ -74,13 +82,12 @@ describe("asynchronous host contracts of a result's preparation", () => {
     });
     await first.service.start();
     const { account, parent } = await newParent(first.service);
-    const receipt = await first.service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "bg",
-      task: scriptTask({ answer: "kept answer" }),
-      mode: "background",
-    });
+    const receipt = await delegateBackground(
+      first.service,
+      { parent, account },
+      "bg",
+      scriptTask({ answer: "kept answer" }),
+    );
     if (receipt.kind !== "started") throw new Error("expected a background call");
     await first.service.whenIdle();
     expect(events).toContainEqual(
@@ -125,13 +132,12 @@ describe("asynchronous host contracts of a result's preparation", () => {
     });
     const { account, parent } = await newParent(service);
     const body = `a long answer ${"y".repeat(500)} end`;
-    const receipt = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "bg",
-      task: scriptTask({ answer: body }),
-      mode: "background",
-    });
+    const receipt = await delegateBackground(
+      service,
+      { parent, account },
+      "bg",
+      scriptTask({ answer: body }),
+    );
     if (receipt.kind !== "started") throw new Error("expected a background call");
     await waitFor(async () => limitAsked === 1, "the limit to be asked");
     expect(captured).toEqual([]);

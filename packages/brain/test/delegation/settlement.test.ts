@@ -4,6 +4,7 @@ import { describe, expect, it } from "vitest";
 import { type ProgressEvent, parseDelegatedExecutionScope } from "../../src/index.js";
 import {
   continueForeground,
+  delegateBackground,
   delegateCall,
   delegateForeground,
   gateTool,
@@ -25,11 +26,11 @@ describe("settlement of a child's call", () => {
     const { account, parent } = await newParent(service);
     const helper = latch();
     gates.set("helper", helper.promise);
-    const receipt = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "c",
-      task: scriptTask({
+    const receipt = await delegateBackground(
+      service,
+      { parent, account },
+      "c",
+      scriptTask({
         rounds: [
           [
             delegateCall(
@@ -41,8 +42,7 @@ describe("settlement of a child's call", () => {
         answer: "C done",
         followUp: "C folded in",
       }),
-      mode: "background",
-    });
+    );
     if (receipt.kind !== "started") throw new Error("expected background");
     const child = receipt.childSessionId;
     // C's own turn ends, but a live helper keeps its call open

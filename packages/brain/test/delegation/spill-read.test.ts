@@ -5,6 +5,7 @@ import { describe, expect, it } from "vitest";
 import { ASSISTANT_PAGE, type SpillStore } from "../../src/index.js";
 import {
   continueForeground,
+  delegateBackground,
   delegateForeground,
   makeService,
   messages,
@@ -17,13 +18,7 @@ const db = useTestDatabase();
 
 async function backgroundResult(service: ReturnType<typeof makeService>["service"], answer: string) {
   const { account, parent } = await newParent(service);
-  const receipt = await service.delegate({
-    parentSessionId: parent.id,
-    principalAccountId: account.id,
-    toolCallId: "bg",
-    task: scriptTask({ answer }),
-    mode: "background",
-  });
+  const receipt = await delegateBackground(service, { parent, account }, "bg", scriptTask({ answer }));
   if (receipt.kind !== "started") throw new Error("expected background");
   await waitFor(
     async () => (await service.repo.settledResultIds(parent.id, account.id)).length === 1,
@@ -62,13 +57,12 @@ describe("spilled results", () => {
       release = r;
     });
     const busy = service.turns.exclusive(parent.id, () => held);
-    await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "bg",
-      task: scriptTask({ answer: "a result well above sixteen bytes" }),
-      mode: "background",
-    });
+    await delegateBackground(
+      service,
+      { parent, account },
+      "bg",
+      scriptTask({ answer: "a result well above sixteen bytes" }),
+    );
     const [queued] = await waitFor(async () => {
       const q = await repo.queuedResults(parent.id, account.id);
       return q.length === 1 ? q : undefined;

@@ -4,7 +4,7 @@ import type { TranscriptMessage } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { createScriptedTurnRunner, type SessionTurnRunner, type TurnRequest } from "../../src/index.js";
-import { makeService, messages, newParent, scriptTask, waitFor } from "./helpers.js";
+import { delegateBackground, makeService, messages, newParent, scriptTask, waitFor } from "./helpers.js";
 
 const db = useTestDatabase();
 
@@ -67,13 +67,7 @@ describe("Read for spilled results", () => {
     const { service, repo } = makeService(db.pool, { runner: r.runner, toolResultInlineBytes: () => 100 });
     const { account, parent } = await newParent(service);
     const body = `start ${"ünïcödé ".repeat(400)} end`;
-    await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "bg",
-      task: scriptTask({ answer: body }),
-      mode: "background",
-    });
+    await delegateBackground(service, { parent, account }, "bg", scriptTask({ answer: body }));
     await waitFor(async () => r.seen.read.length > 0, "the parent to read its spilled result");
     await service.whenIdle();
     expect(r.seen.toolNames[0]).toContain("Read");
@@ -107,13 +101,12 @@ describe("Read for spilled results", () => {
     const r = readingRunner([foreignPath, loose, "/etc/hostname"]);
     const { service } = makeService(db.pool, { runner: r.runner, toolResultInlineBytes: () => 10 });
     const { account, parent } = await newParent(service);
-    await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "bg",
-      task: scriptTask({ answer: "this session's own spilled output" }),
-      mode: "background",
-    });
+    await delegateBackground(
+      service,
+      { parent, account },
+      "bg",
+      scriptTask({ answer: "this session's own spilled output" }),
+    );
     await waitFor(async () => r.seen.read.length > 0, "the parent's read");
     await service.whenIdle();
     expect(r.seen.refusals).toEqual(["not_found", "not_found", "not_found"]);
