@@ -7,20 +7,11 @@
 // The test kits are TypeScript: they are bundled with esbuild into a temporary directory first.
 // The fake host, the owner and the engine share this process: a poll much below 20 ms floods it with reads.
 // Prints one JSON object, then a one-line summary. Usage: node bench/flow-engine.mjs [calls] [poll-ms]
-import {
-  closeSync,
-  fdatasyncSync,
-  mkdirSync,
-  mkdtempSync,
-  openSync,
-  rmSync,
-  statSync,
-  writeSync,
-} from "node:fs";
+import { closeSync, fdatasyncSync, mkdtempSync, openSync, rmSync, statSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
-import { loadFlowKits } from "./lib/flow-kits.mjs";
+import { loadFlowKits, writeSessionRun } from "./lib/flow-kits.mjs";
 
 const calls = Number(process.argv[2] ?? 500);
 const pollMs = Number(process.argv[3] ?? 20);
@@ -52,23 +43,14 @@ const fake = await FakeAppServer.start();
 const owner = fake.createOwnerThread({ cwd: root });
 fake.startOwnerTurn(owner);
 const state = join(root, "state");
-const paths = flow.runPaths(state, "bench");
-mkdirSync(paths.dir, { recursive: true });
-const spec = {
-  format: flow.SPEC_FORMAT,
-  run_id: "bench",
-  workflow: join(root, "w.mjs"),
-  workflow_name: "bench",
-  input: null,
-  backend: "session",
+const { paths, spec } = writeSessionRun(flow, {
+  root,
+  runId: "bench",
+  fake,
   owner,
   pool: 4,
-  repo: root,
-  host: fake.url,
-  created_at: new Date().toISOString(),
-  poll_ms: pollMs,
-};
-flow.writeSpec(paths.spec, spec);
+  extra: { poll_ms: pollMs },
+});
 const host = flow.createAppServerHost({ transport: fake.url });
 const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
 const perCall = [];

@@ -6,11 +6,11 @@
 // With `busy` the owner is in a turn when each step is published: the wake is held and the latency is from
 // the end of that turn to the wake's new turn (delivered after the current turn).
 // Prints one JSON object, then a one-line summary. Usage: node bench/flow-wake.mjs [calls] [poll-ms] [busy]
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
-import { loadFlowKits } from "./lib/flow-kits.mjs";
+import { loadFlowKits, writeSessionRun } from "./lib/flow-kits.mjs";
 
 const calls = Number(process.argv[2] ?? 30);
 const pollMs = Number(process.argv[3] ?? 100);
@@ -22,25 +22,14 @@ const { FakeAppServer } = await loadFlowKits();
 const fake = await FakeAppServer.start();
 const owner = fake.createOwnerThread({ cwd: root });
 if (busy) fake.startOwnerTurn(owner); // the owner is in a turn when the first step is published
-const state = join(root, "state");
-const paths = flow.runPaths(state, "bench-wake");
-mkdirSync(paths.dir, { recursive: true });
-const spec = {
-  format: flow.SPEC_FORMAT,
-  run_id: "bench-wake",
-  workflow: join(root, "w.mjs"),
-  workflow_name: "bench-wake",
-  input: null,
-  backend: "session",
+const { paths, spec } = writeSessionRun(flow, {
+  root,
+  runId: "bench-wake",
+  fake,
   owner,
   pool: 1,
-  repo: root,
-  host: fake.url,
-  created_at: new Date().toISOString(),
-  poll_ms: pollMs,
-  wake_after_ms: 3_600_000,
-};
-flow.writeSpec(paths.spec, spec);
+  extra: { poll_ms: pollMs, wake_after_ms: 3_600_000 },
+});
 const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
 const workflow = flow.defineWorkflow({
   name: "bench-wake",
