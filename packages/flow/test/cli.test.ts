@@ -7,7 +7,6 @@ import {
   rmSync,
   writeFileSync,
 } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
   JournalWriter,
@@ -19,10 +18,10 @@ import {
   SPEC_FORMAT,
   writeSpec,
 } from "@crw/flow";
-import { FakeAppServer } from "@crw/tools/codex";
+import type { FakeAppServer } from "@crw/tools/codex";
 import { cliStepSource, ScriptedOwner } from "@crw/tools/flow";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { crwBin, crwFlow, ensureBuilt, waitFor } from "./helpers/cli.js";
+import { crwBin, crwFlow, ownerSession, waitFor } from "./helpers/cli.js";
 
 const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
 const workflowSource = (extra = "") => `
@@ -45,18 +44,7 @@ let owner: string;
 let env: NodeJS.ProcessEnv;
 
 beforeAll(async () => {
-  ensureBuilt();
-  root = mkdtempSync(join(tmpdir(), "crw-flow-cli-"));
-  fake = await FakeAppServer.start();
-  owner = fake.createOwnerThread({ cwd: root });
-  fake.startOwnerTurn(owner);
-  env = {
-    ...process.env,
-    CODEX_THREAD_ID: owner,
-    CRW_FLOW_HOST: fake.url,
-    CODEX_HOME: join(root, "codex-home"),
-  };
-  delete env.CRW_FLOW_FAULT;
+  ({ fake, root, owner, env } = await ownerSession("crw-flow-cli-"));
 }, 120_000);
 
 afterAll(async () => {

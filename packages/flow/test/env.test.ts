@@ -1,11 +1,10 @@
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pidAlive, readJournalFile, readSpec, runPaths, writeSpec } from "@crw/flow";
-import { FakeAppServer } from "@crw/tools/codex";
+import type { FakeAppServer } from "@crw/tools/codex";
 import { fileStepSource, ScriptedOwner } from "@crw/tools/flow";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { crwFlow, ensureBuilt, waitFor } from "./helpers/cli.js";
+import { crwFlow, ownerSession, waitFor } from "./helpers/cli.js";
 
 /** The workflow reports the TMPDIR its run process runs below. */
 const workflowSource = `
@@ -25,18 +24,7 @@ let env: NodeJS.ProcessEnv;
 let workflowPath: string;
 
 beforeAll(async () => {
-  ensureBuilt();
-  root = mkdtempSync(join(tmpdir(), "crw-flow-env-"));
-  fake = await FakeAppServer.start();
-  owner = fake.createOwnerThread({ cwd: root });
-  fake.startOwnerTurn(owner);
-  env = {
-    ...process.env,
-    CODEX_THREAD_ID: owner,
-    CRW_FLOW_HOST: fake.url,
-    CODEX_HOME: join(root, "codex-home"),
-  };
-  delete env.CRW_FLOW_FAULT;
+  ({ fake, root, owner, env } = await ownerSession("crw-flow-env-"));
   workflowPath = join(root, "env.mjs");
   writeFileSync(workflowPath, workflowSource);
 }, 120_000);

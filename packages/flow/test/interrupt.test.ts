@@ -1,8 +1,14 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { digestOf, JournalWriter, spawnMessage } from "@crw/flow";
+import { JournalWriter, spawnMessage } from "@crw/flow";
 import { afterEach, describe, expect, it } from "vitest";
-import { defineWorkflow, type InProcessRun, inProcessRun, countSchema as schema } from "./helpers/harness.js";
+import {
+  appendStartedPrepared,
+  defineWorkflow,
+  type InProcessRun,
+  inProcessRun,
+  countSchema as schema,
+} from "./helpers/harness.js";
 
 let run: InProcessRun | null = null;
 afterEach(async () => {
@@ -33,35 +39,7 @@ describe("an interrupt goes with its turn across a restart", () => {
     run.fake.answer(a.threadId, '{"n":1}');
     const input = { role: "explorer" as const, task: "count", schema, workspace: null };
     const w = JournalWriter.create(paths.journal, run.spec.run_id);
-    const pairs = Object.fromEntries(
-      ["architect", "executor", "executor-t1", "reviewer", "explorer", "critic"].map((r) => [
-        r,
-        { model: null, effort: null },
-      ]),
-    );
-    w.append([
-      {
-        type: "started",
-        backend: "session",
-        role_pairs: pairs,
-        policy_digest: "sha256:x",
-        process: null,
-        pid: 1,
-        process_n: 1,
-      },
-    ]);
-    w.append([
-      {
-        type: "prepared",
-        call,
-        op: call,
-        role: "explorer",
-        input,
-        input_digest: digestOf(input),
-        backend: "session",
-        allocation: { workspace, kind: "scratch" },
-      },
-    ]);
+    appendStartedPrepared(w, call, input, workspace);
     w.append([
       {
         type: "step_published",

@@ -1,13 +1,13 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { digestOf, executeRun, JournalWriter, readReply } from "@crw/flow";
+import { executeRun, JournalWriter, readReply } from "@crw/flow";
 import { afterEach, describe, expect, it } from "vitest";
 import {
+  appendStartedPrepared,
   defineWorkflow,
   type InProcessRun,
   inProcessRun,
   rowsOfType as of,
-  nullRolePairs as pairs,
   countSchema as schema,
   until,
 } from "./helpers/harness.js";
@@ -211,29 +211,7 @@ describe("more of the session call", () => {
       workspace: P,
       conversation_turn: 1,
     });
-    w.append([
-      {
-        type: "started",
-        backend: "session",
-        role_pairs: pairs,
-        policy_digest: "sha256:x",
-        process: null,
-        pid: 1,
-        process_n: 1,
-      },
-    ]);
-    w.append([
-      {
-        type: "prepared",
-        call: "explorer.1",
-        op: "explorer.1",
-        role: "explorer",
-        input,
-        input_digest: digestOf(input),
-        backend: "session",
-        allocation: { workspace: P, kind: "scratch" },
-      },
-    ]);
+    appendStartedPrepared(w, "explorer.1", input, P);
     w.append([step(1)]);
     w.append([
       {
@@ -275,29 +253,7 @@ describe("more of the session call", () => {
     mkdirSync(P, { recursive: true });
     const input = { role: "explorer" as const, task: "count", schema, workspace: null };
     const w = JournalWriter.create(run.paths.journal, "run-1");
-    w.append([
-      {
-        type: "started",
-        backend: "session",
-        role_pairs: pairs,
-        policy_digest: "sha256:x",
-        process: null,
-        pid: 1,
-        process_n: 1,
-      },
-    ]);
-    w.append([
-      {
-        type: "prepared",
-        call: "explorer.1",
-        op: "explorer.1",
-        role: "explorer",
-        input,
-        input_digest: digestOf(input),
-        backend: "session",
-        allocation: { workspace: P, kind: "scratch" },
-      },
-    ]);
+    appendStartedPrepared(w, "explorer.1", input, P);
     w.append([
       {
         type: "step_published",

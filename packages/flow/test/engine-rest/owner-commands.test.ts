@@ -3,10 +3,10 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync 
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { lockHolder, pidAlive, readJournalFile, runPaths } from "@crw/flow";
-import { FakeAppServer } from "@crw/tools/codex";
+import type { FakeAppServer } from "@crw/tools/codex";
 import { fileStepSource, ScriptedOwner } from "@crw/tools/flow";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { crwBin, crwFlow, ensureBuilt, waitFor } from "../helpers/cli.js";
+import { crwBin, crwFlow, ownerSession, waitFor } from "../helpers/cli.js";
 import { type InProcessRun, inProcessRun } from "../helpers/harness.js";
 
 /** The workflow reports the TMPDIR its run process runs below. */
@@ -28,18 +28,7 @@ let workflowPath: string;
 const pids: number[] = [];
 
 beforeAll(async () => {
-  ensureBuilt();
-  root = mkdtempSync(join(tmpdir(), "crw-flow-rest-"));
-  fake = await FakeAppServer.start();
-  owner = fake.createOwnerThread({ cwd: root });
-  fake.startOwnerTurn(owner);
-  env = {
-    ...process.env,
-    CODEX_THREAD_ID: owner,
-    CRW_FLOW_HOST: fake.url,
-    CODEX_HOME: join(root, "codex-home"),
-  };
-  delete env.CRW_FLOW_FAULT;
+  ({ fake, root, owner, env } = await ownerSession("crw-flow-rest-"));
   workflowPath = join(root, "rest.mjs");
   writeFileSync(workflowPath, workflowSource);
 }, 120_000);

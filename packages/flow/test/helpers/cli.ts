@@ -2,6 +2,7 @@ import { execFile, execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { FakeAppServer } from "@crw/tools/codex";
 
 export const repoRoot = resolve(import.meta.dirname, "../../../..");
 export const crwBin = join(repoRoot, "apps/crw/bin/crw.mjs");
@@ -37,6 +38,28 @@ export function cliRoot(
   mkdirSync(join(root, "codex-home"), { recursive: true });
   writeFileSync(join(root, "codex-home", "config.toml"), "[agents]\nmax_threads = 3\n");
   return { root, env: { ...process.env, CODEX_HOME: join(root, "codex-home"), ...extra } };
+}
+
+/**
+ * Builds the CLI when stale, makes a temporary root (named after `prefix`) and starts the fake app-server
+ * with an owner thread in a turn; `env` points `crw flow` at that owner and host (no fault injection).
+ */
+export async function ownerSession(
+  prefix: string,
+): Promise<{ fake: FakeAppServer; root: string; owner: string; env: NodeJS.ProcessEnv }> {
+  ensureBuilt();
+  const root = mkdtempSync(join(tmpdir(), prefix));
+  const fake = await FakeAppServer.start();
+  const owner = fake.createOwnerThread({ cwd: root });
+  fake.startOwnerTurn(owner);
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    CODEX_THREAD_ID: owner,
+    CRW_FLOW_HOST: fake.url,
+    CODEX_HOME: join(root, "codex-home"),
+  };
+  delete env.CRW_FLOW_FAULT;
+  return { fake, root, owner, env };
 }
 
 export interface CliResult {

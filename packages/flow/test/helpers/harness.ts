@@ -4,10 +4,12 @@ import { join } from "node:path";
 import {
   createAppServerHost,
   defineWorkflow,
+  digestOf,
   executeRun,
   type FlowEvent,
   type FlowRunOutcome,
   type JournalRow,
+  type JournalWriter,
   listStepFiles,
   type RunPaths,
   type RunSpec,
@@ -240,5 +242,40 @@ export const nullRolePairs = Object.fromEntries(
     { model: null, effort: null },
   ]),
 );
+
+/**
+ * Journals what a run process writes before a session call's first step: the `started` row (no process,
+ * the null role pairs) and the call's `prepared` row with its scratch workspace.
+ */
+export function appendStartedPrepared(
+  w: JournalWriter,
+  call: string,
+  input: { role: "explorer"; task: string; schema: Record<string, unknown> | null; workspace: null },
+  workspace: string,
+): void {
+  w.append([
+    {
+      type: "started",
+      backend: "session",
+      role_pairs: nullRolePairs,
+      policy_digest: "sha256:x",
+      process: null,
+      pid: 1,
+      process_n: 1,
+    },
+  ]);
+  w.append([
+    {
+      type: "prepared",
+      call,
+      op: call,
+      role: "explorer",
+      input,
+      input_digest: digestOf(input),
+      backend: "session",
+      allocation: { workspace, kind: "scratch" },
+    },
+  ]);
+}
 
 export { defineWorkflow };
