@@ -242,11 +242,23 @@ describe("crw workflow | session | tap against a running daemon", () => {
     const json = JSON.parse((await crw("daemon", "status", "--json", ...at)).stdout) as {
       health: { mcp: unknown };
     };
-    expect(json.health.mcp).toEqual({ servers: [{ name: "calc", tools: 2, running: true }] });
+    expect(json.health.mcp).toEqual({
+      servers: [
+        {
+          name: "calc",
+          tools: 2,
+          running: true,
+          state: "running",
+          restarts: 0,
+          attempts: 0,
+          lastError: null,
+        },
+      ],
+    });
     expect(r.stdout).toMatch(/sub-agents: \d+\/\d+ runners, \d+ turns running, \d+ queued/);
     expect(r.stdout).toMatch(/boot recovery: 0 calls continued/);
     expect(r.stdout).toMatch(/runner processes: \d+ started, \d+ exited; sessions executing: \d+ in runners/);
-    expect(r.stdout).toMatch(/provider usage in runners: \d+ responses/);
+    expect(r.stdout).toMatch(/provider usage: \d+ responses/);
   });
 
   it("session fork-prefix tells whether a fork read its parent's cached prefix (human line and --json)", async () => {

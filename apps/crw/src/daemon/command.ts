@@ -271,9 +271,11 @@ function healthLines(health: Record<string, unknown>): string[] {
     | undefined;
   if (usage)
     lines.push(
-      `provider usage in runners: ${usage.responses} responses, ${usage.input} input / ${usage.output} output tokens`,
+      `provider usage: ${usage.responses} responses, ${usage.input} input / ${usage.output} output tokens`,
     );
-  const mcp = health.mcp as { servers: { name: string; tools: number; running: boolean }[] } | undefined;
+  const mcp = health.mcp as
+    | { servers: { name: string; tools: number; running: boolean; state?: string; lastError?: string }[] }
+    | undefined;
   if (mcp)
     lines.push(
       `MCP servers: ${
@@ -282,7 +284,7 @@ function healthLines(health: Record<string, unknown>): string[] {
           : mcp.servers
               .map(
                 (s) =>
-                  `${s.name} (${s.tools} tool${s.tools === 1 ? "" : "s"}${s.running ? "" : ", stopped"})`,
+                  `${s.name} (${s.tools} tool${s.tools === 1 ? "" : "s"}${s.running ? "" : `, ${s.state ?? "stopped"}${s.state === "failed" && s.lastError ? `: ${s.lastError.split("\n")[0]?.slice(0, 120)}` : ""}`})`,
               )
               .join(", ")
       }`,
