@@ -12,7 +12,7 @@ import { resolve } from "node:path";
 
 const calls = Number(process.argv[2] ?? 500);
 const brain = await import("../packages/brain/dist/index.js");
-const server = resolve(import.meta.dirname, "../packages/brain/src/mcp/fixtures/tools-server.mjs");
+const server = resolve(import.meta.dirname, "../tools/src/mcp/tools-server.mjs");
 
 const t0 = performance.now();
 const bridge = await brain.McpBridge.start({

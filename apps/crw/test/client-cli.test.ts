@@ -5,6 +5,7 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
+import { MCP_TOOLS_SERVER } from "@crw/tools/mcp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 /**
@@ -96,7 +97,7 @@ beforeAll(async () => {
         servers: {
           calc: {
             command: process.execPath,
-            args: [resolve(root, "apps/daemon/test/e2e/parity-mcp-server.mjs"), "2"],
+            args: [MCP_TOOLS_SERVER, "2"],
           },
         },
       },

@@ -3,6 +3,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "no
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
+import { MCP_TOOLS_SERVER } from "@crw/tools/mcp";
 import { afterAll, describe, expect, it } from "vitest";
 
 const run = promisify(execFile);
@@ -96,7 +97,7 @@ describe("crw daemon start | status | stop with the embedded PostgreSQL", () => 
           servers: {
             broken: {
               command: process.execPath,
-              args: [resolve(import.meta.dirname, "../../daemon/test/e2e/parity-mcp-server.mjs")],
+              args: [MCP_TOOLS_SERVER],
               env: { CRW_MCP_FAIL: "start" },
             },
           },

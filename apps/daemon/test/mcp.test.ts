@@ -1,6 +1,7 @@
 import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
+import { MCP_TOOLS_SERVER } from "@crw/tools/mcp";
 import { useTestDatabase } from "@crw/tools/pg";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
@@ -13,7 +14,7 @@ import { spawnDaemon } from "./support/process.js";
  * cannot start fails the daemon's start with a typed error naming it.
  */
 const db = useTestDatabase();
-const SERVER = resolve(import.meta.dirname, "e2e/parity-mcp-server.mjs");
+const SERVER = MCP_TOOLS_SERVER;
 const silent = pino({ level: "silent" });
 /** The test server processes this process started (the in-process daemon's children), by tool count. */
 function serverPids(count: string): number[] {

@@ -1,7 +1,8 @@
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import type { CatalogConfig } from "@crw/brain";
+import { MCP_TOOLS_SERVER } from "@crw/tools/mcp";
 import type pg from "pg";
 import { pino } from "pino";
 import { loadConfig, ownerTokenPath, startDaemon } from "../../src/index.js";
@@ -16,7 +17,7 @@ import { type ProviderReply, type ProviderRequest, startLoopbackProvider } from 
  * speaking the OpenAI Chat Completions wire protocol: every request body it receives is the provider
  * request capture.
  */
-export const MCP_SERVER = resolve(import.meta.dirname, "parity-mcp-server.mjs");
+export const MCP_SERVER = MCP_TOOLS_SERVER;
 export const FAKE_KEY_ENV = "CRW_PARITY_FAKE_KEY";
 export const MODEL = "openai-completions:parity-model";
 

@@ -42,9 +42,7 @@ const chunk = (delta: object, finish: string | null, usage?: object) =>
 function stream(reply: ProviderReply): string {
   const usage = reply.usage ?? { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 };
   if ("text" in reply)
-    return (
-      chunk({ role: "assistant", content: reply.text }, null) + chunk({}, "stop", usage) + "data: [DONE]\n\n"
-    );
+    return `${chunk({ role: "assistant", content: reply.text }, null) + chunk({}, "stop", usage)}data: [DONE]\n\n`;
   const call = {
     index: 0,
     id: reply.tool.id,

@@ -1,11 +1,12 @@
 import { getEventListeners } from "node:events";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
+import { MCP_TOOLS_SERVER } from "@crw/tools/mcp";
 import { afterEach, describe, expect, it } from "vitest";
 import { bridgedToolName, McpBridge, type McpBridgeEvent, McpError } from "./index.js";
 
-const server = resolve(import.meta.dirname, "fixtures/tools-server.mjs");
+const server = MCP_TOOLS_SERVER;
 const ctx = {
   sessionId: "s",
   principalAccountId: "a",
