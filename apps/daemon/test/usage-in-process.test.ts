@@ -138,6 +138,15 @@ describe("provider usage of the daemon's own turns", () => {
         sessionId,
         task: "child question",
       }));
+      // The child's result reaches the idle root as a delivered result, which gets its one follow-up turn: a
+      // third response, on the root session.
+      await waitFor(
+        async () =>
+          published.length === 3 &&
+          (await usageRows(sessionId)).length === 2 &&
+          (await usageRows(childSessionId)).length === 1,
+        "the usage rows and events",
+      );
     } finally {
       bus.publish = original;
     }
@@ -152,19 +161,15 @@ describe("provider usage of the daemon's own turns", () => {
       cache_read: 20,
       total: 54,
     };
-    await waitFor(
-      async () => (await usageRows(sessionId)).length === 1 && (await usageRows(childSessionId)).length === 1,
-      "the usage rows",
-    );
-    expect(await usageRows(sessionId)).toEqual([row]);
+    expect(await usageRows(sessionId)).toEqual([row, row]);
     expect(await usageRows(childSessionId)).toEqual([row]);
     // Both turns ran in the daemon (runners off) and each response was counted once.
     expect(daemon.runtime.placements.runner).toBe(0);
     const after = (await health()).providerUsage;
-    expect(after.responses - before.responses).toBe(2);
-    expect(after.input - before.input).toBe(60);
-    expect(after.output - before.output).toBe(8);
-    expect(after.totalTokens - before.totalTokens).toBe(108);
+    expect(after.responses - before.responses).toBe(3);
+    expect(after.input - before.input).toBe(90);
+    expect(after.output - before.output).toBe(12);
+    expect(after.totalTokens - before.totalTokens).toBe(162);
     expect(after.unrecorded).toBe(0);
     expect(published).toEqual([
       expect.objectContaining({ type: "provider_usage", runnerId: IN_PROCESS_RUNNER_ID, sessionId }),
@@ -173,13 +178,17 @@ describe("provider usage of the daemon's own turns", () => {
         runnerId: IN_PROCESS_RUNNER_ID,
         sessionId: childSessionId,
       }),
+      expect.objectContaining({ type: "provider_usage", runnerId: IN_PROCESS_RUNNER_ID, sessionId }),
     ]);
-    // The journal's assistant row carries the same response's usage.
+    // The journal's assistant rows carry the same responses' usage.
     const { rows } = await db.pool.query(
-      "select provider_usage as usage from journal_entries where session_id = $1 and role = 'assistant'",
+      "select provider_usage as usage from journal_entries where session_id = $1 and role = 'assistant' order by seq",
       [sessionId],
     );
-    expect(rows).toEqual([{ usage: expect.objectContaining({ input: 30, cacheRead: 20, totalTokens: 54 }) }]);
+    expect(rows).toEqual([
+      { usage: expect.objectContaining({ input: 30, cacheRead: 20, totalTokens: 54 }) },
+      { usage: expect.objectContaining({ input: 30, cacheRead: 20, totalTokens: 54 }) },
+    ]);
   });
 });
 
