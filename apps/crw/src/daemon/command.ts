@@ -261,10 +261,12 @@ function healthLines(health: Record<string, unknown>): string[] {
       `boot recovery: ${recovery.delegations.continued.length} calls continued, ${recovery.delegations.terminalized.length + recovery.delegations.failed.length} ended with an error result, ${recovery.workflows.resumed.length} workflows resumed, ${recovery.workflows.invalid.length} invalid`,
     );
   const processes = health.processes as { started: number; exited: number } | undefined;
-  const executions = health.executions as { location: string }[] | undefined;
+  const executions = health.executions as { location: string; state?: string }[] | undefined;
+  const count = (state: string) =>
+    (executions ?? []).filter((e) => e.location === "runner" && e.state === state).length;
   if (processes && executions)
     lines.push(
-      `runner processes: ${processes.started} started, ${processes.exited} exited; sessions executing: ${executions.filter((e) => e.location === "runner").length} in runners, ${executions.filter((e) => e.location === "in-process").length} in the daemon`,
+      `runner processes: ${processes.started} started, ${processes.exited} exited; sessions in runners: ${count("running")} running, ${count("queued")} queued, ${count("idle")} idle; ${executions.filter((e) => e.location === "in-process").length} running in the daemon`,
     );
   const usage = health.providerUsage as
     | { responses: number; input: number; output: number; totalTokens: number }
