@@ -258,7 +258,9 @@ describe("crw workflow | session | tap against a running daemon", () => {
     });
     expect(r.stdout).toMatch(/sub-agents: \d+\/\d+ runners, \d+ turns running, \d+ queued/);
     expect(r.stdout).toMatch(/boot recovery: 0 calls continued/);
-    expect(r.stdout).toMatch(/runner processes: \d+ started, \d+ exited; sessions in runners: \d+ running, \d+ queued, \d+ idle; \d+ running in the daemon/);
+    expect(r.stdout).toMatch(
+      /runner processes: \d+ started, \d+ exited; sessions in runners: \d+ running, \d+ queued, \d+ idle; \d+ running in the daemon/,
+    );
     expect(r.stdout).toMatch(/provider usage: \d+ responses/);
   });
 
