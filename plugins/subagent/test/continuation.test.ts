@@ -57,20 +57,29 @@ async function parked(
   options: {
     turns?: string[];
     continueCalls?: Array<{ input: NodeContinueRequest; host?: NodeRecoveryHost }>;
+    /** The engine's repository (a test may gate a read on it). */
+    repo?: World["repo"];
+    /** The starting call's context overrides (its access). */
+    ctx?: Parameters<World["ctx"]>[0];
+    waitId?: string;
+    claimVersion?: number;
   } = {},
 ) {
   const turns = options.turns ?? [];
+  const waitId = options.waitId ?? "wait-1";
+  const claimVersion = options.claimVersion ?? 3;
   const { engine, events, dispatcher } = await w.engine(
     ({ task }) => {
       turns.push(taskLine(task));
       return `done ${taskLine(task)}`;
     },
     {
+      ...(options.repo ? { repo: options.repo } : {}),
       wrap: (base): NodeDispatcher => ({
         createChild: (r) => base.createChild(r),
         runNode: async (r) =>
           r.nodeId === "remote"
-            ? { status: "waiting", prerequisite: { waitId: "wait-1", claimVersion: 3 } }
+            ? { status: "waiting", prerequisite: { waitId, claimVersion } }
             : base.runNode(r),
         continueNode: (input, host) => {
           options.continueCalls?.push({ input, ...(host ? { host } : {}) });
@@ -80,7 +89,7 @@ async function parked(
     },
   );
   all.push(engine);
-  const ctx = w.ctx();
+  const ctx = w.ctx(options.ctx);
   const started = await engine.start(ctx, { definition: waits });
   await until(
     async () =>
@@ -95,8 +104,8 @@ async function parked(
     workflowGeneration: 1,
     recoveryAdmissionVersion: 1,
     nodeId: "remote",
-    waitId: "wait-1",
-    claimVersion: 3,
+    waitId,
+    claimVersion,
   };
   return { engine, events, dispatcher, started, wake, turns };
 }
@@ -601,55 +610,7 @@ describe("a wake's live connection", () => {
     const turns: string[] = [];
     const calls: Array<{ input: NodeContinueRequest; host?: NodeRecoveryHost }> = [];
     // A parked workflow on an engine whose authorization reads the (gated) account.
-    const parkedRun = await (async () => {
-      const { engine, started, wake } = await (async () => {
-        const made = await w.engine(
-          ({ task }) => {
-            turns.push(taskLine(task));
-            return "done";
-          },
-          {
-            repo,
-            wrap: (base): NodeDispatcher => ({
-              createChild: (r) => base.createChild(r),
-              runNode: async (r) =>
-                r.nodeId === "remote"
-                  ? { status: "waiting", prerequisite: { waitId: "wait-1", claimVersion: 3 } }
-                  : base.runNode(r),
-              continueNode: (input, host) => {
-                calls.push({ input, ...(host ? { host } : {}) });
-                return base.continueNode(input, host);
-              },
-            }),
-          },
-        );
-        all.push(made.engine);
-        const ctx = w.ctx();
-        const s = await made.engine.start(ctx, { definition: waits });
-        await until(
-          async () =>
-            (await journal(s.workflowId)).nodes.remote?.status === "waiting" &&
-            made.engine.run(s.workflowId)?.active.has("remote") === false,
-          "waiting",
-        );
-        return {
-          engine: made.engine,
-          started: s,
-          wake: {
-            workflowId: s.workflowId,
-            parentSessionId: w.parentSessionId,
-            toolCallId: ctx.toolCallId,
-            workflowGeneration: 1,
-            recoveryAdmissionVersion: 1,
-            nodeId: "remote",
-            waitId: "wait-1",
-            claimVersion: 3,
-          },
-        };
-      })();
-      return { engine, started, wake };
-    })();
-    const { engine, started, wake } = parkedRun;
+    const { engine, started, wake } = await parked(w, { turns, continueCalls: calls, repo });
     const dispatches = (await journal(started.workflowId)).dispatches;
     gated = true;
     expect(engine.resumeWaitingNode(wake)).toEqual({ status: "accepted" });
@@ -666,44 +627,14 @@ describe("a wake's live connection", () => {
 
     // A journaled node scope that the account no longer covers: the wake refuses, never widening access.
     gated = false;
-    const second = await (async () => {
-      const made = await w.engine(() => "done", {
-        wrap: (base): NodeDispatcher => ({
-          createChild: (r) => base.createChild(r),
-          runNode: async (r) =>
-            r.nodeId === "remote"
-              ? { status: "waiting", prerequisite: { waitId: "wait-2", claimVersion: 1 } }
-              : base.runNode(r),
-          continueNode: (input, host) => {
-            calls.push({ input, ...(host ? { host } : {}) });
-            return base.continueNode(input, host);
-          },
-        }),
-      });
-      all.push(made.engine);
-      const ctx = w.ctx({ access: { tools: { allow: ["Read", "Bash"] } } });
-      const s = await made.engine.start(ctx, { definition: waits });
-      await until(
-        async () =>
-          (await journal(s.workflowId)).nodes.remote?.status === "waiting" &&
-          made.engine.run(s.workflowId)?.active.has("remote") === false,
-        "waiting",
-      );
-      return { engine: made.engine, started: s, ctx };
-    })();
+    const second = await parked(w, {
+      continueCalls: calls,
+      ctx: { access: { tools: { allow: ["Read", "Bash"] } } },
+      waitId: "wait-2",
+      claimVersion: 1,
+    });
     await db.pool.query("update accounts set tool_allow = '{Read}' where id = $1::uuid", [w.accountId]);
-    expect(
-      second.engine.resumeWaitingNode({
-        workflowId: second.started.workflowId,
-        parentSessionId: w.parentSessionId,
-        toolCallId: second.ctx.toolCallId,
-        workflowGeneration: 1,
-        recoveryAdmissionVersion: 1,
-        nodeId: "remote",
-        waitId: "wait-2",
-        claimVersion: 1,
-      }),
-    ).toEqual({ status: "accepted" });
+    expect(second.engine.resumeWaitingNode(second.wake)).toEqual({ status: "accepted" });
     const refused = await second.engine.finished(second.started.workflowId);
     expect(refused.status).toBe("failed");
     const j = await journal(second.started.workflowId);
