@@ -1,22 +1,13 @@
 import type { PiModules } from "@crw/brain";
+import { providerUsageSchema as journalUsageSchema } from "@crw/db";
 import { z } from "zod";
 import { currentDispatchedTurn } from "./rpcTurn.js";
 
-/** One provider response's usage, as the runner reports it to the daemon (`providerUsage` frame). */
-export const providerUsageSchema = z
-  .object({
-    api: z.string().min(1).max(128),
-    provider: z.string().min(1).max(128),
-    model: z.string().min(1).max(256),
-    stopReason: z.string().min(1).max(64),
-    input: z.number().int().min(0),
-    output: z.number().int().min(0),
-    cacheRead: z.number().int().min(0),
-    cacheWrite: z.number().int().min(0),
-    totalTokens: z.number().int().min(0),
-    cost: z.number().min(0),
-  })
-  .strict();
+/**
+ * One provider response's usage, as the runner reports it to the daemon (`providerUsage` frame): the
+ * journal's usage shape, with `cost` always present (0 when the model has no prices).
+ */
+export const providerUsageSchema = journalUsageSchema.extend({ cost: z.number().min(0) }).strict();
 export type ProviderUsage = z.infer<typeof providerUsageSchema>;
 
 export type ProviderUsageReport = (usage: ProviderUsage, turn: { turnId: string; sessionId: string }) => void;
