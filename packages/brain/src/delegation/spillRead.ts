@@ -3,6 +3,7 @@ import type { DelegationRepository, SessionRow } from "@crw/db";
 import { z } from "zod";
 import { DelegationError } from "./errors.js";
 import type { MutatingTool } from "./scopedTools.js";
+import { parseToolArgs } from "./tools.js";
 
 /** The most bytes one Read returns; a longer output is read page by page with `offset`. */
 export const SPILL_READ_PAGE = 64 * 1024;
@@ -38,14 +39,7 @@ export function spillReadTool(repo: DelegationRepository, session: SessionRow): 
     mutates: false,
     subject: (args) => (typeof args.path === "string" ? args.path : undefined),
     async execute(raw) {
-      const parsed = readArgs.safeParse(raw);
-      if (!parsed.success) {
-        throw new DelegationError(
-          "invalid_input",
-          `Read: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`,
-        );
-      }
-      const { path, offset = 0, limit = SPILL_READ_PAGE } = parsed.data;
+      const { path, offset = 0, limit = SPILL_READ_PAGE } = parseToolArgs(readArgs, raw, "Read");
       const record = await repo.spilledOutput(session.id, session.principalAccountId, path);
       if (!record) {
         throw new DelegationError(

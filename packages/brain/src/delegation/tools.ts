@@ -39,7 +39,8 @@ const continueArgs = z
 
 const readArgs = z.object({ sessionId: z.uuid() }).strict();
 
-function parse<T>(schema: z.ZodType<T>, args: unknown, tool: string): T {
+/** A tool call's arguments checked against `schema`; a typed `invalid_input` naming every issue otherwise. */
+export function parseToolArgs<T>(schema: z.ZodType<T>, args: unknown, tool: string): T {
   const parsed = schema.safeParse(args);
   if (!parsed.success) {
     throw new DelegationError(
@@ -92,7 +93,7 @@ export function delegationTools(
         "Give a task to a fresh child session. Foreground waits for its answer; background returns at once.",
       parameters: z.toJSONSchema(delegateArgs, { io: "input" }) as Record<string, unknown>,
       async execute(raw, ctx) {
-        const a = parse(delegateArgs, raw, "Delegate");
+        const a = parseToolArgs(delegateArgs, raw, "Delegate");
         const receipt = await service.delegate({
           parentSessionId: session.id,
           principalAccountId: principal,
@@ -117,7 +118,7 @@ export function delegationTools(
         "Send a follow-up to one of your children; it continues with its own transcript and scope.",
       parameters: z.toJSONSchema(continueArgs, { io: "input" }) as Record<string, unknown>,
       async execute(raw, ctx) {
-        const a = parse(continueArgs, raw, "DelegateContinue");
+        const a = parseToolArgs(continueArgs, raw, "DelegateContinue");
         const receipt = await service.continueSubagent({
           parentSessionId: session.id,
           principalAccountId: principal,
@@ -139,7 +140,7 @@ export function delegationTools(
       description: "Read the newest answer of one of your children.",
       parameters: z.toJSONSchema(readArgs, { io: "input" }) as Record<string, unknown>,
       async execute(raw) {
-        const a = parse(readArgs, raw, "DelegateRead");
+        const a = parseToolArgs(readArgs, raw, "DelegateRead");
         const text = await service.readSubagent(session.id, a.sessionId, principal);
         return text === undefined ? { content: "(the child has no answer yet)" } : { content: text };
       },
