@@ -11,6 +11,7 @@ import {
 import { FairQueue } from "./fairQueue.js";
 import { HostRpcRefusedError } from "./hostRpc.js";
 import type {
+  PoolEvent,
   PoolHealth,
   ProcessChangedSink,
   ProviderUsageSink,
@@ -618,37 +619,36 @@ export class SubagentRunnerPool {
       case "stderr":
         this.deps.onEvent?.({ type: "runner_log", runnerId: event.runnerId, line: event.line });
         return;
-      case "steer_settled":
-        if (this.#steerSink) {
-          const { runnerId, sessionId, count } = event;
-          try {
-            this.#steerSink({ runnerId, sessionId, count });
-          } catch (e) {
-            this.deps.onEvent?.({ type: "sink_failed", sink: "steerSettled", error: toError(e).message });
-          }
-        }
+      case "steer_settled": {
+        const { runnerId, sessionId, count } = event;
+        this.#toSink("steerSettled", this.#steerSink, { runnerId, sessionId, count });
         return;
-      case "provider_usage":
-        if (this.#usageSink) {
-          const { runnerId, sessionId, turnId, usage } = event;
-          try {
-            this.#usageSink({ runnerId, sessionId, turnId, usage });
-          } catch (e) {
-            this.deps.onEvent?.({ type: "sink_failed", sink: "providerUsage", error: toError(e).message });
-          }
-        }
+      }
+      case "provider_usage": {
+        const { runnerId, sessionId, turnId, usage } = event;
+        this.#toSink("providerUsage", this.#usageSink, { runnerId, sessionId, turnId, usage });
         return;
+      }
       case "heartbeat":
         return;
     }
   }
 
   #emitProcessChanged(change: Parameters<ProcessChangedSink>[0]): void {
-    if (!this.#processSink) return;
+    this.#toSink("processChanged", this.#processSink, change);
+  }
+
+  /** Hand a fact to an attached sink; a throwing sink is reported (sink_failed), never propagated. */
+  #toSink<T>(
+    name: Extract<PoolEvent, { type: "sink_failed" }>["sink"],
+    sink: ((value: T) => void) | undefined,
+    value: T,
+  ): void {
+    if (!sink) return;
     try {
-      this.#processSink(change);
+      sink(value);
     } catch (e) {
-      this.deps.onEvent?.({ type: "sink_failed", sink: "processChanged", error: toError(e).message });
+      this.deps.onEvent?.({ type: "sink_failed", sink: name, error: toError(e).message });
     }
   }
 
