@@ -59,12 +59,17 @@ export type {
 
 const NO_PROGRESS: ProgressSink = () => {};
 
+/** A session's durable delegated scope, parsed (null for a session without one). */
+function scopeOf(session: SessionRow): DelegatedExecutionScope | null {
+  return session.scope ? parseDelegatedExecutionScope(session.scope) : null;
+}
+
 /**
  * Whether a child's context may be continued. A host-owned dream run is one-shot: terminal, it is never
  * continued (its inherited prefix may be reclaimed); every ordinary child stays continuable.
  */
 export function assertForkContextAvailable(child: SessionRow): void {
-  const scope = child.scope ? parseDelegatedExecutionScope(child.scope) : null;
+  const scope = scopeOf(child);
   if (scope?.dream) {
     throw new DelegationError("invalid_input", "a memory-dreaming run cannot be continued", {
       childSessionId: child.id,
@@ -78,7 +83,7 @@ export function assertForkContextAvailable(child: SessionRow): void {
  * its own output stays readable through the ordinary ownership guard (readSubagent).
  */
 export function assertAddressable(session: SessionRow): void {
-  if (session.scope && parseDelegatedExecutionScope(session.scope).dream) {
+  if (scopeOf(session)?.dream) {
     throw new DelegationError("invalid_input", "a memory-dreaming run has no addressable conversation", {
       sessionId: session.id,
     });
@@ -198,7 +203,7 @@ export class DelegationService implements RestartCheckpoint {
   /** The current access of a session: the live account grant, narrowed by the session's own durable scope. */
   async authorityFor(session: SessionRow): Promise<DelegationAuthority & { target: ExecutionTarget }> {
     const account = await this.repo.getAccount(session.principalAccountId);
-    const own = session.scope ? parseDelegatedExecutionScope(session.scope) : null;
+    const own = scopeOf(session);
     const allow = intersectAllow(account.toolAllow ?? undefined, own?.tools.allow);
     return {
       accountId: account.id,
@@ -301,7 +306,7 @@ export class DelegationService implements RestartCheckpoint {
     if (fresh.systemPrompt !== null) return fresh.systemPrompt;
     const tools = toolsOf();
     const parentOf = (s: SessionRow) => this.repo.getSession(s.parentSessionId ?? "", s.principalAccountId);
-    const own = session.scope ? parseDelegatedExecutionScope(session.scope) : null;
+    const own = scopeOf(session);
     const rootOf = async (ref: string) => (await this.options.projects?.rootOf?.(ref))?.root;
     let composed: string;
     if (own?.fork && session.parentSessionId) {
@@ -573,19 +578,16 @@ export class DelegationService implements RestartCheckpoint {
       await this.#captured("Ctrl+B", () => waiter.job.background());
     } catch (e) {
       const error = toError(e);
-      const code = (error as { code?: unknown }).code;
+      const raw = (error as { code?: unknown }).code;
+      const code = typeof raw === "string" ? raw : "background_not_persisted";
       this.emit({
         type: "delegation.progress_failed",
         runId,
         seq: (error as { seq?: number }).seq ?? 0,
-        code: typeof code === "string" ? code : "background_not_persisted",
+        code,
         error: error.message,
       });
-      return {
-        ok: false,
-        code: typeof code === "string" ? code : "background_not_persisted",
-        reason: error.message,
-      };
+      return { ok: false, code, reason: error.message };
     }
     waiter.release();
     return { ok: true };
@@ -805,7 +807,7 @@ export class DelegationService implements RestartCheckpoint {
     | { readonly kind: "failed"; readonly reason: string; readonly interrupted: boolean }
   > {
     const child = await this.repo.getSession(childSessionId, principalAccountId);
-    const scope = child.scope ? parseDelegatedExecutionScope(child.scope) : null;
+    const scope = scopeOf(child);
     if (!scope?.dream) {
       throw new DelegationError("invalid_input", "not a memory-dreaming run", { sessionId: childSessionId });
     }
