@@ -20,6 +20,9 @@ const UNKNOWN_OUTCOME =
   "interrupted: this call may or may not have taken effect before a restart; its outcome is unknown. " +
   "Verify its effect before repeating it.";
 
+/** How many claimed runs boot recovery works on at once. */
+export const RECOVERY_CONCURRENCY = 8;
+
 /**
  * Boot recovery, in order: discard unfinished private fork copies; settle every journal's interrupted tail
  * (provisional rows discarded, each tool call of unknown outcome answered as unknown, never run again);
@@ -29,9 +32,6 @@ const UNKNOWN_OUTCOME =
  * charged a recovery attempt. A run beyond its attempts gets an ordinary error result that wakes its parent.
  * Last, idle parents with queued results get their follow-up turn.
  */
-/** How many claimed runs boot recovery works on at once. */
-export const RECOVERY_CONCURRENCY = 8;
-
 export async function recoverDelegations(
   service: DelegationService,
   options: { maxRecoveryAttempts?: number; claimBatch?: number; concurrency?: number } = {},

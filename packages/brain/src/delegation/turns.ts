@@ -116,7 +116,6 @@ export class SessionTurns {
         host,
       );
     } catch (e) {
-      // A runner that throws broke its contract; the turn still ends as data.
       // A runner that throws (e.g. one that could not start) broke off the turn; the turn still ends as
       // data, and the error's name and code travel with it instead of being flattened into prose.
       const error = turnErrorData(e);
