@@ -504,17 +504,10 @@ export async function assembleRuntime(
     return routed ? { location: "runner", ...routed } : { location: "none" };
   };
 
-  const executions = (): ({ sessionId: string } & ExecutionLocation)[] => [
-    ...[...inProcessTurns.keys()].map((sessionId) => ({
-      sessionId,
-      location: "in-process" as const,
-      state: "running" as const,
-    })),
-    ...runnerPool
-      .executions()
-      .filter((e) => !inProcessTurns.has(e.sessionId))
-      .map(({ sessionId, runnerId, state }) => ({ sessionId, location: "runner" as const, runnerId, state })),
-  ];
+  const executions = (): ({ sessionId: string } & ExecutionLocation)[] => {
+    const ids = new Set([...inProcessTurns.keys(), ...runnerPool.executions().map((e) => e.sessionId)]);
+    return [...ids].map((sessionId) => ({ sessionId, ...executionFor(sessionId) }));
+  };
 
   return {
     repo,
