@@ -11,6 +11,9 @@ import type {
   NodeRunResult,
 } from "./dispatch.js";
 
+/** A uuid as PostgreSQL prints it (lower-case, hyphenated): the only text a session id column compares equal to. */
+const CANONICAL_UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
 function outputsOf(outputs: NodeOutputReference[]): { outputs?: NodeOutputReference[] } {
   return outputs.length > 0 ? { outputs } : {};
 }
@@ -238,15 +241,14 @@ export class JournalNodeDispatcher implements NodeDispatcher {
     if (typeof request.childSessionId !== "string" || request.childSessionId.length === 0) {
       throw refuse("the request names no child session");
     }
-    const { rows } = await this.repo.pool.query<{
-      kind: string;
-      parent: string | null;
-      principal: string;
-    }>(
-      `select kind, parent_session_id::text as parent, principal_account_id::text as principal
-         from sessions where id::text = $1`,
-      [request.childSessionId],
-    );
+    // Only a session id in its canonical text form can name a row; matching it as a uuid keeps the key lookup.
+    const { rows } = CANONICAL_UUID.test(request.childSessionId)
+      ? await this.repo.pool.query<{ kind: string; parent: string | null; principal: string }>(
+          `select kind, parent_session_id::text as parent, principal_account_id::text as principal
+             from sessions where id = $1::uuid`,
+          [request.childSessionId],
+        )
+      : { rows: [] };
     const row = rows[0];
     if (!row) throw refuse(`child session ${request.childSessionId} does not exist`);
     if (row.kind !== "delegated" || row.principal !== request.principalAccountId) {
