@@ -34,7 +34,7 @@ import type { MutatingTool } from "./scopedTools.js";
 import { DelegatedSettlement } from "./settlement.js";
 import { spillReadTool } from "./spillRead.js";
 import { delegationTools } from "./tools.js";
-import type { ProgressSink, TurnOutcome, TurnTool } from "./turn.js";
+import { NO_PROGRESS, type ProgressSink, type TurnOutcome, type TurnTool } from "./turn.js";
 import { SessionTurns } from "./turns.js";
 import type {
   ContinueArgs,
@@ -56,8 +56,6 @@ export type {
   DreamArgs,
   PendingResultDrainOutcome,
 } from "./types.js";
-
-const NO_PROGRESS: ProgressSink = () => {};
 
 /** A session's durable delegated scope, parsed (null for a session without one). */
 function scopeOf(session: SessionRow): DelegatedExecutionScope | null {

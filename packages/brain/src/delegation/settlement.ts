@@ -21,11 +21,18 @@ import { faultPoint } from "./faults.js";
 import type { Notifier } from "./notifier.js";
 import { latestAssistantText } from "./readSubagent.js";
 import { DEFAULT_TOOL_RESULT_INLINE_BYTES, prepareCompletion, type SpillStore } from "./spill.js";
-import { type ProgressEvent, type ProgressSink, type TurnOutcome, turnFailureCause } from "./turn.js";
+import {
+  NO_PROGRESS,
+  type ProgressEvent,
+  type ProgressSink,
+  type TurnOutcome,
+  turnFailureCause,
+} from "./turn.js";
 import type { SessionTurns } from "./turns.js";
 import type { DelegationCompletion, DelegationServiceOptions, PendingResultDrainOutcome } from "./types.js";
 
-const NO_PROGRESS: ProgressSink = () => {};
+/** Publishes a call's result (inline or spilled) and wakes its parent; returns the result id. */
+type Settle = (run: SubagentRun, outcome: "ok" | "error", body: string, code?: string) => Promise<string>;
 
 /** What settlement needs from the service that owns it (DelegationService implements it). */
 export interface SettlementCore {
@@ -74,7 +81,7 @@ export class DelegatedSettlement {
     opts: { progress?: ProgressSink; signal?: AbortSignal; beforeSettle?: () => Promise<void> } = {},
   ): Promise<string> {
     // The owning job's progress publication drains before the result is settled: no progress after it.
-    const settle = async (...args: Parameters<DelegatedSettlement["settleRunResult"]>) => {
+    const settle: Settle = async (...args) => {
       await opts.beforeSettle?.();
       return this.#settle(...args);
     };
@@ -124,14 +131,12 @@ export class DelegatedSettlement {
     scope: DelegatedExecutionScope,
     progress: ProgressSink,
     signal: AbortSignal | undefined,
-    settle: (...args: Parameters<DelegatedSettlement["settleRunResult"]>) => Promise<string>,
+    settle: Settle,
   ): Promise<string> {
-    const opts = { signal };
     let outcome: TurnOutcome = { stopReason: "stop" };
     const journal = await this.core.repo.readJournal(child.id, run.principalAccountId);
-    if (!endsWithAnswer(journal))
-      outcome = (await this.runChildTurn(child, scope, progress, opts.signal)).outcome;
-    const drained = await this.#settlementDrain(run, child, scope, progress, outcome, opts.signal);
+    if (!endsWithAnswer(journal)) outcome = (await this.runChildTurn(child, scope, progress, signal)).outcome;
+    const drained = await this.#settlementDrain(run, child, scope, progress, outcome, signal);
     // Pausing for a restart: the call stays open and boot recovery continues it; nothing is settled here.
     await this.core.writes.capture("a call's settlement", () =>
       this.core.repo.markRunSettling(run.id, run.generation),
@@ -356,11 +361,6 @@ export class DelegatedSettlement {
       this.#resultTurnFor(completion.parentSessionId);
     }
     return queued.resultId;
-  }
-
-  /** Settles a run's result (the parameters of the private settle; see executeRun). */
-  settleRunResult(run: SubagentRun, outcome: "ok" | "error", body: string, code?: string): Promise<string> {
-    return this.#settle(run, outcome, body, code);
   }
 
   /** A result publication: captured, so the restart checkpoint lets one in flight commit. */

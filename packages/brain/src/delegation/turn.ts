@@ -175,3 +175,6 @@ export type ProgressEvent =
   | { readonly type: "session"; readonly sessionId: string; readonly parentSessionId: string | null };
 
 export type ProgressSink = (event: ProgressEvent) => void;
+
+/** A sink that drops every event (a turn nobody watches). */
+export const NO_PROGRESS: ProgressSink = () => {};
