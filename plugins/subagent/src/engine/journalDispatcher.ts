@@ -19,7 +19,10 @@ function outputsOf(outputs: NodeOutputReference[]): { outputs?: NodeOutputRefere
 }
 
 /** The wake's connection predicate, rechecked after each awaited step (a no-op without one). */
-function connectionCheck(request: NodeContinueRequest, host: NodeRecoveryHost): (step: string) => void {
+export function connectionCheck(
+  request: { readonly workflowId: string; readonly nodeId: string },
+  host: Pick<NodeRecoveryHost, "isCurrentConnection">,
+): (step: string) => void {
   return (step) => {
     if (host.isCurrentConnection && !host.isCurrentConnection()) {
       throw new SessionWorkAbortedError(

@@ -30,6 +30,7 @@ import type {
   RecoveryContinueNode,
 } from "./dispatch.js";
 import { workflowFault } from "./faults.js";
+import { connectionCheck } from "./journalDispatcher.js";
 import { handoverOf, nodePrompt, workflowSummary } from "./prompt.js";
 import type { SnapshotPublisher, WorkflowEmitResult, WorkflowSnapshot } from "./publication.js";
 
@@ -438,14 +439,7 @@ export class WorkflowRun {
       }
       // continue (boot), wake (a waiting node) or retry (explicit resume): the same child, never a second one.
       const childSessionId = state.childSessionId as string;
-      const current = (step: string) => {
-        if (wake?.isCurrentConnection && !wake.isCurrentConnection()) {
-          throw new SessionWorkAbortedError(
-            `node ${id}: the connection of its wake is no longer current (${step})`,
-            { workflowId: j.workflowId, nodeId: id, step },
-          );
-        }
-      };
+      const current = connectionCheck({ workflowId: j.workflowId, nodeId: id }, wake ?? {});
       if (mode === "wake") {
         if (!wake) return;
         current("accepted");
@@ -483,7 +477,6 @@ export class WorkflowRun {
               ...(wake?.isCurrentConnection ? { isCurrentConnection: wake.isCurrentConnection } : {}),
             };
       current("dispatch");
-      admissionRefused = false;
       const input = {
         workflowId: j.workflowId,
         nodeId: id,
@@ -588,15 +581,7 @@ export class WorkflowRun {
           row.recovery.recoveryAdmissionVersion > admitted.recoveryAdmissionVersion
         )
           refuse("the native record moved on");
-        if (wake?.isCurrentConnection && !wake.isCurrentConnection())
-          throw new SessionWorkAbortedError(
-            `node ${id}: the connection of its wake is no longer current (assert)`,
-            {
-              workflowId: j.workflowId,
-              nodeId: id,
-              step: "assert",
-            },
-          );
+        connectionCheck({ workflowId: j.workflowId, nodeId: id }, wake ?? {})("assert");
       },
     };
   }
