@@ -1,4 +1,4 @@
-import { answerText, parseAnswer, validateAgainst } from "../engine/answer.js";
+import { answerText, judgeAnswer } from "../engine/answer.js";
 import { callRows } from "../engine/callFold.js";
 import { type RunContext, RunStopped } from "../engine/runContext.js";
 import { FlowCallError } from "../engine/workflow.js";
@@ -229,14 +229,8 @@ export async function runAppServerCall(rc: RunContext, call: string): Promise<un
     }
     const tokens = await tokensOf(rc, host, call, read.value, last);
     const text = answerText(t);
-    const parsed = text === null ? null : parseAnswer(text);
-    const errors =
-      parsed === null
-        ? ["the turn ended with no final answer message"]
-        : parsed.ok
-          ? validateAgainst(prepared.input.schema, parsed.value)
-          : [parsed.error];
-    if (parsed?.ok && errors.length === 0 && text !== null) {
+    const verdict = judgeAnswer(text, prepared.input.schema);
+    if (verdict.ok) {
       rc.append([
         {
           type: "completed",
@@ -244,10 +238,10 @@ export async function runAppServerCall(rc: RunContext, call: string): Promise<un
           op: call,
           k: last.k,
           attempt: thread.attempt,
-          result: parsed.value,
-          result_digest: digestOf(parsed.value),
-          raw_text: text,
-          extracted: parsed.extracted,
+          result: verdict.value,
+          result_digest: digestOf(verdict.value),
+          raw_text: verdict.text,
+          extracted: verdict.extracted,
           tokens,
         },
       ]);
@@ -262,14 +256,24 @@ export async function runAppServerCall(rc: RunContext, call: string): Promise<un
           op: call,
           reason: "answer_invalid_after_repair",
           ...(text !== null ? { raw_text: text } : {}),
-          errors,
+          errors: verdict.errors,
           tokens,
         },
       ]);
       rc.emit({ type: "call_ended", call, status: "null_model" });
       continue;
     }
-    await startTurn(rc, host, call, prepared, thread, read.value, k, 2, repairInput(text ?? "", errors));
+    await startTurn(
+      rc,
+      host,
+      call,
+      prepared,
+      thread,
+      read.value,
+      k,
+      2,
+      repairInput(text ?? "", verdict.errors),
+    );
   }
 }
 

@@ -1,4 +1,4 @@
-import { parseAnswer, validateAgainst } from "../engine/answer.js";
+import { judgeAnswer } from "../engine/answer.js";
 import { callRows } from "../engine/callFold.js";
 import { type RunContext, RunStopped } from "../engine/runContext.js";
 import { FlowCallError } from "../engine/workflow.js";
@@ -190,9 +190,8 @@ async function runAttempt(
       return;
     }
     const text = outcome.finalText;
-    const parsed = parseAnswer(text);
-    const errors = parsed.ok ? validateAgainst(prepared.input.schema, parsed.value) : [parsed.error];
-    if (parsed.ok && errors.length === 0) {
+    const verdict = judgeAnswer(text, prepared.input.schema);
+    if (verdict.ok) {
       rc.append([
         {
           type: "completed",
@@ -200,10 +199,10 @@ async function runAttempt(
           op: call,
           k,
           attempt,
-          result: parsed.value,
-          result_digest: digestOf(parsed.value),
+          result: verdict.value,
+          result_digest: digestOf(verdict.value),
           raw_text: text,
-          extracted: parsed.extracted,
+          extracted: verdict.extracted,
           tokens,
         },
       ]);
@@ -218,7 +217,7 @@ async function runAttempt(
           op: call,
           reason: "answer_invalid_after_repair",
           raw_text: text,
-          errors,
+          errors: verdict.errors,
           tokens,
         },
       ]);
@@ -228,6 +227,6 @@ async function runAttempt(
     // one repair, on the same conversation
     k++;
     rc.append([turnRow(k, 2)]);
-    input = repairInput(text, errors);
+    input = repairInput(text, verdict.errors);
   }
 }

@@ -86,6 +86,22 @@ export function validateAgainst(schema: Record<string, unknown> | null, value: u
     .map((i) => `${i.path.length ? i.path.join(".") : "(root)"}: ${i.message}`);
 }
 
+export type AnswerVerdict =
+  | { ok: true; value: Record<string, unknown>; extracted: boolean; text: string }
+  | { ok: false; errors: string[] };
+
+/**
+ * A turn's answer judged for its call: parsed and valid against the schema, or the errors a repair turn
+ * names (a turn with no answer message is one of them).
+ */
+export function judgeAnswer(text: string | null, schema: Record<string, unknown> | null): AnswerVerdict {
+  if (text === null) return { ok: false, errors: ["the turn ended with no final answer message"] };
+  const parsed = parseAnswer(text);
+  if (!parsed.ok) return { ok: false, errors: [parsed.error] };
+  const errors = validateAgainst(schema, parsed.value);
+  return errors.length === 0 ? { ...parsed, text } : { ok: false, errors };
+}
+
 /** Throws when a workflow's schema is not one the validator can use. */
 export function checkSchema(schema: Record<string, unknown>): void {
   z.fromJSONSchema(schema as Parameters<typeof z.fromJSONSchema>[0]);

@@ -2,7 +2,7 @@ import type { HostThread, HostTurn } from "../host/sessionHost.js";
 import type { RowOf, Tokens } from "../journal/rows.js";
 import { digestOf } from "../util/canonical.js";
 import { sleep } from "../util/fsx.js";
-import { answerText, parseAnswer, validateAgainst } from "./answer.js";
+import { answerText, judgeAnswer } from "./answer.js";
 import {
   addTokens,
   type CallFold,
@@ -202,39 +202,33 @@ async function evaluate(
     : {};
   const callTokens = addTokens(step.call_tokens, delta);
   const prepared = foldCall(rc.rowsOf(call)).prepared as RowOf<"prepared">;
-  let errors: string[];
-  if (text === null) errors = ["the turn ended with no final answer message"];
-  else {
-    const parsed = parseAnswer(text);
-    if (parsed.ok) {
-      errors = validateAgainst(prepared.input.schema, parsed.value);
-      if (errors.length === 0) {
-        const headMoved = await executorHeadMoved(rc, call, prepared, step.attempt);
-        const state = await executorState(rc, call, prepared, headMoved);
-        await rc.tracer?.harvest(call, prepared);
-        rc.append([
-          {
-            type: "completed",
-            call,
-            op: call,
-            k: step.k,
-            attempt: step.attempt,
-            result: parsed.value,
-            result_digest: digestOf(parsed.value),
-            raw_text: text,
-            extracted: parsed.extracted,
-            tokens: callTokens,
-            ...threadTokens,
-            ...(headMoved ? { executor_head_moved: headMoved } : {}),
-            ...(state ? { executor_state: state } : {}),
-          },
-        ]);
-        rc.emit({ type: "call_ended", call, status: "completed" });
-        closeAgent(rc, call);
-        return;
-      }
-    } else errors = [parsed.error];
+  const verdict = judgeAnswer(text, prepared.input.schema);
+  if (verdict.ok) {
+    const headMoved = await executorHeadMoved(rc, call, prepared, step.attempt);
+    const state = await executorState(rc, call, prepared, headMoved);
+    await rc.tracer?.harvest(call, prepared);
+    rc.append([
+      {
+        type: "completed",
+        call,
+        op: call,
+        k: step.k,
+        attempt: step.attempt,
+        result: verdict.value,
+        result_digest: digestOf(verdict.value),
+        raw_text: verdict.text,
+        extracted: verdict.extracted,
+        tokens: callTokens,
+        ...threadTokens,
+        ...(headMoved ? { executor_head_moved: headMoved } : {}),
+        ...(state ? { executor_state: state } : {}),
+      },
+    ]);
+    rc.emit({ type: "call_ended", call, status: "completed" });
+    closeAgent(rc, call);
+    return;
   }
+  const { errors } = verdict;
   if (step.repair) {
     rc.append([
       {
