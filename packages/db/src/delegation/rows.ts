@@ -59,7 +59,7 @@ export function runFromRow(r: Row): SubagentRun {
     status: str(r.status) as SubagentRun["status"],
     generation: num(r.generation),
     readOnlyScope: strOrNull(r.read_only_scope),
-    model: r.model === undefined ? null : strOrNull(r.model),
+    model: strOrNull(r.model),
     progress: strOrNull(r.progress),
     progressSeq: r.progress_seq === undefined ? 0 : num(r.progress_seq),
     recoveryAttempts: num(r.recovery_attempts),
