@@ -56,16 +56,12 @@ export {
   assertProtectedDispatch,
   currentWorkflowNodeDispatch,
   type HostWorkflowNodeDispatch,
-  matchesProtectedDispatch,
-  outsideWorkflowNodeDispatch,
   ProtectedDispatchBusyError,
   ProtectedDispatchError,
-  retireRunnerRoute,
   runWithWorkflowNodeDispatch,
 } from "./protectedPlacement.js";
 export * from "./protocol/index.js";
 export {
-  installProviderUsageTap,
   type ProviderUsage,
   type ProviderUsageReport,
   providerUsageSchema,
