@@ -92,26 +92,33 @@ export class OwnerWaker {
   }
 
   private reset(): void {
-    if (this.pending?.unwritten) this.pending = null; // never recorded: nothing to say
-    if (this.pending) {
-      // the owner took the steps in its current turn: the message has nothing to say any more
-      this.ctx.append([
-        {
-          type: "message_delivery",
-          wake_id: this.pending.wakeId,
-          owner: this.ctx.owner,
-          delivered: false,
-          owner_status: "active",
-          reason: "no_step_waiting",
-        },
-      ]);
-      this.pending = null;
-    }
+    // the owner took the steps in its current turn: the message has nothing to say any more
+    this.dropPending("active", "no_step_waiting");
     this.firstAt = null;
     this.renotify = 0;
     this.interval = this.config.wakeAfterMs;
     this.escalated = false;
     this.published = false;
+  }
+
+  /**
+   * Gives up the wake held for after the owner's turn: one already recorded gets its undelivered
+   * message_delivery row; one never recorded (`unwritten`) goes without a row.
+   */
+  private dropPending(ownerStatus: string, reason: string): void {
+    const held = this.pending;
+    this.pending = null;
+    if (!held || held.unwritten) return;
+    this.ctx.append([
+      {
+        type: "message_delivery",
+        wake_id: held.wakeId,
+        owner: this.ctx.owner,
+        delivered: false,
+        owner_status: ownerStatus,
+        reason,
+      },
+    ]);
   }
 
   /** One round: called from the run's poll loop; never throws (a host failure is the row's error). */
@@ -214,19 +221,7 @@ export class OwnerWaker {
         this.pending = { wakeId, text, unwritten: staged };
         return;
       }
-      if (this.pending?.unwritten) this.pending = null; // never recorded: replaced without a row
-      if (this.pending) {
-        this.ctx.append([
-          {
-            type: "message_delivery",
-            wake_id: this.pending.wakeId,
-            owner: this.ctx.owner,
-            delivered: false,
-            owner_status: ownerStatus,
-            reason: `superseded by ${wakeId}`,
-          },
-        ]);
-      }
+      this.dropPending(ownerStatus, `superseded by ${wakeId}`);
       this.staged.add(wakeId);
       this.pending = { wakeId, text, unwritten: null };
       this.ctx.append([staged]);
@@ -237,20 +232,7 @@ export class OwnerWaker {
     if (r.ok) {
       this.staged.add(wakeId);
       // a wake that went out takes the place of one still held for after a turn
-      const held = this.pending;
-      this.pending = null;
-      if (held && !held.unwritten) {
-        this.ctx.append([
-          {
-            type: "message_delivery",
-            wake_id: held.wakeId,
-            owner: this.ctx.owner,
-            delivered: false,
-            owner_status: ownerStatus,
-            reason: `superseded by ${wakeId}`,
-          },
-        ]);
-      }
+      this.dropPending(ownerStatus, `superseded by ${wakeId}`);
       this.ctx.append([
         { ...row, staged: true, delivery },
         {
