@@ -22,6 +22,7 @@ import {
   lastUserText,
   startLoopbackProvider,
 } from "./support/provider.js";
+import { waitFor } from "./support/wait.js";
 
 /**
  * The daemon's runner wiring, in one daemon with real forked runners, a real PostgreSQL and a model provider
@@ -37,14 +38,6 @@ let provider: LoopbackProvider;
 let daemon: Daemon;
 let owner: TestClient;
 const placed: { sessionId: string; placement: string }[] = [];
-
-const waitFor = async (check: () => boolean | Promise<boolean>, what: string, ms = 30_000) => {
-  const until = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-};
 
 beforeAll(async () => {
   process.env[KEY_VAR] = "loopback-secret";

@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Daemon, IN_PROCESS_RUNNER_ID, loadConfig, ownerTokenPath, startDaemon } from "../src/index.js";
 import { TestClient } from "./support/client.js";
 import { type LoopbackProvider, lastUserText, startLoopbackProvider } from "./support/provider.js";
+import { waitFor } from "./support/wait.js";
 
 /**
  * Provider usage of the daemon's own turns (runner pool off: every turn runs in the daemon's process) and
@@ -29,14 +30,6 @@ const usage = (prompt: number, completion: number, cached = 0) => ({
   total_tokens: prompt + completion,
   prompt_tokens_details: { cached_tokens: cached },
 });
-
-const waitFor = async (check: () => boolean | Promise<boolean>, what: string, ms = 30_000) => {
-  const until = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-};
 
 beforeAll(async () => {
   process.env[KEY_VAR] = "usage-secret";
