@@ -185,14 +185,18 @@ export async function runAppServerCall(rc: RunContext, call: string): Promise<un
       continue;
     }
     const t = read.value.turns.find((x) => x.id === last.turn_id);
-    if (!t) {
-      // a turn just started may not be listed yet (the server lists turns from the rollout); only a thread
-      // that shows no activity and no such turn for LostAfter loses the attempt
+    /** The attempt is lost once the thread has shown no activity, and the turn stayed so, for LostAfter. */
+    const loseAfterLostAfter = async (reason: "turn_unknown" | "turn_interrupted"): Promise<void> => {
       const since = missingSince.get(last.turn_id) ?? Date.now();
       missingSince.set(last.turn_id, since);
       if (read.value.status.type !== "active" && Date.now() - since >= rc.lostAfterMs) {
-        lose(rc, call, thread, last.k, last.turn_id, "turn_unknown", read.value.status.type, null);
+        lose(rc, call, thread, last.k, last.turn_id, reason, read.value.status.type, t?.status ?? null);
       } else await rc.nap();
+    };
+    if (!t) {
+      // a turn just started may not be listed yet (the server lists turns from the rollout); only a thread
+      // that shows no activity and no such turn for LostAfter loses the attempt
+      await loseAfterLostAfter("turn_unknown");
       continue;
     }
     if (t.status === "inProgress") {
@@ -204,11 +208,7 @@ export async function runAppServerCall(rc: RunContext, call: string): Promise<un
       // also reads a turn it has just started as interrupted for a moment. As on the session backend, an
       // interrupted turn without an error is judged after LostAfter: then the attempt is lost and the next
       // one opens a new thread.
-      const since = missingSince.get(last.turn_id) ?? Date.now();
-      missingSince.set(last.turn_id, since);
-      if (read.value.status.type !== "active" && Date.now() - since >= rc.lostAfterMs) {
-        lose(rc, call, thread, last.k, last.turn_id, "turn_interrupted", read.value.status.type, t.status);
-      } else await rc.nap();
+      await loseAfterLostAfter("turn_interrupted");
       continue;
     }
     missingSince.delete(last.turn_id);
