@@ -271,8 +271,7 @@ export class DelegationService implements RestartCheckpoint {
    */
   async #readsSpills(session: SessionRow, own: readonly MutatingTool[]): Promise<boolean> {
     if (own.some((t) => t.name === "Read")) return false;
-    if (await this.repo.hasSpilledOutputs(session.id, session.principalAccountId)) return true;
-    return (await this.repo.openChildRuns(session.id, session.principalAccountId)).length > 0;
+    return this.repo.hasSpillsOrOpenChildren(session.id, session.principalAccountId);
   }
 
   /**

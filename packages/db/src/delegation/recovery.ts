@@ -2,6 +2,7 @@ import type pg from "pg";
 import type { SpillRecord, SubagentRun } from "../repositories/delegation.js";
 import { tx } from "../tx.js";
 import { assertUuid, type Row, runFromRow } from "./rows.js";
+import { OPEN } from "./runs.js";
 
 /**
  * Recovery ownership: a live process holds a session-level advisory lock named by its owner id for as long
@@ -185,16 +186,18 @@ export async function spilledOutput(
   };
 }
 
-export async function hasSpilledOutputs(
+export async function hasSpillsOrOpenChildren(
   pool: pg.Pool,
   sessionId: string,
   principalAccountId: string,
 ): Promise<boolean> {
   assertUuid("sessionId", sessionId);
   assertUuid("principalAccountId", principalAccountId);
-  const { rows } = await pool.query(
-    "select 1 from spilled_outputs where session_id = $1::uuid and principal_account_id = $2::uuid limit 1",
+  const { rows } = await pool.query<{ yes: boolean }>(
+    `select exists (select 1 from spilled_outputs where session_id = $1::uuid and principal_account_id = $2::uuid)
+         or exists (select 1 from subagent_runs where parent_session_id = $1::uuid
+                      and principal_account_id = $2::uuid and status in ${OPEN}) as yes`,
     [sessionId, principalAccountId],
   );
-  return rows.length > 0;
+  return rows[0]?.yes === true;
 }

@@ -83,8 +83,10 @@ export class PgDelegationRepository implements DelegationRepository {
   recordSpill: DelegationRepository["recordSpill"] = async (r) => recovery.recordSpill(this.pool, r);
   spilledOutput: DelegationRepository["spilledOutput"] = async (sessionId, principalAccountId, path) =>
     recovery.spilledOutput(this.pool, sessionId, principalAccountId, path);
-  hasSpilledOutputs: DelegationRepository["hasSpilledOutputs"] = async (sessionId, principalAccountId) =>
-    recovery.hasSpilledOutputs(this.pool, sessionId, principalAccountId);
+  hasSpillsOrOpenChildren: DelegationRepository["hasSpillsOrOpenChildren"] = async (
+    sessionId,
+    principalAccountId,
+  ) => recovery.hasSpillsOrOpenChildren(this.pool, sessionId, principalAccountId);
 
   discardPrivateSessions: DelegationRepository["discardPrivateSessions"] = async () =>
     recovery.discardPrivateSessions(this.pool);

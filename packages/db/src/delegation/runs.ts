@@ -12,7 +12,7 @@ import { type Queryable, tx } from "../tx.js";
 import { appendIn } from "./journal.js";
 import { assertUuid, notFound, type Row, runFromRow, sessionFromRow } from "./rows.js";
 
-const OPEN = "('queued', 'running', 'settling')";
+export const OPEN = "('queued', 'running', 'settling')";
 
 async function assertParent(
   c: Queryable,

@@ -329,8 +329,8 @@ export interface DelegationRepository {
     principalAccountId: string,
     options?: { batch?: number },
   ): Promise<PrefixReclaim>;
-  /** Whether any spilled output was recorded for this session. */
-  hasSpilledOutputs(sessionId: string, principalAccountId: string): Promise<boolean>;
+  /** Whether any spilled output was recorded for this session, or a call it delegated is still open (one read). */
+  hasSpillsOrOpenChildren(sessionId: string, principalAccountId: string): Promise<boolean>;
 
   // recovery
   /** Deletes unfinished private fork copies (and anything under them); returns their ids. */
