@@ -10,7 +10,7 @@
 // Prints one JSON object, then a one-line summary. Usage: node bench/daemon-recovery.mjs [interrupted]
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { chmodSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import pg from "pg";
@@ -21,7 +21,6 @@ const db = await import("../packages/db/dist/index.js");
 const brain = await import("../packages/brain/dist/index.js");
 
 const work = mkdtempSync(join(tmpdir(), "crw-bench-recovery-"));
-chmodSync(work, 0o755);
 const cluster = await db.startEmbeddedCluster({ dataDir: join(work, "pg"), persistent: false });
 const url = cluster.url("postgres");
 let daemon;

