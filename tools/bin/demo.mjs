@@ -8,7 +8,7 @@
 // openai-completions, anthropic-messages or openai-codex-responses), CRW_MODEL_BASE_URL for a compatible
 // server, and CRW_MODEL_API_KEY_ENV naming the variable that holds the key.
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 
@@ -31,6 +31,97 @@ const run = (...args) => {
   return out;
 };
 
+const git = (cwd, ...args) => execFileSync("git", args, { cwd, encoding: "utf8" });
+
+/** A sample repository whose test fails: `add` subtracts. */
+function sampleRepository(dir) {
+  mkdirSync(dir, { recursive: true });
+  git(dir, "init", "-q", "-b", "main");
+  writeFileSync(join(dir, "calc.js"), "export const add = (a, b) => a - b;\n");
+  writeFileSync(
+    join(dir, "test.js"),
+    'import { add } from "./calc.js";\nif (add(2, 3) !== 5) { console.log("FAIL: add(2, 3) is", add(2, 3)); process.exit(1); }\nconsole.log("PASS");\n',
+  );
+  writeFileSync(join(dir, "package.json"), '{ "type": "module" }\n');
+  git(dir, "add", ".");
+  git(
+    dir,
+    "-c",
+    "user.name=demo",
+    "-c",
+    "user.email=demo@localhost",
+    "commit",
+    "-q",
+    "-m",
+    "sample: add is broken",
+  );
+  return dir;
+}
+
+const script = (steps) => JSON.stringify({ steps });
+const FIX = real
+  ? "calc.js has a bug: add subtracts. Read it, fix it with the edit tool, run `node test.js`, and report what it printed."
+  : script([
+      { toolCalls: [{ name: "read", arguments: { path: "calc.js" } }] },
+      { toolCalls: [{ name: "edit", arguments: { path: "calc.js", oldText: "a - b", newText: "a + b" } }] },
+      { toolCalls: [{ name: "shell", arguments: { command: "node test.js" } }] },
+      { text: "Fixed add in calc.js (it subtracted) and ran node test.js." },
+    ]);
+const writeNode = (path, content) =>
+  real
+    ? `Write ${path} with one line saying what changed in calc.js.`
+    : script([{ toolCalls: [{ name: "write", arguments: { path, content } }] }, { text: `Wrote ${path}.` }]);
+const CHECK = real
+  ? "Run `cat NOTES.md CHANGELOG.md && node test.js` and report what it printed."
+  : script([
+      { toolCalls: [{ name: "shell", arguments: { command: "cat NOTES.md CHANGELOG.md && node test.js" } }] },
+      { text: "Both files are there and the test passes." },
+    ]);
+
+/** Agents that change code: a child in a runner fixes a bug on its own branch, crw lands it, a workflow writes files. */
+function codeWork() {
+  const sample = sampleRepository(join(dataDir, "sample"));
+  say(`\nAgents at work in a sample repository (${sample}): 'node test.js' fails there, add subtracts.`);
+  const session = run("session", "create", "--cwd", sample, "--data-dir", dataDir).trim();
+  say("\nAn isolated child (in a runner, on a git worktree and branch of its own) reads, edits and tests:");
+  // --json prints progress notifications as JSON lines, then the result as the last one.
+  const lines = run(
+    "session",
+    "delegate",
+    session,
+    FIX,
+    "--isolation",
+    "worktree",
+    "--json",
+    "--data-dir",
+    dataDir,
+  )
+    .trim()
+    .split("\n");
+  const fixed = JSON.parse(lines.at(-1));
+  run("session", "land", fixed.childSessionId, "--data-dir", dataDir);
+  say("\nA workflow in the same repository: two parallel nodes write a file each, a third reads both.");
+  const flow = join(dataDir, "sample-notes.yaml");
+  writeFileSync(
+    flow,
+    JSON.stringify({
+      name: "notes-for-the-fix",
+      nodes: [
+        { id: "notes", task: writeNode("NOTES.md", "add adds again.\n") },
+        { id: "changelog", task: writeNode("CHANGELOG.md", "- fix: add(2, 3) is 5\n") },
+        { id: "check", task: CHECK, dependsOn: ["notes", "changelog"] },
+      ],
+    }),
+  );
+  run("workflow", "run", flow, "--cwd", sample, "--data-dir", dataDir);
+  say(`\n$ git log --oneline (in the sample)\n${git(sample, "log", "--oneline").trimEnd()}`);
+  say(`\n$ git diff HEAD~1 -- calc.js\n${git(sample, "diff", "HEAD~1", "--", "calc.js").trimEnd()}`);
+  say(`\n$ git status --short\n${git(sample, "status", "--short").trimEnd()}`);
+  say(
+    `\n$ node test.js\n${execFileSync(process.execPath, ["test.js"], { cwd: sample, encoding: "utf8" }).trimEnd()}`,
+  );
+}
+
 try {
   run("--version");
   run("daemon", "start", "--data-dir", dataDir, "--port", "0");
@@ -43,6 +134,7 @@ try {
     ? "List three risks of running database migrations during a deploy, one line each."
     : JSON.stringify({ steps: [{ text: "Three risks: locks, long rewrites, no rollback path." }] });
   run("session", "delegate", session, task, "--data-dir", dataDir);
+  codeWork();
   run("daemon", "status", "--data-dir", dataDir);
   // crw flow: a workflow whose agent calls crw runs itself (local backend, offline scripted model)
   say("\ncrw flow: plan, two drafts in parallel, write NOTES.md, review; every answer schema-checked.");

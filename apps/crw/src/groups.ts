@@ -31,6 +31,11 @@ export const groups: CommandGroup[] = [
     run: async (args) => (await import("./client/session.js")).runSessionCli(args),
   },
   {
+    name: "project",
+    summary: "register directories as projects and grant them to accounts",
+    run: async (args) => (await import("./client/project.js")).runProjectCli(args),
+  },
+  {
     name: "tap",
     summary: "follow a delegated child session live",
     run: async (args) => (await import("./client/tap.js")).runTapCli(args),

@@ -114,7 +114,7 @@ describe("crw daemon start | status | stop with the embedded PostgreSQL", () => 
     const r = await crw("daemon", "start", "--data-dir", dataDir, "--config", config, "--port", "0");
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(
-      /the daemon exited during start \(code 1\): .*MCP server broken[^]*see .*daemon\.log/,
+      /the daemon exited during start \(code 1\): .*MCP server broken[\s\S]*see .*daemon\.log/,
     );
     const log = readFileSync(join(dataDir, "daemon.log"), "utf8");
     expect(log).toMatch(/MCP server broken .*could not start.*refusing to start/);

@@ -30,6 +30,18 @@ describe("npm run demo", () => {
     expect(text).toMatch(/^Three risks: locks, long rewrites, no rollback path\.$/m);
     // every delegated turn ran in a forked runner
     expect(text).toMatch(/sub-agents: [1-9]\d*\/\d+ runners/);
+    // agents at work: the isolated child's fix, committed by crw on its branch and landed; the workflow's files
+    expect(text).toMatch(
+      /committed on branch crw\/[0-9a-f]{12} at [0-9a-f]{12} \(1 file changed.*calc\.js\)/,
+    );
+    expect(text).toMatch(/^landed crw\/[0-9a-f]{12} into main at [0-9a-f]{12} \(fast-forward\)/m);
+    expect(text).toMatch(
+      /^-export const add = \(a, b\) => a - b;\n\+export const add = \(a, b\) => a \+ b;$/m,
+    );
+    expect(text).toMatch(/^\?\? CHANGELOG\.md\n\?\? NOTES\.md$/m);
+    expect(text).toMatch(/Workflow "notes-for-the-fix" \([0-9a-f-]+\) completed/);
+    expect(text).toMatch(/^- check: succeeded\n {2}Both files are there and the test passes\.$/m);
+    expect(text).toMatch(/\$ node test\.js\nPASS/);
     // crw flow on the local backend
     expect(text).toMatch(/^run release-notes-\S+ \(release-notes\): completed$/m);
     for (const call of ["plan.1", "draft.1", "draft.2", "write.1", "review.1"])

@@ -2,6 +2,7 @@ import { migrate, PgDelegationRepository } from "@crw/db";
 import pg from "pg";
 import { type Logger, pino } from "pino";
 import { z } from "zod";
+import { registerProjectMethods } from "./api/projects.js";
 import { registerSessionMethods } from "./api/sessions.js";
 import { registerWorkflowMethods } from "./api/workflows.js";
 import type { DaemonConfig } from "./config.js";
@@ -125,6 +126,7 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
     });
     registerSessionMethods(rpc, rt, config.models.default);
     registerWorkflowMethods(rpc, rt, config.models.default);
+    registerProjectMethods(rpc, rt);
     server = await startApiServer({
       host: config.host,
       port: config.port,

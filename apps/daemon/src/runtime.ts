@@ -42,6 +42,7 @@ import type { Logger } from "pino";
 import { AlertService } from "./alerts.js";
 import type { DaemonConfig } from "./config.js";
 import { EventBus } from "./events.js";
+import { projectRegistry } from "./projects.js";
 
 /** What boot recovery did, shown in /health. */
 export interface BootRecovery {
@@ -449,6 +450,8 @@ export async function assembleRuntime(
     runner: withToolCatalog(dispatch, catalogPolicy),
     spill: new FileSpillStore(join(config.dataDir, "spill")),
     owner,
+    projects: projectRegistry(repo),
+    worktreesDir: join(config.dataDir, "worktrees"),
     tools: (session) => [
       ...workflowTools({
         service,
@@ -456,7 +459,7 @@ export async function assembleRuntime(
         session,
         readOnly: false,
         reader,
-        currentWorkDir: async () => null,
+        currentWorkDir: async () => (await service.placeUnder(session, undefined))?.workDir ?? null,
         expansionAvailable: delegatedWorkflowExpansionAvailable(
           session.kind === "root" ? "in-process" : dispatch.placement(),
           runnerPool,
@@ -478,6 +481,14 @@ export async function assembleRuntime(
     // The engine holds its own owner lease: two advisory locks on one key would wait on each other.
     owner: `${owner}-workflows`,
     dispatcher: new JournalNodeDispatcher(repo, delegationNodeTurns(service)),
+    // A node's `cwd` is placed under the live policy of the session that started its workflow.
+    workDirPolicy: async (journal) =>
+      service.workDirPolicyOf(await repo.getSession(journal.parentSessionId, journal.principalAccountId)),
+    admitNodeWorkDir: async (journal, placement) =>
+      service.assertInsideProjectOf(
+        await repo.getSession(journal.parentSessionId, journal.principalAccountId),
+        placement,
+      ),
     defaultModel: config.models.default,
     repo,
     ...(config.runtime.maxActiveNodes !== undefined && { maxActiveNodes: config.runtime.maxActiveNodes }),

@@ -1,12 +1,19 @@
+import { resolve } from "node:path";
 import { CONNECTION_HELP, inputError, out, parse, parseOrExit, withClient } from "./common.js";
 import type { DaemonClient } from "./connection.js";
 
 const HELP = `Usage: crw session <command> [options]
 
 Commands:
-  create [--model M]                 make a root session (model: scripted, or <api>:<model id>)
+  create [--model M] [--cwd DIR]     make a root session (model: scripted, or <api>:<model id>) working in
+                                     DIR (default: this directory; --no-cwd: none, so no coding tools)
   send SESSION TEXT...               send a message: one turn of the session's agent loop; prints its reply
   delegate SESSION TASK...           delegate a task to a child of SESSION [--background] [--model M] [--read-only]
+                                     [--cwd DIR] (relative to SESSION's directory; default: SESSION's)
+                                     [--isolation worktree] (a git worktree and branch of its own; crw
+                                     commits what it leaves and its result names the branch)
+  land CHILD                         merge an isolated child's branch into the branch its work started
+                                     from (fast-forward when possible; a conflict refuses; never a force)
   read SESSION [--limit N]           the session's recent messages and its last answer
   status SESSION                     where the session executes now (a runner, the daemon, or nowhere),
                                      its open delegated call and its runner's load
@@ -49,6 +56,9 @@ export async function runSessionCli(args: string[]): Promise<number> {
       background: { type: "boolean" },
       "read-only": { type: "boolean" },
       limit: { type: "string" },
+      cwd: { type: "string" },
+      "no-cwd": { type: "boolean" },
+      isolation: { type: "string" },
     }),
   );
   if (typeof parsed === "number") return parsed;
@@ -62,9 +72,14 @@ export async function runSessionCli(args: string[]): Promise<number> {
   switch (command) {
     case "create":
       return withClient(PREFIX, values, async (client) => {
-        const r = await client.call<{ sessionId: string; model: string }>("session.create", {
-          ...(values.model ? { model: values.model } : {}),
-        });
+        const cwd = values["no-cwd"] ? undefined : resolve(String(values.cwd ?? "."));
+        const r = await client.call<{ sessionId: string; model: string; cwd: string | null }>(
+          "session.create",
+          {
+            ...(values.model ? { model: values.model } : {}),
+            ...(cwd ? { cwd } : {}),
+          },
+        );
         out(json ? JSON.stringify({ ok: true, ...r }) : r.sessionId);
         return 0;
       });
@@ -106,6 +121,9 @@ export async function runSessionCli(args: string[]): Promise<number> {
           ...(values.background ? { background: true } : {}),
           ...(values.model ? { model: values.model } : {}),
           ...(values["read-only"] ? { readOnly: true } : {}),
+          // A relative directory is the parent session's business: it resolves against the parent's own.
+          ...(typeof values.cwd === "string" ? { cwd: values.cwd } : {}),
+          ...(typeof values.isolation === "string" ? { isolation: values.isolation } : {}),
         });
         if (json) out(JSON.stringify({ ok: r.outcome !== "error", ...r }));
         else if (r.kind === "result") out(r.body ?? "");
@@ -114,6 +132,29 @@ export async function runSessionCli(args: string[]): Promise<number> {
             `child ${r.childSessionId} started in the background; follow it with 'crw tap ${r.childSessionId}'; its result is delivered to session ${sessionId}`,
           );
         return r.outcome === "error" ? 1 : 0;
+      });
+    }
+    case "land": {
+      const [childId] = rest;
+      if (!childId) return inputError(PREFIX, "land needs CHILD; see 'crw session --help'");
+      return withClient(PREFIX, values, async (client) => {
+        const r = await client.call<{
+          branch: string;
+          into: string;
+          after: string;
+          fastForward: boolean;
+          alreadyLanded: boolean;
+          diff: { summary: string; files: { path: string; status: string }[] };
+        }>("session.land", { sessionId: childId });
+        if (json) out(JSON.stringify({ ok: true, ...r }));
+        else if (r.alreadyLanded) out(`${r.branch} is already in ${r.into}`);
+        else {
+          out(
+            `landed ${r.branch} into ${r.into} at ${r.after.slice(0, 12)} (${r.fastForward ? "fast-forward" : "merge commit"}): ${r.diff.summary}`,
+          );
+          for (const f of r.diff.files) out(`  ${f.status.padEnd(9)} ${f.path}`);
+        }
+        return 0;
       });
     }
     case "read": {

@@ -1,14 +1,16 @@
 import { open } from "node:fs/promises";
-import { extname } from "node:path";
+import { extname, resolve } from "node:path";
 import { CONNECTION_HELP, inputError, out, parse, parseOrExit, withClient } from "./common.js";
 import { ClientError } from "./connection.js";
 
 const HELP = `Usage: crw workflow <command> [options]
 
 Commands:
-  run FILE [--session S] [--model M] [--detach]
+  run FILE [--session S] [--model M] [--cwd DIR] [--detach]
                      submit a workflow definition (YAML, or JSON by its .json name), show live progress
-                     per node, print the whole-workflow summary (--detach: print the id and return)
+                     per node, print the whole-workflow summary (--detach: print the id and return);
+                     its nodes work in DIR (default: this directory, or the session's with --session;
+                     --no-cwd: none) and a node's own cwd resolves against it
   status WORKFLOW    the workflow's state and its nodes
   follow WORKFLOW    live progress until the workflow ends, then the summary
   cancel WORKFLOW    stop it: running nodes are interrupted, pending ones never start
@@ -56,6 +58,8 @@ export async function runWorkflowCli(args: string[]): Promise<number> {
       session: { type: "string" },
       model: { type: "string" },
       detach: { type: "boolean" },
+      cwd: { type: "string" },
+      "no-cwd": { type: "boolean" },
     }),
   );
   if (typeof parsed === "number") return parsed;
@@ -84,15 +88,23 @@ export async function runWorkflowCli(args: string[]): Promise<number> {
       return withClient(PREFIX, values, async (client) => {
         const definition = await readDefinition(target);
         const format = extname(target).toLowerCase() === ".json" ? "json" : "yaml";
-        const started = await client.call<{ workflowId: string; sessionId: string; nodes: string[] }>(
-          "workflow.start",
-          {
-            definition,
-            format,
-            ...(values.session ? { sessionId: values.session } : {}),
-            ...(values.model ? { model: values.model } : {}),
-          },
-        );
+        // With --session the session's own directory is the default; else the one this command runs in.
+        const cwd =
+          values["no-cwd"] || (values.session && values.cwd === undefined)
+            ? undefined
+            : resolve(String(values.cwd ?? "."));
+        const started = await client.call<{
+          workflowId: string;
+          sessionId: string;
+          cwd: string | null;
+          nodes: string[];
+        }>("workflow.start", {
+          definition,
+          format,
+          ...(values.session ? { sessionId: values.session } : {}),
+          ...(values.model ? { model: values.model } : {}),
+          ...(cwd ? { cwd } : {}),
+        });
         if (values.detach) {
           out(json ? JSON.stringify({ ok: true, ...started }) : started.workflowId);
           return 0;

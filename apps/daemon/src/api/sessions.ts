@@ -1,11 +1,18 @@
 import { randomUUID } from "node:crypto";
-import type { JournalEntry, TranscriptMessage } from "@crw/db";
+import { parseDelegatedExecutionScope } from "@crw/brain";
+import type { JournalEntry, SessionRow, TranscriptMessage } from "@crw/db";
 import { z } from "zod";
 import type { RpcContext, RpcRegistry } from "../rpc.js";
 import type { DaemonRuntime } from "../runtime.js";
 
 const modelName = z.string().min(1).max(256);
 const sessionId = z.uuid();
+const workDir = z.string().min(1).max(4096);
+
+/** The working directory a session's durable scope records, if any. */
+export function sessionWorkDir(session: SessionRow): string | null {
+  return session.scope ? parseDelegatedExecutionScope(session.scope).workDir : null;
+}
 /** Bound of one tap: a view follows a session for at most this long per call (the client calls again). */
 const TAP_MAX_MS = 6 * 60 * 60 * 1000;
 const TAP_POLL_MS = 200;
@@ -62,10 +69,12 @@ export function registerSessionMethods(rpc: RpcRegistry, rt: DaemonRuntime, defa
   const own = (id: string, ctx: RpcContext) => rt.repo.getSession(id, ctx.accountId);
 
   rpc.register("session.create", {
-    params: z.strictObject({ model: modelName.optional() }),
+    params: z.strictObject({ model: modelName.optional(), cwd: workDir.optional() }),
     handler: async (p, ctx) => {
-      const s = await rt.service.createRootSession(ctx.accountId, p.model ?? defaultModel);
-      return { sessionId: s.id, model: s.model };
+      const s = await rt.service.createRootSession(ctx.accountId, p.model ?? defaultModel, {
+        ...(p.cwd && { cwd: p.cwd }),
+      });
+      return { sessionId: s.id, model: s.model, cwd: sessionWorkDir(s) };
     },
   });
 
@@ -99,10 +108,15 @@ export function registerSessionMethods(rpc: RpcRegistry, rt: DaemonRuntime, defa
       model: modelName.optional(),
       role: z.string().min(1).max(128).optional(),
       readOnly: z.boolean().optional(),
+      /** Relative to the parent's working directory; the parent's own when absent. */
+      cwd: workDir.optional(),
+      isolation: z.enum(["none", "worktree"]).optional(),
     }),
     handler: async (p, ctx) => {
       const session = await own(p.sessionId, ctx);
       const receipt = await rt.service.delegate({
+        ...(p.cwd && { workDir: p.cwd }),
+        ...(p.isolation && { isolation: p.isolation }),
         parentSessionId: session.id,
         principalAccountId: ctx.accountId,
         toolCallId: `rpc-${randomUUID()}`,
@@ -114,6 +128,23 @@ export function registerSessionMethods(rpc: RpcRegistry, rt: DaemonRuntime, defa
         progress: rt.progressSink((event) => ctx.notify("session.progress", event)),
       });
       return receipt;
+    },
+  });
+
+  rpc.register("session.land", {
+    params: z.strictObject({ sessionId }),
+    handler: async (p, ctx) => {
+      const landed = await rt.service.land(p.sessionId, ctx.accountId);
+      return {
+        branch: landed.branch,
+        into: landed.into,
+        before: landed.before,
+        after: landed.after,
+        fastForward: landed.fastForward,
+        alreadyLanded: landed.alreadyLanded,
+        changedPaths: landed.changedPaths,
+        diff: landed.diff,
+      };
     },
   });
 
@@ -130,6 +161,7 @@ export function registerSessionMethods(rpc: RpcRegistry, rt: DaemonRuntime, defa
           kind: session.kind,
           parentSessionId: session.parentSessionId,
           model: session.model,
+          cwd: sessionWorkDir(session),
           createdAt: session.createdAt.toISOString(),
         },
         openRun: open ? { id: open.id, status: open.status } : null,

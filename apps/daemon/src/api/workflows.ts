@@ -87,6 +87,8 @@ export function registerWorkflowMethods(rpc: RpcRegistry, rt: DaemonRuntime, def
       /** The root session the summary is delivered to; a new one when absent. */
       sessionId: z.uuid().optional(),
       model: z.string().min(1).max(256).optional(),
+      /** The workflow's working directory (its nodes' `cwd` resolve against it); else its session's. */
+      cwd: z.string().min(1).max(4096).optional(),
     }),
     handler: async (p, ctx) => {
       // Refused definitions (cycles, unknown dependencies, duplicate ids, too large) throw here, typed, with
@@ -94,14 +96,18 @@ export function registerWorkflowMethods(rpc: RpcRegistry, rt: DaemonRuntime, def
       const definition = parseWorkflowDefinition(p.definition, p.format);
       const session = p.sessionId
         ? await rt.repo.getSession(p.sessionId, ctx.accountId)
-        : await rt.service.createRootSession(ctx.accountId, p.model ?? defaultModel);
+        : await rt.service.createRootSession(ctx.accountId, p.model ?? defaultModel, {
+            ...(p.cwd && { cwd: p.cwd }),
+          });
+      // Placed (and refused) before anything is created: a session's workflow stays inside its project.
+      const placement = await rt.service.placeUnder(session, p.sessionId ? p.cwd : undefined);
       const started = await rt.engine.start(
         {
           parentSessionId: session.id,
           principalAccountId: ctx.accountId,
           toolCallId: `rpc-${randomUUID()}`,
           currentAccess: () => rt.service.authorityFor(session),
-          currentWorkDir: async () => null,
+          currentWorkDir: async () => placement?.workDir ?? null,
           // Node turns run in runners, but their tools (WorkflowAddNodes among them) execute here in the
           // daemon through the turn bridge, so a node extends its workflow locally.
           ...hostAccessors({
@@ -110,7 +116,12 @@ export function registerWorkflowMethods(rpc: RpcRegistry, rt: DaemonRuntime, def
         },
         { definition },
       );
-      return { workflowId: started.workflowId, sessionId: session.id, nodes: started.nodes };
+      return {
+        workflowId: started.workflowId,
+        sessionId: session.id,
+        cwd: placement?.workDir ?? null,
+        nodes: started.nodes,
+      };
     },
   });
 

@@ -22,6 +22,26 @@ export class ToolCallRefusedError extends Error {
   }
 }
 
+/**
+ * The shell tool's sandbox cannot run here: bwrap is missing (`bwrap_missing`), the kernel or a container
+ * policy refuses its namespaces (`namespaces_unavailable`), or it failed to build the mounts
+ * (`sandbox_setup_failed`). The command never ran, and never runs unsandboxed instead; the message says
+ * what the operator has to change, so retrying without that change cannot help.
+ */
+export type SandboxUnavailableCode = "bwrap_missing" | "namespaces_unavailable" | "sandbox_setup_failed";
+
+export class SandboxUnavailableError extends Error {
+  override readonly name = "SandboxUnavailableError";
+  readonly retryable = false;
+  constructor(
+    readonly code: SandboxUnavailableCode,
+    message: string,
+    readonly context: Readonly<{ bwrap: string; detail?: string }>,
+  ) {
+    super(message);
+  }
+}
+
 export type AgentConfigErrorCode = "invalid_model_config" | "missing_api_key" | "invalid_turn_input";
 
 export class AgentConfigError extends Error {

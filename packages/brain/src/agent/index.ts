@@ -4,6 +4,8 @@ export {
   type AgentConfigErrorCode,
   type ErrorData,
   errorData,
+  type SandboxUnavailableCode,
+  SandboxUnavailableError,
   type ToolCallRefusedCode,
   ToolCallRefusedError,
 } from "./errors.js";
@@ -36,7 +38,6 @@ export {
   type ResolvedModelConfig,
   resolveModel,
 } from "./providers.js";
-export { isReadOnlyCommand } from "./readonly-shell.js";
 export {
   type AgentTurnRunnerOptions,
   createAgentTurnRunner,

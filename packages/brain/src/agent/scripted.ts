@@ -15,7 +15,7 @@ import { z } from "zod";
  * model answers `Done: <last input line>`. In `text`, `{{last}}` is replaced by the last input's text.
  *
  * With no configured script, a session can carry its own: the newest user message that is exactly
- * `{"steps": [...]}` is the script, counted from that message on. The task is journaled, so a recovered
+ * `{"steps": [...]}` (or whose first line is) is the script, counted from that message on. The task is journaled, so a recovered
  * session continues the same script, and a delegated child gets its script from its task.
  */
 export const ScriptStepSchema = z.strictObject({
@@ -63,11 +63,15 @@ function transcriptScript(context: Context): { steps: ScriptStep[]; after: Conte
     if (message?.role !== "user") continue;
     const text = inputText(message);
     if (!text.startsWith('{"steps"')) continue;
-    try {
-      const parsed = TranscriptScriptSchema.safeParse(JSON.parse(text));
-      if (parsed.success) return { steps: parsed.data.steps, after: context.messages.slice(i + 1) };
-    } catch {
-      // Not JSON after all: an ordinary task.
+    // The whole message, else its first line: a workflow node's prompt appends its dependencies' handovers
+    // after the task.
+    for (const candidate of [text, text.split("\n", 1)[0] ?? ""]) {
+      try {
+        const parsed = TranscriptScriptSchema.safeParse(JSON.parse(candidate));
+        if (parsed.success) return { steps: parsed.data.steps, after: context.messages.slice(i + 1) };
+      } catch {
+        // Not JSON after all: an ordinary task.
+      }
     }
   }
   return undefined;

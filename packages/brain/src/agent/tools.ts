@@ -7,12 +7,14 @@ import { z } from "zod";
 import type { DelegatedExecutionScope } from "../scope/index.js";
 import { toolCallVerdict } from "../scope/index.js";
 import { ToolCallRefusedError } from "./errors.js";
-import { isReadOnlyCommand } from "./readonly-shell.js";
+import { bwrapMissing, SANDBOX_STARTED_FD, sandboxInvocation, sandboxSetupError } from "./sandbox.js";
 
 /**
  * The child tool set: read, write, edit and shell, confined to the child's working directory and to its
  * durable scope. Scope patterns see a file tool's subject as its path relative to the working directory
- * (`write(src/*)`) and the shell's as its command line (`shell(git *)`).
+ * (`write(src/*)`) and the shell's as its command line (`shell(git *)`). Shell commands run in the OS
+ * sandbox of `sandbox.ts`, which is what confines them (read-only in a read-only turn): a command line is
+ * never judged by its words.
  */
 export const CHILD_TOOL_NAMES = ["read", "write", "edit", "shell"] as const;
 export type ChildToolName = (typeof CHILD_TOOL_NAMES)[number];
@@ -82,7 +84,10 @@ const DESCRIPTIONS: Record<ChildToolName, string> = {
   read: "Read a text file in the working directory.",
   write: "Create or replace a file in the working directory (parent directories are created).",
   edit: "Replace one exact occurrence of oldText with newText in a file.",
-  shell: "Run a shell command in the working directory and return its exit code and output.",
+  shell:
+    "Run a shell command in the working directory and return its exit code and output. It runs in a " +
+    "sandbox: only the working directory is writable (nothing is in a read-only turn), /tmp is private " +
+    "and discarded, there is no network, and processes left running end with the command.",
 };
 
 /** Name and description of each tool the scope lets the model see, for the prompt's tool catalog. */
@@ -172,20 +177,12 @@ export function checkChildToolCall(
       { toolName: tool, subject },
     );
   }
-  if (effectiveReadOnly(options)) {
-    if (WRITING_TOOLS.has(tool)) {
-      throw new ToolCallRefusedError("read_only", `${tool} refused: this turn is read-only`, {
-        toolName: tool,
-        subject,
-      });
-    }
-    if (tool === "shell" && !isReadOnlyCommand(subject)) {
-      throw new ToolCallRefusedError(
-        "read_only",
-        "shell refused: only non-mutating commands run in a read-only turn",
-        { toolName: tool, subject },
-      );
-    }
+  // A read-only turn's shell is confined by its sandbox's read-only mounts, not refused here.
+  if (effectiveReadOnly(options) && WRITING_TOOLS.has(tool)) {
+    throw new ToolCallRefusedError("read_only", `${tool} refused: this turn is read-only`, {
+      toolName: tool,
+      subject,
+    });
   }
   return { name: tool, subject, ...(absolutePath ? { absolutePath } : {}) };
 }
@@ -231,49 +228,85 @@ async function writeDurably(path: string, content: string): Promise<void> {
   }
 }
 
-function runShell(command: string, cwd: string, timeoutMs: number, maxBytes: number, signal?: AbortSignal) {
-  return new Promise<{ exitCode: number | null; signal: string | null; output: string; timedOut: boolean }>(
-    (resolvePromise, reject) => {
-      const child = spawn("/bin/sh", ["-c", command], {
-        cwd,
-        detached: true,
-        stdio: ["ignore", "pipe", "pipe"],
-      });
-      const chunks: Buffer[] = [];
-      let size = 0;
-      const collect = (chunk: Buffer) => {
-        chunks.push(chunk);
-        size += chunk.length;
-        while (size > maxBytes && chunks.length > 1) size -= (chunks.shift() as Buffer).length;
-      };
-      child.stdout.on("data", collect);
-      child.stderr.on("data", collect);
-      let timedOut = false;
-      const kill = () => {
-        try {
-          if (child.pid) process.kill(-child.pid, "SIGKILL");
-        } catch {
-          // Already gone.
-        }
-      };
-      const timer = setTimeout(() => {
-        timedOut = true;
-        kill();
-      }, timeoutMs);
-      signal?.addEventListener("abort", kill, { once: true });
-      child.on("error", (e) => {
-        clearTimeout(timer);
-        reject(e);
-      });
-      child.on("close", (exitCode, sig) => {
-        clearTimeout(timer);
-        signal?.removeEventListener("abort", kill);
-        let output = Buffer.concat(chunks).toString("utf8");
-        if (output.length > maxBytes) output = output.slice(-maxBytes);
-        resolvePromise({ exitCode, signal: sig, output, timedOut });
-      });
-    },
-  );
+interface ShellRun {
+  readonly exitCode: number | null;
+  readonly signal: string | null;
+  readonly output: string;
+  readonly timedOut: boolean;
+}
+
+interface ShellLimits {
+  readonly timeoutMs: number;
+  readonly maxBytes: number;
+  readonly signal?: AbortSignal | undefined;
+}
+
+/**
+ * Runs `command` in the sandbox. bwrap leads its own process group, which timeout and abort kill; its
+ * `--die-with-parent` and pid namespace take the command's descendants with it. A bwrap that exits before
+ * the command started rejects with `SandboxUnavailableError`.
+ */
+async function runShell(
+  command: string,
+  workDir: string,
+  readOnly: boolean,
+  limits: ShellLimits,
+): Promise<ShellRun> {
+  const sandbox = await sandboxInvocation(command, { workDir, readOnly });
+  return new Promise<ShellRun>((resolvePromise, reject) => {
+    const stdio = Array.from({ length: SANDBOX_STARTED_FD + 1 }, (_, fd) => (fd === 0 ? "ignore" : "pipe"));
+    const child = spawn(sandbox.file, sandbox.args, {
+      cwd: workDir,
+      env: sandbox.env,
+      detached: true,
+      stdio: stdio as ("ignore" | "pipe")[],
+    });
+    let started = false;
+    child.stdio[SANDBOX_STARTED_FD]?.on("data", () => {
+      started = true;
+    });
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const collect = (chunk: Buffer) => {
+      chunks.push(chunk);
+      size += chunk.length;
+      while (size > limits.maxBytes && chunks.length > 1) size -= (chunks.shift() as Buffer).length;
+    };
+    child.stdout?.on("data", collect);
+    child.stderr?.on("data", collect);
+    let timedOut = false;
+    let killed = false;
+    const kill = () => {
+      killed = true;
+      try {
+        if (child.pid) process.kill(-child.pid, "SIGKILL");
+      } catch {
+        // Already gone.
+      }
+    };
+    const timer = setTimeout(() => {
+      timedOut = true;
+      kill();
+    }, limits.timeoutMs);
+    limits.signal?.addEventListener("abort", kill, { once: true });
+    // An abort that came while the sandbox was being prepared has no event left to fire.
+    if (limits.signal?.aborted) kill();
+    child.on("error", (e) => {
+      clearTimeout(timer);
+      limits.signal?.removeEventListener("abort", kill);
+      const code = (e as NodeJS.ErrnoException).code;
+      const missing = code === "ENOENT" || code === "EACCES";
+      reject(missing ? bwrapMissing(sandbox.file, sandbox.file) : sandboxSetupError(sandbox.file, e.message));
+    });
+    child.on("close", (exitCode, sig) => {
+      clearTimeout(timer);
+      limits.signal?.removeEventListener("abort", kill);
+      let output = Buffer.concat(chunks).toString("utf8");
+      if (!started && !killed) return reject(sandboxSetupError(sandbox.file, output));
+      if (output.length > limits.maxBytes) output = output.slice(-limits.maxBytes);
+      resolvePromise({ exitCode, signal: sig, output, timedOut });
+    });
+  });
 }
 
 /**
@@ -332,7 +365,11 @@ export function createChildTools(options: ChildToolOptions): AgentTool[] {
         args.timeoutSeconds ? args.timeoutSeconds * 1000 : Number.POSITIVE_INFINITY,
         options.shellTimeoutMs ?? 120_000,
       );
-      const run = await runShell(call.subject, options.workDir, timeoutMs, maxBytes, signal);
+      const run = await runShell(call.subject, options.workDir, effectiveReadOnly(options), {
+        timeoutMs,
+        maxBytes,
+        signal,
+      });
       const status = run.timedOut
         ? `timed out after ${timeoutMs} ms`
         : run.exitCode === null

@@ -24,22 +24,24 @@ export function contextFromJournal(entries: readonly JournalEntry[]): Transcript
   return out;
 }
 
-/** Tool calls of the journal's assistant messages that have no toolResult after them. */
-export function danglingToolCalls(entries: readonly JournalEntry[]): Array<{ id: string; name: string }> {
+/** Tool calls of the journal's assistant messages that have no toolResult after them, with their arguments. */
+export function danglingToolCalls(
+  entries: readonly JournalEntry[],
+): Array<{ id: string; name: string; arguments?: Record<string, unknown> }> {
   const answered = new Set<string>();
   for (const e of entries)
     if (e.body.type === "message" && e.body.message.role === "toolResult")
       answered.add(e.body.message.toolCallId);
-  const out: Array<{ id: string; name: string }> = [];
+  const out: Array<{ id: string; name: string; arguments?: Record<string, unknown> }> = [];
   for (const e of entries) {
     if (e.body.type === "tool_intent" && !answered.has(e.body.toolCallId)) {
-      out.push({ id: e.body.toolCallId, name: e.body.toolName });
+      out.push({ id: e.body.toolCallId, name: e.body.toolName, arguments: e.body.arguments });
       answered.add(e.body.toolCallId);
     }
     if (e.body.type === "message" && e.body.message.role === "assistant") {
       for (const c of e.body.message.content) {
         if (c.type === "toolCall" && !answered.has(c.id)) {
-          out.push({ id: c.id, name: c.name });
+          out.push({ id: c.id, name: c.name, arguments: c.arguments });
           answered.add(c.id);
         }
       }

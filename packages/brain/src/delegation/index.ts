@@ -14,6 +14,7 @@ export {
   hostContract,
 } from "./errors.js";
 export { FAULT_POINTS, type FaultPoint, faultPoint } from "./faults.js";
+export { type Isolation, isolationKey, type LandedWork } from "./isolation.js";
 export { KeyedMutex, Notifier } from "./notifier.js";
 export {
   ProgressPublicationError,

@@ -1,7 +1,9 @@
 import { randomUUID } from "node:crypto";
 import type { SubagentRun, TranscriptMessage } from "@crw/db";
+import { parseDelegatedExecutionScope } from "../scope/index.js";
 import { danglingToolCalls, endsWithAnswer } from "./context.js";
 import type { DelegationService } from "./service.js";
+import { workDirNow } from "./unknownEffect.js";
 
 export interface RecoveryReport {
   readonly discardedForks: readonly string[];
@@ -166,9 +168,12 @@ async function unknownOutcome(
   service: DelegationService,
   sessionId: string,
   principalAccountId: string,
-  call: { id: string; name: string },
+  call: { id: string; name: string; arguments?: Record<string, unknown> },
 ): Promise<TranscriptMessage> {
   let content = UNKNOWN_OUTCOME;
+  const session = await service.repo.getSession(sessionId, principalAccountId);
+  const workDir = session.scope ? parseDelegatedExecutionScope(session.scope).workDir : null;
+  content += await workDirNow(workDir, call);
   if (call.name === "Delegate" || call.name === "DelegateContinue") {
     const run = await service.repo.runForToolCall(sessionId, call.id, principalAccountId);
     content = run

@@ -8,6 +8,7 @@ import type {
 } from "@crw/db";
 import { catalogPolicyOf, promptToolSummaries } from "../agent/catalog/index.js";
 import {
+  admitStoredWorkDir,
   captureDelegatedExecutionScope,
   continuationScope,
   type DelegatedExecutionScope,
@@ -21,12 +22,15 @@ import {
   parseDelegatedExecutionScope,
   readOnlyContinuationScope,
   unionDeny,
+  type WorkDirPlacement,
   type WorkDirPolicy,
 } from "../scope/index.js";
 import { CapturedWrites, pausedError, type RestartCheckpoint, RestartCheckpointError } from "./checkpoint.js";
 import { type DelegationEvent, drainResults } from "./delivery.js";
 import { DelegationError, toError } from "./errors.js";
+import { isolatedPlacement, isolationKey, type LandedWork, landIsolatedWork } from "./isolation.js";
 import { Notifier } from "./notifier.js";
+import { assertInsideParentProject, childCwd, rootPlacement, workDirPolicyFor } from "./placement.js";
 import { type ProgressPublisher, RunProgressJob } from "./progress.js";
 import { type PromptTool, systemPromptFor } from "./prompt.js";
 import { readSubagent } from "./readSubagent.js";
@@ -214,8 +218,41 @@ export class DelegationService implements RestartCheckpoint {
 
   // ---- root sessions
 
-  createRootSession(principalAccountId: string, model: string): Promise<SessionRow> {
-    return this.repo.createRootSession(principalAccountId, model);
+  /**
+   * A root session; with `cwd`, placed in that working directory (see `rootPlacement` for who may use
+   * which), its placement captured once as the session's durable scope. Its turns then get the coding tools.
+   */
+  async createRootSession(
+    principalAccountId: string,
+    model: string,
+    options: { cwd?: string } = {},
+  ): Promise<SessionRow> {
+    if (!options.cwd) return this.repo.createRootSession(principalAccountId, model);
+    const account = await this.repo.getAccount(principalAccountId);
+    const placement = await rootPlacement(account, options.cwd, this.options.projects);
+    const operator = account.isOwner || account.isAdministrator;
+    const scope = captureDelegatedExecutionScope(
+      delegatedScopeFromAccess({
+        accountId: account.id,
+        operator,
+        target: placement.target,
+        workDir: placement.workDir,
+        projectRef: placement.projectRef,
+      }),
+    );
+    return this.repo.createRootSession(principalAccountId, model, scope);
+  }
+
+  /**
+   * A root session's own scope for a turn: its stored working directory re-proved now (it must still exist
+   * and belong to the same project); a root without one has none.
+   */
+  async #rootScope(session: SessionRow): Promise<DelegatedExecutionScope | null> {
+    if (session.kind !== "root") return null;
+    const own = scopeOf(session);
+    if (!own?.workDir) return own;
+    const admitted = await admitStoredWorkDir(own, this.options.projects?.projectForPath);
+    return { ...own, workDir: admitted };
   }
 
   /** One user turn of a root session. Results that arrive while it streams join it after each tool round. */
@@ -228,11 +265,12 @@ export class DelegationService implements RestartCheckpoint {
     this.#admit("a prompt");
     const session = await this.repo.getSession(sessionId, principalAccountId);
     assertAddressable(session);
+    const scope = await this.#rootScope(session);
     const outcome = await this.turns.exclusive(session.id, () =>
       this.sessionTurn(session, [{ body: { type: "message", message: { role: "user", content: text } } }], {
         readOnly: options.readOnly ?? false,
         progress: options.progress ?? NO_PROGRESS,
-        scope: null,
+        scope,
       }),
     );
     this.#afterIdle(session);
@@ -392,7 +430,11 @@ export class DelegationService implements RestartCheckpoint {
         session.id,
       );
       if (delivered.length === 0) return undefined;
-      return this.sessionTurn(session, [], { readOnly: false, progress: NO_PROGRESS, scope: null });
+      return this.sessionTurn(session, [], {
+        readOnly: false,
+        progress: NO_PROGRESS,
+        scope: await this.#rootScope(session),
+      });
     });
     if (outcome !== undefined) {
       const more = await this.repo.queuedResultIds(session.id, session.principalAccountId);
@@ -408,11 +450,17 @@ export class DelegationService implements RestartCheckpoint {
     const parent = await this.repo.getSession(args.parentSessionId, args.principalAccountId);
     const authority = await this.authorityFor(parent);
     const readOnly = args.readOnly === true || args.callerReadOnly === true || authority.readOnly === true;
-    // Delegate's cwd goes through delegatedWorkDir under the child's own live policy; the placement's
-    // target is persisted together with the directory.
-    const placement = args.workDir
-      ? await delegatedWorkDir(args.workDir, await this.#workDirPolicy(authority))
-      : null;
+    const shared = await this.placeUnder(parent, args.workDir, authority);
+    const isolated =
+      args.isolation === "worktree"
+        ? await isolatedPlacement(
+            shared,
+            isolationKey(parent.id, args.toolCallId),
+            this.options.worktreesDir,
+            await this.#workDirPolicy(authority),
+          )
+        : null;
+    const placement = isolated?.placement ?? shared;
     const scope = captureDelegatedExecutionScope(
       delegatedScopeFromAccess({
         accountId: parent.principalAccountId,
@@ -437,6 +485,7 @@ export class DelegationService implements RestartCheckpoint {
         model: args.fork ? parent.model : (args.model ?? parent.model),
         scope,
         ...(args.fork ? { fork: { fromSessionId: parent.id } } : {}),
+        ...(isolated ? { worktree: isolated.worktree } : {}),
       }),
     );
     if (args.fork && created)
@@ -445,29 +494,52 @@ export class DelegationService implements RestartCheckpoint {
     return this.#dispatch(run, args.mode, args.progress);
   }
 
-  async #workDirPolicy(authority: { operator?: boolean; target: ExecutionTarget }): Promise<WorkDirPolicy> {
-    const target = authority.target;
-    const projectForPath = this.options.projects?.projectForPath;
-    const admin: WorkDirPolicy = {
-      kind: "admin",
-      canExecuteHost: authority.operator === true,
-      ...(projectForPath ? { projectForPath } : {}),
-    };
-    switch (target.kind) {
-      case "local":
-        return { kind: "local", targetId: target.targetId };
-      case "managed":
-        return { kind: "managed", ref: target.ref, guestRoot: target.root };
-      case "host": {
-        if (target.ref === null) return admin;
-        const project = await this.options.projects?.rootOf?.(target.ref);
-        if (project) return { kind: "scoped", project };
-        if (authority.operator) return admin;
-        throw new DelegationError("invalid_input", `project ${target.ref} is not registered on this host`, {
-          projectRef: target.ref,
-        });
-      }
-    }
+  /**
+   * Where work of `parent` (a child, a workflow or one of its nodes) is placed for a requested `cwd`:
+   * relative to the parent's directory, the parent's own when absent, through delegatedWorkDir under the
+   * live policy of the parent's authority, and never outside the parent's project. Null: no directory.
+   */
+  async placeUnder(
+    parent: SessionRow,
+    requested: string | null | undefined,
+    authority?: DelegationAuthority & { target: ExecutionTarget },
+  ): Promise<WorkDirPlacement | null> {
+    const parentScope = scopeOf(parent);
+    const cwd = childCwd(parentScope, requested);
+    if (!cwd) return null;
+    const placement = await delegatedWorkDir(cwd, await this.workDirPolicyOf(parent, authority));
+    await assertInsideParentProject(parentScope, placement, this.options.projects);
+    return placement;
+  }
+
+  /** Merges an isolated child's committed work into the branch it started from (see `landIsolatedWork`). */
+  async land(childSessionId: string, principalAccountId: string): Promise<LandedWork> {
+    const child = await this.repo.getSession(childSessionId, principalAccountId);
+    return landIsolatedWork(this.repo, child);
+  }
+
+  /** Refuses a placement outside the project of `session` (a workflow node's, say). */
+  assertInsideProjectOf(session: SessionRow, placement: WorkDirPlacement): Promise<void> {
+    return assertInsideParentProject(scopeOf(session), placement, this.options.projects);
+  }
+
+  /** The live placement policy for work of `session` (its workflow nodes' `cwd` among them). */
+  async workDirPolicyOf(
+    session: SessionRow,
+    authority?: DelegationAuthority & { target: ExecutionTarget },
+  ): Promise<WorkDirPolicy> {
+    return this.#workDirPolicy(authority ?? (await this.authorityFor(session)));
+  }
+
+  #workDirPolicy(authority: { operator?: boolean; target: ExecutionTarget }): Promise<WorkDirPolicy> {
+    return workDirPolicyFor(
+      authority,
+      this.options.projects,
+      (ref) =>
+        new DelegationError("invalid_input", `project ${ref} is not registered on this host`, {
+          projectRef: ref,
+        }),
+    );
   }
 
   /**

@@ -18,6 +18,7 @@ import type { CapturedWrites } from "./checkpoint.js";
 import { endsWithAnswer } from "./context.js";
 import { DelegationError, hostContract, toError } from "./errors.js";
 import { faultPoint } from "./faults.js";
+import { commitIsolatedWork } from "./isolation.js";
 import type { Notifier } from "./notifier.js";
 import { latestAssistantText } from "./readSubagent.js";
 import { DEFAULT_TOOL_RESULT_INLINE_BYTES, prepareCompletion, type SpillStore } from "./spill.js";
@@ -147,10 +148,12 @@ export class DelegatedSettlement {
       await this.core.writes.capture("a call's settlement", () =>
         this.core.repo.dropSteers(child.id, run.principalAccountId, `the call ended: ${reason}`),
       );
-      return settle(run, "error", reason, drained.kind === "failed" ? "child_failed" : "aborted");
+      const kept = await this.#isolatedWork(child, run);
+      return settle(run, "error", `${reason}${kept}`, drained.kind === "failed" ? "child_failed" : "aborted");
     }
     const reply = await latestAssistantText(this.core.repo, child.id, run.principalAccountId);
-    const resultId = await settle(run, "ok", reply ?? "(the child gave no answer)");
+    const kept = await this.#isolatedWork(child, run);
+    const resultId = await settle(run, "ok", `${reply ?? "(the child gave no answer)"}${kept}`);
     // A follow-up that raced the settlement would otherwise wait for a call that is gone: it gets its notice.
     await this.core.writes.capture("a call's settlement", () =>
       this.core.repo.dropSteers(
@@ -160,6 +163,16 @@ export class DelegatedSettlement {
       ),
     );
     return resultId;
+  }
+
+  /** An isolated child's work, committed before its result: the result names the branch and commit. */
+  async #isolatedWork(child: SessionRow, run: SubagentRun): Promise<string> {
+    try {
+      return await commitIsolatedWork(this.core.repo, child, run.task);
+    } catch (e) {
+      // The result still settles: what the child left stays in its worktree, and the result says why.
+      return `\n\n[crw] the work in the child's worktree could not be committed: ${toError(e).message}`;
+    }
   }
 
   /**

@@ -20,6 +20,8 @@ const delegateArgs = z
       .optional(),
     readOnly: z.boolean().optional(),
     cwd: z.string().min(1).max(4096).optional(),
+    /** worktree: a git worktree and branch of the child's own; crw commits what it leaves. */
+    isolation: z.enum(["none", "worktree"]).optional(),
     fork: z.boolean().optional(),
   })
   .strict();
@@ -106,6 +108,7 @@ export function delegationTools(
           ...(a.tools ? { tools: a.tools } : {}),
           ...(a.readOnly !== undefined ? { readOnly: a.readOnly } : {}),
           ...(a.cwd ? { workDir: a.cwd } : {}),
+          ...(a.isolation ? { isolation: a.isolation } : {}),
           ...(a.fork ? { fork: true } : {}),
           progress: ctx.progress,
         });

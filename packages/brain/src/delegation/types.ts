@@ -41,6 +41,8 @@ export interface DelegationServiceOptions {
   readonly systemPrompt?: (session: SessionRow, scope: DelegatedExecutionScope | null) => string;
   readonly onResultDelivered?: (event: ResultDeliveredEvent) => void | Promise<void>;
   readonly onEvent?: (event: DelegationEvent) => void;
+  /** Where isolated children's git worktrees are made (one directory each); without it, isolation is refused. */
+  readonly worktreesDir?: string;
   /**
    * The host's project registry: where a scoped caller's project lives, and which registered project a
    * directory belongs to. Without it, only operators place children (anywhere readable on this host).
@@ -48,6 +50,8 @@ export interface DelegationServiceOptions {
   readonly projects?: {
     readonly rootOf?: (ref: string) => Promise<HostProject | undefined> | HostProject | undefined;
     readonly projectForPath?: (dir: string) => Promise<HostProject | undefined> | HostProject | undefined;
+    /** Whether a project is granted to an account that is neither the owner nor an administrator. */
+    readonly grantedTo?: (accountId: string, ref: string) => Promise<boolean> | boolean;
   };
   /**
    * The host's asynchronous progress publication for each call's snapshots (in order, one at a time). By
@@ -93,6 +97,8 @@ export interface DelegateArgs {
   readonly tools?: { readonly allow?: readonly string[]; readonly deny?: readonly string[] };
   readonly readOnly?: boolean;
   readonly workDir?: string | null;
+  /** `worktree`: the child works in a git worktree of its own, on a branch crw commits to when it settles. */
+  readonly isolation?: "none" | "worktree";
   readonly model?: string;
   /** A fork: the child continues the parent's transcript and prompt instead of a fresh worker's. */
   readonly fork?: boolean;

@@ -81,6 +81,20 @@ export async function delegatedWorkDir(cwd: string, policy: WorkDirPolicy): Prom
     case "scoped": {
       const real = await existingDirectory(path);
       const root = await existingDirectory(policy.project.root);
+      const context = await projectContextRoot(real);
+      // A linked worktree of the project's repository (an isolated child's) counts as the project.
+      const linked =
+        context !== undefined &&
+        context.root !== context.repositoryRoot &&
+        posixInside(root, context.repositoryRoot);
+      if (linked) {
+        return {
+          workDir: real,
+          target: { kind: "host", ref: policy.project.ref },
+          projectRef: policy.project.ref,
+          instructionRoot: context.root,
+        };
+      }
       if (!posixInside(root, real)) {
         throw new DelegatedScopeError(
           "work_dir_outside_project",
@@ -91,7 +105,6 @@ export async function delegatedWorkDir(cwd: string, policy: WorkDirPolicy): Prom
           },
         );
       }
-      const context = await projectContextRoot(real);
       const instructionRoot = context && posixInside(root, context.root) ? context.root : root;
       return {
         workDir: real,

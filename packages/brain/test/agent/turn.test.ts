@@ -2,6 +2,7 @@ import {
   existsSync,
   mkdirSync,
   mkdtempSync,
+  readdirSync,
   readFileSync,
   realpathSync,
   rmSync,
@@ -187,11 +188,11 @@ describe("runChildTurn with the scripted provider", () => {
       ],
       { readOnly: true },
     );
-    expect(readOnly.toolCalls.map((c) => c.refused?.code ?? "ran")).toEqual([
-      "read_only",
-      "read_only",
-      "ran",
-    ]);
+    // The write tool is refused before it runs; the shell runs in a read-only sandbox and its write fails.
+    expect(readOnly.toolCalls.map((c) => c.refused?.code ?? "ran")).toEqual(["read_only", "ran", "ran"]);
+    expect(readOnly.toolCalls.map((c) => c.isError)).toEqual([true, true, false]);
+    expect(readOnly.toolCalls[1]?.result).toContain("Read-only file system");
+    expect(readOnly.toolCalls[2]?.result).toContain("3");
     expect(readFileSync(join(dir, "f.txt"), "utf8")).toBe("one");
 
     const escaped = await turn(dir, [
@@ -363,10 +364,18 @@ describe("shell bounds", () => {
       return false;
     }
   };
-  const pidIn = (dir: string) => Number(readFileSync(join(dir, "pid.txt"), "utf8").trim());
-  const waitGone = async (pid: number) => {
-    for (let i = 0; i < 100 && alive(pid); i++) await new Promise((r) => setTimeout(r, 20));
-    return !alive(pid);
+  // The command runs in its own pid namespace: its `$!` means nothing here, so find it by its command line.
+  const running = (cmdline: string) =>
+    readdirSync("/proc").some((pid) => {
+      try {
+        return readFileSync(`/proc/${pid}/cmdline`, "utf8") === cmdline && alive(Number(pid));
+      } catch {
+        return false;
+      }
+    });
+  const waitGone = async (cmdline: string) => {
+    for (let i = 0; i < 100 && running(cmdline); i++) await new Promise((r) => setTimeout(r, 20));
+    return !running(cmdline);
   };
 
   it("kills a shell command at its timeout and reports it as a failed call", async () => {
@@ -378,7 +387,7 @@ describe("shell bounds", () => {
           toolCalls: [
             {
               name: "shell",
-              arguments: { command: "(sleep 2; echo late > late.txt) & echo $! > pid.txt; wait" },
+              arguments: { command: "(sleep 2.25; echo late > late.txt) & echo started > started.txt; wait" },
             },
           ],
         },
@@ -391,7 +400,8 @@ describe("shell bounds", () => {
     expect(out.toolCalls[0]?.isError).toBe(true);
     expect(out.toolCalls[0]?.result).toContain("timed out after 300 ms");
     // The whole process group went, the shell's own children included: the late write never happens.
-    expect(await waitGone(pidIn(dir))).toBe(true);
+    expect(existsSync(join(dir, "started.txt"))).toBe(true);
+    expect(await waitGone("sleep\u00002.25\u0000")).toBe(true);
     expect(existsSync(join(dir, "late.txt"))).toBe(false);
   });
 
@@ -405,7 +415,7 @@ describe("shell bounds", () => {
           toolCalls: [
             {
               name: "shell",
-              arguments: { command: "(sleep 2; echo late > late.txt) & echo $! > pid.txt; wait" },
+              arguments: { command: "(sleep 2.35; echo late > late.txt) & echo started > started.txt; wait" },
             },
           ],
         },
@@ -418,7 +428,8 @@ describe("shell bounds", () => {
     );
     expect(out.stopReason).toBe("aborted");
     expect(out.toolCalls[0]?.isError).toBe(true);
-    expect(await waitGone(pidIn(dir))).toBe(true);
+    expect(existsSync(join(dir, "started.txt"))).toBe(true);
+    expect(await waitGone("sleep\u00002.35\u0000")).toBe(true);
     expect(existsSync(join(dir, "late.txt"))).toBe(false);
   });
 });

@@ -58,3 +58,8 @@ export async function accountByTokenHash(pool: pg.Pool, tokenHash: Buffer): Prom
   );
   return rows[0] ? accountFromRow(rows[0]) : null;
 }
+
+export async function accountByName(pool: pg.Pool, name: string): Promise<Account | null> {
+  const { rows } = await pool.query<Row>("select * from accounts where name = $1", [name]);
+  return rows[0] ? accountFromRow(rows[0]) : null;
+}

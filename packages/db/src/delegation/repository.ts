@@ -4,10 +4,12 @@ import * as accounts from "./accounts.js";
 import * as delivery from "./delivery.js";
 import * as forks from "./forks.js";
 import * as journal from "./journal.js";
+import * as projects from "./projects.js";
 import * as recovery from "./recovery.js";
 import * as runs from "./runs.js";
 import * as sessions from "./sessions.js";
 import * as steers from "./steers.js";
+import * as worktrees from "./worktrees.js";
 
 /** DelegationRepository over PostgreSQL. It owns no state beyond the pool it is given. */
 export class PgDelegationRepository implements DelegationRepository {
@@ -15,13 +17,31 @@ export class PgDelegationRepository implements DelegationRepository {
 
   createAccount: DelegationRepository["createAccount"] = async (i) => accounts.createAccount(this.pool, i);
   getAccount: DelegationRepository["getAccount"] = async (id) => accounts.getAccount(this.pool, id);
+  accountByName: DelegationRepository["accountByName"] = async (n) => accounts.accountByName(this.pool, n);
   addApiToken: DelegationRepository["addApiToken"] = async (id, h, l) =>
     accounts.addApiToken(this.pool, id, h, l);
   accountByTokenHash: DelegationRepository["accountByTokenHash"] = async (h) =>
     accounts.accountByTokenHash(this.pool, h);
 
-  createRootSession: DelegationRepository["createRootSession"] = async (p, m) =>
-    sessions.createRootSession(this.pool, p, m);
+  addProject: DelegationRepository["addProject"] = async (r, root) => projects.addProject(this.pool, r, root);
+  grantProject: DelegationRepository["grantProject"] = async (r, a) => projects.grantProject(this.pool, r, a);
+  getProject: DelegationRepository["getProject"] = async (r) => projects.getProject(this.pool, r);
+  listProjects: DelegationRepository["listProjects"] = async () => projects.listProjects(this.pool);
+  projectForPath: DelegationRepository["projectForPath"] = async (d) => projects.projectForPath(this.pool, d);
+
+  isolatedWorktree: DelegationRepository["isolatedWorktree"] = async (s, p) =>
+    worktrees.isolatedWorktree(this.pool, s, p);
+  recordWorktreeCommit: DelegationRepository["recordWorktreeCommit"] = async (s, p, w, c) =>
+    worktrees.recordWorktreeCommit(
+      this.pool,
+      s,
+      p,
+      w === "committed" ? "committed_commit" : "landed_commit",
+      c,
+    );
+
+  createRootSession: DelegationRepository["createRootSession"] = async (p, m, s) =>
+    sessions.createRootSession(this.pool, p, m, s);
   getSession: DelegationRepository["getSession"] = async (s, p) => sessions.getSession(this.pool, s, p);
   getChildSession: DelegationRepository["getChildSession"] = async (a, c, p) =>
     sessions.getChildSession(this.pool, a, c, p);

@@ -11,6 +11,7 @@ import type {
 import { type Queryable, tx } from "../tx.js";
 import { appendIn } from "./journal.js";
 import { assertUuid, notFound, type Row, runFromRow, sessionFromRow } from "./rows.js";
+import { insertIsolatedWorktree } from "./worktrees.js";
 
 export const OPEN = "('queued', 'running', 'settling')";
 
@@ -96,6 +97,8 @@ export function createDelegation(
         input.task,
       ],
     );
+    if (input.worktree)
+      await insertIsolatedWorktree(c, childRow.id, input.principalAccountId, input.worktree);
     return { run: runFromRow(run.rows[0] as Row), child: childRow, created: true };
   });
 }

@@ -7,12 +7,13 @@ export async function createRootSession(
   pool: pg.Pool,
   principalAccountId: string,
   model: string,
+  scope?: string,
 ): Promise<SessionRow> {
   assertUuid("principalAccountId", principalAccountId);
   try {
     const { rows } = await pool.query<Row>(
-      `insert into sessions (kind, principal_account_id, model) values ('root', $1::uuid, $2) returning *`,
-      [principalAccountId, model],
+      `insert into sessions (kind, principal_account_id, model, scope) values ('root', $1::uuid, $2, $3) returning *`,
+      [principalAccountId, model, scope ?? null],
     );
     return sessionFromRow(rows[0] as Row);
   } catch (e) {

@@ -1,4 +1,6 @@
 import type { PrefixReclaim } from "../delegation/forks.js";
+import type { Project } from "../delegation/projects.js";
+import type { IsolatedWorktreeRow, NewIsolatedWorktree } from "../delegation/worktrees.js";
 import type { JournalEntry, JournalWrite, ProviderUsage, TranscriptMessage } from "./journal.js";
 
 export type { PrefixReclaim, PrefixReclaimRefusal } from "../delegation/forks.js";
@@ -90,6 +92,8 @@ export interface NewDelegation {
   readonly scope: string;
   /** A fork copy: private until `commitFork`, after its journal branch has been copied. */
   readonly fork?: { readonly fromSessionId: string };
+  /** An isolated child's worktree, recorded with the child in one transaction. */
+  readonly worktree?: NewIsolatedWorktree;
 }
 
 export interface NewContinuation {
@@ -180,15 +184,36 @@ export interface AppendOptions {
   readonly probe?: TransactionProbe;
 }
 
+export type { IsolatedWorktreeRow, NewIsolatedWorktree, Project };
+
 export interface DelegationRepository {
   // accounts
   createAccount(input: NewAccount): Promise<Account>;
   getAccount(accountId: string): Promise<Account>;
+  accountByName(name: string): Promise<Account | null>;
   addApiToken(accountId: string, tokenHash: Buffer, label?: string): Promise<void>;
   accountByTokenHash(tokenHash: Buffer): Promise<Account | null>;
 
+  // projects: directories of this host by name, and which accounts may work in them
+  addProject(ref: string, root: string): Promise<Project>;
+  grantProject(ref: string, accountId: string): Promise<void>;
+  getProject(ref: string): Promise<Project | null>;
+  listProjects(): Promise<Project[]>;
+  /** The innermost project whose root is `dir` or above it. */
+  projectForPath(dir: string): Promise<Project | null>;
+
+  // isolated worktrees
+  isolatedWorktree(sessionId: string, principalAccountId: string): Promise<IsolatedWorktreeRow | null>;
+  recordWorktreeCommit(
+    sessionId: string,
+    principalAccountId: string,
+    what: "committed" | "landed",
+    commit: string,
+  ): Promise<void>;
+
   // sessions
-  createRootSession(principalAccountId: string, model: string): Promise<SessionRow>;
+  /** `scope`: the canonical JSON of a root session's placement (its working directory), when it has one. */
+  createRootSession(principalAccountId: string, model: string, scope?: string): Promise<SessionRow>;
   getSession(sessionId: string, principalAccountId: string): Promise<SessionRow>;
   /** The child, only when `parentSessionId` delegated to it (the ownership guard). */
   getChildSession(

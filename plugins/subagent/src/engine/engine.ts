@@ -1,5 +1,5 @@
 import { createHash, randomUUID } from "node:crypto";
-import type { WorkDirPolicy } from "@crw/brain";
+import type { WorkDirPlacement, WorkDirPolicy } from "@crw/brain";
 import { type DelegationRepository, PgDelegationRepository } from "@crw/db";
 import type pg from "pg";
 import type { ProjectFileReader } from "../definition/reader.js";
@@ -37,6 +37,11 @@ export interface WorkflowEngineOptions {
     principalAccountId: string;
     parentSessionId: string;
   }) => Promise<WorkDirPolicy | null>;
+  /** The host's last word on a node's placement (a node never leaves its session's project); throws to refuse. */
+  readonly admitNodeWorkDir?: (
+    ctx: { principalAccountId: string; parentSessionId: string },
+    placement: WorkDirPlacement,
+  ) => Promise<void>;
   /** The delegationCompletionEmitter: told after the summary is in the parent's inbox (null: nobody). */
   readonly onCompletion?: (completion: {
     workflowId: string;
@@ -213,6 +218,9 @@ export class WorkflowEngine {
       publisher: new SnapshotPublisher(this.#emitter),
       defaultModel: this.options.defaultModel,
       workDirPolicy: policy,
+      admitNodeWorkDir: async (placement: WorkDirPlacement) => {
+        await this.options.admitNodeWorkDir?.(journal, placement);
+      },
       onEvent: (e: WorkflowEvent) => this.options.onEvent?.(e),
       onCompletion: async (c: Parameters<NonNullable<WorkflowEngineOptions["onCompletion"]>>[0]) => {
         await this.options.onCompletion?.(c);

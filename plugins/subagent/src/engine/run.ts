@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { resolve as resolvePath } from "node:path";
-import { delegatedWorkDir, type WorkDirPolicy } from "@crw/brain";
+import { delegatedWorkDir, type WorkDirPlacement, type WorkDirPolicy } from "@crw/brain";
 import { type HostWorkflowNodeDispatch, runWithWorkflowNodeDispatch } from "@crw/subagent";
 import { z } from "zod";
 import type { WorkflowNode } from "../definition/schema.js";
@@ -87,6 +87,7 @@ export interface RunDeps {
   readonly publisher: SnapshotPublisher;
   readonly defaultModel: string;
   readonly workDirPolicy: WorkDirPolicy | null;
+  readonly admitNodeWorkDir?: (placement: WorkDirPlacement) => Promise<void>;
   readonly onEvent: (event: WorkflowEvent) => void;
   /** The engine-wide cap on nodes executing at once (the plugin's job cap, on top of any runner queue). */
   readonly slots?: NodeSlots | null;
@@ -639,6 +640,7 @@ export class WorkflowRun {
         const base = j.origin.cwd ?? "/";
         const cwd = this.deps.workDirPolicy.kind === "local" ? node.cwd : resolvePath(base, node.cwd);
         placement = await delegatedWorkDir(cwd, this.deps.workDirPolicy);
+        await this.deps.admitNodeWorkDir?.(placement);
       }
       const scope = captureNodeScope(
         j,

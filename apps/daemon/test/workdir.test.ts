@@ -1,0 +1,330 @@
+import { execFileSync } from "node:child_process";
+import { createHash, randomBytes } from "node:crypto";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { PgDelegationRepository } from "@crw/db";
+import { type ModelReply, type ModelRequest, type ModelServer, startModelServer } from "@crw/tools/models";
+import { useTestDatabase } from "@crw/tools/pg";
+import pg from "pg";
+import { pino } from "pino";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type Daemon, loadConfig, ownerTokenPath, startDaemon } from "../src/index.js";
+import { TestClient } from "./support/client.js";
+
+/**
+ * Sessions that do work: a real daemon with forked runners, a real PostgreSQL, real git repositories and a
+ * model server on 127.0.0.1 speaking the OpenAI Chat Completions and Anthropic Messages streaming
+ * protocols. The model reads a file, edits it, runs the repository's test and reports; the assertions read
+ * the files on disk.
+ */
+const silent = pino({ level: "silent" });
+const db = useTestDatabase();
+const KEY = "CRW_TEST_WORKDIR_KEY";
+const MODELS = { completions: "openai-completions:loopback-a", messages: "anthropic-messages:loopback-b" };
+let models: ModelServer;
+let daemon: Daemon;
+let owner: TestClient;
+const made: string[] = [];
+
+/** A repository with a broken `add` and a test that says whether it is fixed. */
+function sampleRepo(): string {
+  const dir = mkdtempSync(join(tmpdir(), "crw-workdir-repo-"));
+  made.push(dir);
+  const git = (...args: string[]) => execFileSync("git", args, { cwd: dir, stdio: "ignore" });
+  git("init", "-q", "-b", "main");
+  writeFileSync(join(dir, "calc.js"), "export const add = (a, b) => a - b;\n");
+  writeFileSync(
+    join(dir, "test.js"),
+    'import { add } from "./calc.js";\nif (add(2, 3) !== 5) { console.log("FAIL"); process.exit(1); }\nconsole.log("PASS");\n',
+  );
+  writeFileSync(join(dir, "package.json"), '{ "type": "module" }\n');
+  git("add", ".");
+  git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "sample");
+  return dir;
+}
+
+/** The model's side of "fix add and prove it": read, edit, test, report — one step per tool result. */
+function fixer(request: ModelRequest): ModelReply {
+  const step = request.toolResults.length;
+  if (step === 0) return { tool: { name: "read", arguments: { path: "calc.js" } } };
+  // The ALT variant fixes the same line another way: two such children conflict.
+  const newText = request.userTexts.some((t) => t.includes("ALT")) ? "b + a" : "a + b";
+  if (step === 1)
+    return { tool: { name: "edit", arguments: { path: "calc.js", oldText: "a - b", newText } } };
+  if (step === 2) return { tool: { name: "shell", arguments: { command: "node test.js" } } };
+  return { text: `fixed; the test says ${request.toolResults[2]?.text.includes("PASS") ? "PASS" : "FAIL"}` };
+}
+
+/** Routes a request to a scenario by the marker of the task it works on. */
+function answer(request: ModelRequest): ModelReply {
+  const task = request.userTexts.join("\n");
+  if (task.includes("FIX-ADD")) return fixer(request);
+  const escapeTo = /ESCAPE-TO (\S+)/.exec(task);
+  if (escapeTo) {
+    if (request.toolResults.length === 0)
+      return { tool: { name: "Delegate", arguments: { task: "write here", cwd: escapeTo[1] } } };
+    return { text: `delegate said: ${request.toolResults[0]?.text}` };
+  }
+  if (task.includes("WRITE-NOTE")) {
+    if (request.toolResults.length === 0)
+      return { tool: { name: "write", arguments: { path: "NOTE.md", content: "written by a child\n" } } };
+    return { text: `write said: ${request.toolResults[0]?.text}` };
+  }
+  return { text: "nothing to do" };
+}
+
+beforeAll(async () => {
+  process.env[KEY] = "loopback-secret";
+  models = await startModelServer(answer);
+  const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-workdir-"));
+  made.push(dataDir);
+  daemon = await startDaemon(
+    loadConfig({
+      env: { DATABASE_URL: db.url },
+      overrides: {
+        dataDir,
+        port: 0,
+        logLevel: "silent",
+        runtime: { maxRunners: 2, turnsPerRunner: 4 },
+        models: {
+          baseUrls: {
+            "openai-completions": models.openaiBaseUrl,
+            "anthropic-messages": models.anthropicBaseUrl,
+          },
+          apiKeyEnv: { "openai-completions": KEY, "anthropic-messages": KEY },
+        },
+      },
+    }),
+    { log: silent },
+  );
+  owner = await TestClient.connect(daemon.state.url, readFileSync(ownerTokenPath(dataDir), "utf8").trim());
+});
+
+afterAll(async () => {
+  owner?.close();
+  await daemon?.stop();
+  await models?.close();
+  for (const dir of made) rmSync(dir, { recursive: true, force: true });
+});
+
+/** A second account with a token of its own: neither the owner nor an administrator. */
+async function stranger(): Promise<TestClient> {
+  const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+  try {
+    const repo = new PgDelegationRepository(pool);
+    const account = await repo.createAccount({ name: `guest-${randomBytes(4).toString("hex")}` });
+    const token = randomBytes(24).toString("base64url");
+    await repo.addApiToken(account.id, createHash("sha256").update(token).digest());
+    return await TestClient.connect(daemon.state.url, token);
+  } finally {
+    await pool.end();
+  }
+}
+
+describe("sessions with a working directory do real work", () => {
+  for (const model of Object.values(MODELS)) {
+    const protocol = model.split(":")[0];
+    it(`a root session with a cwd reads a file, edits it, runs the test and reports (${protocol})`, async () => {
+      const repo = sampleRepo();
+      const { sessionId, cwd } = await owner.ok<{ sessionId: string; cwd: string }>("session.create", {
+        model,
+        cwd: repo,
+      });
+      expect(cwd).toBe(repo);
+      const from = models.requests.length;
+      const r = await owner.ok<{ stopReason: string; reply: string }>("session.send", {
+        sessionId,
+        text: "FIX-ADD in calc.js",
+      });
+      expect(r.reply).toBe("fixed; the test says PASS");
+      expect(readFileSync(join(repo, "calc.js"), "utf8")).toBe("export const add = (a, b) => a + b;\n");
+      const seen = models.requests.slice(from);
+      expect(seen).toHaveLength(4);
+      expect(seen.every((q) => q.protocol === protocol)).toBe(true);
+      expect(seen[0]?.tools).toEqual(expect.arrayContaining(["read", "write", "edit", "shell"]));
+      expect(seen[1]?.toolResults[0]?.text).toContain("a - b");
+    });
+  }
+
+  it("a delegated child with no cwd of its own inherits its parent's and works there, in a runner", async () => {
+    const repo = sampleRepo();
+    const { sessionId } = await owner.ok<{ sessionId: string }>("session.create", {
+      model: MODELS.completions,
+      cwd: repo,
+    });
+    const receipt = await owner.ok<{ kind: string; childSessionId: string; body: string }>(
+      "session.delegate",
+      {
+        sessionId,
+        task: "FIX-ADD please",
+        model: MODELS.messages,
+      },
+    );
+    expect(receipt.body).toContain("fixed; the test says PASS");
+    expect(readFileSync(join(repo, "calc.js"), "utf8")).toContain("a + b");
+    const child = await owner.ok<{ session: { cwd: string } }>("session.read", {
+      sessionId: receipt.childSessionId,
+    });
+    expect(child.session.cwd).toBe(repo);
+    expect(daemon.runtime.executionFor(receipt.childSessionId)).toMatchObject({ location: "runner" });
+  });
+
+  it("a session without a cwd gets no coding tools", async () => {
+    const { sessionId, cwd } = await owner.ok<{ sessionId: string; cwd: string | null }>("session.create", {
+      model: MODELS.completions,
+    });
+    expect(cwd).toBeNull();
+    await owner.ok("session.send", { sessionId, text: "anything" });
+    const last = models.requests.at(-1);
+    expect(last?.tools).not.toContain("shell");
+    expect(last?.tools).not.toContain("read");
+  });
+});
+
+const git = (cwd: string, ...args: string[]) => execFileSync("git", args, { cwd, encoding: "utf8" }).trim();
+
+describe("isolated children work in a worktree of their own, and their work lands", () => {
+  it("an isolated child in a runner fixes the code on its own branch; crw commits it; landing brings it home", async () => {
+    const repo = sampleRepo();
+    const head = git(repo, "rev-parse", "HEAD");
+    const { sessionId } = await owner.ok<{ sessionId: string }>("session.create", {
+      model: MODELS.completions,
+      cwd: repo,
+    });
+    const r = await owner.ok<{ childSessionId: string; body: string }>("session.delegate", {
+      sessionId,
+      task: "FIX-ADD on your own branch",
+      model: MODELS.messages,
+      isolation: "worktree",
+    });
+    expect(r.body).toContain("fixed; the test says PASS");
+    const branch = /committed on branch (crw\/[0-9a-f]{12}) at ([0-9a-f]{12})/.exec(r.body);
+    expect(branch, r.body).not.toBeNull();
+    // The parent's checkout is untouched; the branch holds one commit by crw with the fix.
+    expect(readFileSync(join(repo, "calc.js"), "utf8")).toContain("a - b");
+    expect(git(repo, "rev-parse", "HEAD")).toBe(head);
+    expect(git(repo, "log", "--format=%an %s", `${head}..${branch?.[1]}`)).toMatch(/^crw crw: work of child/);
+    expect(git(repo, "show", `${branch?.[1]}:calc.js`)).toContain("a + b");
+    expect(daemon.runtime.executionFor(r.childSessionId)).toMatchObject({ location: "runner" });
+    const child = await owner.ok<{ session: { cwd: string } }>("session.read", {
+      sessionId: r.childSessionId,
+    });
+    expect(child.session.cwd).not.toBe(repo);
+    const landed = await owner.ok<{ into: string; fastForward: boolean; changedPaths: string[] }>(
+      "session.land",
+      {
+        sessionId: r.childSessionId,
+      },
+    );
+    expect(landed).toMatchObject({ into: "main", fastForward: true, changedPaths: ["calc.js"] });
+    expect(readFileSync(join(repo, "calc.js"), "utf8")).toContain("a + b");
+    expect(git(repo, "status", "--porcelain")).toBe("");
+  });
+
+  it("a land that conflicts refuses, names the paths, and leaves the branch it would land into as it was", async () => {
+    const repo = sampleRepo();
+    const { sessionId } = await owner.ok<{ sessionId: string }>("session.create", {
+      model: MODELS.completions,
+      cwd: repo,
+    });
+    const one = await owner.ok<{ childSessionId: string }>("session.delegate", {
+      sessionId,
+      task: "FIX-ADD one",
+      isolation: "worktree",
+    });
+    const two = await owner.ok<{ childSessionId: string }>("session.delegate", {
+      sessionId,
+      task: "FIX-ADD ALT two",
+      isolation: "worktree",
+    });
+    await owner.ok("session.land", { sessionId: one.childSessionId });
+    const before = git(repo, "rev-parse", "main");
+    const refused = await owner.call("session.land", { sessionId: two.childSessionId });
+    expect(refused.error).toMatchObject({ data: { code: "merge_conflict" } });
+    expect(JSON.stringify(refused.error)).toContain("calc.js");
+    expect(git(repo, "rev-parse", "main")).toBe(before);
+    expect(git(repo, "status", "--porcelain")).toBe("");
+    expect(readFileSync(join(repo, "calc.js"), "utf8")).toContain("a + b");
+  });
+});
+
+describe("working directories are refused where they do not belong", () => {
+  it("another account may not work outside the projects granted to it; a granted one it may", async () => {
+    const guest = await stranger();
+    try {
+      const repo = sampleRepo();
+      const refused = await guest.call("session.create", { model: MODELS.completions, cwd: repo });
+      expect(refused.error).toMatchObject({ data: { code: "work_dir_not_permitted" } });
+      const { name } = await owner.ok<{ name: string }>("project.add", {
+        path: repo,
+        name: `p-${randomBytes(3).toString("hex")}`,
+      });
+      const whoami = await guest.ok<{ accountId: string }>("daemon.whoami");
+      await owner.ok("project.add", { path: repo, name, account: whoami.accountId });
+      const inside = join(repo, "sub");
+      mkdirSync(inside);
+      const placed = await guest.ok<{ cwd: string }>("session.create", {
+        model: MODELS.completions,
+        cwd: inside,
+      });
+      expect(placed.cwd).toBe(inside);
+      // Managing projects is for operators.
+      expect((await guest.call("project.list", {})).error).toMatchObject({ data: { code: "not_permitted" } });
+    } finally {
+      guest.close();
+    }
+  });
+
+  it("a child escaping its parent's project (.., a symlink, an absolute path) is refused and writes nothing", async () => {
+    const repo = sampleRepo();
+    const outside = mkdtempSync(join(tmpdir(), "crw-workdir-outside-"));
+    made.push(outside);
+    symlinkSync(outside, join(repo, "link-out"));
+    for (const cwd of ["..", "link-out", outside]) {
+      const { sessionId } = await owner.ok<{ sessionId: string }>("session.create", {
+        model: MODELS.completions,
+        cwd: repo,
+      });
+      const r = await owner.ok<{ reply: string }>("session.send", { sessionId, text: `ESCAPE-TO ${cwd}` });
+      expect(r.reply).toMatch(/work_dir_outside_project|outside the parent's project/);
+      const direct = await owner.call("session.delegate", { sessionId, task: "WRITE-NOTE", cwd });
+      expect(direct.error).toMatchObject({ data: { code: "work_dir_outside_project" } });
+    }
+    expect(existsSync(join(outside, "NOTE.md"))).toBe(false);
+  });
+
+  it("a read-only child's write is refused and nothing is written", async () => {
+    const repo = sampleRepo();
+    const { sessionId } = await owner.ok<{ sessionId: string }>("session.create", {
+      model: MODELS.completions,
+      cwd: repo,
+    });
+    const r = await owner.ok<{ body: string }>("session.delegate", {
+      sessionId,
+      task: "WRITE-NOTE",
+      readOnly: true,
+    });
+    expect(r.body).toMatch(/write said: .*(read-only|not found|no tool)/i);
+    expect(existsSync(join(repo, "NOTE.md"))).toBe(false);
+  });
+
+  it("a working directory that vanished is refused on the next turn with a typed error", async () => {
+    const repo = sampleRepo();
+    const { sessionId } = await owner.ok<{ sessionId: string }>("session.create", {
+      model: MODELS.completions,
+      cwd: repo,
+    });
+    rmSync(repo, { recursive: true, force: true });
+    const r = await owner.call("session.send", { sessionId, text: "FIX-ADD" });
+    expect(r.error).toMatchObject({ data: { code: "work_dir_unavailable" } });
+  });
+});

@@ -1,0 +1,81 @@
+import type pg from "pg";
+import { assertUuid } from "./rows.js";
+
+/** What an isolated child's worktree row records (see the migration that makes `isolated_worktrees`). */
+export interface IsolatedWorktreeRow {
+  readonly sessionId: string;
+  readonly repoRoot: string;
+  readonly path: string;
+  readonly branch: string;
+  readonly baseCommit: string;
+  readonly startedFromBranch: string | null;
+  readonly committedCommit: string | null;
+  readonly landedCommit: string | null;
+}
+
+export type NewIsolatedWorktree = Omit<IsolatedWorktreeRow, "sessionId" | "committedCommit" | "landedCommit">;
+
+interface Row {
+  session_id: string;
+  repo_root: string;
+  path: string;
+  branch: string;
+  base_commit: string;
+  started_from_branch: string | null;
+  committed_commit: string | null;
+  landed_commit: string | null;
+}
+
+const fromRow = (r: Row): IsolatedWorktreeRow => ({
+  sessionId: r.session_id,
+  repoRoot: r.repo_root,
+  path: r.path,
+  branch: r.branch,
+  baseCommit: r.base_commit,
+  startedFromBranch: r.started_from_branch,
+  committedCommit: r.committed_commit,
+  landedCommit: r.landed_commit,
+});
+
+/** Inside the transaction that makes the child: its worktree is known from the child's first moment on. */
+export async function insertIsolatedWorktree(
+  c: pg.PoolClient,
+  sessionId: string,
+  principalAccountId: string,
+  w: NewIsolatedWorktree,
+): Promise<void> {
+  await c.query(
+    `insert into isolated_worktrees (session_id, principal_account_id, repo_root, path, branch, base_commit, started_from_branch)
+     values ($1::uuid, $2::uuid, $3, $4, $5, $6, $7)`,
+    [sessionId, principalAccountId, w.repoRoot, w.path, w.branch, w.baseCommit, w.startedFromBranch],
+  );
+}
+
+export async function isolatedWorktree(
+  pool: pg.Pool,
+  sessionId: string,
+  principalAccountId: string,
+): Promise<IsolatedWorktreeRow | null> {
+  assertUuid("sessionId", sessionId);
+  assertUuid("principalAccountId", principalAccountId);
+  const { rows } = await pool.query<Row>(
+    "select * from isolated_worktrees where session_id = $1::uuid and principal_account_id = $2::uuid",
+    [sessionId, principalAccountId],
+  );
+  return rows[0] ? fromRow(rows[0]) : null;
+}
+
+export async function recordWorktreeCommit(
+  pool: pg.Pool,
+  sessionId: string,
+  principalAccountId: string,
+  column: "committed_commit" | "landed_commit",
+  commit: string,
+): Promise<void> {
+  assertUuid("sessionId", sessionId);
+  assertUuid("principalAccountId", principalAccountId);
+  await pool.query(
+    `update isolated_worktrees set ${column} = $3 where session_id = $1::uuid and principal_account_id = $2::uuid`,
+    [sessionId, principalAccountId, commit],
+  );
+}
