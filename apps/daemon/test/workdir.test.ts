@@ -79,6 +79,17 @@ function answer(request: ModelRequest): ModelReply {
       return { tool: { name: "write", arguments: { path: "NOTE.md", content: "written by a child\n" } } };
     return { text: `write said: ${request.toolResults[0]?.text}` };
   }
+  const write = /WRITE-FILE (\S+)/.exec(task);
+  if (write) {
+    if (request.toolResults.length === 0)
+      return { tool: { name: "write", arguments: { path: write[1], content: `${write[1]} by its node\n` } } };
+    return { text: `wrote ${write[1]}` };
+  }
+  if (task.includes("JOIN-READ")) {
+    if (request.toolResults.length === 0)
+      return { tool: { name: "shell", arguments: { command: "cat A.md B.md" } } };
+    return { text: `the join saw: ${request.toolResults[0]?.text.replace(/\s+/g, " ")}` };
+  }
   return { text: "nothing to do" };
 }
 
@@ -191,6 +202,55 @@ describe("sessions with a working directory do real work", () => {
 });
 
 const git = (cwd: string, ...args: string[]) => execFileSync("git", args, { cwd, encoding: "utf8" }).trim();
+
+describe("workflows work in a directory too", () => {
+  it("two parallel nodes write different files and the node that joins them sees both", async () => {
+    const repo = sampleRepo();
+    const definition = JSON.stringify({
+      name: "two-writers",
+      nodes: [
+        { id: "a", task: "WRITE-FILE A.md", model: MODELS.completions },
+        { id: "b", task: "WRITE-FILE B.md", model: MODELS.messages },
+        { id: "join", task: "JOIN-READ both files", dependsOn: ["a", "b"], model: MODELS.completions },
+      ],
+    });
+    const started = await owner.ok<{ workflowId: string; cwd: string }>("workflow.start", {
+      definition,
+      format: "json",
+      cwd: repo,
+      model: MODELS.completions,
+    });
+    expect(started.cwd).toBe(repo);
+    const done = await owner.ok<{ status: string; summary: string }>("workflow.follow", {
+      workflowId: started.workflowId,
+    });
+    expect(done.status).toBe("completed");
+    expect(readFileSync(join(repo, "A.md"), "utf8")).toBe("A.md by its node\n");
+    expect(readFileSync(join(repo, "B.md"), "utf8")).toBe("B.md by its node\n");
+    expect(done.summary).toContain("the join saw: exit code 0 A.md by its node B.md by its node");
+  });
+
+  it("a node whose cwd leaves the workflow's project fails before it runs, and writes nothing", async () => {
+    const repo = sampleRepo();
+    const outside = mkdtempSync(join(tmpdir(), "crw-workdir-node-outside-"));
+    made.push(outside);
+    const definition = JSON.stringify({
+      name: "escape",
+      nodes: [{ id: "out", task: "WRITE-FILE A.md", cwd: outside, model: MODELS.completions }],
+    });
+    const started = await owner.ok<{ workflowId: string }>("workflow.start", {
+      definition,
+      format: "json",
+      cwd: repo,
+    });
+    const done = await owner.ok<{ status: string; summary: string }>("workflow.follow", {
+      workflowId: started.workflowId,
+    });
+    expect(done.status).not.toBe("completed");
+    expect(done.summary).toMatch(/outside the parent's project/);
+    expect(existsSync(join(outside, "A.md"))).toBe(false);
+  });
+});
 
 describe("isolated children work in a worktree of their own, and their work lands", () => {
   it("an isolated child in a runner fixes the code on its own branch; crw commits it; landing brings it home", async () => {
