@@ -39,9 +39,14 @@ create table isolated_worktrees (
   started_from_branch text,
   committed_commit text check (committed_commit ~ '^[0-9a-f]{40,64}$'),
   landed_commit text check (landed_commit ~ '^[0-9a-f]{40,64}$'),
+  -- a workflow node's child: its workflow and node (the workflow's journal is gone once it completes)
+  workflow_id uuid,
+  node_id text check (node_id is null or length(node_id) between 1 and 128),
   created_at timestamptz not null default now(),
-  foreign key (session_id, principal_account_id) references sessions (id, principal_account_id) on delete cascade
+  foreign key (session_id, principal_account_id) references sessions (id, principal_account_id) on delete cascade,
+  check ((workflow_id is null) = (node_id is null))
 );
+create index isolated_worktrees_workflow_idx on isolated_worktrees (workflow_id) where workflow_id is not null;
 
 -- Down Migration
 drop table isolated_worktrees;

@@ -100,23 +100,40 @@ function codeWork() {
     .split("\n");
   const fixed = JSON.parse(lines.at(-1));
   run("session", "land", fixed.childSessionId, "--data-dir", dataDir);
-  say("\nA workflow in the same repository: two parallel nodes write a file each, a third reads both.");
+  say(
+    "\nA workflow in the same repository, every node on a branch of its own: two parallel nodes write a file\neach, a third starts from the merge of their branches and reads both; then the workflow lands.",
+  );
   const flow = join(dataDir, "sample-notes.yaml");
   writeFileSync(
     flow,
     JSON.stringify({
       name: "notes-for-the-fix",
       nodes: [
-        { id: "notes", task: writeNode("NOTES.md", "add adds again.\n") },
-        { id: "changelog", task: writeNode("CHANGELOG.md", "- fix: add(2, 3) is 5\n") },
-        { id: "check", task: CHECK, dependsOn: ["notes", "changelog"] },
+        { id: "notes", task: writeNode("NOTES.md", "add adds again.\n"), isolation: "worktree" },
+        {
+          id: "changelog",
+          task: writeNode("CHANGELOG.md", "- fix: add(2, 3) is 5\n"),
+          isolation: "worktree",
+        },
+        { id: "check", task: CHECK, dependsOn: ["notes", "changelog"], isolation: "worktree" },
       ],
     }),
   );
-  run("workflow", "run", flow, "--cwd", sample, "--data-dir", dataDir);
-  say(`\n$ git log --oneline (in the sample)\n${git(sample, "log", "--oneline").trimEnd()}`);
-  say(`\n$ git diff HEAD~1 -- calc.js\n${git(sample, "diff", "HEAD~1", "--", "calc.js").trimEnd()}`);
-  say(`\n$ git status --short\n${git(sample, "status", "--short").trimEnd()}`);
+  const before = git(sample, "rev-parse", "HEAD").trim();
+  const started = run("workflow", "run", flow, "--cwd", sample, "--data-dir", dataDir);
+  const workflowId = /^workflow ([0-9a-f-]{36}) started/m.exec(started)?.[1];
+  run("workflow", "land", workflowId, "--data-dir", dataDir);
+  say(
+    `\n$ git log --oneline --graph (in the sample)\n${git(sample, "log", "--oneline", "--graph").trimEnd()}`,
+  );
+  say(
+    `\n$ git diff --stat ${before.slice(0, 7)} HEAD\n${git(sample, "diff", "--stat", before, "HEAD").trimEnd()}`,
+  );
+  const first = git(sample, "rev-list", "--max-parents=0", "HEAD").trim();
+  say(
+    `\n$ git diff ${first.slice(0, 7)} HEAD -- calc.js\n${git(sample, "diff", first, "HEAD", "--", "calc.js").trimEnd()}`,
+  );
+  say(`\n$ git status --short\n${git(sample, "status", "--short").trimEnd() || "(clean)"}`);
   say(
     `\n$ node test.js\n${execFileSync(process.execPath, ["test.js"], { cwd: sample, encoding: "utf8" }).trimEnd()}`,
   );
@@ -162,7 +179,7 @@ try {
         encoding: "utf8",
       }),
     );
-  for (let i = 0; i < 600 && flowShow().status === "running"; i++)
+  for (let i = 0; i < 600 && ["running", "starting"].includes(flowShow().status); i++)
     await new Promise((r) => setTimeout(r, 100));
   run("flow", "show", flowRun, "--state", flowState);
   say(

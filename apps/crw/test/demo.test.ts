@@ -38,7 +38,11 @@ describe("npm run demo", () => {
     expect(text).toMatch(
       /^-export const add = \(a, b\) => a - b;\n\+export const add = \(a, b\) => a \+ b;$/m,
     );
-    expect(text).toMatch(/^\?\? CHANGELOG\.md\n\?\? NOTES\.md$/m);
+    expect(text).toMatch(
+      /^check: landed crw\/[0-9a-f]{8} into main at [0-9a-f]{12} \(fast-forward\): CHANGELOG\.md, NOTES\.md$/m,
+    );
+    expect(text).toMatch(/^ CHANGELOG\.md \| 1 \+\n NOTES\.md {5}\| 1 \+$/m);
+    expect(text).toMatch(/\$ git status --short\n\(clean\)/);
     expect(text).toMatch(/Workflow "notes-for-the-fix" \([0-9a-f-]+\) completed/);
     expect(text).toMatch(/^- check: succeeded\n {2}Both files are there and the test passes\.$/m);
     expect(text).toMatch(/\$ node test\.js\nPASS/);

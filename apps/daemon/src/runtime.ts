@@ -481,6 +481,7 @@ export async function assembleRuntime(
     // The engine holds its own owner lease: two advisory locks on one key would wait on each other.
     owner: `${owner}-workflows`,
     dispatcher: new JournalNodeDispatcher(repo, delegationNodeTurns(service)),
+    worktreesDir: join(config.dataDir, "worktrees"),
     // A node's `cwd` is placed under the live policy of the session that started its workflow.
     workDirPolicy: async (journal) =>
       service.workDirPolicyOf(await repo.getSession(journal.parentSessionId, journal.principalAccountId)),

@@ -34,6 +34,9 @@ let models: ModelServer;
 let daemon: Daemon;
 let owner: TestClient;
 const made: string[] = [];
+const placed: { sessionId: string; placement: string }[] = [];
+
+const git = (cwd: string, ...args: string[]) => execFileSync("git", args, { cwd, encoding: "utf8" }).trim();
 
 /** A repository with a broken `add` and a test that says whether it is fixed. */
 function sampleRepo(): string {
@@ -79,10 +82,11 @@ function answer(request: ModelRequest): ModelReply {
       return { tool: { name: "write", arguments: { path: "NOTE.md", content: "written by a child\n" } } };
     return { text: `write said: ${request.toolResults[0]?.text}` };
   }
-  const write = /WRITE-FILE (\S+)/.exec(task);
+  const write = /WRITE-FILE (\S+)(?: as (\S+))?/.exec(task);
   if (write) {
+    const content = `${write[1]} by ${write[2] ?? "its node"}\n`;
     if (request.toolResults.length === 0)
-      return { tool: { name: "write", arguments: { path: write[1], content: `${write[1]} by its node\n` } } };
+      return { tool: { name: "write", arguments: { path: write[1], content } } };
     return { text: `wrote ${write[1]}` };
   }
   if (task.includes("JOIN-READ")) {
@@ -115,7 +119,10 @@ beforeAll(async () => {
         },
       },
     }),
-    { log: silent },
+    {
+      log: silent,
+      observeTurn: (request, placement) => placed.push({ sessionId: request.sessionId, placement }),
+    },
   );
   owner = await TestClient.connect(daemon.state.url, readFileSync(ownerTokenPath(dataDir), "utf8").trim());
 });
@@ -163,6 +170,8 @@ describe("sessions with a working directory do real work", () => {
       expect(seen.every((q) => q.protocol === protocol)).toBe(true);
       expect(seen[0]?.tools).toEqual(expect.arrayContaining(["read", "write", "edit", "shell"]));
       expect(seen[1]?.toolResults[0]?.text).toContain("a - b");
+      // A root session's turns, its working directory and tools included, run in the daemon.
+      expect(placed.filter((p) => p.sessionId === sessionId).map((p) => p.placement)).toEqual(["in-process"]);
     });
   }
 
@@ -200,8 +209,6 @@ describe("sessions with a working directory do real work", () => {
     expect(last?.tools).not.toContain("read");
   });
 });
-
-const git = (cwd: string, ...args: string[]) => execFileSync("git", args, { cwd, encoding: "utf8" }).trim();
 
 describe("workflows work in a directory too", () => {
   it("two parallel nodes write different files and the node that joins them sees both", async () => {
@@ -249,6 +256,66 @@ describe("workflows work in a directory too", () => {
     expect(done.status).not.toBe("completed");
     expect(done.summary).toMatch(/outside the parent's project/);
     expect(existsSync(join(outside, "A.md"))).toBe(false);
+  });
+});
+
+describe("isolated workflow nodes work on branches of their own, and the workflow lands", () => {
+  const isolatedFlow = (name: string, a: string, b: string) =>
+    JSON.stringify({
+      name,
+      nodes: [
+        { id: "a", task: a, isolation: "worktree", model: MODELS.completions },
+        { id: "b", task: b, isolation: "worktree", model: MODELS.messages },
+        {
+          id: "join",
+          task: "JOIN-READ both files",
+          dependsOn: ["a", "b"],
+          isolation: "worktree",
+          model: MODELS.completions,
+        },
+      ],
+    });
+
+  it("parallel isolated nodes commit on their branches, the join starts from their merge, landing brings all home", async () => {
+    const repo = sampleRepo();
+    const definition = isolatedFlow("isolated-writers", "WRITE-FILE A.md", "WRITE-FILE B.md");
+    const started = await owner.ok<{ workflowId: string }>("workflow.start", {
+      definition,
+      format: "json",
+      cwd: repo,
+    });
+    const done = await owner.ok<{ status: string; summary: string }>("workflow.follow", {
+      workflowId: started.workflowId,
+    });
+    expect(done.status, done.summary).toBe("completed");
+    // The join ran in a worktree made from the merge of a's and b's branches: it saw both files.
+    expect(done.summary).toContain("the join saw: exit code 0 A.md by its node B.md by its node");
+    expect(done.summary).toMatch(/committed on branch crw\/[0-9a-f]{8} at [0-9a-f]{12}/);
+    // Nothing reached the user's checkout before landing.
+    expect(existsSync(join(repo, "A.md"))).toBe(false);
+    const landed = await owner.ok<{ landed: { nodeId: string; into: string }[] }>("workflow.land", {
+      workflowId: started.workflowId,
+    });
+    expect(landed.landed.map((l) => l.nodeId)).toEqual(expect.arrayContaining(["a", "b", "join"]));
+    expect(readFileSync(join(repo, "A.md"), "utf8")).toBe("A.md by its node\n");
+    expect(readFileSync(join(repo, "B.md"), "utf8")).toBe("B.md by its node\n");
+    expect(git(repo, "status", "--porcelain")).toBe("");
+  });
+
+  it("a join whose dependencies' branches conflict fails naming the paths, before it runs", async () => {
+    const repo = sampleRepo();
+    const definition = isolatedFlow("isolated-conflict", "WRITE-FILE C.md as one", "WRITE-FILE C.md as two");
+    const started = await owner.ok<{ workflowId: string }>("workflow.start", {
+      definition,
+      format: "json",
+      cwd: repo,
+    });
+    const done = await owner.ok<{ status: string; summary: string }>("workflow.follow", {
+      workflowId: started.workflowId,
+    });
+    expect(done.status).not.toBe("completed");
+    expect(done.summary).toMatch(/join: failed[\s\S]*conflicts in C\.md/);
+    expect(existsSync(join(repo, "C.md"))).toBe(false);
   });
 });
 

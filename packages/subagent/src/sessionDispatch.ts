@@ -69,8 +69,9 @@ export class SubagentSessionDispatch implements SessionTurnRunner {
         await retireRunnerRoute(this.deps.pool, request.sessionId);
       }
     }
-    // Runners are for delegated children: a root session (no durable scope) always runs in the daemon.
-    const placement = request.scope === null || protectedMatch ? "in-process" : this.placement();
+    // Runners are for delegated children: a root session (with or without a scope of its own) runs in the daemon.
+    const root = request.scope === null || request.rootSession === true;
+    const placement = root || protectedMatch ? "in-process" : this.placement();
     this.deps.onPlaced?.(request, placement);
     const fence = this.deps.fence ?? ((_r, work) => work());
     const pool = this.deps.pool;

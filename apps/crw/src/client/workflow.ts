@@ -14,6 +14,8 @@ Commands:
   status WORKFLOW    the workflow's state and its nodes
   follow WORKFLOW    live progress until the workflow ends, then the summary
   cancel WORKFLOW    stop it: running nodes are interrupted, pending ones never start
+  land WORKFLOW      merge the branches of its isolated nodes (isolation: worktree) into the branch the
+                     work started from, dependencies first (a conflict refuses and names the paths)
 
 A definition: name, nodes (id, task, dependsOn, agentType or role, model, cwd, tools, outputSchema);
 see examples/daemon/ for one.
@@ -114,6 +116,29 @@ export async function runWorkflowCli(args: string[]): Promise<number> {
             `workflow ${started.workflowId} started (nodes: ${started.nodes.join(", ")}); summary goes to session ${started.sessionId}`,
           );
         return follow(client, started.workflowId);
+      });
+    case "land":
+      return withClient(PREFIX, values, async (client) => {
+        const r = await client.call<{
+          landed: {
+            nodeId: string;
+            branch: string;
+            into: string;
+            after: string;
+            fastForward: boolean;
+            alreadyLanded: boolean;
+            changedPaths: string[];
+          }[];
+        }>("workflow.land", { workflowId: target });
+        if (json) out(JSON.stringify({ ok: true, ...r }));
+        else
+          for (const l of r.landed)
+            out(
+              l.alreadyLanded
+                ? `${l.nodeId}: ${l.branch} is already in ${l.into}`
+                : `${l.nodeId}: landed ${l.branch} into ${l.into} at ${l.after.slice(0, 12)} (${l.fastForward ? "fast-forward" : "merge commit"}): ${l.changedPaths.join(", ")}`,
+            );
+        return 0;
       });
     case "follow":
       return withClient(PREFIX, values, (client) => follow(client, target));

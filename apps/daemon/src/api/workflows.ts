@@ -138,6 +138,14 @@ export function registerWorkflowMethods(rpc: RpcRegistry, rt: DaemonRuntime, def
     },
   });
 
+  rpc.register("workflow.land", {
+    params: z.strictObject({ workflowId: z.uuid() }),
+    handler: async (p, ctx) => {
+      const row = await ownWorkflow(p.workflowId, ctx);
+      return { workflowId: row.id, landed: await rt.engine.land(row.id, ctx.accountId) };
+    },
+  });
+
   rpc.register("workflow.cancel", {
     params: z.strictObject({ workflowId: z.uuid() }),
     handler: async (p, ctx) => {

@@ -42,6 +42,8 @@ export interface TurnRequest {
    * Always set by the delegation core; optional for runners' own callers.
    */
   readonly identity?: DelegatedTurnIdentity;
+  /** A root session's turn (which may carry a scope: its working directory): it runs where its daemon runs. */
+  readonly rootSession?: true;
   /**
    * An internal purpose the host minted for this turn (never a tool argument). `skill-review`: an optional
    * one-shot review turn, which a runner placement runs only opportunistically (runner-only, never queued,

@@ -110,6 +110,7 @@ export class SessionTurns {
           readOnly: turn.readOnly,
           workDir: turn.scope?.workDir ?? null,
           identity: turn.identity,
+          ...(session.kind === "root" ? { rootSession: true as const } : {}),
           ...(turn.purpose ? { purpose: turn.purpose } : {}),
           signal: turn.signal ?? new AbortController().signal,
         },

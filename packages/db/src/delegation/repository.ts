@@ -31,6 +31,10 @@ export class PgDelegationRepository implements DelegationRepository {
 
   isolatedWorktree: DelegationRepository["isolatedWorktree"] = async (s, p) =>
     worktrees.isolatedWorktree(this.pool, s, p);
+  addNodeWorktree: DelegationRepository["addNodeWorktree"] = async (s, p, w, n) =>
+    worktrees.addNodeWorktree(this.pool, s, p, w, n);
+  workflowWorktrees: DelegationRepository["workflowWorktrees"] = async (w, p) =>
+    worktrees.workflowWorktrees(this.pool, w, p);
   recordWorktreeCommit: DelegationRepository["recordWorktreeCommit"] = async (s, p, w, c) =>
     worktrees.recordWorktreeCommit(
       this.pool,

@@ -11,9 +11,14 @@ export interface IsolatedWorktreeRow {
   readonly startedFromBranch: string | null;
   readonly committedCommit: string | null;
   readonly landedCommit: string | null;
+  /** A workflow node's child: its workflow and node. */
+  readonly node: { readonly workflowId: string; readonly nodeId: string } | null;
 }
 
-export type NewIsolatedWorktree = Omit<IsolatedWorktreeRow, "sessionId" | "committedCommit" | "landedCommit">;
+export type NewIsolatedWorktree = Omit<
+  IsolatedWorktreeRow,
+  "sessionId" | "committedCommit" | "landedCommit" | "node"
+>;
 
 interface Row {
   session_id: string;
@@ -24,6 +29,8 @@ interface Row {
   started_from_branch: string | null;
   committed_commit: string | null;
   landed_commit: string | null;
+  workflow_id: string | null;
+  node_id: string | null;
 }
 
 const fromRow = (r: Row): IsolatedWorktreeRow => ({
@@ -35,6 +42,7 @@ const fromRow = (r: Row): IsolatedWorktreeRow => ({
   startedFromBranch: r.started_from_branch,
   committedCommit: r.committed_commit,
   landedCommit: r.landed_commit,
+  node: r.workflow_id && r.node_id ? { workflowId: r.workflow_id, nodeId: r.node_id } : null,
 });
 
 /** Inside the transaction that makes the child: its worktree is known from the child's first moment on. */
@@ -49,6 +57,54 @@ export async function insertIsolatedWorktree(
      values ($1::uuid, $2::uuid, $3, $4, $5, $6, $7)`,
     [sessionId, principalAccountId, w.repoRoot, w.path, w.branch, w.baseCommit, w.startedFromBranch],
   );
+}
+
+/**
+ * A workflow node's worktree, recorded once its child exists; again after a crash is a no-op (the node's
+ * journal holds the same worktree until then).
+ */
+export async function addNodeWorktree(
+  pool: pg.Pool,
+  sessionId: string,
+  principalAccountId: string,
+  w: NewIsolatedWorktree,
+  node: { workflowId: string; nodeId: string },
+): Promise<void> {
+  assertUuid("sessionId", sessionId);
+  assertUuid("principalAccountId", principalAccountId);
+  assertUuid("workflowId", node.workflowId);
+  await pool.query(
+    `insert into isolated_worktrees
+       (session_id, principal_account_id, repo_root, path, branch, base_commit, started_from_branch, workflow_id, node_id)
+     values ($1::uuid, $2::uuid, $3, $4, $5, $6, $7, $8::uuid, $9) on conflict (session_id) do nothing`,
+    [
+      sessionId,
+      principalAccountId,
+      w.repoRoot,
+      w.path,
+      w.branch,
+      w.baseCommit,
+      w.startedFromBranch,
+      node.workflowId,
+      node.nodeId,
+    ],
+  );
+}
+
+/** A workflow's node worktrees, in the order their nodes were placed (dependencies before dependents). */
+export async function workflowWorktrees(
+  pool: pg.Pool,
+  workflowId: string,
+  principalAccountId: string,
+): Promise<IsolatedWorktreeRow[]> {
+  assertUuid("workflowId", workflowId);
+  assertUuid("principalAccountId", principalAccountId);
+  const { rows } = await pool.query<Row>(
+    `select * from isolated_worktrees where workflow_id = $1::uuid and principal_account_id = $2::uuid
+      order by created_at, session_id`,
+    [workflowId, principalAccountId],
+  );
+  return rows.map(fromRow);
 }
 
 export async function isolatedWorktree(

@@ -204,6 +204,13 @@ export interface DelegationRepository {
 
   // isolated worktrees
   isolatedWorktree(sessionId: string, principalAccountId: string): Promise<IsolatedWorktreeRow | null>;
+  addNodeWorktree(
+    sessionId: string,
+    principalAccountId: string,
+    worktree: NewIsolatedWorktree,
+    node: { workflowId: string; nodeId: string },
+  ): Promise<void>;
+  workflowWorktrees(workflowId: string, principalAccountId: string): Promise<IsolatedWorktreeRow[]>;
   recordWorktreeCommit(
     sessionId: string,
     principalAccountId: string,

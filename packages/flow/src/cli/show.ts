@@ -1,3 +1,4 @@
+import { existsSync } from "node:fs";
 import { runSpent } from "../engine/tokenFigure.js";
 import { readJournalFile } from "../journal/journal.js";
 import type { JournalRow, Tokens } from "../journal/rows.js";
@@ -28,11 +29,14 @@ export async function showCommand(args: string[]): Promise<number> {
   const { values, positionals } = parseCommand("show", args, { state: { type: "string" } }, ["RUN"]);
   const paths = runPaths(stateDirFrom(values.state), positionals[0] as string);
   const spec = readSpec(paths.spec);
-  const read = readJournalFile(paths.journal);
+  // The run's process writes its journal's first batch just after `crw flow start` returns: a show in
+  // between sees a run that is starting, not a missing file.
+  const started = existsSync(paths.journal);
+  const read = started ? readJournalFile(paths.journal) : { rows: [] as JournalRow[], torn: undefined };
   const calls = new Map<string, CallView>();
   const runWarnings: string[] = [];
   if (read.torn) runWarnings.push(`torn last line (${read.torn.bytes} bytes) ignored`);
-  let status = "running";
+  let status = started ? "running" : "starting";
   let result: unknown;
   for (const r of read.rows) viewRow(r);
   function viewRow(r: JournalRow) {

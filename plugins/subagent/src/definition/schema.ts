@@ -36,6 +36,8 @@ export const WorkflowNodeSchema = z.strictObject({
   dependsOn: z.array(nodeId).max(DEFINITION_LIMITS.dependencies).default([]),
   /** Working directory, resolved against the workflow's cwd and validated through delegatedWorkDir. */
   cwd: z.string().min(1).max(4096).optional(),
+  /** worktree: the node works in a git worktree and branch of its own, started from its dependencies'. */
+  isolation: z.enum(["none", "worktree"]).optional(),
   tools: z
     .strictObject({
       allow: z.array(toolEntry).max(DEFINITION_LIMITS.toolEntries).optional(),

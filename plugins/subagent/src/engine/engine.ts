@@ -21,6 +21,7 @@ import {
 } from "./access.js";
 import { captureOriginBindings, type SummaryWriter, type WorkflowHostAccessors } from "./context.js";
 import type { NodeDispatcher, RecoveryContinueNode } from "./dispatch.js";
+import { type LandedNode, landWorkflowNodes } from "./isolation.js";
 import { pgWorkflowEmitter, SnapshotPublisher, type WorkflowEmitter } from "./publication.js";
 import { NodeSlots, type WorkflowEvent, type WorkflowOutcome, WorkflowRun } from "./run.js";
 
@@ -37,6 +38,8 @@ export interface WorkflowEngineOptions {
     principalAccountId: string;
     parentSessionId: string;
   }) => Promise<WorkDirPolicy | null>;
+  /** Where isolated nodes' git worktrees are made (one directory each); absent refuses node isolation. */
+  readonly worktreesDir?: string;
   /** The host's last word on a node's placement (a node never leaves its session's project); throws to refuse. */
   readonly admitNodeWorkDir?: (
     ctx: { principalAccountId: string; parentSessionId: string },
@@ -218,6 +221,7 @@ export class WorkflowEngine {
       publisher: new SnapshotPublisher(this.#emitter),
       defaultModel: this.options.defaultModel,
       workDirPolicy: policy,
+      isolation: this.options.worktreesDir ? { dir: this.options.worktreesDir, repo: this.#repo } : null,
       admitNodeWorkDir: async (placement: WorkDirPlacement) => {
         await this.options.admitNodeWorkDir?.(journal, placement);
       },
@@ -464,6 +468,11 @@ export class WorkflowEngine {
   }
 
   /** Stop: running nodes are interrupted and pending ones never start; one summary reaches the parent. */
+  /** Lands the workflow's isolated nodes' committed branches (see `landWorkflowNodes`). */
+  land(workflowId: string, principalAccountId: string): Promise<LandedNode[]> {
+    return landWorkflowNodes(this.#repo, workflowId, principalAccountId);
+  }
+
   async cancel(workflowId: string, principalAccountId: string): Promise<WorkflowOutcome> {
     const run = this.#runs.get(workflowId);
     if (!run || run.journal.principalAccountId !== principalAccountId) {

@@ -42,6 +42,7 @@ export {
   type WorkflowEngineOptions,
 } from "./engine.js";
 export { WORKFLOW_FAULT_POINTS, type WorkflowFaultPoint, workflowFault } from "./faults.js";
+export { type LandedNode, landWorkflowNodes } from "./isolation.js";
 export {
   JournalNodeDispatcher,
   journalTurnExecutor,

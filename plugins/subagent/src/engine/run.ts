@@ -30,6 +30,7 @@ import type {
   RecoveryContinueNode,
 } from "./dispatch.js";
 import { workflowFault } from "./faults.js";
+import { commitNodeWork, isolateNode, type NodeIsolation, rememberNodeWorktree } from "./isolation.js";
 import { connectionCheck } from "./journalDispatcher.js";
 import { handoverOf, nodePrompt, workflowSummary } from "./prompt.js";
 import type { SnapshotPublisher, WorkflowEmitResult, WorkflowSnapshot } from "./publication.js";
@@ -88,6 +89,8 @@ export interface RunDeps {
   readonly defaultModel: string;
   readonly workDirPolicy: WorkDirPolicy | null;
   readonly admitNodeWorkDir?: (placement: WorkDirPlacement) => Promise<void>;
+  /** Where isolated nodes get their worktrees; null refuses `isolation: worktree`. */
+  readonly isolation?: NodeIsolation | null;
   readonly onEvent: (event: WorkflowEvent) => void;
   /** The engine-wide cap on nodes executing at once (the plugin's job cap, on top of any runner queue). */
   readonly slots?: NodeSlots | null;
@@ -418,6 +421,7 @@ export class WorkflowRun {
           childSessionId: state.plannedChildId,
         });
         workflowFault("node.child_inserted");
+        await rememberNodeWorktree(j, id, childSessionId, this.deps.isolation ?? null);
         this.#setStatus(id, "running", { childSessionId });
         if (!(await this.persist())) return;
         workflowFault("node.child_created");
@@ -642,20 +646,34 @@ export class WorkflowRun {
         placement = await delegatedWorkDir(cwd, this.deps.workDirPolicy);
         await this.deps.admitNodeWorkDir?.(placement);
       }
-      const scope = captureNodeScope(
-        j,
-        node,
-        addedBy,
+      let placed: WorkDirPlacement | null =
         placement ??
-          (j.origin.cwd
-            ? {
-                workDir: j.origin.cwd,
-                target: j.origin.access.target as never,
-                projectRef: j.origin.access.projectRef,
-                instructionRoot: null,
-              }
-            : null),
-      );
+        (j.origin.cwd
+          ? {
+              workDir: j.origin.cwd,
+              target: j.origin.access.target as never,
+              projectRef: j.origin.access.projectRef,
+              instructionRoot: null,
+            }
+          : null);
+      if (node.isolation === "worktree") {
+        if (!this.deps.workDirPolicy)
+          throw Object.assign(new Error("this host cannot place a node in a working directory"), {
+            code: "work_dir_not_permitted",
+          });
+        const planned = (j.nodes[id] as NodeState).plannedChildId ?? randomUUID();
+        placed = await isolateNode(
+          j,
+          id,
+          node,
+          placed,
+          this.deps.workDirPolicy,
+          this.deps.isolation ?? null,
+          planned,
+        );
+        await this.deps.admitNodeWorkDir?.(placed);
+      }
+      const scope = captureNodeScope(j, node, addedBy, placed);
       j.nodeModels[id] = model;
       j.nodeAccess[id] = scope;
       return { model, scope };
@@ -712,6 +730,10 @@ export class WorkflowRun {
           this.#setStatus(id, "failed", { error: { code: "output_schema", message: invalid } });
           break;
         }
+        const state = j.nodes[id] as NodeState;
+        const kept = await commitNodeWork(j, id, state.childSessionId, this.deps.isolation ?? null).catch(
+          (e: unknown) => `\n\n[crw] the node's worktree could not be committed: ${toError(e).message}`,
+        );
         const artifacts = this.deps.artifacts;
         const artifact = artifacts
           ? await artifacts.putArtifact(
@@ -723,7 +745,7 @@ export class WorkflowRun {
           : undefined;
         if (artifacts && artifact) await artifacts.grant(this.id, id, artifact.sha256, j.parentSessionId);
         this.#setStatus(id, "succeeded", {
-          handover: handoverOf(result.reply),
+          handover: handoverOf(`${result.reply}${kept}`),
           ...(artifact ? { artifact } : {}),
           waiting: undefined,
         });

@@ -112,6 +112,19 @@ export const OrchestrationJournalSchema = z.strictObject({
   nodes: z.record(z.string(), NodeStateSchema),
   /** Per node: the canonical DelegatedExecutionScope its child was (or will be) created with. */
   nodeAccess: z.record(z.string(), z.string()),
+  /** Per isolated node: its git worktree and branch (made before its child, reused after a crash). */
+  nodeWorktrees: z
+    .record(
+      z.string(),
+      z.strictObject({
+        repoRoot: z.string(),
+        path: z.string(),
+        branch: z.string(),
+        baseCommit: z.string(),
+        startedFromBranch: z.string().nullable(),
+      }),
+    )
+    .optional(),
   /** Per node: the model its child runs on. */
   nodeModels: z.record(z.string(), z.string()),
   /** Per agent type: the model pinned for every node of that type in this workflow. */
