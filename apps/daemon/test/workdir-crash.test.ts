@@ -25,6 +25,8 @@ let daemon: DaemonProcess | undefined;
 
 function answer(request: ModelRequest): ModelReply {
   const task = request.userTexts.join("\n");
+  if (task.includes("LONG-WAIT") && request.toolResults.length === 0)
+    return { tool: { name: "shell", arguments: { command: `sleep ${SLEEP}`, timeoutSeconds: 120 } } };
   if (!task.includes("MARKERS")) return { text: "noted" };
   const last = request.toolResults.at(-1);
   if (!last) return { tool: { name: "shell", arguments: { command: COMMAND, timeoutSeconds: 120 } } };
@@ -52,6 +54,13 @@ const start = (dataDir: string) =>
       [KEY]: "secret",
     },
   });
+
+async function stop(): Promise<void> {
+  if (!daemon) return;
+  daemon.child.kill("SIGTERM");
+  await daemon.exited;
+  daemon = undefined;
+}
 
 const sleepers = () => {
   try {
@@ -106,5 +115,44 @@ describe("a shell command cut off by a crash", () => {
     expect(results[0]?.text).toMatch(/What the working directory shows now:[\s\S]*markers\.txt/);
     expect(lines()).toEqual(["start"]);
     owner.close();
+    await stop();
+  }, 180_000);
+
+  it("a child whose working directory vanished while the daemon was down gets one typed error result on recovery", async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), "crw-crash-daemon-"));
+    const repo = mkdtempSync(join(tmpdir(), "crw-crash-gone-"));
+    made.push(dataDir, repo);
+    daemon = await start(dataDir);
+    let owner = await TestClient.connect(daemon.url, daemon.token);
+    const { sessionId } = await owner.ok<{ sessionId: string }>("session.create", { cwd: repo });
+    const receipt = await owner.ok<{ childSessionId: string }>("session.delegate", {
+      sessionId,
+      task: "LONG-WAIT in the directory",
+      background: true,
+    });
+    await waitFor(() => sleepers().length > 0, "the child's command to run");
+    owner.close();
+    daemon.child.kill("SIGKILL");
+    await daemon.exited;
+    await waitFor(() => sleepers().length === 0, "the sandboxed command to die with its runner", 15_000);
+    rmSync(repo, { recursive: true, force: true });
+
+    daemon = await start(dataDir);
+    owner = await TestClient.connect(daemon.url, daemon.token);
+    const delivered = async () => {
+      const read = await owner.ok<{ messages: { role: string; text?: string }[] }>("session.read", {
+        sessionId,
+      });
+      return read.messages.filter((m) => m.text?.includes(`from child ${receipt.childSessionId}`));
+    };
+    await waitFor(async () => (await delivered()).length > 0, "the child's one result", 60_000);
+    await new Promise((r) => setTimeout(r, 1500));
+    const results = await delivered();
+    expect(results).toHaveLength(1);
+    expect(results[0]?.text).toMatch(/error/);
+    expect(results[0]?.text).toMatch(/working directory is not an existing readable directory/);
+    expect(existsSync(repo)).toBe(false);
+    owner.close();
+    await stop();
   }, 180_000);
 });

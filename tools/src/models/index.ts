@@ -238,6 +238,11 @@ export async function startModelServer(
     openaiBaseUrl: `http://127.0.0.1:${port}/v1`,
     anthropicBaseUrl: `http://127.0.0.1:${port}`,
     requests,
-    close: () => new Promise((ok) => server.close(() => ok())),
+    close: () =>
+      new Promise((ok) => {
+        server.close(() => ok());
+        // A client's idle keep-alive connection would hold close() open.
+        server.closeAllConnections();
+      }),
   };
 }
