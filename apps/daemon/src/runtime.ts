@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { realpathSync } from "node:fs";
 import { cpus } from "node:os";
 import { join } from "node:path";
 import {
@@ -452,6 +453,10 @@ export async function assembleRuntime(
     owner,
     projects: projectRegistry(repo),
     worktreesDir: join(config.dataDir, "worktrees"),
+    // Working directories are real paths: compare with the data directory's own.
+    hostPrivate: [
+      { path: realpathSync(config.dataDir), agentsMayUse: [join(realpathSync(config.dataDir), "worktrees")] },
+    ],
     tools: (session) => [
       ...workflowTools({
         service,

@@ -32,6 +32,7 @@ const KEY = "CRW_TEST_WORKDIR_KEY";
 const MODELS = { completions: "openai-completions:loopback-a", messages: "anthropic-messages:loopback-b" };
 let models: ModelServer;
 let daemon: Daemon;
+let dataHolder: string;
 let owner: TestClient;
 const made: string[] = [];
 const placed: { sessionId: string; placement: string }[] = [];
@@ -100,8 +101,11 @@ function answer(request: ModelRequest): ModelReply {
 beforeAll(async () => {
   process.env[KEY] = "loopback-secret";
   models = await startModelServer(answer);
-  const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-workdir-"));
-  made.push(dataDir);
+  // The data directory inside a directory of its own, which a test tries as a working directory.
+  dataHolder = mkdtempSync(join(tmpdir(), "crw-daemon-workdir-"));
+  const dataDir = join(dataHolder, "data");
+  mkdirSync(dataDir);
+  made.push(dataHolder);
   daemon = await startDaemon(
     loadConfig({
       env: { DATABASE_URL: db.url },
@@ -203,8 +207,9 @@ describe("sessions with a working directory do real work", () => {
       model: MODELS.completions,
     });
     expect(cwd).toBeNull();
-    await owner.ok("session.send", { sessionId, text: "anything" });
-    const last = models.requests.at(-1);
+    await owner.ok("session.send", { sessionId, text: "NO-CWD-PROBE" });
+    const last = models.requests.findLast((q) => q.userTexts.includes("NO-CWD-PROBE"));
+    expect(last).toBeDefined();
     expect(last?.tools).not.toContain("shell");
     expect(last?.tools).not.toContain("read");
   });
@@ -427,6 +432,23 @@ describe("working directories are refused where they do not belong", () => {
       expect(direct.error).toMatchObject({ data: { code: "work_dir_outside_project" } });
     }
     expect(existsSync(join(outside, "NOTE.md"))).toBe(false);
+  });
+
+  it("a directory holding the daemon's own data (tokens, password) is nobody's working directory, nor a project", async () => {
+    for (const cwd of [dataHolder, join(dataHolder, "data"), join(dataHolder, "data", "spill")]) {
+      mkdirSync(cwd, { recursive: true });
+      const r = await owner.call("session.create", { model: MODELS.completions, cwd });
+      expect(r.error, cwd).toMatchObject({ data: { code: "work_dir_not_permitted" } });
+    }
+    const project = await owner.call("project.add", { path: dataHolder, name: "holder" });
+    expect(project.error).toMatchObject({ data: { code: "work_dir_not_permitted" } });
+    const repo = sampleRepo();
+    const { sessionId } = await owner.ok<{ sessionId: string }>("session.create", {
+      model: MODELS.completions,
+    });
+    const child = await owner.call("session.delegate", { sessionId, task: "WRITE-NOTE", cwd: dataHolder });
+    expect(child.error).toMatchObject({ data: { code: "work_dir_not_permitted" } });
+    expect(existsSync(join(repo, "NOTE.md"))).toBe(false);
   });
 
   it("a read-only child's write is refused and nothing is written", async () => {

@@ -44,6 +44,7 @@ export function registerProjectMethods(rpc: RpcRegistry, rt: DaemonRuntime): voi
       } catch {
         throw refused("work_dir_unavailable", `${p.path} is not an existing readable directory`);
       }
+      rt.service.assertNotHostPrivate(root);
       const project = await rt.repo.addProject(p.name ?? basename(root), root);
       if (p.account) {
         const byId = z.uuid().safeParse(p.account).success

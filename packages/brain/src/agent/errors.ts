@@ -8,6 +8,8 @@ export type ToolCallRefusedCode =
   | "tool_denied"
   | "read_only"
   | "outside_work_dir"
+  | "git_metadata"
+  | "work_dir_moved"
   | "unknown_tool";
 
 export class ToolCallRefusedError extends Error {

@@ -1,4 +1,3 @@
-import { spawn } from "node:child_process";
 import { mkdir, open, readFile, realpath, stat } from "node:fs/promises";
 import { dirname, isAbsolute, relative, resolve, sep } from "node:path";
 import type { AgentTool, AgentToolResult } from "@mariozechner/pi-agent-core";
@@ -7,7 +6,14 @@ import { z } from "zod";
 import type { DelegatedExecutionScope } from "../scope/index.js";
 import { toolCallVerdict } from "../scope/index.js";
 import { ToolCallRefusedError } from "./errors.js";
-import { bwrapMissing, SANDBOX_STARTED_FD, sandboxInvocation, sandboxSetupError } from "./sandbox.js";
+import {
+  parseSearchArgs,
+  SEARCH_TOOL_NAMES,
+  SEARCH_TOOLS,
+  type SearchToolName,
+  searchCommand,
+} from "./searchTools.js";
+import { runShell } from "./shellRun.js";
 
 /**
  * The child tool set: read, write, edit and shell, confined to the child's working directory and to its
@@ -16,7 +22,7 @@ import { bwrapMissing, SANDBOX_STARTED_FD, sandboxInvocation, sandboxSetupError 
  * sandbox of `sandbox.ts`, which is what confines them (read-only in a read-only turn): a command line is
  * never judged by its words.
  */
-export const CHILD_TOOL_NAMES = ["read", "write", "edit", "shell"] as const;
+export const CHILD_TOOL_NAMES = ["read", "write", "edit", "shell", ...SEARCH_TOOL_NAMES] as const;
 export type ChildToolName = (typeof CHILD_TOOL_NAMES)[number];
 const WRITING_TOOLS = new Set<string>(["write", "edit"]);
 /** A read loads the whole file before slicing lines: bound what that can cost. */
@@ -78,6 +84,9 @@ const SCHEMAS: Record<ChildToolName, object> = {
     required: ["command"],
     additionalProperties: false,
   },
+  ls: SEARCH_TOOLS.ls.parameters,
+  find: SEARCH_TOOLS.find.parameters,
+  grep: SEARCH_TOOLS.grep.parameters,
 };
 
 const DESCRIPTIONS: Record<ChildToolName, string> = {
@@ -88,6 +97,9 @@ const DESCRIPTIONS: Record<ChildToolName, string> = {
     "Run a shell command in the working directory and return its exit code and output. It runs in a " +
     "sandbox: only the working directory is writable (nothing is in a read-only turn), /tmp is private " +
     "and discarded, there is no network, and processes left running end with the command.",
+  ls: SEARCH_TOOLS.ls.description,
+  find: SEARCH_TOOLS.find.description,
+  grep: SEARCH_TOOLS.grep.description,
 };
 
 /** Name and description of each tool the scope lets the model see, for the prompt's tool catalog. */
@@ -124,6 +136,9 @@ function subjectPath(workDir: string, path: string): { absolute: string; subject
   if (rel.startsWith("..") || isAbsolute(rel)) return undefined;
   return { absolute, subject: rel.split(sep).join("/") };
 }
+
+/** Git metadata is crw's: a hook, fsmonitor or filter written there would run on the host when crw commits. */
+const inGitMetadata = (subject: string) => subject.split("/").includes(".git");
 
 export interface CheckedCall {
   readonly name: ChildToolName;
@@ -178,6 +193,16 @@ export function checkChildToolCall(
     );
   }
   // A read-only turn's shell is confined by its sandbox's read-only mounts, not refused here.
+  if (WRITING_TOOLS.has(tool) && inGitMetadata(subject)) {
+    throw new ToolCallRefusedError(
+      "git_metadata",
+      `${tool} refused: ${subject} is git metadata, which only crw writes`,
+      {
+        toolName: tool,
+        subject,
+      },
+    );
+  }
   if (effectiveReadOnly(options) && WRITING_TOOLS.has(tool)) {
     throw new ToolCallRefusedError("read_only", `${tool} refused: this turn is read-only`, {
       toolName: tool,
@@ -188,8 +213,26 @@ export function checkChildToolCall(
 }
 
 /** Symlinks must not lead out of the working directory either: check the real path of what exists. */
+/**
+ * The working directory was admitted as a real path at the turn's start: if it resolves elsewhere now (a
+ * directory swapped for a link by a session working beside this one), no call runs in it.
+ */
+async function inPlace(workDir: string, toolName: string): Promise<string> {
+  const real = await realpath(workDir).catch(() => undefined);
+  if (real !== resolve(workDir))
+    throw new ToolCallRefusedError(
+      "work_dir_moved",
+      `${toolName} refused: the working directory moved or vanished`,
+      {
+        toolName,
+        subject: workDir,
+      },
+    );
+  return real;
+}
+
 async function confined(workDir: string, absolute: string, toolName: string): Promise<void> {
-  const realRoot = await realpath(workDir);
+  const realRoot = await inPlace(workDir, toolName);
   let probe = absolute;
   for (;;) {
     const real = await realpath(probe).catch(() => undefined);
@@ -228,93 +271,27 @@ async function writeDurably(path: string, content: string): Promise<void> {
   }
 }
 
-interface ShellRun {
-  readonly exitCode: number | null;
-  readonly signal: string | null;
-  readonly output: string;
-  readonly timedOut: boolean;
-}
-
-interface ShellLimits {
-  readonly timeoutMs: number;
-  readonly maxBytes: number;
-  readonly signal?: AbortSignal | undefined;
-}
-
-/**
- * Runs `command` in the sandbox. bwrap leads its own process group, which timeout and abort kill; its
- * `--die-with-parent` and pid namespace take the command's descendants with it. A bwrap that exits before
- * the command started rejects with `SandboxUnavailableError`.
- */
-async function runShell(
-  command: string,
-  workDir: string,
-  readOnly: boolean,
-  limits: ShellLimits,
-): Promise<ShellRun> {
-  const sandbox = await sandboxInvocation(command, { workDir, readOnly });
-  return new Promise<ShellRun>((resolvePromise, reject) => {
-    const stdio = Array.from({ length: SANDBOX_STARTED_FD + 1 }, (_, fd) => (fd === 0 ? "ignore" : "pipe"));
-    const child = spawn(sandbox.file, sandbox.args, {
-      cwd: workDir,
-      env: sandbox.env,
-      detached: true,
-      stdio: stdio as ("ignore" | "pipe")[],
-    });
-    let started = false;
-    child.stdio[SANDBOX_STARTED_FD]?.on("data", () => {
-      started = true;
-    });
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const collect = (chunk: Buffer) => {
-      chunks.push(chunk);
-      size += chunk.length;
-      while (size > limits.maxBytes && chunks.length > 1) size -= (chunks.shift() as Buffer).length;
-    };
-    child.stdout?.on("data", collect);
-    child.stderr?.on("data", collect);
-    let timedOut = false;
-    let killed = false;
-    const kill = () => {
-      killed = true;
-      try {
-        if (child.pid) process.kill(-child.pid, "SIGKILL");
-      } catch {
-        // Already gone.
-      }
-    };
-    const timer = setTimeout(() => {
-      timedOut = true;
-      kill();
-    }, limits.timeoutMs);
-    limits.signal?.addEventListener("abort", kill, { once: true });
-    // An abort that came while the sandbox was being prepared has no event left to fire.
-    if (limits.signal?.aborted) kill();
-    child.on("error", (e) => {
-      clearTimeout(timer);
-      limits.signal?.removeEventListener("abort", kill);
-      const code = (e as NodeJS.ErrnoException).code;
-      const missing = code === "ENOENT" || code === "EACCES";
-      reject(missing ? bwrapMissing(sandbox.file, sandbox.file) : sandboxSetupError(sandbox.file, e.message));
-    });
-    child.on("close", (exitCode, sig) => {
-      clearTimeout(timer);
-      limits.signal?.removeEventListener("abort", kill);
-      let output = Buffer.concat(chunks).toString("utf8");
-      if (!started && !killed) return reject(sandboxSetupError(sandbox.file, output));
-      if (output.length > limits.maxBytes) output = output.slice(-limits.maxBytes);
-      resolvePromise({ exitCode, signal: sig, output, timedOut });
-    });
-  });
-}
-
 /**
  * Builds the tool objects for pi-agent-core. Each `execute` re-checks the call (the scope is the authority,
  * not the catalog) before touching anything; failures throw, which the loop turns into an error result.
  */
 export function createChildTools(options: ChildToolOptions): AgentTool[] {
   const maxBytes = options.maxOutputBytes ?? 64 * 1024;
+  // Searches read only: they run in the read-only sandbox whatever the turn may write.
+  const search = async (name: SearchToolName, params: unknown, signal?: AbortSignal) => {
+    const args = parseSearchArgs(name, params);
+    const call = checkChildToolCall(options, name, args);
+    await confined(options.workDir, call.absolutePath as string, name);
+    const run = await runShell(searchCommand(name, args, call.subject), options.workDir, true, {
+      timeoutMs: options.shellTimeoutMs ?? 120_000,
+      maxBytes,
+      signal,
+    });
+    if (run.exitCode !== 0) throw new Error(`${name} failed: ${run.timedOut ? "timed out" : run.output}`);
+    return text(run.output.trim() === "" ? `(no ${name === "grep" ? "matches" : "entries"})` : run.output, {
+      path: call.subject,
+    });
+  };
   const tools: Record<ChildToolName, AgentTool["execute"]> = {
     read: async (_id, params) => {
       const args = ReadArgs.parse(params);
@@ -361,6 +338,7 @@ export function createChildTools(options: ChildToolOptions): AgentTool[] {
     shell: async (_id, params, signal) => {
       const args = ShellArgs.parse(params);
       const call = checkChildToolCall(options, "shell", args);
+      await inPlace(options.workDir, "shell");
       const timeoutMs = Math.min(
         args.timeoutSeconds ? args.timeoutSeconds * 1000 : Number.POSITIVE_INFINITY,
         options.shellTimeoutMs ?? 120_000,
@@ -379,6 +357,9 @@ export function createChildTools(options: ChildToolOptions): AgentTool[] {
       if (run.exitCode !== 0) throw new Error(body);
       return text(body, { exitCode: run.exitCode });
     },
+    ls: (_id, params, signal) => search("ls", params, signal),
+    find: (_id, params, signal) => search("find", params, signal),
+    grep: (_id, params, signal) => search("grep", params, signal),
   };
   return permittedToolNames(options).map((name) => ({
     name,

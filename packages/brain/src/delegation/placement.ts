@@ -45,6 +45,28 @@ export async function rootPlacement(
   return delegatedWorkDir(probe.workDir, { kind: "scoped", project });
 }
 
+/**
+ * The host's own directories (the daemon's data directory, with its tokens and password) are never an
+ * agent's: a working directory may not contain one, nor lie inside one, except where the host keeps
+ * agents' own work (its isolated worktrees).
+ */
+export function assertNotHostPrivate(
+  workDir: string,
+  hostPrivate: readonly { readonly path: string; readonly agentsMayUse?: readonly string[] }[] | undefined,
+): void {
+  for (const p of hostPrivate ?? []) {
+    const holds = posixInside(workDir, p.path);
+    const within =
+      posixInside(p.path, workDir) && !(p.agentsMayUse ?? []).some((a) => posixInside(a, workDir));
+    if (holds || within)
+      throw new DelegatedScopeError(
+        "work_dir_not_permitted",
+        `working directory refused: ${workDir} ${holds ? "holds" : "is inside"} the daemon's own data directory`,
+        { cwd: workDir },
+      );
+  }
+}
+
 /** A child's requested `cwd` read against its parent's: relative to the parent's directory, else inherited. */
 export function childCwd(
   parent: DelegatedExecutionScope | null,

@@ -30,7 +30,13 @@ import { type DelegationEvent, drainResults } from "./delivery.js";
 import { DelegationError, toError } from "./errors.js";
 import { isolatedPlacement, isolationKey, type LandedWork, landIsolatedWork } from "./isolation.js";
 import { Notifier } from "./notifier.js";
-import { assertInsideParentProject, childCwd, rootPlacement, workDirPolicyFor } from "./placement.js";
+import {
+  assertInsideParentProject,
+  assertNotHostPrivate,
+  childCwd,
+  rootPlacement,
+  workDirPolicyFor,
+} from "./placement.js";
 import { type ProgressPublisher, RunProgressJob } from "./progress.js";
 import { type PromptTool, systemPromptFor } from "./prompt.js";
 import { readSubagent } from "./readSubagent.js";
@@ -230,6 +236,7 @@ export class DelegationService implements RestartCheckpoint {
     if (!options.cwd) return this.repo.createRootSession(principalAccountId, model);
     const account = await this.repo.getAccount(principalAccountId);
     const placement = await rootPlacement(account, options.cwd, this.options.projects);
+    assertNotHostPrivate(placement.workDir, this.options.hostPrivate);
     const operator = account.isOwner || account.isAdministrator;
     const scope = captureDelegatedExecutionScope(
       delegatedScopeFromAccess({
@@ -509,6 +516,7 @@ export class DelegationService implements RestartCheckpoint {
     if (!cwd) return null;
     const placement = await delegatedWorkDir(cwd, await this.workDirPolicyOf(parent, authority));
     await assertInsideParentProject(parentScope, placement, this.options.projects);
+    assertNotHostPrivate(placement.workDir, this.options.hostPrivate);
     return placement;
   }
 
@@ -520,7 +528,13 @@ export class DelegationService implements RestartCheckpoint {
 
   /** Refuses a placement outside the project of `session` (a workflow node's, say). */
   assertInsideProjectOf(session: SessionRow, placement: WorkDirPlacement): Promise<void> {
+    assertNotHostPrivate(placement.workDir, this.options.hostPrivate);
     return assertInsideParentProject(scopeOf(session), placement, this.options.projects);
+  }
+
+  /** Refuses a directory that holds, or lies inside, the host's own data (see `assertNotHostPrivate`). */
+  assertNotHostPrivate(dir: string): void {
+    assertNotHostPrivate(dir, this.options.hostPrivate);
   }
 
   /** The live placement policy for work of `session` (its workflow nodes' `cwd` among them). */

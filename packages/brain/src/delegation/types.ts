@@ -41,6 +41,8 @@ export interface DelegationServiceOptions {
   readonly systemPrompt?: (session: SessionRow, scope: DelegatedExecutionScope | null) => string;
   readonly onResultDelivered?: (event: ResultDeliveredEvent) => void | Promise<void>;
   readonly onEvent?: (event: DelegationEvent) => void;
+  /** Directories of the host no working directory may hold or lie inside (see `assertNotHostPrivate`). */
+  readonly hostPrivate?: readonly { readonly path: string; readonly agentsMayUse?: readonly string[] }[];
   /** Where isolated children's git worktrees are made (one directory each); without it, isolation is refused. */
   readonly worktreesDir?: string;
   /**

@@ -1,6 +1,7 @@
 import { execFile } from "node:child_process";
-import { stat } from "node:fs/promises";
+import { lstat } from "node:fs/promises";
 import { isAbsolute, relative, resolve } from "node:path";
+import { HARDENED } from "../workspace/git.js";
 
 /** Tools whose call changes files or runs programs: an interrupted one may have done part of its work. */
 const EFFECT_TOOLS = new Set(["shell", "write", "edit"]);
@@ -12,7 +13,7 @@ function gitStatus(workDir: string): Promise<string | undefined> {
   return new Promise((done) => {
     execFile(
       "git",
-      ["status", "--porcelain=v1", "--untracked-files=all"],
+      [...HARDENED, "status", "--porcelain=v1", "--untracked-files=all"],
       {
         cwd: workDir,
         timeout: STATUS_TIMEOUT_MS,
@@ -40,7 +41,8 @@ export async function workDirNow(
     const absolute = resolve(workDir, path);
     const rel = relative(workDir, absolute);
     if (!rel.startsWith("..") && !isAbsolute(rel)) {
-      const info = await stat(absolute).catch(() => undefined);
+      // lstat: a link the agent left must not report on what lies outside the directory.
+      const info = await lstat(absolute).catch(() => undefined);
       lines.push(info ? `${rel} exists now (${info.size} bytes)` : `${rel} does not exist now`);
     }
   }

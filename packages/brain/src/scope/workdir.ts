@@ -201,6 +201,10 @@ export async function projectContextRoot(dir: string): Promise<ProjectContext | 
       const common = await readFile(join(gitDir, "commondir"), "utf8").catch(() => undefined);
       if (common === undefined) return { root: current, repositoryRoot: current };
       const commonDir = resolve(gitDir, common.trim());
+      // A `.git` file is only text: anyone who can write the directory could name any "repository" in
+      // it. A linked worktree is believed when git's own layout vouches for it: its gitdir lives under the
+      // common directory's worktrees/ and links back to this `.git`.
+      if (!(await linksBack(gitDir, commonDir, dotGit))) return undefined;
       const repositoryRoot = commonDir.endsWith("/.git") ? dirname(commonDir) : commonDir;
       return { root: current, repositoryRoot: await realpath(repositoryRoot).catch(() => repositoryRoot) };
     }
@@ -208,6 +212,16 @@ export async function projectContextRoot(dir: string): Promise<ProjectContext | 
     if (parent === current) return undefined;
     current = parent;
   }
+}
+
+async function linksBack(gitDir: string, commonDir: string, dotGit: string): Promise<boolean> {
+  const [gitReal, commonReal, dotGitReal] = await Promise.all(
+    [gitDir, commonDir, dotGit].map((p) => realpath(p).catch(() => undefined)),
+  );
+  if (!gitReal || !commonReal || !dotGitReal || dirname(gitReal) !== join(commonReal, "worktrees"))
+    return false;
+  const back = (await readFile(join(gitReal, "gitdir"), "utf8").catch(() => "")).trim();
+  return back !== "" && (await realpath(resolve(gitReal, back)).catch(() => undefined)) === dotGitReal;
 }
 
 /**

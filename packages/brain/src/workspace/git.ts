@@ -45,6 +45,22 @@ const DEFAULT_MAX_OUTPUT = 32 * 1024 * 1024;
 const MAX_STDERR = 64 * 1024;
 const DEFAULT_TIMEOUT_MS = 10 * 60 * 1000;
 
+/**
+ * crw runs git in directories an agent worked in: no hook, fsmonitor or pager the repository names runs
+ * on the host, whatever its config says (the agent cannot write git metadata, but a repository it made
+ * with `git init` inside its directory is its own).
+ */
+export const HARDENED = [
+  "-c",
+  "core.hooksPath=/dev/null",
+  "-c",
+  "core.fsmonitor=false",
+  "-c",
+  "core.pager=cat",
+  "-c",
+  "protocol.file.allow=never",
+];
+
 function gitEnv(extra: Readonly<Record<string, string>> | undefined): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env };
   for (const name of LOCATION_VARIABLES) delete env[name];
@@ -62,7 +78,7 @@ export function runGit(
   return new Promise((resolve, reject) => {
     let child: ChildProcessWithoutNullStreams;
     try {
-      child = spawn("git", args, { cwd, env: gitEnv(options.env) });
+      child = spawn("git", [...HARDENED, ...args], { cwd, env: gitEnv(options.env) });
     } catch (e) {
       // spawn throws (rather than emitting 'error') for arguments it cannot pass, such as a NUL byte
       const message = e instanceof Error ? e.message : String(e);

@@ -119,6 +119,9 @@ describe("delegatedWorkDir", () => {
     writeFileSync(join(repo, ".git", "worktrees", "feature", "commondir"), "../..\n");
     mkdirSync(join(wt, "pkg"), { recursive: true });
     writeFileSync(join(wt, ".git"), `gitdir: ${join(repo, ".git", "worktrees", "feature")}\n`);
+    // Without git's link back from the worktree's gitdir, the `.git` file is only a claim: not believed.
+    expect(await projectContextRoot(join(wt, "pkg"))).toBeUndefined();
+    writeFileSync(join(repo, ".git", "worktrees", "feature", "gitdir"), `${join(wt, ".git")}\n`);
     expect(await projectContextRoot(join(wt, "pkg"))).toEqual({ root: wt, repositoryRoot: repo });
     expect(await projectContextRoot(join(repo))).toEqual({ root: repo, repositoryRoot: repo });
   });

@@ -51,6 +51,16 @@ const STOP_TIMEOUT_MS = 30_000;
 const LOG_LINES = 30;
 const READY = "database system is ready to accept connections";
 
+/**
+ * The server's environment: enough to run, nothing of the caller's (API keys, DATABASE_URL), which the
+ * server user could otherwise read in /proc.
+ */
+const serverEnv = (): NodeJS.ProcessEnv => ({
+  PATH: process.env.PATH ?? "/usr/bin:/bin",
+  LC_ALL: "C",
+  ...(process.env.TZ && { TZ: process.env.TZ }),
+});
+
 const tail = (text: string) => text.trim().split("\n").slice(-LOG_LINES).join("\n");
 
 /**
@@ -90,7 +100,7 @@ async function initialise(
       "--locale=C",
       "--no-instructions",
     ],
-    { ...(user && { user }), env: { ...process.env, LC_ALL: "C" } },
+    { ...(user && { user }), env: serverEnv() },
   ).finally(() => rm(secret, { recursive: true, force: true }));
   if (ran.code !== 0) {
     await rm(staging, { recursive: true, force: true });
@@ -123,7 +133,7 @@ function startServer(
   const child = spawn(binaries.postgres, args, {
     cwd: "/",
     stdio: ["ignore", "ignore", "pipe"],
-    env: { ...process.env, LC_MESSAGES: "C" },
+    env: serverEnv(),
     ...(user && { uid: user.uid, gid: user.gid }),
   });
   let log = "";

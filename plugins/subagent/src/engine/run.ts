@@ -731,9 +731,19 @@ export class WorkflowRun {
           break;
         }
         const state = j.nodes[id] as NodeState;
-        const kept = await commitNodeWork(j, id, state.childSessionId, this.deps.isolation ?? null).catch(
-          (e: unknown) => `\n\n[crw] the node's worktree could not be committed: ${toError(e).message}`,
-        );
+        let kept: string;
+        try {
+          kept = await commitNodeWork(j, id, state.childSessionId, this.deps.isolation ?? null);
+        } catch (e) {
+          // Work that could not be committed would be lost to its dependents and to landing: the node fails.
+          this.#setStatus(id, "failed", {
+            error: {
+              code: "worktree_commit_failed",
+              message: `its worktree could not be committed: ${toError(e).message}`,
+            },
+          });
+          break;
+        }
         const artifacts = this.deps.artifacts;
         const artifact = artifacts
           ? await artifacts.putArtifact(
