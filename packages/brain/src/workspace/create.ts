@@ -74,7 +74,14 @@ export async function createIsolatedWorktree(
   const startedFromBranch = await checkedOutBranch(repoRoot);
   const made = { path, branch, startedFromBranch, repoRoot };
 
-  const entries = await listWorktrees(repoRoot);
+  let entries = await listWorktrees(repoRoot);
+  const half = entries.find((e) => samePath(e.path, path) && e.initializing);
+  if (half) {
+    // A checkout cut off by a crash: its files are partial, and committing them would record deletions.
+    // It is made again from its branch, which is intact.
+    await git(repoRoot, ["worktree", "remove", "--force", "--force", path]);
+    entries = await listWorktrees(repoRoot);
+  }
   const atPath = entries.find((e) => samePath(e.path, path));
   const onBranch = entries.find((e) => e.branch === branch);
   if (atPath && !atPath.prunable && atPath.branch === branch)

@@ -85,6 +85,8 @@ export interface WorktreeEntry {
   branch: string | null;
   /** Registered, but its directory is gone: `git worktree prune` would drop it. */
   prunable: boolean;
+  /** Locked while `git worktree add` checks it out: one still locked so was cut off half-made. */
+  initializing?: boolean;
 }
 
 export async function listWorktrees(repo: string): Promise<WorktreeEntry[]> {
@@ -105,6 +107,7 @@ export async function listWorktrees(repo: string): Promise<WorktreeEntry[]> {
     else if (current && key === "branch" && value.startsWith("refs/heads/"))
       current.branch = value.slice("refs/heads/".length);
     else if (current && key === "prunable") current.prunable = true;
+    else if (current && key === "locked" && value === "initializing") current.initializing = true;
   }
   return entries;
 }

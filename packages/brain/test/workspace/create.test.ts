@@ -31,6 +31,33 @@ describe("createIsolatedWorktree", () => {
     expect(readFileSync(join(wt.path, "src/a.ts"), "utf8")).toBe("a\n");
   });
 
+  it("a worktree left locked while git was still checking it out is made again, never reused half-made", async () => {
+    fixture = makeRepo({ "README.md": "hello\n", "src/a.ts": "a\n", "src/b.ts": "b\n" });
+    const { repo, worktrees } = fixture;
+    const first = await createIsolatedWorktree({
+      repoDir: repo,
+      worktreesDir: worktrees,
+      branch: "crw/half",
+      from: { head: true },
+    });
+    // What a SIGKILL during `git worktree add` leaves: the lock git takes for the checkout, files missing.
+    sh(repo, "worktree", "lock", "--reason", "initializing", first.path);
+    rmSync(join(first.path, "src"), { recursive: true, force: true });
+    const again = await createIsolatedWorktree({
+      repoDir: repo,
+      worktreesDir: worktrees,
+      branch: "crw/half",
+      from: { head: true },
+    });
+    expect(again.path).toBe(first.path);
+    expect(readFileSync(join(again.path, "src/b.ts"), "utf8")).toBe("b\n");
+    const done = await commitLeftovers({
+      worktree: { path: again.path, branch: again.branch },
+      message: "m",
+    });
+    expect(done.committed).toBe(false);
+  });
+
   it("reports a detached HEAD as no branch to land into, and starts from a given commit", async () => {
     fixture = makeRepo();
     const { repo, worktrees } = fixture;
