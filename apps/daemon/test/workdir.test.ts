@@ -362,6 +362,18 @@ describe("isolated children work in a worktree of their own, and their work land
     expect(git(repo, "status", "--porcelain")).toBe("");
   });
 
+  it("an isolated child refused after its worktree was made (its directory is not in HEAD) leaves no worktree", async () => {
+    const repo = sampleRepo();
+    mkdirSync(join(repo, "untracked"));
+    const { sessionId } = await owner.ok<{ sessionId: string }>("session.create", {
+      model: MODELS.completions,
+      cwd: join(repo, "untracked"),
+    });
+    const r = await owner.call("session.delegate", { sessionId, task: "FIX-ADD", isolation: "worktree" });
+    expect(r.error).toMatchObject({ data: { code: "work_dir_unavailable" } });
+    expect(git(repo, "worktree", "list", "--porcelain").match(/^worktree /gm)).toHaveLength(1);
+  });
+
   it("a land that conflicts refuses, names the paths, and leaves the branch it would land into as it was", async () => {
     const repo = sampleRepo();
     const { sessionId } = await owner.ok<{ sessionId: string }>("session.create", {

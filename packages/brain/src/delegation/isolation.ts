@@ -6,6 +6,7 @@ import { commitLeftovers } from "../workspace/commit.js";
 import { createIsolatedWorktree } from "../workspace/create.js";
 import { type DiffStat, diffStat } from "../workspace/diff.js";
 import { type Landed, landBranch } from "../workspace/land.js";
+import { removeIsolatedWorktree } from "../workspace/remove.js";
 import { DelegationError } from "./errors.js";
 
 /** How a child shares its parent's files: in place (the default), or in a git worktree of its own. */
@@ -42,8 +43,16 @@ export async function isolatedPlacement(
     from: { head: true },
   });
   const inside = join(made.path, relative(made.repoRoot, placement.workDir));
+  let placed: WorkDirPlacement;
+  try {
+    placed = await delegatedWorkDir(inside, policy);
+  } catch (e) {
+    // Refused (the parent's subdirectory is not in HEAD, say): the worktree made for it goes too.
+    if (!made.reused) await removeIsolatedWorktree({ path: made.path, force: true }).catch(() => {});
+    throw e;
+  }
   return {
-    placement: await delegatedWorkDir(inside, policy),
+    placement: placed,
     worktree: {
       repoRoot: made.repoRoot,
       path: made.path,
