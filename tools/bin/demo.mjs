@@ -15,6 +15,7 @@ import { join, resolve } from "node:path";
 const root = resolve(import.meta.dirname, "../..");
 const crw = join(root, "apps/crw/bin/crw.mjs");
 const dataDir = mkdtempSync(join(tmpdir(), "crw-demo-"));
+const sampleDir = mkdtempSync(join(tmpdir(), "crw-demo-sample-"));
 const env = { ...process.env };
 delete env.DATABASE_URL;
 const real = env.CRW_MODEL && env.CRW_MODEL !== "scripted";
@@ -80,7 +81,8 @@ const CHECK = real
 
 /** Agents that change code: a child in a runner fixes a bug on its own branch, crw lands it, a workflow writes files. */
 function codeWork() {
-  const sample = sampleRepository(join(dataDir, "sample"));
+  // Beside the data directory, never inside it: the daemon's own files are no agent's working directory.
+  const sample = sampleRepository(join(sampleDir, "sample"));
   say(`\nAgents at work in a sample repository (${sample}): 'node test.js' fails there, add subtracts.`);
   const session = run("session", "create", "--cwd", sample, "--data-dir", dataDir).trim();
   say("\nAn isolated child (in a runner, on a git worktree and branch of its own) reads, edits and tests:");
@@ -198,5 +200,6 @@ try {
     run("daemon", "stop", "--data-dir", dataDir);
   } finally {
     rmSync(dataDir, { recursive: true, force: true });
+    rmSync(sampleDir, { recursive: true, force: true });
   }
 }

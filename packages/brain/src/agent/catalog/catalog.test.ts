@@ -101,7 +101,7 @@ describe("the shared whole-catalog deferral policy", () => {
     await withToolCatalog(runner).runTurn(root, {} as never);
     expect(seen[0]?.tools.map((t) => t.name)).toEqual([...native, "mcp__srv__one"]);
     const child = request(native.map((n) => tool(n)));
-    expect(catalogNames(child)).toEqual(["read", "write", "edit", "shell", ...native]);
+    expect(catalogNames(child)).toEqual(["read", "write", "edit", "shell", "ls", "find", "grep", ...native]);
     expect(planCatalog(catalogNames(child)).deferring).toBe(true);
   });
 
