@@ -445,6 +445,9 @@ export async function assembleRuntime(
   runnerPool.attachResultDeliveredSink(async (delivery) => {
     await publishDelivery(delivery);
   });
+  // Working directories are real paths: the data directory and its worktrees are compared as real paths too.
+  const realDataDir = realpathSync(config.dataDir);
+  const worktreesDir = join(realDataDir, "worktrees");
   const service: DelegationService = new DelegationService({
     repo,
     // One whole-catalog deferral policy for every session and both placements (runner or daemon).
@@ -452,11 +455,8 @@ export async function assembleRuntime(
     spill: new FileSpillStore(join(config.dataDir, "spill")),
     owner,
     projects: projectRegistry(repo),
-    worktreesDir: join(config.dataDir, "worktrees"),
-    // Working directories are real paths: compare with the data directory's own.
-    hostPrivate: [
-      { path: realpathSync(config.dataDir), agentsMayUse: [join(realpathSync(config.dataDir), "worktrees")] },
-    ],
+    worktreesDir,
+    hostPrivate: [{ path: realDataDir, agentsMayUse: [worktreesDir] }],
     tools: (session) => [
       ...workflowTools({
         service,
@@ -486,7 +486,7 @@ export async function assembleRuntime(
     // The engine holds its own owner lease: two advisory locks on one key would wait on each other.
     owner: `${owner}-workflows`,
     dispatcher: new JournalNodeDispatcher(repo, delegationNodeTurns(service)),
-    worktreesDir: join(config.dataDir, "worktrees"),
+    worktreesDir,
     // A node's `cwd` is placed under the live policy of the session that started its workflow.
     workDirPolicy: async (journal) =>
       service.workDirPolicyOf(await repo.getSession(journal.parentSessionId, journal.principalAccountId)),

@@ -55,6 +55,29 @@ const start = (dataDir: string) =>
     },
   });
 
+/**
+ * The parent's delivered results from `childId`, once at least one arrived: a second delivery is given
+ * every chance to show up before they are counted.
+ */
+async function resultsFrom(owner: TestClient, sessionId: string, childId: string) {
+  const delivered = async () => {
+    const read = await owner.ok<{ messages: { role: string; text?: string }[] }>("session.read", {
+      sessionId,
+    });
+    return read.messages.filter((m) => m.text?.includes(`from child ${childId}`));
+  };
+  await waitFor(async () => (await delivered()).length > 0, "the child's one result", 60_000);
+  await new Promise((r) => setTimeout(r, 1500));
+  return delivered();
+}
+
+/** SIGKILL of the daemon; its runner and the sandboxed command go with it. */
+async function killDaemon(): Promise<void> {
+  daemon?.child.kill("SIGKILL");
+  await daemon?.exited;
+  await waitFor(() => sleepers().length === 0, "the sandboxed command to die with its runner", 15_000);
+}
+
 async function stop(): Promise<void> {
   if (!daemon) return;
   daemon.child.kill("SIGTERM");
@@ -92,24 +115,13 @@ describe("a shell command cut off by a crash", () => {
     });
     await waitFor(() => lines().includes("start"), "the command's first marker");
     owner.close();
-    daemon.child.kill("SIGKILL");
-    await daemon.exited;
+    await killDaemon();
     // The runner and the sandbox went with the daemon: nothing of the command is left to write.
-    await waitFor(() => sleepers().length === 0, "the sandboxed command to die with its runner", 15_000);
     expect(lines()).toEqual(["start"]);
 
     daemon = await start(dataDir);
     owner = await TestClient.connect(daemon.url, daemon.token);
-    const delivered = async () => {
-      const read = await owner.ok<{ messages: { role: string; text?: string }[] }>("session.read", {
-        sessionId,
-      });
-      return read.messages.filter((m) => m.text?.includes(`from child ${receipt.childSessionId}`));
-    };
-    await waitFor(async () => (await delivered()).length > 0, "the child's one result", 60_000);
-    // Give a second delivery every chance to show up before counting.
-    await new Promise((r) => setTimeout(r, 1500));
-    const results = await delivered();
+    const results = await resultsFrom(owner, sessionId, receipt.childSessionId);
     expect(results).toHaveLength(1);
     expect(results[0]?.text).toMatch(/outcome is unknown/);
     expect(results[0]?.text).toMatch(/What the working directory shows now:[\s\S]*markers\.txt/);
@@ -132,22 +144,12 @@ describe("a shell command cut off by a crash", () => {
     });
     await waitFor(() => sleepers().length > 0, "the child's command to run");
     owner.close();
-    daemon.child.kill("SIGKILL");
-    await daemon.exited;
-    await waitFor(() => sleepers().length === 0, "the sandboxed command to die with its runner", 15_000);
+    await killDaemon();
     rmSync(repo, { recursive: true, force: true });
 
     daemon = await start(dataDir);
     owner = await TestClient.connect(daemon.url, daemon.token);
-    const delivered = async () => {
-      const read = await owner.ok<{ messages: { role: string; text?: string }[] }>("session.read", {
-        sessionId,
-      });
-      return read.messages.filter((m) => m.text?.includes(`from child ${receipt.childSessionId}`));
-    };
-    await waitFor(async () => (await delivered()).length > 0, "the child's one result", 60_000);
-    await new Promise((r) => setTimeout(r, 1500));
-    const results = await delivered();
+    const results = await resultsFrom(owner, sessionId, receipt.childSessionId);
     expect(results).toHaveLength(1);
     expect(results[0]?.text).toMatch(/error/);
     expect(results[0]?.text).toMatch(/working directory is not an existing readable directory/);

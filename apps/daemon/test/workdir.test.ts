@@ -37,6 +37,20 @@ let owner: TestClient;
 const made: string[] = [];
 const placed: { sessionId: string; placement: string }[] = [];
 
+/** Starts a workflow (JSON definition) working in `cwd` and follows it to its end. */
+async function runWorkflow(definition: string, cwd: string, extra: object = {}) {
+  const started = await owner.ok<{ workflowId: string; cwd: string }>("workflow.start", {
+    definition,
+    format: "json",
+    cwd,
+    ...extra,
+  });
+  const done = await owner.ok<{ status: string; summary: string }>("workflow.follow", {
+    workflowId: started.workflowId,
+  });
+  return { started, done };
+}
+
 const git = (cwd: string, ...args: string[]) => execFileSync("git", args, { cwd, encoding: "utf8" }).trim();
 
 /** A repository with a broken `add` and a test that says whether it is fixed. */
@@ -226,16 +240,8 @@ describe("workflows work in a directory too", () => {
         { id: "join", task: "JOIN-READ both files", dependsOn: ["a", "b"], model: MODELS.completions },
       ],
     });
-    const started = await owner.ok<{ workflowId: string; cwd: string }>("workflow.start", {
-      definition,
-      format: "json",
-      cwd: repo,
-      model: MODELS.completions,
-    });
+    const { started, done } = await runWorkflow(definition, repo, { model: MODELS.completions });
     expect(started.cwd).toBe(repo);
-    const done = await owner.ok<{ status: string; summary: string }>("workflow.follow", {
-      workflowId: started.workflowId,
-    });
     expect(done.status).toBe("completed");
     expect(readFileSync(join(repo, "A.md"), "utf8")).toBe("A.md by its node\n");
     expect(readFileSync(join(repo, "B.md"), "utf8")).toBe("B.md by its node\n");
@@ -250,14 +256,7 @@ describe("workflows work in a directory too", () => {
       name: "escape",
       nodes: [{ id: "out", task: "WRITE-FILE A.md", cwd: outside, model: MODELS.completions }],
     });
-    const started = await owner.ok<{ workflowId: string }>("workflow.start", {
-      definition,
-      format: "json",
-      cwd: repo,
-    });
-    const done = await owner.ok<{ status: string; summary: string }>("workflow.follow", {
-      workflowId: started.workflowId,
-    });
+    const { done } = await runWorkflow(definition, repo);
     expect(done.status).not.toBe("completed");
     expect(done.summary).toMatch(/outside the parent's project/);
     expect(existsSync(join(outside, "A.md"))).toBe(false);
@@ -284,14 +283,7 @@ describe("isolated workflow nodes work on branches of their own, and the workflo
   it("parallel isolated nodes commit on their branches, the join starts from their merge, landing brings all home", async () => {
     const repo = sampleRepo();
     const definition = isolatedFlow("isolated-writers", "WRITE-FILE A.md", "WRITE-FILE B.md");
-    const started = await owner.ok<{ workflowId: string }>("workflow.start", {
-      definition,
-      format: "json",
-      cwd: repo,
-    });
-    const done = await owner.ok<{ status: string; summary: string }>("workflow.follow", {
-      workflowId: started.workflowId,
-    });
+    const { started, done } = await runWorkflow(definition, repo);
     expect(done.status, done.summary).toBe("completed");
     // The join ran in a worktree made from the merge of a's and b's branches: it saw both files.
     expect(done.summary).toContain("the join saw: exit code 0 A.md by its node B.md by its node");
@@ -310,14 +302,7 @@ describe("isolated workflow nodes work on branches of their own, and the workflo
   it("a join whose dependencies' branches conflict fails naming the paths, before it runs", async () => {
     const repo = sampleRepo();
     const definition = isolatedFlow("isolated-conflict", "WRITE-FILE C.md as one", "WRITE-FILE C.md as two");
-    const started = await owner.ok<{ workflowId: string }>("workflow.start", {
-      definition,
-      format: "json",
-      cwd: repo,
-    });
-    const done = await owner.ok<{ status: string; summary: string }>("workflow.follow", {
-      workflowId: started.workflowId,
-    });
+    const { done } = await runWorkflow(definition, repo);
     expect(done.status).not.toBe("completed");
     expect(done.summary).toMatch(/join: failed[\s\S]*conflicts in C\.md/);
     expect(existsSync(join(repo, "C.md"))).toBe(false);

@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { resolve } from "node:path";
 import {
   type DelegationRepository,
   type JournalWrite,
@@ -14,6 +15,7 @@ import {
   type DelegationAuthority,
   parseDelegatedExecutionScope,
 } from "../scope/index.js";
+import { posixInside } from "../scope/paths.js";
 import type { CapturedWrites } from "./checkpoint.js";
 import { endsWithAnswer } from "./context.js";
 import { DelegationError, hostContract, toError } from "./errors.js";
@@ -148,11 +150,11 @@ export class DelegatedSettlement {
       await this.core.writes.capture("a call's settlement", () =>
         this.core.repo.dropSteers(child.id, run.principalAccountId, `the call ended: ${reason}`),
       );
-      const kept = await this.#isolatedWork(child, run);
+      const kept = await this.#isolatedWork(child, run, scope);
       return settle(run, "error", `${reason}${kept}`, drained.kind === "failed" ? "child_failed" : "aborted");
     }
     const reply = await latestAssistantText(this.core.repo, child.id, run.principalAccountId);
-    const kept = await this.#isolatedWork(child, run);
+    const kept = await this.#isolatedWork(child, run, scope);
     const resultId = await settle(run, "ok", `${reply ?? "(the child gave no answer)"}${kept}`);
     // A follow-up that raced the settlement would otherwise wait for a call that is gone: it gets its notice.
     await this.core.writes.capture("a call's settlement", () =>
@@ -166,7 +168,10 @@ export class DelegatedSettlement {
   }
 
   /** An isolated child's work, committed before its result: the result names the branch and commit. */
-  async #isolatedWork(child: SessionRow, run: SubagentRun): Promise<string> {
+  async #isolatedWork(child: SessionRow, run: SubagentRun, scope: DelegatedExecutionScope): Promise<string> {
+    // Only a child placed under the host's worktrees can have one: every other settlement asks nothing.
+    const worktrees = this.core.options.worktreesDir;
+    if (!worktrees || !scope.workDir || !posixInside(resolve(worktrees), scope.workDir)) return "";
     try {
       return await commitIsolatedWork(this.core.repo, child, run.task);
     } catch (e) {
