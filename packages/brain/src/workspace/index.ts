@@ -9,4 +9,5 @@ export { type ChangedFileStatus, changedPaths, type DiffStat, type DiffStatFile,
 export { WorkspaceError, type WorkspaceErrorCode } from "./errors.js";
 export { CRW_GIT_IDENTITY } from "./git.js";
 export { type LandBranchOptions, type Landed, landBranch } from "./land.js";
+export { type CombinedCommit, combineCommits } from "./merge.js";
 export { type RemoveIsolatedWorktreeOptions, removeIsolatedWorktree } from "./remove.js";

@@ -1,7 +1,8 @@
 import { answerText, judgeAnswer } from "../engine/answer.js";
 import { callRows } from "../engine/callFold.js";
 import { type RunContext, RunStopped } from "../engine/runContext.js";
-import { FlowCallError } from "../engine/workflow.js";
+import { callFailed } from "../engine/workflow.js";
+import { completionMembers } from "../engine/workspace.js";
 import type { AppServerHost } from "../host/appServerHost.js";
 import type { HostThread, HostTurn } from "../host/sessionHost.js";
 import type { NewRow, RowOf, Tokens } from "../journal/rows.js";
@@ -114,7 +115,7 @@ export async function runAppServerCall(rc: RunContext, call: string): Promise<un
     if (!prepared) throw new Error(`call ${call} has no prepared row`);
     const terminal = rows.findLast((r) => r.type === "completed" || r.type === "null_model");
     if (terminal?.type === "completed") return terminal.result;
-    if (terminal?.type === "null_model") throw new FlowCallError(call, terminal.reason);
+    if (terminal?.type === "null_model") throw callFailed(terminal);
     if (rc.stopping) {
       await stopAppServerCall(rc, host, call, rows);
       throw new RunStopped(rc.stopping.reason);
@@ -231,6 +232,7 @@ export async function runAppServerCall(rc: RunContext, call: string): Promise<un
     const text = answerText(t);
     const verdict = judgeAnswer(text, prepared.input.schema);
     if (verdict.ok) {
+      const members = await completionMembers(rc, call, prepared, thread.attempt);
       rc.append([
         {
           type: "completed",
@@ -243,6 +245,7 @@ export async function runAppServerCall(rc: RunContext, call: string): Promise<un
           raw_text: verdict.text,
           extracted: verdict.extracted,
           tokens,
+          ...members,
         },
       ]);
       rc.emit({ type: "call_ended", call, status: "completed" });

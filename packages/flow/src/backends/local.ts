@@ -1,11 +1,13 @@
 import { judgeAnswer } from "../engine/answer.js";
 import { callRows } from "../engine/callFold.js";
 import { type RunContext, RunStopped } from "../engine/runContext.js";
-import { FlowCallError } from "../engine/workflow.js";
+import { callFailed } from "../engine/workflow.js";
+import { completionMembers } from "../engine/workspace.js";
 import type { NewRow, RowOf, Tokens } from "../journal/rows.js";
 import { WRITING_ROLES } from "../run/roles.js";
 import { buildPacket, repairInput } from "../steps/packet.js";
 import { digestOf } from "../util/canonical.js";
+import { localModelConfig, providerFailureDetail } from "./localModel.js";
 import { type LocalScript, readLocalScript, scriptFor } from "./localScript.js";
 
 /** The model a local run uses when its spec names none: the offline scripted provider. */
@@ -60,7 +62,7 @@ export async function runLocalCall(rc: RunContext, call: string): Promise<unknow
     if (!prepared) throw new Error(`call ${call} has no prepared row`);
     const terminal = rows.findLast((r) => r.type === "completed" || r.type === "null_model");
     if (terminal?.type === "completed") return terminal.result;
-    if (terminal?.type === "null_model") throw new FlowCallError(call, terminal.reason);
+    if (terminal?.type === "null_model") throw callFailed(terminal);
     if (rc.stopping) throw new RunStopped(rc.stopping.reason);
     const threads = rows.filter((r): r is RowOf<"thread_started"> => r.type === "thread_started");
     const turns = rows.filter((r): r is RowOf<"turn_started"> => r.type === "turn_started");
@@ -106,7 +108,7 @@ async function runAttempt(
   let model: ReturnType<typeof brain.modelConfigFor>;
   if (modelName === "scripted") {
     model = { api: "scripted", script: scriptFor(scriptOf(rc.spec.local?.script ?? null), call) as never };
-  } else model = brain.modelConfigFor(modelName);
+  } else model = localModelConfig(rc.spec.local, brain);
   const readOnly = !WRITING_ROLES.has(role);
   const scope = brain.captureDelegatedExecutionScope({
     accountId: "local",
@@ -180,7 +182,7 @@ async function runAttempt(
     tokens = addTokens(tokens, tokensOf(outcome.usage));
     transcript = [...transcript, ...outcome.messages];
     if (outcome.stopReason === "error" || outcome.stopReason === "aborted") {
-      const detail = outcome.errorMessage ?? outcome.stopReason;
+      const detail = providerFailureDetail(outcome.errorMessage ?? outcome.stopReason, rc.spec.local);
       rc.append([
         { type: "held", call, op: call, reason: "provider_failure", detail, tokens },
         { type: "run_paused", reason: `held:${call}`, call },
@@ -192,6 +194,7 @@ async function runAttempt(
     const text = outcome.finalText;
     const verdict = judgeAnswer(text, prepared.input.schema);
     if (verdict.ok) {
+      const members = await completionMembers(rc, call, prepared, attempt);
       rc.append([
         {
           type: "completed",
@@ -204,6 +207,7 @@ async function runAttempt(
           raw_text: text,
           extracted: verdict.extracted,
           tokens,
+          ...members,
         },
       ]);
       rc.emit({ type: "call_ended", call, status: "completed" });

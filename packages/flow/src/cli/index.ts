@@ -26,6 +26,10 @@ const commands: Record<
     summary: "a readable timeline of a run",
     load: async () => (await import("./show.js")).showCommand,
   },
+  land: {
+    summary: "merge an ended run's branch into the branch it started from (fast-forward when it can)",
+    load: async () => (await import("./land.js")).landCommand,
+  },
   answer: {
     summary: "answer a decision the run waits for, then resume it (unless --no-resume)",
     load: async () => (await import("../shadow/answer.js")).answerCommand,
@@ -52,6 +56,7 @@ export function flowHelp(): string {
     "  crw flow dispatched RUN CALL --agent ID --k K --attempt N [--wait S]",
     "  crw flow resume RUN [--detach]",
     "  crw flow show RUN",
+    "  crw flow land RUN [--into BRANCH]",
     "  crw flow shadow RUN [--workflow FILE]",
     "  crw flow answer RUN DECISION ANSWER [--no-resume] [--wait S]",
     "",

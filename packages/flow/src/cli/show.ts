@@ -6,6 +6,7 @@ import { runPaths, stateDirFrom } from "../run/paths.js";
 import { readSpec } from "../run/spec.js";
 import { EXIT_OK } from "../util/errors.js";
 import { parseCommand, print } from "./args.js";
+import { branchLines, branchView } from "./branchView.js";
 
 interface CallView {
   call: string;
@@ -128,6 +129,8 @@ export async function showCommand(args: string[]): Promise<number> {
     tokens: runSpent(read.rows),
     ...(spec.token_ceiling !== undefined ? { token_ceiling: spec.token_ceiling } : {}),
     calls: [...calls.values()],
+    /** The run's branch and its commits (null: the repository is no git checkout). */
+    branch: await branchView(read.rows, spec.repo),
     warnings: runWarnings,
   };
   const human = [
@@ -136,6 +139,7 @@ export async function showCommand(args: string[]): Promise<number> {
       (c) =>
         `  ${c.call.padEnd(16)} ${c.role.padEnd(11)} ${c.status.padEnd(12)} attempts ${c.attempts} steps ${c.steps} tokens ${c.tokens.total ?? 0}${c.duration_ms !== null ? ` ${c.duration_ms} ms` : ""}${c.warnings.length ? `  [${c.warnings.join("; ")}]` : ""}`,
     ),
+    ...(view.branch ? branchLines(view.branch) : []),
     `  tokens ${view.tokens.total ?? 0}${view.token_ceiling !== undefined ? ` (ceiling ${view.token_ceiling})` : ""}`,
     ...runWarnings.map((w) => `warning: ${w}`),
   ].join("\n");

@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
 import { isAbsolute, resolve } from "node:path";
+import { resolveLocalModel } from "../backends/localModel.js";
 import { readLocalScript } from "../backends/localScript.js";
 import { bindRunOwner } from "../bound/run.js";
 import { readCodexSettings } from "../run/codexConfig.js";
@@ -9,7 +10,7 @@ import { readLightRows } from "../run/lightJournal.js";
 import { lockHolder, pidAlive, tryLock, unlock } from "../run/locks.js";
 import { checkRunId, runPaths, stateDirFrom } from "../run/paths.js";
 import { ROLE_NAMES, readRoleTable, rolePairs, spawnFormat } from "../run/roles.js";
-import { type RunSpec, SPEC_FORMAT, writeSpec } from "../run/spec.js";
+import { type LocalSpec, type RunSpec, SPEC_FORMAT, writeSpec } from "../run/spec.js";
 import { dirFrom } from "../run/tmploc.js";
 import { EXIT_OK, EXIT_REFUSED, FlowError } from "../util/errors.js";
 import { sleep } from "../util/fsx.js";
@@ -45,6 +46,9 @@ export async function startCommand(args: string[]): Promise<number> {
       "token-ceiling": { type: "string" },
       model: { type: "string" },
       script: { type: "string" },
+      "model-base-url": { type: "string" },
+      "model-api-key-env": { type: "string" },
+      config: { type: "string" },
     },
     ["WORKFLOW"],
   );
@@ -60,10 +64,15 @@ export async function startCommand(args: string[]): Promise<number> {
     throw new FlowError("input", `unknown backend '${backend}' (session, local or app-server)`, 2);
   }
   const input = parseInput(values.input);
-  const local = backend === "local" ? localOptions(values.model, values.script) : undefined;
-  if (backend === "local" ? false : values.model !== undefined || values.script !== undefined) {
-    throw new FlowError("input", "--model and --script are options of --backend local", 2);
+  const localFlags = ["model", "script", "model-base-url", "model-api-key-env", "config"] as const;
+  if (backend !== "local" && localFlags.some((f) => values[f] !== undefined)) {
+    throw new FlowError(
+      "input",
+      `${localFlags.map((f) => `--${f}`).join(", ")} are options of --backend local`,
+      2,
+    );
   }
+  const local = backend === "local" ? localOptions(values) : undefined;
   if (backend === "session" && !owner) {
     throw new FlowError(
       "input",
@@ -166,6 +175,8 @@ export async function startCommand(args: string[]): Promise<number> {
     backend,
     owner,
     ...(local ? { model: local.model } : {}),
+    ...(local?.base_url ? { model_base_url: local.base_url } : {}),
+    ...(local?.api_key_env ? { model_api_key_env: local.api_key_env } : {}),
     pool,
     state_dir: paths.dir,
     spawn_formats: backend === "session" ? ROLE_NAMES.map((r) => spawnFormat(r, table.roles[r])) : [],
@@ -175,7 +186,7 @@ export async function startCommand(args: string[]): Promise<number> {
   };
   const human = [
     backend === "local"
-      ? `run ${runId} started (pid ${pid}) on the local backend, model ${local?.model}, pool ${pool}`
+      ? `run ${runId} started (pid ${pid}) on the local backend, model ${local?.model}${local?.base_url ? ` at ${local.base_url}` : ""}, pool ${pool}`
       : backend === "app-server"
         ? `run ${runId} started (pid ${pid}) on the app-server backend, pool ${pool}`
         : `run ${runId} started (pid ${pid}), owner ${owner}, pool ${pool}`,
@@ -204,24 +215,30 @@ function parseInput(raw: string | undefined): unknown {
   }
 }
 
-/** The local backend's model and script file, checked before anything is written (no provider loads here). */
-function localOptions(model: string | undefined, script: string | undefined) {
-  const name = model ?? "scripted";
-  if (
-    name !== "scripted" &&
-    !/^(openai-responses|openai-completions|anthropic-messages|openai-codex-responses):.+$/.test(name)
-  ) {
-    throw new FlowError(
-      "input",
-      `--model ${name}: not a model (scripted, or openai-responses:<id>, openai-completions:<id>, anthropic-messages:<id>, openai-codex-responses:<id>)`,
-      2,
-    );
-  }
-  if (script !== undefined && name !== "scripted")
+/**
+ * The local backend's model, its server and key variable (flags, environment, config file: localModel.ts)
+ * and its script file, checked before anything is written (no provider loads here).
+ */
+function localOptions(
+  values: {
+    [K in "model" | "script" | "model-base-url" | "model-api-key-env" | "config" | "state"]?: string;
+  },
+): LocalSpec {
+  const script = values.script;
+  const chosen = resolveLocalModel({
+    model: values.model,
+    script,
+    baseUrl: values["model-base-url"],
+    apiKeyEnv: values["model-api-key-env"],
+    config: values.config,
+    state: stateDirFrom(values.state),
+    env: process.env,
+  });
+  if (script !== undefined && chosen.model !== "scripted")
     throw new FlowError("input", "--script goes with --model scripted", 2);
   const path = script === undefined ? null : resolve(script);
   if (path) readLocalScript(path);
-  return { model: name, script: path };
+  return { ...chosen, script: path };
 }
 
 function slug(name: string): string {

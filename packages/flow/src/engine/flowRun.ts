@@ -5,9 +5,10 @@ import { decide } from "../backends/decision.js";
 import { runLocalCall } from "../backends/local.js";
 import { noSessionHost } from "../backends/noHost.js";
 import { bindRunOwner, closeRunOwner } from "../bound/run.js";
+import { worktreePath } from "../git/worktree.js";
 import type { HostThread, SessionHost } from "../host/sessionHost.js";
 import { type JournalStats, JournalWriter } from "../journal/journal.js";
-import type { JournalRow, NewRow, Pair, Tokens } from "../journal/rows.js";
+import type { JournalRow, NewRow, Pair, RowOf, Tokens } from "../journal/rows.js";
 import { readCodexSettings } from "../run/codexConfig.js";
 import type { RunPaths } from "../run/paths.js";
 import { type RoleName, type RoleTable, readRoleTable, rolePairs } from "../run/roles.js";
@@ -17,11 +18,13 @@ import { markerInText } from "../steps/message.js";
 import { FileStepBus, type StepWriteHook } from "../steps/stepBus.js";
 import { digestOf } from "../util/canonical.js";
 import { FlowError } from "../util/errors.js";
+import { foldBranch } from "./branchFold.js";
 import { foldCall } from "./callFold.js";
 import { continuationOf } from "./continuation.js";
 import { releaseEvidence, restoreEvidence } from "./evidence.js";
 import { ledgerSpawnsOf } from "./ledgerJoin.js";
 import { answerStrayReports } from "./reports.js";
+import { RunBranch } from "./runBranch.js";
 import { type FlowEvent, type RunContext, RunStopped } from "./runContext.js";
 import { runSessionCall } from "./sessionCall.js";
 import { TokenFigure, tokenTotal } from "./tokenFigure.js";
@@ -29,12 +32,15 @@ import { CallTracer } from "./trace.js";
 import { DEFAULT_WAKE, OwnerWaker } from "./wake.js";
 import {
   type CallOptions,
+  type CallOutcome,
+  type CallWork,
   type FlowContext,
   loadWorkflow,
+  type NormalizedCall,
   normalizeCall,
   type Workflow,
 } from "./workflow.js";
-import { placeWorktree, worktreeAllocation } from "./workspace.js";
+import { placeWorktree } from "./workspace.js";
 
 export interface FlowRunOptions {
   paths: RunPaths;
@@ -153,6 +159,8 @@ export async function executeRun(opts: FlowRunOptions): Promise<FlowRunOutcome> 
     }
     const ended = journal.rows.find((r) => r.type === "run_ended");
     if (ended?.type === "run_ended") {
+      // a process that died after the run's last row left the branch's refs where they were
+      if (foldBranch(journal.rows)) await RunBranch.open(branchHost(opts, journal));
       closeHolder(opts);
       releaseEvidence(journal.rows);
       return ended.status === "completed"
@@ -161,6 +169,7 @@ export async function executeRun(opts: FlowRunOptions): Promise<FlowRunOutcome> 
     }
     const run = new FlowRun(opts, journal, table, pins);
     run.append(startRows);
+    run.branch = await RunBranch.open(branchHost(opts, journal, run));
     bindHolder(opts, table.policy_digest, pins);
     if (startedN > 1) restoreOpenEvidence(opts, journal.rows);
     const outcome = await run.execute();
@@ -174,6 +183,16 @@ export async function executeRun(opts: FlowRunOptions): Promise<FlowRunOutcome> 
     opts.onStats?.({ ...journal.stats });
     journal.close();
   }
+}
+
+function branchHost(opts: FlowRunOptions, journal: JournalWriter, run?: FlowRun) {
+  return {
+    runId: opts.spec.run_id,
+    repo: opts.spec.repo,
+    rows: () => journal.rows,
+    append: (rows: NewRow[]) => (run ? run.append(rows) : journal.append(rows)),
+    emit: (event: FlowEvent) => (run ? run.emit(event) : opts.onEvent?.(event)),
+  };
 }
 
 /**
@@ -242,6 +261,8 @@ class FlowRun implements RunContext {
   readonly lostAfterMs: number;
   readonly lookupEveryMs: number;
   stopping: { reason: string } | null = null;
+  /** The run's branch; null when the repository is no git checkout. */
+  branch: RunBranch | null = null;
   private waker: OwnerWaker | null = null;
   tracer: CallTracer | null = null;
   private fatal: FlowError | null = null;
@@ -418,14 +439,8 @@ class FlowRun implements RunContext {
     const workflow = this.opts.workflow ?? (await loadWorkflow(this.spec.workflow));
     const ctx: FlowContext = {
       runId: this.runId,
-      call: (o) => {
-        const p = this.call(o);
-        // A workflow may leave a call's promise unawaited while it awaits another: when the run stops,
-        // that call's rejection is part of the stop (the run ends with its row), never an unhandled
-        // rejection of the run's process. The workflow still gets the rejection when it awaits it.
-        p.catch(() => {});
-        return p as never;
-      },
+      call: (o) => handled(this.call(o).then((c) => c.answer)) as never,
+      callWithWork: (o) => handled(this.call(o)) as never,
       decide: (o) => decide(this, o),
     };
     this.watchInbox();
@@ -465,6 +480,7 @@ class FlowRun implements RunContext {
       if (!this.stopping && !this.fatal) {
         // the workflow itself failed (a call ended null_model and it did not catch it, or it threw)
         const message = (e as Error)?.message ?? String(e);
+        await this.branch?.end();
         this.append([{ type: "run_ended", status: "failed", error: message }]);
         outcome = { state: "failed", error: message };
       } else outcome = { state: "paused", reason: this.stopping?.reason ?? "stopped" };
@@ -476,6 +492,7 @@ class FlowRun implements RunContext {
       throw this.fatal;
     }
     if (outcome.state === "completed") {
+      await this.branch?.end();
       this.append([{ type: "run_ended", status: "completed", result: outcome.result }]);
     }
     pumping = false;
@@ -492,7 +509,59 @@ class FlowRun implements RunContext {
     throw new RunStopped("token_ceiling");
   }
 
-  private async call(options: CallOptions): Promise<unknown> {
+  /**
+   * The prepared row and P. In a git checkout P is a worktree of its own at the run branch's tip (after
+   * merging what parallel calls left open); a merge that conflicts ends the call with the paths, before
+   * any subagent is asked. Elsewhere P is the given directory or a scratch directory.
+   */
+  private async prepare(
+    call: string,
+    n: NormalizedCall,
+    input: RowOf<"prepared">["input"],
+    inputDigest: string,
+  ): Promise<void> {
+    const start = this.branch && !n.workspace ? await this.branch.startFor(call) : null;
+    const workspace = start
+      ? worktreePath(this.paths.workspaces, n.node, call)
+      : (n.workspace ?? join(this.paths.workspaces, call));
+    const allocation = start
+      ? { workspace, kind: "worktree" as const, start: start.start }
+      : { workspace, kind: n.workspace ? ("given" as const) : ("scratch" as const) };
+    const prepared: NewRow = {
+      type: "prepared",
+      call,
+      op: call,
+      role: n.role,
+      input,
+      input_digest: inputDigest,
+      backend: this.spec.backend,
+      allocation,
+    };
+    if (start && !start.ok) {
+      this.append([
+        prepared,
+        { type: "null_model", call, op: call, reason: "merge_conflict", errors: start.paths, tokens: {} },
+      ]);
+      this.emit({
+        type: "call_ended",
+        call,
+        status: `null_model (merge_conflict: ${start.paths.join(", ")})`,
+      });
+      return;
+    }
+    this.append([prepared]);
+    // the placer makes P after the prepared row; a resumed call finds it (or makes it again)
+    if (start) await placeWorktree(this.spec.repo, allocation);
+    else mkdirSync(workspace, { recursive: true });
+  }
+
+  /** What a completed call changed, from its completed row. */
+  private workOf(call: string): CallWork | null {
+    const done = this.rowsOf(call).findLast((r) => r.type === "completed");
+    return done?.type === "completed" ? (done.work ?? null) : null;
+  }
+
+  private async call(options: CallOptions): Promise<CallOutcome<unknown>> {
     if (this.stopping) throw new RunStopped(this.stopping.reason);
     const n = normalizeCall(options);
     const i = (this.counters.get(n.node) ?? 0) + 1;
@@ -524,39 +593,23 @@ class FlowRun implements RunContext {
         : this.spec.backend === "app-server"
           ? runAppServerCall
           : runSessionCall;
-    if (fold.position?.kind === "terminal") return runCall(this, call);
+    const outcome = async () => ({ op: call, answer: await runCall(this, call), work: this.workOf(call) });
+    if (fold.position?.kind === "terminal") return outcome();
     const p = (async () => {
       await this.pool.acquire();
       try {
         if (this.stopping) throw new RunStopped(this.stopping.reason);
         if (!fold.prepared) this.checkCeiling();
-        if (!fold.prepared) {
-          const tree =
-            n.workspace || this.spec.backend !== "session"
-              ? null
-              : await worktreeAllocation(this.spec.repo, this.paths.workspaces, n.node, call);
-          const workspace = tree?.workspace ?? n.workspace ?? join(this.paths.workspaces, call);
-          this.append([
-            {
-              type: "prepared",
-              call,
-              op: call,
-              role: n.role,
-              input,
-              input_digest: inputDigest,
-              backend: this.spec.backend,
-              allocation: tree ?? { workspace, kind: n.workspace ? "given" : "scratch" },
-            },
-          ]);
-          // the placer makes P after the prepared row; a resumed call finds it (or makes it again)
-          if (tree) await placeWorktree(this.spec.repo, tree);
-          else mkdirSync(workspace, { recursive: true });
-        } else if (fold.prepared.allocation.kind === "worktree") {
+        if (!fold.prepared) await this.prepare(call, n, input, inputDigest);
+        else if (fold.prepared.allocation.kind === "worktree") {
           await placeWorktree(this.spec.repo, fold.prepared.allocation);
         } else {
           mkdirSync(fold.prepared.allocation.workspace, { recursive: true });
         }
-        return await runCall(this, call);
+        const done = await outcome();
+        // the call's commit on the branch (and its own ref) before the workflow hears of it
+        await this.branch?.sync();
+        return done;
       } finally {
         this.pool.release();
       }
@@ -568,6 +621,16 @@ class FlowRun implements RunContext {
     );
     return p;
   }
+}
+
+/**
+ * A workflow may leave a call's promise unawaited while it awaits another: when the run stops, that call's
+ * rejection is part of the stop (the run ends with its row), never an unhandled rejection of the run's
+ * process. The workflow still gets the rejection when it awaits it.
+ */
+function handled<T>(p: Promise<T>): Promise<T> {
+  p.catch(() => {});
+  return p;
 }
 
 export type { HostThread };

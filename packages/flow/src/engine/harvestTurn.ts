@@ -13,7 +13,7 @@ import {
 } from "./callFold.js";
 import { publish, type Step } from "./publishStep.js";
 import type { RunContext } from "./runContext.js";
-import { executorHeadMoved, executorState } from "./workspace.js";
+import { completionMembers } from "./workspace.js";
 
 export async function harvest(
   rc: RunContext,
@@ -204,9 +204,9 @@ async function evaluate(
   const prepared = foldCall(rc.rowsOf(call)).prepared as RowOf<"prepared">;
   const verdict = judgeAnswer(text, prepared.input.schema);
   if (verdict.ok) {
-    const headMoved = await executorHeadMoved(rc, call, prepared, step.attempt);
-    const state = await executorState(rc, call, prepared, headMoved);
+    // the trace's harvest digests see P as the subagent left it, before crw commits it
     await rc.tracer?.harvest(call, prepared);
+    const members = await completionMembers(rc, call, prepared, step.attempt);
     rc.append([
       {
         type: "completed",
@@ -220,8 +220,7 @@ async function evaluate(
         extracted: verdict.extracted,
         tokens: callTokens,
         ...threadTokens,
-        ...(headMoved ? { executor_head_moved: headMoved } : {}),
-        ...(state ? { executor_state: state } : {}),
+        ...members,
       },
     ]);
     rc.emit({ type: "call_ended", call, status: "completed" });

@@ -4,7 +4,7 @@ import { harvest } from "./harvestTurn.js";
 import { closeUnwritten, publish, type StepFiles } from "./publishStep.js";
 import { type RunContext, RunStopped } from "./runContext.js";
 import { stopCall } from "./stopCall.js";
-import { FlowCallError } from "./workflow.js";
+import { callFailed } from "./workflow.js";
 
 /**
  * Runs one session call to its terminal row: publish a step, bind the subagent the owner reports (or that
@@ -23,7 +23,7 @@ export async function runSessionCall(rc: RunContext, call: string): Promise<unkn
     if (!pos || !fold.prepared) throw new Error(`call ${call} has no prepared row`);
     if (pos.kind === "terminal") {
       if (pos.row.type === "completed") return pos.row.result;
-      throw new FlowCallError(pos.row.op, pos.row.reason);
+      throw callFailed(pos.row);
     }
     if (rc.stopping) {
       await stopCall(rc, call, fold, pos, files);

@@ -26,10 +26,32 @@ export interface CallOptions {
   effort?: string;
 }
 
+/**
+ * What a call did to the run's branch (the run's repository is a git checkout): `start` is the commit its
+ * checkout started from, `commit` crw's commit of its changes (an executor that changed something; null
+ * otherwise), `paths` the paths that commit changed. Read from the call's completed row, so a resumed run
+ * answers the same.
+ */
+export interface CallWork {
+  start: string;
+  commit: string | null;
+  paths: string[];
+}
+
+export interface CallOutcome<T> {
+  /** The call's op id (`<node>.<n>`): a handle for `resume`. */
+  op: string;
+  answer: T;
+  /** Null when the run's repository is no git checkout or the call was given its own directory. */
+  work: CallWork | null;
+}
+
 export interface FlowContext {
   readonly runId: string;
   /** Runs one agent call as a session call; answers the schema-valid answer. */
   call<T = Record<string, unknown>>(options: CallOptions): Promise<T>;
+  /** The same call, answered with its op id and what it changed on the run's branch. */
+  callWithWork<T = Record<string, unknown>>(options: CallOptions): Promise<CallOutcome<T>>;
   /**
    * Waits for a decision a person gives with `crw flow answer RUN ID ANSWER`: the run pauses
    * (waiting_decision) until it is answered, then a resume returns the answer here. Answered decisions
@@ -60,15 +82,24 @@ export function defineWorkflow<I = unknown, O = unknown>(workflow: Workflow<I, O
   return workflow;
 }
 
-/** A call's failure as the workflow sees it: the call ended null_model. */
+/**
+ * A call's failure as the workflow sees it: the call ended null_model. `details` are what the reason is
+ * about (a merge conflict's paths, an invalid answer's errors).
+ */
 export class FlowCallError extends Error {
   override readonly name = "FlowCallError";
   constructor(
     readonly op: string,
     readonly reason: string,
+    readonly details: readonly string[] = [],
   ) {
-    super(`call ${op} ended null_model: ${reason}`);
+    super(`call ${op} ended null_model: ${reason}${details.length > 0 ? ` (${details.join(", ")})` : ""}`);
   }
+}
+
+/** The workflow's error for a call whose terminal row is null_model. */
+export function callFailed(row: { op: string; reason: string; errors?: string[] }): FlowCallError {
+  return new FlowCallError(row.op, row.reason, row.reason === "merge_conflict" ? (row.errors ?? []) : []);
 }
 
 export async function loadWorkflow(path: string): Promise<Workflow> {

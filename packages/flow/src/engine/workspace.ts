@@ -1,30 +1,14 @@
-import { gitRun } from "../git/exec.js";
 import { type ExecutorHeadMoved, pendingTree, recordExecutorHead, strayHeadForTree } from "../git/stray.js";
-import { ensureWorktree, worktreePath } from "../git/worktree.js";
+import { ensureWorktree } from "../git/worktree.js";
 import type { RowOf } from "../journal/rows.js";
 import { WRITING_ROLES } from "../run/roles.js";
+import { callWork, expectedHeadOf, headMovedBeforeCommit } from "./callWork.js";
 import type { RunContext } from "./runContext.js";
 
 export interface Allocation {
   workspace: string;
   kind: "scratch" | "worktree" | "given";
   start?: string;
-}
-
-/**
- * A call's P when the run's repository is a git checkout: a detached worktree of its own at the
- * repository's HEAD (an executor's is its attempt worktree; every other role's a call-private checkout at
- * the head option). Null when the repository is no git checkout (P is then a scratch directory).
- */
-export async function worktreeAllocation(
-  repo: string,
-  workspacesDir: string,
-  node: string,
-  call: string,
-): Promise<Allocation | null> {
-  const head = await gitRun(repo, ["rev-parse", "--verify", "HEAD^{commit}"]);
-  if (head.code !== 0) return null;
-  return { workspace: worktreePath(workspacesDir, node, call), kind: "worktree", start: head.stdout.trim() };
 }
 
 /** Makes (or restores, on a resume) the worktree a prepared row allocated; written after the row. */
@@ -50,7 +34,7 @@ export async function executorHeadMoved(
     const { moved, kept } = await recordExecutorHead({
       repo: rc.spec.repo,
       worktree: a.workspace,
-      expected: a.start,
+      expected: expectedHeadOf(rc, call, a.start),
       run: rc.runId,
       node: call.replace(/\.\d+$/, ""),
       attempt,
@@ -61,7 +45,7 @@ export async function executorHeadMoved(
         type: "warning",
         message: `${call}: the stray commit was not kept: ${JSON.stringify(kept)}`,
       });
-    return moved;
+    return moved ?? headMovedBeforeCommit(rc, call, prepared);
   } catch (e) {
     rc.emit({ type: "warning", message: `${call}: executor HEAD not compared: ${(e as Error).message}` });
     return null;
@@ -94,4 +78,25 @@ export async function executorState(
     rc.emit({ type: "warning", message: `${call}: executor state not proven: ${(e as Error).message}` });
     return null;
   }
+}
+
+/**
+ * The members of an executor call's completed row that describe its worktree: the subagent's own commit
+ * (executor_head_moved), the proof's state, and what the call changed (work). Taken in that order: the
+ * commit crw makes moves HEAD, so the subagent's HEAD is read first.
+ */
+export async function completionMembers(
+  rc: RunContext,
+  call: string,
+  prepared: RowOf<"prepared">,
+  attempt: number,
+): Promise<Partial<Pick<RowOf<"completed">, "executor_head_moved" | "executor_state" | "work">>> {
+  const headMoved = await executorHeadMoved(rc, call, prepared, attempt);
+  const state = await executorState(rc, call, prepared, headMoved);
+  const work = await callWork(rc, call, prepared, attempt);
+  return {
+    ...(headMoved ? { executor_head_moved: headMoved } : {}),
+    ...(state ? { executor_state: state } : {}),
+    ...(work ? { work } : {}),
+  };
 }

@@ -36,6 +36,25 @@ export interface GitResult {
   stderr: string;
 }
 
+/**
+ * Agents worked in the directories crw runs git in: no hook, fsmonitor or pager a repository's config
+ * names runs as crw, and a location variable inherited from a git hook never points git elsewhere.
+ */
+const HARDENED = ["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.pager=cat"];
+const LOCATION_VARIABLES = [
+  "GIT_DIR",
+  "GIT_WORK_TREE",
+  "GIT_INDEX_FILE",
+  "GIT_COMMON_DIR",
+  "GIT_OBJECT_DIRECTORY",
+];
+
+function gitEnv(extra: NodeJS.ProcessEnv | undefined): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env, GIT_TERMINAL_PROMPT: "0", GIT_OPTIONAL_LOCKS: "0" };
+  for (const name of LOCATION_VARIABLES) delete env[name];
+  return { ...env, ...extra };
+}
+
 /** Runs git in `cwd`; answers the exit code and output (never throws for a non-zero exit). */
 export function gitRun(
   cwd: string,
@@ -45,10 +64,10 @@ export function gitRun(
   return new Promise((resolve, reject) => {
     const child = execFile(
       "git",
-      args,
+      [...HARDENED, ...args],
       {
         cwd,
-        env: { ...process.env, GIT_TERMINAL_PROMPT: "0", GIT_OPTIONAL_LOCKS: "0", ...options.env },
+        env: gitEnv(options.env),
         maxBuffer: 64 * 1024 * 1024,
         encoding: "utf8",
       },

@@ -127,30 +127,33 @@ export async function commitPendingTree(options: {
   message: string;
 }): Promise<{ commit: string; tree: string }> {
   const tree = await pendingTree(options.worktree);
-  const commit = await git(options.worktree, ["commit-tree", tree, "-p", options.start, "-F", "-"], {
-    env: CRW_IDENTITY,
-    input: options.message,
-  });
-  const r = await gitRun(options.worktree, [
+  const commit = await commitTree(options.worktree, tree, options.start, options.message);
+  await moveHead(options.worktree, commit, options.observedHead);
+  return { commit, tree };
+}
+
+/** A commit object of `tree` on `parent` in crw's identity: written, referenced by nothing yet. */
+export function commitTree(dir: string, tree: string, parent: string, message: string): Promise<string> {
+  return git(dir, ["commit-tree", tree, "-p", parent, "-F", "-"], { env: CRW_IDENTITY, input: message });
+}
+
+/** Moves the worktree's HEAD from `observedHead` to `commit` (compare-and-swap) and its index to the commit. */
+export async function moveHead(worktree: string, commit: string, observedHead: string): Promise<void> {
+  const r = await gitRun(worktree, [
     "update-ref",
     "--no-deref",
     "-m",
     "crw.commit",
     "HEAD",
     commit,
-    options.observedHead,
+    observedHead,
   ]);
   if (r.code !== 0)
-    throw new GitWorkspaceError(
-      "head_moved",
-      `HEAD of ${options.worktree} is no longer ${options.observedHead}`,
-      {
-        observedHead: options.observedHead,
-        stderr: r.stderr.trim(),
-      },
-    );
-  await git(options.worktree, ["read-tree", commit]);
-  return { commit, tree };
+    throw new GitWorkspaceError("head_moved", `HEAD of ${worktree} is no longer ${observedHead}`, {
+      observedHead,
+      stderr: r.stderr.trim(),
+    });
+  await git(worktree, ["read-tree", commit]);
 }
 
 /** The proof's state of a call: the recorded stray HEAD whose tree is the pending tree, else null. */

@@ -28,7 +28,31 @@ export interface WorktreeAllocation {
   head: string;
 }
 
-export async function ensureWorktree(options: {
+/**
+ * One worktree made at a time per repository in this process: parallel calls of a run would otherwise
+ * race `worktree prune` of one against `worktree add` of another.
+ */
+const making = new Map<string, Promise<unknown>>();
+
+export function ensureWorktree(options: {
+  repo: string;
+  path: string;
+  commit: string;
+}): Promise<WorktreeAllocation> {
+  const key = resolve(options.repo);
+  const before = making.get(key) ?? Promise.resolve();
+  const next = before.then(
+    () => makeWorktree(options),
+    () => makeWorktree(options),
+  );
+  making.set(
+    key,
+    next.catch(() => {}),
+  );
+  return next;
+}
+
+async function makeWorktree(options: {
   repo: string;
   path: string;
   commit: string;

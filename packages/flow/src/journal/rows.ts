@@ -1,4 +1,11 @@
 import { z } from "zod";
+import {
+  BranchMergedRow,
+  BranchUnmergedRow,
+  CallWorkSchema,
+  CommitIntendedRow,
+  RunBranchRow,
+} from "./workRows.js";
 
 /**
  * The rows of a flow run's journal (`<state>/flow/<run>/journal.jsonl`), in the seed's words. Every row is
@@ -193,6 +200,8 @@ export const CompletedRow = z.object({
   executor_state: z.object({ pending_tree: z.string(), stray_head: z.string().nullable() }).optional(),
   /** The harvested subagent's cumulative count at this harvest (a later call bound to it counts from there). */
   thread_tokens: z.object({ thread_id: z.string(), tokens: TokensSchema }).optional(),
+  /** In a git checkout: what the call changed (its start, crw's commit of its changes, the paths). */
+  work: CallWorkSchema.optional(),
 });
 
 export const NullModelRow = z.object({
@@ -395,6 +404,10 @@ export const JournalRowSchema = z.discriminatedUnion("type", [
   DecisionAnsweredRow,
   RunPausedRow,
   RunEndedRow,
+  RunBranchRow,
+  CommitIntendedRow,
+  BranchMergedRow,
+  BranchUnmergedRow,
 ]);
 export type JournalRow = z.infer<typeof JournalRowSchema>;
 export type RowType = JournalRow["type"];

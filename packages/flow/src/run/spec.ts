@@ -13,6 +13,32 @@ import { writeFileAtomic } from "../util/fsx.js";
  */
 export const SPEC_FORMAT = "crw-flow-run/1";
 
+/**
+ * The local backend's model (`scripted`, `openai-responses:<id>`, …), its script file if any, and where its
+ * provider is: the base URL of the server and the name of the variable holding the key, each only when the
+ * start was given one (else brain's defaults: the public endpoint, the API's usual variable). Never the key
+ * itself: the run's process reads the variable when a call runs, so a resume needs it in its environment.
+ */
+export interface LocalSpec {
+  model: string;
+  script: string | null;
+  base_url?: string;
+  api_key_env?: string;
+}
+
+/** The name of an environment variable that holds a key, as brain's model configuration accepts it. */
+export const KEY_ENV_NAME = /^[A-Z_][A-Z0-9_]*$/;
+
+/** An http(s) URL: what a model server's base URL must be. */
+export function isHttpUrl(value: string): boolean {
+  try {
+    const url = new URL(value);
+    return (url.protocol === "http:" || url.protocol === "https:") && url.hostname !== "";
+  } catch {
+    return false;
+  }
+}
+
 export interface RunSpec {
   format: typeof SPEC_FORMAT;
   run_id: string;
@@ -20,8 +46,7 @@ export interface RunSpec {
   workflow_name: string;
   input: unknown;
   backend: "session" | "app-server" | "local";
-  /** The local backend's model (`scripted`, `openai-responses:<id>`, …) and its script file, if any. */
-  local?: { model: string; script: string | null };
+  local?: LocalSpec;
   owner: string | null;
   pool: number;
   repo: string;
@@ -90,6 +115,13 @@ export function checkSpec(raw: unknown, source = "run.json"): RunSpec {
       bad("local.model is not a string");
     if (l.script !== null && (typeof l.script !== "string" || !isAbsolute(l.script)))
       bad("local.script is not an absolute path or null");
+    if (l.base_url !== undefined && (typeof l.base_url !== "string" || !isHttpUrl(l.base_url)))
+      bad("local.base_url is not an http(s) URL");
+    if (
+      l.api_key_env !== undefined &&
+      (typeof l.api_key_env !== "string" || !KEY_ENV_NAME.test(l.api_key_env))
+    )
+      bad("local.api_key_env is not an environment variable name");
   }
   if (o.owner !== null && typeof o.owner !== "string") bad("owner is not a string or null");
   if (typeof o.pool !== "number" || !Number.isInteger(o.pool) || o.pool < 1)

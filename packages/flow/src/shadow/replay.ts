@@ -1,7 +1,7 @@
 import { parseAnswer, validateAgainst } from "../engine/answer.js";
 import { callRows } from "../engine/callFold.js";
 import { startedBackend } from "../engine/flowRun.js";
-import { type CallOptions, FlowCallError, normalizeCall, type Workflow } from "../engine/workflow.js";
+import { type CallOptions, callFailed, normalizeCall, type Workflow } from "../engine/workflow.js";
 import { traceWarnings } from "../git/trace.js";
 import type { JournalRow, RowOf } from "../journal/rows.js";
 import { WRITING_ROLES } from "../run/roles.js";
@@ -61,7 +61,7 @@ export async function shadowReplay(
   for (const r of rows) if (r.type === "prepared") prepared.set(r.call, r);
   const asked = new Set<string>();
   const counters = new Map<string, number>();
-  const call = async (options: CallOptions): Promise<unknown> => {
+  const callWithWork = async (options: CallOptions) => {
     const n = normalizeCall(options);
     const i = (counters.get(n.node) ?? 0) + 1;
     counters.set(n.node, i);
@@ -96,7 +96,7 @@ export async function shadowReplay(
     const own = callRows(rows, op);
     const terminal = own.findLast((r) => r.type === "completed" || r.type === "null_model");
     if (!terminal) throw new ReplayStop(op);
-    if (terminal.type === "null_model") throw new FlowCallError(op, terminal.reason);
+    if (terminal.type === "null_model") throw callFailed(terminal);
     if (digestOf(terminal.result) !== terminal.result_digest) {
       divergences.push({
         kind: "result_digest_differs",
@@ -114,8 +114,9 @@ export async function shadowReplay(
         detail: parsed.ok ? "the recorded answer, read again, is not the recorded result" : parsed.error,
       });
     }
-    return terminal.result;
+    return { op, answer: terminal.result, work: terminal.work ?? null };
   };
+  const call = async (options: CallOptions): Promise<unknown> => (await callWithWork(options)).answer;
   let replay: ShadowReport["replay"];
   let outcome: unknown;
   try {
@@ -124,7 +125,10 @@ export async function shadowReplay(
       if (answered?.type !== "decision_answered") throw new ReplayStop(`decision ${o.id}`);
       return answered.answer;
     };
-    outcome = await workflow.run({ runId, call: call as never, decide }, input);
+    outcome = await workflow.run(
+      { runId, call: call as never, callWithWork: callWithWork as never, decide },
+      input,
+    );
     replay = "completed";
   } catch (e) {
     replay = e instanceof ReplayStop ? "incomplete" : "failed";

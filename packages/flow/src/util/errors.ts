@@ -17,7 +17,12 @@ export type FlowErrorCode =
   | "workflow_failed"
   | "run_live"
   | "state_unwritable"
-  | "host";
+  | "host"
+  | "no_branch"
+  | "run_not_ended"
+  | "merge_conflict"
+  | "worktree_dirty"
+  | "land_failed";
 
 /**
  * The one error class of the flow package: a code that says what went wrong, the exit code a command

@@ -1,3 +1,4 @@
+import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -8,6 +9,26 @@ import { crwFlow, ensureBuilt, repoRoot, waitFor } from "../helpers/cli.js";
 
 const demo = join(repoRoot, "examples/flow/release-notes.workflow.mjs");
 const script = join(repoRoot, "examples/flow/release-notes.script.json");
+
+const git = (cwd: string, ...args: string[]) =>
+  execFileSync("git", args, { cwd, encoding: "utf8", env: { ...process.env, ...gitIdentity } }).trim();
+const gitIdentity = {
+  GIT_AUTHOR_NAME: "t",
+  GIT_AUTHOR_EMAIL: "t@t",
+  GIT_COMMITTER_NAME: "t",
+  GIT_COMMITTER_EMAIL: "t@t",
+};
+
+/** A user's repository with one commit on main. */
+function sampleRepo(dir: string): string {
+  const repo = join(dir, "repo");
+  mkdirSync(repo);
+  git(repo, "init", "-q", "-b", "main");
+  writeFileSync(join(repo, "README.md"), "# sample\n");
+  git(repo, "add", "-A");
+  git(repo, "commit", "-q", "-m", "first");
+  return repo;
+}
 
 /** A plain terminal: no Codex thread, no account. */
 function plainEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
@@ -44,10 +65,13 @@ beforeAll(() => ensureBuilt(), 180_000);
 describe("the local backend through the built CLI", () => {
   it("the demo workflow runs offline from a plain terminal: local is the default without an owner thread; show and shadow read it", async () => {
     const state = mkdtempSync(join(tmpdir(), "crw-flow-local-"));
+    const repo = sampleRepo(state);
     const start = await crwFlow(
       [
         "start",
         demo,
+        "--repo",
+        repo,
         "--state",
         state,
         "--run",
@@ -97,9 +121,22 @@ describe("the local backend through the built CLI", () => {
         .map((r) => r.type === "turn_started" && r.conversation_turn),
     ).toEqual([1, 2]);
     expect(draft2.find((r) => r.type === "completed")).toMatchObject({ k: 2, attempt: 1, extracted: true });
-    // the executor's tool really wrote the file in its workspace
-    const notes = readFileSync(join(state, "flow", "demo", "workspaces", "write.1", "NOTES.md"), "utf8");
-    expect(notes).toContain("## Fixes\n- Torn journal lines are cut off");
+    // the executor's tool really wrote the file in its worktree, and crw committed it onto the run's branch
+    const work = completed.find((c) => c.type === "completed" && c.call === "write.1");
+    const commit = work?.type === "completed" ? work.work?.commit : null;
+    expect(commit).toMatch(/^[0-9a-f]{40}$/);
+    expect(git(repo, "rev-parse", "crw/flow/demo")).toBe(commit);
+    expect(git(repo, "show", "crw/flow/demo:NOTES.md")).toContain(
+      "## Fixes\n- Torn journal lines are cut off",
+    );
+    // the reviewer that followed started from that commit and had NOTES.md in its checkout
+    const review = prepared.find((p) => p.type === "prepared" && p.call === "review.1");
+    expect(review?.type === "prepared" && review.allocation).toMatchObject({
+      kind: "worktree",
+      start: commit,
+    });
+    const reviewDir = review?.type === "prepared" ? review.allocation.workspace : "";
+    expect(readFileSync(join(reviewDir, "NOTES.md"), "utf8")).toContain("## Fixes");
     const show = await crwFlow(["show", "demo", "--state", state], plainEnv());
     expect(show.code).toBe(0);
     expect(show.stdout).toMatch(/draft\.2\s+explorer\s+completed\s+attempts 1/);

@@ -100,7 +100,8 @@ describe("git workspaces of the engine's calls", () => {
     // dirty.1: the subagent commits, then changes more: no stray HEAD has its pending tree
     await waitForCall(r, "dirty.1");
     const wtB = String(prepared(r, "dirty.1")?.allocation.workspace);
-    writeFileSync(join(wtB, "a.txt"), "committed\n");
+    // dirty.1 starts from clean.1's commit (the run branch's tip): its own change is another content
+    writeFileSync(join(wtB, "a.txt"), "committed again\n");
     sh(wtB, "commit", "-q", "-am", "stray");
     writeFileSync(join(wtB, "new.txt"), "not committed\n");
     const agentB = await answer(r, "dirty.1", "executor");

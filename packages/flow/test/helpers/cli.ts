@@ -69,22 +69,20 @@ export interface CliResult {
   json: () => Record<string, unknown>;
 }
 
-/** Runs `crw flow …` as a real process. */
+/**
+ * Runs `crw flow …` as a real process, in `cwd` or else in the temp directory: a run's repository is its
+ * cwd unless `--repo` names one, and a test's run must never make branches in this checkout.
+ */
 export function crwFlow(
   args: string[],
   env: NodeJS.ProcessEnv = process.env,
-  cwd?: string,
+  cwd: string = tmpdir(),
 ): Promise<CliResult> {
   return new Promise((done) => {
-    execFile(
-      process.execPath,
-      [crwBin, "flow", ...args],
-      { env, ...(cwd ? { cwd } : {}) },
-      (err, stdout, stderr) => {
-        const code = err ? Number((err as { code?: number }).code ?? 1) : 0;
-        done({ code, stdout, stderr, json: () => JSON.parse(stdout) as Record<string, unknown> });
-      },
-    );
+    execFile(process.execPath, [crwBin, "flow", ...args], { env, cwd }, (err, stdout, stderr) => {
+      const code = err ? Number((err as { code?: number }).code ?? 1) : 0;
+      done({ code, stdout, stderr, json: () => JSON.parse(stdout) as Record<string, unknown> });
+    });
   });
 }
 
