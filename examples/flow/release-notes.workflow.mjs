@@ -6,6 +6,9 @@
 //   crw flow show <run>
 //
 // With a real provider: --model openai-responses:<model id> (OPENAI_API_KEY) instead of --script.
+// In a git repository (--repo, default the current directory) the run works on the branch crw/flow/<run>:
+// the executor's NOTES.md is committed there, the reviewer reads it, and `crw flow land <run>` brings it
+// onto the branch the run started from.
 
 const plan = {
   type: "object",
@@ -59,7 +62,8 @@ export default {
         }),
       ),
     );
-    const notes = await ctx.call({
+    // callWithWork: the answer, and what the call changed on the run's branch (its commit and paths)
+    const { answer: notes, work } = await ctx.callWithWork({
       role: "executor",
       node: "write",
       task: [
@@ -68,10 +72,12 @@ export default {
       ].join("\n"),
       schema: written,
     });
+    // the reviewer's checkout starts from the executor's commit: the file is there to read
+    const changed = work ? work.paths.join(", ") : notes.file;
     const verdict = await ctx.call({
       role: "reviewer",
       node: "review",
-      task: `Review ${notes.file} (${notes.bullets} bullets) for the ${version} release.`,
+      task: `Review ${notes.file} (${notes.bullets} bullets) for the ${version} release; the writer changed ${changed}. Read it in your checkout.`,
       schema: review,
     });
     return {

@@ -141,23 +141,23 @@ function codeWork() {
   );
 }
 
-try {
-  run("--version");
-  run("daemon", "start", "--data-dir", dataDir, "--port", "0");
+/**
+ * crw flow: a workflow whose agent calls crw runs itself (local backend). In a sample repository of its
+ * own: the run's branch carries the executor's NOTES.md to the reviewer, and `crw flow land` brings it
+ * onto the sample's main.
+ */
+async function flowWork() {
+  const notes = join(sampleDir, "notes");
+  mkdirSync(notes, { recursive: true });
+  git(notes, "init", "-q", "-b", "main");
+  writeFileSync(join(notes, "README.md"), "# release notes sample\n");
+  git(notes, "add", ".");
+  git(notes, "-c", "user.name=demo", "-c", "user.email=demo@localhost", "commit", "-q", "-m", "sample");
   say(
-    `\nThe workflow: 'plan' adds a node from inside its turn (WorkflowAddNodes), 'api' and 'docs' run in\nparallel after it, 'review' joins them. The parent session gets one summary.`,
+    `\ncrw flow in ${notes}: plan, two drafts in parallel, write NOTES.md on the run's branch, review it; every answer schema-checked.`,
   );
-  run("workflow", "run", "examples/daemon/review.yaml", "--data-dir", dataDir);
-  const session = run("session", "create", "--data-dir", dataDir).trim();
-  const task = real
-    ? "List three risks of running database migrations during a deploy, one line each."
-    : JSON.stringify({ steps: [{ text: "Three risks: locks, long rewrites, no rollback path." }] });
-  run("session", "delegate", session, task, "--data-dir", dataDir);
-  codeWork();
-  run("daemon", "status", "--data-dir", dataDir);
-  // crw flow: a workflow whose agent calls crw runs itself (local backend, offline scripted model)
-  say("\ncrw flow: plan, two drafts in parallel, write NOTES.md, review; every answer schema-checked.");
   const flowState = join(dataDir, "flow-state");
+  const model = real ? ["--model", env.CRW_MODEL] : ["--script", "examples/flow/release-notes.script.json"];
   const flowRun = JSON.parse(
     run(
       "flow",
@@ -165,10 +165,11 @@ try {
       "examples/flow/release-notes.workflow.mjs",
       "--backend",
       "local",
+      "--repo",
+      notes,
       "--state",
       flowState,
-      "--script",
-      "examples/flow/release-notes.script.json",
+      ...model,
       "--input",
       '{"version":"1.2.0"}',
       "--json",
@@ -184,6 +185,28 @@ try {
   for (let i = 0; i < 600 && ["running", "starting"].includes(flowShow().status); i++)
     await new Promise((r) => setTimeout(r, 100));
   run("flow", "show", flowRun, "--state", flowState);
+  const before = git(notes, "rev-parse", "HEAD").trim();
+  run("flow", "land", flowRun, "--state", flowState);
+  say(
+    `\n$ git diff ${before.slice(0, 7)} HEAD (in the sample)\n${git(notes, "diff", before, "HEAD").trimEnd()}`,
+  );
+}
+
+try {
+  run("--version");
+  run("daemon", "start", "--data-dir", dataDir, "--port", "0");
+  say(
+    `\nThe workflow: 'plan' adds a node from inside its turn (WorkflowAddNodes), 'api' and 'docs' run in\nparallel after it, 'review' joins them. The parent session gets one summary.`,
+  );
+  run("workflow", "run", "examples/daemon/review.yaml", "--data-dir", dataDir);
+  const session = run("session", "create", "--data-dir", dataDir).trim();
+  const task = real
+    ? "List three risks of running database migrations during a deploy, one line each."
+    : JSON.stringify({ steps: [{ text: "Three risks: locks, long rewrites, no rollback path." }] });
+  run("session", "delegate", session, task, "--data-dir", dataDir);
+  codeWork();
+  run("daemon", "status", "--data-dir", dataDir);
+  await flowWork();
   say(
     [
       "",

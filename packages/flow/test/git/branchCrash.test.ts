@@ -3,8 +3,8 @@ import { existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { readJournalFile } from "../../src/journal/journal.js";
-import { pidAlive } from "../../src/run/locks.js";
 import type { JournalRow, RowOf } from "../../src/journal/rows.js";
+import { pidAlive } from "../../src/run/locks.js";
 import { crwFlow, ensureBuilt, waitFor } from "../helpers/cli.js";
 import { tempRepo } from "./repo.js";
 
