@@ -1,4 +1,5 @@
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
@@ -19,7 +20,9 @@ import { crwFlow, ensureBuilt, waitFor } from "./helpers/cli.js";
  * in turn; the run is resumed (`crw flow resume --detach`) and must end with the uninterrupted run's
  * result, no call completed twice and no step published twice. The run has an evidence cwd (`--evidence`)
  * and a gated executor call, so its flow evidence record's evidence_placed row is a boundary too; the
- * record lives under the owner's cwd and is released when the run ends.
+ * record lives under the owner's cwd and is released when the run ends. The run's repository is a git
+ * checkout, so the run branch's rows (run_branch, commit_intended) are boundaries too, and the branch must
+ * come out as the reference's: the executor's file committed once.
  */
 const workflowSource = `
 const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } }, additionalProperties: false };
@@ -46,6 +49,8 @@ const behave: Behave = (step) => {
     };
   }
   const n = step.call === "explorer.1" ? 7 : step.call === "reviewer.1" ? 5 : 12; // executor.1: 12
+  // the executor's subagent writes a file in its worktree: crw commits it onto the run's branch
+  if (step.call === "executor.1" && step.workspace) writeFileSync(join(step.workspace, "sum.txt"), `${n}\n`);
   return {
     kind: "answer",
     messages: [{ text: JSON.stringify({ n }), phase: "final_answer" }],
@@ -57,7 +62,7 @@ let fake: FakeAppServer;
 let root: string;
 let env: NodeJS.ProcessEnv;
 let workflowPath: string;
-let reference: { result: unknown; rows: JournalRow[]; record: string };
+let reference: { result: unknown; rows: JournalRow[]; record: string; branch: Branch };
 let seq = 0;
 
 beforeAll(async () => {
@@ -85,8 +90,10 @@ async function runOnce(fault: string | null): Promise<{
   /** At the kill: the journal's last row type and whether the executor's evidence record existed. */
   atKill: { last: string | undefined; record: boolean } | null;
   record: string;
+  branch: Branch;
 }> {
   const runId = `crash-${seq++}`;
+  const repo = gitRepo(join(root, `repo-${runId}`));
   const state = join(root, "state");
   const paths = runPaths(state, runId);
   // a fresh owner thread per run: the host's marker lookups list this run's subagents only
@@ -113,6 +120,8 @@ async function runOnce(fault: string | null): Promise<{
       "--poll-ms",
       "20",
       "--evidence",
+      "--repo",
+      repo,
       "--json",
     ],
     startEnv,
@@ -152,6 +161,45 @@ async function runOnce(fault: string | null): Promise<{
     leftSteps,
     atKill,
     record,
+    branch: branchOf(repo, runId),
+  };
+}
+
+interface Branch {
+  tree: string;
+  commits: number;
+  files: string;
+}
+
+const git = (cwd: string, ...args: string[]) =>
+  execFileSync("git", args, {
+    cwd,
+    encoding: "utf8",
+    env: {
+      ...process.env,
+      GIT_AUTHOR_NAME: "t",
+      GIT_AUTHOR_EMAIL: "t@t",
+      GIT_COMMITTER_NAME: "t",
+      GIT_COMMITTER_EMAIL: "t@t",
+    },
+  }).trim();
+
+function gitRepo(dir: string): string {
+  mkdirSync(dir, { recursive: true });
+  git(dir, "init", "-q", "-b", "main");
+  writeFileSync(join(dir, "README.md"), "crash\n");
+  git(dir, "add", "-A");
+  git(dir, "commit", "-q", "-m", "start");
+  return dir;
+}
+
+/** The run's branch: its tree, how many commits it has over main, and its files. */
+function branchOf(repo: string, runId: string): Branch {
+  const ref = `crw/flow/${runId}`;
+  return {
+    tree: git(repo, "rev-parse", `${ref}^{tree}`),
+    commits: Number(git(repo, "rev-list", "--count", `main..${ref}`)),
+    files: git(repo, "ls-tree", "-r", "--name-only", ref),
   };
 }
 
@@ -174,6 +222,7 @@ describe("crash injection at every journal boundary", () => {
     expect(reference.rows.filter((r) => r.type === "evidence_placed")).toHaveLength(1);
     expect(existsSync(reference.record)).toBe(false);
     expect(reference.rows.filter((r) => r.type === "step_published")).toHaveLength(4);
+    expect(reference.branch).toMatchObject({ commits: 1, files: "README.md\nsum.txt" });
   });
 
   it("S000-169 S000-097 S000-137 S000-138 S000-139 S000-140 S000-141 S000-142 S000-145 S000-146 S000-147: a SIGKILL after any row resumes to the same result, nothing twice", async () => {
@@ -208,6 +257,12 @@ describe("crash injection at every journal boundary", () => {
       ).toHaveLength(1);
       // tokens: a recovered turn counts only what it adds (tokens_seen, call_tokens of its step row)
       expect(tokensByCall(out.rows), point).toEqual(tokensByCall(reference.rows));
+      // the same branch as the uninterrupted run's, the executor committed once
+      expect(out.branch, point).toEqual(reference.branch);
+      expect(
+        out.rows.filter((r) => r.type === "commit_intended"),
+        point,
+      ).toHaveLength(1);
       expect(checkResumedRun(out.rows), point).toEqual({
         completedTwice: [],
         publishedTwice: [],
