@@ -1,5 +1,5 @@
 import { execFile, execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, statSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { FakeAppServer } from "@crw/tools/codex";
@@ -7,22 +7,15 @@ import { FakeAppServer } from "@crw/tools/codex";
 export const repoRoot = resolve(import.meta.dirname, "../../../..");
 export const crwBin = join(repoRoot, "apps/crw/bin/crw.mjs");
 
-/** The run process is the built CLI: build flow and crw when a source is newer than the build. */
+/**
+ * The run process is the built CLI: build flow and crw when a source is newer than the build. Test files
+ * run in parallel: one lock file serializes the builds, so two tsup runs of a package never overlap.
+ */
 export function ensureBuilt(): void {
-  const newest = (dir: string): number => {
-    let latest = 0;
-    for (const e of readdirSync(dir, { withFileTypes: true })) {
-      const path = join(dir, e.name);
-      latest = Math.max(latest, e.isDirectory() ? newest(path) : statSync(path).mtimeMs);
-    }
-    return latest;
-  };
-  for (const pkg of ["packages/flow", "apps/crw"]) {
-    const dist = join(repoRoot, pkg, "dist/index.js");
-    if (!existsSync(dist) || statSync(dist).mtimeMs < newest(join(repoRoot, pkg, "src"))) {
-      execFileSync("npx", ["tsup"], { cwd: join(repoRoot, pkg), stdio: "ignore" });
-    }
-  }
+  const lock = join(tmpdir(), "crw-flow-dist-build.lock");
+  execFileSync("flock", [lock, process.execPath, join(import.meta.dirname, "../host/buildIfStale.mjs")], {
+    stdio: "ignore",
+  });
 }
 
 /**
