@@ -12,6 +12,7 @@ import { listStepFiles, type StepFile } from "../steps/stepBus.js";
 import { EXIT_OK } from "../util/errors.js";
 import { removeIfExists, sleep } from "../util/fsx.js";
 import { numberOption, parseCommand, print } from "./args.js";
+import { decisionOf, hostDown, SAME_ASKS_NOTE, sameAsks } from "./nextNotes.js";
 
 /** How long `next` reads a starting run again, whatever --wait says (CRW_FLOW_STARTING_MS for tests). */
 const STARTING_WINDOW_MS =
@@ -132,23 +133,27 @@ export async function nextCommand(args: string[]): Promise<number> {
     state.kind === "paused" ? /^waiting_decision:(.+)$/.exec(state.pausedReason ?? "")?.[1] : undefined;
   const kind =
     state.kind === "unheld" ? "starting" : decision !== undefined ? "waiting_decision" : state.kind;
-  const hint = hintFor(
-    kind,
-    steps.length,
-    closes,
-    open,
-    full,
-    resumedPid,
-    crw,
-    spec.run_id,
-    stateFlag,
-    waitMs,
+  let hint = hintFor(kind, steps.length, closes, open, full, resumedPid, crw, spec.run_id, stateFlag, waitMs);
+  const waiting = decision !== undefined ? decisionOf(state.rows, decision) : null;
+  if (waiting) hint = `${waiting.question} ${hint}`;
+  const host = kind === "ended" ? null : hostDown(state.rows);
+  if (host) {
+    warnings.push(`crw cannot reach the owner's Codex host ${host.host}: ${host.why}`);
+    hint = `crw cannot reach the owner's Codex host ${host.host}: ${host.why}. To fix: ${host.fix}. ${hint}`;
+  }
+  const seen = [kind, ...closes.map((c) => c.agent_id), ...steps.map((s) => `${s.op}/${s.attempt}`)].join(
+    " ",
   );
+  const asks = sameAsks(paths.dir, seen, waitMs > 0);
+  if (asks >= SAME_ASKS_NOTE && kind !== "ended")
+    hint = `Nothing changed since your last ${asks - 1} asks. Wait for the next change instead of asking again: ${crw} flow next ${spec.run_id}${stateFlag} --wait 30 --json (or wait_agent on the open subagents). ${hint}`;
   const answer = {
     run_id: spec.run_id,
     state: kind,
     ...(state.kind === "ended" ? { ended: { status: state.endedStatus } } : {}),
     ...(state.kind === "paused" ? { paused: { reason: state.pausedReason } } : {}),
+    ...(waiting ? { decision: waiting } : {}),
+    ...(host ? { host } : {}),
     steps: [...closes, ...steps],
     slots,
     spawn_formats: formats,

@@ -3,6 +3,7 @@ import { dirname, join } from "node:path";
 import type { bindRunOwner } from "../bound/run.js";
 import { boundDir } from "../bound/store.js";
 import { BUILTIN_AGENT_TYPES, type CodexSettings } from "../run/codexConfig.js";
+import { probeHost } from "../run/hostDiagnosis.js";
 import type { RunPaths } from "../run/paths.js";
 import { ROLE_NAMES, type RoleTable } from "../run/roles.js";
 import { unusable } from "../run/tmploc.js";
@@ -14,13 +15,14 @@ export interface SessionFact {
     | "owner_state_writable"
     | "subagent_slots"
     | "multi_agent_v1"
-    | "verifier_prerequisites";
+    | "verifier_prerequisites"
+    | "owner_host_reachable";
   ok: boolean;
   detail: string;
 }
 
 /**
- * The start preview's six session facts. Each is a warning when it does not hold, never a refusal: the
+ * The start preview's six session facts (the seventh, owner_host_reachable, is `ownerHostReachable`). Each is a warning when it does not hold, never a refusal: the
  * run starts whatever they say (the owner reads them before it takes the first step).
  */
 export function sessionFacts(o: {
@@ -140,4 +142,32 @@ function verifierPrerequisites(table: RoleTable): SessionFact {
       detail: `verifier.go_root ${table.verifier.go_root}: ${go} is not an executable file`,
     };
   }
+}
+
+/**
+ * The seventh fact: whether the owner's Codex host looks reachable (the default host's control socket, a
+ * unix:// socket, a ws:// address that accepts a connection). A host command is not judged: only running
+ * it would tell, and the run's own bound says so later.
+ */
+export async function ownerHostReachable(host: string): Promise<SessionFact> {
+  const spec = host.trim();
+  const command = spec !== "" && !/\bapp-server proxy\b/.test(spec) && !/^(unix|wss?):\/\//i.test(spec);
+  if (command)
+    return {
+      fact: "owner_host_reachable",
+      ok: true,
+      detail: `the host command \`${spec}\` is judged when the run first asks it`,
+    };
+  const d = await probeHost(host);
+  if (!d)
+    return {
+      fact: "owner_host_reachable",
+      ok: true,
+      detail: `the host ${host || "codex app-server proxy"} answers`,
+    };
+  return {
+    fact: "owner_host_reachable",
+    ok: false,
+    detail: `crw cannot reach ${d.host}: ${d.why}. To fix: ${d.fix}`,
+  };
 }

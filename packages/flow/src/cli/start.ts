@@ -15,7 +15,7 @@ import { dirFrom } from "../run/tmploc.js";
 import { EXIT_OK, EXIT_REFUSED, FlowError } from "../util/errors.js";
 import { sleep } from "../util/fsx.js";
 import { intOption, parseCommand, print } from "./args.js";
-import { sessionFacts } from "./sessionFacts.js";
+import { ownerHostReachable, sessionFacts } from "./sessionFacts.js";
 
 /** How long the start holds its start lock waiting for the run's process to hold the run lock. */
 const HANDOVER_MS = 15_000;
@@ -44,6 +44,7 @@ export async function startCommand(args: string[]): Promise<number> {
       evidence: { type: "boolean" },
       "lost-after-ms": { type: "string" },
       "token-ceiling": { type: "string" },
+      "refusal-bound": { type: "string" },
       model: { type: "string" },
       script: { type: "string" },
       "model-base-url": { type: "string" },
@@ -131,6 +132,9 @@ export async function startCommand(args: string[]): Promise<number> {
       ? { lost_after_ms: intOption("lost-after-ms", values["lost-after-ms"], 600_000, 1) }
       : {}),
     ...(tokenCeiling !== undefined ? { token_ceiling: tokenCeiling } : {}),
+    ...(values["refusal-bound"] !== undefined
+      ? { refusal_bound: intOption("refusal-bound", values["refusal-bound"], 3, 1) }
+      : {}),
   };
   if (!tryLock(paths.startLock))
     throw new FlowError("run_live", `run ${runId} is being started by another process`, 1);
@@ -162,7 +166,12 @@ export async function startCommand(args: string[]): Promise<number> {
     );
   }
   const facts =
-    owner && backend === "session" ? sessionFacts({ owner, codex, paths, repo, table, bind, pool }) : [];
+    owner && backend === "session"
+      ? [
+          ...sessionFacts({ owner, codex, paths, repo, table, bind, pool }),
+          await ownerHostReachable(values.host ?? process.env.CRW_FLOW_HOST ?? ""),
+        ]
+      : [];
   const crw = `${process.execPath} ${process.argv[1] ?? "crw"}`;
   const stateFlag = values.state ? ` --state ${state}` : "";
   // the owner takes a session run's steps with next; a local or app-server run has no owner steps:

@@ -22,7 +22,9 @@ import { foldBranch } from "./branchFold.js";
 import { foldCall } from "./callFold.js";
 import { continuationOf } from "./continuation.js";
 import { releaseEvidence, restoreEvidence } from "./evidence.js";
+import { HostHealth } from "./hostHealth.js";
 import { ledgerSpawnsOf } from "./ledgerJoin.js";
+import { RefusalBound } from "./refusals.js";
 import { answerStrayReports } from "./reports.js";
 import { RunBranch } from "./runBranch.js";
 import { type FlowEvent, type RunContext, RunStopped } from "./runContext.js";
@@ -261,6 +263,8 @@ class FlowRun implements RunContext {
   readonly lostAfterMs: number;
   readonly lookupEveryMs: number;
   stopping: { reason: string } | null = null;
+  readonly hostHealth: HostHealth;
+  readonly refusals: RefusalBound = new RefusalBound(this);
   /** The run's branch; null when the repository is no git checkout. */
   branch: RunBranch | null = null;
   private waker: OwnerWaker | null = null;
@@ -286,7 +290,17 @@ class FlowRun implements RunContext {
     if (!opts.spec.owner && opts.spec.backend === "session")
       throw new FlowError("input", "a session run needs an owner thread", 2);
     this.owner = opts.spec.owner ?? "";
-    this.host = opts.host ?? noSessionHost(opts.spec.backend);
+    this.hostHealth = new HostHealth({
+      hostSpec: opts.spec.host,
+      env: opts.env ?? process.env,
+      rows: () => this.journal.rows,
+      append: (rows) => this.append(rows),
+    });
+    // the session backend's host answers are watched: an owner's host crw cannot reach is said, with why
+    this.host =
+      opts.host && opts.spec.backend === "session"
+        ? this.hostHealth.watch(opts.host)
+        : (opts.host ?? noSessionHost(opts.spec.backend));
     this.bus = new FileStepBus(opts.paths.steps, opts.stepWriteHook ?? null);
     this.pollMs = opts.spec.poll_ms ?? 500;
     this.lostAfterMs = opts.spec.lost_after_ms ?? DEFAULT_LOST_AFTER_MS;

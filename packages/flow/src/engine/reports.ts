@@ -81,13 +81,12 @@ export async function answerReports(
     }
     const r = await rc.host.readThread(report.agent_id);
     if (!r.ok) {
-      answer(
-        rc,
-        name,
-        report,
-        "retry",
-        `the host cannot show ${report.agent_id} yet (${r.reason}): ${r.message}`,
-      );
+      const down = r.reason === "unreachable" ? rc.hostHealth?.down() : null;
+      const reason = down
+        ? `crw cannot reach the owner's Codex host ${down.host}: ${down.why}. To fix: ${down.fix}`
+        : `the host cannot show ${report.agent_id} yet (${r.reason}): ${r.message}`;
+      answer(rc, name, report, "retry", reason);
+      if (rc.refusals?.note(call, step, "retry", report.agent_id, reason)) return false;
       continue;
     }
     const v = judgeBind(step, r.value, rc.owner, stepPair(rc, step));
@@ -114,6 +113,10 @@ export async function answerReports(
         },
       );
     } else answer(rc, name, report, v.verdict, v.reason);
+    // an owner that answers each refusal with the same again is held after a bound, not refused forever;
+    // a retry because the subagent's turn does not show the marker yet is a wait for the host, not a loop
+    if (v.verdict !== "retry" && rc.refusals?.note(call, step, v.verdict, report.agent_id, v.reason))
+      return false;
   }
   return false;
 }

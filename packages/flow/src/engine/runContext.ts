@@ -5,6 +5,8 @@ import type { RunPaths } from "../run/paths.js";
 import type { RoleName, RoleTable } from "../run/roles.js";
 import type { RunSpec } from "../run/spec.js";
 import type { FileStepBus } from "../steps/stepBus.js";
+import type { HostHealth } from "./hostHealth.js";
+import type { RefusalBound } from "./refusals.js";
 import type { CallTracer } from "./trace.js";
 
 /** Typed events a run emits; the CLI turns them into its log lines. */
@@ -35,6 +37,10 @@ export interface RunContext {
   readonly lookupEveryMs: number;
   /** The reason the run is stopping (a pause, a held call, a fatal error), or null while it runs. */
   stopping: { reason: string } | null;
+  /** The bound on an owner's repeated refusals of one step (session runs). */
+  readonly refusals?: RefusalBound;
+  /** Whether the owner's host answers (session runs): past a bound of failures, why and what to do. */
+  readonly hostHealth?: HostHealth;
   /** SessionConfig.Trace: digests at bind and harvest (null when the run does not trace). */
   readonly tracer?: CallTracer | null;
   append(rows: NewRow[]): JournalRow[];

@@ -70,6 +70,11 @@ export interface RunSpec {
   unresponsive_after_ms?: number;
   /** The run's token ceiling: no new call starts once the run's figure (total tokens) reaches it. */
   token_ceiling?: number;
+  /**
+   * How many refusals of one step (pair_mismatch, refused) before its call is held for a decision
+   * (default 3); an owner's `retry` reports are bounded at five times this.
+   */
+  refusal_bound?: number;
 }
 
 export function writeSpec(path: string, spec: RunSpec): void {
@@ -141,6 +146,7 @@ export function checkSpec(raw: unknown, source = "run.json"): RunSpec {
     "wake_after_ms",
     "renotify_max_ms",
     "unresponsive_after_ms",
+    "refusal_bound",
   ]) {
     if (o[key] !== undefined && (typeof o[key] !== "number" || (o[key] as number) < 1))
       bad(`${key} is not a positive number`);

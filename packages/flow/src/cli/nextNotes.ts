@@ -1,0 +1,67 @@
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import type { LightRow } from "../run/lightJournal.js";
+import { writeFileAtomic } from "../util/fsx.js";
+
+/**
+ * What `crw flow next` adds to the run's state for an owner that is stuck: the decision a paused run
+ * waits for (its question names the fix), the diagnosis of a host the run cannot reach, and a note when
+ * the owner keeps asking with nothing new (kept in `next-seen.json`, never in the journal).
+ */
+export interface HostDown {
+  reachable: false;
+  host: string;
+  why: string;
+  fix: string;
+}
+
+/** The run's newest host_unreachable warning when no host_reachable came after it. */
+export function hostDown(rows: readonly LightRow[]): HostDown | null {
+  for (let i = rows.length - 1; i >= 0; i--) {
+    const r = rows[i];
+    if (r?.type !== "flow_warning") continue;
+    if (r.warning === "host_reachable") return null;
+    if (r.warning === "host_unreachable") {
+      const d = (r.detail ?? {}) as Record<string, unknown>;
+      return {
+        reachable: false,
+        host: String(d.host ?? ""),
+        why: String(d.why ?? ""),
+        fix: String(d.fix ?? ""),
+      };
+    }
+  }
+  return null;
+}
+
+export interface Decision {
+  id: string;
+  question: string;
+  options?: unknown;
+}
+
+export function decisionOf(rows: readonly LightRow[], id: string): Decision | null {
+  const r = rows.find((x) => x.type === "decision_requested" && x.decision === id);
+  if (!r) return null;
+  return { id, question: String(r.question ?? ""), ...(r.options ? { options: r.options } : {}) };
+}
+
+/** How many asks in a row (without --wait) saw this same answer; after 3 the hint says so. */
+export const SAME_ASKS_NOTE = 3;
+
+export function sameAsks(dir: string, digest: string, waited: boolean): number {
+  const file = join(dir, "next-seen.json");
+  let seen = { digest: "", count: 0 };
+  try {
+    seen = JSON.parse(readFileSync(file, "utf8")) as typeof seen;
+  } catch {
+    // first ask
+  }
+  const count = !waited && seen.digest === digest ? seen.count + 1 : 1;
+  try {
+    writeFileAtomic(file, `${JSON.stringify({ digest, count })}\n`);
+  } catch {
+    // a state directory that cannot be written loses only this note
+  }
+  return count;
+}
