@@ -157,7 +157,9 @@ describe("crw flow start's preview", () => {
         expect(f.arguments.fork_context).toBe(false);
       }
       const facts = a.facts as Array<{ fact: string; ok: boolean }>;
-      expect(facts).toHaveLength(6);
+      // the seed's six, then crw's seventh: whether the owner's host can be reached
+      expect(facts).toHaveLength(7);
+      expect(facts[6]?.fact).toBe("owner_host_reachable");
       expect(facts.find((f) => f.fact === "role_models")?.ok).toBe(false); // a warning; the run started
       const human = await crwFlow(
         ["start", wf, "--owner", fake.createOwnerThread({ cwd: root }), "--state", state, "--run", "facts-2"],
