@@ -137,16 +137,21 @@ export async function nextCommand(args: string[]): Promise<number> {
   const waiting = decision !== undefined ? decisionOf(state.rows, decision) : null;
   if (waiting) hint = `${waiting.question} ${hint}`;
   const host = kind === "ended" ? null : hostDown(state.rows);
+  // a host that went down (or came back) is a change: the ask that first tells it is no repeat
+  const seen = [
+    kind,
+    ...(host ? [`host_down:${host.host}`] : []),
+    ...closes.map((c) => c.agent_id),
+    ...steps.map((s) => `${s.op}/${s.attempt}`),
+  ].join(" ");
+  const asks = sameAsks(paths.dir, seen, waitMs > 0);
+  if (asks >= SAME_ASKS_NOTE && kind !== "ended")
+    hint = `Nothing changed since your last ${asks - 1} asks. Wait for the next change instead of asking again: ${crw} flow next ${spec.run_id}${stateFlag} --wait 30 --json (or wait_agent on the open subagents). ${hint}`;
+  // the diagnosis comes first: no wait helps until the host is fixed
   if (host) {
     warnings.push(`crw cannot reach the owner's Codex host ${host.host}: ${host.why}`);
     hint = `crw cannot reach the owner's Codex host ${host.host}: ${host.why}. To fix: ${host.fix}. ${hint}`;
   }
-  const seen = [kind, ...closes.map((c) => c.agent_id), ...steps.map((s) => `${s.op}/${s.attempt}`)].join(
-    " ",
-  );
-  const asks = sameAsks(paths.dir, seen, waitMs > 0);
-  if (asks >= SAME_ASKS_NOTE && kind !== "ended")
-    hint = `Nothing changed since your last ${asks - 1} asks. Wait for the next change instead of asking again: ${crw} flow next ${spec.run_id}${stateFlag} --wait 30 --json (or wait_agent on the open subagents). ${hint}`;
   const answer = {
     run_id: spec.run_id,
     state: kind,
