@@ -44,7 +44,8 @@ execFileSync(
     "--input",
     JSON.stringify({ calls }),
   ],
-  { env, stdio: "ignore" },
+  // in the temp directory: no git checkout, so the run makes no branch (bench/flow-branch.mjs measures that)
+  { env, stdio: "ignore", cwd: dir },
 );
 const journal = join(state, "flow", "b", "journal.jsonl");
 let rows = [];

@@ -19,13 +19,15 @@ export async function callWork(
   call: string,
   prepared: RowOf<"prepared">,
   attempt: number,
+  /** The worktree's pending tree when the caller has just taken it (the proof's state). */
+  taken?: string,
 ): Promise<CallWork | null> {
   const a = prepared.allocation;
   if (a.kind !== "worktree" || !a.start) return null;
   const start = a.start;
   if (!WRITING_ROLES.has(prepared.role)) return { start, commit: null, paths: [] };
   const worktree = a.workspace;
-  const tree = await pendingTree(worktree);
+  const tree = taken ?? (await pendingTree(worktree));
   const intended = commitIntents(rc, call).findLast((r) => r.tree === tree);
   if (intended) {
     const head = await headOf(worktree);

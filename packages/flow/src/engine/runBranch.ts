@@ -21,6 +21,8 @@ export type CallStart = { ok: true; start: string } | { ok: false; start: string
 
 export class RunBranch {
   private queue: Promise<unknown> = Promise.resolve();
+  /** Refs this process has seen at (or moved to) a commit: a sync reads only the others. */
+  private readonly known = new Map<string, string>();
 
   private constructor(private readonly host: BranchHost) {}
 
@@ -125,6 +127,12 @@ export class RunBranch {
 
   /** Creates the ref against no ref, or moves it forwards from what it holds; anything else is a warning. */
   private async keepRef(ref: string, commit: string): Promise<void> {
+    if (this.known.get(ref) === commit) return;
+    await this.moveRef(ref, commit);
+    this.known.set(ref, commit);
+  }
+
+  private async moveRef(ref: string, commit: string): Promise<void> {
     const cur = await gitRun(this.host.repo, ["rev-parse", "-q", "--verify", `${ref}^{commit}`]);
     const current = cur.code === 0 ? cur.stdout.trim() : null;
     if (current === commit) return;

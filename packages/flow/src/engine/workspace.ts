@@ -93,7 +93,7 @@ export async function completionMembers(
 ): Promise<Partial<Pick<RowOf<"completed">, "executor_head_moved" | "executor_state" | "work">>> {
   const headMoved = await executorHeadMoved(rc, call, prepared, attempt);
   const state = await executorState(rc, call, prepared, headMoved);
-  const work = await callWork(rc, call, prepared, attempt);
+  const work = await callWork(rc, call, prepared, attempt, state?.pending_tree);
   return {
     ...(headMoved ? { executor_head_moved: headMoved } : {}),
     ...(state ? { executor_state: state } : {}),

@@ -73,8 +73,12 @@ async function makeWorktree(options: {
       );
     rmdirSync(options.path);
   }
-  await git(options.repo, ["worktree", "prune"]);
-  await git(options.repo, ["worktree", "add", "--detach", options.path, start]);
+  // a registration whose directory is gone (a run's state removed) blocks the add: pruned, then again
+  const add = ["worktree", "add", "--detach", options.path, start];
+  if ((await gitRun(options.repo, add)).code !== 0) {
+    await git(options.repo, ["worktree", "prune"]);
+    await git(options.repo, add);
+  }
   return { path: options.path, created: true, head: start };
 }
 
