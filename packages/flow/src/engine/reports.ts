@@ -113,10 +113,9 @@ export async function answerReports(
         },
       );
     } else answer(rc, name, report, v.verdict, v.reason);
-    // an owner that answers each refusal with the same again is held after a bound, not refused forever;
-    // a retry because the subagent's turn does not show the marker yet is a wait for the host, not a loop
-    if (v.verdict !== "retry" && rc.refusals?.note(call, step, v.verdict, report.agent_id, v.reason))
-      return false;
+    // an owner that answers each refusal with the same again is held after a bound, not refused forever
+    // (a subagent spawned without the step's message never shows its marker: its retries are bounded too)
+    if (rc.refusals?.note(call, step, v.verdict, report.agent_id, v.reason)) return false;
   }
   return false;
 }
