@@ -1,7 +1,9 @@
 import { existsSync } from "node:fs";
 import { foldBranch } from "../engine/branchFold.js";
 import { RunBranch } from "../engine/runBranch.js";
+import { gitRun } from "../git/exec.js";
 import { readJournalFile } from "../journal/journal.js";
+import type { JournalRow } from "../journal/rows.js";
 import { runPaths, stateDirFrom } from "../run/paths.js";
 import { readSpec } from "../run/spec.js";
 import { EXIT_INPUT, EXIT_OK, EXIT_REFUSED, FlowError } from "../util/errors.js";
@@ -11,13 +13,14 @@ import { parseCommand, print } from "./args.js";
  * `crw flow land RUN [--into BRANCH]`: merges the run's branch into the branch the run was started from (or
  * the one named): a fast-forward when it can be, else a merge commit; never a force. A conflict, or
  * uncommitted changes the result would overwrite in the checkout of that branch, refuses with the paths
- * and changes nothing. Only an ended run lands: a running one's branch still moves.
+ * and changes nothing. Only an ended run lands: a running one's branch still moves. After the land the
+ * run's worktrees are removed (`--keep-worktrees` keeps them).
  */
 export async function landCommand(args: string[]): Promise<number> {
   const { values, positionals } = parseCommand(
     "land",
     args,
-    { state: { type: "string" }, into: { type: "string" } },
+    { state: { type: "string" }, into: { type: "string" }, "keep-worktrees": { type: "boolean" } },
     ["RUN"],
   );
   const paths = runPaths(stateDirFrom(values.state), positionals[0] as string);
@@ -72,6 +75,8 @@ export async function landCommand(args: string[]): Promise<number> {
   } catch (e) {
     throw landRefusal(e, spec.run_id, into);
   }
+  // the work is on the branch now: the calls' worktrees go, except one holding changes nobody committed
+  const worktrees = values["keep-worktrees"] ? null : await removeWorktrees(spec.repo, rows);
   const view = {
     run_id: spec.run_id,
     branch: fold.branch,
@@ -82,12 +87,13 @@ export async function landCommand(args: string[]): Promise<number> {
     already_landed: landed.alreadyLanded,
     changed_paths: landed.changedPaths,
     updated_worktree: landed.updatedWorktree,
+    ...(worktrees ? { worktrees } : {}),
   };
   const how = landed.alreadyLanded ? "already in" : landed.fastForward ? "fast-forwarded" : "merged into";
   print(
     values.json,
     view,
-    `${fold.branch} ${how} ${into}: ${landed.before.slice(0, 12)} -> ${landed.after.slice(0, 12)}${landed.changedPaths.length ? `\n  ${landed.changedPaths.join("\n  ")}` : ""}`,
+    `${fold.branch} ${how} ${into}: ${landed.before.slice(0, 12)} -> ${landed.after.slice(0, 12)}${landed.changedPaths.length ? `\n  ${landed.changedPaths.join("\n  ")}` : ""}${worktrees ? `\n  worktrees: ${worktrees.removed} removed${worktrees.kept.length ? `, kept (uncommitted changes): ${worktrees.kept.join(", ")}` : ""}` : ""}`,
   );
   return EXIT_OK;
 }
@@ -117,4 +123,25 @@ function landRefusal(e: unknown, run: string, into: string): Error {
     default:
       return new FlowError("land_failed", `${err.message}`, EXIT_REFUSED, err.context ?? {});
   }
+}
+
+/**
+ * Removes the run's call worktrees (their registrations in the repository too). `git worktree remove`
+ * without force keeps a worktree with changes nobody committed (a read role that wrote): it is listed.
+ */
+async function removeWorktrees(
+  repo: string,
+  rows: readonly JournalRow[],
+): Promise<{ removed: number; kept: string[] }> {
+  const out = { removed: 0, kept: [] as string[] };
+  for (const r of rows) {
+    if (r.type !== "prepared" || r.allocation.kind !== "worktree") continue;
+    const path = r.allocation.workspace;
+    if (!existsSync(path)) continue;
+    const done = await gitRun(repo, ["worktree", "remove", path]);
+    if (done.code === 0) out.removed++;
+    else out.kept.push(path);
+  }
+  await gitRun(repo, ["worktree", "prune"]);
+  return out;
 }

@@ -156,6 +156,9 @@ describe("the run's branch", () => {
       fast_forward: true,
       changed_paths: ["NOTES.md"],
     });
+    // the calls' worktrees are gone, from the disk and from the repository's list
+    expect(land.json().worktrees).toEqual({ removed: 2, kept: [] });
+    expect(run.sh(run.repo, "worktree", "list", "--porcelain").match(/^worktree /gm)).toHaveLength(1);
     // main's checkout has the file, and is clean
     expect(run.sh(run.repo, "rev-parse", "HEAD")).toBe(commit);
     expect(run.sh(run.repo, "status", "--porcelain")).toBe("");
@@ -257,8 +260,16 @@ describe("the run's branch", () => {
     expect(run.sh(run.repo, "status", "--porcelain")).toBe("");
     // landing elsewhere works: a new branch at the run's base takes it as a fast-forward
     run.sh(run.repo, "branch", "side", run.base);
+    // a reviewer that wrote a file nobody committed keeps its worktree
+    const reviewDir = String(prepared(run.rows(), "review.1")?.allocation.workspace);
+    writeFileSync(join(reviewDir, "scratch.txt"), "left by a read role\n");
     const side = await crwFlow(["land", "theirs", "--into", "side", "--state", run.state, "--json"]);
     expect(side.code, side.stderr).toBe(0);
-    expect(side.json()).toMatchObject({ into: "side", fast_forward: true, updated_worktree: null });
+    expect(side.json()).toMatchObject({
+      into: "side",
+      fast_forward: true,
+      updated_worktree: null,
+      worktrees: { removed: 1, kept: [reviewDir] },
+    });
   }, 120_000);
 });
