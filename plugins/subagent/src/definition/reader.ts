@@ -40,6 +40,39 @@ function refuse(
 }
 
 /**
+ * The caller's path resolved inside the project, or one refusal. Containment is decided on the path as
+ * given (resolved against the cwd, `..` normalized) before any file-system call on it, so a path outside
+ * learns nothing about the host; symbolic links are then resolved, and one leading out gets the same refusal.
+ * Messages name the path only as the caller gave it.
+ */
+async function resolveInsideProject(options: BoundedProjectFileReaderOptions, path: string): Promise<string> {
+  const outside = (): never =>
+    refuse("definition_unreadable", `workflow definition ${path} is not a file of this project`, { path });
+  const root = resolve(options.root);
+  const rootReal = await realpath(root).catch(() => root);
+  const target = resolve(options.cwd ?? root, path);
+  if (!within(root, target) && !within(rootReal, target)) outside();
+  let real: string;
+  try {
+    real = await realpath(target);
+  } catch (e) {
+    const code = (e as { code?: unknown }).code;
+    return refuse(
+      "definition_unreadable",
+      `cannot read workflow definition ${path}${typeof code === "string" ? ` (${code})` : ""}`,
+      { path },
+    );
+  }
+  if (!within(rootReal, real)) outside();
+  return real;
+}
+
+function within(root: string, target: string): boolean {
+  const rel = relative(root, target);
+  return !(rel === ".." || rel.startsWith(`..${sep}`) || isAbsolute(rel));
+}
+
+/**
  * A host project reader: resolves the path inside the root, opens the file once, refuses it when larger than
  * the bound (checked on the open descriptor, and again while reading), and refuses a file that changed while
  * it was read (size or modification time moved): the returned text is exactly the version named.
@@ -53,26 +86,9 @@ export function boundedProjectFileReader(options: BoundedProjectFileReaderOption
           path: path.slice(0, 200),
         });
       }
-      let root: string;
-      let real: string;
-      try {
-        root = await realpath(options.root);
-        const base = options.cwd ?? root;
-        real = await realpath(isAbsolute(path) ? path : resolve(base, path));
-      } catch (e) {
-        refuse(
-          "definition_unreadable",
-          `cannot read workflow definition ${path}: ${(e as Error).message}`,
-          { path },
-          e,
-        );
-      }
-      const rel = relative(root, real);
-      if (rel === ".." || rel.startsWith(`..${sep}`) || isAbsolute(rel)) {
-        refuse("definition_unreadable", `workflow definition ${path} is outside the project`, { path });
-      }
-      const handle = await open(real, constants.O_RDONLY | constants.O_NOFOLLOW).catch((e: unknown) =>
-        refuse("definition_unreadable", `cannot open workflow definition ${path}`, { path }, e),
+      const real = await resolveInsideProject(options, path);
+      const handle = await open(real, constants.O_RDONLY | constants.O_NOFOLLOW).catch(() =>
+        refuse("definition_unreadable", `cannot open workflow definition ${path}`, { path }),
       );
       try {
         const before = await handle.stat();

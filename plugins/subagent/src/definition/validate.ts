@@ -1,6 +1,6 @@
-import { parse as parseYaml } from "yaml";
-import type { z } from "zod";
+import { parse as parseYaml, YAMLError } from "yaml";
 import { WorkflowDefinitionError } from "../errors.js";
+import { at, inFile, issueText, nulField, safePath } from "./errorText.js";
 import {
   AddedNodesSchema,
   DEFINITION_LIMITS,
@@ -9,24 +9,30 @@ import {
   type WorkflowNode,
 } from "./schema.js";
 
-function issues(error: z.ZodError): string {
-  return error.issues
-    .slice(0, 8)
-    .map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`)
-    .join("; ");
-}
-
 /**
  * Parses definition text (YAML, of which JSON is a subset; `format` only sharpens the error) into a
- * validated definition whose node graph is a DAG. Every refusal is a `WorkflowDefinitionError`.
+ * validated definition whose node graph is a DAG. Every refusal is a `WorkflowDefinitionError`; `source`
+ * is the file as the caller named it, for the message.
  */
-export function parseWorkflowDefinition(text: string, format: "yaml" | "json" = "yaml"): WorkflowDefinition {
+export function parseWorkflowDefinition(
+  text: string,
+  format: "yaml" | "json" = "yaml",
+  source?: string,
+): WorkflowDefinition {
   const bytes = Buffer.byteLength(text);
   if (bytes > DEFINITION_LIMITS.bytes) {
     throw new WorkflowDefinitionError(
       "definition_too_large",
-      `workflow definition is ${bytes} bytes; the limit is ${DEFINITION_LIMITS.bytes}`,
+      `workflow definition${inFile(source)} is ${bytes} bytes; the limit is ${DEFINITION_LIMITS.bytes}`,
       { bytes, limit: DEFINITION_LIMITS.bytes },
+    );
+  }
+  const depth = flowDepth(text);
+  if (depth > DEFINITION_LIMITS.nesting) {
+    throw new WorkflowDefinitionError(
+      "definition_invalid",
+      `workflow definition${inFile(source)} is invalid: outputSchema or another value is too deep: more than ${DEFINITION_LIMITS.nesting} levels`,
+      { depth, limit: DEFINITION_LIMITS.nesting },
     );
   }
   let raw: unknown;
@@ -36,17 +42,42 @@ export function parseWorkflowDefinition(text: string, format: "yaml" | "json" = 
         ? JSON.parse(text)
         : parseYaml(text, { maxAliasCount: 100, uniqueKeys: true, prettyErrors: true });
   } catch (e) {
+    // The parsers' messages quote the offending text; only the kind and the place are kept.
     throw new WorkflowDefinitionError(
       "definition_syntax",
-      `workflow definition is not valid ${format.toUpperCase()}: ${(e as Error).message}`,
-      {},
-      { cause: e },
+      `workflow definition${inFile(source)} is not valid ${format.toUpperCase()}${syntaxPlace(e, text)}`,
+      syntaxKind(e),
     );
   }
-  return validateWorkflowDefinition(raw);
+  return validateWorkflowDefinition(raw, { text, source });
 }
 
-export function validateWorkflowDefinition(raw: unknown): WorkflowDefinition {
+function syntaxKind(e: unknown): Record<string, unknown> {
+  return e instanceof YAMLError ? { kind: e.code } : {};
+}
+
+function syntaxPlace(e: unknown, text: string): string {
+  if (e instanceof YAMLError) return `${at(e.linePos?.[0])} (${e.code})`;
+  const position = /position (\d+)/.exec(e instanceof Error ? e.message : "")?.[1];
+  if (position === undefined) return "";
+  const before = text.slice(0, Number(position)).split("\n");
+  return at({ line: before.length, col: (before[before.length - 1]?.length ?? 0) + 1 });
+}
+
+function refuseNul(raw: unknown, what: string): void {
+  const field = nulField(raw);
+  if (field === undefined) return;
+  throw new WorkflowDefinitionError(
+    "definition_invalid",
+    `${what} is invalid: ${safePath(field)}: contains U+0000, which cannot be stored`,
+    { field: safePath(field) },
+  );
+}
+
+export function validateWorkflowDefinition(
+  raw: unknown,
+  from: { text?: string; source?: string } = {},
+): WorkflowDefinition {
   const count = nodeCount(raw);
   if (count > DEFINITION_LIMITS.nodes) {
     throw new WorkflowDefinitionError(
@@ -55,11 +86,12 @@ export function validateWorkflowDefinition(raw: unknown): WorkflowDefinition {
       { nodes: count, limit: DEFINITION_LIMITS.nodes },
     );
   }
+  refuseNul(raw, `workflow definition${inFile(from.source)}`);
   const parsed = WorkflowDefinitionSchema.safeParse(raw);
   if (!parsed.success) {
     throw new WorkflowDefinitionError(
       "definition_invalid",
-      `workflow definition is invalid: ${issues(parsed.error)}`,
+      `workflow definition${inFile(from.source)} is invalid: ${issueText(parsed.error, from.text)}`,
       {
         issues: parsed.error.issues.length,
       },
@@ -75,11 +107,12 @@ export function validateAddedNodes(
   raw: unknown,
   limit: number,
 ): WorkflowNode[] {
+  refuseNul(raw, "added nodes");
   const parsed = AddedNodesSchema.safeParse(raw);
   if (!parsed.success) {
     throw new WorkflowDefinitionError(
       "definition_invalid",
-      `added nodes are invalid: ${issues(parsed.error)}`,
+      `added nodes are invalid: ${issueText(parsed.error, undefined)}`,
     );
   }
   if (existing.length + parsed.data.length > limit) {
@@ -163,4 +196,27 @@ export function findCycle(nodes: readonly Pick<WorkflowNode, "id" | "dependsOn">
     }
   }
   return undefined;
+}
+
+/**
+ * The deepest `[`/`{` nesting of the text, outside quotes and comments. Checked before parsing: the YAML
+ * parser exhausts memory or stack on thousands of nested flow collections (block nesting that deep cannot
+ * fit in the byte bound).
+ */
+function flowDepth(text: string): number {
+  let depth = 0;
+  let max = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === '"' || c === "'") {
+      for (i++; i < text.length && text[i] !== c; i++) if (c === '"' && text[i] === "\\") i++;
+    } else if (c === "#" && (i === 0 || /\s/.test(text[i - 1] as string))) {
+      while (i < text.length && text[i] !== "\n") i++;
+    } else if (c === "[" || c === "{") {
+      max = Math.max(max, ++depth);
+    } else if (c === "]" || c === "}") {
+      depth--;
+    }
+  }
+  return max;
 }

@@ -16,6 +16,7 @@ import type { DelegationRepository } from "@crw/db";
 import type { WorkflowNode } from "../definition/schema.js";
 import { toError } from "../errors.js";
 import type { OrchestrationJournal, OriginAccess } from "../journal/schema.js";
+import { ownEntry } from "./own.js";
 
 /** The origin turn's access as the host captures it (start and explicit resume). */
 export interface OriginAccessInput {
@@ -86,7 +87,7 @@ export function captureNodeScope(
   addedBy: string | undefined,
   placement: WorkDirPlacement | null,
 ): string {
-  const spawning = addedBy ? journal.nodeAccess[addedBy] : undefined;
+  const spawning = addedBy ? ownEntry(journal.nodeAccess, addedBy) : undefined;
   const base: DelegatedExecutionScope | undefined = spawning
     ? parseDelegatedExecutionScope(spawning)
     : undefined;

@@ -22,6 +22,7 @@ import {
 import { captureOriginBindings, type SummaryWriter, type WorkflowHostAccessors } from "./context.js";
 import type { NodeDispatcher, RecoveryContinueNode } from "./dispatch.js";
 import { type LandedNode, landWorkflowNodes } from "./isolation.js";
+import { ownEntry } from "./own.js";
 import { pgWorkflowEmitter, SnapshotPublisher, type WorkflowEmitter } from "./publication.js";
 import { NodeSlots, type WorkflowEvent, type WorkflowOutcome, WorkflowRun } from "./run.js";
 
@@ -207,7 +208,7 @@ export class WorkflowEngine {
       slots: this.#slots,
       recoveryContinue,
       authorizeNode: async (j: OrchestrationJournal, nodeId: string) => {
-        const scope = j.nodeAccess[nodeId];
+        const scope = ownEntry(j.nodeAccess, nodeId);
         if (scope === undefined)
           return { ok: false as const, reason: `node ${nodeId} has no journaled access` };
         const current = await currentDelegatedAccess(this.#repo, j.principalAccountId, j.parentSessionId);
@@ -257,7 +258,7 @@ export class WorkflowEngine {
       version = createHash("sha256").update(JSON.stringify(definition)).digest("hex");
     } else {
       const file = await source.reader.readProjectFile(source.path);
-      definition = parseWorkflowDefinition(file.text, definitionFormat(file.path));
+      definition = parseWorkflowDefinition(file.text, definitionFormat(file.path), source.path);
       path = file.path;
       version = file.version;
     }
@@ -402,7 +403,7 @@ export class WorkflowEngine {
           { workflowId: j.workflowId },
         );
       }
-      const from = j.nodes[input.fromNodeId];
+      const from = ownEntry(j.nodes, input.fromNodeId);
       if (
         from?.status !== "running" ||
         (input.callerSessionId !== undefined && from.childSessionId !== input.callerSessionId)
@@ -526,7 +527,7 @@ export class WorkflowEngine {
     const check = validateBoundary ?? boundaryAgainst(authorityOf(access));
     const verdicts = [{ subject: "parent", scope: originScope(journal.origin.access) }];
     for (const id of journal.order) {
-      const scope = journal.nodeAccess[id];
+      const scope = ownEntry(journal.nodeAccess, id);
       if (scope !== undefined) verdicts.push({ subject: id, scope });
     }
     for (const v of verdicts) {
@@ -608,7 +609,7 @@ export class WorkflowEngine {
     if (j.parentSessionId !== input.parentSessionId || j.toolCallId !== input.toolCallId)
       return { status: "not-held" };
     if (j.recovery.workflowGeneration !== input.workflowGeneration) return { status: "stale" };
-    const node = j.nodes[input.nodeId];
+    const node = ownEntry(j.nodes, input.nodeId);
     if (node?.status !== "waiting" || !node.waiting || run.active.has(input.nodeId))
       return { status: "not-held" };
     if (node.waiting.waitId !== input.waitId || node.waiting.claimVersion !== input.claimVersion)

@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import { resolve as resolvePath } from "node:path";
 import { delegatedWorkDir, type WorkDirPlacement, type WorkDirPolicy } from "@crw/brain";
 import { type HostWorkflowNodeDispatch, runWithWorkflowNodeDispatch } from "@crw/subagent";
-import { z } from "zod";
+import { outputSchemaProblem } from "../definition/outputSchema.js";
 import type { WorkflowNode } from "../definition/schema.js";
 import {
   SessionWorkAbortedError,
@@ -32,6 +32,7 @@ import type {
 import { workflowFault } from "./faults.js";
 import { commitNodeWork, isolateNode, type NodeIsolation, rememberNodeWorktree } from "./isolation.js";
 import { connectionCheck } from "./journalDispatcher.js";
+import { ownEntry } from "./own.js";
 import { handoverOf, nodePrompt, workflowSummary } from "./prompt.js";
 import type { SnapshotPublisher, WorkflowEmitResult, WorkflowSnapshot } from "./publication.js";
 
@@ -488,8 +489,8 @@ export class WorkflowRun {
         childSessionId,
         parentSessionId: j.parentSessionId,
         principalAccountId: j.principalAccountId,
-        model: j.nodeModels[id] ?? this.deps.defaultModel,
-        scope: j.nodeAccess[id] ?? "",
+        model: ownEntry(j.nodeModels, id) ?? this.deps.defaultModel,
+        scope: ownEntry(j.nodeAccess, id) ?? "",
         ...(mode === "retry" ? { fallbackPrompt: nodePrompt(j, node) } : {}),
         signal: controller.signal,
         onEvent: this.#progress(id),
@@ -627,7 +628,7 @@ export class WorkflowRun {
     try {
       let model = node.model;
       if (model === undefined && node.agentType !== undefined) {
-        model = j.typeModelPins[node.agentType];
+        model = ownEntry(j.typeModelPins, node.agentType);
         if (model === undefined) {
           model = this.deps.defaultModel;
           j.typeModelPins[node.agentType] = model;
@@ -906,21 +907,4 @@ export function artifactContent(reply: string, outputs: readonly NodeOutputRefer
     return `- ${parts.join(", ")}`;
   });
   return `${reply}\n\n## Tool outputs referenced by this node\n${lines.join("\n")}\n`;
-}
-
-function outputSchemaProblem(schema: Record<string, unknown>, reply: string): string | undefined {
-  let value: unknown;
-  try {
-    value = JSON.parse(reply);
-  } catch {
-    return "the answer is not JSON, but the node declares an output schema";
-  }
-  try {
-    const parsed = z.fromJSONSchema(schema as never).safeParse(value);
-    if (parsed.success) return undefined;
-    const first = parsed.error.issues[0];
-    return `the answer does not match the output schema at ${first?.path.join(".") || "(root)"}: ${first?.message}`;
-  } catch (e) {
-    return `the output schema cannot be used: ${toError(e).message}`;
-  }
 }
