@@ -2,11 +2,12 @@ import { migrate, PgDelegationRepository } from "@crw/db";
 import pg from "pg";
 import { type Logger, pino } from "pino";
 import { z } from "zod";
+import { healthFor } from "./api/health.js";
 import { registerProjectMethods } from "./api/projects.js";
 import { registerSessionMethods } from "./api/sessions.js";
 import { registerWorkflowMethods } from "./api/workflows.js";
 import type { DaemonConfig } from "./config.js";
-import { type DaemonState, lockDataDir, removeState, writeState } from "./lifecycle.js";
+import { type DaemonState, lockDataDir, privateDataDir, removeState, writeState } from "./lifecycle.js";
 import { ensureOwnerToken, tokenHash } from "./ownerToken.js";
 import { type DaemonDatabase, openDaemonDatabase } from "./postgres.js";
 import { RpcRegistry } from "./rpc.js";
@@ -54,6 +55,8 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
   const log = options.log ?? pino({ level: config.logLevel, base: { pid: process.pid } });
   let phase: DaemonPhase = "starting";
   const startedAt = new Date();
+  for (const n of await privateDataDir(config.dataDir))
+    log.warn({ path: n.path, from: n.from, to: n.to }, "data directory mode narrowed");
   const unlock = await lockDataDir(config.dataDir);
   let db: DaemonDatabase | undefined;
   let pool: pg.Pool | undefined;
@@ -116,7 +119,10 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
         alerts: rt.alerts.list(),
       };
     };
-    rpc.register("daemon.health", { params: z.object({}).strict(), handler: () => health() });
+    rpc.register("daemon.health", {
+      params: z.object({}).strict(),
+      handler: async (_p, ctx) => healthFor(rt, ctx.accountId, await health()),
+    });
     rpc.register("daemon.whoami", {
       params: z.object({}).strict(),
       handler: async (_p, ctx) => {
@@ -143,6 +149,7 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
         return account ? { accountId: account.id } : undefined;
       },
       health,
+      healthFor: (accountId, doc) => healthFor(rt, accountId, doc),
       log,
     });
     const state: DaemonState = {

@@ -1,4 +1,4 @@
-import { mkdir, open, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { chmod, lstat, mkdir, open, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 
 /** What a running daemon publishes about itself in `<dataDir>/daemon.state.json` (written once listening). */
@@ -35,6 +35,39 @@ export function processAlive(pid: number): boolean {
   }
 }
 
+/** A path whose mode was wider than its owner's alone, and what it became. */
+export interface NarrowedMode {
+  readonly path: string;
+  /** Octal text, e.g. "755". */
+  readonly from: string;
+  readonly to: string;
+}
+
+/**
+ * The data directory holds work and tokens (the owner token, the database password, spilled results,
+ * daemon.log with model output): it is created 0700, and an existing one (or an existing daemon.log or
+ * spill directory) that is wider — made by an older crw, or by hand — is narrowed to 0700 / 0600. An
+ * explicit chmod, not the mkdir mode alone: mkdir's mode applies only to a directory it creates, and is
+ * masked by the umask. Symbolic links are left alone (chmod would follow them). Returns what it narrowed,
+ * for the daemon to log.
+ */
+export async function privateDataDir(dataDir: string): Promise<NarrowedMode[]> {
+  await mkdir(dataDir, { recursive: true, mode: 0o700 });
+  const narrowed: NarrowedMode[] = [];
+  const entries: [string, number][] = [
+    [dataDir, 0o700],
+    [join(dataDir, "daemon.log"), 0o600],
+    [join(dataDir, "spill"), 0o700],
+  ];
+  for (const [path, mode] of entries) {
+    const st = await lstat(path).catch(() => undefined);
+    if (!st || st.isSymbolicLink() || (st.mode & 0o077) === 0) continue;
+    await chmod(path, mode);
+    narrowed.push({ path, from: (st.mode & 0o777).toString(8), to: mode.toString(8) });
+  }
+  return narrowed;
+}
+
 /**
  * One daemon per data directory: the lock file is created exclusively and names its pid. A lock whose pid
  * no longer runs was left by a daemon that died (SIGKILL runs no cleanup) and is taken over.
@@ -45,7 +78,7 @@ export async function lockDataDir(dataDir: string): Promise<() => Promise<void>>
   const path = lockPath(dataDir);
   for (let attempt = 0; attempt < 3; attempt++) {
     try {
-      const fh = await open(path, "wx");
+      const fh = await open(path, "wx", 0o600);
       await fh.writeFile(`${process.pid}\n`);
       await fh.sync();
       await fh.close();
@@ -66,7 +99,7 @@ export async function lockDataDir(dataDir: string): Promise<() => Promise<void>>
 export async function writeState(dataDir: string, state: DaemonState): Promise<void> {
   const path = statePath(dataDir);
   const tmp = `${path}.${process.pid}.tmp`;
-  await writeFile(tmp, `${JSON.stringify(state, null, 2)}\n`);
+  await writeFile(tmp, `${JSON.stringify(state, null, 2)}\n`, { mode: 0o600 });
   await rename(tmp, path);
 }
 

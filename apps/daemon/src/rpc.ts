@@ -1,3 +1,4 @@
+import type { Logger } from "pino";
 import type { z } from "zod";
 
 /**
@@ -12,6 +13,8 @@ export interface RpcContext {
   notify(method: string, params: unknown): void;
   /** Aborted when the connection closes. */
   readonly signal: AbortSignal;
+  /** Where an internal failure is logged in full (the client gets only its typed code). */
+  readonly log?: Logger;
 }
 
 export interface RpcMethod<S extends z.ZodType = z.ZodType> {
@@ -38,6 +41,49 @@ export const RPC_INTERNAL = -32603;
 /** Application errors (refusals the caller can act on). */
 export const RPC_REFUSED = -32000;
 
+type RequestId = string | number | null;
+
+/**
+ * The id a reply carries. JSON-RPC ids are strings or numbers; absent means a notification (`undefined`).
+ * Any other id (object, array, boolean, null) makes the frame an invalid request, answered with id null.
+ */
+export function requestIdOf(frame: unknown): { valid: boolean; id: RequestId | undefined } {
+  if (typeof frame !== "object" || frame === null || !("id" in frame)) return { valid: true, id: undefined };
+  const id = (frame as { id: unknown }).id;
+  if (typeof id === "string" || typeof id === "number") return { valid: true, id };
+  return { valid: false, id: null };
+}
+
+/**
+ * The path of the first string (value or key) holding U+0000, if any. PostgreSQL text and jsonb cannot
+ * store it (SQLSTATE 22021 / 22P05), so it is refused where params are read, before a handler runs.
+ */
+export function nulPath(value: unknown, path: string[] = []): string | undefined {
+  if (typeof value === "string") return value.includes("\u0000") ? path.join(".") || "params" : undefined;
+  if (typeof value !== "object" || value === null) return undefined;
+  for (const [key, item] of Object.entries(value)) {
+    if (key.includes("\u0000")) return [...path, "(key)"].join(".");
+    const found = nulPath(item, [...path, key]);
+    if (found !== undefined) return found;
+  }
+  return undefined;
+}
+
+/** A PostgreSQL driver error (pg's DatabaseError: name "error", a five-character SQLSTATE, a severity). */
+function isDatabaseError(e: unknown): boolean {
+  const err = e as { name?: unknown; code?: unknown; severity?: unknown } | null;
+  return (
+    typeof err === "object" &&
+    err !== null &&
+    typeof err.code === "string" &&
+    /^[0-9A-Z]{5}$/.test(err.code) &&
+    (err.name === "error" || typeof err.severity === "string")
+  );
+}
+
+/** What a client sees of a failure whose details are the daemon's own (a driver error, its SQLSTATE). */
+const internalError = () => new RpcError(RPC_INTERNAL, "internal", "internal error", "InternalError");
+
 export class RpcRegistry {
   readonly #methods = new Map<string, RpcMethod>();
 
@@ -52,18 +98,35 @@ export class RpcRegistry {
 
   /** Answers one decoded frame; undefined for a notification from the client (nothing to answer). */
   async handle(frame: unknown, ctx: RpcContext): Promise<object | undefined> {
-    const req = frame as { jsonrpc?: unknown; id?: unknown; method?: unknown; params?: unknown };
-    const id = typeof req?.id === "string" || typeof req?.id === "number" ? req.id : null;
-    if (typeof req !== "object" || req === null || req.jsonrpc !== "2.0" || typeof req.method !== "string")
+    const req = frame as { jsonrpc?: unknown; method?: unknown; params?: unknown };
+    const { valid, id: given } = requestIdOf(frame);
+    const id = given ?? null;
+    if (
+      !valid ||
+      typeof req !== "object" ||
+      req === null ||
+      req.jsonrpc !== "2.0" ||
+      typeof req.method !== "string"
+    )
       return errorFrame(
         id,
-        new RpcError(RPC_INVALID_REQUEST, "invalid_request", "not a JSON-RPC 2.0 request"),
+        new RpcError(
+          RPC_INVALID_REQUEST,
+          "invalid_request",
+          "not a JSON-RPC 2.0 request (ids are strings or numbers)",
+        ),
       );
     const method = this.#methods.get(req.method);
     if (!method)
       return errorFrame(
         id,
         new RpcError(RPC_METHOD_NOT_FOUND, "method_not_found", `no method ${req.method}`),
+      );
+    const nul = nulPath(req.params);
+    if (nul !== undefined)
+      return errorFrame(
+        id,
+        new RpcError(RPC_INVALID_PARAMS, "invalid_params", `${nul}: U+0000 is not allowed`),
       );
     const parsed = method.params.safeParse(req.params ?? {});
     if (!parsed.success)
@@ -77,15 +140,19 @@ export class RpcRegistry {
       );
     try {
       const result = await method.handler(parsed.data, ctx);
-      return id === null ? undefined : { jsonrpc: "2.0", id, result: result ?? null };
+      return given === undefined ? undefined : { jsonrpc: "2.0", id, result: result ?? null };
     } catch (e) {
-      return id === null ? undefined : errorFrame(id, e);
+      // errorFrame answers it as a bare internal error; its driver details are kept for the daemon's log.
+      if (isDatabaseError(e))
+        ctx.log?.error({ err: e, method: req.method }, "database error escaped an rpc handler");
+      return given === undefined ? undefined : errorFrame(id, e);
     }
   }
 }
 
-export function errorFrame(id: string | number | null, e: unknown): object {
-  const err = e instanceof Error ? e : new Error(String(e));
+export function errorFrame(id: RequestId, e: unknown): object {
+  // A driver error never crosses as such: its message and SQLSTATE are the daemon's business.
+  const err = isDatabaseError(e) ? internalError() : e instanceof Error ? e : new Error(String(e));
   const coded = err as Error & { rpcCode?: number; code?: unknown };
   const code = typeof coded.code === "string" ? coded.code : "internal";
   const rpcCode =

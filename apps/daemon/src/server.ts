@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { Logger } from "pino";
 import { type WebSocket, WebSocketServer } from "ws";
-import { errorFrame, RPC_PARSE_ERROR, type RpcContext, RpcError } from "./rpc.js";
+import { errorFrame, RPC_PARSE_ERROR, RPC_REFUSED, type RpcContext, RpcError, requestIdOf } from "./rpc.js";
 
 export type Authenticate = (token: string) => Promise<{ accountId: string } | undefined>;
 
@@ -13,10 +13,24 @@ export interface ApiServerOptions {
   authenticate: Authenticate;
   /** The /health document; called per request. */
   health: () => Promise<object>;
+  /**
+   * The /health document as one account may see it (the ids it owns; the owner's is whole). Without a
+   * valid token /health answers liveness only.
+   */
+  healthFor: (accountId: string, doc: object) => Promise<object>;
   log: Logger;
   /** Largest frame a client may send (bytes); larger ones close the connection (1009). */
   maxFrameBytes?: number;
+  /** Requests one connection may have running; more are refused `too_many_requests`, not queued. */
+  maxInFlight?: number;
+  /** Unread output a connection may hold (ws.bufferedAmount); past it the connection is closed (1008). */
+  maxBufferedBytes?: number;
 }
+
+const MAX_IN_FLIGHT = 32;
+const MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
+/** Policy violation: the client does not read what it asked for. */
+const CLOSE_UNREAD = 1008;
 
 export interface ApiServer {
   readonly port: number;
@@ -35,7 +49,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
   const { handle, log } = options;
   const http: Server = createServer((req, res) => {
     if (req.method === "GET" && (req.url === "/health" || req.url?.startsWith("/health?"))) {
-      options.health().then(
+      health(req).then(
         (doc) => {
           res.writeHead(200, { "content-type": "application/json" }).end(`${JSON.stringify(doc)}\n`);
         },
@@ -48,6 +62,16 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
     }
     res.writeHead(404, { "content-type": "application/json" }).end('{"error":"not_found"}\n');
   });
+
+  /** Liveness for anyone; the document (its ids scoped to the account) only with a valid token. */
+  async function health(req: IncomingMessage): Promise<object> {
+    const doc = await options.health();
+    const token = bearer(req);
+    const who = token ? await options.authenticate(token) : undefined;
+    if (who) return options.healthFor(who.accountId, doc);
+    const status = (doc as { status?: unknown }).status;
+    return { ok: status === "ok", status };
+  }
   const wss = new WebSocketServer({ noServer: true, maxPayload: options.maxFrameBytes ?? 4 * 1024 * 1024 });
 
   http.on("upgrade", (req, socket, head) => {
@@ -70,18 +94,33 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
     );
   });
 
+  const maxInFlight = options.maxInFlight ?? MAX_IN_FLIGHT;
+  const maxBuffered = options.maxBufferedBytes ?? MAX_BUFFERED_BYTES;
+
   function serve(ws: WebSocket, accountId: string): void {
     const abort = new AbortController();
     const conn = log.child({ accountId });
+    let inFlight = 0;
+    // A client that does not read would otherwise hold every reply in this process's memory.
     const send = (frame: object) => {
-      if (ws.readyState === ws.OPEN) ws.send(JSON.stringify(frame));
+      if (ws.readyState !== ws.OPEN) return;
+      ws.send(JSON.stringify(frame));
+      if (ws.bufferedAmount <= maxBuffered) return;
+      conn.warn(
+        { bufferedBytes: ws.bufferedAmount, limit: maxBuffered },
+        "closing a connection that does not read",
+      );
+      abort.abort();
+      ws.close(CLOSE_UNREAD, "unread output over the limit; read replies before sending more");
     };
     const ctx = {
       accountId,
       signal: abort.signal,
+      log: conn,
       notify: (method: string, params: unknown) => send({ jsonrpc: "2.0", method, params }),
     };
     ws.on("message", (data, isBinary) => {
+      if (ws.readyState !== ws.OPEN) return;
       let frame: unknown;
       try {
         if (isBinary) throw new Error("binary frame");
@@ -90,10 +129,18 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
         send(errorFrame(null, new RpcError(RPC_PARSE_ERROR, "parse_error", "frame is not JSON text")));
         return;
       }
-      handle(frame, ctx).then(
-        (reply) => reply && send(reply),
-        (e: unknown) => conn.error({ err: e }, "rpc handler escaped"),
-      );
+      if (inFlight >= maxInFlight) {
+        const { id } = requestIdOf(frame);
+        if (id !== undefined) send(errorFrame(id, tooManyRequests(maxInFlight)));
+        return;
+      }
+      inFlight++;
+      handle(frame, ctx)
+        .then(
+          (reply) => reply && send(reply),
+          (e: unknown) => conn.error({ err: e }, "rpc handler escaped"),
+        )
+        .finally(() => inFlight--);
     });
     ws.on("close", () => abort.abort());
     ws.on("error", (e) => conn.warn({ err: e }, "websocket error"));
@@ -115,4 +162,12 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       await closed;
     },
   };
+}
+
+function tooManyRequests(limit: number): RpcError {
+  return new RpcError(
+    RPC_REFUSED,
+    "too_many_requests",
+    `${limit} requests of this connection are running; wait for their replies`,
+  );
 }

@@ -7,6 +7,7 @@ import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Daemon, loadConfig, ownerTokenPath, startDaemon } from "../src/index.js";
 import { steps, TestClient } from "./support/client.js";
+import { ownerHealth } from "./support/health.js";
 
 const silent = pino({ level: "silent" });
 const db = useTestDatabase();
@@ -186,7 +187,7 @@ describe("the daemon's JSON-RPC API", () => {
   });
 
   it("/health shows pool, runner, queue and recovery state", async () => {
-    const health = (await (await fetch(`${daemon.state.url}/health`)).json()) as Record<string, unknown>;
+    const health = (await ownerHealth(daemon.state.url, daemon.config.dataDir)) as Record<string, unknown>;
     expect(health).toMatchObject({
       status: "ok",
       pool: { mode: "runner", queued: expect.any(Number), runners: expect.any(Array), startupRetry: null },

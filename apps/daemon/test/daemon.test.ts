@@ -13,6 +13,7 @@ import {
   readState,
   startDaemon,
 } from "../src/index.js";
+import { ownerHealth } from "./support/health.js";
 
 const silent = pino({ level: "silent" });
 
@@ -54,7 +55,7 @@ describe("the daemon on an external PostgreSQL", () => {
   it("publishes its state and answers /health with the database's state", async () => {
     const state = await readState(dataDir);
     expect(state).toMatchObject({ pid: process.pid, port: daemon.state.port, database: "external" });
-    const health = (await (await fetch(`${daemon.state.url}/health`)).json()) as Record<string, unknown>;
+    const health = (await ownerHealth(daemon.state.url, daemon.config.dataDir)) as Record<string, unknown>;
     expect(health).toMatchObject({ status: "ok", phase: "ready", database: { kind: "external", ok: true } });
   });
 

@@ -9,6 +9,7 @@ import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import { AlertService, alertsPath, loadConfig, ownerTokenPath, startDaemon } from "../src/index.js";
 import { steps, TestClient } from "./support/client.js";
+import { ownerHealth } from "./support/health.js";
 
 const silent = pino({ level: "silent" });
 const db = useTestDatabase();
@@ -52,7 +53,7 @@ describe("daemon lifecycle", () => {
     writeFileSync(alertsPath(dataDir), JSON.stringify(old));
     const daemon = await startDaemon(config(dataDir), { log: silent });
     try {
-      const health = (await (await fetch(`${daemon.state.url}/health`)).json()) as {
+      const health = (await ownerHealth(daemon.state.url, daemon.config.dataDir)) as {
         alerts: { key: string }[];
       };
       expect(health.alerts.map((a) => a.key)).toEqual(["other:condition"]);
@@ -95,7 +96,7 @@ describe("daemon lifecycle", () => {
         [runs.map((r) => r.id)],
       );
       expect(rows.every((r) => r.recovery_attempts === 1 && r.generation > 1)).toBe(true);
-      const health = (await (await fetch(`${daemon.state.url}/health`)).json()) as {
+      const health = (await ownerHealth(daemon.state.url, daemon.config.dataDir)) as {
         recovery: { delegations: { continued: string[] }; finishedAt: string };
       };
       expect(health.recovery.delegations.continued.sort()).toEqual(runs.map((r) => r.id).sort());
@@ -128,7 +129,7 @@ describe("daemon lifecycle", () => {
         // The child's turn ran here (the root parent's follow-up turn may run here too; roots always do).
         expect(daemon.runtime.placements.runner).toBe(0);
         expect(daemon.runtime.placements["in-process"]).toBeGreaterThanOrEqual(1);
-        const health = (await (await fetch(`${daemon.state.url}/health`)).json()) as {
+        const health = (await ownerHealth(daemon.state.url, daemon.config.dataDir)) as {
           pool: { mode: string };
         };
         expect(health.pool.mode).toBe("in-process");

@@ -6,6 +6,7 @@ import { useTestDatabase } from "@crw/tools/pg";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import { ConfigError, loadConfig, readState, startDaemon } from "../src/index.js";
+import { ownerHealth } from "./support/health.js";
 import { spawnDaemon } from "./support/process.js";
 
 /**
@@ -118,7 +119,7 @@ describe("MCP servers in the daemon", { timeout: 120_000 }, () => {
         }[];
       };
     };
-    const health = async () => (await (await fetch(`${daemon.state.url}/health`)).json()) as Health;
+    const health = async () => (await ownerHealth(daemon.state.url, daemon.config.dataDir)) as Health;
     const server = async (name: string, holds: (s: Health["mcp"]["servers"][number]) => boolean) => {
       const until = Date.now() + 30_000;
       for (;;) {

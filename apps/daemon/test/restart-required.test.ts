@@ -6,6 +6,7 @@ import { useTestDatabase } from "@crw/tools/pg";
 import { afterAll, describe, expect, it } from "vitest";
 import { alertsPath } from "../src/index.js";
 import { steps, TestClient } from "./support/client.js";
+import { ownerHealth } from "./support/health.js";
 import { type DaemonProcess, spawnDaemon } from "./support/process.js";
 
 const db = useTestDatabase();
@@ -40,7 +41,7 @@ describe("the restart-required alert of the daemon's own pool", { timeout: 120_0
         expect(receipt).toMatchObject({ kind: "result", outcome: "error" });
         expect(receipt.body).toMatch(/build/);
       }
-      const health = (await (await fetch(`${daemon.url}/health`)).json()) as {
+      const health = (await ownerHealth(daemon.url, dataDir)) as {
         pool: { restartRequired: boolean; spawnFailure: unknown };
         alerts: { key: string; count: number; severity: string }[];
       };

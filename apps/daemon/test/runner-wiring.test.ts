@@ -15,6 +15,7 @@ import {
   startDaemon,
 } from "../src/index.js";
 import { steps, TestClient } from "./support/client.js";
+import { ownerHealth } from "./support/health.js";
 import {
   allUserText,
   gate,
@@ -211,7 +212,7 @@ describe("the daemon's runner pool wiring", () => {
       process: { runnerId: execution.runnerId, turns: expect.any(Number) },
     });
     expect(JSON.stringify(status)).not.toMatch(/"pid"/);
-    const health = (await (await fetch(`${daemon.state.url}/health`)).json()) as {
+    const health = (await ownerHealth(daemon.state.url, daemon.config.dataDir)) as {
       executions: { sessionId: string; location: string; runnerId?: string; state: string }[];
     };
     expect(health.executions).toContainEqual({
@@ -481,7 +482,7 @@ describe("the daemon's runner pool wiring", () => {
   });
 
   it("S004-507: the daemon's process-changed sink counts its runners' starts and exits in /health", async () => {
-    const health = (await (await fetch(`${daemon.state.url}/health`)).json()) as {
+    const health = (await ownerHealth(daemon.state.url, daemon.config.dataDir)) as {
       processes: { started: number; exited: number };
       steering: { settled: number };
     };

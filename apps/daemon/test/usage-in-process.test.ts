@@ -7,6 +7,7 @@ import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Daemon, IN_PROCESS_RUNNER_ID, loadConfig, ownerTokenPath, startDaemon } from "../src/index.js";
 import { TestClient } from "./support/client.js";
+import { ownerHealth } from "./support/health.js";
 import { type LoopbackProvider, lastUserText, startLoopbackProvider } from "./support/provider.js";
 import { waitFor } from "./support/wait.js";
 
@@ -88,7 +89,7 @@ afterAll(async () => {
 });
 
 const health = async () =>
-  (await (await fetch(new URL("/health", daemon.state.url))).json()) as {
+  (await ownerHealth(daemon.state.url, daemon.config.dataDir)) as {
     providerUsage: {
       responses: number;
       input: number;

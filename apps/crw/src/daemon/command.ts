@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { closeSync, fstatSync, mkdirSync, openSync, readFileSync } from "node:fs";
+import { closeSync, fchmodSync, fstatSync, mkdirSync, openSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 
@@ -129,9 +129,22 @@ async function runForeground(
   }
 }
 
-async function fetchHealth(url: string): Promise<Record<string, unknown> | undefined> {
+/**
+ * The daemon's health document. Without a token /health is liveness only; the owner's token (read from the
+ * data directory, when this user can read it) gets the whole document.
+ */
+async function fetchHealth(url: string, dataDir: string): Promise<Record<string, unknown> | undefined> {
+  let token = "";
   try {
-    const res = await fetch(`${url}/health`, { signal: AbortSignal.timeout(5_000) });
+    token = readFileSync(join(dataDir, "owner.token"), "utf8").trim();
+  } catch {
+    // liveness only
+  }
+  try {
+    const res = await fetch(`${url}/health`, {
+      signal: AbortSignal.timeout(5_000),
+      ...(token ? { headers: { authorization: `Bearer ${token}` } } : {}),
+    });
     return (await res.json()) as Record<string, unknown>;
   } catch {
     return undefined;
@@ -153,7 +166,9 @@ async function start(
   }
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   const logFile = join(config.dataDir, "daemon.log");
-  const fd = openSync(logFile, "a");
+  // daemon.log holds model output: the user's alone, also when an older crw made it wider (fchmod).
+  const fd = openSync(logFile, "a", 0o600);
+  fchmodSync(fd, 0o600);
   const logStart = fstatSync(fd).size;
   const runArgs = args.map((a) => (a === "start" ? "run" : a));
   const child = spawn(process.execPath, [process.argv[1] as string, "daemon", ...runArgs], {
@@ -185,7 +200,7 @@ async function start(
     }
     const state = await daemon.readState(config.dataDir);
     if (state && state.pid === child.pid) {
-      const health = await fetchHealth(state.url);
+      const health = await fetchHealth(state.url, config.dataDir);
       if (health?.status === "ok") {
         if (flags.json) out(JSON.stringify({ ok: true, ...state, log: logFile }));
         else
@@ -249,7 +264,7 @@ async function status(
   flags: Flags,
 ): Promise<number> {
   const state = await daemon.readState(config.dataDir);
-  const health = state ? await fetchHealth(state.url) : undefined;
+  const health = state ? await fetchHealth(state.url, config.dataDir) : undefined;
   if (flags.json) out(JSON.stringify({ running: Boolean(state), ...(state ?? {}), health: health ?? null }));
   else if (!state) out(`no daemon runs on ${config.dataDir}; start one with 'crw daemon start'`);
   else {

@@ -252,14 +252,35 @@ export class DelegationService implements RestartCheckpoint {
 
   /**
    * A root session's own scope for a turn: its stored working directory re-proved now (it must still exist
-   * and belong to the same project); a root without one has none.
+   * and belong to the same project), its tools bounded by the account's live grant (`tool_allow`,
+   * `tool_deny`) exactly as a child's are (see `authorityFor`). The grant is read at every turn, never
+   * stored: a grant changed later applies to the next turn. A root without a scope of its own, of an
+   * account without a grant, has none (nothing to bound).
    */
   async #rootScope(session: SessionRow): Promise<DelegatedExecutionScope | null> {
     if (session.kind !== "root") return null;
-    const own = scopeOf(session);
-    if (!own?.workDir) return own;
-    const admitted = await admitStoredWorkDir(own, this.options.projects?.projectForPath);
-    return { ...own, workDir: admitted };
+    const stored = scopeOf(session);
+    const own = stored?.workDir
+      ? { ...stored, workDir: await admitStoredWorkDir(stored, this.options.projects?.projectForPath) }
+      : stored;
+    const account = await this.repo.getAccount(session.principalAccountId);
+    if (account.toolAllow === null && account.toolDeny.length === 0) return own;
+    const base =
+      own ??
+      parseDelegatedExecutionScope(
+        captureDelegatedExecutionScope(
+          delegatedScopeFromAccess({
+            accountId: account.id,
+            operator: account.isOwner || account.isAdministrator,
+            target: { kind: "host", ref: null },
+          }),
+        ),
+      );
+    const allow = intersectAllow(base.tools.allow, account.toolAllow ?? undefined);
+    return {
+      ...base,
+      tools: { ...(allow ? { allow } : {}), deny: unionDeny(base.tools.deny, account.toolDeny) },
+    };
   }
 
   /** One user turn of a root session. Results that arrive while it streams join it after each tool round. */

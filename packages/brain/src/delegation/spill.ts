@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { mkdir, open, rename } from "node:fs/promises";
+import { chmod, mkdir, open, rename } from "node:fs/promises";
 import { join } from "node:path";
 import type { DelegationRepository } from "@crw/db";
 import { faultPoint } from "./faults.js";
@@ -15,19 +15,27 @@ export interface SpillStore {
 
 const SAFE = /^[A-Za-z0-9._-]{1,200}$/;
 
-/** Files under `root/<session>/`, written to a temporary name, fsynced, renamed, directory fsynced. */
+/**
+ * Files under `root/<session>/`, written to a temporary name, fsynced, renamed, directory fsynced. A spilled
+ * result is work (model output, tool output): its directories are 0700 and its files 0600, set explicitly
+ * after creation so neither the umask nor a directory made earlier with a wider mode leaves it readable.
+ */
 export class FileSpillStore implements SpillStore {
   constructor(readonly root: string) {}
 
   async write(sessionId: string, name: string, data: string) {
     if (!SAFE.test(sessionId) || !SAFE.test(name)) throw new Error("spill names are plain file names");
     const dir = join(this.root, sessionId);
-    await mkdir(dir, { recursive: true });
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    await chmod(this.root, 0o700);
+    await chmod(dir, 0o700);
     const path = join(dir, name);
     const tmp = `${path}.tmp-${process.pid}`;
     const bytes = Buffer.from(data, "utf8");
-    const fh = await open(tmp, "w");
+    const fh = await open(tmp, "w", 0o600);
     try {
+      // A leftover temporary file of the same name keeps its old mode through open(): narrow it.
+      await fh.chmod(0o600);
       const half = Math.floor(bytes.length / 2);
       await fh.write(bytes.subarray(0, half));
       faultPoint("spill.during");
