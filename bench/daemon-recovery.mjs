@@ -79,7 +79,11 @@ try {
       }
     }
     try {
-      health = await (await fetch(`${base}/health`)).json();
+      // the whole document needs the owner's token: without one /health is liveness only
+      const token = readFileSync(join(dataDir, "owner.token"), "utf8").trim();
+      health = await (
+        await fetch(`${base}/health`, { headers: { authorization: `Bearer ${token}` } })
+      ).json();
     } catch {
       continue;
     }

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { steps, TestClient } from "../support/client.js";
+import { healthWith } from "../support/health.js";
 import { type DaemonProcess, spawnDaemon } from "../support/process.js";
 
 /**
@@ -102,7 +103,7 @@ describe("test:e2e:recovery", () => {
     const kills: number[] = [];
     let recoveredWork = 0;
     const countRecovered = async (d: DaemonProcess) => {
-      const h = (await (await fetch(`${d.url}/health`)).json()) as {
+      const h = (await healthWith(d.url, d.token)) as {
         recovery: {
           delegations: {
             continued: string[];
@@ -139,7 +140,7 @@ describe("test:e2e:recovery", () => {
     console.info(
       `seed ${seed}: kills at ${kills.join(", ")} ms; ${recoveredWork} interrupted items recovered`,
     );
-    const health = (await (await fetch(`${last.url}/health`)).json()) as {
+    const health = (await healthWith(last.url, last.token)) as {
       recovery: { finishedAt: string | null };
       placements: { runner: number; "in-process": number };
     };
@@ -151,7 +152,7 @@ describe("test:e2e:recovery", () => {
       await new Promise((r) => setTimeout(r, 250));
     }
     // Runner use, unconditionally: the resumed children ran in runners.
-    const after = (await (await fetch(`${last.url}/health`)).json()) as typeof health;
+    const after = (await healthWith(last.url, last.token)) as typeof health;
     last.child.kill("SIGTERM");
     expect(await last.exited).toBe("0");
 

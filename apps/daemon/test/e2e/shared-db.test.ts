@@ -6,6 +6,7 @@ import { PgDelegationRepository } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { steps, TestClient } from "../support/client.js";
+import { healthWith } from "../support/health.js";
 import { spawnDaemon } from "../support/process.js";
 
 const db = useTestDatabase();
@@ -47,7 +48,7 @@ describe("daemons sharing one PostgreSQL", () => {
     try {
       const reports = await Promise.all(
         [a, b].map(async (d) => {
-          const h = (await (await fetch(`${d.url}/health`)).json()) as {
+          const h = (await healthWith(d.url, d.token)) as {
             recovery: { delegations: { continued: string[] } };
           };
           return h.recovery.delegations.continued;
