@@ -127,7 +127,18 @@ export class RunBranch {
 
   /** Creates the ref against no ref, or moves it forwards from what it holds; anything else is a warning. */
   private async keepRef(ref: string, commit: string): Promise<void> {
-    if (this.known.get(ref) === commit) return;
+    const known = this.known.get(ref);
+    if (known === commit) return;
+    // the rows only move a ref forwards: a call's ref is made against no ref, the branch moves from the
+    // commit this process saw, each in one compare-and-swap; one that fails is read in full
+    const expected = known ?? (ref.startsWith("refs/heads/") ? undefined : "");
+    if (expected !== undefined) {
+      const args = ["update-ref", "-m", `crw flow ${this.host.runId}`, ref, commit, expected];
+      if ((await gitRun(this.host.repo, args)).code === 0) {
+        this.known.set(ref, commit);
+        return;
+      }
+    }
     await this.moveRef(ref, commit);
     this.known.set(ref, commit);
   }
