@@ -20,10 +20,11 @@ export interface BranchView {
 export async function branchView(rows: readonly JournalRow[], repo: string): Promise<BranchView | null> {
   const f = foldBranch(rows);
   if (!f) return null;
-  const landed =
-    f.from !== null &&
-    f.tip !== f.base &&
-    (await gitRun(repo, ["merge-base", "--is-ancestor", f.tip, `refs/heads/${f.from}`])).code === 0;
+  // a repository that is gone (or no git at all) shows the rows' account, not landed
+  const ancestor = await gitRun(repo, ["merge-base", "--is-ancestor", f.tip, `refs/heads/${f.from}`]).catch(
+    () => ({ code: 1 }),
+  );
+  const landed = f.from !== null && f.tip !== f.base && ancestor.code === 0;
   return {
     name: f.branch,
     base: f.base,

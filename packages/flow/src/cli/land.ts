@@ -46,6 +46,12 @@ export async function landCommand(args: string[]): Promise<number> {
       EXIT_REFUSED,
       { paths: fold.unmerged.paths },
     );
+  if (fold.heads.length > 1)
+    throw new FlowError(
+      "merge_conflict",
+      `run ${spec.run_id}'s branch has parallel calls' commits that were never merged (refs/crw/flow/${spec.run_id}/calls/); nothing was landed`,
+      EXIT_REFUSED,
+    );
   const into = values.into ?? fold.from;
   if (!into)
     throw new FlowError(

@@ -140,6 +140,7 @@ export async function nextCommand(args: string[]): Promise<number> {
   // a host that went down (or came back) is a change: the ask that first tells it is no repeat
   const seen = [
     kind,
+    decision ?? "",
     ...(host ? [`host_down:${host.host}`] : []),
     ...closes.map((c) => c.agent_id),
     ...steps.map((s) => `${s.op}/${s.attempt}`),

@@ -48,7 +48,10 @@ export function foldBranch(rows: readonly JournalRow[]): BranchFold | null {
     if (!fold) continue;
     if (row.type === "completed" && row.work?.commit) {
       const { start, commit, paths } = row.work;
-      fold.heads = [...fold.heads.filter((h) => h !== start), commit];
+      // the commit takes its start's place (the branch moves forwards); a start another call's commit
+      // already replaced leaves a second open head, merged before the next call
+      const at = fold.heads.indexOf(start);
+      fold.heads = at >= 0 ? fold.heads.map((h, i) => (i === at ? commit : h)) : [...fold.heads, commit];
       fold.commits.push({ call: row.call, role: roles.get(row.call) ?? null, commit, parent: start, paths });
     } else if (row.type === "branch_merged") {
       const merged = new Set(row.heads);

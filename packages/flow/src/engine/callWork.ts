@@ -71,6 +71,12 @@ export function expectedHeadOf(rc: RunContext, call: string, start: string): str
   return commitIntents(rc, call).at(-1)?.commit ?? start;
 }
 
+/** The HEAD crw's last commit intent of the call observed, when it has not moved HEAD to its commit yet. */
+export function intentObservedHead(rc: RunContext, call: string): string | null {
+  const intent = commitIntents(rc, call).at(-1);
+  return intent && intent.observed_head !== intent.commit ? intent.observed_head : null;
+}
+
 /**
  * A resumed call whose HEAD crw had already moved to its commit: the subagent's own commit it moved HEAD
  * from is in the intent row, and is reported again as the completed row's executor_head_moved.

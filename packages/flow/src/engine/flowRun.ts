@@ -162,7 +162,12 @@ export async function executeRun(opts: FlowRunOptions): Promise<FlowRunOutcome> 
     const ended = journal.rows.find((r) => r.type === "run_ended");
     if (ended?.type === "run_ended") {
       // a process that died after the run's last row left the branch's refs where they were
-      if (foldBranch(journal.rows)) await RunBranch.open(branchHost(opts, journal));
+      if (foldBranch(journal.rows)) {
+        const branch = await RunBranch.open(branchHost(opts, journal));
+        await branch
+          ?.end()
+          .catch((e: Error) => opts.onEvent?.({ type: "warning", message: `run branch: ${e.message}` }));
+      }
       closeHolder(opts);
       releaseEvidence(journal.rows);
       return ended.status === "completed"
@@ -494,19 +499,19 @@ class FlowRun implements RunContext {
       if (!this.stopping && !this.fatal) {
         // the workflow itself failed (a call ended null_model and it did not catch it, or it threw)
         const message = (e as Error)?.message ?? String(e);
-        await this.branch?.end();
         this.append([{ type: "run_ended", status: "failed", error: message }]);
         outcome = { state: "failed", error: message };
       } else outcome = { state: "paused", reason: this.stopping?.reason ?? "stopped" };
     }
     await Promise.allSettled([...this.active]);
+    // every call in flight has its row now: the branch's open heads are merged (or the conflict recorded)
+    if (outcome.state !== "paused") await this.endBranch();
     if (this.fatal) {
       pumping = false;
       await pump;
       throw this.fatal;
     }
     if (outcome.state === "completed") {
-      await this.branch?.end();
       this.append([{ type: "run_ended", status: "completed", result: outcome.result }]);
     }
     pumping = false;
@@ -569,6 +574,15 @@ class FlowRun implements RunContext {
     else mkdirSync(workspace, { recursive: true });
   }
 
+  /** The run's end on its branch: a git failure there is a warning, never a run that does not end. */
+  private async endBranch(): Promise<void> {
+    await this.branch?.end().catch((e: Error) => this.branchWarning(e));
+  }
+
+  private branchWarning(e: Error): void {
+    this.emit({ type: "warning", message: `run branch: ${e.message}` });
+  }
+
   /** What a completed call changed, from its completed row. */
   private workOf(call: string): CallWork | null {
     const done = this.rowsOf(call).findLast((r) => r.type === "completed");
@@ -621,8 +635,9 @@ class FlowRun implements RunContext {
           mkdirSync(fold.prepared.allocation.workspace, { recursive: true });
         }
         const done = await outcome();
-        // the call's commit on the branch (and its own ref) before the workflow hears of it
-        await this.branch?.sync();
+        // the call's commit on the branch (and its own ref) before the workflow hears of it; a ref that
+        // cannot be moved now is moved when the next process starts (the rows say where it goes)
+        await this.branch?.sync().catch((e: Error) => this.branchWarning(e));
         return done;
       } finally {
         this.pool.release();

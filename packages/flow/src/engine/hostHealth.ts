@@ -22,16 +22,24 @@ export class HostHealth {
 
   constructor(private readonly sink: HostHealthSink) {}
 
+  /** The rows' word on the host, read once; this class writes every later such row itself. */
+  private state: HostDiagnosis | null | undefined;
+
   /** The diagnosis while the host counts as unreachable (past the bound), else null. */
   down(): HostDiagnosis | null {
-    const last = [...this.sink.rows()]
-      .reverse()
-      .find(
-        (r) =>
-          r.type === "flow_warning" && (r.warning === "host_unreachable" || r.warning === "host_reachable"),
-      );
-    if (last?.type !== "flow_warning" || last.warning !== "host_unreachable") return null;
-    return last.detail as unknown as HostDiagnosis;
+    if (this.state === undefined) {
+      const last = [...this.sink.rows()]
+        .reverse()
+        .find(
+          (r) =>
+            r.type === "flow_warning" && (r.warning === "host_unreachable" || r.warning === "host_reachable"),
+        );
+      this.state =
+        last?.type === "flow_warning" && last.warning === "host_unreachable"
+          ? (last.detail as unknown as HostDiagnosis)
+          : null;
+    }
+    return this.state;
   }
 
   note(result: HostResult<unknown>): void {
@@ -40,18 +48,17 @@ export class HostHealth {
       this.lastMessage = result.message;
       if (this.failures === UNREACHABLE_BOUND && !this.down()) {
         const d = diagnoseHost(this.sink.hostSpec, this.lastMessage, this.sink.env);
-        this.sink.append([
-          {
-            type: "flow_warning",
-            warning: "host_unreachable",
-            detail: { ...d, failures: this.failures } as Record<string, unknown>,
-          },
-        ]);
+        const detail = { ...d, failures: this.failures } as Record<string, unknown>;
+        this.sink.append([{ type: "flow_warning", warning: "host_unreachable", detail }]);
+        this.state = d;
       }
       return;
     }
     this.failures = 0;
-    if (this.down()) this.sink.append([{ type: "flow_warning", warning: "host_reachable" }]);
+    if (this.down()) {
+      this.sink.append([{ type: "flow_warning", warning: "host_reachable" }]);
+      this.state = null;
+    }
   }
 
   /** The host with every answer noted. */

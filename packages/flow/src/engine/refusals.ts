@@ -38,11 +38,11 @@ export class RefusalBound {
   }
 
   /**
-   * Notes a refusal of the step's report; holds the call when the bound is reached (answers true). The
-   * subagents a step's pair_mismatch replies name are read back from the replies a dead process wrote.
+   * Notes a refusal of the step's report; holds the call when the bound is reached (answers true). A
+   * dead process's refusals of the step are read back from the replies it wrote.
    */
   note(call: string, step: RowOf<"step_published">, kind: Refusal, agent: string, reason: string): boolean {
-    const c = this.countsOf(call, step);
+    const c = this.countsOf(call, step, agent);
     let count: number;
     let limit = this.bound;
     if (kind === "pair_mismatch") {
@@ -58,7 +58,7 @@ export class RefusalBound {
     return true;
   }
 
-  private countsOf(call: string, step: RowOf<"step_published">): StepCounts {
+  private countsOf(call: string, step: RowOf<"step_published">, current: string): StepCounts {
     const have = this.counts.get(step.marker);
     if (have) return have;
     const c: StepCounts = { pairMismatch: new Set(), refused: 0, retry: 0 };
@@ -72,6 +72,10 @@ export class RefusalBound {
     for (const name of names) {
       const r = readReply(this.rc.paths.replies, name);
       if (r?.reply === "pair_mismatch") c.pairMismatch.add(r.agent_id);
+      // a reply file is per subagent: a dead process's refused and retry replies count at least once each
+      // (the reply just written for the report being noted is counted by the note itself)
+      else if (r && r.agent_id !== current && r.reply === "refused") c.refused++;
+      else if (r && r.agent_id !== current && r.reply === "retry") c.retry++;
     }
     this.counts.set(step.marker, c);
     return c;

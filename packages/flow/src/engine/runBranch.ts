@@ -1,4 +1,4 @@
-import { git, gitRun } from "../git/exec.js";
+import { gitRun } from "../git/exec.js";
 import type { JournalRow, NewRow } from "../journal/rows.js";
 import { type BranchFold, callRef, foldBranch, runBranchName } from "./branchFold.js";
 import type { FlowEvent } from "./runContext.js";
@@ -139,31 +139,27 @@ export class RunBranch {
         return;
       }
     }
-    await this.moveRef(ref, commit);
-    this.known.set(ref, commit);
+    if (await this.moveRef(ref, commit)) this.known.set(ref, commit);
   }
 
-  private async moveRef(ref: string, commit: string): Promise<void> {
+  /** Reads the ref and moves it forwards; answers whether it is at `commit` now. */
+  private async moveRef(ref: string, commit: string): Promise<boolean> {
     const cur = await gitRun(this.host.repo, ["rev-parse", "-q", "--verify", `${ref}^{commit}`]);
     const current = cur.code === 0 ? cur.stdout.trim() : null;
-    if (current === commit) return;
+    if (current === commit) return true;
+    const warn = (why: string) => {
+      this.host.emit({
+        type: "warning",
+        message: `${ref} is at ${current ?? "no commit"}: ${why}; left as it is`,
+      });
+      return false;
+    };
     if (current !== null) {
       const ff = await gitRun(this.host.repo, ["merge-base", "--is-ancestor", current, commit]);
-      if (ff.code !== 0) {
-        this.host.emit({
-          type: "warning",
-          message: `${ref} is at ${current}, not an ancestor of ${commit}: it was moved outside the run and is left as it is`,
-        });
-        return;
-      }
+      if (ff.code !== 0) return warn(`not an ancestor of ${commit}, it was moved outside the run`);
     }
-    await git(this.host.repo, [
-      "update-ref",
-      "-m",
-      `crw flow ${this.host.runId}`,
-      ref,
-      commit,
-      current ?? "",
-    ]);
+    const args = ["update-ref", "-m", `crw flow ${this.host.runId}`, ref, commit, current ?? ""];
+    if ((await gitRun(this.host.repo, args)).code === 0) return true;
+    return warn(`it moved while crw moved it to ${commit}`);
   }
 }

@@ -1,8 +1,8 @@
 import { type ExecutorHeadMoved, pendingTree, recordExecutorHead, strayHeadForTree } from "../git/stray.js";
-import { ensureWorktree } from "../git/worktree.js";
+import { ensureWorktree, headOf } from "../git/worktree.js";
 import type { RowOf } from "../journal/rows.js";
 import { WRITING_ROLES } from "../run/roles.js";
-import { callWork, expectedHeadOf, headMovedBeforeCommit } from "./callWork.js";
+import { callWork, expectedHeadOf, headMovedBeforeCommit, intentObservedHead } from "./callWork.js";
 import type { RunContext } from "./runContext.js";
 
 export interface Allocation {
@@ -31,6 +31,9 @@ export async function executorHeadMoved(
   const a = prepared.allocation as Allocation;
   if (a.kind !== "worktree" || !a.start || !WRITING_ROLES.has(prepared.role)) return null;
   try {
+    // a process that died between crw's commit intent and moving HEAD left HEAD where the intent saw it
+    const head = await headOf(a.workspace);
+    if (head === intentObservedHead(rc, call)) return headMovedBeforeCommit(rc, call, prepared);
     const { moved, kept } = await recordExecutorHead({
       repo: rc.spec.repo,
       worktree: a.workspace,
