@@ -19,6 +19,9 @@ import {
   type ExecutionTarget,
   forDelegatedTurn,
   intersectAllow,
+  narrowerBoundary,
+  PERMISSION_BOUNDARIES,
+  type PermissionBoundary,
   parseDelegatedExecutionScope,
   readOnlyContinuationScope,
   unionDeny,
@@ -40,7 +43,7 @@ import {
 import { type ProgressPublisher, RunProgressJob } from "./progress.js";
 import { type PromptTool, systemPromptFor } from "./prompt.js";
 import { readSubagent } from "./readSubagent.js";
-import type { MutatingTool } from "./scopedTools.js";
+import { type MutatingTool, offeredTools } from "./scopedTools.js";
 import { DelegatedSettlement } from "./settlement.js";
 import { spillReadTool } from "./spillRead.js";
 import { delegationTools } from "./tools.js";
@@ -208,16 +211,24 @@ export class DelegationService implements RestartCheckpoint {
 
   // ---- authority and scope
 
-  /** The current access of a session: the live account grant, narrowed by the session's own durable scope. */
+  /**
+   * The current access of a session: the live account grant (`tool_allow`, `tool_deny` and the settings'
+   * permission boundary, as currentDelegatedAccess reads them), narrowed by the session's own durable scope.
+   */
   async authorityFor(session: SessionRow): Promise<DelegationAuthority & { target: ExecutionTarget }> {
     const account = await this.repo.getAccount(session.principalAccountId);
     const own = scopeOf(session);
     const allow = intersectAllow(account.toolAllow ?? undefined, own?.tools.allow);
+    const boundary = accountBoundary(account.permissionSettings);
     return {
       accountId: account.id,
       operator: (account.isOwner || account.isAdministrator) && (own ? own.operator : true),
       tools: { ...(allow ? { allow } : {}), deny: unionDeny(account.toolDeny, own?.tools.deny) },
-      ...(own ? { permissionBoundary: own.permissionBoundary, readOnly: own.readOnly } : {}),
+      ...(own
+        ? { permissionBoundary: narrowerBoundary(own.permissionBoundary, boundary), readOnly: own.readOnly }
+        : boundary
+          ? { permissionBoundary: boundary }
+          : {}),
       target: own?.target ?? { kind: "host", ref: null },
     };
   }
@@ -313,7 +324,11 @@ export class DelegationService implements RestartCheckpoint {
     this.#admit("a new turn");
     const own = this.options.tools?.(session) ?? [];
     const spillRead = (await this.#readsSpills(session, own)) ? [spillReadTool(this.repo, session)] : [];
-    const tools = [...delegationTools(this, session, opts.readOnly), ...spillRead, ...own];
+    // The prompt and the request offer only what the turn's scope can let run (scopedTools checks each call).
+    const tools = offeredTools(
+      [...delegationTools(this, session, opts.readOnly), ...spillRead, ...own],
+      opts.scope,
+    );
     const systemPrompt =
       this.options.systemPrompt?.(session, opts.scope) ??
       (await this.#systemPromptOf(session, () => this.#promptTools(tools, opts)));
@@ -987,4 +1002,13 @@ export class DelegationService implements RestartCheckpoint {
   emitDelegationCompletion(completion: DelegationCompletion): Promise<string> {
     return this.settlement.emitDelegationCompletion(completion);
   }
+}
+
+/**
+ * The permission boundary an account's settings set (`permissionSettings.permissionBoundary`), as
+ * plugins/subagent's currentDelegatedAccess reads it; none when unset or not a boundary (nothing narrows).
+ */
+function accountBoundary(settings: Readonly<Record<string, unknown>>): PermissionBoundary | undefined {
+  const b = settings.permissionBoundary;
+  return PERMISSION_BOUNDARIES.find((known) => known === b);
 }

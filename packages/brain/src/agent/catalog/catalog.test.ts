@@ -157,11 +157,11 @@ describe("the shared whole-catalog deferral policy", () => {
     const tools = [
       ...native.map((n) => tool(n)),
       tool("mcp__srv__write", "writes", true),
-      tool("mcp__srv__ro"),
+      { ...tool("mcp__srv__ro"), subject: (a: Readonly<Record<string, unknown>>) => String(a.x) },
       tool("mcp__srv__other"),
     ];
     await withToolCatalog(runner).runTurn(
-      request(tools, { readOnly: true, deny: ["mcp__srv__ro"] }),
+      request(tools, { readOnly: true, deny: ["mcp__srv__ro(secret*)", "mcp__srv__other"] }),
       {} as never,
     );
     const sent = seen[0] as TurnRequest;
@@ -169,8 +169,12 @@ describe("the shared whole-catalog deferral policy", () => {
     await expect(call.execute({ name: "mcp__srv__write", arguments: {} }, ctx(sent))).rejects.toMatchObject({
       code: "tool_not_allowed",
     });
-    await expect(call.execute({ name: "mcp__srv__ro", arguments: {} }, ctx(sent))).rejects.toMatchObject({
-      code: "tool_not_allowed",
+    await expect(
+      call.execute({ name: "mcp__srv__ro", arguments: { x: "secret.txt" } }, ctx(sent)),
+    ).rejects.toMatchObject({ code: "tool_not_allowed" });
+    // A tool the scope denies outright is not in the catalog at all.
+    await expect(call.execute({ name: "mcp__srv__other", arguments: {} }, ctx(sent))).rejects.toMatchObject({
+      code: "unknown_deferred_tool",
     });
   });
 
