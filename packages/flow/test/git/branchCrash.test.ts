@@ -138,6 +138,9 @@ describe("crash injection at the run branch's boundaries", () => {
         out.rows.filter((r) => r.type === "run_branch"),
         point,
       ).toHaveLength(1);
+      // no subagent moved HEAD: a resume after crw's intent must not take crw's own HEAD move for one
+      const moved = out.rows.filter((r) => r.type === "completed" && r.executor_head_moved);
+      expect(moved, point).toEqual([]);
     };
     await Promise.all(
       [0, 1].map(async () => {
