@@ -3,7 +3,7 @@ import { dirname, join } from "node:path";
 import type { bindRunOwner } from "../bound/run.js";
 import { boundDir } from "../bound/store.js";
 import { BUILTIN_AGENT_TYPES, type CodexSettings } from "../run/codexConfig.js";
-import { probeHost } from "../run/hostDiagnosis.js";
+import { hostKind, probeHost } from "../run/hostDiagnosis.js";
 import type { RunPaths } from "../run/paths.js";
 import { ROLE_NAMES, type RoleTable } from "../run/roles.js";
 import { unusable } from "../run/tmploc.js";
@@ -151,8 +151,7 @@ function verifierPrerequisites(table: RoleTable): SessionFact {
  */
 export async function ownerHostReachable(host: string): Promise<SessionFact> {
   const spec = host.trim();
-  const command = spec !== "" && !/\bapp-server proxy\b/.test(spec) && !/^(unix|wss?):\/\//i.test(spec);
-  if (command)
+  if (hostKind(spec) === "command")
     return {
       fact: "owner_host_reachable",
       ok: true,

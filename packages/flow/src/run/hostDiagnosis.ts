@@ -18,6 +18,17 @@ export interface HostDiagnosis {
 const LISTEN_FIX =
   "start the app-server with `codex app-server --listen ws://127.0.0.1:PORT` and start the run with `--host ws://127.0.0.1:PORT`";
 
+/** How a run's host string reaches the app-server: the CLI's control socket (the default), a socket, ws, a command. */
+export type HostKind = "control_socket" | "unix" | "ws" | "command";
+
+export function hostKind(host: string): HostKind {
+  const spec = host.trim();
+  if (spec === "" || /\bapp-server proxy\b/.test(spec)) return "control_socket";
+  if (/^unix:\/\//i.test(spec)) return "unix";
+  if (/^wss?:\/\//i.test(spec)) return "ws";
+  return "command";
+}
+
 export function controlSocketPath(env: NodeJS.ProcessEnv = process.env): string {
   const home = env.CODEX_HOME || join(homedir(), ".codex");
   return join(home, "app-server-control", "app-server-control.sock");
@@ -30,7 +41,8 @@ export function diagnoseHost(
   env: NodeJS.ProcessEnv = process.env,
 ): HostDiagnosis {
   const spec = host.trim();
-  if (spec === "" || /\bapp-server proxy\b/.test(spec)) {
+  const kind = hostKind(spec);
+  if (kind === "control_socket") {
     const socket = controlSocketPath(env);
     const isSocket = existsSync(socket) && statSync(socket).isSocket();
     return {
@@ -41,7 +53,7 @@ export function diagnoseHost(
       fix: `run the owner in the Codex CLI (\`codex\`, which listens on that socket), or ${LISTEN_FIX}`,
     };
   }
-  if (/^unix:\/\//i.test(spec)) {
+  if (kind === "unix") {
     const path = spec.slice("unix://".length);
     return {
       host: spec,
@@ -51,7 +63,7 @@ export function diagnoseHost(
       fix: `check that the app-server listens on unix://${path}, or ${LISTEN_FIX}`,
     };
   }
-  if (/^wss?:\/\//i.test(spec)) {
+  if (kind === "ws") {
     return {
       host: spec,
       why: /ECONNREFUSED|refused/i.test(message)
@@ -77,14 +89,15 @@ export async function probeHost(
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<HostDiagnosis | null> {
   const spec = host.trim();
-  if (spec === "" || /\bapp-server proxy\b/.test(spec)) {
+  const kind = hostKind(spec);
+  if (kind === "control_socket") {
     const socket = controlSocketPath(env);
     return existsSync(socket)
       ? await probeConnect({ path: socket }, spec, env)
       : diagnoseHost(spec, "no socket", env);
   }
-  if (/^unix:\/\//i.test(spec)) return probeConnect({ path: spec.slice("unix://".length) }, spec, env);
-  if (/^wss?:\/\//i.test(spec)) {
+  if (kind === "unix") return probeConnect({ path: spec.slice("unix://".length) }, spec, env);
+  if (kind === "ws") {
     const url = new URL(spec);
     const port = Number(url.port || (url.protocol === "wss:" ? 443 : 80));
     return probeConnect({ host: url.hostname.replace(/^\[|\]$/g, ""), port }, spec, env);
