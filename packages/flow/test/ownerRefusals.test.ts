@@ -80,6 +80,37 @@ describe("bounded owner refusals", () => {
     expect(spawns).toHaveLength(3);
   }, 60_000);
 
+  it("the refusal that reaches the bound is answered only after the call is held and its step taken back: an owner that asks next at once is handed nothing to spawn", async () => {
+    run = await inProcessRun({ roles });
+    const r = run;
+    // what an owner reading each reply would find at that moment: the journal and the step files
+    const seen: Array<{ reply: string; held: boolean; steps: number }> = [];
+    const { done } = r.background(one, (e) => {
+      if (e.type !== "reply") return;
+      const held = r.rows().some((x) => x.type === "held" && x.reason === "owner_refusals");
+      seen.push({ reply: e.reply, held, steps: listStepFiles(r.paths.steps).steps.length });
+    });
+    const step = await r.firstStep();
+    let lastAgent = "";
+    for (let i = 0; i < 3; i++) {
+      const wrong = r.spawn(step, "explorer", { model: "other", reasoningEffort: "high" });
+      lastAgent = wrong.threadId;
+      expect(await r.report(step, wrong.threadId)).toBe("pair_mismatch");
+    }
+    expect(await done).toMatchObject({ state: "paused" });
+    expect(seen).toEqual([
+      { reply: "pair_mismatch", held: false, steps: 1 },
+      { reply: "pair_mismatch", held: false, steps: 1 },
+      { reply: "pair_mismatch", held: true, steps: 0 },
+    ]);
+    // the last reply itself says the call is held and nothing more is to be spawned
+    const last = JSON.parse(
+      readFileSync(join(r.paths.replies, reportName("explorer.1", 1, 1, lastAgent)), "utf8"),
+    );
+    expect(last.reason).toMatch(/the call is now held for a decision, spawn nothing more for it/);
+    expect(last.reason).not.toMatch(/spawn again/);
+  }, 60_000);
+
   it("answer fail ends the held call: the workflow sees owner_refusals", async () => {
     run = await inProcessRun({ roles });
     const r = run;

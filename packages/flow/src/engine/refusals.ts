@@ -38,10 +38,18 @@ export class RefusalBound {
   }
 
   /**
-   * Notes a refusal of the step's report; holds the call when the bound is reached (answers true). A
+   * Notes a refusal of the step's report before its reply is written; holds the call when the bound is
+   * reached and answers the decision's question (null while under the bound). Holding first means an
+   * owner that reads the reply and asks `next` at once finds the step taken back, never the old one. A
    * dead process's refusals of the step are read back from the replies it wrote.
    */
-  note(call: string, step: RowOf<"step_published">, kind: Refusal, agent: string, reason: string): boolean {
+  note(
+    call: string,
+    step: RowOf<"step_published">,
+    kind: Refusal,
+    agent: string,
+    reason: string,
+  ): string | null {
     const c = this.countsOf(call, step, agent);
     let count: number;
     let limit = this.bound;
@@ -53,9 +61,8 @@ export class RefusalBound {
       count = ++c.retry;
       limit = this.bound * RETRY_FACTOR;
     }
-    if (count < limit) return false;
-    holdForOwner(this.rc, call, step, kind, count, reason);
-    return true;
+    if (count < limit) return null;
+    return holdForOwner(this.rc, call, step, kind, count, reason);
   }
 
   private countsOf(call: string, step: RowOf<"step_published">, current: string): StepCounts {
@@ -73,7 +80,7 @@ export class RefusalBound {
       const r = readReply(this.rc.paths.replies, name);
       if (r?.reply === "pair_mismatch") c.pairMismatch.add(r.agent_id);
       // a reply file is per subagent: a dead process's refused and retry replies count at least once each
-      // (the reply just written for the report being noted is counted by the note itself)
+      // (the report being noted, answered before by a process that died, is counted by the note itself)
       else if (r && r.agent_id !== current && r.reply === "refused") c.refused++;
       else if (r && r.agent_id !== current && r.reply === "retry") c.retry++;
     }
@@ -114,7 +121,7 @@ function holdForOwner(
   kind: Refusal,
   count: number,
   reason: string,
-): void {
+): string {
   const id = refusalDecisionId(call, step);
   const question = hintFor(rc, call, step, kind, count, reason);
   rc.append([
@@ -126,6 +133,7 @@ function holdForOwner(
   rc.bus.retractStep(call, step.k, step.attempt);
   rc.emit({ type: "call_ended", call, status: `held (${OWNER_REFUSALS}: ${kind})` });
   rc.stop(`${WAITING_DECISION}:${id}`);
+  return question;
 }
 
 /**

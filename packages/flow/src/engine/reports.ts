@@ -60,6 +60,11 @@ function answer(
   rc.emit({ type: "reply", name, reply, reason });
 }
 
+/** A refusal's reason, told when the refusal held the call that no further spawn is wanted. */
+function heldReason(reason: string, held: string | null): string {
+  return held ? `${reason}; the call is now held for a decision, spawn nothing more for it: ${held}` : reason;
+}
+
 /**
  * Answers the unanswered reports for a call's waiting step (the reports wait in the inbox, a resumed run
  * answers them first). Answers true when one of them bound the step.
@@ -85,8 +90,9 @@ export async function answerReports(
       const reason = down
         ? `crw cannot reach the owner's Codex host ${down.host}: ${down.why}. To fix: ${down.fix}`
         : `the host cannot show ${report.agent_id} yet (${r.reason}): ${r.message}`;
-      answer(rc, name, report, "retry", reason);
-      if (rc.refusals?.note(call, step, "retry", report.agent_id, reason)) return false;
+      const held = rc.refusals?.note(call, step, "retry", report.agent_id, reason) ?? null;
+      answer(rc, name, report, "retry", heldReason(reason, held));
+      if (held) return false;
       continue;
     }
     const v = judgeBind(step, r.value, rc.owner, stepPair(rc, step));
@@ -101,21 +107,14 @@ export async function answerReports(
       rc.emit({ type: "bound", call, marker: step.marker, agent: report.agent_id, via: "report" });
       return true;
     }
-    if (v.verdict === "pair_mismatch") {
-      answer(
-        rc,
-        name,
-        report,
-        "pair_mismatch",
-        `${v.reason}: close it and spawn again with the role's pair`,
-        {
-          pair: v.pair,
-        },
-      );
-    } else answer(rc, name, report, v.verdict, v.reason);
     // an owner that answers each refusal with the same again is held after a bound, not refused forever
     // (a subagent spawned without the step's message never shows its marker: its retries are bounded too)
-    if (rc.refusals?.note(call, step, v.verdict, report.agent_id, v.reason)) return false;
+    const held = rc.refusals?.note(call, step, v.verdict, report.agent_id, v.reason) ?? null;
+    const mismatch = v.verdict === "pair_mismatch";
+    const reason =
+      mismatch && !held ? `${v.reason}: close it and spawn again with the role's pair` : v.reason;
+    answer(rc, name, report, v.verdict, heldReason(reason, held), mismatch ? { pair: v.pair } : {});
+    if (held) return false;
   }
   return false;
 }

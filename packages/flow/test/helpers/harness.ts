@@ -48,7 +48,11 @@ export interface InProcessRun {
     events: FlowEvent[];
   }>;
   /** Starts the run with no owner: the test plays the owner by hand. */
-  background(workflow: Workflow): { done: Promise<FlowRunOutcome>; events: FlowEvent[] };
+  /** Runs the workflow; `onEvent` sees each event as the run emits it (before the run goes on). */
+  background(
+    workflow: Workflow,
+    onEvent?: (e: FlowEvent) => void,
+  ): { done: Promise<FlowRunOutcome>; events: FlowEvent[] };
   /** Waits for the step files of the run (close files excluded). */
   steps(count?: number): Promise<StepFile[]>;
   /** Waits for the run's first step file. */
@@ -142,7 +146,7 @@ export async function inProcessRun(
         await ownerKit.stop();
       }
     },
-    background(workflow) {
+    background(workflow, onEvent) {
       const events: FlowEvent[] = [];
       const done = executeRun({
         paths,
@@ -150,7 +154,10 @@ export async function inProcessRun(
         host,
         processToken: null,
         workflow,
-        onEvent: (e) => events.push(e),
+        onEvent: (e) => {
+          events.push(e);
+          onEvent?.(e);
+        },
       });
       return { done, events };
     },

@@ -265,7 +265,11 @@ describe("an owner that spawns with another pair than the role's, real codex as 
     // one spawn, asked with the other model; the child ran the role's model (the hook's rewrite)
     expect(s.spawns).toHaveLength(1);
     expect(s.spawns[0]).toMatchObject({ model: OTHER });
-    expect(s.played.replies.map((r) => r.reply)).toEqual(["bound"]);
+    // the run also finds the subagent by its marker: a fast one is bound (even harvested, the run ended)
+    // before the owner's report lands, which is then answered close (the attempt ended) or queued (no
+    // process of the run is left); never a refusal
+    expect(s.played.replies, JSON.stringify(s.played.replies)).toHaveLength(1);
+    expect(["bound", "close", "queued"]).toContain(s.played.replies[0]?.reply);
     const childRequests = model.requests.filter((r) => r.parentThreadId === s.owner);
     expect(childRequests.length).toBeGreaterThan(0);
     for (const r of childRequests) expect(r.model).toBe("mock-explorer");
