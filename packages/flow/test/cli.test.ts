@@ -1,10 +1,12 @@
 import {
+  chmodSync,
   existsSync,
   mkdirSync,
   mkdtempSync,
   readdirSync,
   readFileSync,
   rmSync,
+  statSync,
   writeFileSync,
 } from "node:fs";
 import { join } from "node:path";
@@ -20,7 +22,7 @@ import {
 } from "@crw/flow";
 import type { FakeAppServer } from "@crw/tools/codex";
 import { cliStepSource, ScriptedOwner } from "@crw/tools/flow";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
 import { crwBin, crwFlow, ownerSession, waitFor } from "./helpers/cli.js";
 
 const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
@@ -99,6 +101,57 @@ describe("crw flow commands as real processes", () => {
         existsSync(paths.journal) && readJournalFile(paths.journal).rows.some((x) => x.type === "started"),
     );
     process.kill(Number(answer.pid), "SIGKILL");
+  });
+
+  it("a run's files are the user's alone: a new state directory and its flow/ are 0700 under umask 022, and a wider flow/ is narrowed with a note", async () => {
+    const state = join(root, "state-modes");
+    // the umask most users have: mkdir's own mode would give 0755
+    const umask = process.umask(0o022);
+    onTestFinished(() => {
+      process.umask(umask);
+    });
+    const r = await crwFlow(
+      [
+        "start",
+        workflow("run-modes"),
+        "--run",
+        "run-modes",
+        "--state",
+        state,
+        "--input",
+        '{"base":1}',
+        "--json",
+      ],
+      env,
+      root,
+    );
+    expect(r.code, r.stderr).toBe(0);
+    const mode = (p: string) => (statSync(p).mode & 0o777).toString(8);
+    expect(mode(state)).toBe("700");
+    expect(mode(join(state, "flow"))).toBe("700");
+    expect(mode(runPaths(state, "run-modes").dir)).toBe("700");
+    process.kill(Number(r.json().pid), "SIGKILL");
+    // a flow/ made wider (by hand, or an older crw) is narrowed at the next start, and the start says so
+    chmodSync(join(state, "flow"), 0o755);
+    const again = await crwFlow(
+      [
+        "start",
+        workflow("run-modes-2"),
+        "--run",
+        "run-modes-2",
+        "--state",
+        state,
+        "--input",
+        '{"base":1}',
+        "--json",
+      ],
+      env,
+      root,
+    );
+    expect(again.code, again.stderr).toBe(0);
+    expect(mode(join(state, "flow"))).toBe("700");
+    expect(again.stderr).toMatch(/flow was mode 755; narrowed to 700/);
+    process.kill(Number(again.json().pid), "SIGKILL");
   });
 
   it("S000-264 S000-265 S000-266: the run process holds process.<token>.lock (named by its started row) and the run lock; a dead one's file stays, held by nobody", async () => {

@@ -13,7 +13,7 @@ import { ROLE_NAMES, readRoleTable, rolePairs, spawnFormat } from "../run/roles.
 import { type LocalSpec, type RunSpec, SPEC_FORMAT, writeSpec } from "../run/spec.js";
 import { dirFrom } from "../run/tmploc.js";
 import { EXIT_OK, EXIT_REFUSED, FlowError } from "../util/errors.js";
-import { sleep } from "../util/fsx.js";
+import { privateDir, sleep } from "../util/fsx.js";
 import { intOption, parseCommand, print } from "./args.js";
 import { ownerHostReachable, sessionFacts } from "./sessionFacts.js";
 
@@ -100,8 +100,11 @@ export async function startCommand(args: string[]): Promise<number> {
     : `${slug(workflow.name)}-${Date.now().toString(36)}-${randomBytes(2).toString("hex")}`;
   const paths = runPaths(state, runId);
   try {
-    mkdirSync(resolve(state, "flow"), { recursive: true });
-    mkdirSync(paths.dir);
+    // a new state directory is the user's alone; crw's flow/ under it is narrowed if it is wider
+    mkdirSync(state, { recursive: true, mode: 0o700 });
+    const was = privateDir(resolve(state, "flow"));
+    if (was) process.stderr.write(`crw flow: ${resolve(state, "flow")} was mode ${was}; narrowed to 700\n`);
+    mkdirSync(paths.dir, { mode: 0o700 });
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === "EEXIST")
       throw new FlowError("input", `run ${runId} exists already`, 2);

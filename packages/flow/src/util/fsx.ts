@@ -1,5 +1,15 @@
 import { randomBytes } from "node:crypto";
-import { closeSync, fsyncSync, openSync, renameSync, unlinkSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  closeSync,
+  fsyncSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  renameSync,
+  unlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { dirname, join } from "node:path";
 
 /**
@@ -53,4 +63,18 @@ export function removeIfExists(path: string): boolean {
 
 export function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
+}
+
+/**
+ * A directory of crw's own that holds work (journals, packets, workspaces, logs with model output): made
+ * 0700 and, when it exists wider (made by an older crw, or by hand), narrowed to 0700 — an explicit
+ * chmod, as mkdir's mode is masked by the umask and applies only to a directory it makes. Answers the
+ * mode it had when it was narrowed, else null. A symbolic link is left alone.
+ */
+export function privateDir(path: string): string | null {
+  mkdirSync(path, { recursive: true, mode: 0o700 });
+  const st = lstatSync(path);
+  if (st.isSymbolicLink() || (st.mode & 0o077) === 0) return null;
+  chmodSync(path, 0o700);
+  return (st.mode & 0o777).toString(8);
 }
