@@ -21,6 +21,8 @@ Environment: DATABASE_URL uses that PostgreSQL instead of the embedded one in th
 
 const READY_TIMEOUT_MS = 90_000;
 const STOP_TIMEOUT_MS = 60_000;
+/** How long a recorded daemon gets to answer /health before start and status call it not answering. */
+const HEALTH_TIMEOUT_MS = 5_000;
 
 interface Flags {
   dataDir?: string;
@@ -133,7 +135,11 @@ async function runForeground(
  * The daemon's health document. Without a token /health is liveness only; the owner's token (read from the
  * data directory, when this user can read it) gets the whole document.
  */
-async function fetchHealth(url: string, dataDir: string): Promise<Record<string, unknown> | undefined> {
+async function fetchHealth(
+  url: string,
+  dataDir: string,
+  timeoutMs = HEALTH_TIMEOUT_MS,
+): Promise<Record<string, unknown> | undefined> {
   let token = "";
   try {
     token = readFileSync(join(dataDir, "owner.token"), "utf8").trim();
@@ -142,7 +148,7 @@ async function fetchHealth(url: string, dataDir: string): Promise<Record<string,
   }
   try {
     const res = await fetch(`${url}/health`, {
-      signal: AbortSignal.timeout(5_000),
+      signal: AbortSignal.timeout(timeoutMs),
       ...(token ? { headers: { authorization: `Bearer ${token}` } } : {}),
     });
     return (await res.json()) as Record<string, unknown>;
@@ -157,15 +163,12 @@ async function start(
   flags: Flags,
   args: string[],
 ): Promise<number> {
-  const running = await daemon.readState(config.dataDir);
-  if (running) {
-    const msg = `already running (pid ${running.pid}) at ${running.url}`;
-    if (flags.json) out(JSON.stringify({ ok: true, already: true, ...running }));
-    else out(`crw daemon ${msg}`);
-    return 0;
-  }
-  mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   const logFile = join(config.dataDir, "daemon.log");
+  const recorded = await readRecorded(daemon, config.dataDir);
+  if (recorded?.liveness === "alive") return answerRunning(recorded, config.dataDir, logFile, flags);
+  // A dead recorded daemon left its lock and state file: the new daemon takes the lock over.
+  if (recorded) err(`the recorded daemon ${deadReason(recorded)}; starting a new one`);
+  mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   // daemon.log holds model output: the user's alone, also when an older crw made it wider (fchmod).
   const fd = openSync(logFile, "a", 0o600);
   fchmodSync(fd, 0o600);
@@ -216,6 +219,48 @@ async function start(
   return 1;
 }
 
+type RecordedDaemon = NonNullable<Awaited<ReturnType<typeof readRecorded>>>;
+const readRecorded = (daemon: DaemonModule, dataDir: string) =>
+  daemon.readState(dataDir, { includeDead: true });
+
+/** Why a recorded daemon no longer runs, in words (its liveness is not "alive"). */
+function deadReason(recorded: RecordedDaemon): string {
+  switch (recorded.liveness) {
+    case "zombie":
+      return `(pid ${recorded.pid}) is a zombie: it exited but its parent has not reaped it`;
+    case "reused":
+      return `(pid ${recorded.pid}) is gone: that pid now belongs to another process`;
+    default:
+      return `(pid ${recorded.pid}) is gone: it exited without cleaning up`;
+  }
+}
+
+/**
+ * Start found a live process recorded as the daemon: it is "already running" only when it answers /health.
+ * A process that does not answer may be stuck or stopping; starting a second daemon would fail on its lock,
+ * so the user is told what to do instead.
+ */
+async function answerRunning(
+  running: RecordedDaemon,
+  dataDir: string,
+  logFile: string,
+  flags: Flags,
+): Promise<number> {
+  const health = await fetchHealth(running.url, dataDir);
+  if (typeof health?.status === "string") {
+    // An answer with another status (a database down, a stop under way) is still a running daemon.
+    const note =
+      health.status === "ok" ? "" : ` (status '${String(health.status)}'; see 'crw daemon status')`;
+    if (flags.json) out(JSON.stringify({ ok: true, already: true, ...running, status: health.status }));
+    else out(`crw daemon already running (pid ${running.pid}) at ${running.url}${note}`);
+    return 0;
+  }
+  err(
+    `a daemon process (pid ${running.pid}) runs on ${dataDir} but does not answer /health at ${running.url} within ${HEALTH_TIMEOUT_MS / 1000} s: it may be stuck, or still stopping. See ${logFile}; stop it with 'crw daemon stop${flags.dataDir ? ` --data-dir ${dataDir}` : ""}' (or 'kill ${running.pid}' if that does not end it), then run 'crw daemon start' again`,
+  );
+  return 1;
+}
+
 /**
  * What the daemon said before it exited, from the part of its log this start wrote: its own error lines
  * (the foreground entry prints a failed start's message), else the last structured entries.
@@ -246,7 +291,8 @@ async function stop(
   }
   process.kill(state.pid, "SIGTERM");
   const until = Date.now() + STOP_TIMEOUT_MS;
-  while (daemon.processAlive(state.pid)) {
+  // Start time too: in a container whose init does not reap, the stopped daemon stays a zombie.
+  while (daemon.processAlive(state.pid, state.processStartTime)) {
     if (Date.now() > until) {
       err(`pid ${state.pid} did not exit within ${STOP_TIMEOUT_MS / 1000} s; it may still be draining`);
       return 1;
@@ -263,13 +309,25 @@ async function status(
   config: import("@crw/daemon").DaemonConfig,
   flags: Flags,
 ): Promise<number> {
-  const state = await daemon.readState(config.dataDir);
+  const recorded = await readRecorded(daemon, config.dataDir);
+  const state = recorded?.liveness === "alive" ? recorded : undefined;
+  const dead = recorded && !state ? recorded : undefined;
   const health = state ? await fetchHealth(state.url, config.dataDir) : undefined;
-  if (flags.json) out(JSON.stringify({ running: Boolean(state), ...(state ?? {}), health: health ?? null }));
+  if (flags.json) {
+    const was = dead ? { recorded: { pid: dead.pid, url: dead.url, liveness: dead.liveness } } : {};
+    out(JSON.stringify({ running: Boolean(state), ...(state ?? was), health: health ?? null }));
+  } else if (dead)
+    out(
+      `no daemon runs on ${config.dataDir}: the recorded daemon ${deadReason(dead)}; start one with 'crw daemon start'`,
+    );
   else if (!state) out(`no daemon runs on ${config.dataDir}; start one with 'crw daemon start'`);
   else {
     out(`crw daemon at ${state.url} (pid ${state.pid}): ${health ? String(health.status) : "not answering"}`);
     if (health) for (const line of healthLines(health)) out(`  ${line}`);
+    else
+      out(
+        `  the process runs but /health did not answer within ${HEALTH_TIMEOUT_MS / 1000} s; see ${join(config.dataDir, "daemon.log")}`,
+      );
   }
   return state && health?.status === "ok" ? 0 : 1;
 }
