@@ -36,6 +36,16 @@ export const groups: CommandGroup[] = [
     run: async (args) => (await import("./client/project.js")).runProjectCli(args),
   },
   {
+    name: "account",
+    summary: "make accounts and set their tool grants (owner and administrators)",
+    run: async (args) => (await import("./client/accounts.js")).runAccountCli(args),
+  },
+  {
+    name: "token",
+    summary: "issue, list and revoke API tokens (owner and administrators)",
+    run: async (args) => (await import("./client/accounts.js")).runTokenCli(args),
+  },
+  {
     name: "tap",
     summary: "follow a delegated child session live",
     run: async (args) => (await import("./client/tap.js")).runTapCli(args),

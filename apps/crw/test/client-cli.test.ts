@@ -322,6 +322,51 @@ describe("crw workflow | session | tap against a running daemon", () => {
     expect(help.stdout).toMatch(/fork-prefix SESSION/);
   });
 
+  it("account and token commands: an account is made and granted tools, its token is printed once and works by --url, and a revoked one is refused", async () => {
+    const made = await crw("account", "create", "alice", "--allow", "Read,Bash(git *)", "--json", ...at);
+    expect(made.code, made.stderr).toBe(0);
+    expect(JSON.parse(made.stdout)).toMatchObject({
+      ok: true,
+      name: "alice",
+      allow: ["Read", "Bash(git *)"],
+    });
+    const granted = await crw("account", "grant", "alice", "--deny", "Bash(git push*)", ...at);
+    expect(granted.code, granted.stderr).toBe(0);
+    expect(granted.stdout).toMatch(
+      /^alice\s+account\s+only Read, Bash\(git \*\), never Bash\(git push\*\)$/m,
+    );
+    const listed = await crw("account", "list", ...at);
+    expect(listed.stdout).toMatch(/^owner\s+owner\s+every tool$/m);
+    const issued = await crw("token", "issue", "alice", "--label", "laptop", ...at);
+    expect(issued.code, issued.stderr).toBe(0);
+    // stdout is the token alone (for a pipe); what it is and how to revoke it go to stderr
+    const token = issued.stdout.trim();
+    expect(token).toMatch(/^crw_[A-Za-z0-9_-]{32}$/);
+    const id = /token ([0-9a-f]{12}) for alice/.exec(issued.stderr)?.[1] ?? "";
+    expect(id).not.toBe("");
+    const tokens = await crw("token", "list", "--json", ...at);
+    expect(tokens.stdout).not.toContain(token);
+    expect(JSON.parse(tokens.stdout).tokens).toContainEqual(
+      expect.objectContaining({ id, account: "alice", label: "laptop", revokedAt: null }),
+    );
+    const url = JSON.parse(readFileSync(join(dataDir, "daemon.state.json"), "utf8")).url as string;
+    // alice's token authenticates; alice is no administrator
+    const asAlice = await crw("account", "list", "--url", url, "--token", token);
+    expect(asAlice.code).toBe(1);
+    expect(asAlice.stderr).toMatch(/only the owner and administrators manage accounts.*ask the owner/);
+    const revoked = await crw("token", "revoke", id, ...at);
+    expect(revoked).toMatchObject({ code: 0, stdout: `revoked ${id} of alice\n` });
+    const after = await crw("account", "list", "--url", url, "--token", token);
+    expect(after.code).toBe(1);
+    expect(after.stderr).toMatch(/refused the token/);
+    const bad = await crw("token", "revoke", "crw_not_an_id", ...at);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/not a token id/);
+    const taken = await crw("account", "create", "alice", ...at);
+    expect(taken.code).toBe(1);
+    expect(taken.stderr).toMatch(/an account named alice exists/);
+  });
+
   it("errors say what to do: unknown session (1), missing arguments (2), no daemon (1)", async () => {
     const unknown = await crw("session", "read", "00000000-0000-4000-8000-000000000000", ...at);
     expect(unknown.code).toBe(1);

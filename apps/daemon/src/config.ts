@@ -37,6 +37,11 @@ const fileSchema = z
         turnsPerRunner: z.number().int().min(1).max(64),
         /** The workflow engine's bound on nodes running at once per workflow; default the engine's own. */
         maxActiveNodes: z.number().int().min(1).max(1024),
+        /**
+         * How often the live takeover checks for work of daemons that died (one cheap query; a recovery
+         * pass only when it finds some). 0 turns the sweep off (boot recovery alone then takes it).
+         */
+        takeoverSweepMs: z.number().int().min(0).max(60_000),
       })
       .partial()
       .strict(),
@@ -86,6 +91,8 @@ export interface DaemonConfig {
     maxRunners: number | undefined;
     turnsPerRunner: number;
     maxActiveNodes: number | undefined;
+    /** The takeover sweep's period; 0: no live takeover. */
+    takeoverSweepMs: number;
   };
   /**
    * Providers: a session's model is `scripted` (the offline provider) or `<api>:<model id>`; a base URL and
@@ -187,6 +194,8 @@ export function loadConfig(options: LoadConfigOptions = {}): DaemonConfig {
   if (env.CRW_MAX_RUNNERS) runtimeEnv.maxRunners = envInt("CRW_MAX_RUNNERS", env.CRW_MAX_RUNNERS, 256);
   if (env.CRW_MAX_ACTIVE_NODES)
     runtimeEnv.maxActiveNodes = envInt("CRW_MAX_ACTIVE_NODES", env.CRW_MAX_ACTIVE_NODES, 1024, 1);
+  if (env.CRW_TAKEOVER_SWEEP_MS)
+    runtimeEnv.takeoverSweepMs = envInt("CRW_TAKEOVER_SWEEP_MS", env.CRW_TAKEOVER_SWEEP_MS, 60_000);
   const modelsEnv = modelsFromEnv(env);
 
   const merged = { ...file, ...fromEnv, ...overrides.data };
@@ -215,6 +224,8 @@ export function loadConfig(options: LoadConfigOptions = {}): DaemonConfig {
       maxRunners: runtime.maxRunners,
       turnsPerRunner: runtime.turnsPerRunner ?? 4,
       maxActiveNodes: runtime.maxActiveNodes,
+      // A peer's death is noticed within about a second; the check is one indexed query.
+      takeoverSweepMs: runtime.takeoverSweepMs ?? 1_000,
     },
     models: { default: models.default ?? "scripted", baseUrls: models.baseUrls, apiKeyEnv: models.apiKeyEnv },
     projectRoot: resolve(merged.projectRoot ?? process.cwd()),

@@ -1,7 +1,14 @@
-import { migrate, PgDelegationRepository } from "@crw/db";
+import {
+  listenForRevocations,
+  migrate,
+  PgDelegationRepository,
+  pingDatabase,
+  type RevocationListener,
+} from "@crw/db";
 import pg from "pg";
 import { type Logger, pino } from "pino";
 import { z } from "zod";
+import { registerAccountMethods } from "./api/accounts.js";
 import { healthFor } from "./api/health.js";
 import { registerProjectMethods } from "./api/projects.js";
 import { registerSessionMethods } from "./api/sessions.js";
@@ -61,9 +68,13 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
   let db: DaemonDatabase | undefined;
   let pool: pg.Pool | undefined;
   let server: ApiServer | undefined;
+  let revocations: RevocationListener | undefined;
   let runtime: DaemonRuntime | undefined;
   const cleanup = async (abandonCheckpoint = false) => {
     await server?.close().catch((e: unknown) => log.warn({ err: e }, "api close failed"));
+    await revocations
+      ?.close()
+      .catch((e: unknown) => log.warn({ err: e }, "revocation listener close failed"));
     if (runtime) await runtime.close({ abandonCheckpoint });
     else await pool?.end().catch((e: unknown) => log.warn({ err: e }, "pool end failed"));
     await db?.stop().catch((e: unknown) => log.warn({ err: e }, "database stop failed"));
@@ -91,6 +102,8 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
     // interrupted call and workflow is claimed and on its way.
     phase = "recovering";
     await rt.recover();
+    // From now on a peer that dies on the same database has its work taken over here.
+    await rt.startTakeover();
     phase = "ready";
 
     const rpc = new RpcRegistry();
@@ -100,15 +113,14 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
     const dbKind = db.kind;
     const health = async () => {
       const started = Date.now();
-      let database: { ok: boolean; latencyMs?: number; error?: string };
-      try {
-        await dbPool.query("select 1");
-        database = { ok: true, latencyMs: Date.now() - started };
-      } catch (e) {
-        database = { ok: false, error: e instanceof Error ? e.message : String(e) };
-      }
+      const failed = await pingDatabase(dbPool, 2_000);
+      const database = {
+        ok: !failed,
+        ...(failed ? { error: failed.message } : { latencyMs: Date.now() - started }),
+      };
       return {
-        status: phase === "ready" && database.ok ? "ok" : phase,
+        // a daemon whose database does not answer is degraded, whatever its phase says
+        status: phase === "ready" ? (database.ok ? "ok" : "degraded") : phase,
         phase,
         pid: process.pid,
         uptimeSeconds: Math.round((Date.now() - startedAt.getTime()) / 1000),
@@ -127,12 +139,18 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
       params: z.object({}).strict(),
       handler: async (_p, ctx) => {
         const account = await repo.getAccount(ctx.accountId);
-        return { accountId: account.id, name: account.name, isOwner: account.isOwner };
+        return {
+          accountId: account.id,
+          name: account.name,
+          isOwner: account.isOwner,
+          isAdministrator: account.isAdministrator,
+        };
       },
     });
     registerSessionMethods(rpc, rt, config.models.default);
     registerWorkflowMethods(rpc, rt, config.models.default);
     registerProjectMethods(rpc, rt);
+    registerAccountMethods(rpc, rt);
     server = await startApiServer({
       host: config.host,
       port: config.port,
@@ -152,6 +170,7 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
       healthFor: (accountId, doc) => healthFor(rt, accountId, doc),
       log,
     });
+    revocations = await watchRevocations(repo, dbPool, server, log);
     const state: DaemonState = {
       pid: process.pid,
       host: config.host,
@@ -173,6 +192,8 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
         phase = "stopping";
         stopSignal.abort();
         log.info({ reason, inFlight: inFlight.size }, "daemon stopping");
+        // A stopping daemon takes over nothing more (a running pass ends first).
+        await rt.stopTakeover();
         // The restart checkpoint before anything closes: captured journal writes and publications commit
         // (a finished tool result queued behind an in-flight write included) while the database pool still
         // accepts statements; model and tool turns are not waited for: boot recovery continues them.
@@ -231,6 +252,29 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
     await cleanup();
     throw e;
   }
+}
+
+/**
+ * A token revoked on any daemon of the database closes the connections this one opened with it, at once
+ * (a notification on commit). Each time the listener is in place again after a lost connection, the open
+ * connections' tokens are checked, so a revocation missed meanwhile still closes them.
+ */
+async function watchRevocations(
+  repo: PgDelegationRepository,
+  pool: pg.Pool,
+  server: ApiServer,
+  log: Logger,
+): Promise<RevocationListener> {
+  const recheck = async () => {
+    for (const hash of await repo.unusableTokenHashes(server.openTokens()))
+      server.dropToken(hash.toString("hex"));
+  };
+  return listenForRevocations(
+    pool,
+    (hashHex) => server.dropToken(hashHex),
+    () => void recheck().catch((e: unknown) => log.warn({ err: e }, "token re-check failed")),
+    (e) => log.warn({ err: e }, "revocation listener connection failed; listening again"),
+  );
 }
 
 /**

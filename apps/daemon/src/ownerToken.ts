@@ -7,29 +7,22 @@ export const ownerTokenPath = (dataDir: string) => join(dataDir, "owner.token");
 
 export const tokenHash = (token: string): Buffer => createHash("sha256").update(token, "utf8").digest();
 
+/** A new API token: printed once to whoever asked for it; only its hash is stored. */
+export const newApiToken = (): string => `crw_${randomBytes(24).toString("base64url")}`;
+
 /**
- * The first start makes an owner account and writes its API token to `<dataDir>/owner.token` (mode 0600),
- * which the `crw` client commands read; later starts keep it while it still authenticates. Only the hash is
- * stored in the database.
+ * The owner's API token of this data directory, in `<dataDir>/owner.token` (mode 0600), which the `crw`
+ * client commands read. One owner account serves every daemon on a database: the first daemon makes it,
+ * each other daemon issues a token of its own on that account, so the owner.token of any of them
+ * authenticates on all. A token that still authenticates as the owner is kept.
  */
 export async function ensureOwnerToken(repo: PgDelegationRepository, dataDir: string): Promise<string> {
   const path = ownerTokenPath(dataDir);
   const existing = (await readFile(path, "utf8").catch(() => "")).trim();
-  if (existing && (await repo.accountByTokenHash(tokenHash(existing)))) return existing;
-  let account: { id: string } | undefined;
-  for (let n = 0; !account; n++) {
-    try {
-      account = await repo.createAccount({
-        name: n === 0 ? "owner" : `owner-${n + 1}`,
-        isOwner: true,
-        isAdministrator: true,
-      });
-    } catch (e) {
-      if ((e as { code?: string }).code !== "conflict" || n > 50) throw e;
-    }
-  }
-  const token = `crw_${randomBytes(24).toString("base64url")}`;
-  await repo.addApiToken(account.id, tokenHash(token), "owner (made at first start)");
+  if (existing && (await repo.accountByTokenHash(tokenHash(existing)))?.isOwner) return existing;
+  const owner = await repo.ensureOwnerAccount();
+  const token = newApiToken();
+  await repo.addApiToken(owner.id, tokenHash(token), `owner token of ${dataDir}`.slice(0, 200));
   const tmp = `${path}.${process.pid}.tmp`;
   await writeFile(tmp, `${token}\n`, { mode: 0o600 });
   await rename(tmp, path);

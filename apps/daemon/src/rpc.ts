@@ -1,3 +1,4 @@
+import { isDatabaseUnavailable } from "@crw/db";
 import type { Logger } from "pino";
 import type { z } from "zod";
 
@@ -150,9 +151,24 @@ export class RpcRegistry {
   }
 }
 
+/** A request refused because the database cannot be reached now; the same request later may succeed. */
+export const databaseUnavailable = () =>
+  new RpcError(
+    RPC_REFUSED,
+    "database_unavailable",
+    "the database does not answer; the daemon is waiting for it to come back: try again shortly",
+    "DatabaseUnavailableError",
+  );
+
 export function errorFrame(id: RequestId, e: unknown): object {
   // A driver error never crosses as such: its message and SQLSTATE are the daemon's business.
-  const err = isDatabaseError(e) ? internalError() : e instanceof Error ? e : new Error(String(e));
+  const err = isDatabaseUnavailable(e)
+    ? databaseUnavailable()
+    : isDatabaseError(e)
+      ? internalError()
+      : e instanceof Error
+        ? e
+        : new Error(String(e));
   const coded = err as Error & { rpcCode?: number; code?: unknown };
   const code = typeof coded.code === "string" ? coded.code : "internal";
   const rpcCode =

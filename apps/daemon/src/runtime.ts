@@ -7,16 +7,20 @@ import {
   createAgentTurnRunner,
   DelegationService,
   FileSpillStore,
+  followUpQueued,
+  idleRootParents,
   McpBridge,
   type ProgressEvent,
   type ProgressSink,
   type RecoveryReport,
   recoverDelegations,
   type SessionTurnRunner,
+  settleInterruptedTails,
   type TurnRequest,
+  takeOverDelegations,
   withToolCatalog,
 } from "@crw/brain";
-import { PgDelegationRepository, type ProviderUsage } from "@crw/db";
+import { listenForOwnerReleases, PgDelegationRepository, type ProviderUsage, type SessionRow } from "@crw/db";
 import {
   boundedProjectFileReader,
   delegationNodeTurns,
@@ -44,6 +48,13 @@ import { AlertService } from "./alerts.js";
 import type { DaemonConfig } from "./config.js";
 import { EventBus } from "./events.js";
 import { projectRegistry } from "./projects.js";
+import {
+  type OrphanedWork,
+  startTakeoverSweep,
+  type TakeoverHealth,
+  type TakeoverPass,
+  type TakeoverSweep,
+} from "./takeover.js";
 
 /** What boot recovery did, shown in /health. */
 export interface BootRecovery {
@@ -133,12 +144,22 @@ export interface DaemonRuntime {
   progressSink(extra?: ProgressSink): ProgressSink;
   /** Boot recovery of delegations, then workflows; runs before the API port opens. */
   recover(): Promise<BootRecovery>;
+  /**
+   * One live takeover pass: the boot pass restricted to the work of owners that died (workflows, then
+   * delegations), with the interrupted tails of what it took and of their root parents settled first.
+   */
+  takeOver(work: OrphanedWork): Promise<TakeoverPass>;
+  /** Starts the periodic takeover sweep and the listener for peers' lease releases (after boot recovery). */
+  startTakeover(): Promise<void>;
+  /** Stops both; no work is taken over after this resolves. Idempotent. */
+  stopTakeover(): Promise<void>;
   /** The delegation core's database calls in flight now, oldest first. */
   pendingCalls(): PendingCall[];
   health(): {
     pool: PoolHealth;
     mcp: { servers: McpServerHealth[] };
     recovery: BootRecovery | null;
+    takeover: TakeoverHealth | null;
     workflows: { driving: number };
     executions: ({ sessionId: string } & ExecutionLocation)[];
     processes: { started: number; exited: number };
@@ -481,11 +502,12 @@ export async function assembleRuntime(
       await publishDelivery({ parentSessionId: event.parentSessionId, results: event.delivered });
     },
   });
+  const nodeDispatcher = new JournalNodeDispatcher(repo, delegationNodeTurns(service));
   engine = new WorkflowEngine({
     pool: pgPool,
     // The engine holds its own owner lease: two advisory locks on one key would wait on each other.
     owner: `${owner}-workflows`,
-    dispatcher: new JournalNodeDispatcher(repo, delegationNodeTurns(service)),
+    dispatcher: nodeDispatcher,
     worktreesDir,
     // A node's `cwd` is placed under the live policy of the session that started its workflow.
     workDirPolicy: async (journal) =>
@@ -508,6 +530,16 @@ export async function assembleRuntime(
   });
 
   let recovery: BootRecovery | null = null;
+  const takeOver = (work: OrphanedWork) =>
+    takeOverPass(work, { service, engine, nodeDispatcher, maxRecoveryAttempts: config.maxRecoveryAttempts });
+  let sweep: TakeoverSweep | undefined;
+  let releases: { close(): Promise<void> } | undefined;
+  // Bounded: a pass stuck on a hung database must not keep a stopping daemon from its checkpoint.
+  const stopTakeover = async () => {
+    const listener = releases;
+    releases = undefined;
+    await within(Promise.all([listener?.close(), sweep?.stop()]), 5_000);
+  };
   const progressSink =
     (extra?: ProgressSink): ProgressSink =>
     (event: ProgressEvent) => {
@@ -570,6 +602,25 @@ export async function assembleRuntime(
       );
       return recovery;
     },
+    takeOver,
+    async startTakeover() {
+      if (sweep || config.runtime.takeoverSweepMs <= 0) return;
+      const s = startTakeoverSweep({
+        intervalMs: config.runtime.takeoverSweepMs,
+        probe: () => repo.orphanedWork(),
+        pass: takeOver,
+        log: log.child({ part: "takeover" }),
+      });
+      sweep = s;
+      releases = await listenForOwnerReleases(
+        pgPool,
+        (owner) => s.released(owner),
+        // (Again) listening: a release sent while the connection was down is caught by a check now.
+        () => s.wake(),
+        (e) => log.warn({ err: e }, "takeover listener failed; it reconnects"),
+      );
+    },
+    stopTakeover,
     pendingCalls: () => tracked.pending(),
     health() {
       return {
@@ -586,6 +637,7 @@ export async function assembleRuntime(
           })),
         },
         recovery: recovery ? { ...recovery, firstTurnAt } : null,
+        takeover: sweep?.health() ?? null,
         workflows: { driving: engine.runIds().length },
         executions: executions(),
         processes: { ...processes },
@@ -596,6 +648,8 @@ export async function assembleRuntime(
     pause: () => service.pauseForRestart(),
     async close(options = {}) {
       const abandon = options.abandonCheckpoint === true;
+      // Nothing is taken over by a daemon on its way out.
+      await stopTakeover();
       // The checkpoint first (close after a failed one still stops everything; the caller reports it). A
       // checkpoint past its deadline is abandoned: its blocked writes are left to the database and to the
       // next boot's recovery, and no part waits for them beyond a short bound.
@@ -613,4 +667,57 @@ export async function assembleRuntime(
       await bound(ended);
     },
   };
+}
+
+/**
+ * One live takeover pass (see DaemonRuntime.takeOver). Workflows first: boot recovery takes delegations first
+ * so that every journal tail is settled before a node continues, and here each node child's tail is settled
+ * just before its node continues instead, so a dead peer's few workflow nodes need not queue behind its many
+ * delegated calls. A taken workflow's root parent has its interrupted tail settled before anything resumes.
+ * Root parents with queued results get their follow-up turn here, as after a boot; a taken child that
+ * settles later wakes its parent here through the ordinary delivery path.
+ */
+async function takeOverPass(
+  work: OrphanedWork,
+  deps: {
+    service: DelegationService;
+    engine: WorkflowEngine;
+    nodeDispatcher: JournalNodeDispatcher;
+    maxRecoveryAttempts: number;
+  },
+): Promise<TakeoverPass> {
+  const { service, engine, nodeDispatcher } = deps;
+  let roots: SessionRow[] = [];
+  const workflows =
+    work.workflows && !service.paused
+      ? await engine.recoverInterrupted(1000, {
+          deadOwnersOnly: true,
+          claimed: async (rows) => {
+            roots = await idleRootParents(service, rows);
+            await settleInterruptedTails(
+              service,
+              roots.map((r) => r.id),
+            );
+          },
+          continueNode: async (input, host) => {
+            if (typeof input.childSessionId === "string")
+              await settleInterruptedTails(service, [input.childSessionId]);
+            return nodeDispatcher.continueNode(input, host);
+          },
+        })
+      : { resumed: [], invalid: [], refused: [] };
+  await followUpQueued(service, roots);
+  const delegations = work.runs
+    ? await takeOverDelegations(service, { maxRecoveryAttempts: deps.maxRecoveryAttempts })
+    : {
+        continued: [],
+        settledWithoutTurn: [],
+        terminalized: [],
+        failed: [],
+        unknownToolCalls: 0,
+        roots: [],
+        handedBack: [],
+      };
+  const served = new Set([...roots.map((r) => r.id), ...delegations.roots]);
+  return { delegations: { ...delegations, roots: [...served] }, workflows };
 }

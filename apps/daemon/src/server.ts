@@ -1,9 +1,13 @@
+import { createHash } from "node:crypto";
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { Logger } from "pino";
 import { type WebSocket, WebSocketServer } from "ws";
 import { errorFrame, RPC_PARSE_ERROR, RPC_REFUSED, type RpcContext, RpcError, requestIdOf } from "./rpc.js";
 
 export type Authenticate = (token: string) => Promise<{ accountId: string } | undefined>;
+
+/** Policy violation: the token a connection was opened with no longer authenticates. */
+export const CLOSE_TOKEN_REVOKED = 1008;
 
 export interface ApiServerOptions {
   host: string;
@@ -34,9 +38,15 @@ const CLOSE_UNREAD = 1008;
 
 export interface ApiServer {
   readonly port: number;
+  /** Closes every connection opened with this token (its sha-256, hex): it was revoked. */
+  dropToken(hashHex: string): number;
+  /** The sha-256 of each token an open connection was opened with. */
+  openTokens(): Buffer[];
   /** Stops accepting, closes every connection (1001) and waits for the HTTP server to close. */
   close(): Promise<void>;
 }
+
+const hashOf = (token: string) => createHash("sha256").update(token, "utf8").digest("hex");
 
 function bearer(req: IncomingMessage): string | undefined {
   const header = req.headers.authorization;
@@ -85,7 +95,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
     options.authenticate(token).then(
       (who) => {
         if (!who) return refuse();
-        wss.handleUpgrade(req, socket, head, (ws) => serve(ws, who.accountId));
+        wss.handleUpgrade(req, socket, head, (ws) => serve(ws, who.accountId, hashOf(token)));
       },
       (e: unknown) => {
         log.error({ err: e }, "authentication failed");
@@ -97,8 +107,27 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
   const maxInFlight = options.maxInFlight ?? MAX_IN_FLIGHT;
   const maxBuffered = options.maxBufferedBytes ?? MAX_BUFFERED_BYTES;
 
-  function serve(ws: WebSocket, accountId: string): void {
+  /** Open connections by the sha-256 (hex) of the token each was opened with. */
+  const byToken = new Map<string, Set<WebSocket>>();
+  const aborts = new WeakMap<WebSocket, AbortController>();
+  /**
+   * Tokens revoked while this server runs: a connection authenticated just before its token's revocation
+   * committed, and upgraded after the notice came, is refused here rather than kept.
+   */
+  const revoked = new Set<string>();
+  const cutOff = (ws: WebSocket) => {
+    aborts.get(ws)?.abort();
+    ws.close(CLOSE_TOKEN_REVOKED, "token revoked");
+    // a client that does not answer the close handshake is cut off all the same
+    setTimeout(() => ws.terminate(), 2_000).unref();
+  };
+
+  function serve(ws: WebSocket, accountId: string, tokenHash: string): void {
     const abort = new AbortController();
+    aborts.set(ws, abort);
+    const mine = byToken.get(tokenHash) ?? new Set<WebSocket>();
+    byToken.set(tokenHash, mine.add(ws));
+    if (revoked.has(tokenHash)) cutOff(ws);
     const conn = log.child({ accountId });
     let inFlight = 0;
     // A client that does not read would otherwise hold every reply in this process's memory.
@@ -142,7 +171,11 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
         )
         .finally(() => inFlight--);
     });
-    ws.on("close", () => abort.abort());
+    ws.on("close", () => {
+      abort.abort();
+      mine.delete(ws);
+      if (mine.size === 0 && byToken.get(tokenHash) === mine) byToken.delete(tokenHash);
+    });
     ws.on("error", (e) => conn.warn({ err: e }, "websocket error"));
   }
 
@@ -154,6 +187,19 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
   const port = typeof addr === "object" && addr ? addr.port : options.port;
   return {
     port,
+    dropToken: (hashHex) => {
+      if (revoked.size >= 100_000) revoked.clear();
+      revoked.add(hashHex);
+      const open = [...(byToken.get(hashHex) ?? [])];
+      if (open.length > 0)
+        log.info(
+          { token: hashHex.slice(0, 12), connections: open.length },
+          "token revoked: closing its connections",
+        );
+      for (const ws of open) cutOff(ws);
+      return open.length;
+    },
+    openTokens: () => [...byToken.keys()].map((h) => Buffer.from(h, "hex")),
     close: async () => {
       for (const client of wss.clients) client.close(1001, "daemon stopping");
       wss.close();

@@ -1,5 +1,12 @@
 export { RECLAIM_BATCH } from "./delegation/forks.js";
+export { listenForOwnerReleases, type OwnerReleaseListener } from "./delegation/ownerReleases.js";
+export { OWNER_RELEASED_CHANNEL } from "./delegation/recovery.js";
 export { PgDelegationRepository } from "./delegation/repository.js";
+export {
+  listenForRevocations,
+  type RevocationListener,
+  TOKEN_REVOKED_CHANNEL,
+} from "./delegation/tokens.js";
 export {
   DEFAULT_SERVER_USER,
   type EmbeddedCluster,
@@ -13,6 +20,7 @@ export {
 } from "./embedded/index.js";
 export { DelegationDbError, type DelegationDbErrorCode, toError } from "./errors.js";
 export { migrate, migrationsDir, migrationsTable } from "./migrate.js";
+export { isDatabaseUnavailable, pingDatabase } from "./ping.js";
 export * from "./repositories/delegation.js";
 export * from "./repositories/journal.js";
 export { type Isolation, type Queryable, RETRYABLE_SQLSTATES, tx } from "./tx.js";

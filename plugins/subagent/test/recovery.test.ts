@@ -218,6 +218,41 @@ describe("boot recovery", () => {
     expect(claimed).not.toContain(kept.workflowId);
   });
 
+  it("a live takeover claims only a dead owner's workflows, shows them before they resume, and never drives one twice", async () => {
+    const w = await world(db.pool);
+    const live = await w.engine(async ({ signal }) => untilAborted(signal));
+    all.push(live.engine);
+    const kept = await live.engine.start(w.ctx(), { definition: chain });
+    const taker = await w.engine(({ task }) => `taken ${taskLine(task)}`);
+    all.push(taker.engine);
+    const dying = await w.engine(async ({ signal }) => untilAborted(signal));
+    all.push(dying.engine);
+    const orphan = await dying.engine.start(w.ctx(), { definition: chain });
+    await until(
+      async () =>
+        (await journal(orphan.workflowId)).nodes.a?.status === "running" &&
+        (await journal(kept.workflowId)).nodes.a?.status === "running",
+      "both running",
+    );
+    await dying.engine.close();
+    const seen: string[] = [];
+    const pass = () =>
+      taker.engine.recoverInterrupted(1000, {
+        deadOwnersOnly: true,
+        claimed: async (rows) => {
+          for (const r of rows) if (r.parentSessionId === w.parentSessionId) seen.push(r.id);
+        },
+      });
+    expect((await mine(w.parentSessionId, await pass())).resumed).toEqual([orphan.workflowId]);
+    expect(seen).toEqual([orphan.workflowId]);
+    expect((await mine(w.parentSessionId, await pass())).resumed).toEqual([]);
+    expect((await taker.engine.finished(orphan.workflowId)).status).toBe("completed");
+    const row = await live.engine.store.getWorkflow(kept.workflowId);
+    expect(row?.status).toBe("running");
+    expect(live.engine.runIds()).toContain(kept.workflowId);
+    expect(taker.engine.runIds()).not.toContain(kept.workflowId);
+  });
+
   it("S004-389: S004-312: S004-315: boot checks every journaled scope against current access and starts nothing when one exceeds it", async () => {
     const w = await world(db.pool);
     const def = parseWorkflowDefinition(`

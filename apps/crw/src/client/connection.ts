@@ -54,13 +54,19 @@ export class DaemonClient {
         for (const l of this.#listeners) l(frame.method, (frame.params ?? {}) as Record<string, unknown>);
       }
     });
-    ws.on("close", () => {
+    ws.on("close", (code, reason) => {
+      const revoked = code === 1008 && reason.toString() === "token revoked";
       for (const p of this.#pending.values())
         p.reject(
-          new ClientError(
-            "the daemon closed the connection (it may be stopping); run the command again once 'crw daemon status' says it is up",
-            "connection_closed",
-          ),
+          revoked
+            ? new ClientError(
+                "the daemon closed the connection: its token was revoked; ask an administrator for a new one ('crw token issue')",
+                "token_revoked",
+              )
+            : new ClientError(
+                "the daemon closed the connection (it may be stopping); run the command again once 'crw daemon status' says it is up",
+                "connection_closed",
+              ),
         );
       this.#pending.clear();
     });
@@ -80,7 +86,12 @@ export class DaemonClient {
                 "the daemon refused the token; use the owner token in <data-dir>/owner.token, or pass --token / CRW_TOKEN",
                 "unauthorized",
               )
-            : new ClientError(`the daemon answered HTTP ${res.statusCode}`, "http_error"),
+            : res.statusCode === 503
+              ? new ClientError(
+                  "the daemon cannot reach its database now (HTTP 503); try again shortly ('crw daemon status' says why)",
+                  "database_unavailable",
+                )
+              : new ClientError(`the daemon answered HTTP ${res.statusCode}`, "http_error"),
         ),
       );
       ws.once("error", (e) =>
@@ -126,6 +137,8 @@ const HINTS: Record<string, string> = {
   daemon_stopping: "the daemon is stopping; start it again with 'crw daemon start'",
   workflow_not_found: "check the workflow id (it must belong to your account)",
   not_root: "messages go to a root session; follow a child with 'crw tap'",
+  not_permitted: "ask the owner or an administrator",
+  database_unavailable: "'crw daemon status' shows the database's state",
 };
 
 function rpcError(e: RpcErrorData): ClientError {

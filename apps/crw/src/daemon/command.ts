@@ -335,6 +335,28 @@ async function status(
 /** The human summary of /health: runners, queue, recovery, MCP servers and alerts. */
 function healthLines(health: Record<string, unknown>): string[] {
   const lines: string[] = [];
+  const db = health.database as
+    | { kind: string; ok: boolean; error?: string | null; since?: string; losses?: number; restarts?: number }
+    | undefined;
+  if (db)
+    lines.push(
+      db.ok
+        ? `database: ${db.kind}, answering${db.losses ? ` (lost ${db.losses} time${db.losses === 1 ? "" : "s"}, started again ${db.restarts ?? 0})` : ""}`
+        : `database: ${db.kind}, NOT answering${db.since ? ` since ${db.since}` : ""}: ${db.error ?? "unknown"}; ${db.kind === "external" ? "the daemon retries it" : "the daemon starts it again"} and recovers its work when it answers`,
+    );
+  const takeover = health.takeover as
+    | {
+        sweepMs: number;
+        lastTakeoverAt: string | null;
+        delegations: { continued: number };
+        workflows: { resumed: number };
+      }
+    | null
+    | undefined;
+  if (takeover && takeover.sweepMs > 0)
+    lines.push(
+      `takeover: checks every ${takeover.sweepMs} ms for work of daemons that died; ${takeover.delegations.continued} calls continued, ${takeover.workflows.resumed} workflows resumed${takeover.lastTakeoverAt ? `, last at ${takeover.lastTakeoverAt}` : ""}`,
+    );
   const pool = health.pool as
     | {
         mode: string;

@@ -40,7 +40,13 @@ export type DelegationEvent =
       readonly parentSessionId: string;
       readonly resultIds: readonly string[];
     }
-  | { readonly type: "delegation.recovered"; readonly runId: string; readonly action: string }
+  | {
+      readonly type: "delegation.recovered";
+      readonly runId: string;
+      readonly action: string;
+      /** Why a live takeover handed the run back (action `handed_back`). */
+      readonly error?: string;
+    }
   | { readonly type: "delegation.publish_failed"; readonly parentSessionId: string; readonly error: string }
   /** A call's progress snapshot (or Ctrl+B's background write) was not published; the call goes on. */
   | {

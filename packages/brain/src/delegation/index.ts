@@ -28,7 +28,15 @@ export {
   latestAssistantText,
   readSubagent,
 } from "./readSubagent.js";
-export { INTERRUPTED_CONTEXT, type RecoveryReport, recoverDelegations } from "./recovery.js";
+export {
+  followUpQueued,
+  INTERRUPTED_CONTEXT,
+  idleRootParents,
+  type RecoveryReport,
+  recoverDelegations,
+  settleInterruptedTails,
+  takeOverDelegations,
+} from "./recovery.js";
 export { type MutatingTool, scopedTools } from "./scopedTools.js";
 export {
   createScriptedTurnRunner,

@@ -1,7 +1,8 @@
 import { randomUUID } from "node:crypto";
-import type { SubagentRun, TranscriptMessage } from "@crw/db";
+import type { SessionRow, SubagentRun, TranscriptMessage } from "@crw/db";
 import { parseDelegatedExecutionScope } from "../scope/index.js";
 import { danglingToolCalls, endsWithAnswer } from "./context.js";
+import { toError } from "./errors.js";
 import type { DelegationService } from "./service.js";
 import { workDirNow } from "./unknownEffect.js";
 
@@ -41,55 +42,210 @@ export async function recoverDelegations(
   const repo = service.repo;
   await service.start();
   const discardedForks = await repo.discardPrivateSessions();
-  let unknownToolCalls = 0;
-  for (const s of await repo.sessionsWithDanglingToolCalls()) {
-    await repo.settleProvisional(s.sessionId, s.principalAccountId, "discarded");
-    // Only the interrupted tail: the newest turn (getLatestTurn), never the whole journal.
-    const dangling = danglingToolCalls(await repo.latestTurn(s.sessionId, s.principalAccountId));
-    if (dangling.length === 0) continue;
-    unknownToolCalls += dangling.length;
-    const answers = [];
-    for (const call of dangling)
-      answers.push(await unknownOutcome(service, s.sessionId, s.principalAccountId, call));
-    await repo.append(
-      s.sessionId,
-      s.principalAccountId,
-      answers.map((message) => ({ body: { type: "message" as const, message } })),
-    );
-  }
+  const unknownToolCalls = await settleInterruptedTails(service);
 
-  const continued: string[] = [];
-  const settledWithoutTurn: string[] = [];
-  const terminalized: string[] = [];
-  const failed: string[] = [];
-  const max = options.maxRecoveryAttempts ?? 3;
   const runs = await repo.claimOpenRuns(service.owner, options.claimBatch ?? 1000);
-  // Claimed runs are independent (one child each, every write in its own transaction), so a few are
-  // recovered at a time: one at a time kept the daemon's port closed for minutes with a thousand runs.
-  let nextRun = 0;
-  const worker = async () => {
-    while (nextRun < runs.length) {
-      const run = runs[nextRun++] as SubagentRun;
-      const action = await recoverRun(service, run, max);
-      service.emit({ type: "delegation.recovered", runId: run.id, action });
-      ({ continued, settled: settledWithoutTurn, terminalized, failed })[action].push(run.id);
-    }
-  };
-  const width = Math.max(1, Math.min(options.concurrency ?? RECOVERY_CONCURRENCY, runs.length));
-  await Promise.all(Array.from({ length: width }, worker));
+  const outcome = await recoverRuns(service, runs, options);
 
   for (const s of await repo.sessionsWithQueuedResults()) {
     if (s.kind !== "root") continue;
     const session = await repo.getSession(s.sessionId, s.principalAccountId);
     service.track(service.followUp(session));
   }
-  return { discardedForks, unknownToolCalls, continued, settledWithoutTurn, terminalized, failed };
+  return { discardedForks, unknownToolCalls, ...outcome };
+}
+
+/**
+ * Live takeover: the boot pass for the work of owners that died while this process runs. Only runs leased
+ * by a dead owner are claimed (same claim, `deadOwnersOnly`); a live process's runs, and runs nobody has
+ * leased yet, are left alone. The interrupted tails settled are those of the claimed children and of
+ * their root parents that no turn of this process holds (boot settles every journal: here the other
+ * journals may belong to live processes). Then each run is recovered exactly as at boot, and the root
+ * parents with queued results get their follow-up turn here, as after a boot. A run this process already
+ * drives is never started a second time. What cannot be recovered now (a lost connection, say) is handed
+ * back to the next sweep rather than left leased by this live process, where no one would take it.
+ */
+export async function takeOverDelegations(
+  service: DelegationService,
+  options: { maxRecoveryAttempts?: number; claimBatch?: number; concurrency?: number } = {},
+): Promise<RecoveryReport & { roots: readonly string[]; handedBack: readonly string[] }> {
+  const repo = service.repo;
+  const nothing = { discardedForks: [], unknownToolCalls: 0, roots: [], handedBack: [], ...noRuns() };
+  if (service.paused) return nothing;
+  const claimed = await repo.claimOpenRuns(service.owner, options.claimBatch ?? 1000, {
+    deadOwnersOnly: true,
+  });
+  const runs = claimed.filter((r) => !drivenHere(service).has(r.id));
+  if (runs.length === 0) return nothing;
+  const handedBack: string[] = [];
+  const handBack = async (run: SubagentRun, e: Error) => {
+    handedBack.push(run.id);
+    service.emit({ type: "delegation.recovered", runId: run.id, action: "handed_back", error: e.message });
+    // A hand-back that fails too leaves the run leased here, for this process's next boot.
+    await repo.handBackRun(run.id, service.owner).catch(() => undefined);
+  };
+  let roots: SessionRow[];
+  let unknownToolCalls: number;
+  try {
+    roots = await idleRootParents(service, runs);
+    const children = runs.flatMap((r) => (r.childSessionId ? [r.childSessionId] : []));
+    unknownToolCalls = await settleInterruptedTails(service, [...roots.map((r) => r.id), ...children]);
+  } catch (e) {
+    for (const run of runs) await handBack(run, toError(e));
+    return { ...nothing, handedBack };
+  }
+  // One run that cannot be recovered now must not strand the others.
+  const outcome = await recoverRuns(service, runs, options, handBack);
+  await followUpQueued(service, roots);
+  return { discardedForks: [], unknownToolCalls, roots: roots.map((r) => r.id), handedBack, ...outcome };
+}
+
+/**
+ * The root parents a takeover serves: each distinct root parent of `runs` (or of taken workflows) that no
+ * turn of this process holds now.
+ */
+export async function idleRootParents(
+  service: DelegationService,
+  parents: readonly { parentSessionId: string; principalAccountId: string }[],
+): Promise<SessionRow[]> {
+  const seen = new Set<string>();
+  const out: SessionRow[] = [];
+  for (const p of parents) {
+    if (seen.has(p.parentSessionId)) continue;
+    seen.add(p.parentSessionId);
+    const session = await service.repo.getSession(p.parentSessionId, p.principalAccountId);
+    if (session.kind === "root" && !service.turns.isBusy(session.id)) out.push(session);
+  }
+  return out;
+}
+
+/** Root sessions with results waiting get their batched follow-up turn (the last step of boot recovery). */
+export async function followUpQueued(
+  service: DelegationService,
+  roots: readonly SessionRow[],
+): Promise<void> {
+  for (const root of roots) {
+    if ((await service.repo.queuedResultIds(root.id, root.principalAccountId)).length === 0) continue;
+    service.track(service.followUp(root));
+  }
+}
+
+/**
+ * Settles the interrupted tails of every journal with a dangling tool call (boot), or of those among
+ * `sessionIds` (a live takeover: only journals whose owner died). Returns how many calls were answered.
+ */
+export async function settleInterruptedTails(
+  service: DelegationService,
+  sessionIds?: readonly string[],
+): Promise<number> {
+  if (sessionIds?.length === 0) return 0;
+  let answered = 0;
+  for (const s of await service.repo.sessionsWithDanglingToolCalls(sessionIds))
+    answered += await settleInterruptedTail(service, s.sessionId, s.principalAccountId);
+  return answered;
+}
+
+/**
+ * Settles one journal's interrupted tail: provisional rows discarded, each tool call of its newest turn
+ * left without a result answered as unknown (never run again). Returns how many calls were answered.
+ */
+async function settleInterruptedTail(
+  service: DelegationService,
+  sessionId: string,
+  principalAccountId: string,
+): Promise<number> {
+  const repo = service.repo;
+  await repo.settleProvisional(sessionId, principalAccountId, "discarded");
+  // Only the interrupted tail: the newest turn (getLatestTurn), never the whole journal.
+  const dangling = danglingToolCalls(await repo.latestTurn(sessionId, principalAccountId));
+  if (dangling.length === 0) return 0;
+  const answers = [];
+  for (const call of dangling)
+    answers.push(await unknownOutcome(service, sessionId, principalAccountId, call));
+  await repo.append(
+    sessionId,
+    principalAccountId,
+    answers.map((message) => ({ body: { type: "message" as const, message } })),
+  );
+  return dangling.length;
+}
+
+interface RunOutcome {
+  continued: string[];
+  settledWithoutTurn: string[];
+  terminalized: string[];
+  failed: string[];
+}
+
+const noRuns = (): RunOutcome => ({ continued: [], settledWithoutTurn: [], terminalized: [], failed: [] });
+
+async function recoverRuns(
+  service: DelegationService,
+  runs: readonly SubagentRun[],
+  options: { maxRecoveryAttempts?: number; concurrency?: number },
+  /** Without it, a run's failure fails the whole pass (boot: the daemon does not start). */
+  onRunError?: (run: SubagentRun, e: Error) => Promise<void>,
+): Promise<RunOutcome> {
+  const out = noRuns();
+  const { continued, settledWithoutTurn, terminalized, failed } = out;
+  const max = options.maxRecoveryAttempts ?? 3;
+  // Claimed runs are independent (one child each, every write in its own transaction), so a few are
+  // recovered at a time: one at a time kept the daemon's port closed for minutes with a thousand runs.
+  // Their executions start once every run of the batch is charged: started as they go, the continued
+  // turns competed with the remaining charges for the database and the CPU.
+  const starts: SubagentRun[] = [];
+  let nextRun = 0;
+  const worker = async () => {
+    while (nextRun < runs.length) {
+      const run = runs[nextRun++] as SubagentRun;
+      let action: Awaited<ReturnType<typeof recoverRun>>;
+      try {
+        // A run is queued to start only by recoverRun's last step: one that threw never starts.
+        action = await recoverRun(service, run, max, starts);
+      } catch (e) {
+        if (!onRunError) throw e;
+        await onRunError(run, toError(e));
+        continue;
+      }
+      service.emit({ type: "delegation.recovered", runId: run.id, action });
+      ({ continued, settled: settledWithoutTurn, terminalized, failed })[action].push(run.id);
+    }
+  };
+  const width = Math.max(1, Math.min(options.concurrency ?? RECOVERY_CONCURRENCY, runs.length));
+  try {
+    await Promise.all(Array.from({ length: width }, worker));
+  } finally {
+    for (const run of starts) drive(service, run);
+  }
+  return out;
+}
+
+/**
+ * The runs whose recovered execution this process is driving now, per service: a later pass (a takeover
+ * sweep) that claims one of them again leaves it to the execution already running.
+ */
+const driven = new WeakMap<DelegationService, Set<string>>();
+
+function drivenHere(service: DelegationService): Set<string> {
+  let set = driven.get(service);
+  if (!set) {
+    set = new Set();
+    driven.set(service, set);
+  }
+  return set;
+}
+
+function drive(service: DelegationService, run: SubagentRun): void {
+  const set = drivenHere(service);
+  set.add(run.id);
+  service.track(service.executeRun(run).finally(() => set.delete(run.id)));
 }
 
 async function recoverRun(
   service: DelegationService,
   run: SubagentRun,
   maxAttempts: number,
+  starts: SubagentRun[],
 ): Promise<"continued" | "settled" | "terminalized" | "failed"> {
   const repo = service.repo;
   if (run.status === "queued" || !run.childSessionId) {
@@ -109,7 +265,7 @@ async function recoverRun(
     (await repo.queuedResultIds(run.childSessionId, run.principalAccountId)).length;
   if (endsWithAnswer(journal) && pending === 0) {
     // The turn had ended: settle without a new turn and without charging an attempt.
-    service.track(service.executeRun(run));
+    starts.push(run);
     return "settled";
   }
   if (run.recoveryAttempts >= maxAttempts) {
@@ -142,7 +298,7 @@ async function recoverRun(
       { body: { type: "message", message: context } },
     ]);
   }
-  service.track(service.executeRun(next));
+  starts.push(next);
   return "continued";
 }
 

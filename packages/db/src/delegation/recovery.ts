@@ -11,6 +11,13 @@ import { OPEN } from "./runs.js";
  */
 const OWNER_LOCK_CLASS = 7305;
 
+/**
+ * Announced (payload: the owner id) when a live process lets go of its owner lease, so that peers sweep for
+ * its work at once instead of at their next periodic check. A SIGKILLed process sends nothing: the sweep
+ * finds its work.
+ */
+export const OWNER_RELEASED_CHANNEL = "crw_owner_released";
+
 export async function holdOwnerLease(pool: pg.Pool, owner: string): Promise<() => Promise<void>> {
   const client = await pool.connect();
   try {
@@ -22,38 +29,97 @@ export async function holdOwnerLease(pool: pg.Pool, owner: string): Promise<() =
   return async () => {
     try {
       await client.query("select pg_advisory_unlock($1, hashtext($2))", [OWNER_LOCK_CLASS, owner]);
+      // After the unlock: a peer woken by this finds the owner dead.
+      await client.query("select pg_notify($1, $2)", [OWNER_RELEASED_CHANNEL, owner]);
     } finally {
       client.release();
     }
   };
 }
 
-export function claimOpenRuns(pool: pg.Pool, owner: string, limit: number): Promise<SubagentRun[]> {
+/**
+ * Takes the recovery lease of open runs no live process owns. At boot (the default) that includes runs with
+ * no lease and this owner's own; a live takeover (`deadOwnersOnly`) takes only runs whose named owner holds
+ * no lock: a run not yet leased belongs to the live process that is about to start it, and this process's
+ * own runs are driven here already.
+ */
+export function claimOpenRuns(
+  pool: pg.Pool,
+  owner: string,
+  limit: number,
+  options: { deadOwnersOnly?: boolean } = {},
+): Promise<SubagentRun[]> {
   return tx(pool, async (c) => {
     const { rows } = await c.query<Row>(
       `with orphaned as (
          select r.id from subagent_runs r
           where r.status in ('queued', 'running', 'settling')
-            and (r.locked_by is null or r.locked_by = $1 or not exists (
+            and ((not $4::boolean and (r.locked_by is null or r.locked_by = $1))
+                 or (r.locked_by is not null and r.locked_by <> $1 and not exists (
                   select 1 from pg_locks l
                    where l.locktype = 'advisory' and l.granted and l.classid = $3::oid
-                     and l.objid = (hashtext(r.locked_by)::bigint & 4294967295)::oid and l.objsubid = 2))
+                     and l.objid = (hashtext(r.locked_by)::bigint & 4294967295)::oid and l.objsubid = 2)))
           order by r.created_at
           for update of r skip locked
           limit $2)
        update subagent_runs r set locked_by = $1, locked_at = now(), updated_at = now()
          from orphaned where r.id = orphaned.id
        returning r.*`,
-      [owner, limit, OWNER_LOCK_CLASS],
+      [owner, limit, OWNER_LOCK_CLASS, options.deadOwnersOnly === true],
     );
     return rows.map(runFromRow).sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime());
   });
+}
+
+/**
+ * The takeover sweep's one cheap check: whether any open run, or any workflow still owed its driving or its
+ * summary, is leased by an owner that holds no lock (the live owners are read from pg_locks once). Only then
+ * is a recovery pass worth running. Unleased rows are not counted: a live process is about to lease them.
+ */
+export async function orphanedWork(pool: pg.Pool): Promise<{ runs: boolean; workflows: boolean }> {
+  const { rows } = await pool.query<{ runs: boolean; workflows: boolean }>(
+    `with live as materialized (
+       select l.objid from pg_locks l
+        where l.locktype = 'advisory' and l.granted and l.classid = $1::oid and l.objsubid = 2)
+     select exists (
+              select 1 from subagent_runs r
+               where r.status in ('queued', 'running', 'settling') and r.locked_by is not null
+                 and not exists (select 1 from live where live.objid = (hashtext(r.locked_by)::bigint & 4294967295)::oid)
+            ) as runs,
+            -- claimInterrupted's predicate as two probes, each on a small set: running workflows (a partial
+            -- index) and those still holding a journal (kept only until terminal publication settled).
+            exists (
+              select 1 from workflows w
+               where w.status = 'running' and w.locked_by is not null
+                 and not exists (select 1 from live where live.objid = (hashtext(w.locked_by)::bigint & 4294967295)::oid)
+            ) or exists (
+              select 1 from workflow_journals j join workflows w on w.id = j.workflow_id
+               where w.summary_result_id is null and w.locked_by is not null
+                 and not exists (select 1 from live where live.objid = (hashtext(w.locked_by)::bigint & 4294967295)::oid)
+            ) as workflows`,
+    [OWNER_LOCK_CLASS],
+  );
+  const r = rows[0];
+  return { runs: r?.runs === true, workflows: r?.workflows === true };
 }
 
 export async function releaseRun(pool: pg.Pool, runId: string, owner: string): Promise<void> {
   assertUuid("runId", runId);
   await pool.query(
     "update subagent_runs set locked_by = null, locked_at = null where id = $1::uuid and locked_by = $2",
+    [runId, owner],
+  );
+}
+
+/**
+ * A live takeover that could not recover a run it claimed hands it back: the lease names an owner nobody
+ * holds, so the next sweep (of any process) tries again instead of the run waiting for this one's restart.
+ */
+export async function handBackRun(pool: pg.Pool, runId: string, owner: string): Promise<void> {
+  assertUuid("runId", runId);
+  await pool.query(
+    `update subagent_runs set locked_by = $2 || ':handed-back', locked_at = now()
+      where id = $1::uuid and locked_by = $2 and status in ('queued', 'running', 'settling')`,
     [runId, owner],
   );
 }
@@ -110,16 +176,21 @@ export async function discardPrivateSessions(pool: pg.Pool): Promise<string[]> {
   });
 }
 
+/** Every session with a dangling tool call, or (a live takeover) only those among `sessionIds`. */
 export async function sessionsWithDanglingToolCalls(
   pool: pg.Pool,
+  sessionIds?: readonly string[],
 ): Promise<Array<{ sessionId: string; principalAccountId: string }>> {
+  for (const id of sessionIds ?? []) assertUuid("sessionId", id);
   const { rows } = await pool.query<{ session_id: string; principal_account_id: string }>(
     `select distinct i.session_id, s.principal_account_id from journal_entries i
        join sessions s on s.id = i.session_id
       where i.kind = 'tool_intent' and not i.discarded and s.visibility = 'visible'
+        and ($1::uuid[] is null or i.session_id = any($1::uuid[]))
         and not exists (select 1 from journal_entries r
                          where r.session_id = i.session_id and r.tool_call_id = i.tool_call_id
                            and r.role = 'toolResult' and not r.discarded)`,
+    [sessionIds ?? null],
   );
   return rows.map((r) => ({ sessionId: r.session_id, principalAccountId: r.principal_account_id }));
 }

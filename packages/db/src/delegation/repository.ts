@@ -9,6 +9,7 @@ import * as recovery from "./recovery.js";
 import * as runs from "./runs.js";
 import * as sessions from "./sessions.js";
 import * as steers from "./steers.js";
+import * as tokens from "./tokens.js";
 import * as worktrees from "./worktrees.js";
 
 /** DelegationRepository over PostgreSQL. It owns no state beyond the pool it is given. */
@@ -22,6 +23,15 @@ export class PgDelegationRepository implements DelegationRepository {
     accounts.addApiToken(this.pool, id, h, l);
   accountByTokenHash: DelegationRepository["accountByTokenHash"] = async (h) =>
     accounts.accountByTokenHash(this.pool, h);
+  listAccounts: DelegationRepository["listAccounts"] = async () => accounts.listAccounts(this.pool);
+  setAccountGrants: DelegationRepository["setAccountGrants"] = async (id, g) =>
+    accounts.setAccountGrants(this.pool, id, g);
+  ensureOwnerAccount: DelegationRepository["ensureOwnerAccount"] = async () =>
+    accounts.ensureOwnerAccount(this.pool);
+  listApiTokens: DelegationRepository["listApiTokens"] = async (id) => tokens.listApiTokens(this.pool, id);
+  revokeApiToken: DelegationRepository["revokeApiToken"] = async (id) => tokens.revokeApiToken(this.pool, id);
+  unusableTokenHashes: DelegationRepository["unusableTokenHashes"] = async (h) =>
+    tokens.unusableTokenHashes(this.pool, h);
 
   addProject: DelegationRepository["addProject"] = async (r, root) => projects.addProject(this.pool, r, root);
   grantProject: DelegationRepository["grantProject"] = async (r, a) => projects.grantProject(this.pool, r, a);
@@ -114,14 +124,16 @@ export class PgDelegationRepository implements DelegationRepository {
 
   discardPrivateSessions: DelegationRepository["discardPrivateSessions"] = async () =>
     recovery.discardPrivateSessions(this.pool);
-  claimOpenRuns: DelegationRepository["claimOpenRuns"] = async (o, l) =>
-    recovery.claimOpenRuns(this.pool, o, l);
+  claimOpenRuns: DelegationRepository["claimOpenRuns"] = async (o, l, opts) =>
+    recovery.claimOpenRuns(this.pool, o, l, opts);
+  orphanedWork: DelegationRepository["orphanedWork"] = async () => recovery.orphanedWork(this.pool);
   holdOwnerLease: DelegationRepository["holdOwnerLease"] = async (o) => recovery.holdOwnerLease(this.pool, o);
   releaseRun: DelegationRepository["releaseRun"] = async (r, o) => recovery.releaseRun(this.pool, r, o);
+  handBackRun: DelegationRepository["handBackRun"] = async (r, o) => recovery.handBackRun(this.pool, r, o);
   chargeRecoveryAttempt: DelegationRepository["chargeRecoveryAttempt"] = async (r, g) =>
     recovery.chargeRecoveryAttempt(this.pool, r, g);
-  sessionsWithDanglingToolCalls: DelegationRepository["sessionsWithDanglingToolCalls"] = async () =>
-    recovery.sessionsWithDanglingToolCalls(this.pool);
+  sessionsWithDanglingToolCalls: DelegationRepository["sessionsWithDanglingToolCalls"] = async (ids) =>
+    recovery.sessionsWithDanglingToolCalls(this.pool, ids);
   sessionsWithQueuedResults: DelegationRepository["sessionsWithQueuedResults"] = async () =>
     recovery.sessionsWithQueuedResults(this.pool);
   copyJournalBranch: DelegationRepository["copyJournalBranch"] = async (s, t, p, u) =>

@@ -26,6 +26,17 @@ export interface Account extends AccountGrant {
   readonly name: string;
 }
 
+/** An API token as lists show it: never the token, never its whole hash. */
+export interface ApiTokenView {
+  /** The first six bytes of the token's sha-256, in hex. */
+  readonly id: string;
+  readonly accountId: string;
+  readonly accountName: string;
+  readonly label: string;
+  readonly createdAt: Date;
+  readonly revokedAt: Date | null;
+}
+
 export interface NewAccount {
   readonly name: string;
   readonly toolAllow?: readonly string[] | null;
@@ -193,6 +204,17 @@ export interface DelegationRepository {
   accountByName(name: string): Promise<Account | null>;
   addApiToken(accountId: string, tokenHash: Buffer, label?: string): Promise<void>;
   accountByTokenHash(tokenHash: Buffer): Promise<Account | null>;
+  listAccounts(): Promise<(Account & { readonly createdAt: Date })[]>;
+  setAccountGrants(
+    accountId: string,
+    grants: { toolAllow: readonly string[] | null; toolDeny: readonly string[] },
+  ): Promise<Account>;
+  /** The installation's owner account, made by the first daemon on the database. */
+  ensureOwnerAccount(): Promise<Account>;
+  listApiTokens(accountId?: string): Promise<ApiTokenView[]>;
+  revokeApiToken(tokenId: string): Promise<ApiTokenView>;
+  /** Of these token hashes, the ones that no longer authenticate. */
+  unusableTokenHashes(hashes: readonly Buffer[]): Promise<Buffer[]>;
 
   // projects: directories of this host by name, and which accounts may work in them
   addProject(ref: string, root: string): Promise<Project>;
@@ -367,11 +389,18 @@ export interface DelegationRepository {
   // recovery
   /** Deletes unfinished private fork copies (and anything under them); returns their ids. */
   discardPrivateSessions(): Promise<string[]>;
-  /** Takes the recovery lease of open runs (for update skip locked), oldest first. */
-  claimOpenRuns(owner: string, limit: number): Promise<SubagentRun[]>;
+  /**
+   * Takes the recovery lease of open runs (for update skip locked), oldest first. `deadOwnersOnly` (a live
+   * takeover) leaves unleased runs and this owner's own alone: only a dead owner's runs are taken.
+   */
+  claimOpenRuns(owner: string, limit: number, options?: { deadOwnersOnly?: boolean }): Promise<SubagentRun[]>;
+  /** Whether any open run or workflow is leased by an owner that holds no lock (one query). */
+  orphanedWork(): Promise<{ runs: boolean; workflows: boolean }>;
   /** Holds the advisory lock that tells other processes `owner` is alive; resolve the returned fn to let go. */
   holdOwnerLease(owner: string): Promise<() => Promise<void>>;
   releaseRun(runId: string, owner: string): Promise<void>;
+  /** Hands a claimed run back to the next takeover sweep (its lease then names no live owner). */
+  handBackRun(runId: string, owner: string): Promise<void>;
   /** One durable recovery attempt, charged when a continuation is actually dispatched. */
   chargeRecoveryAttempt(
     runId: string,
@@ -389,8 +418,10 @@ export interface DelegationRepository {
   ): Promise<number>;
   /** Makes a fork copy visible: after this commit, readers see it; before, boot discards it. */
   commitFork(sessionId: string, principalAccountId: string): Promise<void>;
-  /** Sessions with a tool_intent that has no toolResult after it. */
-  sessionsWithDanglingToolCalls(): Promise<Array<{ sessionId: string; principalAccountId: string }>>;
+  /** Sessions with a tool_intent that has no toolResult after it (only among `sessionIds` when given). */
+  sessionsWithDanglingToolCalls(
+    sessionIds?: readonly string[],
+  ): Promise<Array<{ sessionId: string; principalAccountId: string }>>;
   /** Sessions with results in their inbox that no journal entry has acknowledged yet. */
   sessionsWithQueuedResults(): Promise<
     Array<{ sessionId: string; principalAccountId: string; kind: "root" | "delegated" }>

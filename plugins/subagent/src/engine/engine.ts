@@ -637,12 +637,32 @@ export class WorkflowEngine {
    */
   async recoverInterrupted(
     limit = 1000,
-    hooks: { continueNode?: RecoveryContinueNode } = {},
+    hooks: {
+      continueNode?: RecoveryContinueNode;
+      /** A live takeover: only workflows leased by a dead owner are claimed (see claimInterrupted). */
+      deadOwnersOnly?: boolean;
+      /** Sees the claimed workflows not driven here yet, before any of them resumes. */
+      claimed?: (rows: readonly WorkflowRow[]) => Promise<void>;
+    } = {},
   ): Promise<{ resumed: string[]; invalid: string[]; refused: string[] }> {
-    const rows = await this.store.claimInterrupted(this.options.owner, limit);
+    const claimed = await this.store.claimInterrupted(this.options.owner, limit, {
+      deadOwnersOnly: hooks.deadOwnersOnly === true,
+    });
+    // Already driven here (a repeated recovery pass): never a second run of the same workflow.
+    const rows = claimed.filter((row) => !this.#runs.has(row.id));
     const out = { resumed: [] as string[], invalid: [] as string[], refused: [] as string[] };
+    if (rows.length > 0 && hooks.claimed) {
+      try {
+        await hooks.claimed(rows);
+      } catch (e) {
+        // Nothing resumed: what this live process claimed goes back to the next sweep, not stranded here.
+        await Promise.all(
+          rows.map((r) => this.store.handBackWorkflow(r.id, this.options.owner).catch(() => undefined)),
+        );
+        throw e;
+      }
+    }
     for (const row of rows) {
-      // Already driven here (a repeated recovery pass): never a second run of the same workflow.
       if (this.#runs.has(row.id)) continue;
       try {
         const what = await this.#recoverOne(row, hooks.continueNode ?? null);

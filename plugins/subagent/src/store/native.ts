@@ -189,21 +189,27 @@ export class PgWorkflowStore {
    * Boot: takes the lease of workflows left by a dead owner (running, or terminal with an undelivered
    * summary), oldest first, skipping rows another live process is claiming right now.
    */
-  claimInterrupted(owner: string, limit: number): Promise<WorkflowRow[]> {
+  claimInterrupted(
+    owner: string,
+    limit: number,
+    options: { deadOwnersOnly?: boolean } = {},
+  ): Promise<WorkflowRow[]> {
+    // deadOwnersOnly (a live takeover): an unleased row or this owner's own is not taken, only a dead owner's.
     return tx(this.pool, async (c) => {
       const { rows } = await c.query<Row>(
         `with orphaned as (
            select w.id from workflows w
             where (w.status = 'running'
                    or (w.summary_result_id is null and exists (select 1 from workflow_journals j where j.workflow_id = w.id)))
-              and (w.locked_by is null or w.locked_by = $1 or ${ownerDead("w.locked_by")})
+              and ((not $3::boolean and (w.locked_by is null or w.locked_by = $1))
+                   or (w.locked_by is not null and w.locked_by <> $1 and ${ownerDead("w.locked_by")}))
             order by w.created_at
             for update of w skip locked
             limit $2)
          update workflows w set locked_by = $1, locked_at = now()
            from orphaned where w.id = orphaned.id
          returning w.*`,
-        [owner, limit],
+        [owner, limit, options.deadOwnersOnly === true],
       );
       return rows.map(workflowFromRow).sort((a, b) => a.id.localeCompare(b.id));
     });
@@ -238,6 +244,17 @@ export class PgWorkflowStore {
   async releaseWorkflow(workflowId: string, owner: string): Promise<void> {
     await this.pool.query(
       "update workflows set locked_by = null, locked_at = null where id = $1::uuid and locked_by = $2",
+      [workflowId, owner],
+    );
+  }
+
+  /**
+   * A live takeover that could not resume what it claimed hands it back: the lease then names an owner
+   * nobody holds, so the next sweep (of any process) claims it again.
+   */
+  async handBackWorkflow(workflowId: string, owner: string): Promise<void> {
+    await this.pool.query(
+      "update workflows set locked_by = $2 || ':handed-back', locked_at = now() where id = $1::uuid and locked_by = $2",
       [workflowId, owner],
     );
   }
