@@ -51,7 +51,8 @@ type RequestId = string | number | null;
 export function requestIdOf(frame: unknown): { valid: boolean; id: RequestId | undefined } {
   if (typeof frame !== "object" || frame === null || !("id" in frame)) return { valid: true, id: undefined };
   const id = (frame as { id: unknown }).id;
-  if (typeof id === "string" || typeof id === "number") return { valid: true, id };
+  // 1e400 parses to Infinity, which no reply could carry back (JSON writes it as null)
+  if (typeof id === "string" || (typeof id === "number" && Number.isFinite(id))) return { valid: true, id };
   return { valid: false, id: null };
 }
 
@@ -59,13 +60,20 @@ export function requestIdOf(frame: unknown): { valid: boolean; id: RequestId | u
  * The path of the first string (value or key) holding U+0000, if any. PostgreSQL text and jsonb cannot
  * store it (SQLSTATE 22021 / 22P05), so it is refused where params are read, before a handler runs.
  */
-export function nulPath(value: unknown, path: string[] = []): string | undefined {
-  if (typeof value === "string") return value.includes("\u0000") ? path.join(".") || "params" : undefined;
-  if (typeof value !== "object" || value === null) return undefined;
-  for (const [key, item] of Object.entries(value)) {
-    if (key.includes("\u0000")) return [...path, "(key)"].join(".");
-    const found = nulPath(item, [...path, key]);
-    if (found !== undefined) return found;
+export function nulPath(value: unknown): string | undefined {
+  // iterative: params nested thousands deep must be answered, not overflow the stack
+  const stack: { value: unknown; path: string[] }[] = [{ value, path: [] }];
+  for (let next = stack.pop(); next; next = stack.pop()) {
+    const { value: v, path } = next;
+    if (typeof v === "string") {
+      if (v.includes("\u0000")) return path.join(".") || "params";
+      continue;
+    }
+    if (typeof v !== "object" || v === null) continue;
+    for (const [key, item] of Object.entries(v)) {
+      if (key.includes("\u0000")) return [...path, "(key)"].join(".");
+      stack.push({ value: item, path: [...path, key] });
+    }
   }
   return undefined;
 }
@@ -97,8 +105,28 @@ export class RpcRegistry {
     return [...this.#methods.keys()].sort();
   }
 
-  /** Answers one decoded frame; undefined for a notification from the client (nothing to answer). */
+  /**
+   * Answers one decoded frame; undefined for a notification from the client (nothing to answer). Whatever
+   * throws on the way is answered as a typed error, never left to reject.
+   */
   async handle(frame: unknown, ctx: RpcContext): Promise<object | undefined> {
+    try {
+      return await this.#answer(frame, ctx);
+    } catch (e) {
+      ctx.log?.error({ err: e }, "an rpc request failed before its handler");
+      const { valid, id } = requestIdOf(frame);
+      if (valid && id === undefined) return undefined;
+      const tooDeep = e instanceof RangeError;
+      return errorFrame(
+        id ?? null,
+        tooDeep
+          ? new RpcError(RPC_INVALID_PARAMS, "invalid_params", "the request nests too deep")
+          : internalError(),
+      );
+    }
+  }
+
+  async #answer(frame: unknown, ctx: RpcContext): Promise<object | undefined> {
     const req = frame as { jsonrpc?: unknown; method?: unknown; params?: unknown };
     const { valid, id: given } = requestIdOf(frame);
     const id = given ?? null;

@@ -144,6 +144,9 @@ describe("security findings of the daemon's API", () => {
     const before = await sessionCount(otherAccountId);
     const ids = [{ a: 1 }, [1], true, false, null];
     for (const id of ids) conn.ws.send(JSON.stringify({ jsonrpc: "2.0", id, method: "session.create" }));
+    // a number no reply could carry back: 1e400 parses to Infinity
+    ids.push("1e400" as never);
+    conn.ws.send('{"jsonrpc":"2.0","id":1e400,"method":"session.create"}');
     expect(await waitFor(() => conn.frames.length >= ids.length, 5_000)).toBe(true);
     await new Promise((r) => setTimeout(r, 300));
     expect(conn.frames).toHaveLength(ids.length);
@@ -184,6 +187,16 @@ describe("security findings of the daemon's API", () => {
       expect(JSON.stringify(error), method).not.toMatch(/SQLSTATE|2202|22P05|byte sequence|"name":"error"/);
     }
     expect(await sessionCount(otherAccountId)).toBe(before);
+  });
+
+  it("a model name longer than a session row holds (201 characters) is refused invalid_params at the API, nothing made", async () => {
+    const before = await sessionCount(otherAccountId);
+    const frame = await other.call("session.create", { model: "m".repeat(201) });
+    expect(frame.error).toMatchObject({ data: { code: "invalid_params" } });
+    expect(await other.ok("session.create", { model: "m".repeat(200) })).toMatchObject({
+      sessionId: expect.any(String),
+    });
+    expect(await sessionCount(otherAccountId)).toBe(before + 1);
   });
 
   it("#11: a PostgreSQL error that still escapes a handler is one typed internal error, without the driver's message or SQLSTATE; logged in full", async () => {

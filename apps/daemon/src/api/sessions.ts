@@ -5,7 +5,8 @@ import { z } from "zod";
 import type { RpcContext, RpcRegistry } from "../rpc.js";
 import type { DaemonRuntime } from "../runtime.js";
 
-const modelName = z.string().min(1).max(256);
+// what a session row can hold (sessions.model and subagent_runs.model are 1..200 characters)
+const modelName = z.string().min(1).max(200);
 const sessionId = z.uuid();
 const workDir = z.string().min(1).max(4096);
 

@@ -86,7 +86,7 @@ export function registerWorkflowMethods(rpc: RpcRegistry, rt: DaemonRuntime, def
       format: z.enum(["yaml", "json"]).default("yaml"),
       /** The root session the summary is delivered to; a new one when absent. */
       sessionId: z.uuid().optional(),
-      model: z.string().min(1).max(256).optional(),
+      model: z.string().min(1).max(200).optional(),
       /** The workflow's working directory (its nodes' `cwd` resolve against it); else its session's. */
       cwd: z.string().min(1).max(4096).optional(),
     }),

@@ -10,17 +10,24 @@ export type SearchToolName = (typeof SEARCH_TOOL_NAMES)[number];
 
 const MAX_LISTED = 1000;
 const MAX_MATCHES = 200;
-const path = z.string().min(1).max(4096).default(".");
+/** Every argument lands on the command line, where a U+0000 makes spawn throw a TypeError: refused here. */
+const argument = (max: number) =>
+  z
+    .string()
+    .min(1)
+    .max(max)
+    .refine((s) => !s.includes("\u0000"), "may not contain U+0000");
+const path = argument(4096).default(".");
 
 const ARGS = {
   ls: z.strictObject({ path }),
-  find: z.strictObject({ pattern: z.string().min(1).max(256), path }),
+  find: z.strictObject({ pattern: argument(256), path }),
   grep: z.strictObject({
-    pattern: z.string().min(1).max(1000),
+    pattern: argument(1000),
     path,
     literal: z.boolean().optional(),
     ignoreCase: z.boolean().optional(),
-    glob: z.string().min(1).max(256).optional(),
+    glob: argument(256).optional(),
   }),
 } as const;
 

@@ -39,15 +39,21 @@ export interface ChildToolOptions {
   readonly maxOutputBytes?: number;
 }
 
+/**
+ * A path or a command line: Node's fs and child_process throw a TypeError (ERR_INVALID_ARG_VALUE) on a
+ * U+0000 in one, so it is refused with the other bad arguments, before the call is checked or run.
+ */
+const noNul = (schema: z.ZodString) => schema.refine((s) => !s.includes("\u0000"), "may not contain U+0000");
+const pathArg = noNul(z.string().min(1));
 const ReadArgs = z.strictObject({
-  path: z.string().min(1),
+  path: pathArg,
   offset: z.number().int().positive().optional(),
   limit: z.number().int().positive().optional(),
 });
-const WriteArgs = z.strictObject({ path: z.string().min(1), content: z.string() });
-const EditArgs = z.strictObject({ path: z.string().min(1), oldText: z.string().min(1), newText: z.string() });
+const WriteArgs = z.strictObject({ path: pathArg, content: z.string() });
+const EditArgs = z.strictObject({ path: pathArg, oldText: z.string().min(1), newText: z.string() });
 const ShellArgs = z.strictObject({
-  command: z.string().min(1),
+  command: noNul(z.string().min(1)),
   timeoutSeconds: z.number().positive().max(3600).optional(),
 });
 

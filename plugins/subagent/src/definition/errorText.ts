@@ -1,4 +1,4 @@
-import { isMap, isScalar, LineCounter, parseDocument } from "yaml";
+import { type Document, isMap, isScalar, LineCounter, parseDocument } from "yaml";
 import type { z } from "zod";
 import { WorkflowDefinitionSchema, WorkflowNodeSchema } from "./schema.js";
 
@@ -30,36 +30,56 @@ export function at(pos: { line: number; col: number } | undefined): string {
   return pos ? ` at line ${pos.line}, column ${pos.col}` : "";
 }
 
+/**
+ * Where an issue sits in `text`, from one parse of the text made on first use and shared by every issue:
+ * `issueText` locates up to eight issues, and parsing a 256 KiB text once per issue was eight times the
+ * work of the definition's own parse. Each answer is best effort: undefined if unknown.
+ */
+export function locator(
+  text: string,
+): (path: readonly PropertyKey[], key?: string) => { line: number; col: number } | undefined {
+  let parsed: { doc: Document.Parsed; lineCounter: LineCounter } | null | undefined;
+  return (path, key) => {
+    try {
+      if (parsed === undefined) {
+        const lineCounter = new LineCounter();
+        parsed = { doc: parseDocument(text, { lineCounter, uniqueKeys: false }), lineCounter };
+      }
+      if (parsed === null) return undefined;
+      const { doc, lineCounter } = parsed;
+      const node = path.length === 0 ? doc.contents : doc.getIn(path as unknown[], true);
+      let range = (node as { range?: [number, number, number] } | undefined)?.range;
+      if (key !== undefined && isMap(node)) {
+        const pair = node.items.find((p) => isScalar(p.key) && String(p.key.value) === key);
+        range = (pair?.key as { range?: [number, number, number] } | undefined)?.range ?? range;
+      }
+      return range ? lineCounter.linePos(range[0]) : undefined;
+    } catch {
+      parsed ??= null;
+      return undefined;
+    }
+  };
+}
+
 /** Where `path` (and, for an unknown key, that key) sits in the text: best effort, undefined if unknown. */
 export function locate(
   text: string,
   path: readonly PropertyKey[],
   key?: string,
 ): { line: number; col: number } | undefined {
-  try {
-    const lineCounter = new LineCounter();
-    const doc = parseDocument(text, { lineCounter, uniqueKeys: false });
-    const node = path.length === 0 ? doc.contents : doc.getIn(path as unknown[], true);
-    let range = (node as { range?: [number, number, number] } | undefined)?.range;
-    if (key !== undefined && isMap(node)) {
-      const pair = node.items.find((p) => isScalar(p.key) && String(p.key.value) === key);
-      range = (pair?.key as { range?: [number, number, number] } | undefined)?.range ?? range;
-    }
-    return range ? lineCounter.linePos(range[0]) : undefined;
-  } catch {
-    return undefined;
-  }
+  return locator(text)(path, key);
 }
 
 /** The first issues, each as its safe path, its location and its kind (an unknown field is named as such). */
 export function issueText(error: z.ZodError, text: string | undefined): string {
+  const where = text === undefined ? undefined : locator(text);
   return error.issues
     .slice(0, 8)
     .map((i) => {
       const key = i.code === "unrecognized_keys" ? i.keys[0] : undefined;
-      const where = text === undefined ? "" : at(locate(text, i.path, key));
+      const place = where ? at(where(i.path, key)) : "";
       const kind = i.code === "unrecognized_keys" ? `unknown field (${i.keys.length})` : i.message;
-      return `${safePath(i.path)}${where}: ${kind}`;
+      return `${safePath(i.path)}${place}: ${kind}`;
     })
     .join("; ");
 }

@@ -1,4 +1,14 @@
-import { parse as parseYaml, YAMLError } from "yaml";
+import {
+  isAlias,
+  isMap,
+  isPair,
+  isScalar,
+  isSeq,
+  LineCounter,
+  parseDocument,
+  YAMLError,
+  YAMLParseError,
+} from "yaml";
 import { WorkflowDefinitionError } from "../errors.js";
 import { at, inFile, issueText, nulField, safePath } from "./errorText.js";
 import {
@@ -37,10 +47,7 @@ export function parseWorkflowDefinition(
   }
   let raw: unknown;
   try {
-    raw =
-      format === "json"
-        ? JSON.parse(text)
-        : parseYaml(text, { maxAliasCount: 100, uniqueKeys: true, prettyErrors: true });
+    raw = format === "json" ? JSON.parse(text) : parseYamlUniqueKeys(text);
   } catch (e) {
     // The parsers' messages quote the offending text; only the kind and the place are kept.
     throw new WorkflowDefinitionError(
@@ -50,6 +57,67 @@ export function parseWorkflowDefinition(
     );
   }
   return validateWorkflowDefinition(raw, { text, source });
+}
+
+/**
+ * YAML text to a value, refusing a duplicate key as yaml's `uniqueKeys: true` does (DUPLICATE_KEY at the
+ * repeated key) but in linear time. yaml compares each key with every earlier key of its map: 20,000 keys
+ * in a 190 KB definition held the daemon's event loop for seconds inside `workflow.start`. Here each map's
+ * scalar keys go through a Set, in one pass over the document without recursion. Warnings are not printed
+ * (yaml's `parse` and `toJS` emit them as process warnings, quoting the text).
+ */
+function parseYamlUniqueKeys(text: string): unknown {
+  const lineCounter = new LineCounter();
+  const doc = parseDocument(text, {
+    uniqueKeys: false,
+    prettyErrors: true,
+    lineCounter,
+    // errors only: a warning (a collection as a key, an unknown tag) would go to the process's stderr
+    // quoting the definition's text
+    logLevel: "error",
+  });
+  if (doc.errors.length > 0) throw doc.errors[0];
+  const repeated = firstRepeatedKey(doc.contents);
+  if (repeated !== undefined) {
+    const error = new YAMLParseError([repeated, repeated + 1], "DUPLICATE_KEY", "Map keys must be unique");
+    error.linePos = [lineCounter.linePos(repeated), lineCounter.linePos(repeated + 1)];
+    throw error;
+  }
+  return doc.toJS({ maxAliasCount: 100 });
+}
+
+const EMPTY_KEY = Symbol("empty key");
+const pairStart = (map: { range?: [number, number, number] | null }) => map.range?.[0] ?? 0;
+
+/**
+ * The offset of the first key (in the text) that repeats an earlier key of the same map, by yaml's
+ * equality. The walk visits every map once, in no particular order, and keeps the smallest offset.
+ */
+function firstRepeatedKey(root: unknown): number | undefined {
+  const stack: unknown[] = [root];
+  let first: number | undefined;
+  while (stack.length > 0) {
+    const node = stack.pop();
+    if (isAlias(node)) continue;
+    if (isMap(node)) {
+      const seen = new Set<unknown>();
+      for (const pair of node.items) {
+        const key = pair.key;
+        // yaml's default equality: the same node (two absent keys are both null), or two scalars whose
+        // values are === (so NaN never repeats)
+        const identity = key === null ? EMPTY_KEY : isScalar(key) ? key.value : undefined;
+        if (identity !== undefined && !Number.isNaN(identity)) {
+          if (seen.has(identity)) {
+            const offset = (isScalar(key) ? key.range?.[0] : undefined) ?? pairStart(node);
+            if (first === undefined || offset < first) first = offset;
+          } else seen.add(identity);
+        }
+        stack.push(pair.value, key);
+      }
+    } else if (isSeq(node)) for (const item of node.items) stack.push(item);
+    else if (isPair(node)) stack.push(node.value, node.key);
+  }
+  return first;
 }
 
 function syntaxKind(e: unknown): Record<string, unknown> {
