@@ -5,7 +5,7 @@ import {
   pingDatabase,
   type RevocationListener,
 } from "@crw/db";
-import pg from "pg";
+import type pg from "pg";
 import { type Logger, pino } from "pino";
 import { z } from "zod";
 import { registerAccountMethods } from "./api/accounts.js";
@@ -17,8 +17,9 @@ import type { DaemonConfig } from "./config.js";
 import { type DaemonState, lockDataDir, privateDataDir, removeState, writeState } from "./lifecycle.js";
 import { ensureOwnerToken, tokenHash } from "./ownerToken.js";
 import { type DaemonDatabase, openDaemonDatabase } from "./postgres.js";
-import { RpcRegistry } from "./rpc.js";
-import { assembleRuntime, type DaemonRuntime, type PendingCall, type TurnObserver } from "./runtime.js";
+import { databaseUnavailable, errorFrame, type RpcError, type RpcRegistry } from "./rpc.js";
+import type { DaemonRuntime, PendingCall, TurnObserver } from "./runtime.js";
+import { daemonPool, RuntimeCycle } from "./runtimeCycle.js";
 import { type ApiServer, startApiServer } from "./server.js";
 
 export type DaemonPhase = "starting" | "recovering" | "ready" | "stopping" | "stopped";
@@ -66,17 +67,20 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
     log.warn({ path: n.path, from: n.from, to: n.to }, "data directory mode narrowed");
   const unlock = await lockDataDir(config.dataDir);
   let db: DaemonDatabase | undefined;
-  let pool: pg.Pool | undefined;
+  let control: pg.Pool | undefined;
+  let cycle: RuntimeCycle | undefined;
   let server: ApiServer | undefined;
   let revocations: RevocationListener | undefined;
-  let runtime: DaemonRuntime | undefined;
   const cleanup = async (abandonCheckpoint = false) => {
     await server?.close().catch((e: unknown) => log.warn({ err: e }, "api close failed"));
     await revocations
       ?.close()
       .catch((e: unknown) => log.warn({ err: e }, "revocation listener close failed"));
-    if (runtime) await runtime.close({ abandonCheckpoint });
-    else await pool?.end().catch((e: unknown) => log.warn({ err: e }, "pool end failed"));
+    if (cycle) {
+      await cycle.stop();
+      await cycle.current.rt.close({ abandonCheckpoint });
+    }
+    await control?.end().catch((e: unknown) => log.warn({ err: e }, "pool end failed"));
     await db?.stop().catch((e: unknown) => log.warn({ err: e }, "database stop failed"));
     await removeState(config.dataDir);
     await unlock();
@@ -85,92 +89,104 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
     db = await openDaemonDatabase(config, (msg, fields) => log.info(fields ?? {}, msg));
     const ran = await migrateShared(db.url, log);
     log.info({ ran, database: db.kind }, "migrations applied");
-    pool = new pg.Pool({ connectionString: db.url, max: 16 });
-    pool.on("error", (e) => log.warn({ err: e }, "idle database client failed"));
-    // A checked-out client whose connection the server ends (restart, pg_terminate_backend) emits 'error'
-    // besides failing its query: the query's caller handles the failure; the event must not end the process.
-    pool.on("connect", (client) => {
-      client.on("error", (e) => log.warn({ err: e }, "database connection ended"));
-    });
-    const repo = new PgDelegationRepository(pool);
-    await ensureOwnerToken(repo, config.dataDir);
+    // Accounts, tokens and the database probes live on a pool of their own: a runtime's pool ends with it
+    // when the database is lost, and a request must still be authenticated (and refused) meanwhile.
+    control = daemonPool(db.url, 4, log);
+    const accounts = new PgDelegationRepository(control);
+    await ensureOwnerToken(accounts, config.dataDir);
 
-    runtime = await assembleRuntime(config, pool, log, options.observeTurn);
-    const rt = runtime;
-
-    // Boot recovery of delegations and workflows, before the port opens: nothing is accepted until every
-    // interrupted call and workflow is claimed and on its way.
-    phase = "recovering";
-    await rt.recover();
-    // From now on a peer that dies on the same database has its work taken over here.
-    await rt.startTakeover();
-    phase = "ready";
-
-    const rpc = new RpcRegistry();
     const inFlight = new Set<Promise<unknown>>();
     const stopSignal = new AbortController();
-    const dbPool = pool;
     const dbKind = db.kind;
+    const controlPool = control;
+    let live: RuntimeCycle | undefined;
     const health = async () => {
+      const c = live as RuntimeCycle;
+      const rt = c.current.rt;
       const started = Date.now();
-      const failed = await pingDatabase(dbPool, 2_000);
+      const failed = await pingDatabase(controlPool, 2_000);
+      if (failed) c.watch.suspect();
       const database = {
-        ok: !failed,
+        kind: dbKind,
+        ...c.watch.health(),
+        ok: !failed && c.available,
         ...(failed ? { error: failed.message } : { latencyMs: Date.now() - started }),
+        recovery: c.health(),
       };
       return {
-        // a daemon whose database does not answer is degraded, whatever its phase says
+        // a daemon whose database does not answer (or whose runtime is being replaced) is degraded
         status: phase === "ready" ? (database.ok ? "ok" : "degraded") : phase,
         phase,
         pid: process.pid,
         uptimeSeconds: Math.round((Date.now() - startedAt.getTime()) / 1000),
-        database: { kind: dbKind, ...database },
+        database,
         runtime: { subagentRunnerEnabled: config.runtime.subagentRunnerEnabled },
         ...rt.health(),
         placements: { ...rt.placements },
         alerts: rt.alerts.list(),
       };
     };
-    rpc.register("daemon.health", {
-      params: z.object({}).strict(),
-      handler: async (_p, ctx) => healthFor(rt, ctx.accountId, await health()),
-    });
-    rpc.register("daemon.whoami", {
-      params: z.object({}).strict(),
-      handler: async (_p, ctx) => {
-        const account = await repo.getAccount(ctx.accountId);
-        return {
-          accountId: account.id,
-          name: account.name,
-          isOwner: account.isOwner,
-          isAdministrator: account.isAdministrator,
-        };
-      },
-    });
-    registerSessionMethods(rpc, rt, config.models.default);
-    registerWorkflowMethods(rpc, rt, config.models.default);
-    registerProjectMethods(rpc, rt);
-    registerAccountMethods(rpc, rt);
+    const methods = (rpc: RpcRegistry, rt: DaemonRuntime) => {
+      rpc.register("daemon.health", {
+        params: z.object({}).strict(),
+        handler: async (_p, ctx) => healthFor(rt, ctx.accountId, await health()),
+      });
+      rpc.register("daemon.whoami", {
+        params: z.object({}).strict(),
+        handler: async (_p, ctx) => {
+          const account = await rt.repo.getAccount(ctx.accountId);
+          return {
+            accountId: account.id,
+            name: account.name,
+            isOwner: account.isOwner,
+            isAdministrator: account.isAdministrator,
+          };
+        },
+      });
+      registerSessionMethods(rpc, rt, config.models.default);
+      registerWorkflowMethods(rpc, rt, config.models.default);
+      registerProjectMethods(rpc, rt);
+      registerAccountMethods(rpc, rt);
+    };
+
+    // Boot recovery of delegations and workflows, before the port opens: nothing is accepted until every
+    // interrupted call and workflow is claimed and on its way.
+    phase = "recovering";
+    cycle = await RuntimeCycle.boot(
+      { config, db, log, ...(options.observeTurn && { observeTurn: options.observeTurn }), methods },
+      control,
+    );
+    live = cycle;
+    const c = cycle;
+    phase = "ready";
+
     server = await startApiServer({
       host: config.host,
       port: config.port,
       handle: (frame, ctx) => {
         if (phase !== "ready") return Promise.resolve(refusedWhileStopping(frame));
+        if (!c.available) return Promise.resolve(refused(frame, databaseUnavailable()));
         // Long calls (tap, follow) end when the daemon stops as when their connection closes.
-        const p = rpc.handle(frame, { ...ctx, signal: AbortSignal.any([ctx.signal, stopSignal.signal]) });
+        const p = c.current.rpc.handle(frame, {
+          ...ctx,
+          signal: AbortSignal.any([ctx.signal, stopSignal.signal]),
+        });
         inFlight.add(p);
-        void p.finally(() => inFlight.delete(p));
-        return p;
+        p.finally(() => inFlight.delete(p)).catch(() => undefined);
+        return p.then((reply) => {
+          if (errorCodeOf(reply) === "database_unavailable") c.watch.suspect();
+          return reply;
+        });
       },
       authenticate: async (token) => {
-        const account = await repo.accountByTokenHash(tokenHash(token));
+        const account = await accounts.accountByTokenHash(tokenHash(token));
         return account ? { accountId: account.id } : undefined;
       },
       health,
-      healthFor: (accountId, doc) => healthFor(rt, accountId, doc),
+      healthFor: (accountId, doc) => healthFor(c.current.rt, accountId, doc),
       log,
     });
-    revocations = await watchRevocations(repo, dbPool, server, log);
+    revocations = await watchRevocations(accounts, control, server, log);
     const state: DaemonState = {
       pid: process.pid,
       host: config.host,
@@ -192,7 +208,9 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
         phase = "stopping";
         stopSignal.abort();
         log.info({ reason, inFlight: inFlight.size }, "daemon stopping");
-        // A stopping daemon takes over nothing more (a running pass ends first).
+        // A stopping daemon recovers and takes over nothing more (a running pass ends first).
+        await c.stop();
+        const rt = c.current.rt;
         await rt.stopTakeover();
         // The restart checkpoint before anything closes: captured journal writes and publications commit
         // (a finished tool result queued behind an in-flight write included) while the database pool still
@@ -246,7 +264,20 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
     if (options.handleSignals) {
       for (const signal of ["SIGTERM", "SIGINT"] as const) process.once(signal, () => void stop(signal));
     }
-    return { config, state, rpc, log, runtime: rt, phase: () => phase, stop, stopped };
+    return {
+      config,
+      state,
+      log,
+      get rpc() {
+        return c.current.rpc;
+      },
+      get runtime() {
+        return c.current.rt;
+      },
+      phase: () => phase,
+      stop,
+      stopped,
+    };
   } catch (e) {
     log.error({ err: e }, "daemon failed to start");
     await cleanup();
@@ -302,6 +333,14 @@ function describePending(pending: readonly PendingCall[]): string {
     .map((p) => `${p.call}${p.sessionId ? ` (session ${p.sessionId})` : ""} for ${p.sinceMs} ms`)
     .join(", ");
 }
+
+function refused(frame: unknown, e: RpcError): object | undefined {
+  const id = (frame as { id?: unknown })?.id;
+  return typeof id === "string" || typeof id === "number" ? errorFrame(id, e) : undefined;
+}
+
+const errorCodeOf = (reply: object | undefined): string | undefined =>
+  (reply as { error?: { data?: { code?: string } } } | undefined)?.error?.data?.code;
 
 function refusedWhileStopping(frame: unknown): object | undefined {
   const id = (frame as { id?: unknown })?.id;

@@ -9,6 +9,12 @@ export interface DaemonDatabase {
   readonly kind: "external" | "embedded" | "adopted";
   /** Stops an embedded cluster this daemon started or adopted; an external server is left alone. */
   stop(): Promise<void>;
+  /**
+   * After the database stopped answering: an embedded cluster whose server is gone is started again on the
+   * same data directory and port (answers true); an external server, or an embedded one still running, is
+   * left to come back by itself (false).
+   */
+  revive(): Promise<boolean>;
 }
 
 const USER = "crw";
@@ -59,21 +65,36 @@ export async function openDaemonDatabase(
   config: { dataDir: string; databaseUrl: string | undefined },
   log: (msg: string, fields?: object) => void = () => {},
 ): Promise<DaemonDatabase> {
-  if (config.databaseUrl) return { url: config.databaseUrl, kind: "external", stop: async () => {} };
+  if (config.databaseUrl)
+    return { url: config.databaseUrl, kind: "external", stop: async () => {}, revive: async () => false };
   const dataDir = join(config.dataDir, "postgres");
   const password = await clusterPassword(config.dataDir);
   const adopted = await runningPostmaster(dataDir);
+  let stop: () => Promise<void>;
+  let port: number;
   if (adopted) {
     log("adopting running embedded postgres", adopted);
     await ensureDatabase(adopted.port, password);
-    return {
-      url: embeddedUrl(adopted.port, password),
-      kind: "adopted",
-      stop: () => stopPostmaster(adopted.pid),
-    };
+    port = adopted.port;
+    stop = () => stopPostmaster(adopted.pid);
+  } else {
+    const cluster = await startEmbeddedCluster({ dataDir, persistent: true, user: USER, password });
+    await ensureDatabase(cluster.port, password);
+    log("embedded postgres started", { dataDir, port: cluster.port, runsAs: cluster.runsAs });
+    port = cluster.port;
+    stop = () => cluster.stop();
   }
-  const cluster = await startEmbeddedCluster({ dataDir, persistent: true, user: USER, password });
-  await ensureDatabase(cluster.port, password);
-  log("embedded postgres started", { dataDir, port: cluster.port, runsAs: cluster.runsAs });
-  return { url: cluster.url(DATABASE), kind: "embedded", stop: () => cluster.stop() };
+  return {
+    url: embeddedUrl(port, password),
+    kind: adopted ? "adopted" : "embedded",
+    stop: () => stop(),
+    // the same port: the pool's connection string, and every client's, stays right
+    revive: async () => {
+      if (await runningPostmaster(dataDir)) return false;
+      const cluster = await startEmbeddedCluster({ dataDir, persistent: true, user: USER, password, port });
+      log("embedded postgres started again", { dataDir, port });
+      stop = () => cluster.stop();
+      return true;
+    },
+  };
 }

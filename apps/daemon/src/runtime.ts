@@ -250,8 +250,10 @@ export async function assembleRuntime(
   pgPool: pg.Pool,
   log: Logger,
   observeTurn?: TurnObserver,
+  /** Hears when a connection holding one of this runtime's owner leases fails (see holdOwnerLease). */
+  onLeaseLost?: (owner: string, e: unknown) => void,
 ): Promise<DaemonRuntime> {
-  const tracked = trackedRepository(new PgDelegationRepository(pgPool));
+  const tracked = trackedRepository(new PgDelegationRepository(pgPool, onLeaseLost ? { onLeaseLost } : {}));
   const repo = tracked.repo;
   const bus = new EventBus();
   const alerts = await AlertService.open(config.dataDir);

@@ -77,9 +77,21 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
   async function health(req: IncomingMessage): Promise<object> {
     const doc = await options.health();
     const token = bearer(req);
-    const who = token ? await options.authenticate(token) : undefined;
-    if (who) return options.healthFor(who.accountId, doc);
     const status = (doc as { status?: unknown }).status;
+    let who: { accountId: string } | undefined;
+    try {
+      who = token ? await options.authenticate(token) : undefined;
+    } catch {
+      // the token cannot be checked while the database is lost: whoever presented one learns why, and
+      // nothing that only an account may see
+      const database = (doc as { database?: { ok?: unknown; error?: unknown; since?: unknown } }).database;
+      return {
+        ok: false,
+        status,
+        database: { ok: database?.ok, error: database?.error, since: database?.since },
+      };
+    }
+    if (who) return options.healthFor(who.accountId, doc);
     return { ok: status === "ok", status };
   }
   const wss = new WebSocketServer({ noServer: true, maxPayload: options.maxFrameBytes ?? 4 * 1024 * 1024 });

@@ -8,6 +8,7 @@ import { TestClient } from "./support/client.js";
 import { healthWith } from "./support/health.js";
 import { type DaemonProcess, spawnDaemon } from "./support/process.js";
 import { waitFor } from "./support/wait.js";
+import { startTwoNodeWorkflow } from "./support/workflows.js";
 
 /**
  * Live takeover: three daemon processes share one PostgreSQL. Work submitted to daemon A (background
@@ -92,17 +93,7 @@ async function submit(d: DaemonProcess): Promise<{ sessionId: string; workflowId
     const { sessionId } = await client.ok<{ sessionId: string }>("session.create", {});
     for (let i = 0; i < CHILDREN; i++)
       await client.ok("session.delegate", { sessionId, task: `CHILD-${i}: do the work`, background: true });
-    const { workflowId } = await client.ok<{ workflowId: string }>("workflow.start", {
-      sessionId,
-      format: "json",
-      definition: JSON.stringify({
-        name: "takeover",
-        nodes: [
-          { id: "one", task: "NODE-one: first" },
-          { id: "two", task: "NODE-two: second", dependsOn: ["one"] },
-        ],
-      }),
-    });
+    const workflowId = await startTwoNodeWorkflow(client, sessionId, "takeover");
     return { sessionId, workflowId };
   } finally {
     client.close();

@@ -18,7 +18,16 @@ const OWNER_LOCK_CLASS = 7305;
  */
 export const OWNER_RELEASED_CHANNEL = "crw_owner_released";
 
-export async function holdOwnerLease(pool: pg.Pool, owner: string): Promise<() => Promise<void>> {
+/**
+ * Holds the owner lease on a connection of its own. `onLost` hears when that connection fails while held
+ * (the server restarted, the connection was cut): from then on peers see the owner dead and may claim its
+ * work, so the holder must stop driving it.
+ */
+export async function holdOwnerLease(
+  pool: pg.Pool,
+  owner: string,
+  onLost?: (e: unknown) => void,
+): Promise<() => Promise<void>> {
   const client = await pool.connect();
   try {
     await client.query("select pg_advisory_lock($1, hashtext($2))", [OWNER_LOCK_CLASS, owner]);
@@ -26,7 +35,13 @@ export async function holdOwnerLease(pool: pg.Pool, owner: string): Promise<() =
     client.release(true);
     throw e;
   }
+  let held = true;
+  client.on("error", (e) => {
+    if (held) onLost?.(e);
+    held = false;
+  });
   return async () => {
+    held = false;
     try {
       await client.query("select pg_advisory_unlock($1, hashtext($2))", [OWNER_LOCK_CLASS, owner]);
       // After the unlock: a peer woken by this finds the owner dead.

@@ -14,7 +14,10 @@ import * as worktrees from "./worktrees.js";
 
 /** DelegationRepository over PostgreSQL. It owns no state beyond the pool it is given. */
 export class PgDelegationRepository implements DelegationRepository {
-  constructor(readonly pool: pg.Pool) {}
+  constructor(
+    readonly pool: pg.Pool,
+    private readonly hooks: { onLeaseLost?: (owner: string, e: unknown) => void } = {},
+  ) {}
 
   createAccount: DelegationRepository["createAccount"] = async (i) => accounts.createAccount(this.pool, i);
   getAccount: DelegationRepository["getAccount"] = async (id) => accounts.getAccount(this.pool, id);
@@ -127,7 +130,8 @@ export class PgDelegationRepository implements DelegationRepository {
   claimOpenRuns: DelegationRepository["claimOpenRuns"] = async (o, l, opts) =>
     recovery.claimOpenRuns(this.pool, o, l, opts);
   orphanedWork: DelegationRepository["orphanedWork"] = async () => recovery.orphanedWork(this.pool);
-  holdOwnerLease: DelegationRepository["holdOwnerLease"] = async (o) => recovery.holdOwnerLease(this.pool, o);
+  holdOwnerLease: DelegationRepository["holdOwnerLease"] = async (o) =>
+    recovery.holdOwnerLease(this.pool, o, (e) => this.hooks.onLeaseLost?.(o, e));
   releaseRun: DelegationRepository["releaseRun"] = async (r, o) => recovery.releaseRun(this.pool, r, o);
   handBackRun: DelegationRepository["handBackRun"] = async (r, o) => recovery.handBackRun(this.pool, r, o);
   chargeRecoveryAttempt: DelegationRepository["chargeRecoveryAttempt"] = async (r, g) =>
