@@ -582,6 +582,23 @@ export async function assembleRuntime(
         firstTurnAt: null,
         error: null,
       };
+      // Another daemon of the database is live: its in-flight journals, fork copies and runs it has not
+      // leased yet are its own. Only dead owners' work is recovered, as a live takeover does.
+      if (await repo.otherOwnersLive([owner])) {
+        await service.start();
+        await engine.open();
+        const pass = await takeOver({ runs: true, workflows: true });
+        const w = pass.workflows;
+        const done: BootRecovery = {
+          ...recovery,
+          delegations: { discardedForks: [], ...pass.delegations },
+          workflows: { resumed: [...w.resumed], invalid: [...w.invalid], refused: [...w.refused] },
+          finishedAt: new Date().toISOString(),
+        };
+        recovery = done;
+        log.info({ peersLive: true, ...counts(pass) }, "boot recovery took the work of dead daemons only");
+        return done;
+      }
       // Delegations first: it settles every interrupted journal tail (node children's included) before a
       // workflow node is continued from its journal.
       const delegations = await recoverDelegations(service, {
@@ -679,6 +696,14 @@ export async function assembleRuntime(
  * Root parents with queued results get their follow-up turn here, as after a boot; a taken child that
  * settles later wakes its parent here through the ordinary delivery path.
  */
+const counts = (p: TakeoverPass) => ({
+  continued: p.delegations.continued.length,
+  settled: p.delegations.settledWithoutTurn.length,
+  terminalized: p.delegations.terminalized.length,
+  failed: p.delegations.failed.length,
+  workflowsResumed: p.workflows.resumed.length,
+});
+
 async function takeOverPass(
   work: OrphanedWork,
   deps: {

@@ -90,12 +90,15 @@ describe("daemon lifecycle", () => {
     const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-boot-"));
     const daemon = await startDaemon(config(dataDir), { log: silent });
     try {
-      // The port is open only now: every interrupted call was already claimed and charged one attempt.
+      // The port is open only now: every interrupted call was already claimed and continued once; each
+      // was waiting on its model (nothing of unknown outcome), so the continuation is not charged.
       const { rows } = await db.pool.query(
-        "select recovery_attempts, generation from subagent_runs where id = any($1::uuid[])",
+        "select recovery_attempts, free_continuations, generation from subagent_runs where id = any($1::uuid[])",
         [runs.map((r) => r.id)],
       );
-      expect(rows.every((r) => r.recovery_attempts === 1 && r.generation > 1)).toBe(true);
+      expect(
+        rows.every((r) => r.recovery_attempts === 0 && r.free_continuations === 1 && r.generation > 1),
+      ).toBe(true);
       const health = (await ownerHealth(daemon.state.url, daemon.config.dataDir)) as {
         recovery: { delegations: { continued: string[] }; finishedAt: string };
       };

@@ -14,8 +14,8 @@ const db = useTestDatabase();
 /**
  * Several daemons on one PostgreSQL coordinate through rows only: two daemon processes boot at the same time
  * over the same interrupted calls; each call is claimed by exactly one of them (for update skip locked under
- * owner leases), continued once, charged one attempt, and its result delivered once. A workflow started on
- * one daemon is visible, with its nodes and summary, through the other.
+ * owner leases), continued once (uncharged: each was waiting on its model), and its result delivered once.
+ * A workflow started on one daemon is visible, with its nodes and summary, through the other.
  */
 describe("daemons sharing one PostgreSQL", () => {
   it("two daemons booting together split the interrupted calls between them, each continued exactly once", async () => {
@@ -61,7 +61,7 @@ describe("daemons sharing one PostgreSQL", () => {
       for (;;) {
         const { rows } = await db.pool.query(
           `select count(*) filter (where status = 'succeeded')::int as ok,
-                  count(*) filter (where recovery_attempts <> 1)::int as recharged
+                  count(*) filter (where recovery_attempts + free_continuations <> 1)::int as recharged
              from subagent_runs where parent_session_id = $1::uuid`,
           [parent.id],
         );

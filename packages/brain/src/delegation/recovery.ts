@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import type { SessionRow, SubagentRun, TranscriptMessage } from "@crw/db";
+import type { JournalEntry, SessionRow, SubagentRun, TranscriptMessage } from "@crw/db";
 import { parseDelegatedExecutionScope } from "../scope/index.js";
 import { danglingToolCalls, endsWithAnswer } from "./context.js";
 import { toError } from "./errors.js";
@@ -268,21 +268,14 @@ async function recoverRun(
     starts.push(run);
     return "settled";
   }
-  if (run.recoveryAttempts >= maxAttempts) {
-    await settleError(
-      service,
-      run,
-      `recovery failed after ${run.recoveryAttempts} attempts; verify the child's last step before using DelegateContinue`,
-    );
-    return "failed";
-  }
-  const charged = await repo.chargeRecoveryAttempt(run.id, run.generation);
-  if (!charged) return "failed";
-  const next: SubagentRun = {
-    ...run,
-    generation: charged.generation,
-    recoveryAttempts: charged.recoveryAttempts,
-  };
+  // A child that was waiting on its model (or whose tool calls had all answered) repeats no effect by
+  // going on: that costs no recovery attempt, so restarts in a row do not use up its work. Only a
+  // continuation after a tool call of unknown outcome is charged and bounded.
+  const uncertain = hasUnknownOutcome(journal);
+  const next = uncertain
+    ? await chargedContinuation(service, run, maxAttempts)
+    : await freeContinuation(service, run, maxAttempts * FREE_CONTINUATIONS_PER_ATTEMPT);
+  if (next === "failed") return "failed";
   if (journal.length === 0) {
     // An empty transcript continues with the original task.
     await repo.append(run.childSessionId, run.principalAccountId, [
@@ -300,6 +293,59 @@ async function recoverRun(
   }
   starts.push(next);
   return "continued";
+}
+
+/** Free continuations allowed per recovery attempt: a child interrupted over and over still ends. */
+const FREE_CONTINUATIONS_PER_ATTEMPT = 5;
+
+/** Whether the journal's newest turn holds a tool call a restart left of unknown outcome. */
+function hasUnknownOutcome(journal: readonly JournalEntry[]): boolean {
+  for (let i = journal.length - 1; i >= 0; i--) {
+    const b = journal[i]?.body;
+    if (b?.type !== "message") continue;
+    const m = b.message;
+    if (m.role === "assistant") return false;
+    if (m.role === "toolResult" && typeof m.content === "string" && m.content.startsWith(UNKNOWN_OUTCOME))
+      return true;
+  }
+  return false;
+}
+
+async function chargedContinuation(
+  service: DelegationService,
+  run: SubagentRun,
+  maxAttempts: number,
+): Promise<SubagentRun | "failed"> {
+  if (run.recoveryAttempts >= maxAttempts) {
+    await settleError(
+      service,
+      run,
+      `recovery failed after ${run.recoveryAttempts} attempts; verify the child's last step before using DelegateContinue`,
+    );
+    return "failed";
+  }
+  const charged = await service.repo.chargeRecoveryAttempt(run.id, run.generation);
+  if (!charged) return "failed";
+  return { ...run, generation: charged.generation, recoveryAttempts: charged.recoveryAttempts };
+}
+
+async function freeContinuation(
+  service: DelegationService,
+  run: SubagentRun,
+  maxFree: number,
+): Promise<SubagentRun | "failed"> {
+  const free = run.freeContinuations ?? 0;
+  if (free >= maxFree) {
+    await settleError(
+      service,
+      run,
+      `recovery failed: the call was interrupted ${free} times while it waited on its model; delegate it again if it is still needed`,
+    );
+    return "failed";
+  }
+  const next = await service.repo.continueWithoutCharge(run.id, run.generation);
+  if (!next) return "failed";
+  return { ...run, generation: next.generation, freeContinuations: next.freeContinuations };
 }
 
 async function settleError(service: DelegationService, run: SubagentRun, message: string): Promise<void> {

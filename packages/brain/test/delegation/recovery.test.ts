@@ -34,6 +34,27 @@ async function parentMessages(
   return messages(await service.repo.readJournal(parentId, accountId));
 }
 
+/** A tool call the crashed turn had asked for and journaled the intent of, nothing after. */
+async function appendInterruptedToolCall(
+  repo: ReturnType<typeof makeService>["repo"],
+  child: string,
+  accountId: string,
+): Promise<void> {
+  await repo.append(child, accountId, [
+    {
+      body: {
+        type: "message",
+        message: {
+          role: "assistant",
+          content: [{ type: "toolCall", id: "x-1", name: "Nothing", arguments: {} }],
+          stopReason: "toolUse",
+        },
+      },
+    },
+    { body: { type: "tool_intent", toolCallId: "x-1", toolName: "Nothing", arguments: {} } },
+  ]);
+}
+
 describe("boot recovery", () => {
   it("S004-188: a Delegate that never started is terminalized with an error result, and S004-030: the parent wakes without user input", async () => {
     const { service, repo } = makeService(db.pool);
@@ -66,6 +87,8 @@ describe("boot recovery", () => {
     const { account, parent, run } = await queuedRun(service, scriptTask({ answer: "x" }));
     await repo.startRun(run.id, run.generation, "dead-owner");
     await db.pool.query("update subagent_runs set recovery_attempts = 3 where id = $1", [run.id]);
+    // the attempts bound continuations that would follow a tool call of unknown outcome
+    await appendInterruptedToolCall(repo, run.childSessionId ?? "", account.id);
     const report = await recoverDelegations(service, { maxRecoveryAttempts: 3 });
     expect(report.failed).toContain(run.id);
     const msgs = await parentMessages(service, parent.id, account.id);
@@ -82,20 +105,7 @@ describe("boot recovery", () => {
     );
     await repo.startRun(run.id, run.generation, "dead-owner");
     const child = run.childSessionId ?? "";
-    // the crashed turn had asked for a tool call and journaled its intent, nothing after
-    await repo.append(child, account.id, [
-      {
-        body: {
-          type: "message",
-          message: {
-            role: "assistant",
-            content: [{ type: "toolCall", id: "x-1", name: "Nothing", arguments: {} }],
-            stopReason: "toolUse",
-          },
-        },
-      },
-      { body: { type: "tool_intent", toolCallId: "x-1", toolName: "Nothing", arguments: {} } },
-    ]);
+    await appendInterruptedToolCall(repo, child, account.id);
     const report = await recoverDelegations(service);
     expect(report.unknownToolCalls).toBe(1);
     expect(report.continued).toContain(run.id);
@@ -106,6 +116,93 @@ describe("boot recovery", () => {
     expect(msgs[4]).toMatchObject({ content: [{ type: "text", text: "finished" }] });
     const after = await repo.getRun(run.id, account.id);
     expect(after).toMatchObject({ status: "succeeded", recoveryAttempts: 1, generation: 2 });
+    await service.close();
+  });
+
+  it("a child interrupted while it waited on its model goes on without a recovery attempt, even at the attempt limit", async () => {
+    const { service, repo } = makeService(db.pool);
+    const { account, parent, run } = await queuedRun(service, scriptTask({ answer: "went on" }));
+    await repo.startRun(run.id, run.generation, "dead-owner");
+    const child = run.childSessionId ?? "";
+    // its task is journaled, its model call was in flight: nothing of unknown outcome happened
+    await repo.append(child, account.id, [
+      { body: { type: "message", message: { role: "user", content: "the task" } } },
+    ]);
+    await db.pool.query("update subagent_runs set recovery_attempts = 3 where id = $1", [run.id]);
+    const report = await recoverDelegations(service, { maxRecoveryAttempts: 3 });
+    expect(report.continued).toContain(run.id);
+    expect(report.failed).not.toContain(run.id);
+    await parentMessages(service, parent.id, account.id);
+    expect(await repo.getRun(run.id, account.id)).toMatchObject({
+      status: "succeeded",
+      recoveryAttempts: 3,
+      freeContinuations: 1,
+      generation: 2,
+    });
+    const msgs = messages(await repo.readJournal(child, account.id));
+    expect(msgs.at(-1)).toMatchObject({ role: "assistant", content: [{ type: "text", text: "went on" }] });
+    await service.close();
+  });
+
+  it("a child whose tool calls had all answered before the interruption goes on without a recovery attempt", async () => {
+    const { service, repo } = makeService(db.pool);
+    const { account, parent, run } = await queuedRun(service, scriptTask({ answer: "after the tool" }));
+    await repo.startRun(run.id, run.generation, "dead-owner");
+    const child = run.childSessionId ?? "";
+    await repo.append(child, account.id, [
+      { body: { type: "message", message: { role: "user", content: "the task" } } },
+      {
+        body: {
+          type: "message",
+          message: {
+            role: "assistant",
+            content: [{ type: "toolCall", id: "x-1", name: "Nothing", arguments: {} }],
+            stopReason: "toolUse",
+          },
+        },
+      },
+      {
+        body: {
+          type: "message",
+          message: {
+            role: "toolResult",
+            toolCallId: "x-1",
+            toolName: "Nothing",
+            content: "done",
+            isError: false,
+          },
+        },
+      },
+    ]);
+    const report = await recoverDelegations(service);
+    expect(report.unknownToolCalls).toBe(0);
+    expect(report.continued).toContain(run.id);
+    await parentMessages(service, parent.id, account.id);
+    expect(await repo.getRun(run.id, account.id)).toMatchObject({
+      recoveryAttempts: 0,
+      freeContinuations: 1,
+    });
+    await service.close();
+  });
+
+  it("free continuations are bounded: a child interrupted at its model five times per allowed attempt ends with a recovery_failed result", async () => {
+    const { service, repo } = makeService(db.pool);
+    const { account, parent, run } = await queuedRun(service, scriptTask({ answer: "never" }));
+    await repo.startRun(run.id, run.generation, "dead-owner");
+    await repo.append(run.childSessionId ?? "", account.id, [
+      { body: { type: "message", message: { role: "user", content: "the task" } } },
+    ]);
+    await db.pool.query("update subagent_runs set free_continuations = 10 where id = $1", [run.id]);
+    const report = await recoverDelegations(service, { maxRecoveryAttempts: 2 });
+    expect(report.failed).toContain(run.id);
+    const msgs = await parentMessages(service, parent.id, account.id);
+    expect(msgs.find((m) => m.role === "custom")?.content).toMatch(
+      /interrupted 10 times while it waited on its model/,
+    );
+    expect(await repo.getRun(run.id, account.id)).toMatchObject({
+      status: "failed",
+      error: { code: "recovery_failed" },
+    });
     await service.close();
   });
 

@@ -77,7 +77,10 @@ describe("live takeover", () => {
     expect(msgs.filter((m) => m.role === "toolResult" && m.toolCallId === "w1")).toHaveLength(1);
     expect(msgs.filter((m) => m.role === "custom" && m.content.includes("child 3 done"))).toHaveLength(1);
     expect(msgs.at(-1)).toMatchObject({ role: "assistant" });
-    expect((await attempts(dead.id)).recovery_attempts).toBe(1);
+    // continued once; its child was waiting on its model (nothing of unknown outcome): not charged
+    expect(
+      (await db.pool.query("select free_continuations from subagent_runs where id = $1", [dead.id])).rows[0],
+    ).toEqual({ free_continuations: 1 });
 
     // A repeated pass finds nothing more; the live owner's run becomes takeable only once its lock is gone.
     expect((await takeOverDelegations(service)).continued).toEqual([]);

@@ -139,22 +139,58 @@ export async function handBackRun(pool: pg.Pool, runId: string, owner: string): 
   );
 }
 
-/** Charged when a continuation is actually dispatched; the new generation fences the old lifetime's writes. */
-export async function chargeRecoveryAttempt(
+/**
+ * A continuation's new generation, which fences the old lifetime's writes. Charged (one recovery attempt)
+ * when it is actually dispatched after a tool call of unknown outcome; free (counted apart) when it repeats
+ * no effect.
+ */
+async function nextGeneration(
   pool: pg.Pool,
   runId: string,
   generation: number,
-): Promise<{ generation: number; recoveryAttempts: number } | null> {
+  charged: boolean,
+): Promise<{ generation: number; recoveryAttempts: number; freeContinuations: number } | null> {
   assertUuid("runId", runId);
   const { rows } = await pool.query<Row>(
-    `update subagent_runs set recovery_attempts = recovery_attempts + 1, generation = generation + 1,
-            updated_at = now()
+    `update subagent_runs
+        set recovery_attempts = recovery_attempts + $3::int, free_continuations = free_continuations + 1 - $3::int,
+            generation = generation + 1, updated_at = now()
       where id = $1::uuid and generation = $2 and status in ('queued', 'running', 'settling')
-      returning generation, recovery_attempts`,
-    [runId, generation],
+      returning generation, recovery_attempts, free_continuations`,
+    [runId, generation, charged ? 1 : 0],
   );
   const r = rows[0];
-  return r ? { generation: Number(r.generation), recoveryAttempts: Number(r.recovery_attempts) } : null;
+  return r
+    ? {
+        generation: Number(r.generation),
+        recoveryAttempts: Number(r.recovery_attempts),
+        freeContinuations: Number(r.free_continuations),
+      }
+    : null;
+}
+
+export const chargeRecoveryAttempt = (pool: pg.Pool, runId: string, generation: number) =>
+  nextGeneration(pool, runId, generation, true);
+
+export const continueWithoutCharge = (pool: pg.Pool, runId: string, generation: number) =>
+  nextGeneration(pool, runId, generation, false);
+
+/**
+ * Whether another process holds an owner lease on this database now (any owner but `own`): a booting
+ * process then recovers only dead owners' work, as a live takeover does, and leaves every other journal,
+ * fork copy and not-yet-leased run to the live ones.
+ */
+export async function otherOwnersLive(pool: pg.Pool, own: readonly string[]): Promise<boolean> {
+  const { rows } = await pool.query<{ live: boolean }>(
+    `select exists (
+       select 1 from pg_locks l
+        where l.locktype = 'advisory' and l.granted and l.classid = $1::oid and l.objsubid = 2
+          and l.database = (select oid from pg_database where datname = current_database())
+          and l.objid not in (select (hashtext(o)::bigint & 4294967295)::oid from unnest($2::text[]) as o)
+     ) as live`,
+    [OWNER_LOCK_CLASS, own],
+  );
+  return rows[0]?.live === true;
 }
 
 /** Boot, before recovery claims: unfinished private fork copies go, with everything under them. */

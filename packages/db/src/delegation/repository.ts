@@ -136,6 +136,10 @@ export class PgDelegationRepository implements DelegationRepository {
   handBackRun: DelegationRepository["handBackRun"] = async (r, o) => recovery.handBackRun(this.pool, r, o);
   chargeRecoveryAttempt: DelegationRepository["chargeRecoveryAttempt"] = async (r, g) =>
     recovery.chargeRecoveryAttempt(this.pool, r, g);
+  otherOwnersLive: DelegationRepository["otherOwnersLive"] = async (o) =>
+    recovery.otherOwnersLive(this.pool, o);
+  continueWithoutCharge: DelegationRepository["continueWithoutCharge"] = async (r, g) =>
+    recovery.continueWithoutCharge(this.pool, r, g);
   sessionsWithDanglingToolCalls: DelegationRepository["sessionsWithDanglingToolCalls"] = async (ids) =>
     recovery.sessionsWithDanglingToolCalls(this.pool, ids);
   sessionsWithQueuedResults: DelegationRepository["sessionsWithQueuedResults"] = async () =>

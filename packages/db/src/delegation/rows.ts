@@ -63,6 +63,7 @@ export function runFromRow(r: Row): SubagentRun {
     progress: strOrNull(r.progress),
     progressSeq: r.progress_seq === undefined ? 0 : num(r.progress_seq),
     recoveryAttempts: num(r.recovery_attempts),
+    freeContinuations: r.free_continuations === undefined ? 0 : num(r.free_continuations),
     error: (r.error as SubagentRun["error"]) ?? null,
     createdAt: date(r.created_at),
     startedAt: dateOrNull(r.started_at),

@@ -86,6 +86,8 @@ export interface SubagentRun {
   readonly progress?: string | null;
   readonly progressSeq?: number;
   readonly recoveryAttempts: number;
+  /** Continuations after interruptions that left no effect of unknown outcome (never charged). */
+  readonly freeContinuations?: number;
   readonly error: { readonly code: string; readonly message: string } | null;
   readonly createdAt: Date;
   readonly startedAt: Date | null;
@@ -406,6 +408,13 @@ export interface DelegationRepository {
     runId: string,
     generation: number,
   ): Promise<{ generation: number; recoveryAttempts: number } | null>;
+  /** Whether a process other than these owners holds an owner lease on the database now. */
+  otherOwnersLive(own: readonly string[]): Promise<boolean>;
+  /** A new generation for a continuation that repeats no effect of unknown outcome; not charged. */
+  continueWithoutCharge(
+    runId: string,
+    generation: number,
+  ): Promise<{ generation: number; freeContinuations: number } | null>;
   /**
    * Copies the source's settled rows up to `uptoSeq` into a private fork child in batches, each its own
    * transaction, outside any writer transaction of the source.
