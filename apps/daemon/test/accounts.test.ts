@@ -215,6 +215,60 @@ describe("accounts and tokens", () => {
   });
 });
 
+describe("isolation between accounts", () => {
+  it("an account cannot read, send to, delegate from, tap, land, cancel or follow another account's sessions and workflows: the same error as for an id that does not exist", async () => {
+    const { sessionId } = await ownerA.ok<{ sessionId: string }>("session.create");
+    await ownerA.ok("session.send", { sessionId, text: "the owner's own words" });
+    const { workflowId } = await ownerA.ok<{ workflowId: string }>("workflow.start", {
+      sessionId,
+      format: "json",
+      definition: JSON.stringify({ name: "owned", nodes: [{ id: "a", task: "the owner's node" }] }),
+    });
+    await ownerA.ok("account.create", { name: "frank" });
+    const frank = await connect(
+      b,
+      (await ownerA.ok<{ token: string }>("token.issue", { account: "frank" })).token,
+    );
+    const missingSession = "00000000-0000-4000-8000-000000000001";
+    const missingWorkflow = "00000000-0000-4000-8000-000000000002";
+    const asked: [string, (id: string) => object, string, string][] = [
+      ["session.read", (id) => ({ sessionId: id }), sessionId, missingSession],
+      ["session.send", (id) => ({ sessionId: id, text: "let me in" }), sessionId, missingSession],
+      ["session.delegate", (id) => ({ sessionId: id, task: "work for me" }), sessionId, missingSession],
+      ["session.status", (id) => ({ sessionId: id }), sessionId, missingSession],
+      ["session.tap", (id) => ({ sessionId: id }), sessionId, missingSession],
+      ["session.land", (id) => ({ sessionId: id }), sessionId, missingSession],
+      ["workflow.status", (id) => ({ workflowId: id }), workflowId, missingWorkflow],
+      ["workflow.cancel", (id) => ({ workflowId: id }), workflowId, missingWorkflow],
+      ["workflow.follow", (id) => ({ workflowId: id }), workflowId, missingWorkflow],
+      ["workflow.land", (id) => ({ workflowId: id }), workflowId, missingWorkflow],
+    ];
+    const before = await db.pool.query(
+      "select (select count(*)::int from journal_entries where session_id = $1) as entries, (select status from workflows where id = $2) as status",
+      [sessionId, workflowId],
+    );
+    for (const [method, params, owned, missing] of asked) {
+      const theirs = await frank.call(method, params(owned));
+      const none = await frank.call(method, params(missing));
+      const shape = (frame: Record<string, unknown>, id: string) =>
+        JSON.stringify(frame.error ?? { result: "answered" }).replaceAll(id, "<id>");
+      expect(theirs.error, method).toBeDefined();
+      expect(shape(theirs, owned), method).toBe(shape(none, missing));
+    }
+    // nothing of the owner's changed, and nothing was made in frank's name
+    const after = await db.pool.query(
+      "select (select count(*)::int from journal_entries where session_id = $1) as entries, (select status from workflows where id = $2) as status",
+      [sessionId, workflowId],
+    );
+    expect(after.rows[0].entries).toBe(before.rows[0].entries);
+    expect(after.rows[0].status).not.toBe("cancelled");
+    const made = await db.pool.query(
+      "select count(*)::int as n from sessions s join accounts a on a.id = s.principal_account_id where a.name = 'frank'",
+    );
+    expect(made.rows[0].n).toBe(0);
+  }, 60_000);
+});
+
 describe("revocation", () => {
   it("a token revoked on one daemon is refused at once on both, and the connections opened with it on the other are closed", async () => {
     await ownerA.ok("account.create", { name: "carol" });

@@ -155,21 +155,30 @@ describe("the database lost and back", () => {
   it("an embedded PostgreSQL SIGKILLed mid-workflow is started again by the daemon, which recovers its work: the workflow completes with one summary", async () => {
     const dataDir = tmp("embedded");
     const d = await daemonOn(dataDir, "");
-    const { sessionId, workflowId } = await startWorkflow(d);
-    await waitFor(() => seen.has("NODE-one"), "the first node's model call", 30_000);
     const pgData = join(dataDir, "postgres");
-    const before = postmasterPid(pgData);
-    const back = await lostAndBack(d, () => process.kill(before, "SIGKILL"));
-    expect(back.database.restarts).toBeGreaterThanOrEqual(1);
-    expect(postmasterPid(pgData)).not.toBe(before);
-    release();
-    const password = readFileSync(join(dataDir, "postgres.password"), "utf8").trim();
-    const port = Number(readFileSync(join(pgData, "postmaster.pid"), "utf8").split("\n")[3]);
-    await assertCompletedOnce(
-      `postgres://crw:${encodeURIComponent(password)}@127.0.0.1:${port}/crw`,
-      sessionId,
-      workflowId,
-    );
+    try {
+      const { sessionId, workflowId } = await startWorkflow(d);
+      await waitFor(() => seen.has("NODE-one"), "the first node's model call", 30_000);
+      const before = postmasterPid(pgData);
+      const back = await lostAndBack(d, () => process.kill(before, "SIGKILL"));
+      expect(back.database.restarts).toBeGreaterThanOrEqual(1);
+      expect(postmasterPid(pgData)).not.toBe(before);
+      release();
+      const password = readFileSync(join(dataDir, "postgres.password"), "utf8").trim();
+      const port = Number(readFileSync(join(pgData, "postmaster.pid"), "utf8").split("\n")[3]);
+      await assertCompletedOnce(
+        `postgres://crw:${encodeURIComponent(password)}@127.0.0.1:${port}/crw`,
+        sessionId,
+        workflowId,
+      );
+    } finally {
+      // a graceful stop ends the server the daemon started again; one left behind is ended here
+      d.child.kill("SIGTERM");
+      await d.exited;
+      try {
+        process.kill(postmasterPid(pgData), "SIGINT");
+      } catch {}
+    }
   }, 180_000);
 
   it("an external PostgreSQL SIGKILLed mid-workflow and started again by its operator: the daemon retries, recovers its work, and the workflow completes with one summary", async () => {

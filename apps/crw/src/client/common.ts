@@ -14,7 +14,9 @@ export const CONNECTION_OPTIONS = {
 export const CONNECTION_HELP = `Connection:
   --data-dir DIR   the daemon's data directory (default: $CRW_DAEMON_DIR, $CRW_HOME/daemon or ~/.crw/daemon);
                    its owner.token authenticates
-  --url URL        a daemon's URL instead (http://host:port), with --token or $CRW_TOKEN
+  --url URL[,URL…] a daemon's URL instead (http://host:port), with --token or $CRW_TOKEN; several daemons of
+                   one database, comma-separated: the first that answers is used, and a command that
+                   follows (tap, workflow run/follow) reconnects to any of them when its connection ends
   --json           machine-readable output (one JSON document; notifications as JSON lines before it)`;
 
 export type Options = Record<string, string | boolean | undefined>;
@@ -62,6 +64,61 @@ export async function withClient(
   } finally {
     client?.close();
   }
+}
+
+/** How long a following command tries to reconnect once its connection ended. */
+const RECONNECT_MS = 60_000;
+
+/**
+ * Runs a command that follows something (a tap, a workflow): when its connection ends (a daemon stopped
+ * or died), it connects again, to the same daemon or another of `--url`'s, and runs `body` again with the
+ * new connection; `body` picks up where it was (its own state). Bounded: past RECONNECT_MS without a
+ * daemon it fails as any command does.
+ */
+export async function withFollow(
+  prefix: string,
+  values: Options,
+  body: (client: DaemonClient) => Promise<number>,
+  /** The connection has just ended (the caller's own): wait for a daemon before the first try. */
+  afterLoss = false,
+): Promise<number> {
+  if (afterLoss && !(await reconnectable(values))) {
+    process.stderr.write(`${prefix}: no daemon answered within ${RECONNECT_MS / 1000} s\n`);
+    return 1;
+  }
+  for (;;) {
+    let lost = false;
+    const code = await withClient(prefix, values, async (client) => {
+      try {
+        return await body(client);
+      } catch (e) {
+        if (!(e instanceof ClientError) || e.code !== "connection_closed") throw e;
+        lost = true;
+        return 1;
+      }
+    });
+    if (!lost) return code;
+    process.stderr.write(`${prefix}: the connection ended; connecting again\n`);
+    if (!(await reconnectable(values))) {
+      process.stderr.write(`${prefix}: no daemon answered within ${RECONNECT_MS / 1000} s\n`);
+      return 1;
+    }
+  }
+}
+
+/** Waits, with a growing backoff, until some daemon of the options accepts a connection. */
+async function reconnectable(values: Options): Promise<boolean> {
+  const until = Date.now() + RECONNECT_MS;
+  for (let delay = 100; Date.now() < until; delay = Math.min(delay * 2, 2_000)) {
+    await new Promise((r) => setTimeout(r, delay));
+    try {
+      (await DaemonClient.connect(connection(values))).close();
+      return true;
+    } catch {
+      // not yet
+    }
+  }
+  return false;
 }
 
 export function inputError(prefix: string, message: string): number {

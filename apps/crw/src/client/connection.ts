@@ -17,7 +17,10 @@ export class ClientError extends Error {
 export interface ConnectOptions {
   /** The daemon's data directory (its state file names the URL; its owner.token authenticates). */
   dataDir?: string | undefined;
-  /** A daemon URL (http://host:port); with it, a token from --token or CRW_TOKEN. */
+  /**
+   * A daemon URL (http://host:port), or several separated by commas (daemons of one database: the first
+   * that answers is used); with it, a token from --token or CRW_TOKEN.
+   */
   url?: string | undefined;
   token?: string | undefined;
 }
@@ -73,7 +76,21 @@ export class DaemonClient {
   }
 
   static async connect(options: ConnectOptions): Promise<DaemonClient> {
-    const { url, token } = await resolveEndpoint(options);
+    const { urls, token } = await resolveEndpoint(options);
+    let failed: ClientError | undefined;
+    for (const url of urls) {
+      try {
+        return await DaemonClient.#open(url, token);
+      } catch (e) {
+        // a refused token is refused by every daemon of the database: trying the next one changes nothing
+        if (!(e instanceof ClientError) || e.code !== "unreachable") throw e;
+        failed = e;
+      }
+    }
+    throw failed ?? new ClientError("no daemon URL to connect to", "no_url", 2);
+  }
+
+  static async #open(url: string, token: string): Promise<DaemonClient> {
     const ws = new WebSocket(`${url.replace(/^http/, "ws")}/rpc`, {
       headers: { authorization: `Bearer ${token}` },
     });
@@ -153,11 +170,15 @@ function rpcError(e: RpcErrorData): ClientError {
   );
 }
 
-async function resolveEndpoint(options: ConnectOptions): Promise<{ url: string; token: string }> {
+async function resolveEndpoint(options: ConnectOptions): Promise<{ urls: string[]; token: string }> {
   if (options.url) {
     const token = options.token ?? process.env.CRW_TOKEN;
     if (!token) throw new ClientError("--url needs a token: pass --token or set CRW_TOKEN", "no_token", 2);
-    return { url: options.url.replace(/\/$/, ""), token };
+    const urls = options.url
+      .split(",")
+      .map((u) => u.trim().replace(/\/$/, ""))
+      .filter(Boolean);
+    return { urls, token };
   }
   const { defaultDataDir, readState, ownerTokenPath } = await import("@crw/daemon");
   const dataDir = options.dataDir ?? defaultDataDir();
@@ -178,5 +199,5 @@ async function resolveEndpoint(options: ConnectOptions): Promise<{ url: string; 
       );
     }
   }
-  return { url: state.url, token };
+  return { urls: [state.url], token };
 }

@@ -1,4 +1,4 @@
-import { CONNECTION_HELP, inputError, out, parse, parseOrExit, withClient } from "./common.js";
+import { CONNECTION_HELP, inputError, out, parse, parseOrExit, withFollow } from "./common.js";
 import { formatMessage } from "./session.js";
 
 const HELP = `Usage: crw tap SESSION [--until-idle] [options]
@@ -23,9 +23,16 @@ export async function runTapCli(args: string[]): Promise<number> {
   if (!sessionId) return inputError(PREFIX, "tap needs SESSION; see 'crw tap --help'");
   if (extra) return inputError(PREFIX, `unexpected '${extra}'; see 'crw tap --help'`);
   const json = values.json === true;
-  return withClient(PREFIX, values, async (client) => {
+  // after a reconnect the tap goes on after the last journal row it showed: none is shown twice
+  let lastSeq = 0;
+  return withFollow(PREFIX, values, async (client) => {
     client.onNotification((method, params) => {
       if (method !== "session.tap") return;
+      const seq = (params.message as { seq?: unknown } | undefined)?.seq;
+      if (typeof seq === "number") {
+        if (seq <= lastSeq) return;
+        lastSeq = seq;
+      }
       if (json) out(JSON.stringify(params));
       else if (params.message) out(formatMessage(params.message as Parameters<typeof formatMessage>[0]));
       else if (params.live) {
@@ -40,6 +47,7 @@ export async function runTapCli(args: string[]): Promise<number> {
     const r = await Promise.race([
       client.call<{ lastSeq: number; idle: boolean }>("session.tap", {
         sessionId,
+        ...(lastSeq > 0 ? { afterSeq: lastSeq } : {}),
         ...(values["until-idle"] ? { untilIdle: true } : {}),
       }),
       stop,

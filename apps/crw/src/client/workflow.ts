@@ -1,6 +1,6 @@
 import { open } from "node:fs/promises";
 import { extname, resolve } from "node:path";
-import { CONNECTION_HELP, inputError, out, parse, parseOrExit, withClient } from "./common.js";
+import { CONNECTION_HELP, inputError, out, parse, parseOrExit, withClient, withFollow } from "./common.js";
 import { ClientError } from "./connection.js";
 
 const HELP = `Usage: crw workflow <command> [options]
@@ -74,9 +74,14 @@ export async function runWorkflowCli(args: string[]): Promise<number> {
   if (!target) return inputError(PREFIX, `${command} needs an argument; see 'crw workflow --help'`);
   if (extra) return inputError(PREFIX, `unexpected '${extra}'; see 'crw workflow --help'`);
   const json = values.json === true;
+  // a node's status is shown once, also when a reconnect's follow reports it again
+  const shown = new Set<string>();
   const follow = async (client: import("./connection.js").DaemonClient, workflowId: string) => {
     client.onNotification((method, params) => {
       if (method !== "workflow.progress" || params.workflowId !== workflowId) return;
+      const key = `${String(params.nodeId)}:${String(params.status)}`;
+      if (shown.has(key)) return;
+      shown.add(key);
       if (json) out(JSON.stringify({ notification: method, ...params }));
       else out(`  ${String(params.nodeId).padEnd(24)} ${params.status}`);
     });
@@ -115,7 +120,14 @@ export async function runWorkflowCli(args: string[]): Promise<number> {
           out(
             `workflow ${started.workflowId} started (nodes: ${started.nodes.join(", ")}); summary goes to session ${started.sessionId}`,
           );
-        return follow(client, started.workflowId);
+        try {
+          return await follow(client, started.workflowId);
+        } catch (e) {
+          // started once; only the following goes on, on a new connection
+          if (!(e instanceof ClientError) || e.code !== "connection_closed") throw e;
+          process.stderr.write(`${PREFIX}: the connection ended; connecting again\n`);
+          return withFollow(PREFIX, values, (again) => follow(again, started.workflowId), true);
+        }
       });
     case "land":
       return withClient(PREFIX, values, async (client) => {
@@ -141,7 +153,7 @@ export async function runWorkflowCli(args: string[]): Promise<number> {
         return 0;
       });
     case "follow":
-      return withClient(PREFIX, values, (client) => follow(client, target));
+      return withFollow(PREFIX, values, (client) => follow(client, target));
     case "status":
       return withClient(PREFIX, values, async (client) => {
         const r = await client.call<{ workflowId: string; status: string; nodes: NodeView[] }>(
