@@ -667,6 +667,11 @@ export async function assembleRuntime(
     pause: () => service.pauseForRestart(),
     async close(options = {}) {
       const abandon = options.abandonCheckpoint === true;
+      // Abandoned (a checkpoint past its deadline, a lost database or lease): no new statement of this
+      // runtime reaches the rows from here on, whatever still runs; the ones in flight complete.
+      const endPool = () =>
+        pgPool.end().catch((e: unknown) => log.warn({ err: e }, "database pool end failed"));
+      const early = abandon ? endPool() : undefined;
       // Nothing is taken over by a daemon on its way out.
       await stopTakeover();
       // The checkpoint first (close after a failed one still stops everything; the caller reports it). A
@@ -675,7 +680,7 @@ export async function assembleRuntime(
       if (!abandon) await service.pauseForRestart().catch(() => {});
       const bound = (work: Promise<unknown>) => (abandon ? within(work, 5_000) : work);
       // New statements are refused from here on; the ones in flight complete (the journal writes drain).
-      const ended = pgPool.end().catch((e: unknown) => log.warn({ err: e }, "database pool end failed"));
+      const ended = early ?? endPool();
       await bound(runnerPool.close().catch((e: unknown) => log.warn({ err: e }, "runner pool close failed")));
       log.info({}, "runner pool closed");
       await bound(engine.close().catch((e: unknown) => log.warn({ err: e }, "workflow engine close failed")));

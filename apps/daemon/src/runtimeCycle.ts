@@ -42,7 +42,11 @@ export interface RuntimeCycleOptions {
   readonly methods: (rpc: RpcRegistry, rt: DaemonRuntime) => void;
 }
 
-const TEARDOWN_MS = 10_000;
+/**
+ * How long the replaced runtime's close is waited for before the new one boots: its pool is ended first,
+ * so nothing more of it reaches the rows; what is left (runners ending their turns) finishes meanwhile.
+ */
+const TEARDOWN_MS = 2_000;
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms).unref());
 
 /**
