@@ -129,9 +129,34 @@ async function assertDeliveredOnce(sessionId: string): Promise<void> {
     expect({ id: r.id, entries: r.entries, acks: r.acks }).toEqual({ id: r.id, entries: 1, acks: 1 });
 }
 
+/** One installation: a token issued on one daemon works on every other; revoked on one, it is refused on all. */
+async function tokensAcross(a: DaemonProcess, b: DaemonProcess, c: DaemonProcess): Promise<void> {
+  const onA = await TestClient.connect(a.url, a.token);
+  try {
+    const name = `team-${Date.now()}`;
+    await onA.ok("account.create", { name });
+    const issued = await onA.ok<{ token: string; id: string }>("token.issue", { account: name });
+    const open: TestClient[] = [];
+    for (const d of [a, b, c]) {
+      const client = await TestClient.connect(d.url, issued.token);
+      open.push(client);
+      expect(await client.ok("daemon.whoami")).toMatchObject({ name });
+    }
+    const closed = open.map((client) => new Promise((r) => client.ws.once("close", (code) => r(code))));
+    const onC = await TestClient.connect(c.url, b.token);
+    await onC.ok("token.revoke", { id: issued.id });
+    onC.close();
+    expect(await Promise.all(closed)).toEqual([1008, 1008, 1008]);
+    for (const d of [a, b, c]) await expect(TestClient.connect(d.url, issued.token)).rejects.toThrow(/401/);
+  } finally {
+    onA.close();
+  }
+}
+
 describe("live takeover of a dead daemon's work", () => {
-  it("B and C take nothing while A lives, then finish and deliver all of SIGKILLed A's work exactly once", async () => {
+  it("a token issued on A works on B and C and, revoked on C, is refused on all three; B and C take nothing while A lives, then finish and deliver all of SIGKILLed A's work exactly once", async () => {
     const [a, b, c] = await Promise.all([start("a", 300), start("b", 300), start("c", 300)]);
+    await tokensAcross(a, b, c);
     const { sessionId, workflowId } = await submit(a);
     await waitFor(() => seen.size === CHILDREN + 1, "every child and the first node to be in flight on A");
 
