@@ -1,16 +1,16 @@
-import { type ChildProcess, execFile, spawn } from "node:child_process";
+import { execFile } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
+import { TestProcesses } from "@crw/tools/processes";
 import { afterAll, describe, expect, it } from "vitest";
 
 const run = promisify(execFile);
 const bin = resolve(import.meta.dirname, "../bin/crw.mjs");
 const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-liveness-"));
 const hasProc = existsSync("/proc/self/stat");
-const children: ChildProcess[] = [];
 
 async function crw(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   const env = { ...process.env };
@@ -24,19 +24,8 @@ async function crw(...args: string[]): Promise<{ code: number; stdout: string; s
   }
 }
 
-/** `/proc/<pid>/stat`'s state (field 3) and start time (field 22), read after the command name. */
-function procStat(pid: number): { state: string; startTime: number } | undefined {
-  try {
-    const text = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const fields = text
-      .slice(text.lastIndexOf(")") + 1)
-      .trim()
-      .split(/\s+/);
-    return { state: fields[0] as string, startTime: Number(fields[19]) };
-  } catch {
-    return undefined;
-  }
-}
+const procs = new TestProcesses();
+const procStat = (pid: number) => TestProcesses.stat(pid);
 
 const alive = (pid: number | undefined) => {
   if (!pid) return false;
@@ -47,49 +36,6 @@ const alive = (pid: number | undefined) => {
     return false;
   }
 };
-
-async function until(check: () => boolean, what: string): Promise<void> {
-  const deadline = Date.now() + 10_000;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
-/** A live unrelated process (a `sleep`). */
-async function liveProcess(): Promise<number> {
-  const c = spawn("sleep", ["60"], { stdio: "ignore" });
-  children.push(c);
-  await until(() => procStat(c.pid as number) !== undefined, "sleep to start");
-  return c.pid as number;
-}
-
-/**
- * A real zombie: `sh` starts `head -n1` in the background on its stdin, prints its pid, then becomes
- * `sleep 60` (exec), which never waits. Only once the exec is seen does the test end `head` (a line on
- * stdin): before the exec `sh` itself could still reap it.
- */
-async function zombie(): Promise<number> {
-  const parent = spawn("sh", ["-c", "exec 3<&0; head -n1 <&3 >/dev/null & echo $!; exec sleep 60 3<&-"], {
-    stdio: ["pipe", "pipe", "ignore"],
-  });
-  children.push(parent);
-  const pid = await new Promise<number>((resolve, reject) => {
-    parent.stdout?.once("data", (b: Buffer) => resolve(Number(b.toString().trim())));
-    parent.once("error", reject);
-  });
-  const comm = () => {
-    try {
-      return readFileSync(`/proc/${parent.pid}/comm`, "utf8").trim();
-    } catch {
-      return "";
-    }
-  };
-  await until(() => comm() === "sleep", "sh to become sleep");
-  parent.stdin?.end("\n");
-  await until(() => procStat(pid)?.state === "Z", `pid ${pid} to become a zombie`);
-  return pid;
-}
 
 /** A port nothing listens on: bound once by the system's choice, then closed. */
 async function closedPort(): Promise<number> {
@@ -146,7 +92,7 @@ async function startsOverStaleRecord(recordedPid: number): Promise<string> {
 }
 
 afterAll(() => {
-  for (const c of children) c.kill("SIGKILL");
+  procs.killAll();
   const pg = postmasterPid();
   if (alive(pg)) process.kill(pg as number, "SIGKILL");
   rmSync(dataDir, { recursive: true, force: true });
@@ -154,7 +100,7 @@ afterAll(() => {
 
 describe.runIf(hasProc)("crw daemon start and status when the recorded daemon is not what it seems", () => {
   it("a live process recorded as the daemon that does not answer /health: start exits 1 and says what to do", async () => {
-    const pid = await liveProcess();
+    const pid = await procs.live();
     recordDaemon(pid, procStat(pid)?.startTime, await closedPort());
     const r = await crw("daemon", "start", "--data-dir", dataDir, "--port", "0");
     expect(r.code).toBe(1);
@@ -176,7 +122,7 @@ describe.runIf(hasProc)("crw daemon start and status when the recorded daemon is
     const silent: Server = createServer((s) => sockets.push(s));
     await new Promise<void>((r) => silent.listen(0, "127.0.0.1", r));
     try {
-      const pid = await liveProcess();
+      const pid = await procs.live();
       recordDaemon(pid, procStat(pid)?.startTime, (silent.address() as { port: number }).port);
       const began = Date.now();
       const r = await crw("daemon", "start", "--data-dir", dataDir, "--port", "0");
@@ -190,7 +136,7 @@ describe.runIf(hasProc)("crw daemon start and status when the recorded daemon is
   });
 
   it("a zombie recorded as the daemon: status says so, and start runs a new daemon over its lock", async () => {
-    const pid = await zombie();
+    const pid = await procs.zombie();
     recordDaemon(pid, procStat(pid)?.startTime);
     const s = await crw("daemon", "status", "--data-dir", dataDir);
     expect(s.code).toBe(1);
@@ -201,13 +147,13 @@ describe.runIf(hasProc)("crw daemon start and status when the recorded daemon is
   });
 
   it("an old lock and state file (no start time) naming a zombie: start runs a new daemon", async () => {
-    const pid = await zombie();
+    const pid = await procs.zombie();
     recordDaemon(pid, undefined);
     await startsOverStaleRecord(pid);
   });
 
   it("a reused pid (a live unrelated process with another start time): treated as dead, start works, the process is left alone", async () => {
-    const pid = await liveProcess();
+    const pid = await procs.live();
     recordDaemon(pid, (procStat(pid)?.startTime as number) + 1);
     const s = await crw("daemon", "status", "--data-dir", dataDir);
     expect(s.stdout).toMatch(/pid \d+\) is gone: that pid now belongs to another process/);
@@ -216,9 +162,7 @@ describe.runIf(hasProc)("crw daemon start and status when the recorded daemon is
   });
 
   it("a stale lock and state file whose process is gone: status says gone, start works", async () => {
-    const c = spawn("true", { stdio: "ignore" });
-    await new Promise((r) => c.once("exit", r));
-    const pid = c.pid as number;
+    const pid = await procs.gone();
     recordDaemon(pid, 12345);
     const s = await crw("daemon", "status", "--data-dir", dataDir);
     expect(s.stdout).toMatch(new RegExp(`pid ${pid}\\) is gone: it exited without cleaning up`));

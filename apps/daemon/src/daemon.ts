@@ -99,9 +99,9 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
     const stopSignal = new AbortController();
     const dbKind = db.kind;
     const controlPool = control;
-    let live: RuntimeCycle | undefined;
     const health = async () => {
-      const c = live as RuntimeCycle;
+      // called only once the first runtime has booted (by its API methods and the server)
+      const c = cycle as RuntimeCycle;
       const rt = c.current.rt;
       const started = Date.now();
       const failed = await pingDatabase(controlPool, 2_000);
@@ -156,7 +156,6 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
       { config, db, log, ...(options.observeTurn && { observeTurn: options.observeTurn }), methods },
       control,
     );
-    live = cycle;
     const c = cycle;
     phase = "ready";
 

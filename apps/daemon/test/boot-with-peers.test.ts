@@ -3,7 +3,8 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { captureDelegatedExecutionScope } from "@crw/brain";
-import { type JournalWrite, PgDelegationRepository } from "@crw/db";
+import { PgDelegationRepository } from "@crw/db";
+import { journalRows } from "@crw/tools/delegation";
 import { useTestDatabase } from "@crw/tools/pg";
 import { pino } from "pino";
 import { expect, it } from "vitest";
@@ -18,19 +19,7 @@ import { waitFor } from "./support/wait.js";
  */
 const db = useTestDatabase();
 
-const asking = (id: string): JournalWrite => ({
-  body: {
-    type: "message",
-    message: {
-      role: "assistant",
-      content: [{ type: "toolCall", id, name: "Work", arguments: {} }],
-      stopReason: "toolUse",
-    },
-  },
-});
-const intent = (id: string): JournalWrite => ({
-  body: { type: "tool_intent", toolCallId: id, toolName: "Work", arguments: {} },
-});
+const { asking, intent } = journalRows;
 
 const toolResults = async (repo: PgDelegationRepository, sessionId: string, accountId: string) =>
   (await repo.readJournal(sessionId, accountId)).filter(

@@ -1,7 +1,7 @@
-import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { TestProcesses } from "@crw/tools/processes";
 import { afterAll, describe, expect, it } from "vitest";
 import {
   DaemonLockedError,
@@ -16,11 +16,11 @@ import {
 import { ownStartTime, parseProcStat, processLiveness, readProcStat } from "../src/processIdentity.js";
 
 const hasProc = readProcStat("self") !== undefined;
-const children: ChildProcess[] = [];
+const procs = new TestProcesses();
 const dirs: string[] = [];
 
 afterAll(() => {
-  for (const c of children) c.kill("SIGKILL");
+  procs.killAll();
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
 });
 
@@ -29,56 +29,6 @@ const tempDir = () => {
   dirs.push(d);
   return d;
 };
-
-async function until(check: () => boolean, what: string): Promise<void> {
-  const deadline = Date.now() + 10_000;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
-/** A live unrelated process (a `sleep`), with its pid. */
-async function liveProcess(): Promise<number> {
-  const c = spawn("sleep", ["30"], { stdio: "ignore" });
-  children.push(c);
-  await until(() => readProcStat(c.pid as number) !== undefined, "sleep to start");
-  return c.pid as number;
-}
-
-/**
- * A real zombie: `sh` starts `head -n1` in the background on its stdin, prints its pid, then becomes
- * `sleep 30` (exec), which never waits. Only once the exec is seen does the test end `head` (a line on
- * stdin): before the exec `sh` itself could still reap it.
- */
-async function zombie(): Promise<number> {
-  const parent = spawn("sh", ["-c", "exec 3<&0; head -n1 <&3 >/dev/null & echo $!; exec sleep 30 3<&-"], {
-    stdio: ["pipe", "pipe", "ignore"],
-  });
-  children.push(parent);
-  const pid = await new Promise<number>((resolve, reject) => {
-    parent.stdout?.once("data", (b: Buffer) => resolve(Number(b.toString().trim())));
-    parent.once("error", reject);
-  });
-  const comm = () => {
-    try {
-      return readFileSync(`/proc/${parent.pid}/comm`, "utf8").trim();
-    } catch {
-      return "";
-    }
-  };
-  await until(() => comm() === "sleep", "sh to become sleep");
-  parent.stdin?.end("\n");
-  await until(() => readProcStat(pid)?.state === "Z", `pid ${pid} to become a zombie`);
-  return pid;
-}
-
-/** The pid of a process that ran, exited and was reaped. */
-async function deadPid(): Promise<number> {
-  const c = spawn("true", { stdio: "ignore" });
-  await new Promise((r) => c.once("exit", r));
-  return c.pid as number;
-}
 
 const stateOf = (pid: number, processStartTime?: number): DaemonState => ({
   pid,
@@ -124,29 +74,29 @@ describe.runIf(hasProc)("process liveness with real processes", () => {
   });
 
   it("a zombie is not alive, with or without a recorded start time, though kill(pid, 0) succeeds on it", async () => {
-    const pid = await zombie();
+    const pid = await procs.zombie();
     expect(() => process.kill(pid, 0)).not.toThrow();
     expect(processLiveness(pid)).toBe("zombie");
     expect(processLiveness(pid, readProcStat(pid)?.startTime)).toBe("zombie");
   });
 
   it("a live process that started at another time than recorded is a reused pid", async () => {
-    const pid = await liveProcess();
+    const pid = await procs.live();
     const started = readProcStat(pid)?.startTime as number;
     expect(processLiveness(pid, started)).toBe("alive");
     expect(processLiveness(pid, started + 1)).toBe("reused");
   });
 
   it("an exited and reaped process is gone", async () => {
-    expect(processLiveness(await deadPid())).toBe("gone");
+    expect(processLiveness(await procs.gone())).toBe("gone");
     expect(processLiveness(0)).toBe("gone");
   });
 
   it("without procfs it falls back to kill(pid, 0), which cannot see a zombie", async () => {
     const noProc = { procRoot: join(tempDir(), "no-proc") };
     expect(processLiveness(process.pid, 1, noProc)).toBe("alive");
-    expect(processLiveness(await zombie(), undefined, noProc)).toBe("alive");
-    expect(processLiveness(await deadPid(), undefined, noProc)).toBe("gone");
+    expect(processLiveness(await procs.zombie(), undefined, noProc)).toBe("alive");
+    expect(processLiveness(await procs.gone(), undefined, noProc)).toBe("gone");
   });
 });
 
@@ -168,7 +118,7 @@ describe.runIf(hasProc)("the data directory lock", () => {
       (pid: number) => `${pid}\n`,
     ]) {
       const dir = tempDir();
-      writeLock(dir, text(await zombie()));
+      writeLock(dir, text(await procs.zombie()));
       const release = await lockDataDir(dir);
       expect(lockOwner(dir)?.pid).toBe(process.pid);
       await release();
@@ -177,7 +127,7 @@ describe.runIf(hasProc)("the data directory lock", () => {
 
   it("a lock naming a live process with another start time (a reused pid) is taken over", async () => {
     const dir = tempDir();
-    const pid = await liveProcess();
+    const pid = await procs.live();
     writeLock(dir, `${pid}\n${(readProcStat(pid)?.startTime as number) + 7}\n`);
     const release = await lockDataDir(dir);
     expect(lockOwner(dir)?.pid).toBe(process.pid);
@@ -185,7 +135,7 @@ describe.runIf(hasProc)("the data directory lock", () => {
   });
 
   it("a lock naming a live process with its start time, or an old lock with only its pid, is held", async () => {
-    const pid = await liveProcess();
+    const pid = await procs.live();
     for (const text of [`${pid}\n${readProcStat(pid)?.startTime}\n`, `${pid}\n`]) {
       const dir = tempDir();
       writeLock(dir, text);
@@ -221,11 +171,11 @@ describe.runIf(hasProc)("the daemon state file", () => {
   });
 
   it("a state file naming a zombie, a reused pid or a gone process names no running daemon, and says which", async () => {
-    const live = await liveProcess();
+    const live = await procs.live();
     const cases: [DaemonState, string][] = [
-      [stateOf(await zombie()), "zombie"],
+      [stateOf(await procs.zombie()), "zombie"],
       [stateOf(live, (readProcStat(live)?.startTime as number) + 1), "reused"],
-      [stateOf(await deadPid()), "gone"],
+      [stateOf(await procs.gone()), "gone"],
     ];
     for (const [state, liveness] of cases) {
       const dir = tempDir();
@@ -237,10 +187,10 @@ describe.runIf(hasProc)("the daemon state file", () => {
 
   it("an old state file without a start time still reads, checked for a zombie only", async () => {
     const dir = tempDir();
-    const live = await liveProcess();
+    const live = await procs.live();
     writeFileSync(statePath(dir), JSON.stringify(stateOf(live)));
     expect(await readState(dir)).toMatchObject({ pid: live });
-    writeFileSync(statePath(dir), JSON.stringify(stateOf(await zombie())));
+    writeFileSync(statePath(dir), JSON.stringify(stateOf(await procs.zombie())));
     expect(await readState(dir)).toBeUndefined();
   });
 

@@ -69,3 +69,4 @@ export function distIsStale(packageDir: string): boolean {
   if (!existsSync(built)) return true;
   return newestMtime(join(packageDir, "src")) > statSync(built).mtimeMs;
 }
+export { journalRows } from "./journal.js";

@@ -1,4 +1,5 @@
 import type { DelegationRepository, JournalWrite } from "@crw/db";
+import { journalRows } from "@crw/tools/delegation";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { recoverDelegations } from "../../src/index.js";
@@ -6,31 +7,7 @@ import { delegateForeground, makeService, newParent, scriptTask, waitFor } from 
 
 const db = useTestDatabase();
 
-const user = (content: string): JournalWrite => ({
-  body: { type: "message", message: { role: "user", content } },
-});
-const answer = (text: string, stopReason: "stop" | "error" = "stop"): JournalWrite => ({
-  body: { type: "message", message: { role: "assistant", content: [{ type: "text", text }], stopReason } },
-});
-const asking = (id: string): JournalWrite => ({
-  body: {
-    type: "message",
-    message: {
-      role: "assistant",
-      content: [{ type: "toolCall", id, name: "Work", arguments: {} }],
-      stopReason: "toolUse",
-    },
-  },
-});
-const intent = (id: string): JournalWrite => ({
-  body: { type: "tool_intent", toolCallId: id, toolName: "Work", arguments: {} },
-});
-const result = (id: string): JournalWrite => ({
-  body: {
-    type: "message",
-    message: { role: "toolResult", toolCallId: id, toolName: "Work", content: "ok", isError: false },
-  },
-});
+const { user, answer, asking, intent, result } = journalRows;
 const steer = (content: string): JournalWrite => ({
   body: { type: "message", message: { role: "custom", customType: "steer", content } },
 });

@@ -1,3 +1,4 @@
+import { journalRows } from "@crw/tools/delegation";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { INTERRUPTED_CONTEXT, recoverDelegations } from "../../src/index.js";
@@ -41,17 +42,8 @@ async function appendInterruptedToolCall(
   accountId: string,
 ): Promise<void> {
   await repo.append(child, accountId, [
-    {
-      body: {
-        type: "message",
-        message: {
-          role: "assistant",
-          content: [{ type: "toolCall", id: "x-1", name: "Nothing", arguments: {} }],
-          stopReason: "toolUse",
-        },
-      },
-    },
-    { body: { type: "tool_intent", toolCallId: "x-1", toolName: "Nothing", arguments: {} } },
+    journalRows.asking("x-1", "Nothing"),
+    journalRows.intent("x-1", "Nothing"),
   ]);
 }
 
@@ -125,9 +117,7 @@ describe("boot recovery", () => {
     await repo.startRun(run.id, run.generation, "dead-owner");
     const child = run.childSessionId ?? "";
     // its task is journaled, its model call was in flight: nothing of unknown outcome happened
-    await repo.append(child, account.id, [
-      { body: { type: "message", message: { role: "user", content: "the task" } } },
-    ]);
+    await repo.append(child, account.id, [journalRows.user("the task")]);
     await db.pool.query("update subagent_runs set recovery_attempts = 3 where id = $1", [run.id]);
     const report = await recoverDelegations(service, { maxRecoveryAttempts: 3 });
     expect(report.continued).toContain(run.id);
@@ -150,29 +140,9 @@ describe("boot recovery", () => {
     await repo.startRun(run.id, run.generation, "dead-owner");
     const child = run.childSessionId ?? "";
     await repo.append(child, account.id, [
-      { body: { type: "message", message: { role: "user", content: "the task" } } },
-      {
-        body: {
-          type: "message",
-          message: {
-            role: "assistant",
-            content: [{ type: "toolCall", id: "x-1", name: "Nothing", arguments: {} }],
-            stopReason: "toolUse",
-          },
-        },
-      },
-      {
-        body: {
-          type: "message",
-          message: {
-            role: "toolResult",
-            toolCallId: "x-1",
-            toolName: "Nothing",
-            content: "done",
-            isError: false,
-          },
-        },
-      },
+      journalRows.user("the task"),
+      journalRows.asking("x-1", "Nothing"),
+      journalRows.result("x-1", "done", "Nothing"),
     ]);
     const report = await recoverDelegations(service);
     expect(report.unknownToolCalls).toBe(0);
@@ -189,9 +159,7 @@ describe("boot recovery", () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent, run } = await queuedRun(service, scriptTask({ answer: "never" }));
     await repo.startRun(run.id, run.generation, "dead-owner");
-    await repo.append(run.childSessionId ?? "", account.id, [
-      { body: { type: "message", message: { role: "user", content: "the task" } } },
-    ]);
+    await repo.append(run.childSessionId ?? "", account.id, [journalRows.user("the task")]);
     await db.pool.query("update subagent_runs set free_continuations = 10 where id = $1", [run.id]);
     const report = await recoverDelegations(service, { maxRecoveryAttempts: 2 });
     expect(report.failed).toContain(run.id);

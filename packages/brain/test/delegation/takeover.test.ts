@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import type { JournalWrite } from "@crw/db";
+import { journalRows } from "@crw/tools/delegation";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { takeOverDelegations } from "../../src/index.js";
@@ -8,24 +8,12 @@ import { makeService, messages, newParent, scriptTask, waitFor } from "./helpers
 /**
  * The live takeover pass over real PostgreSQL: only runs leased by an owner that holds no advisory lock
  * are taken (never a live owner's, never one nobody leased yet, never this owner's own), each continued
- * once with one attempt charged; the root parent's interrupted tail is settled before anything continues
+ * once (uncharged: nothing of unknown outcome was cut in the children); the root parent's interrupted tail is settled before anything continues
  * and the parent's follow-up turn runs here.
  */
 const db = useTestDatabase();
 
-const asking = (id: string): JournalWrite => ({
-  body: {
-    type: "message",
-    message: {
-      role: "assistant",
-      content: [{ type: "toolCall", id, name: "Work", arguments: {} }],
-      stopReason: "toolUse",
-    },
-  },
-});
-const intent = (id: string): JournalWrite => ({
-  body: { type: "tool_intent", toolCallId: id, toolName: "Work", arguments: {} },
-});
+const { asking, intent } = journalRows;
 
 describe("live takeover", () => {
   it("takes a dead owner's run only, charges it once, settles the parent's tail and follows the parent up", async () => {

@@ -11,6 +11,9 @@ import { OPEN } from "./runs.js";
  */
 const OWNER_LOCK_CLASS = 7305;
 
+/** The advisory lock key (pg_locks.objid) of an owner id held as `pg_advisory_lock(class, hashtext(id))`. */
+const lockKey = (ownerSql: string) => `(hashtext(${ownerSql})::bigint & 4294967295)::oid`;
+
 /**
  * Announced (payload: the owner id) when a live process lets go of its owner lease, so that peers sweep for
  * its work at once instead of at their next periodic check. A SIGKILLed process sends nothing: the sweep
@@ -73,7 +76,7 @@ export function claimOpenRuns(
                  or (r.locked_by is not null and r.locked_by <> $1 and not exists (
                   select 1 from pg_locks l
                    where l.locktype = 'advisory' and l.granted and l.classid = $3::oid
-                     and l.objid = (hashtext(r.locked_by)::bigint & 4294967295)::oid and l.objsubid = 2)))
+                     and l.objid = ${lockKey("r.locked_by")} and l.objsubid = 2)))
           order by r.created_at
           for update of r skip locked
           limit $2)
@@ -99,18 +102,18 @@ export async function orphanedWork(pool: pg.Pool): Promise<{ runs: boolean; work
      select exists (
               select 1 from subagent_runs r
                where r.status in ('queued', 'running', 'settling') and r.locked_by is not null
-                 and not exists (select 1 from live where live.objid = (hashtext(r.locked_by)::bigint & 4294967295)::oid)
+                 and not exists (select 1 from live where live.objid = ${lockKey("r.locked_by")})
             ) as runs,
             -- claimInterrupted's predicate as two probes, each on a small set: running workflows (a partial
             -- index) and those still holding a journal (kept only until terminal publication settled).
             exists (
               select 1 from workflows w
                where w.status = 'running' and w.locked_by is not null
-                 and not exists (select 1 from live where live.objid = (hashtext(w.locked_by)::bigint & 4294967295)::oid)
+                 and not exists (select 1 from live where live.objid = ${lockKey("w.locked_by")})
             ) or exists (
               select 1 from workflow_journals j join workflows w on w.id = j.workflow_id
                where w.summary_result_id is null and w.locked_by is not null
-                 and not exists (select 1 from live where live.objid = (hashtext(w.locked_by)::bigint & 4294967295)::oid)
+                 and not exists (select 1 from live where live.objid = ${lockKey("w.locked_by")})
             ) as workflows`,
     [OWNER_LOCK_CLASS],
   );
@@ -186,7 +189,7 @@ export async function otherOwnersLive(pool: pg.Pool, own: readonly string[]): Pr
        select 1 from pg_locks l
         where l.locktype = 'advisory' and l.granted and l.classid = $1::oid and l.objsubid = 2
           and l.database = (select oid from pg_database where datname = current_database())
-          and l.objid not in (select (hashtext(o)::bigint & 4294967295)::oid from unnest($2::text[]) as o)
+          and l.objid not in (select ${lockKey("o")} from unnest($2::text[]) as o)
      ) as live`,
     [OWNER_LOCK_CLASS, own],
   );
