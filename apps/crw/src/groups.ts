@@ -46,6 +46,11 @@ export const groups: CommandGroup[] = [
     run: async (args) => (await import("./client/accounts.js")).runTokenCli(args),
   },
   {
+    name: "mcp",
+    summary: "serve crw's tools to an MCP client (Codex, Claude Code); install its configuration",
+    run: async (args) => (await import("./mcp/command.js")).runMcpCli(args),
+  },
+  {
     name: "tap",
     summary: "follow a delegated child session live",
     run: async (args) => (await import("./client/tap.js")).runTapCli(args),

@@ -1,15 +1,8 @@
-import { readFileSync } from "node:fs";
 import { groups } from "./groups.js";
+import { version } from "./version.js";
 
 export const EXIT_OK = 0;
 export const EXIT_INPUT = 2;
-
-function version(): string {
-  const pkg = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as {
-    version: string;
-  };
-  return pkg.version;
-}
 
 export function helpText(): string {
   const width = Math.max(...groups.map((g) => g.name.length));

@@ -9,6 +9,7 @@ import type pg from "pg";
 import { type Logger, pino } from "pino";
 import { z } from "zod";
 import { registerAccountMethods } from "./api/accounts.js";
+import { registerClientSessionMethods } from "./api/clientSessions.js";
 import { healthFor } from "./api/health.js";
 import { registerProjectMethods } from "./api/projects.js";
 import { registerSessionMethods } from "./api/sessions.js";
@@ -144,6 +145,7 @@ export async function startDaemon(config: DaemonConfig, options: StartDaemonOpti
         },
       });
       registerSessionMethods(rpc, rt, config.models.default);
+      registerClientSessionMethods(rpc, rt, config.models.default);
       registerWorkflowMethods(rpc, rt, config.models.default);
       registerProjectMethods(rpc, rt);
       registerAccountMethods(rpc, rt);

@@ -20,6 +20,61 @@ export interface CodexHomeOptions {
   template?: string;
   /** Extra TOML appended to config.toml (e.g. `[agents]` or hooks). */
   extraToml?: string;
+  /** `[mcp_servers.<name>]` tables (stdio servers), written before `extraToml`. */
+  mcpServers?: Record<string, CodexMcpServer>;
+}
+
+/**
+ * One `[mcp_servers.<name>]` table. Seen with 0.171.0: the server gets only a whitelist of Codex's own
+ * environment (HOME, PATH with Codex's `codex-path` dir prepended, USER, LOGNAME, SHELL, LANG, LC_ALL,
+ * TERM, TMPDIR, TZ; not CODEX_HOME, XDG_RUNTIME_DIR nor any app variable), plus `env` (applied), plus the
+ * names in `env_vars` copied from Codex's environment. It starts in `cwd`, else in Codex's cwd.
+ */
+export interface CodexMcpServer {
+  command: string;
+  args?: string[];
+  /** Set in the server's environment (`env = { K = "V" }`). */
+  env?: Record<string, string>;
+  /** Names passed through from Codex's own environment (`env_vars = [...]`), e.g. CODEX_HOME. */
+  envVars?: string[];
+  cwd?: string;
+  /**
+   * `required = true`: the session waits for this server's handshake before the first model request, and
+   * fails to start ("required MCP servers failed to initialize", exit 1) if it cannot start. Without it
+   * `codex exec` does not wait: a server that takes ~1 s to answer initialize + tools/list is missing
+   * from the whole turn (its calls are "unsupported call").
+   */
+  required?: boolean;
+  /** initialize + tools/list must answer within it (documented default 10 s). */
+  startupTimeoutSec?: number;
+  /**
+   * Bound of one tools/call; progress notifications do not extend it. With it unset a 130 s call (no
+   * progress) still completed: set it explicitly rather than rely on a default.
+   */
+  toolTimeoutSec?: number;
+}
+
+const tomlString = (s: string): string => JSON.stringify(s);
+const tomlKey = (s: string): string => (/^[A-Za-z0-9_-]+$/.test(s) ? s : JSON.stringify(s));
+
+/** The `[mcp_servers.<name>]` tables of config.toml (what `crw mcp install codex` would write). */
+export function mcpServersToml(servers: Record<string, CodexMcpServer>): string {
+  return Object.entries(servers)
+    .map(([name, s]) => {
+      const lines = [`[mcp_servers.${tomlKey(name)}]`, `command = ${tomlString(s.command)}`];
+      lines.push(`args = [${(s.args ?? []).map(tomlString).join(", ")}]`);
+      if (s.env) {
+        const pairs = Object.entries(s.env).map(([k, v]) => `${tomlKey(k)} = ${tomlString(v)}`);
+        lines.push(`env = { ${pairs.join(", ")} }`);
+      }
+      if (s.envVars) lines.push(`env_vars = [${s.envVars.map(tomlString).join(", ")}]`);
+      if (s.cwd) lines.push(`cwd = ${tomlString(s.cwd)}`);
+      if (s.required !== undefined) lines.push(`required = ${s.required}`);
+      if (s.startupTimeoutSec !== undefined) lines.push(`startup_timeout_sec = ${s.startupTimeoutSec}`);
+      if (s.toolTimeoutSec !== undefined) lines.push(`tool_timeout_sec = ${s.toolTimeoutSec}`);
+      return `\n${lines.join("\n")}\n`;
+    })
+    .join("");
 }
 
 /** The `codex` executable of the pinned `@openai/codex` package. */
@@ -92,7 +147,7 @@ enabled = false
 plugins = false
 apps = false
 remote_plugin = false
-${options.extraToml ?? ""}
+${mcpServersToml(options.mcpServers ?? {})}${options.extraToml ?? ""}
 `;
   const configPath = join(options.dir, "config.toml");
   writeFileSync(configPath, toml);

@@ -1,9 +1,12 @@
 export { AppServerClient } from "./appServerClient.js";
+export { type CodexExecOptions, type CodexExecRun, runCodexExec } from "./codexExec.js";
 export {
   bundledCatalog,
   type CodexHomeOptions,
+  type CodexMcpServer,
   codexBin,
   codexNativeBin,
+  mcpServersToml,
   writeCodexHome,
 } from "./codexHome.js";
 export { FakeAppServer, type FakeAppServerOptions, type ReceivedRequest } from "./fakeAppServer.js";

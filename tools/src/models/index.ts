@@ -1,10 +1,11 @@
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { completionsStream, readCompletions } from "./completions.js";
-import { messagesStream, readMessages } from "./messages.js";
+import { messagesStream, messagesWhole, readMessages } from "./messages.js";
 import type { ModelReply, ModelRequest, ReadRequest, StreamReply } from "./request.js";
 import { readResponses, responsesStream } from "./responses.js";
 
+export { type McpToolRef, mcpToolCall, mcpToolsOffered } from "./mcp.js";
 export type { ModelProtocol, ModelReply, ModelRequest } from "./request.js";
 
 /**
@@ -24,11 +25,21 @@ export interface ModelServer {
 }
 
 /** The routes, by the end of the request path. */
-const ROUTES: readonly { suffix: string; read: ReadRequest; stream: StreamReply }[] = [
+const ROUTES: readonly {
+  suffix: string;
+  read: ReadRequest;
+  stream: StreamReply;
+  whole?: (reply: ModelReply, n: number) => unknown;
+}[] = [
   { suffix: "/chat/completions", read: readCompletions, stream: completionsStream },
   { suffix: "/responses", read: readResponses, stream: responsesStream },
-  { suffix: "/messages", read: readMessages, stream: messagesStream },
+  { suffix: "/messages", read: readMessages, stream: messagesStream, whole: messagesWhole },
 ];
+
+/** `/v1/messages/count_tokens`: about four characters a token, as a rough tokenizer would say. */
+function countTokens(body: Record<string, unknown>): { input_tokens: number } {
+  return { input_tokens: Math.max(1, Math.ceil(JSON.stringify(body).length / 4)) };
+}
 
 function headersOf(req: IncomingMessage): Record<string, string> {
   const out: Record<string, string> = {};
@@ -57,18 +68,28 @@ export async function startModelServer(
         reply(res, 400, JSON.stringify({ error: { message: "bad JSON" } }), "application/json");
         return;
       }
-      // the query string is no part of the route (Azure-style clients add `?api-version=`)
+      // the query string is no part of the route (Azure-style clients add `?api-version=`, Claude Code
+      // `?beta=true`)
       const path = (req.url ?? "").split("?")[0] ?? "";
+      if (path.endsWith("/messages/count_tokens")) {
+        // Claude Code may count tokens before a request; a rough count is enough, and no model turn.
+        reply(res, 200, JSON.stringify(countTokens(body)), "application/json");
+        return;
+      }
       const route = ROUTES.find((r) => path.endsWith(r.suffix));
       if (!route) {
         reply(res, 404, JSON.stringify({ error: { message: `no route ${path}` } }), "application/json");
         return;
       }
-      const request: ModelRequest = { ...route.read(body), headers: headersOf(req) };
+      const request: ModelRequest = { ...route.read(body), headers: headersOf(req), body };
       requests.push(request);
       const n = requests.length;
       Promise.resolve(answer(request)).then(
-        (r) => reply(res, 200, route.stream(r, n)),
+        (r) =>
+          // A client that asked for no stream (Anthropic `stream: false`) reads one JSON message.
+          body.stream === false && route.whole
+            ? reply(res, 200, JSON.stringify(route.whole(r, n)), "application/json")
+            : reply(res, 200, route.stream(r, n)),
         (e: unknown) =>
           reply(res, 500, JSON.stringify({ error: { message: String(e) } }), "application/json"),
       );

@@ -91,3 +91,21 @@ export function messagesStream(reply: ModelReply, n: number): string {
     { event: "message_stop", data: { type: "message_stop" } },
   ]);
 }
+
+/** The reply as one message, for a request with `stream: false`. */
+export function messagesWhole(reply: ModelReply, n: number): Record<string, unknown> {
+  const content =
+    "text" in reply
+      ? [{ type: "text", text: reply.text }]
+      : [{ type: "tool_use", id: `toolu_${n}`, name: reply.tool.name, input: reply.tool.arguments }];
+  return {
+    id: `msg_${n}`,
+    type: "message",
+    role: "assistant",
+    model: "loopback",
+    content,
+    stop_reason: "text" in reply ? "end_turn" : "tool_use",
+    stop_sequence: null,
+    usage: { input_tokens: 20, output_tokens: 5 },
+  };
+}

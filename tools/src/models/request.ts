@@ -2,7 +2,20 @@
  * What the model server's protocols share: the request as `answer` sees it (read the same way for every
  * protocol), the reply it gives, and the SSE framing every streaming protocol uses.
  */
-export type ModelReply = { text: string } | { tool: { name: string; arguments: Record<string, unknown> } };
+export type ModelReply =
+  | { text: string }
+  | {
+      tool: {
+        name: string;
+        arguments: Record<string, unknown>;
+        /**
+         * Responses only: the function call's `namespace`. Codex offers some tools inside a
+         * `{type:"namespace"}` tool (its MCP tools as `mcp__<server>`, see mcp.ts) and runs a call of one
+         * only with that namespace.
+         */
+        namespace?: string;
+      };
+    };
 
 export type ModelProtocol = "openai-completions" | "openai-responses" | "anthropic-messages";
 
@@ -21,10 +34,12 @@ export interface ModelRequest {
    * client sent (`authorization` for OpenAI, `x-api-key` for Anthropic) here.
    */
   readonly headers: Readonly<Record<string, string>>;
+  /** The request body as sent (its `tools` with their schemas and namespaces, its whole history). */
+  readonly body: Readonly<Record<string, unknown>>;
 }
 
-/** A protocol's reading of a request body; the server adds the headers. */
-export type ReadRequest = (body: Record<string, unknown>) => Omit<ModelRequest, "headers">;
+/** A protocol's reading of a request body; the server adds the headers and the body. */
+export type ReadRequest = (body: Record<string, unknown>) => Omit<ModelRequest, "headers" | "body">;
 
 /** A protocol's streamed answer: the whole SSE body of the reply to the n-th request. */
 export type StreamReply = (reply: ModelReply, n: number) => string;

@@ -55,6 +55,7 @@ function outputItem(reply: ModelReply, n: number) {
     status: "completed",
     call_id: `call_${n}`,
     name: reply.tool.name,
+    ...(reply.tool.namespace !== undefined && { namespace: reply.tool.namespace }),
     arguments: JSON.stringify(reply.tool.arguments),
   };
 }

@@ -136,6 +136,11 @@ export class DaemonClient {
     });
   }
 
+  /** The connection has ended (closed by either side); every later call would fail. */
+  get closed(): boolean {
+    return this.ws.readyState === WebSocket.CLOSING || this.ws.readyState === WebSocket.CLOSED;
+  }
+
   close(): void {
     this.ws.close();
   }

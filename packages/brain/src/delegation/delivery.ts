@@ -68,6 +68,12 @@ export interface DeliveryDeps {
   readonly emit: (event: DelegationEvent) => void;
 }
 
+/** A result moved into its recipient's journal, and the row that carries it. */
+export interface Delivered {
+  readonly result: QueuedResult;
+  readonly delivered: DeliveredResult;
+}
+
 /**
  * Moves a session's queued results into its journal: one transaction appends each result's message and
  * acknowledges it, in FIFO order; after the commit `onResultDelivered` publishes. A failure to publish is
@@ -78,7 +84,22 @@ export async function drainResults(
   sessionId: string,
   principalAccountId: string,
 ): Promise<TranscriptMessage[]> {
-  const queued = await deps.repo.queuedResults(sessionId, principalAccountId);
+  return (await deliverQueued(deps, sessionId, principalAccountId)).map((d) => resultMessage(d.result));
+}
+
+/** `drainResults`, answering with each delivered result and its journal row. */
+export async function deliverQueued(
+  deps: DeliveryDeps,
+  sessionId: string,
+  principalAccountId: string,
+  options: { readonly limit?: number; readonly only?: readonly string[] } = {},
+): Promise<Delivered[]> {
+  const waiting = await deps.repo.queuedResults(
+    sessionId,
+    principalAccountId,
+    options.only ? undefined : options.limit,
+  );
+  const queued = options.only ? waiting.filter((q) => options.only?.includes(q.id)) : waiting;
   if (queued.length === 0) return [];
   const out = await deps.repo.deliverResults(
     sessionId,
@@ -106,5 +127,5 @@ export async function drainResults(
     }
   }
   const byId = new Map(queued.map((q) => [q.id, q]));
-  return out.delivered.map((d) => resultMessage(byId.get(d.resultId) as QueuedResult));
+  return out.delivered.map((d) => ({ result: byId.get(d.resultId) as QueuedResult, delivered: d }));
 }

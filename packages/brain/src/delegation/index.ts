@@ -4,8 +4,15 @@ export {
   type RestartCheckpoint,
   RestartCheckpointError,
 } from "./checkpoint.js";
+export { assertClientDriven, openClientSession, takeResults } from "./clientSessions.js";
 export { contextFromJournal, danglingToolCalls, endsWithAnswer } from "./context.js";
-export { type DelegationEvent, drainResults, type ResultDeliveredEvent, resultMessage } from "./delivery.js";
+export {
+  type DelegationEvent,
+  type Delivered,
+  drainResults,
+  type ResultDeliveredEvent,
+  resultMessage,
+} from "./delivery.js";
 export {
   DelegationError,
   type DelegationErrorCode,

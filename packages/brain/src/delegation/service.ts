@@ -245,11 +245,20 @@ export class DelegationService implements RestartCheckpoint {
     options: { cwd?: string } = {},
   ): Promise<SessionRow> {
     if (!options.cwd) return this.repo.createRootSession(principalAccountId, model);
+    return this.repo.createRootSession(
+      principalAccountId,
+      model,
+      await this.rootScopeFor(principalAccountId, options.cwd),
+    );
+  }
+
+  /** The durable scope of a root session placed in `cwd` (refused where this account may not work). */
+  async rootScopeFor(principalAccountId: string, cwd: string): Promise<string> {
     const account = await this.repo.getAccount(principalAccountId);
-    const placement = await rootPlacement(account, options.cwd, this.options.projects);
+    const placement = await rootPlacement(account, cwd, this.options.projects);
     assertNotHostPrivate(placement.workDir, this.options.hostPrivate);
     const operator = account.isOwner || account.isAdministrator;
-    const scope = captureDelegatedExecutionScope(
+    return captureDelegatedExecutionScope(
       delegatedScopeFromAccess({
         accountId: account.id,
         operator,
@@ -258,7 +267,6 @@ export class DelegationService implements RestartCheckpoint {
         projectRef: placement.projectRef,
       }),
     );
-    return this.repo.createRootSession(principalAccountId, model, scope);
   }
 
   /**
@@ -304,6 +312,15 @@ export class DelegationService implements RestartCheckpoint {
     this.#admit("a prompt");
     const session = await this.repo.getSession(sessionId, principalAccountId);
     assertAddressable(session);
+    if (session.driver === "client") {
+      throw new DelegationError(
+        "invalid_input",
+        "a client-driven session takes no prompt: its client is its model",
+        {
+          sessionId,
+        },
+      );
+    }
     const scope = await this.#rootScope(session);
     const outcome = await this.turns.exclusive(session.id, () =>
       this.sessionTurn(session, [{ body: { type: "message", message: { role: "user", content: text } } }], {
@@ -417,7 +434,7 @@ export class DelegationService implements RestartCheckpoint {
 
   /** Journals (and acknowledges) what arrived for a session: its queued results, then a child's text steers. */
   async drainInto(session: SessionRow): Promise<TranscriptMessage[]> {
-    const results = await drainResults(this.#deliveryDeps(), session.id, session.principalAccountId);
+    const results = await drainResults(this.deliveryDeps(), session.id, session.principalAccountId);
     if (session.kind !== "delegated") return results;
     const steers = await this.repo.pendingSteers(session.id, session.principalAccountId);
     const delivered = await this.repo.deliverSteers(
@@ -428,7 +445,8 @@ export class DelegationService implements RestartCheckpoint {
     return [...results, ...delivered.map((s): TranscriptMessage => ({ role: "user", content: s.text }))];
   }
 
-  #deliveryDeps() {
+  /** What delivering a result into a session needs (also a client's take of its results). */
+  deliveryDeps() {
     return {
       repo: this.repo,
       notifier: this.notifier,
@@ -455,8 +473,9 @@ export class DelegationService implements RestartCheckpoint {
 
   /** After a root session's turn, or a result for it: if results wait and no turn holds it, follow up once. */
   #afterIdle(session: SessionRow): void {
-    // Pausing: the results stay queued; boot recovery follows the idle parent up.
-    if (this.turns.isBusy(session.id) || this.paused) return;
+    // Pausing: the results stay queued; boot recovery follows the idle parent up. A client-driven session's
+    // results wait for its client to take them.
+    if (this.turns.isBusy(session.id) || this.paused || session.driver === "client") return;
     this.track(this.followUp(session));
   }
 
@@ -465,11 +484,12 @@ export class DelegationService implements RestartCheckpoint {
    * turn answers them all. A failed answer leaves them delivered: nothing durable is requeued.
    */
   async followUp(session: SessionRow): Promise<TurnOutcome | undefined> {
+    if (session.driver === "client") return undefined;
     const outcome = await this.turns.exclusive(session.id, async () => {
       if (this.paused) return undefined;
       const delivered = await this.writes.capture(
         "a follow-up delivery",
-        () => drainResults(this.#deliveryDeps(), session.id, session.principalAccountId),
+        () => drainResults(this.deliveryDeps(), session.id, session.principalAccountId),
         session.id,
       );
       if (delivered.length === 0) return undefined;

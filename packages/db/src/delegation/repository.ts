@@ -1,6 +1,7 @@
 import type pg from "pg";
 import type { DelegationRepository } from "../repositories/delegation.js";
 import * as accounts from "./accounts.js";
+import * as clientSessions from "./clientSessions.js";
 import * as delivery from "./delivery.js";
 import * as forks from "./forks.js";
 import * as journal from "./journal.js";
@@ -60,6 +61,12 @@ export class PgDelegationRepository implements DelegationRepository {
   createRootSession: DelegationRepository["createRootSession"] = async (p, m, s) =>
     sessions.createRootSession(this.pool, p, m, s);
   getSession: DelegationRepository["getSession"] = async (s, p) => sessions.getSession(this.pool, s, p);
+  openClientSession: DelegationRepository["openClientSession"] = async (p, n, m, s) =>
+    clientSessions.openClientSession(this.pool, p, n, m, s);
+  takenResults: DelegationRepository["takenResults"] = async (s, p, t, l) =>
+    clientSessions.takenResults(this.pool, s, p, t, l);
+  childrenOf: DelegationRepository["childrenOf"] = async (s, p, l) =>
+    clientSessions.childrenOf(this.pool, s, p, l);
   getChildSession: DelegationRepository["getChildSession"] = async (a, c, p) =>
     sessions.getChildSession(this.pool, a, c, p);
   setSystemPrompt: DelegationRepository["setSystemPrompt"] = async (s, p, t) =>

@@ -43,6 +43,8 @@ export function sessionFromRow(r: Row): SessionRow {
     ...(r.inherited_through === undefined
       ? {}
       : { inheritedThrough: r.inherited_through === null ? null : num(r.inherited_through) }),
+    ...(r.driver === "client" ? { driver: "client" as const } : {}),
+    ...(typeof r.name === "string" ? { name: r.name } : {}),
   };
 }
 

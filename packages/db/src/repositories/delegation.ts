@@ -62,6 +62,10 @@ export interface SessionRow {
    * inherited nothing). Read from the row where the repository has it.
    */
   readonly inheritedThrough?: number | null;
+  /** `client`: a root session its client drives (an MCP client); crw runs no model turn for it. */
+  readonly driver?: "model" | "client";
+  /** A client session's name, unique per account (how a restarted client finds it again). */
+  readonly name?: string | null;
 }
 
 export type RunStatus = "queued" | "running" | "settling" | "succeeded" | "failed" | "aborted";
@@ -165,6 +169,18 @@ export interface QueuedResult {
   readonly spillPath: string | null;
 }
 
+/** A result delivered into its parent's journal: where, and when it was taken. */
+export interface TakenResult extends QueuedResult {
+  readonly journalSeq: number;
+  readonly takenAt: Date;
+}
+
+export interface ChildView {
+  readonly child: SessionRow;
+  /** The child's newest call (its delegation or latest continuation). */
+  readonly latestRun: SubagentRun;
+}
+
 export interface DeliveredResult {
   readonly resultId: string;
   readonly journalSeq: number;
@@ -246,6 +262,22 @@ export interface DelegationRepository {
   /** `scope`: the canonical JSON of a root session's placement (its working directory), when it has one. */
   createRootSession(principalAccountId: string, model: string, scope?: string): Promise<SessionRow>;
   getSession(sessionId: string, principalAccountId: string): Promise<SessionRow>;
+  /** The account's client-driven root session of that name, made on first use (`created`). */
+  openClientSession(
+    principalAccountId: string,
+    name: string,
+    model: string,
+    scope?: string,
+  ): Promise<{ session: SessionRow; created: boolean }>;
+  /** Results already delivered into the session's journal at or after `since`, oldest first. */
+  takenResults(
+    sessionId: string,
+    principalAccountId: string,
+    since: Date,
+    limit?: number,
+  ): Promise<TakenResult[]>;
+  /** Every child the session delegated to, each with its newest call. */
+  childrenOf(sessionId: string, principalAccountId: string, limit?: number): Promise<ChildView[]>;
   /** The child, only when `parentSessionId` delegated to it (the ownership guard). */
   getChildSession(
     parentSessionId: string,

@@ -125,6 +125,20 @@ export class PgWorkflowStore {
     return rows[0] ? workflowFromRow(rows[0]) : null;
   }
 
+  /** The workflows a session started, oldest first. */
+  async workflowsOfSession(
+    parentSessionId: string,
+    principalAccountId: string,
+    limit = 200,
+  ): Promise<WorkflowRow[]> {
+    const { rows } = await this.pool.query<Row>(
+      `select * from workflows where parent_session_id = $1::uuid and principal_account_id = $2::uuid
+        order by created_at limit $3`,
+      [parentSessionId, principalAccountId, limit],
+    );
+    return rows.map(workflowFromRow);
+  }
+
   /**
    * A fenced snapshot write: accepted only under `expectedGeneration` and, when `owner` is given, only while
    * that owner holds the row's lease; never moving a terminal record back to running. `updated` includes

@@ -1,0 +1,67 @@
+import type { SessionRow } from "@crw/db";
+import { type Delivered, deliverQueued } from "./delivery.js";
+import { DelegationError } from "./errors.js";
+import type { DelegationService } from "./service.js";
+
+/**
+ * Client-driven root sessions: an outside agent (an MCP client such as Codex or Claude Code) is the
+ * session's model. It delegates through crw, and the results delivered to its session wait in the inbox
+ * until it takes them: taking one is the same append-and-acknowledge delivery a model parent gets, so a
+ * result is taken once, and one not yet taken survives any restart.
+ */
+
+/** Bound of one wait between takes: a result settled by another process wakes no waiter here. */
+const TAKE_RECHECK_MS = 500;
+
+/** The account's client session named `name`, placed in `cwd` when it is made (a found one keeps its own). */
+export async function openClientSession(
+  service: DelegationService,
+  principalAccountId: string,
+  name: string,
+  model: string,
+  options: { cwd?: string } = {},
+): Promise<{ session: SessionRow; created: boolean }> {
+  const scope = options.cwd ? await service.rootScopeFor(principalAccountId, options.cwd) : undefined;
+  return service.repo.openClientSession(principalAccountId, name, model, scope);
+}
+
+export function assertClientDriven(session: SessionRow): void {
+  if (session.driver !== "client" || session.kind !== "root") {
+    throw new DelegationError(
+      "invalid_input",
+      "only a client-driven session's results are taken by its client",
+      {
+        sessionId: session.id,
+      },
+    );
+  }
+}
+
+/**
+ * Takes the session's queued results (or only those of `only` still queued), oldest first; with none
+ * waiting, waits up to `waitMs` for the next one.
+ * What it answers is acknowledged before it answers (a client that loses the answer reads it again with
+ * `takenResults`).
+ */
+export async function takeResults(
+  service: DelegationService,
+  session: SessionRow,
+  options: { waitMs?: number; limit?: number; only?: readonly string[]; signal?: AbortSignal } = {},
+): Promise<Delivered[]> {
+  assertClientDriven(session);
+  const deadline = Date.now() + (options.waitMs ?? 0);
+  for (;;) {
+    const taken = await service.writes.capture(
+      "a client's take of its results",
+      () =>
+        deliverQueued(service.deliveryDeps(), session.id, session.principalAccountId, {
+          ...(options.limit !== undefined && { limit: options.limit }),
+          ...(options.only && { only: options.only }),
+        }),
+      session.id,
+    );
+    const left = deadline - Date.now();
+    if (taken.length > 0 || left <= 0 || options.signal?.aborted) return taken;
+    await service.notifier.wait(session.id, Math.min(TAKE_RECHECK_MS, left));
+  }
+}
