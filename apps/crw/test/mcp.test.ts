@@ -205,7 +205,8 @@ describe("crw mcp", () => {
     const seen = await call(first, "results", { include_taken_since: since });
     const again = seen.structuredContent?.results as { childSessionId: string; alreadyTaken: boolean }[];
     expect(again).toEqual([expect.objectContaining({ childSessionId: child, alreadyTaken: true })]);
-    expect(text(seen)).toContain("already taken at");
+    expect(text(seen)).toContain("1 already taken before");
+    expect(again[0]).toHaveProperty("takenAt");
   }, 120_000);
 
   it("status lists the session's children with their directory, and read shows a child's answer", async () => {

@@ -67,10 +67,17 @@ const ARGS = {
 type ToolName = keyof typeof ARGS;
 type Args<N extends ToolName> = z.output<(typeof ARGS)[N]>;
 
-export const answer = (text: string, structured?: Record<string, unknown>): ToolAnswer => ({
-  content: [{ type: "text", text }],
-  ...(structured && { structuredContent: structured }),
-});
+/**
+ * A tool's answer: the message and the facts as one JSON document, given both as structured content and as
+ * its text (clients show a model the structured content when there is one, so the text repeats it whole).
+ */
+export const answer = (message: string, facts: Record<string, unknown> = {}): ToolAnswer => {
+  const structured = { message, ...facts };
+  return {
+    content: [{ type: "text", text: JSON.stringify(structured, null, 2) }],
+    structuredContent: structured,
+  };
+};
 
 export const refusal = (text: string): ToolAnswer => ({ content: [{ type: "text", text }], isError: true });
 
@@ -120,14 +127,11 @@ const HANDLERS: { [N in ToolName]: Handler<N> } = {
     const { sessionId } = await ctx.link.session();
     const r = await ctx.link.read<ReadView>("session.read", { sessionId: a.child, limit: a.limit ?? 20 });
     if (r.session.parentSessionId !== sessionId) return refusal(`${a.child} is not a child of this session`);
-    const lines = r.messages.map(
-      (m) => `[${m.seq} ${m.role}${m.toolName ? ` ${m.toolName}` : ""}] ${m.text ?? ""}`,
-    );
     const state = r.openRun ? `working (${r.openRun.status})` : "idle";
-    return answer(
-      `child ${a.child}: ${state}; directory ${r.session.cwd ?? "(none)"}\nlatest answer: ${r.reply ?? "(none yet)"}\n\n${lines.join("\n")}`,
-      r as unknown as Record<string, unknown>,
-    );
+    return answer(`child ${a.child}: ${state}; latest answer: ${r.reply ?? "(none yet)"}`, {
+      cwd: r.session.cwd,
+      messages: r.messages,
+    });
   },
   results: async (a, ctx) => {
     const taken = await ctx.inbox.take({
@@ -139,20 +143,14 @@ const HANDLERS: { [N in ToolName]: Handler<N> } = {
   status: async (_a, ctx) => {
     const { sessionId, cwd } = await ctx.link.session();
     const r = await ctx.link.read<ChildrenView>("session.children", { sessionId });
-    const children = r.children.map(
-      (c) =>
-        `child ${c.childSessionId}: ${c.run.status} (${c.run.kind}, ${c.run.mode}) in ${c.cwd ?? "(no directory)"}${c.branch ? ` on branch ${c.branch}` : ""}, runs ${whereItRuns(c.execution)}; task: ${c.run.task}`,
-    );
-    const workflows = r.workflows.map((w) => `workflow ${w.workflowId} ${w.name}: ${w.status}`);
-    const text = [`session ${sessionId} in ${cwd ?? "(no directory)"}`, ...children, ...workflows].join("\n");
-    return answer(
-      children.length + workflows.length === 0 ? `${text}\nno sub-agents or workflows yet` : text,
-      {
-        sessionId,
-        cwd,
-        ...r,
-      },
-    );
+    const children = r.children.map((c) => ({ ...c, runs: whereItRuns(c.execution) }));
+    const count = `${r.children.length} sub-agent(s), ${r.workflows.length} workflow(s)`;
+    return answer(`session ${sessionId} in ${cwd ?? "(no directory)"}: ${count}`, {
+      sessionId,
+      cwd,
+      children,
+      workflows: r.workflows,
+    });
   },
   workflow_start: async (a, ctx) => {
     const { sessionId, cwd } = await ctx.link.session();
@@ -181,10 +179,7 @@ const HANDLERS: { [N in ToolName]: Handler<N> } = {
         workflowId: a.workflow,
       },
     );
-    return answer(
-      `workflow ${a.workflow}: ${r.status}\n${r.nodes.map((n) => `  ${n.id}: ${n.status}`).join("\n")}`,
-      r as unknown as Record<string, unknown>,
-    );
+    return answer(`workflow ${a.workflow}: ${r.status}`, r as unknown as Record<string, unknown>);
   },
   workflow_cancel: async (a, ctx) => {
     const r = await ctx.link.call<{ status: string }>("workflow.cancel", { workflowId: a.workflow });
@@ -194,7 +189,14 @@ const HANDLERS: { [N in ToolName]: Handler<N> } = {
     const r = a.child
       ? await ctx.link.call<Record<string, unknown>>("session.land", { sessionId: a.child })
       : await ctx.link.call<Record<string, unknown>>("workflow.land", { workflowId: a.workflow });
-    return answer(JSON.stringify(r, null, 2), r);
+    const landed = (a.workflow ? r.landed : r) as { branch?: string; into?: string; alreadyLanded?: boolean };
+    const what = a.child ? `child ${a.child}` : `workflow ${a.workflow}`;
+    return answer(
+      landed.alreadyLanded
+        ? `${what}: branch ${landed.branch} was already landed`
+        : `${what}: branch ${landed.branch} landed into ${landed.into}`,
+      r,
+    );
   },
 };
 
@@ -269,12 +271,11 @@ async function receiptAnswer(receipt: Receipt, ctx: CallContext): Promise<ToolAn
       body: null,
       alreadyTaken: true,
     });
-  const head = `child ${receipt.childSessionId} ${receipt.outcome === "ok" ? "answered" : "failed"}:`;
-  return {
-    content: [{ type: "text", text: `${head}\n${receipt.body}` }],
-    structuredContent: receipt,
-    ...(receipt.outcome === "ok" ? {} : { isError: true }),
-  };
+  const said = answer(
+    `child ${receipt.childSessionId} ${receipt.outcome === "ok" ? "answered" : "failed"}`,
+    receipt,
+  );
+  return receipt.outcome === "ok" ? said : { ...said, isError: true };
 }
 
 /** Larger than the daemon's definition limit, so its typed refusal is what the model sees. */

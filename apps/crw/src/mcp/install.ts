@@ -63,8 +63,11 @@ async function installCodex(server: ServerEntry, values: Options): Promise<strin
     "[mcp_servers.crw]",
     `command = ${str(server.command)}`,
     `args = [${server.args.map(str).join(", ")}]`,
-    // A foreground delegate lasts as long as its sub-agent works; a daemon started on demand needs seconds.
-    "startup_timeout_sec = 60",
+    // Codex does not wait for a server that is not required: one slower than a few hundred ms to list its
+    // tools is left out of the turn.
+    "required = true",
+    "startup_timeout_sec = 30",
+    // A foreground delegate lasts as long as its sub-agent works (progress does not extend the bound).
     "tool_timeout_sec = 3600",
   ];
   const env = Object.entries(server.env);
@@ -111,7 +114,8 @@ async function installClaude(server: ServerEntry, values: Options): Promise<stri
   const servers = (doc.mcpServers ?? {}) as Record<string, unknown>;
   doc.mcpServers = {
     ...servers,
-    crw: { type: "stdio", command: server.command, args: server.args, env: server.env },
+    // timeout: a tool call's bound in ms (a foreground delegate lasts as long as its sub-agent works).
+    crw: { type: "stdio", command: server.command, args: server.args, env: server.env, timeout: 3_600_000 },
   };
   await writeAtomically(file, `${JSON.stringify(doc, null, 2)}\n`);
   return file;

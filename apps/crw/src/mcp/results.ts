@@ -65,15 +65,11 @@ export class ResultInbox {
 
   describe(results: readonly ResultView[]): string {
     if (results.length === 0) return "no new results";
-    return results
-      .map((r) => {
-        const from =
-          r.kind === "workflow_summary" ? "workflow summary" : `child ${r.childSessionId ?? "(gone)"}`;
-        const again = r.alreadyTaken ? `, already taken at ${r.takenAt}` : "";
-        const spill = r.spillPath ? ` (the whole answer is long: read the child with \`read\`)` : "";
-        return `--- ${from}: ${r.outcome}${again}${spill}\n${r.body}`;
-      })
-      .join("\n\n");
+    const again = results.filter((r) => r.alreadyTaken).length;
+    const spilled = results.some((r) => r.spillPath)
+      ? "; a long answer is cut: read its child with `read`"
+      : "";
+    return `${results.length - again} new result(s)${again ? `, ${again} already taken before` : ""}${spilled}`;
   }
 
   /**
