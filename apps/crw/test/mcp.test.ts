@@ -1,12 +1,20 @@
 import { execFile } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { promisify } from "node:util";
 import { type ModelReply, type ModelRequest, type ModelServer, startModelServer } from "@crw/tools/models";
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  CRW_BIN as bin,
+  callTool,
+  daemonPid,
+  modelEnv,
+  resultChildren,
+  type Served,
+  serveMcp,
+  text,
+} from "./support/mcpClient.js";
 
 /**
  * `crw mcp` as an MCP client meets it: the SDK's own client starts the server over stdio, the server starts
@@ -14,77 +22,37 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
  * Completions. What a child writes lands in the directory it was given.
  */
 const run = promisify(execFile);
-const bin = resolve(import.meta.dirname, "../bin/crw.mjs");
 const root = mkdtempSync(join(tmpdir(), "crw-mcp-"));
 const dataDir = join(root, "daemon");
 const work = join(root, "work");
-const KEY = "CRW_MCP_TEST_KEY";
 let models: ModelServer;
 
-/** A child asked to "write FILE: TEXT" writes it with its write tool, then answers. */
-function answer(request: ModelRequest): ModelReply {
+let releaseHeld: () => void = () => {};
+const held = new Promise<void>((r) => {
+  releaseHeld = r;
+});
+
+/**
+ * A child asked to "write FILE: TEXT" writes it with its write tool, then answers; "follow up: X" is
+ * answered at once; a task with "hold" answers only once the test lets it.
+ */
+async function answer(request: ModelRequest): Promise<ModelReply> {
   const task = request.userTexts.join("\n");
+  const follow = /^follow up: (.*)/.exec(request.userTexts.at(-1) ?? "");
+  if (follow) return { text: `followed up: ${follow[1]}` };
+  if (task.includes("hold the node")) {
+    await held;
+    return { text: "held no more" };
+  }
   const write = /write (\S+): (.+)/.exec(task);
   if (request.toolResults.length > 0) return { text: `wrote ${write?.[1] ?? "nothing"}` };
   if (write) return { tool: { name: "write", arguments: { path: write[1], content: `${write[2]}\n` } } };
   return { text: `answered: ${task.slice(0, 60)}` };
 }
 
-function env(): Record<string, string> {
-  const e: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && k !== "DATABASE_URL") e[k] = v;
-  return {
-    ...e,
-    CRW_MODEL: "openai-completions:loopback",
-    CRW_MODEL_BASE_URL: models.openaiBaseUrl,
-    CRW_MODEL_API_KEY_ENV: KEY,
-    [KEY]: "secret",
-    ...(process.env.DATABASE_URL ? { DATABASE_URL: process.env.DATABASE_URL } : {}),
-  };
-}
-
-interface Served {
-  client: Client;
-  transport: StdioClientTransport;
-  stderr: () => string;
-}
-
-async function serve(session = "mcp-test"): Promise<Served> {
-  const transport = new StdioClientTransport({
-    command: process.execPath,
-    args: [bin, "mcp", "--data-dir", dataDir, "--session", session],
-    cwd: work,
-    env: env(),
-    stderr: "pipe",
-  });
-  let stderr = "";
-  transport.stderr?.on("data", (d: Buffer) => {
-    stderr += d.toString();
-  });
-  const client = new Client({ name: "crw-mcp-test", version: "1.0.0" });
-  await client.connect(transport);
-  return { client, transport, stderr: () => stderr };
-}
-
-type ToolResult = {
-  content: { type: string; text: string }[];
-  structuredContent?: Record<string, unknown>;
-  isError?: boolean;
-};
-
-async function call(s: Served, name: string, args: Record<string, unknown> = {}, onprogress?: () => void) {
-  return (await s.client.callTool({ name, arguments: args }, undefined, {
-    timeout: 120_000,
-    ...(onprogress && { onprogress }),
-  })) as ToolResult;
-}
-
-const text = (r: ToolResult) => r.content.map((c) => c.text).join("\n");
-/** The children whose results a `results` call gave. */
-const resultChildren = (r: ToolResult) =>
-  ((r.structuredContent?.results ?? []) as { childSessionId: string }[]).map((x) => x.childSessionId);
-const daemonPid = () =>
-  (JSON.parse(readFileSync(join(dataDir, "daemon.state.json"), "utf8")) as { pid: number }).pid;
+const env = () => modelEnv(models.openaiBaseUrl);
+const serve = (session = "mcp-test") => serveMcp({ dataDir, session, cwd: work, env: env() });
+const call = callTool;
 
 async function settled(s: Served, child: string): Promise<void> {
   const until = Date.now() + 60_000;
@@ -109,6 +77,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
+  releaseHeld();
   await first?.client.close().catch(() => {});
   await run(process.execPath, [bin, "daemon", "stop", "--data-dir", dataDir], { env: env() }).catch(() => {});
   await models?.close();
@@ -184,7 +153,7 @@ describe("crw mcp", () => {
     const started = await call(first, "delegate", { task: "answer before the crash", background: true });
     const child = started.structuredContent?.childSessionId as string;
     await settled(first, child);
-    process.kill(daemonPid(), "SIGKILL");
+    process.kill(daemonPid(dataDir), "SIGKILL");
     // The MCP server finds no daemon, starts one on the same data directory, and finds its session again.
     const got = await call(first, "results", { wait_seconds: 30 });
     expect(resultChildren(got)).toEqual([child]);
@@ -221,4 +190,81 @@ describe("crw mcp", () => {
     const r = await call(first, "read", { child: children[0]?.childSessionId });
     expect(text(r)).toContain("latest answer: wrote bg.txt");
   });
+  it("continue gives a child a follow-up and answers with its new answer", async () => {
+    const started = await call(first, "delegate", { task: "answer and wait for more" });
+    const child = started.structuredContent?.childSessionId as string;
+    const r = await call(first, "continue", { child, text: "follow up: once more" });
+    expect(r.isError).toBeFalsy();
+    expect(r.structuredContent).toMatchObject({ childSessionId: child, body: "followed up: once more" });
+    expect((await call(first, "results")).structuredContent?.results).toEqual([]);
+  });
+
+  it("a workflow started from a file runs its nodes, and its summary comes once through results", async () => {
+    const file = join(work, "notes.yaml");
+    writeFileSync(
+      file,
+      [
+        "name: two-notes",
+        "nodes:",
+        "  - id: a",
+        "    task: 'write wf-a.txt: node a'",
+        "  - id: b",
+        "    task: 'write wf-b.txt: node b'",
+        "",
+      ].join("\n"),
+    );
+    const started = await call(first, "workflow_start", { path: "notes.yaml" });
+    expect(started.isError, text(started)).toBeFalsy();
+    const workflow = started.structuredContent?.workflowId as string;
+    const got = await call(first, "results", { wait_seconds: 60 });
+    const results = got.structuredContent?.results as { kind: string; outcome: string; body: string }[];
+    expect(results).toEqual([expect.objectContaining({ kind: "workflow_summary", outcome: "ok" })]);
+    expect(readFileSync(join(work, "wf-a.txt"), "utf8")).toBe("node a\n");
+    expect(readFileSync(join(work, "wf-b.txt"), "utf8")).toBe("node b\n");
+    const st = await call(first, "workflow_status", { workflow });
+    expect(st.structuredContent).toMatchObject({ status: "completed" });
+    const listed = await call(first, "status");
+    expect(listed.structuredContent?.workflows).toEqual(
+      expect.arrayContaining([expect.objectContaining({ workflowId: workflow, status: "completed" })]),
+    );
+    expect((await call(first, "results")).structuredContent?.results).toEqual([]);
+  });
+
+  it("workflow_cancel stops a running workflow, and its cancelled summary comes through results", async () => {
+    const definition = JSON.stringify({ name: "held", nodes: [{ id: "slow", task: "hold the node" }] });
+    const started = await call(first, "workflow_start", { definition, format: "json" });
+    const workflow = started.structuredContent?.workflowId as string;
+    const cancelled = await call(first, "workflow_cancel", { workflow });
+    expect(cancelled.isError, text(cancelled)).toBeFalsy();
+    const got = await call(first, "results", { wait_seconds: 60 });
+    expect(got.structuredContent?.results).toEqual([
+      expect.objectContaining({ kind: "workflow_summary", outcome: "error" }),
+    ]);
+    expect((await call(first, "workflow_status", { workflow })).structuredContent).toMatchObject({
+      status: "cancelled",
+    });
+  });
+
+  it("land merges the branch of a child that worked in isolation into the branch it started from", async () => {
+    const repo = join(work, "repo");
+    mkdirSync(repo);
+    const git = (...args: string[]) => run("git", ["-C", repo, ...args]);
+    await git("init", "-q", "-b", "main");
+    writeFileSync(join(repo, "README.md"), "a repository\n");
+    await git("add", ".");
+    await git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first");
+    const r = await call(first, "delegate", {
+      task: "write LANDED.md: from a branch",
+      cwd: repo,
+      isolation: "worktree",
+    });
+    expect(r.isError, text(r)).toBeFalsy();
+    const child = r.structuredContent?.childSessionId as string;
+    expect(existsSync(join(repo, "LANDED.md"))).toBe(false);
+    const landed = await call(first, "land", { child });
+    expect(landed.isError, text(landed)).toBeFalsy();
+    expect(landed.structuredContent).toMatchObject({ into: "main", alreadyLanded: false });
+    expect(readFileSync(join(repo, "LANDED.md"), "utf8")).toBe("from a branch\n");
+    expect((await git("log", "--format=%s", "main")).stdout).toContain("first");
+  }, 60_000);
 });
