@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { mkdir, readFile, realpath, rename, stat, writeFile } from "node:fs/promises";
+import { chmod, mkdir, readFile, realpath, rename, stat, writeFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { type Options, out } from "../client/common.js";
@@ -21,16 +21,28 @@ export async function serverCommand(values: Options): Promise<{ command: string;
   return { command: process.execPath, args };
 }
 
-/** Environment the server needs that a client would not pass on (it passes only a few variables). */
+/** A token given at install time: the server's environment names it (the file is then kept private). */
 function serverEnv(values: Options): Record<string, string> {
-  const env: Record<string, string> = {};
-  const token = typeof values.token === "string" ? values.token : undefined;
-  if (token) env.CRW_TOKEN = token;
-  for (const name of ["CRW_HOME", "CRW_DAEMON_DIR", "DATABASE_URL"] as const) {
-    const value = process.env[name];
-    if (value && !(name === "CRW_DAEMON_DIR" && values["data-dir"])) env[name] = value;
-  }
-  return env;
+  return typeof values.token === "string" ? { CRW_TOKEN: values.token } : {};
+}
+
+/**
+ * Variables Codex copies from its own environment into the server's (it passes only HOME, PATH and a few
+ * others): where the daemon is, and the model settings and key a daemon that `crw mcp` starts runs with.
+ */
+function codexEnvVars(): string[] {
+  const names = [
+    "CRW_HOME",
+    "CRW_DAEMON_DIR",
+    "DATABASE_URL",
+    "CRW_TOKEN",
+    "CRW_MODEL",
+    "CRW_MODEL_BASE_URL",
+  ];
+  names.push("CRW_MODEL_API_KEY_ENV");
+  const keyVar = process.env.CRW_MODEL_API_KEY_ENV;
+  if (keyVar && /^[A-Za-z_][A-Za-z0-9_]*$/.test(keyVar)) names.push(keyVar);
+  return names;
 }
 
 export async function installFor(client: "codex" | "claude", values: Options): Promise<number> {
@@ -63,6 +75,7 @@ async function installCodex(server: ServerEntry, values: Options): Promise<strin
     "[mcp_servers.crw]",
     `command = ${str(server.command)}`,
     `args = [${server.args.map(str).join(", ")}]`,
+    `env_vars = [${codexEnvVars().map(str).join(", ")}]`,
     // Codex does not wait for a server that is not required: one slower than a few hundred ms to list its
     // tools is left out of the turn.
     "required = true",
@@ -73,7 +86,7 @@ async function installCodex(server: ServerEntry, values: Options): Promise<strin
   const env = Object.entries(server.env);
   if (env.length > 0) lines.push("", "[mcp_servers.crw.env]", ...env.map(([k, v]) => `${k} = ${str(v)}`));
   const body = `${kept.replace(/\s*$/, "")}${kept.trim() ? "\n\n" : ""}${lines.join("\n")}\n`;
-  await writeAtomically(file, body);
+  await writeAtomically(file, body, env.length > 0);
   return file;
 }
 
@@ -117,7 +130,7 @@ async function installClaude(server: ServerEntry, values: Options): Promise<stri
     // timeout: a tool call's bound in ms (a foreground delegate lasts as long as its sub-agent works).
     crw: { type: "stdio", command: server.command, args: server.args, env: server.env, timeout: 3_600_000 },
   };
-  await writeAtomically(file, `${JSON.stringify(doc, null, 2)}\n`);
+  await writeAtomically(file, `${JSON.stringify(doc, null, 2)}\n`, Object.keys(server.env).length > 0);
   return file;
 }
 
@@ -130,14 +143,24 @@ async function readIfExists(file: string): Promise<string | undefined> {
   }
 }
 
-/** Written beside and renamed over, keeping the file's mode: a config may hold a token. */
-async function writeAtomically(file: string, body: string): Promise<void> {
+/**
+ * Written beside and renamed over, keeping the file's mode; a file that now holds a token is made private
+ * (0600) when others could read it.
+ */
+async function writeAtomically(file: string, body: string, secret: boolean): Promise<void> {
   await mkdir(dirname(file), { recursive: true });
-  const mode = await stat(file).then(
+  let mode = await stat(file).then(
     (s) => s.mode & 0o777,
     () => 0o600,
   );
+  if (secret && (mode & 0o077) !== 0) {
+    process.stderr.write(
+      `${PREFIX}: ${file} now holds a token: its mode goes from ${mode.toString(8)} to 600\n`,
+    );
+    mode = 0o600;
+  }
   const tmp = `${file}.${randomUUID()}.tmp`;
   await writeFile(tmp, body, { mode, flush: true });
+  await chmod(tmp, mode); // exactly the mode, whatever the umask
   await rename(tmp, file);
 }
