@@ -267,4 +267,34 @@ describe("crw mcp", () => {
     expect(readFileSync(join(repo, "LANDED.md"), "utf8")).toBe("from a branch\n");
     expect((await git("log", "--format=%s", "main")).stdout).toContain("first");
   }, 60_000);
+  it("a result taken for a results call the client cancelled is given by the next call", async () => {
+    const cancelled = new AbortController();
+    const waiting = first.client
+      .callTool({ name: "results", arguments: { wait_seconds: 30 } }, undefined, { signal: cancelled.signal })
+      .catch((e: unknown) => e);
+    await new Promise((r) => setTimeout(r, 300));
+    cancelled.abort("the client gave up");
+    expect(await waiting).toBeInstanceOf(Error);
+    // the daemon's take is still waiting for the MCP server: this child's answer lands in it
+    const started = await call(first, "delegate", { task: "answer a cancelled wait", background: true });
+    const child = started.structuredContent?.childSessionId as string;
+    await settled(first, child);
+    await new Promise((r) => setTimeout(r, 1_000));
+    expect(resultChildren(await call(first, "results", { wait_seconds: 30 }))).toEqual([child]);
+    expect((await call(first, "results")).structuredContent?.results).toEqual([]);
+  }, 60_000);
+  it("a results wait of an MCP server that died takes nothing: the next server gets the answer", async () => {
+    const pending = call(first, "results", { wait_seconds: 60 }).catch((e: unknown) => e);
+    await new Promise((r) => setTimeout(r, 300));
+    process.kill(first.transport.pid as number, "SIGKILL");
+    await pending;
+    await first.client.close().catch(() => {});
+    first = await serve();
+    const started = await call(first, "delegate", { task: "answer after a dead wait", background: true });
+    const child = started.structuredContent?.childSessionId as string;
+    await settled(first, child);
+    // the dead server's wait in the daemon re-checks every 500 ms: give it the chance to take wrongly
+    await new Promise((r) => setTimeout(r, 1_500));
+    expect(resultChildren(await call(first, "results"))).toEqual([child]);
+  }, 60_000);
 });

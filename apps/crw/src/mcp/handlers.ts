@@ -137,6 +137,7 @@ const HANDLERS: { [N in ToolName]: Handler<N> } = {
     const taken = await ctx.inbox.take({
       waitSeconds: a.wait_seconds ?? 0,
       ...(a.include_taken_since && { includeTakenSince: a.include_taken_since }),
+      signal: ctx.signal,
     });
     return answer(ctx.inbox.describe(taken), { results: taken });
   },

@@ -30,13 +30,31 @@ const CLOCK_MARGIN_MS = 5_000;
  */
 export class ResultInbox {
   readonly #given = new Set<string>();
+  /** Taken for a call the client cancelled meanwhile: handed out first by the next take. */
+  #owed: ResultView[] = [];
   #lostSince: number | undefined;
 
   constructor(private readonly link: DaemonLink) {}
 
-  async take(options: { waitSeconds: number; includeTakenSince?: string }): Promise<ResultView[]> {
+  async take(options: {
+    waitSeconds: number;
+    includeTakenSince?: string;
+    signal?: AbortSignal;
+  }): Promise<ResultView[]> {
     const asked = options.includeTakenSince ? Date.parse(options.includeTakenSince) : undefined;
-    const results = await this.#take({ waitSeconds: options.waitSeconds }, asked);
+    const owed = this.#owed.splice(0);
+    const fresh = await this.#takeFresh(owed.length > 0 ? 0 : options.waitSeconds, asked);
+    const out = [...owed, ...fresh];
+    if (options.signal?.aborted) {
+      // The client gave up on this call: nothing it took is lost, the next call gives it.
+      this.#owed = out.filter((r) => !r.alreadyTaken);
+      return [];
+    }
+    return out;
+  }
+
+  async #takeFresh(waitSeconds: number, asked: number | undefined): Promise<ResultView[]> {
+    const results = await this.#take({ waitSeconds }, asked);
     // A take lost before this call, or during it (asked again inside): what it took came back as taken.
     const lost = this.#lostSince;
     // Everything taken since the lost take began was in this answer: none of it is owed any more.

@@ -51,6 +51,8 @@ export async function takeResults(
   assertClientDriven(session);
   const deadline = Date.now() + (options.waitMs ?? 0);
   for (;;) {
+    // A caller gone (its connection closed) takes nothing more: a result taken now would reach nobody.
+    if (options.signal?.aborted) return [];
     const taken = await service.writes.capture(
       "a client's take of its results",
       () =>
