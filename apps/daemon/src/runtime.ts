@@ -55,6 +55,7 @@ import {
   type TakeoverPass,
   type TakeoverSweep,
 } from "./takeover.js";
+import { WakeHub, wakeOnJournalWrites } from "./wake.js";
 
 /** What boot recovery did, shown in /health. */
 export interface BootRecovery {
@@ -128,6 +129,8 @@ export interface DaemonRuntime {
   readonly runnerPool: SubagentRunnerPool;
   readonly alerts: AlertService;
   readonly bus: EventBus;
+  /** Wakes live views (tap, follow) when the rows they show change, in this process or another. */
+  readonly wake: WakeHub;
   /** Placement counts since start: how many turns ran in runners and in the daemon. */
   readonly placements: { runner: number; "in-process": number };
   /** The child's execution location (see ExecutionLocation). */
@@ -254,8 +257,12 @@ export async function assembleRuntime(
   onLeaseLost?: (owner: string, e: unknown) => void,
 ): Promise<DaemonRuntime> {
   const tracked = trackedRepository(new PgDelegationRepository(pgPool, onLeaseLost ? { onLeaseLost } : {}));
-  const repo = tracked.repo;
   const bus = new EventBus();
+  // Live views wake on commits: this process's journal writes directly, other processes' through NOTIFY
+  // (one listening connection, opened here; writes notify only what some process watches).
+  const wake = new WakeHub();
+  wake.attach(pgPool, (e) => log.warn({ err: e }, "wake listener failed; it reconnects"));
+  const repo = wakeOnJournalWrites(tracked.repo, wake);
   const alerts = await AlertService.open(config.dataDir);
   // The old process's build-mismatch latch died with it: its alert is cleared before the new sink attaches.
   await alerts.clear(RESTART_REQUIRED_ALERT_KEY);
@@ -567,6 +574,7 @@ export async function assembleRuntime(
     runnerPool,
     alerts,
     bus,
+    wake,
     placements,
     progressSink,
     executionFor,
@@ -667,6 +675,8 @@ export async function assembleRuntime(
     pause: () => service.pauseForRestart(),
     async close(options = {}) {
       const abandon = options.abandonCheckpoint === true;
+      // The wake listener holds a pool connection: let go of it before the pool ends.
+      await within(wake.close(), 2_000);
       // Abandoned (a checkpoint past its deadline, a lost database or lease): no new statement of this
       // runtime reaches the rows from here on, whatever still runs; the ones in flight complete.
       const endPool = () =>

@@ -19,6 +19,19 @@ export {
   stopPostmaster,
 } from "./embedded/index.js";
 export { DelegationDbError, type DelegationDbErrorCode, toError } from "./errors.js";
+export {
+  addWakeFilter,
+  announceWatches,
+  type ChannelListener,
+  JOURNAL_WAKE_CHANNEL,
+  listenForWakes,
+  WATCH_CHANNEL,
+  type WakeFilter,
+  type WakeHandlers,
+  type WakeKind,
+  WORKFLOW_WAKE_CHANNEL,
+  wakeWanted,
+} from "./listen.js";
 export { migrate, migrationsDir, migrationsTable } from "./migrate.js";
 export { isDatabaseUnavailable, pingDatabase } from "./ping.js";
 export * from "./repositories/delegation.js";

@@ -20,12 +20,34 @@ export interface ChannelHandlers {
  * LISTEN on one channel on a connection of its own. A lost connection is opened again with a growing,
  * bounded backoff; `onListening` tells the caller each time it is back.
  */
-export async function listenOnChannel(
+export function listenOnChannel(
   pool: pg.Pool,
   channel: string,
   handlers: ChannelHandlers,
 ): Promise<ChannelListener> {
-  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(channel)) throw new Error(`not a channel name: ${channel}`);
+  return listenOnChannels(pool, [channel], {
+    onNotification: (_channel, payload) => handlers.onPayload(payload),
+    onListening: handlers.onListening,
+    onError: handlers.onError,
+  });
+}
+
+export interface ChannelsHandlers {
+  /** Each notification with a payload, with the channel it came on. */
+  readonly onNotification: (channel: string, payload: string) => void;
+  readonly onListening: () => void;
+  readonly onError: (e: unknown) => void;
+}
+
+/** listenOnChannel for several channels on one connection (one LISTEN per channel, one reconnect loop). */
+export async function listenOnChannels(
+  pool: pg.Pool,
+  channels: readonly string[],
+  handlers: ChannelsHandlers,
+): Promise<ChannelListener> {
+  for (const channel of channels)
+    if (!/^[a-z_][a-z0-9_]{0,62}$/.test(channel)) throw new Error(`not a channel name: ${channel}`);
+  const wanted = new Set(channels);
   let closed = false;
   let client: pg.PoolClient | undefined;
   let retry: NodeJS.Timeout | undefined;
@@ -45,13 +67,13 @@ export async function listenOnChannel(
       const mine = c;
       client = mine;
       mine.on("notification", (n) => {
-        if (n.channel === channel && n.payload) handlers.onPayload(n.payload);
+        if (wanted.has(n.channel) && n.payload) handlers.onNotification(n.channel, n.payload);
       });
       mine.once("error", (e) => {
         handlers.onError(e);
         if (drop(mine)) again(100);
       });
-      await mine.query(`listen ${channel}`);
+      await mine.query(channels.map((channel) => `listen ${channel}`).join("; "));
       handlers.onListening();
     } catch (e) {
       handlers.onError(e);
@@ -66,8 +88,100 @@ export async function listenOnChannel(
       const c = client;
       client = undefined;
       if (!c) return;
-      await c.query(`unlisten ${channel}`).catch(() => undefined);
+      await c.query(channels.map((channel) => `unlisten ${channel}`).join("; ")).catch(() => undefined);
       c.release();
     },
   };
+}
+
+/**
+ * Wake channels: a notification sent in the transaction of a write (delivered at its commit, dropped with
+ * its rollback) so live views in any process re-read the rows at once instead of on a timer. A payload is
+ * only a hint of what to re-read; the rows stay the truth, and a lost notification costs the reader its
+ * fallback bound, never correctness.
+ *
+ * - `crw_journal`: `<session id>:<last seq written>` from a journal append (`<session id>` alone when rows
+ *   changed without a new seq: provisional rows settled). PostgreSQL folds identical payloads of one
+ *   transaction into one notification.
+ * - `crw_workflow`: `<workflow id>` from an orchestration journal write, snapshot publication, summary
+ *   handoff or terminal status.
+ * - `crw_watch`: which keys (`journal:<id>`, `workflow:<id>`) some process has a live view of, announced by
+ *   that process when the view opens and again while it lasts; `?` asks every process to announce again.
+ *
+ * Why writers ask `wakeWanted` first: every transaction that notifies takes PostgreSQL's cluster-wide
+ * notify lock and holds it through its commit's WAL flush, so notifying commits are serialized (no group
+ * commit). Writes of journals nobody watches (nearly all of them, on a busy daemon) must not pay that.
+ */
+export const JOURNAL_WAKE_CHANNEL = "crw_journal";
+export const WORKFLOW_WAKE_CHANNEL = "crw_workflow";
+export const WATCH_CHANNEL = "crw_watch";
+
+export type WakeKind = "journal" | "workflow";
+export type WakeFilter = (kind: WakeKind, id: string) => boolean;
+const wakeFilters = new Set<WakeFilter>();
+
+/**
+ * Registers this process's knowledge of who watches (see WakeHub in the daemon); the returned function
+ * removes it. With no filter registered, every write notifies: a process that does not hear the watch
+ * announcements cannot know that nobody watches.
+ */
+export function addWakeFilter(filter: WakeFilter): () => void {
+  wakeFilters.add(filter);
+  return () => {
+    wakeFilters.delete(filter);
+  };
+}
+
+/** Whether a write of `id` should send its wake notification. */
+export function wakeWanted(kind: WakeKind, id: string): boolean {
+  if (wakeFilters.size === 0) return true;
+  for (const f of wakeFilters) if (f(kind, id)) return true;
+  return false;
+}
+
+/** Announces live views of `keys` (or, with "?", asks every process to announce its own), in few notifications. */
+export async function announceWatches(pool: pg.Pool, keys: readonly string[] | "?"): Promise<void> {
+  const payloads: string[] = [];
+  if (keys === "?") payloads.push("?");
+  else {
+    // A payload is at most 8000 bytes; keys are ASCII.
+    let current = "";
+    for (const k of keys) {
+      if (current && current.length + k.length + 1 > 7000) {
+        payloads.push(current);
+        current = "";
+      }
+      current = current ? `${current} ${k}` : k;
+    }
+    if (current) payloads.push(current);
+  }
+  if (payloads.length === 0) return;
+  await pool.query("select pg_notify($1, p) from unnest($2::text[]) as p", [WATCH_CHANNEL, payloads]);
+}
+
+export interface WakeHandlers {
+  /** A journal changed; `seq` is the last row written when the writer said so. */
+  readonly onJournal: (sessionId: string, seq: number | null) => void;
+  readonly onWorkflow: (workflowId: string) => void;
+  /** Some process announced live views of these keys, or (`"?"`) asks for announcements. */
+  readonly onWatch: (keys: readonly string[] | "?") => void;
+  /** The listener is (again) in place: whatever it missed meanwhile must be re-read. */
+  readonly onListening: () => void;
+  readonly onError: (e: unknown) => void;
+}
+
+/** One connection listening on the wake channels and the watch announcements. */
+export function listenForWakes(pool: pg.Pool, handlers: WakeHandlers): Promise<ChannelListener> {
+  return listenOnChannels(pool, [JOURNAL_WAKE_CHANNEL, WORKFLOW_WAKE_CHANNEL, WATCH_CHANNEL], {
+    onNotification: (channel, payload) => {
+      if (channel === WORKFLOW_WAKE_CHANNEL) return handlers.onWorkflow(payload);
+      if (channel === WATCH_CHANNEL)
+        return handlers.onWatch(payload === "?" ? "?" : payload.split(" ").filter(Boolean));
+      const [sessionId = "", seq] = payload.split(":");
+      const n = seq === undefined ? Number.NaN : Number(seq);
+      handlers.onJournal(sessionId, Number.isSafeInteger(n) ? n : null);
+    },
+    onListening: handlers.onListening,
+    onError: handlers.onError,
+  });
 }

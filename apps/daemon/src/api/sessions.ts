@@ -4,6 +4,7 @@ import type { JournalEntry, SessionRow, TranscriptMessage } from "@crw/db";
 import { z } from "zod";
 import type { RpcContext, RpcRegistry } from "../rpc.js";
 import type { DaemonRuntime } from "../runtime.js";
+import { journalWakeKey } from "../wake.js";
 
 // what a session row can hold (sessions.model and subagent_runs.model are 1..200 characters)
 const modelName = z.string().min(1).max(200);
@@ -16,7 +17,11 @@ export function sessionWorkDir(session: SessionRow): string | null {
 }
 /** Bound of one tap: a view follows a session for at most this long per call (the client calls again). */
 const TAP_MAX_MS = 6 * 60 * 60 * 1000;
-const TAP_POLL_MS = 200;
+/**
+ * untilIdle: how soon the tap first looks again once the answer is in but the run or turn is still closing
+ * (doubling while that lasts, up to the fallback bound).
+ */
+const TAP_SETTLING_RECHECK_MS = 50;
 
 /** A transcript message as clients see it: role, text and tool calls, bounded. */
 export function viewMessage(seq: number, m: TranscriptMessage): Record<string, unknown> {
@@ -257,6 +262,10 @@ async function lastReply(rt: DaemonRuntime, id: string, accountId: string): Prom
  * Follows a session live: its journal rows as they commit (durable: the same whichever daemon or runner
  * runs the turn) and, in between, the live progress events this daemon sees. Read-only: it starts or
  * borrows no turn. Ends when the connection closes, after TAP_MAX_MS, or (untilIdle) once the session rests.
+ *
+ * No polling: it re-reads from its last seq when the journal wakes it (a write of this daemon, or another
+ * process's commit through NOTIFY; see WakeHub), and at the latest after the hub's fallback bound. The
+ * watch is opened before the first read, so a commit between a read and the wait is not missed.
  */
 async function tap(
   rt: DaemonRuntime,
@@ -268,8 +277,14 @@ async function tap(
   const unsubscribe = rt.bus.subscribe(`session:${session.id}`, (event) =>
     ctx.notify("session.tap", { sessionId: session.id, live: event }),
   );
+  const watch = rt.wake.watch(journalWakeKey(session.id));
   const deadline = Date.now() + TAP_MAX_MS;
+  const ended = new AbortController();
+  const onAbort = () => ended.abort();
+  ctx.signal.addEventListener("abort", onAbort, { once: true });
+  const timer = setTimeout(onAbort, TAP_MAX_MS);
   let answered = false;
+  let settleDelay = TAP_SETTLING_RECHECK_MS / 2;
   try {
     for (;;) {
       const entries = await rt.repo.readJournal(session.id, ctx.accountId, { fromSeq: lastSeq + 1 });
@@ -278,19 +293,28 @@ async function tap(
       const tail = fresh.at(-1);
       if (tail) {
         lastSeq = tail.seq;
+        watch.seen(lastSeq);
         answered =
           tail.body.type === "message" &&
           tail.body.message.role === "assistant" &&
           !tail.body.message.content.some((c) => c.type === "toolCall");
       }
+      let settling = false;
       if (p.untilIdle) {
         const open = await rt.repo.openRunForChild(session.id, ctx.accountId);
         if (!open && answered && !rt.service.turns.isBusy(session.id)) return { lastSeq, idle: true };
+        // The answer is in but its run or turn has not let go yet: that ends without a journal row, so
+        // nothing wakes the tap for it; it checks again shortly (only in this window, never while working).
+        settling = answered;
       }
       if (ctx.signal.aborted || Date.now() > deadline) return { lastSeq, idle: false };
-      await new Promise((r) => setTimeout(r, TAP_POLL_MS));
+      settleDelay = settling ? Math.min(settleDelay * 2, rt.wake.fallbackMs) : TAP_SETTLING_RECHECK_MS / 2;
+      await watch.next(ended.signal, settling ? settleDelay : undefined);
     }
   } finally {
+    clearTimeout(timer);
+    ctx.signal.removeEventListener("abort", onAbort);
+    watch.close();
     unsubscribe();
   }
 }

@@ -9,10 +9,10 @@ import {
 import { z } from "zod";
 import type { RpcContext, RpcRegistry } from "../rpc.js";
 import type { DaemonRuntime } from "../runtime.js";
+import { journalWakeKey, workflowWakeKey } from "../wake.js";
 
 /** Bound of one follow call; a client that wants longer calls again (the state is in the rows). */
 const FOLLOW_MAX_MS = 6 * 60 * 60 * 1000;
-const FOLLOW_POLL_MS = 250;
 
 interface NodeView {
   id: string;
@@ -59,6 +59,36 @@ async function nodeStates(
     run: j.run,
     name: j.name,
   };
+}
+
+/** How long a follow that has the summary waits for it to reach the parent session's journal. */
+const SUMMARY_DELIVERY_WAIT_MS = 2_000;
+
+/**
+ * Waits (bounded) until the summary is delivered into the parent's journal, so a follower that returns
+ * finds it in the session, as when it came back on a timer. A busy parent takes it after its turn: the
+ * follow does not wait for that beyond the bound. Woken by the parent's journal writes.
+ */
+async function summaryDelivered(
+  rt: DaemonRuntime,
+  parentSessionId: string,
+  accountId: string,
+  resultId: string,
+  signal: AbortSignal,
+): Promise<void> {
+  const watch = rt.wake.watch(journalWakeKey(parentSessionId));
+  const deadline = Date.now() + SUMMARY_DELIVERY_WAIT_MS;
+  try {
+    for (;;) {
+      const delivered = await rt.repo.settledResultIds(parentSessionId, accountId).catch(() => null);
+      if (delivered === null || delivered.some((id) => id.toLowerCase() === resultId.toLowerCase())) return;
+      const left = deadline - Date.now();
+      if (left <= 0 || signal.aborted) return;
+      await watch.next(signal, left);
+    }
+  } finally {
+    watch.close();
+  }
 }
 
 /**
@@ -173,19 +203,35 @@ export function registerWorkflowMethods(rpc: RpcRegistry, rt: DaemonRuntime, def
         seen.set(nodeId, status);
         ctx.notify("workflow.progress", { workflowId: row.id, nodeId, status });
       };
+      // Opened before the first read: a write committing between a read and the wait is not missed.
+      const watch = rt.wake.watch(workflowWakeKey(row.id));
       const unsubscribe = rt.bus.subscribe(`workflow:${row.id}`, (raw) => {
         const event = raw as WorkflowEvent;
         if (event.type === "node") report(event.nodeId, event.status);
+        // This daemon drives it: its event comes with (or just after) the write, so re-read now.
+        rt.wake.wake(workflowWakeKey(row.id));
       });
       const deadline = Date.now() + FOLLOW_MAX_MS;
+      const ended = new AbortController();
+      const onAbort = () => ended.abort();
+      ctx.signal.addEventListener("abort", onAbort, { once: true });
+      const timer = setTimeout(onAbort, FOLLOW_MAX_MS);
       try {
         // The rows are the truth (the workflow may be driven by another daemon sharing the database); live
-        // events only make this view quicker.
+        // events and wakes (this daemon's events, other processes' writes through NOTIFY) only say when to
+        // read them again, and the hub's fallback bound re-reads anyway. No polling loop.
         for (;;) {
           const current = await rt.engine.store.getWorkflow(row.id, ctx.accountId);
           const states = await nodeStates(rt, row.id);
           for (const n of states.nodes) report(n.id, n.status);
           if (current && TERMINAL_WORKFLOW_STATUSES.has(current.status) && current.summaryResultId) {
+            await summaryDelivered(
+              rt,
+              row.parentSessionId,
+              ctx.accountId,
+              current.summaryResultId,
+              ended.signal,
+            );
             const summary = await rt.repo
               .getResult(current.summaryResultId, ctx.accountId)
               .then((r) => r.body)
@@ -205,9 +251,12 @@ export function registerWorkflowMethods(rpc: RpcRegistry, rt: DaemonRuntime, def
               summary: null,
               nodes: states.nodes,
             };
-          await new Promise((r) => setTimeout(r, FOLLOW_POLL_MS));
+          await watch.next(ended.signal);
         }
       } finally {
+        clearTimeout(timer);
+        ctx.signal.removeEventListener("abort", onAbort);
+        watch.close();
         unsubscribe();
       }
     },

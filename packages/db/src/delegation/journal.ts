@@ -1,5 +1,6 @@
 import type pg from "pg";
 import { DelegationDbError } from "../errors.js";
+import { JOURNAL_WAKE_CHANNEL, wakeWanted } from "../listen.js";
 import type { AppendOptions } from "../repositories/delegation.js";
 import {
   type JournalBody,
@@ -87,10 +88,15 @@ export async function appendIn(
   assertUuid("sessionId", sessionId);
   const rows = writes.map((w) => shape(sessionId, w));
   if (rows.length === 0) return [];
+  // The wake notification, when some process watches this journal, rides on the statement that takes the
+  // seqs (no statement of its own): queued now, sent at commit, dropped with a rollback.
+  const woke = wakeWanted("journal", sessionId)
+    ? `pg_notify('${JOURNAL_WAKE_CHANNEL}', id::text || ':' || (next_seq - 1)::text)`
+    : "null";
   const taken = await client.query<{ first: string }>(
     `update sessions set next_seq = next_seq + $3
       where id = $1::uuid and principal_account_id = $2::uuid
-      returning next_seq - $3 as first`,
+      returning next_seq - $3 as first, ${woke} as woke`,
     [sessionId, principalAccountId, rows.length],
   );
   const first = taken.rows[0];
@@ -216,14 +222,21 @@ export async function settleProvisional(
   as: "settled" | "discarded",
 ): Promise<number> {
   assertUuid("sessionId", sessionId);
-  const { rowCount } = await pool.query(
-    `update journal_entries j set settled = true, discarded = $3
-       from sessions s
-      where s.id = j.session_id and s.id = $1::uuid and s.principal_account_id = $2::uuid
-        and not j.settled and not j.discarded`,
+  // Settled rows become visible to live views: wake them (in the same statement, only when a row changed).
+  const woke = wakeWanted("journal", sessionId)
+    ? `pg_notify('${JOURNAL_WAKE_CHANNEL}', $1::uuid::text)`
+    : "null";
+  const { rows } = await pool.query<{ n: number }>(
+    `with u as (update journal_entries j set settled = true, discarded = $3
+                  from sessions s
+                 where s.id = j.session_id and s.id = $1::uuid and s.principal_account_id = $2::uuid
+                   and not j.settled and not j.discarded
+                returning 1),
+          woke as (select ${woke} where exists (select 1 from u))
+     select (select count(*) from u)::int as n, (select count(*) from woke)::int as woke`,
     [sessionId, principalAccountId, as === "discarded"],
   );
-  return rowCount ?? 0;
+  return rows[0]?.n ?? 0;
 }
 
 /**

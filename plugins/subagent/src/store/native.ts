@@ -1,4 +1,4 @@
-import { type Queryable, tx } from "@crw/db";
+import { type Queryable, tx, WORKFLOW_WAKE_CHANNEL, wakeWanted } from "@crw/db";
 import type pg from "pg";
 
 /** The native record's recovery metadata (the host's proof; never inferred from the journal's run number). */
@@ -14,6 +14,17 @@ export const TERMINAL_WORKFLOW_STATUSES: ReadonlySet<WorkflowStatus> = new Set([
   "cancelled",
   "invalid",
 ]);
+
+/**
+ * The workflow wake, in the statement of each write a follower shows (node states in the journal, the
+ * snapshot and status, the summary handoff): sent at commit, so `workflow.follow` in any daemon re-reads
+ * at once. Selected only from the changed row, so a refused (fenced) write wakes nobody; sent only when some
+ * process watches the workflow (see `wakeWanted` in @crw/db: notifying commits are serialized).
+ */
+const wake = (workflowId: string, idColumn = "id") =>
+  wakeWanted("workflow", workflowId)
+    ? `pg_notify('${WORKFLOW_WAKE_CHANNEL}', ${idColumn}::text) as woke`
+    : "null as woke";
 
 export interface WorkflowRow {
   readonly id: string;
@@ -155,7 +166,8 @@ export class PgWorkflowStore {
       `update workflows set snapshot = $2::jsonb, status = $3, published_count = published_count + 1,
               updated_at = now()
         where id = $1::uuid and generation = $4 and status = 'running'
-          and ($5::text is null or locked_by = $5::text)`,
+          and ($5::text is null or locked_by = $5::text)
+        returning ${wake(workflowId)}`,
       [workflowId, JSON.stringify(snapshot), status, expectedGeneration, owner ?? null],
     );
     return rowCount === 1 ? "updated" : "stale";
@@ -307,8 +319,9 @@ export class PgWorkflowStore {
                     select id, $2::jsonb from w
                     on conflict (workflow_id) do update set body = excluded.body,
                            revision = workflow_journals.revision + 1, updated_at = now()
-                    returning workflow_id)
-       select (select count(*) from ins)::int as written,
+                    returning workflow_id),
+            woke as (select ${wake(workflowId, "workflow_id")} from ins)
+       select (select count(*) from ins)::int as written, (select count(*) from woke)::int as woke,
               coalesce((select cancel_requested_at is not null from w), false) as cancel`,
       [workflowId, JSON.stringify(body), generation, owner],
     );
@@ -368,7 +381,8 @@ export class PgWorkflowStore {
         if (existing.rows[0]) resultId = String(existing.rows[0].id);
       }
       await c.query(
-        "update workflows set summary_result_id = $2::uuid, updated_at = now() where id = $1::uuid",
+        `update workflows set summary_result_id = $2::uuid, updated_at = now() where id = $1::uuid
+         returning ${wake(input.workflowId)}`,
         [input.workflowId, resultId],
       );
       if (!input.keepJournal)
@@ -381,7 +395,7 @@ export class PgWorkflowStore {
   async terminalizeInvalid(workflowId: string): Promise<number | null> {
     const { rows } = await this.pool.query<Row>(
       `update workflows set status = 'invalid', updated_at = now() where id = $1::uuid and status <> 'invalid'
-       returning generation`,
+       returning generation, ${wake(workflowId)}`,
       [workflowId],
     );
     if (rows[0]) return Number(rows[0].generation);
