@@ -70,6 +70,15 @@ async function settled(s: Served, child: string): Promise<void> {
 
 let first: Served;
 
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 beforeAll(async () => {
   mkdirSync(work, { recursive: true });
   models = await startModelServer(answer);
@@ -297,4 +306,25 @@ describe("crw mcp", () => {
     await new Promise((r) => setTimeout(r, 1_500));
     expect(resultChildren(await call(first, "results"))).toEqual([child]);
   }, 60_000);
+  it("with no daemon and none to start, tools say why, and the server exits as soon as its client leaves", async () => {
+    const empty = join(root, "no-daemon");
+    const lonely = await serveMcp({
+      dataDir: empty,
+      session: "alone",
+      cwd: work,
+      env: env(),
+      args: ["--no-start"],
+    });
+    const { tools } = await lonely.client.listTools();
+    expect(tools).toHaveLength(9);
+    const r = await call(lonely, "status");
+    expect(r.isError).toBe(true);
+    expect(text(r)).toContain(`no daemon runs on ${empty}`);
+    const pid = lonely.transport.pid as number;
+    const t0 = Date.now();
+    await lonely.client.close();
+    while (isAlive(pid) && Date.now() - t0 < 10_000) await new Promise((r) => setTimeout(r, 50));
+    expect(isAlive(pid)).toBe(false);
+    expect(Date.now() - t0).toBeLessThan(3_000);
+  }, 90_000);
 });

@@ -30,6 +30,7 @@ export class DaemonLink {
   #client: DaemonClient | undefined;
   #connecting: Promise<DaemonClient> | undefined;
   #session: ClientSession | undefined;
+  #closed = false;
 
   constructor(readonly options: LinkOptions) {}
 
@@ -73,12 +74,18 @@ export class DaemonLink {
     return this.#connecting;
   }
 
+  /** Ends the connection and any wait for a daemon (so a server whose client left exits promptly). */
   close(): void {
+    this.#closed = true;
     this.#client?.close();
   }
 
   async #connect(): Promise<DaemonClient> {
     const client = await this.#reach();
+    if (this.#closed) {
+      client.close();
+      throw new ClientError("the MCP server is closing", "closing");
+    }
     try {
       const opened = await client.call<{
         sessionId: string;
@@ -114,8 +121,11 @@ export class DaemonLink {
         return await DaemonClient.connect(this.options);
       } catch (e) {
         const code = e instanceof ClientError ? e.code : "";
-        const absent = code === "not_running" || code === "unreachable";
-        if (!absent || Date.now() > until) throw e;
+        // A daemon that does not answer may be restarting: wait for it. None recorded at all is worth
+        // waiting for only when this server starts one.
+        const starts = this.options.startDaemon && !this.options.url;
+        const absent = code === "unreachable" || (code === "not_running" && starts);
+        if (!absent || Date.now() > until || this.#closed) throw e;
         if (!started && this.options.startDaemon && !this.options.url) {
           started = true;
           await this.#startDaemon();
