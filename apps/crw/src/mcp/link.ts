@@ -121,10 +121,11 @@ export class DaemonLink {
         return await DaemonClient.connect(this.options);
       } catch (e) {
         const code = e instanceof ClientError ? e.code : "";
-        // A daemon that does not answer may be restarting: wait for it. None recorded at all is worth
-        // waiting for only when this server starts one.
+        // A daemon that does not answer, or died, may be restarting: wait for it. None ever recorded on the
+        // data directory is worth waiting for only when this server starts one.
         const starts = this.options.startDaemon && !this.options.url;
-        const absent = code === "unreachable" || (code === "not_running" && starts);
+        const absent =
+          code === "unreachable" || (code === "not_running" && (starts || (await this.#recorded())));
         if (!absent || Date.now() > until || this.#closed) throw e;
         if (!started && this.options.startDaemon && !this.options.url) {
           started = true;
@@ -134,6 +135,12 @@ export class DaemonLink {
       }
       await new Promise((r) => setTimeout(r, delay));
     }
+  }
+
+  /** Whether a daemon was ever recorded on the data directory (alive or not). */
+  async #recorded(): Promise<boolean> {
+    const { defaultDataDir, readState } = await import("@crw/daemon");
+    return (await readState(this.options.dataDir ?? defaultDataDir(), { includeDead: true })) !== undefined;
   }
 
   /** `crw daemon start` on the link's data directory; its output goes to stderr (stdout is the protocol). */
