@@ -381,8 +381,12 @@ export class DelegationService implements RestartCheckpoint {
     if (session.kind === "root" || !session.scope || !session.parentSessionId) {
       return { principalAccountId: session.principalAccountId };
     }
+    const scope = parseDelegatedExecutionScope(session.scope);
+    // Only a dream's memory identity depends on the parent's facts (see forDelegatedTurn); without a dream
+    // the turn acts for its scope's account and the parent is not read.
+    if (!scope.dream) return { principalAccountId: scope.accountId };
     const parent = await this.repo.getSession(session.parentSessionId, session.principalAccountId);
-    return forDelegatedTurn(parseDelegatedExecutionScope(session.scope), {
+    return forDelegatedTurn(scope, {
       sessionId: parent.id,
       accountId: parent.principalAccountId,
       kind: parent.kind,
@@ -397,8 +401,9 @@ export class DelegationService implements RestartCheckpoint {
    * (never a turn's read-only clamp); a fork takes its parent's prompt byte for byte.
    */
   async #systemPromptOf(session: SessionRow, toolsOf: () => readonly PromptTool[]): Promise<string> {
-    const fresh = await this.repo.getSession(session.id, session.principalAccountId);
-    if (fresh.systemPrompt !== null) return fresh.systemPrompt;
+    // A stored prompt never changes (first writer wins): one in hand is the session's for good. Without one,
+    // composing and offering it is the check: setSystemPrompt answers with whichever prompt was stored first.
+    if (session.systemPrompt !== null) return session.systemPrompt;
     const tools = toolsOf();
     const parentOf = (s: SessionRow) => this.repo.getSession(s.parentSessionId ?? "", s.principalAccountId);
     const own = scopeOf(session);
@@ -462,6 +467,9 @@ export class DelegationService implements RestartCheckpoint {
   async resultQueued(parentSessionId: string, principalAccountId: string, resultId: string): Promise<void> {
     this.emit({ type: "delegation.result_steered", parentSessionId, resultId });
     this.notifier.notify(parentSessionId);
+    // A parent with a turn here is followed up when that turn ends (prompt and followUp both look again):
+    // #afterIdle would do nothing now, so its row is not read for it.
+    if (this.turns.isBusy(parentSessionId)) return;
     const parent = await this.repo.getSession(parentSessionId, principalAccountId);
     if (parent.kind === "root") this.#afterIdle(parent);
   }
@@ -554,7 +562,7 @@ export class DelegationService implements RestartCheckpoint {
     if (args.fork && created)
       await this.#captured("a fork copy", () => this.#copyForkContext(parent, child, args.toolCallId));
     args.progress?.({ type: "session", sessionId: child.id, parentSessionId: parent.id });
-    return this.#dispatch(run, args.mode, args.progress);
+    return this.#dispatch(run, args.mode, args.progress, { parent, authority });
   }
 
   /**
@@ -639,6 +647,7 @@ export class DelegationService implements RestartCheckpoint {
     run: SubagentRun,
     mode: "foreground" | "background",
     progress?: ProgressSink,
+    known?: { parent: SessionRow; authority: DelegationAuthority },
   ): Promise<DelegationReceipt> {
     const childSessionId = run.childSessionId ?? "";
     const job = new RunProgressJob({ ...run, mode }, this.#publisherFor(run), (error) =>
@@ -655,7 +664,11 @@ export class DelegationService implements RestartCheckpoint {
       job.sink(event);
     };
     this.#jobs.add(job);
-    const execution = this.executeRun(run, { progress: sink, beforeSettle: () => job.drain() });
+    const execution = this.executeRun(run, {
+      progress: sink,
+      beforeSettle: () => job.drain(),
+      ...(known ? { known } : {}),
+    });
     void execution.then(
       () => this.#jobs.delete(job),
       () => this.#jobs.delete(job),
@@ -994,10 +1007,7 @@ export class DelegationService implements RestartCheckpoint {
 
   // ---- settlement (DelegatedSettlement owns it; these keep the service's surface)
 
-  executeRun(
-    run: SubagentRun,
-    opts: { progress?: ProgressSink; signal?: AbortSignal; beforeSettle?: () => Promise<void> } = {},
-  ): Promise<string> {
+  executeRun(run: SubagentRun, opts: Parameters<DelegatedSettlement["executeRun"]>[1] = {}): Promise<string> {
     return this.settlement.executeRun(run, opts);
   }
 

@@ -81,7 +81,13 @@ export class DelegatedSettlement {
    */
   async executeRun(
     run: SubagentRun,
-    opts: { progress?: ProgressSink; signal?: AbortSignal; beforeSettle?: () => Promise<void> } = {},
+    opts: {
+      progress?: ProgressSink;
+      signal?: AbortSignal;
+      beforeSettle?: () => Promise<void>;
+      /** The parent and its authority, when the caller read them just now for this call (Delegate). */
+      known?: { parent: SessionRow; authority: DelegationAuthority };
+    } = {},
   ): Promise<string> {
     // The owning job's progress publication drains before the result is settled: no progress after it.
     const settle: Settle = async (...args) => {
@@ -101,16 +107,24 @@ export class DelegatedSettlement {
         runId: run.id,
       });
     }
-    const stored = await this.core.repo.getSession(run.childSessionId, run.principalAccountId);
+    // The start read the child's row (as getSession would) in its own statement: not read again.
+    const stored =
+      start.child ?? (await this.core.repo.getSession(run.childSessionId, run.principalAccountId));
     // A continuation's own model is this call's: every turn of it (and its recovery) runs on it.
     const child = run.model ? { ...stored, model: run.model } : stored;
     // Every turn of the call reads the call's own scope (its read-only clamp, else the child's durable
     // scope), narrowed by the delegating side's live access: current grants only ever narrow it.
     let scope: DelegatedExecutionScope;
     try {
-      const parent = await this.core.repo.getSession(run.parentSessionId, run.principalAccountId);
+      // Delegate read the parent and its live authority just before admitting this call: the same read.
+      const authority =
+        opts.known?.parent.id === run.parentSessionId
+          ? opts.known.authority
+          : await this.core.authorityFor(
+              await this.core.repo.getSession(run.parentSessionId, run.principalAccountId),
+            );
       scope = parseDelegatedExecutionScope(
-        continuationScope(run.readOnlyScope ?? child.scope ?? "", await this.core.authorityFor(parent)),
+        continuationScope(run.readOnlyScope ?? child.scope ?? "", authority),
       );
       // Channel admission of the stored placement: a vanished directory, or one that no longer belongs to
       // its host target, refuses the turn; the admitted (real) path is where the turn runs.
@@ -122,7 +136,7 @@ export class DelegatedSettlement {
     const progress = opts.progress ?? NO_PROGRESS;
     this.#calls.set(child.id, { scope, progress, child });
     try {
-      return await this.#runCall(run, child, scope, progress, opts.signal, settle);
+      return await this.#runCall(run, child, scope, progress, opts.signal, settle, start.appended);
     } finally {
       this.#calls.delete(child.id);
     }
@@ -135,10 +149,15 @@ export class DelegatedSettlement {
     progress: ProgressSink,
     signal: AbortSignal | undefined,
     settle: Settle,
+    taskJustJournaled: boolean,
   ): Promise<string> {
     let outcome: TurnOutcome = { stopReason: "stop" };
-    const journal = await this.core.repo.readJournal(child.id, run.principalAccountId);
-    if (!endsWithAnswer(journal)) outcome = (await this.runChildTurn(child, scope, progress, signal)).outcome;
+    // The start just journaled the task as the newest row (under this run's lease nothing else answers
+    // it): the journal cannot end with an answer, so it is not read for that.
+    const answered =
+      !taskJustJournaled &&
+      endsWithAnswer(await this.core.repo.readJournal(child.id, run.principalAccountId));
+    if (!answered) outcome = (await this.#childTurn(child, scope, progress, signal, false)).outcome;
     const drained = await this.#settlementDrain(run, child, scope, progress, outcome, signal);
     // Pausing for a restart: the call stays open and boot recovery continues it; nothing is settled here.
     await this.core.writes.capture("a call's settlement", () =>
@@ -191,6 +210,17 @@ export class DelegatedSettlement {
     progress: ProgressSink,
     signal?: AbortSignal,
   ): Promise<{ outcome: TurnOutcome; reply: string | undefined; delivered: string[] }> {
+    return this.#childTurn(child, scope, progress, signal, true);
+  }
+
+  /** `runChildTurn`; without `withReply` the reply is not read (the call's first turn: its settlement reads it). */
+  #childTurn(
+    child: SessionRow,
+    scope: DelegatedExecutionScope,
+    progress: ProgressSink,
+    signal: AbortSignal | undefined,
+    withReply: boolean,
+  ): Promise<{ outcome: TurnOutcome; reply: string | undefined; delivered: string[] }> {
     return this.core.turns.exclusive(child.id, async () => {
       const pending = await this.core.writes.capture(
         "a delivery",
@@ -208,7 +238,9 @@ export class DelegatedSettlement {
               progress: inheritSink(progress),
               scope,
             });
-      const reply = await latestAssistantText(this.core.repo, child.id, child.principalAccountId);
+      const reply = withReply
+        ? await latestAssistantText(this.core.repo, child.id, child.principalAccountId)
+        : undefined;
       return { outcome, reply, delivered };
     });
   }
@@ -236,8 +268,14 @@ export class DelegatedSettlement {
       if (signal?.aborted) return { kind: "aborted" };
       // Live helpers first: a helper's result and its terminal status commit together, so once none is
       // open, every helper result is already in the inbox and the reads below cannot miss one.
-      const live = await this.core.repo.openChildRuns(child.id, run.principalAccountId);
-      if (live.length > 0) {
+      // One snapshot of all three when the repository has it: no helper is open in it, so every helper
+      // result is in it too.
+      const work = this.core.repo.settlementWork
+        ? await this.core.repo.settlementWork(child.id, run.principalAccountId)
+        : undefined;
+      const live =
+        work?.openChildRuns ?? (await this.core.repo.openChildRuns(child.id, run.principalAccountId)).length;
+      if (live > 0) {
         // Their settlement wakes this waiter; the bound re-reads rows a wake-up could miss.
         await this.core.notifier.wait(child.id, this.core.options.helperWaitMs ?? 1000);
         continue;
@@ -249,9 +287,13 @@ export class DelegatedSettlement {
         if (last.kind === "failed" || last.kind === "aborted") return last;
         continue;
       }
-      const steers = await this.core.repo.pendingSteers(child.id, run.principalAccountId);
-      const queued = await this.core.repo.queuedResultIds(child.id, run.principalAccountId);
-      if (steers.length === 0 && queued.length === 0) return last;
+      // With `work`, its counts stand: a result turn joined above (which could change them) loops first.
+      const steers =
+        work?.pendingSteers ?? (await this.core.repo.pendingSteers(child.id, run.principalAccountId)).length;
+      const queued =
+        work?.queuedResults ??
+        (await this.core.repo.queuedResultIds(child.id, run.principalAccountId)).length;
+      if (steers === 0 && queued === 0) return last;
       faultPoint("drain.during");
       last = await this.drainPendingResults(child, scope, progress, signal);
       if (last.kind === "failed" || last.kind === "aborted") return last;
@@ -438,9 +480,11 @@ export class DelegatedSettlement {
     });
     faultPoint("child.settled");
     // The row's mode now, not when the call began: Ctrl+B may have moved a foreground call to the background.
-    const mode = settled.settled
-      ? (await this.core.repo.getRun(run.id, run.principalAccountId)).mode
-      : run.mode;
+    // A background call stays one (Ctrl+B is the only mode change), so only a foreground one is re-read.
+    const mode =
+      settled.settled && run.mode === "foreground"
+        ? (await this.core.repo.getRun(run.id, run.principalAccountId)).mode
+        : run.mode;
     if (mode === "background" || !this.core.turns.isStreaming(run.parentSessionId)) {
       await this.core.resultQueued(run.parentSessionId, run.principalAccountId, settled.resultId);
     } else {

@@ -85,8 +85,13 @@ export function deliverResults(
   for (const id of resultIds) assertUuid("resultId", id);
   if (resultIds.length === 0) return Promise.resolve({ delivered: [], skipped: [] });
   return tx(pool, async (c) => {
-    await assertVisible(c, sessionId, principalAccountId);
-    await c.query("select 1 from sessions where id = $1::uuid for update", [sessionId]);
+    // The visibility check and the parent's row lock in one statement (checked under the lock, not before).
+    const locked = await c.query(
+      `select 1 from sessions where id = $1::uuid and principal_account_id = $2::uuid and visibility = 'visible'
+          for update`,
+      [sessionId, principalAccountId],
+    );
+    if (!locked.rowCount) throw notFound("session", { sessionId });
     const { rows } = await c.query<Row>(
       `select ${RESULT_COLUMNS} from delegation_results r left join spilled_outputs s on s.id = r.spill_id
         where r.id = any($3::uuid[]) and r.parent_session_id = $1::uuid and r.principal_account_id = $2::uuid

@@ -156,20 +156,19 @@ export async function readJournal(
   options: { fromSeq?: number; includeProvisional?: boolean } = {},
 ): Promise<JournalEntry[]> {
   assertUuid("sessionId", sessionId);
-  return tx(
-    pool,
-    async (c) => {
-      await assertVisible(c, sessionId, principalAccountId);
-      const { rows } = await c.query<Row>(
-        `select session_id, seq, body, settled, created_at from journal_entries
-          where session_id = $1::uuid and not discarded and seq >= $2 and (settled or $3)
-          order by seq`,
-        [sessionId, options.fromSeq ?? 1, options.includeProvisional ?? false],
-      );
-      return rows.map(entryFromRow);
-    },
-    { isolation: "repeatable read", readOnly: true },
+  // One statement is one snapshot: the visibility check and the rows agree without a transaction. The left
+  // join keeps one (null) row for a visible session with no matching rows; an invisible one gives none.
+  const { rows } = await pool.query<Row>(
+    `select j.session_id, j.seq, j.body, j.settled, j.created_at
+       from sessions s
+       left join journal_entries j
+         on j.session_id = s.id and not j.discarded and j.seq >= $2 and (j.settled or $3)
+      where s.id = $1::uuid and s.principal_account_id = $4::uuid and s.visibility = 'visible'
+      order by j.seq`,
+    [sessionId, options.fromSeq ?? 1, options.includeProvisional ?? false, principalAccountId],
   );
+  if (rows.length === 0) throw notFound("session", { sessionId });
+  return rows.filter((r) => r.seq !== null).map(entryFromRow);
 }
 
 export async function assertVisible(
@@ -192,13 +191,22 @@ export async function recentAssistantMessages(
   beforeSeq?: number,
 ): Promise<Array<{ seq: number; message: TranscriptMessage; usage?: ProviderUsage }>> {
   assertUuid("sessionId", sessionId);
-  await assertVisible(pool, sessionId, principalAccountId);
-  const { rows } = await pool.query<Row>(
-    `select seq, body, provider_usage from journal_entries
-      where session_id = $1::uuid and role = 'assistant' and not discarded and settled and seq < $2
-      order by seq desc limit $3`,
-    [sessionId, beforeSeq ?? Number.MAX_SAFE_INTEGER, limit],
+  // The visibility check rides on the read (one snapshot): a visible session with no such row gives one
+  // null row from the left join, an invisible one gives none.
+  const { rows: found } = await pool.query<Row>(
+    `select j.seq, j.body, j.provider_usage
+       from sessions s
+       left join lateral (
+         select seq, body, provider_usage from journal_entries
+          where session_id = s.id and role = 'assistant' and not discarded and settled and seq < $2
+          order by seq desc limit $3
+       ) j on true
+      where s.id = $1::uuid and s.principal_account_id = $4::uuid and s.visibility = 'visible'
+      order by j.seq desc`,
+    [sessionId, beforeSeq ?? Number.MAX_SAFE_INTEGER, limit, principalAccountId],
   );
+  if (found.length === 0) throw notFound("session", { sessionId });
+  const rows = found.filter((r) => r.seq !== null);
   return rows.map((r) => {
     const seq = Number(r.seq);
     const body = decodeBody(sessionId, seq, String(r.body));

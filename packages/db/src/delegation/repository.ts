@@ -104,6 +104,8 @@ export class PgDelegationRepository implements DelegationRepository {
   enqueueWorkflowSummary: DelegationRepository["enqueueWorkflowSummary"] = async (i) =>
     delivery.enqueueWorkflowSummary(this.pool, i);
   openChildRuns: DelegationRepository["openChildRuns"] = async (s, p) => runs.openChildRuns(this.pool, s, p);
+  settlementWork: NonNullable<DelegationRepository["settlementWork"]> = async (s, p) =>
+    runs.settlementWork(this.pool, s, p);
 
   settledResultIds: DelegationRepository["settledResultIds"] = async (s, p) =>
     journal.settledResultIds(this.pool, s, p);

@@ -62,44 +62,69 @@ export function createDelegation(
   assertUuid("parentSessionId", input.parentSessionId);
   assertUuid("principalAccountId", input.principalAccountId);
   checkToolCallId(input.toolCallId);
-  return tx(pool, async (c) => {
-    await assertParent(c, input.parentSessionId, input.principalAccountId);
-    const existing = await runByToolCall(c, input.parentSessionId, input.toolCallId);
-    if (existing) {
-      const child = await c.query<Row>("select * from sessions where id = $1::uuid", [
-        existing.childSessionId,
-      ]);
-      if (!child.rows[0]) throw notFound("child session", { runId: existing.id });
-      return { run: existing, child: sessionFromRow(child.rows[0]), created: false };
-    }
-    const child = await c.query<Row>(
-      `insert into sessions (kind, parent_session_id, principal_account_id, model, scope, visibility, fork_of_session_id)
-       values ('delegated', $1::uuid, $2::uuid, $3, $4, $5, $6::uuid) returning *`,
-      [
-        input.parentSessionId,
-        input.principalAccountId,
-        input.model,
-        input.scope,
-        input.fork ? "private" : "visible",
-        input.fork?.fromSessionId ?? null,
-      ],
-    );
-    const childRow = sessionFromRow(child.rows[0] as Row);
-    const run = await c.query<Row>(
-      `insert into subagent_runs (parent_session_id, principal_account_id, tool_call_id, child_session_id, kind, mode, task)
-       values ($1::uuid, $2::uuid, $3, $4::uuid, 'delegate', $5, $6) returning *`,
+  // The parent check, the retried-call lookup and both inserts are one statement, atomic by itself; only
+  // an isolated worktree's row needs a transaction around it.
+  const create = async (c: Queryable) => {
+    const { rows } = await c.query<Row>(
+      `with parent as (
+         select principal_account_id from sessions where id = $1::uuid and visibility = 'visible'
+       ), existing as (
+         select * from subagent_runs where parent_session_id = $1::uuid and tool_call_id = $3
+       ), child as (
+         insert into sessions (kind, parent_session_id, principal_account_id, model, scope, visibility,
+                               fork_of_session_id)
+         select 'delegated', $1::uuid, $2::uuid, $4, $5, $6, $7::uuid
+           from parent
+          where parent.principal_account_id = $2::uuid and not exists (select 1 from existing)
+         returning *
+       ), run as (
+         insert into subagent_runs (parent_session_id, principal_account_id, tool_call_id, child_session_id, kind,
+                                    mode, task)
+         select $1::uuid, $2::uuid, $3, child.id, 'delegate', $8, $9 from child
+         returning *
+       )
+       select (select principal_account_id from parent) as parent_principal,
+              (select to_jsonb(r) from run r) as new_run,
+              (select to_jsonb(s) from child s) as new_child,
+              (select to_jsonb(e) from existing e) as existing_run,
+              (select to_jsonb(s) from sessions s join existing e on s.id = e.child_session_id) as existing_child`,
       [
         input.parentSessionId,
         input.principalAccountId,
         input.toolCallId,
-        childRow.id,
+        input.model,
+        input.scope,
+        input.fork ? "private" : "visible",
+        input.fork?.fromSessionId ?? null,
         input.mode,
         input.task,
       ],
     );
-    if (input.worktree)
-      await insertIsolatedWorktree(c, childRow.id, input.principalAccountId, input.worktree);
-    return { run: runFromRow(run.rows[0] as Row), child: childRow, created: true };
+    const row = rows[0] as Row;
+    if (row.parent_principal === null || row.parent_principal === undefined)
+      throw notFound("parent session", { parentSessionId: input.parentSessionId });
+    if (row.parent_principal !== input.principalAccountId) {
+      throw new DelegationDbError("cross_account", "the parent session belongs to another account", {
+        parentSessionId: input.parentSessionId,
+      });
+    }
+    if (row.existing_run) {
+      const existing = runFromRow(row.existing_run as Row);
+      if (!row.existing_child) throw notFound("child session", { runId: existing.id });
+      return { run: existing, child: sessionFromRow(row.existing_child as Row), created: false };
+    }
+    return {
+      run: runFromRow(row.new_run as Row),
+      child: sessionFromRow(row.new_child as Row),
+      created: true,
+    };
+  };
+  const worktree = input.worktree;
+  if (!worktree) return create(pool);
+  return tx(pool, async (c) => {
+    const out = await create(c);
+    if (out.created) await insertIsolatedWorktree(c, out.child.id, input.principalAccountId, worktree);
+    return out;
   });
 }
 
@@ -212,6 +237,28 @@ export async function openChildRuns(
   return rows.map(runFromRow);
 }
 
+/** One snapshot of what a settling session waits for or takes (see DelegationRepository.settlementWork). */
+export async function settlementWork(
+  pool: pg.Pool,
+  sessionId: string,
+  principalAccountId: string,
+): Promise<{ openChildRuns: number; pendingSteers: number; queuedResults: number }> {
+  assertUuid("sessionId", sessionId);
+  const { rows } = await pool.query<{ runs: number; steers: number; queued: number }>(
+    `select
+       (select count(*) from subagent_runs where parent_session_id = $1::uuid and principal_account_id = $2::uuid
+           and status in ${OPEN})::int as runs,
+       (select count(*) from delegated_steers where child_session_id = $1::uuid and principal_account_id = $2::uuid
+           and status = 'pending')::int as steers,
+       (select count(*) from delegation_results r
+         where r.parent_session_id = $1::uuid and r.principal_account_id = $2::uuid
+           and not exists (select 1 from delegation_result_acks a where a.result_id = r.id))::int as queued`,
+    [sessionId, principalAccountId],
+  );
+  const row = rows[0] ?? { runs: 0, steers: 0, queued: 0 };
+  return { openChildRuns: row.runs, pendingSteers: row.steers, queuedResults: row.queued };
+}
+
 export async function markRunStarted(
   pool: pg.Pool,
   runId: string,
@@ -232,36 +279,40 @@ export function startRun(
   runId: string,
   generation: number,
   owner: string,
-): Promise<{ started: boolean; appended: boolean; run: SubagentRun | null }> {
+): Promise<{ started: boolean; appended: boolean; run: SubagentRun | null; child?: SessionRow }> {
   assertUuid("runId", runId);
   return tx(pool, async (c) => {
-    const { rows } = await c.query<Row>("select * from subagent_runs where id = $1::uuid for update", [
-      runId,
-    ]);
-    const row = rows[0];
-    if (!row) throw notFound("run", { runId });
-    const run = runFromRow(row);
+    // The open-in-this-generation check and the start are one conditional update; `prev` locks the row
+    // first and keeps the status it had, which says whether the task still has to be journaled.
     // A settling run resumes as running: its settlement drain runs again and re-enters settling.
-    if (
-      run.generation !== generation ||
-      !["queued", "running", "settling"].includes(run.status) ||
-      !run.childSessionId
-    ) {
-      return { started: false, appended: false, run };
+    const upd = await c.query<Row>(
+      `update subagent_runs r set status = 'running', started_at = coalesce(r.started_at, now()),
+              updated_at = now(), locked_by = $3, locked_at = now()
+         from (select id, status from subagent_runs where id = $1::uuid for update) prev
+        where r.id = prev.id and r.generation = $2 and r.status in ${OPEN} and r.child_session_id is not null
+        returning r.*, prev.status as prev_status,
+                  (select to_jsonb(s) from sessions s
+                    where s.id = r.child_session_id and s.principal_account_id = r.principal_account_id
+                      and s.visibility = 'visible') as child_row`,
+      [runId, generation, owner],
+    );
+    const row = upd.rows[0];
+    if (!row) {
+      const { rows } = await c.query<Row>("select * from subagent_runs where id = $1::uuid", [runId]);
+      if (!rows[0]) throw notFound("run", { runId });
+      return { started: false, appended: false, run: runFromRow(rows[0]) };
     }
-    const appended = run.status === "queued";
+    const run = runFromRow(row);
+    const appended = row.prev_status === "queued";
+    // Same transaction as the start: the task is journaled exactly when the run leaves `queued`.
     if (appended) {
-      await appendIn(c, run.childSessionId, run.principalAccountId, [
+      await appendIn(c, run.childSessionId as string, run.principalAccountId, [
         { body: { type: "message", message: { role: "user", content: run.task } } },
       ]);
     }
-    const upd = await c.query<Row>(
-      `update subagent_runs set status = 'running', started_at = coalesce(started_at, now()), updated_at = now(),
-              locked_by = $2, locked_at = now()
-        where id = $1::uuid returning *`,
-      [runId, owner],
-    );
-    return { started: true, appended, run: runFromRow(upd.rows[0] as Row) };
+    // The child's row as getSession reads it (taken with the start: the caller needs it next).
+    const child = row.child_row ? sessionFromRow(row.child_row as Row) : undefined;
+    return { started: true, appended, run, ...(child ? { child } : {}) };
   });
 }
 
@@ -285,57 +336,66 @@ export function settleRun(
 ): Promise<{ settled: boolean; resultId: string }> {
   assertUuid("runId", result.runId);
   assertUuid("resultId", result.resultId);
-  return tx(pool, async (c) => {
-    const { rows } = await c.query<Row>("select * from subagent_runs where id = $1::uuid for update", [
-      result.runId,
-    ]);
-    const row = rows[0];
-    if (!row) throw notFound("run", { runId: result.runId });
-    const run = runFromRow(row);
-    const prior = await c.query<{ id: string }>("select id from delegation_results where run_id = $1::uuid", [
-      run.id,
-    ]);
-    if (prior.rows[0]) return { settled: false, resultId: prior.rows[0].id };
-    if (run.generation !== result.generation || !["queued", "running", "settling"].includes(run.status)) {
-      throw new DelegationDbError("stale_generation", "the run moved on before this settlement", {
-        runId: run.id,
-        generation: result.generation,
-        current: run.generation,
-        status: run.status,
-      });
-    }
-    await c.query(
-      `insert into delegation_results
-         (id, parent_session_id, principal_account_id, run_id, child_session_id, tool_call_id, kind, outcome, mode,
-          body, byte_size, spill_id)
-       values ($1::uuid, $2::uuid, $3::uuid, $4::uuid, $5::uuid, $6, 'subagent', $7, $8, $9, $10, $11::uuid)`,
+  // One statement: lock the run, find a prior result, and only for an open run of this generation with none
+  // insert the result and make the run terminal. Atomic by itself, so the result and the terminal status
+  // commit together without a transaction; a probe (a crash test's fault point before the commit) gets one.
+  const settle = async (c: Queryable): Promise<{ settled: boolean; resultId: string }> => {
+    const { rows } = await c.query<Row>(
+      `with run as (
+         select * from subagent_runs where id = $1::uuid for update
+       ), prior as (
+         select id from delegation_results where run_id = $1::uuid
+       ), ins as (
+         insert into delegation_results
+           (id, parent_session_id, principal_account_id, run_id, child_session_id, tool_call_id, kind, outcome,
+            mode, body, byte_size, spill_id)
+         select $2::uuid, run.parent_session_id, run.principal_account_id, run.id, run.child_session_id,
+                run.tool_call_id, 'subagent', $4, run.mode, $5, $6, $7::uuid
+           from run
+          where run.generation = $3 and run.status in ${OPEN} and not exists (select 1 from prior)
+         returning id
+       ), upd as (
+         update subagent_runs u set status = $8, settled_at = now(), updated_at = now(), error = $9::jsonb,
+                locked_by = null, locked_at = null
+           from ins
+          where u.id = $1::uuid
+         returning u.id
+       )
+       select run.id, run.generation, run.status, (select id from prior) as prior_id,
+              (select id from ins) as inserted_id, (select count(*) from upd)::int as updated
+         from run`,
       [
+        result.runId,
         result.resultId,
-        run.parentSessionId,
-        run.principalAccountId,
-        run.id,
-        run.childSessionId,
-        run.toolCallId,
+        result.generation,
         result.outcome,
-        run.mode,
         result.body,
         result.byteSize,
         result.spillId ?? null,
-      ],
-    );
-    options.probe?.("settle.before_commit");
-    await c.query(
-      `update subagent_runs set status = $2, settled_at = now(), updated_at = now(), error = $3::jsonb,
-              locked_by = null, locked_at = null
-        where id = $1::uuid`,
-      [
-        run.id,
         result.outcome === "ok" ? "succeeded" : "failed",
         result.error ? JSON.stringify(result.error) : null,
       ],
     );
-    return { settled: true, resultId: result.resultId };
-  });
+    const row = rows[0];
+    if (!row) throw notFound("run", { runId: result.runId });
+    if (typeof row.prior_id === "string") return { settled: false, resultId: row.prior_id };
+    if (typeof row.inserted_id === "string") {
+      options.probe?.("settle.before_commit");
+      return { settled: true, resultId: row.inserted_id };
+    }
+    // The statement's snapshot predates the lock: a settlement committed while it waited shows only now.
+    const prior = await c.query<{ id: string }>("select id from delegation_results where run_id = $1::uuid", [
+      result.runId,
+    ]);
+    if (prior.rows[0]) return { settled: false, resultId: prior.rows[0].id };
+    throw new DelegationDbError("stale_generation", "the run moved on before this settlement", {
+      runId: result.runId,
+      generation: result.generation,
+      current: Number(row.generation),
+      status: String(row.status),
+    });
+  };
+  return options.probe ? tx(pool, settle) : settle(pool);
 }
 
 /**

@@ -342,12 +342,13 @@ export interface DelegationRepository {
    * queued -> running and, for a run that had not started, the task's user message appended to the child's
    * journal, in one transaction: a started run always has its task in the journal. `started` is false when
    * the row moved on (another generation, terminal); `appended` says whether the task was written now.
+   * `child`, when started: the child's session row as getSession reads it (absent when not visible).
    */
   startRun(
     runId: string,
     generation: number,
     owner: string,
-  ): Promise<{ started: boolean; appended: boolean; run: SubagentRun | null }>;
+  ): Promise<{ started: boolean; appended: boolean; run: SubagentRun | null; child?: SessionRow }>;
   /** Writes the result into the inbox and terminalizes the run, in one transaction; idempotent. */
   settleRun(result: SettledResult, options?: AppendOptions): Promise<{ settled: boolean; resultId: string }>;
   /** Queues a workflow's summary; a second summary for the same call is a no-op returning the first id. */
@@ -367,6 +368,15 @@ export interface DelegationRepository {
   moveRunToBackground(runId: string, principalAccountId: string, generation: number): Promise<boolean>;
   /** Open runs whose parent is `sessionId` (live helpers). */
   openChildRuns(sessionId: string, principalAccountId: string): Promise<SubagentRun[]>;
+  /**
+   * What a settling session still has to wait for or take, in one snapshot: its open child runs, its
+   * pending steers and its unacknowledged results (the counts openChildRuns, pendingSteers and
+   * queuedResultIds would give). Optional: without it, those three are read one by one.
+   */
+  settlementWork?(
+    sessionId: string,
+    principalAccountId: string,
+  ): Promise<{ openChildRuns: number; pendingSteers: number; queuedResults: number }>;
 
   // delivery
   /**
