@@ -259,9 +259,9 @@ export async function assembleRuntime(
   const tracked = trackedRepository(new PgDelegationRepository(pgPool, onLeaseLost ? { onLeaseLost } : {}));
   const bus = new EventBus();
   // Live views wake on commits: this process's journal writes directly, other processes' through NOTIFY
-  // (one listening connection, opened here; writes notify only what some process watches).
+  // (one listening connection, opened once the runtime is assembled; writes notify only what some process
+  // watches, and every write until then).
   const wake = new WakeHub();
-  wake.attach(pgPool, (e) => log.warn({ err: e }, "wake listener failed; it reconnects"));
   const repo = wakeOnJournalWrites(tracked.repo, wake);
   const alerts = await AlertService.open(config.dataDir);
   // The old process's build-mismatch latch died with it: its alert is cleared before the new sink attaches.
@@ -567,6 +567,8 @@ export async function assembleRuntime(
     return [...ids].map((sessionId) => ({ sessionId, ...executionFor(sessionId) }));
   };
 
+  // Last: a start that failed above leaves no listening connection holding the pool (and the process) open.
+  wake.attach(pgPool, (e) => log.warn({ err: e }, "wake listener failed; it reconnects"));
   return {
     repo,
     service,
