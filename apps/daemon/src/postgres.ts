@@ -30,18 +30,18 @@ const embeddedUrl = (port: number, password: string, db = DATABASE) =>
  * cluster gets a random one, written (fsync'd) before initdb so that a crash between the two never leaves a
  * cluster whose password is lost.
  */
-async function clusterPassword(dataDir: string): Promise<string> {
+async function clusterPassword(dataDir: string): Promise<{ password: string; fresh: boolean }> {
   const file = join(dataDir, "postgres.password");
   const kept = await readFile(file, "utf8").catch(() => undefined);
-  if (kept !== undefined) return kept.trim();
+  if (kept !== undefined) return { password: kept.trim(), fresh: false };
   const made = await stat(join(dataDir, "postgres", "PG_VERSION")).then(
     () => true,
     () => false,
   );
-  if (made) return LEGACY_PASSWORD;
+  if (made) return { password: LEGACY_PASSWORD, fresh: false };
   const password = randomBytes(24).toString("base64url");
   await writeFile(file, `${password}\n`, { mode: 0o600, flush: true });
-  return password;
+  return { password, fresh: true };
 }
 
 async function ensureDatabase(port: number, password: string): Promise<void> {
@@ -68,7 +68,7 @@ export async function openDaemonDatabase(
   if (config.databaseUrl)
     return { url: config.databaseUrl, kind: "external", stop: async () => {}, revive: async () => false };
   const dataDir = join(config.dataDir, "postgres");
-  const password = await clusterPassword(config.dataDir);
+  const { password, fresh } = await clusterPassword(config.dataDir);
   const adopted = await runningPostmaster(dataDir);
   let stop: () => Promise<void>;
   let port: number;
@@ -78,8 +78,16 @@ export async function openDaemonDatabase(
     port = adopted.port;
     stop = () => stopPostmaster(adopted.pid);
   } else {
-    const cluster = await startEmbeddedCluster({ dataDir, persistent: true, user: USER, password });
-    await ensureDatabase(cluster.port, password);
+    const cluster = await startEmbeddedCluster({ dataDir, persistent: true, user: USER, password, fresh });
+    if (cluster.setAside)
+      log("a cluster left by a removed data directory at this path was moved aside", {
+        to: cluster.setAside,
+      });
+    // A server this start began is stopped again when the database cannot be made: nothing is left running.
+    await ensureDatabase(cluster.port, password).catch(async (e: unknown) => {
+      await cluster.stop().catch(() => undefined);
+      throw e;
+    });
     log("embedded postgres started", { dataDir, port: cluster.port, runsAs: cluster.runsAs });
     port = cluster.port;
     stop = () => cluster.stop();

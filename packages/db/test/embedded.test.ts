@@ -125,6 +125,39 @@ describe("the embedded PostgreSQL starter", () => {
   );
 
   it.runIf(isRoot())(
+    "root: a cluster left by a removed data directory is set aside, and a fresh start there makes a new one",
+    async () => {
+      const parent = privateDir("crw-orphan-");
+      const dataDir = join(parent, "data");
+      const first = await startEmbeddedCluster({ dataDir, persistent: true, password: "first", fresh: true });
+      const target = resolve(dirname(dataDir), readLink(dataDir));
+      await first.stop();
+      // the user removes its data directory (here: the link) and starts again with a new password
+      rmSync(dataDir, { recursive: true, force: true });
+      expect(existsSync(target)).toBe(true);
+      const second = await startEmbeddedCluster({
+        dataDir,
+        persistent: true,
+        password: "second",
+        fresh: true,
+      });
+      try {
+        expect(second.setAside).toMatch(/\.orphaned-\d+$/);
+        expect(existsSync(join(second.setAside as string, "PG_VERSION"))).toBe(true);
+        const { default: pg } = await import("pg");
+        const client = new pg.Client({ connectionString: second.url() });
+        await client.connect();
+        expect((await client.query("select 1 as one")).rows[0]).toEqual({ one: 1 });
+        await client.end();
+      } finally {
+        await second.stop();
+        rmSync(second.setAside as string, { recursive: true, force: true });
+        rmSync(target, { recursive: true, force: true });
+      }
+    },
+  );
+
+  it.runIf(isRoot())(
     "root copies binaries its server user cannot reach, once, and reuses the copy",
     async () => {
       const shipped = await shippedBinaries();

@@ -16,6 +16,8 @@ export interface EmbeddedCluster {
   readonly dataDir: string;
   /** The user the server runs as: the invoking user, or (for root) an unprivileged one. */
   readonly runsAs: string;
+  /** Where an orphaned cluster found at root's mapped place was moved (see `fresh`). */
+  readonly setAside?: string;
   /** A connection string to `database` on this cluster. */
   url(database?: string): string;
   stop(): Promise<void>;
@@ -32,6 +34,11 @@ export interface EmbeddedClusterOptions {
   port?: number;
   postgresFlags?: string[];
   env?: NodeJS.ProcessEnv;
+  /**
+   * The caller holds no record of a cluster in `dataDir` (its password is new): a cluster root relocated
+   * for this path before (its data directory since removed) is set aside rather than reused.
+   */
+  fresh?: boolean;
 }
 
 export async function freePort(): Promise<number> {
@@ -171,7 +178,10 @@ async function stopServer(server: Server): Promise<void> {
   clearTimeout(timer);
 }
 
-async function serverPlace(options: EmbeddedClusterOptions, env: NodeJS.ProcessEnv) {
+async function serverPlace(
+  options: EmbeddedClusterOptions,
+  env: NodeJS.ProcessEnv,
+): Promise<{ user: ServerUser | undefined; binaries: ServerBinaries; pgData: string; setAside?: string }> {
   const shipped = await shippedBinaries();
   const user = await serverUserFor(options.dataDir, env);
   if (!user) {
@@ -180,7 +190,11 @@ async function serverPlace(options: EmbeddedClusterOptions, env: NodeJS.ProcessE
     return { user, binaries: await checkRunnable(shipped), pgData: options.dataDir };
   }
   const binaries = await binariesFor(user, shipped, serverHome(env));
-  return { user, binaries, pgData: await placeDataDir(user, options.dataDir, options.persistent, env) };
+  return {
+    user,
+    binaries,
+    ...(await placeDataDir(user, options.dataDir, options.persistent, env, options.fresh ?? false)),
+  };
 }
 
 /**
@@ -193,7 +207,7 @@ export async function startEmbeddedCluster(options: EmbeddedClusterOptions): Pro
   const superuser = options.user ?? "postgres";
   const password = options.password ?? randomBytes(18).toString("base64url");
   const port = options.port ?? (await freePort());
-  const { user, binaries, pgData } = await serverPlace(options, env).catch((e: unknown) => {
+  const { user, binaries, pgData, setAside } = await serverPlace(options, env).catch((e: unknown) => {
     if (e instanceof EmbeddedPostgresError) throw e;
     throw new EmbeddedPostgresError(
       "data_dir",
@@ -212,6 +226,7 @@ export async function startEmbeddedCluster(options: EmbeddedClusterOptions): Pro
     port,
     dataDir: options.dataDir,
     runsAs: user?.name ?? "the invoking user",
+    ...(setAside && { setAside }),
     url: (database = "postgres") =>
       `postgres://${encodeURIComponent(superuser)}:${encodeURIComponent(password)}@127.0.0.1:${port}/${database}`,
     stop: async () => {

@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from "node:crypto";
-import { chmod, lstat, mkdir, readdir, readlink, rmdir, stat, symlink } from "node:fs/promises";
+import { chmod, lstat, mkdir, readdir, readlink, rename, rmdir, stat, symlink } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { EmbeddedPostgresError, EXTERNAL_SERVER_HINT } from "./errors.js";
@@ -28,7 +28,8 @@ async function relocated(
   persistent: boolean,
   user: ServerUser,
   env: NodeJS.ProcessEnv,
-): Promise<string> {
+  fresh: boolean,
+): Promise<{ pgData: string; setAside?: string }> {
   let base: string;
   let name: string;
   if (persistent) {
@@ -44,8 +45,15 @@ async function relocated(
     name = `crw-pg-${randomBytes(6).toString("hex")}`;
   }
   const target = join(base, name);
+  // A cluster found at the mapped place while its caller holds no record of one (its password is new) was
+  // left by a data directory that was removed: reusing it would fail on that password. It is kept, aside.
+  let setAside: string | undefined;
+  if (persistent && fresh && (await exists(target))) {
+    setAside = `${target}.orphaned-${Date.now()}`;
+    await rename(target, setAside);
+  }
   await symlink(target, dataDir);
-  return target;
+  return { pgData: target, ...(setAside && { setAside }) };
 }
 
 /**
@@ -79,11 +87,13 @@ export async function placeDataDir(
   dataDir: string,
   persistent: boolean,
   env: NodeJS.ProcessEnv = process.env,
-): Promise<string> {
+  /** The caller holds no record of a cluster here: one found at root's mapped place is an orphan. */
+  fresh = false,
+): Promise<{ pgData: string; setAside?: string }> {
   const here = await dataDirState(dataDir);
-  if (here === "link") return resolve(dirname(dataDir), await readlink(dataDir));
+  if (here === "link") return { pgData: resolve(dirname(dataDir), await readlink(dataDir)) };
   if (here === "cluster") {
-    if (await userCan(user, "-x", dataDir)) return dataDir;
+    if (await userCan(user, "-x", dataDir)) return { pgData: dataDir };
     const owner = await stat(dataDir);
     throw new EmbeddedPostgresError(
       "data_dir",
@@ -94,6 +104,6 @@ export async function placeDataDir(
   }
   if (here === "empty") await rmdir(dataDir);
   await mkdir(dirname(dataDir), { recursive: true, mode: 0o700 });
-  if (await userCan(user, "-x", dirname(dataDir))) return dataDir;
-  return relocated(dataDir, persistent, user, env);
+  if (await userCan(user, "-x", dirname(dataDir))) return { pgData: dataDir };
+  return relocated(dataDir, persistent, user, env, fresh);
 }
