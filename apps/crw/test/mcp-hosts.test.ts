@@ -80,6 +80,10 @@ async function crw(args: string[], env: NodeJS.ProcessEnv = daemonEnv()) {
   return run(process.execPath, [bin, ...args], { env, timeout: 120_000 });
 }
 
+/** `crw mcp install` into `config`, for the test's daemon and a session of its own. */
+const install = (client: "codex" | "claude", config: string, session: string) =>
+  crw(["mcp", "install", client, "--config", config, "--data-dir", dataDir, "--session", session]);
+
 function scratch(name: string) {
   const dir = join(root, name);
   const home = join(dir, "h");
@@ -114,17 +118,7 @@ describe("real MCP clients delegate to crw", () => {
   it("Codex delegates in the background with a directory and collects the child's answer with results", async () => {
     const s = scratch("codex");
     const config = join(s.dir, "crw.toml");
-    await crw([
-      "mcp",
-      "install",
-      "codex",
-      "--config",
-      config,
-      "--data-dir",
-      dataDir,
-      "--session",
-      "codex-owner",
-    ]);
+    await install("codex", config, "codex-owner");
     routes.set("openai-responses", owner(s.work, "CODEX.md"));
     const exec = await runCodexExec({
       home: s.home,
@@ -142,17 +136,7 @@ describe("real MCP clients delegate to crw", () => {
   it("Claude Code delegates in the background with a directory and collects the child's answer with results", async () => {
     const s = scratch("claude");
     const config = join(s.dir, "mcp.json");
-    await crw([
-      "mcp",
-      "install",
-      "claude",
-      "--config",
-      config,
-      "--data-dir",
-      dataDir,
-      "--session",
-      "claude-owner",
-    ]);
+    await install("claude", config, "claude-owner");
     const installed = JSON.parse(readFileSync(config, "utf8")) as {
       mcpServers: { crw: ClaudeMcpServer & { timeout?: number } };
     };

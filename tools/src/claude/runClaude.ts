@@ -1,7 +1,7 @@
-import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
+import { runToEnd } from "../processes/index.js";
 
 /**
  * The real Claude Code binary (`@anthropic-ai/claude-code` 2.1.328) run headless and offline as an MCP
@@ -183,23 +183,10 @@ export async function runClaude(options: RunClaudeOptions): Promise<ClaudeRun> {
   mkdirSync(options.home, { recursive: true });
   const mcpConfigPath = join(options.home, "crw-mcp-config.json");
   writeFileSync(mcpConfigPath, JSON.stringify(claudeMcpConfig(options.mcpServers ?? {}), null, 2));
-  const child = spawn(claudeBin(), claudeArgs(options, mcpConfigPath), {
+  const run = await runToEnd(claudeBin(), claudeArgs(options, mcpConfigPath), {
     cwd: options.cwd,
     env: claudeEnv(options),
-    stdio: ["ignore", "pipe", "pipe"],
+    timeoutMs: options.timeoutMs ?? 60_000,
   });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (d: Buffer) => {
-    stdout += d.toString();
-  });
-  child.stderr.on("data", (d: Buffer) => {
-    stderr += d.toString();
-  });
-  const timer = setTimeout(() => child.kill("SIGKILL"), options.timeoutMs ?? 60_000);
-  const [code, signal] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve, reject) => {
-    child.once("error", reject);
-    child.once("close", (c, s) => resolve([c, s]));
-  }).finally(() => clearTimeout(timer));
-  return { code, signal, stdout, stderr, mcpConfigPath, ...parseOutput(stdout) };
+  return { ...run, mcpConfigPath, ...parseOutput(run.stdout) };
 }

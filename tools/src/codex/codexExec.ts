@@ -1,6 +1,6 @@
-import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { runToEnd } from "../processes/index.js";
 import { type CodexHomeOptions, codexNativeBin, writeCodexHome } from "./codexHome.js";
 
 /**
@@ -76,24 +76,11 @@ export async function runCodexExec(options: CodexExecOptions): Promise<CodexExec
   writeCodexHome({ ...options, dir: options.home });
   const lastPath = join(options.home, "last-message.txt");
   const args = ["exec", "--json", "--skip-git-repo-check", "-C", options.cwd, "-o", lastPath];
-  const child = spawn(codexNativeBin(), [...args, ...(options.extraArgs ?? []), options.prompt], {
+  const run = await runToEnd(codexNativeBin(), [...args, ...(options.extraArgs ?? []), options.prompt], {
     cwd: options.cwd,
     env: { ...inheritedEnv(), RUST_LOG: "warn", ...options.env, CODEX_HOME: options.home },
-    stdio: ["ignore", "pipe", "pipe"],
+    timeoutMs: options.timeoutMs ?? 60_000,
   });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (d: Buffer) => {
-    stdout += d.toString();
-  });
-  child.stderr.on("data", (d: Buffer) => {
-    stderr += d.toString();
-  });
-  const timer = setTimeout(() => child.kill("SIGKILL"), options.timeoutMs ?? 60_000);
-  const [code, signal] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve, reject) => {
-    child.once("error", reject);
-    child.once("close", (c, s) => resolve([c, s]));
-  }).finally(() => clearTimeout(timer));
   const lastMessage = existsSync(lastPath) ? readFileSync(lastPath, "utf8") : null;
-  return { code, signal, events: parseEvents(stdout), lastMessage, stdout, stderr };
+  return { ...run, events: parseEvents(run.stdout), lastMessage };
 }

@@ -77,3 +77,4 @@ export async function until(check: () => boolean, what: string): Promise<void> {
     await new Promise((r) => setTimeout(r, 20));
   }
 }
+export { type FinishedRun, runToEnd } from "./runToEnd.js";
