@@ -9,6 +9,4 @@ export default defineConfig({
   clean: true,
   // Dependencies load from node_modules at run time; only this package's own code is bundled.
   skipNodeModulesBundle: true,
-  // Built code resolves sibling packages through their dist, so the source condition stays off here.
-  dts: { compilerOptions: { ignoreDeprecations: "6.0", customConditions: [] } },
 });

@@ -14,9 +14,6 @@ export default defineConfig([
   {
     ...common,
     entry: ["src/index.ts"],
-    // Built code resolves sibling packages through their dist at run time.
-    // Types of sibling packages are read from their sources, so this build never waits on theirs.
-    dts: { compilerOptions: { ignoreDeprecations: "6.0", customConditions: ["@crw/source"] } },
   },
   {
     ...common,
