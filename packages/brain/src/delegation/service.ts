@@ -119,6 +119,8 @@ export class DelegationService implements RestartCheckpoint {
   readonly #background = new Set<Promise<unknown>>();
   readonly #foreground = new Map<string, { run: SubagentRun; job: RunProgressJob; release: () => void }>();
   readonly #jobs = new Set<RunProgressJob>();
+  /** An idle parent's row being read for its follow-up: results that arrive meanwhile join that read. */
+  readonly #parentReads = new Map<string, Promise<void>>();
   #releaseLease: (() => Promise<void>) | undefined;
   #pause: Promise<void> | undefined;
 
@@ -470,8 +472,18 @@ export class DelegationService implements RestartCheckpoint {
     // A parent with a turn here is followed up when that turn ends (prompt and followUp both look again):
     // #afterIdle would do nothing now, so its row is not read for it.
     if (this.turns.isBusy(parentSessionId)) return;
-    const parent = await this.repo.getSession(parentSessionId, principalAccountId);
-    if (parent.kind === "root") this.#afterIdle(parent);
+    // Results of one batch settle together: the parent's row is read once, and the follow-up it starts
+    // drains every result committed before its drain runs (each of them was committed before its call here).
+    const reading = this.#parentReads.get(parentSessionId);
+    if (reading) return reading;
+    const read = this.repo
+      .getSession(parentSessionId, principalAccountId)
+      .then((parent) => {
+        if (parent.kind === "root") this.#afterIdle(parent);
+      })
+      .finally(() => this.#parentReads.delete(parentSessionId));
+    this.#parentReads.set(parentSessionId, read);
+    return read;
   }
 
   /** A root session's turn ended outside `prompt` (a host-driven turn): deliver what waits for it. */

@@ -97,7 +97,7 @@ export class DelegatedSettlement {
     if (!run.childSessionId)
       return settle(run, "error", "the child session was discarded before it was ready", "child_missing");
     const start = await this.core.writes.capture("a call's start", () =>
-      this.core.repo.startRun(run.id, run.generation, this.core.owner),
+      this.core.repo.startRun(run.id, run.generation, this.core.owner, run.childSessionId ?? undefined),
     );
     if (!start.started) {
       // The same call again (a retried tool call): its settled result is the answer, never a second run.

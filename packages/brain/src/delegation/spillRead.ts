@@ -15,6 +15,7 @@ const readArgs = z
     limit: z.number().int().positive().max(SPILL_READ_PAGE).optional(),
   })
   .strict();
+const READ_PARAMETERS = z.toJSONSchema(readArgs, { io: "input" }) as Record<string, unknown>;
 
 /** Moves a byte index back to the start of a UTF-8 character (never splits one). */
 function charStart(bytes: Buffer, index: number): number {
@@ -35,7 +36,7 @@ export function spillReadTool(repo: DelegationRepository, session: SessionRow): 
     description:
       "Read a spilled result delivered to you (the path in its placeholder), up to 64 KiB per call; " +
       "continue with offset for the rest.",
-    parameters: z.toJSONSchema(readArgs, { io: "input" }) as Record<string, unknown>,
+    parameters: READ_PARAMETERS,
     mutates: false,
     subject: (args) => (typeof args.path === "string" ? args.path : undefined),
     async execute(raw) {

@@ -41,6 +41,12 @@ const continueArgs = z
 
 const readArgs = z.object({ sessionId: z.uuid() }).strict();
 
+// Every turn offers these tools: their JSON schemas are made once, not per turn.
+const jsonSchema = (schema: z.ZodType) => z.toJSONSchema(schema, { io: "input" }) as Record<string, unknown>;
+const DELEGATE_PARAMETERS = jsonSchema(delegateArgs);
+const CONTINUE_PARAMETERS = jsonSchema(continueArgs);
+const READ_PARAMETERS = jsonSchema(readArgs);
+
 /** A tool call's arguments checked against `schema`; a typed `invalid_input` naming every issue otherwise. */
 export function parseToolArgs<T>(schema: z.ZodType<T>, args: unknown, tool: string): T {
   const parsed = schema.safeParse(args);
@@ -93,7 +99,7 @@ export function delegationTools(
       name: "Delegate",
       description:
         "Give a task to a fresh child session. Foreground waits for its answer; background returns at once.",
-      parameters: z.toJSONSchema(delegateArgs, { io: "input" }) as Record<string, unknown>,
+      parameters: DELEGATE_PARAMETERS,
       async execute(raw, ctx) {
         const a = parseToolArgs(delegateArgs, raw, "Delegate");
         const receipt = await service.delegate({
@@ -119,7 +125,7 @@ export function delegationTools(
       name: "DelegateContinue",
       description:
         "Send a follow-up to one of your children; it continues with its own transcript and scope.",
-      parameters: z.toJSONSchema(continueArgs, { io: "input" }) as Record<string, unknown>,
+      parameters: CONTINUE_PARAMETERS,
       async execute(raw, ctx) {
         const a = parseToolArgs(continueArgs, raw, "DelegateContinue");
         const receipt = await service.continueSubagent({
@@ -141,7 +147,7 @@ export function delegationTools(
     {
       name: "DelegateRead",
       description: "Read the newest answer of one of your children.",
-      parameters: z.toJSONSchema(readArgs, { io: "input" }) as Record<string, unknown>,
+      parameters: READ_PARAMETERS,
       async execute(raw) {
         const a = parseToolArgs(readArgs, raw, "DelegateRead");
         const text = await service.readSubagent(session.id, a.sessionId, principal);

@@ -93,7 +93,7 @@ async function lockSession(pool: pg.Pool, sessionId: string) {
 async function writeIsWaiting(pool: pg.Pool): Promise<boolean> {
   const { rows } = await pool.query<{ n: string }>(
     `select count(*)::text as n from pg_stat_activity
-      where datname = current_database() and wait_event_type = 'Lock' and query ilike 'update sessions set next_seq%'`,
+      where datname = current_database() and wait_event_type = 'Lock' and query ilike '%update sessions set next_seq%'`,
   );
   return Number(rows[0]?.n) > 0;
 }

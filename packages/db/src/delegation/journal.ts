@@ -76,8 +76,11 @@ function shape(sessionId: string, write: JournalWrite): RowShape {
 }
 
 /**
- * Appends rows inside the caller's transaction. Taking the sequence numbers row-locks the session until
- * commit, so a journal has one writer at a time and its seqs have no gaps or duplicates.
+ * Appends rows in one statement: taking the sequence numbers (an update of the session row, which holds
+ * the row lock to the end of the statement or of the caller's transaction) and inserting the rows are one
+ * atomic step, so a journal has one writer at a time and its seqs have no gaps or duplicates. The insert
+ * numbers its rows from the update's result, which sees the newest committed next_seq even after waiting
+ * on a concurrent appender's lock.
  */
 export async function appendIn(
   client: Queryable,
@@ -93,27 +96,23 @@ export async function appendIn(
   const woke = wakeWanted("journal", sessionId)
     ? `pg_notify('${JOURNAL_WAKE_CHANNEL}', id::text || ':' || (next_seq - 1)::text)`
     : "null";
-  const taken = await client.query<{ first: string }>(
-    `update sessions set next_seq = next_seq + $3
-      where id = $1::uuid and principal_account_id = $2::uuid
-      returning next_seq - $3 as first, ${woke} as woke`,
-    [sessionId, principalAccountId, rows.length],
-  );
-  const first = taken.rows[0];
-  if (!first) throw notFound("session", { sessionId });
-  const start = Number(first.first);
   try {
     const inserted = await client.query<Row>(
-      `insert into journal_entries (session_id, seq, kind, role, body, result_id, tool_call_id, settled,
+      `with taken as (
+         update sessions set next_seq = next_seq + $10
+          where id = $1::uuid and principal_account_id = $9::uuid
+          returning next_seq - $10 as first, ${woke} as woke
+       )
+       insert into journal_entries (session_id, seq, kind, role, body, result_id, tool_call_id, settled,
                                     provider_usage)
-       select $1::uuid, t.seq, t.kind, t.role, t.body, t.result_id, t.tool_call_id, t.settled, t.usage::jsonb
-         from unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::uuid[], $7::text[], $8::boolean[],
-                     $9::text[])
-           as t(seq, kind, role, body, result_id, tool_call_id, settled, usage)
+       select $1::uuid, taken.first + t.n - 1, t.kind, t.role, t.body, t.result_id, t.tool_call_id, t.settled,
+              t.usage::jsonb
+         from taken,
+              unnest($2::text[], $3::text[], $4::text[], $5::uuid[], $6::text[], $7::boolean[], $8::text[])
+                with ordinality as t(kind, role, body, result_id, tool_call_id, settled, usage, n)
        returning session_id, seq, body, settled, created_at`,
       [
         sessionId,
-        rows.map((_, i) => start + i),
         rows.map((r) => r.kind),
         rows.map((r) => r.role),
         rows.map((r) => r.body),
@@ -121,8 +120,11 @@ export async function appendIn(
         rows.map((r) => r.toolCallId),
         rows.map((r) => r.settled),
         rows.map((r) => r.usage),
+        principalAccountId,
+        rows.length,
       ],
     );
+    if (inserted.rows.length === 0) throw notFound("session", { sessionId });
     return inserted.rows.map(entryFromRow).sort((a, b) => a.seq - b.seq);
   } catch (e) {
     if ((e as { code?: string }).code === "23505") {
@@ -139,6 +141,7 @@ export async function appendIn(
   }
 }
 
+/** `appendIn` on its own: the one statement commits by itself, no transaction around it. */
 export function append(
   pool: pg.Pool,
   sessionId: string,
@@ -146,7 +149,7 @@ export function append(
   writes: readonly JournalWrite[],
   _options?: AppendOptions,
 ): Promise<JournalEntry[]> {
-  return tx(pool, (c) => appendIn(c, sessionId, principalAccountId, writes));
+  return appendIn(pool, sessionId, principalAccountId, writes);
 }
 
 export async function readJournal(

@@ -95,7 +95,7 @@ export class PgDelegationRepository implements DelegationRepository {
     runs.markRunStarted(this.pool, r, g, o);
   markRunSettling: DelegationRepository["markRunSettling"] = async (r, g) =>
     runs.markRunSettling(this.pool, r, g);
-  startRun: DelegationRepository["startRun"] = async (r, g, o) => runs.startRun(this.pool, r, g, o);
+  startRun: DelegationRepository["startRun"] = async (r, g, o, c) => runs.startRun(this.pool, r, g, o, c);
   settleRun: DelegationRepository["settleRun"] = async (r, o) => runs.settleRun(this.pool, r, o);
   recordRunProgress: DelegationRepository["recordRunProgress"] = async (r, p, g, s, j) =>
     runs.recordRunProgress(this.pool, r, p, g, s, j);

@@ -1,5 +1,6 @@
 import type pg from "pg";
 import { DelegationDbError } from "../errors.js";
+import { JOURNAL_WAKE_CHANNEL, wakeWanted } from "../listen.js";
 import type {
   AppendOptions,
   NewContinuation,
@@ -9,7 +10,6 @@ import type {
   SubagentRun,
 } from "../repositories/delegation.js";
 import { type Queryable, tx } from "../tx.js";
-import { appendIn } from "./journal.js";
 import { assertUuid, notFound, type Row, runFromRow, sessionFromRow } from "./rows.js";
 import { insertIsolatedWorktree } from "./worktrees.js";
 
@@ -274,46 +274,70 @@ export async function markRunStarted(
   return (rowCount ?? 0) > 0;
 }
 
-export function startRun(
+/** The task's journal row, byte for byte the JSON text `append` stores for a user message of that text. */
+const TASK_BODY = `'{"type":"message","message":{"role":"user","content":' || to_json(upd.task)::text || '}}'`;
+
+/**
+ * Starts an open run of this generation, in one statement: `prev` locks the run row first and keeps the
+ * status it had, which says whether the task still has to be journaled; leaving `queued` journals the task
+ * as the child's next row in the same statement, so the start and the task commit together or not at all.
+ * A settling run resumes as running: its settlement drain runs again and re-enters settling.
+ * `childSessionId`, when the caller knows it, decides whether the child's journal wake is sent.
+ */
+export async function startRun(
   pool: pg.Pool,
   runId: string,
   generation: number,
   owner: string,
+  childSessionId?: string,
 ): Promise<{ started: boolean; appended: boolean; run: SubagentRun | null; child?: SessionRow }> {
   assertUuid("runId", runId);
-  return tx(pool, async (c) => {
-    // The open-in-this-generation check and the start are one conditional update; `prev` locks the row
-    // first and keeps the status it had, which says whether the task still has to be journaled.
-    // A settling run resumes as running: its settlement drain runs again and re-enters settling.
-    const upd = await c.query<Row>(
-      `update subagent_runs r set status = 'running', started_at = coalesce(r.started_at, now()),
+  const woke =
+    childSessionId === undefined || wakeWanted("journal", childSessionId)
+      ? `pg_notify('${JOURNAL_WAKE_CHANNEL}', s.id::text || ':' || (s.next_seq - 1)::text)`
+      : "null";
+  const { rows } = await pool.query<Row>(
+    `with prev as (select id, status from subagent_runs where id = $1::uuid for update),
+     upd as (
+       update subagent_runs r set status = 'running', started_at = coalesce(r.started_at, now()),
               updated_at = now(), locked_by = $3, locked_at = now()
-         from (select id, status from subagent_runs where id = $1::uuid for update) prev
+         from prev
         where r.id = prev.id and r.generation = $2 and r.status in ${OPEN} and r.child_session_id is not null
-        returning r.*, prev.status as prev_status,
-                  (select to_jsonb(s) from sessions s
-                    where s.id = r.child_session_id and s.principal_account_id = r.principal_account_id
-                      and s.visibility = 'visible') as child_row`,
-      [runId, generation, owner],
-    );
-    const row = upd.rows[0];
-    if (!row) {
-      const { rows } = await c.query<Row>("select * from subagent_runs where id = $1::uuid", [runId]);
-      if (!rows[0]) throw notFound("run", { runId });
-      return { started: false, appended: false, run: runFromRow(rows[0]) };
-    }
-    const run = runFromRow(row);
-    const appended = row.prev_status === "queued";
-    // Same transaction as the start: the task is journaled exactly when the run leaves `queued`.
-    if (appended) {
-      await appendIn(c, run.childSessionId as string, run.principalAccountId, [
-        { body: { type: "message", message: { role: "user", content: run.task } } },
-      ]);
-    }
-    // The child's row as getSession reads it (taken with the start: the caller needs it next).
-    const child = row.child_row ? sessionFromRow(row.child_row as Row) : undefined;
-    return { started: true, appended, run, ...(child ? { child } : {}) };
-  });
+        returning r.*, prev.status as prev_status
+     ),
+     taken as (
+       update sessions s set next_seq = s.next_seq + 1
+         from upd
+        where upd.prev_status = 'queued' and s.id = upd.child_session_id
+          and s.principal_account_id = upd.principal_account_id
+        returning s.id, s.next_seq - 1 as seq, ${woke} as woke
+     ),
+     ins as (
+       insert into journal_entries (session_id, seq, kind, role, body, settled)
+       select taken.id, taken.seq, 'message', 'user', ${TASK_BODY}, true from taken, upd
+       returning seq
+     )
+     select upd.*, (select count(*) from ins)::int as appended,
+            (select to_jsonb(s) from sessions s
+              where s.id = upd.child_session_id and s.principal_account_id = upd.principal_account_id
+                and s.visibility = 'visible') as child_row
+       from upd`,
+    [runId, generation, owner],
+  );
+  const row = rows[0];
+  if (!row) {
+    const { rows: found } = await pool.query<Row>("select * from subagent_runs where id = $1::uuid", [runId]);
+    if (!found[0]) throw notFound("run", { runId });
+    return { started: false, appended: false, run: runFromRow(found[0]) };
+  }
+  const run = runFromRow(row);
+  const appended = Number(row.appended) > 0;
+  if (row.prev_status === "queued" && !appended) {
+    throw notFound("session", { sessionId: run.childSessionId });
+  }
+  // The child's row as getSession reads it (taken with the start: the caller needs it next).
+  const child = row.child_row ? sessionFromRow(row.child_row as Row) : undefined;
+  return { started: true, appended, run, ...(child ? { child } : {}) };
 }
 
 export async function markRunSettling(pool: pg.Pool, runId: string, generation: number): Promise<boolean> {

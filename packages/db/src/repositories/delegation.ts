@@ -340,7 +340,7 @@ export interface DelegationRepository {
   markRunSettling(runId: string, generation: number): Promise<boolean>;
   /**
    * queued -> running and, for a run that had not started, the task's user message appended to the child's
-   * journal, in one transaction: a started run always has its task in the journal. `started` is false when
+   * journal, in one statement: a started run always has its task in the journal. `started` is false when
    * the row moved on (another generation, terminal); `appended` says whether the task was written now.
    * `child`, when started: the child's session row as getSession reads it (absent when not visible).
    */
@@ -348,6 +348,8 @@ export interface DelegationRepository {
     runId: string,
     generation: number,
     owner: string,
+    /** The run's child, when the caller knows it: whether its journal's wake is wanted. */
+    childSessionId?: string,
   ): Promise<{ started: boolean; appended: boolean; run: SubagentRun | null; child?: SessionRow }>;
   /** Writes the result into the inbox and terminalizes the run, in one transaction; idempotent. */
   settleRun(result: SettledResult, options?: AppendOptions): Promise<{ settled: boolean; resultId: string }>;
