@@ -1,4 +1,5 @@
-import pg from "pg";
+import { createPool } from "@crw/db";
+import type pg from "pg";
 import type { Logger } from "pino";
 import type { DaemonConfig } from "./config.js";
 import { DatabaseWatch } from "./databaseWatch.js";
@@ -8,7 +9,7 @@ import { assembleRuntime, type DaemonRuntime, type TurnObserver } from "./runtim
 
 /** A pool whose failed connections are logged, never fatal to the process. */
 export function daemonPool(url: string, max: number, log: Logger): pg.Pool {
-  const pool = new pg.Pool({ connectionString: url, max });
+  const pool = createPool({ connectionString: url, max });
   pool.on("error", (e) => log.warn({ err: e }, "idle database client failed"));
   // A checked-out client whose connection the server ends (restart, pg_terminate_backend) emits 'error'
   // besides failing its query: the query's caller handles the failure; the event must not end the process.

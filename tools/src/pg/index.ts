@@ -1,4 +1,5 @@
-import pg from "pg";
+import { createPool } from "@crw/db";
+import type pg from "pg";
 import { afterAll, beforeAll, inject } from "vitest";
 import { createDatabase, dropDatabase, uniqueDatabaseName } from "./databases.js";
 import "./provided.js";
@@ -25,7 +26,7 @@ export function useTestDatabase(): TestDatabase {
   beforeAll(async () => {
     const name = uniqueDatabaseName("crw_t");
     const url = await createDatabase(adminUrl(), name, inject("crwPgTemplate"));
-    state = { url, name, pool: new pg.Pool({ connectionString: url, max: 8 }) };
+    state = { url, name, pool: createPool({ connectionString: url, max: 8 }) };
   });
   afterAll(async () => {
     if (!state) return;
