@@ -10,7 +10,7 @@
 // Usage: node bench/delegation-throughput.mjs [parents] [delegations-per-parent]
 import { join } from "node:path";
 import pg from "pg";
-import { startBenchPostgres } from "./lib/postgres.mjs";
+import { commitFloor, startBenchPostgres } from "./lib/postgres.mjs";
 
 const parents = Number(process.argv[2] ?? 8);
 const perParent = Number(process.argv[3] ?? 25);
@@ -19,6 +19,8 @@ const brain = await import("../packages/brain/dist/index.js");
 
 const pgServer = await startBenchPostgres("crw-bench-deleg-", db.migrate);
 const { work, url } = pgServer;
+// The floor, on the same server before the run: one durable commit.
+const floor = await commitFloor(url);
 
 // Count every statement sent through pg by this process.
 let statements = 0;
@@ -117,6 +119,7 @@ const out = {
   rowsWrittenPerDelegation: Math.round((rowsUsed / total) * 10) / 10,
   duplicateDeliveries: dup.rows[0].n,
   // this process's own CPU (the delegation core and the pg client; the server's is not in it)
+  floor: { commitMs: floor },
   clientCpuMsPerDelegation: Math.round(((cpu.user + cpu.system) / 1000 / total) * 100) / 100,
 };
 for (const k of ["p50", "p99"])
@@ -124,7 +127,7 @@ for (const k of ["p50", "p99"])
     out.settleToDeliveredMs[k] = Math.round(out.settleToDeliveredMs[k] * 10) / 10;
 console.log(JSON.stringify(out));
 console.log(
-  `${out.delegations} delegations: ${out.delegationsPerSecond}/s, settle->delivered p50 ${out.settleToDeliveredMs.p50} ms p99 ${out.settleToDeliveredMs.p99} ms, ${out.sqlStatementsPerDelegation} statements and ${out.rowsWrittenPerDelegation} rows written per delegation, ${out.duplicateDeliveries} duplicates`,
+  `${out.delegations} delegations: ${out.delegationsPerSecond}/s, settle->delivered p50 ${out.settleToDeliveredMs.p50} ms p99 ${out.settleToDeliveredMs.p99} ms, ${out.sqlStatementsPerDelegation} statements and ${out.rowsWrittenPerDelegation} rows written per delegation, ${out.duplicateDeliveries} duplicates; a commit p50 ${floor.p50} ms`,
 );
 await admin.end();
 await service.close();

@@ -31,3 +31,27 @@ export async function startBenchPostgres(prefix, migrate) {
     },
   };
 }
+
+/**
+ * The floor a database bench compares with, measured on the same server in the same run: `n` autocommit
+ * inserts into an ordinary (WAL-logged) table, one at a time, so each waits for its commit to be durable.
+ * Returns { p50, p99 } in milliseconds.
+ */
+export async function commitFloor(url, n = 200) {
+  const { default: pg } = await import("pg");
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  const table = `bench_commit_floor_${process.pid}`;
+  await client.query(`create table ${table} (x int)`);
+  const ms = [];
+  for (let i = 0; i < n; i++) {
+    const t = performance.now();
+    await client.query(`insert into ${table} values ($1)`, [i]);
+    ms.push(performance.now() - t);
+  }
+  await client.query(`drop table ${table}`);
+  await client.end();
+  ms.sort((a, b) => a - b);
+  const at = (q) => Math.round(ms[Math.min(ms.length - 1, Math.floor(q * ms.length))] * 100) / 100;
+  return { p50: at(0.5), p99: at(0.99) };
+}

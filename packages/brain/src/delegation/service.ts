@@ -441,6 +441,11 @@ export class DelegationService implements RestartCheckpoint {
 
   /** Journals (and acknowledges) what arrived for a session: its queued results, then a child's text steers. */
   async drainInto(session: SessionRow): Promise<TranscriptMessage[]> {
+    // A child's inbox is most often empty at a tool round: one count of both says so in one read.
+    if (session.kind === "delegated" && this.repo.settlementWork) {
+      const waiting = await this.repo.settlementWork(session.id, session.principalAccountId);
+      if (waiting.pendingSteers === 0 && waiting.queuedResults === 0) return [];
+    }
     const results = await drainResults(this.deliveryDeps(), session.id, session.principalAccountId);
     if (session.kind !== "delegated") return results;
     const steers = await this.repo.pendingSteers(session.id, session.principalAccountId);
