@@ -94,30 +94,46 @@ export async function deliverQueued(
   principalAccountId: string,
   options: { readonly limit?: number; readonly only?: readonly string[] } = {},
 ): Promise<Delivered[]> {
-  const waiting = await deps.repo.queuedResults(
-    sessionId,
-    principalAccountId,
-    options.only ? undefined : options.limit,
-  );
-  const queued = options.only ? waiting.filter((q) => options.only?.includes(q.id)) : waiting;
-  if (queued.length === 0) return [];
-  const out = await deps.repo.deliverResults(
-    sessionId,
-    principalAccountId,
-    queued.map((q) => q.id),
-    resultMessage,
-    { probe: (point) => (point === "delivery.between_append_and_ack" ? faultPoint(point) : undefined) },
-  );
-  if (out.delivered.length === 0) return [];
+  const probe = {
+    probe: (point: string) => (point === "delivery.between_append_and_ack" ? faultPoint(point) : undefined),
+  };
+  let delivered: readonly DeliveredResult[];
+  let results: readonly QueuedResult[];
+  if (options.only) {
+    // Chosen results: those of them still waiting, in queue order.
+    const waiting = await deps.repo.queuedResults(sessionId, principalAccountId);
+    results = waiting.filter((q) => options.only?.includes(q.id));
+    if (results.length === 0) return [];
+    const out = await deps.repo.deliverResults(
+      sessionId,
+      principalAccountId,
+      results.map((q) => q.id),
+      resultMessage,
+      probe,
+    );
+    delivered = out.delivered;
+  } else {
+    // Whatever waits, read under the session's lock by the delivery itself.
+    ({ delivered, results } = await deps.repo.deliverQueuedResults(
+      sessionId,
+      principalAccountId,
+      resultMessage,
+      {
+        ...probe,
+        ...(options.limit !== undefined ? { limit: options.limit } : {}),
+      },
+    ));
+  }
+  if (delivered.length === 0) return [];
   faultPoint("delivery.after_commit");
   deps.emit({
     type: "delegation.result_delivered",
     parentSessionId: sessionId,
-    resultIds: out.delivered.map((d) => d.resultId),
+    resultIds: delivered.map((d) => d.resultId),
   });
   if (deps.onResultDelivered) {
     try {
-      await deps.onResultDelivered({ parentSessionId: sessionId, delivered: out.delivered });
+      await deps.onResultDelivered({ parentSessionId: sessionId, delivered });
     } catch (e) {
       deps.emit({
         type: "delegation.publish_failed",
@@ -126,6 +142,6 @@ export async function deliverQueued(
       });
     }
   }
-  const byId = new Map(queued.map((q) => [q.id, q]));
-  return out.delivered.map((d) => ({ result: byId.get(d.resultId) as QueuedResult, delivered: d }));
+  const byId = new Map(results.map((q) => [q.id, q]));
+  return delivered.map((d) => ({ result: byId.get(d.resultId) as QueuedResult, delivered: d }));
 }

@@ -121,6 +121,11 @@ export class DelegationService implements RestartCheckpoint {
   readonly #jobs = new Set<RunProgressJob>();
   /** An idle parent's row being read for its follow-up: results that arrive meanwhile join that read. */
   readonly #parentReads = new Map<string, Promise<void>>();
+  /**
+   * Root parents read here. A session's kind and driver never change, and the follow-up reads the row
+   * afresh before its turn, so a result for a known root parent is delivered without reading it first.
+   */
+  readonly #rootParents = new Map<string, SessionRow>();
   #releaseLease: (() => Promise<void>) | undefined;
   #pause: Promise<void> | undefined;
 
@@ -477,6 +482,8 @@ export class DelegationService implements RestartCheckpoint {
     // A parent with a turn here is followed up when that turn ends (prompt and followUp both look again):
     // #afterIdle would do nothing now, so its row is not read for it.
     if (this.turns.isBusy(parentSessionId)) return;
+    const known = this.#rootParents.get(parentSessionId);
+    if (known?.principalAccountId === principalAccountId) return this.#afterIdle(known);
     // Results of one batch settle together: the parent's row is read once, and the follow-up it starts
     // drains every result committed before its drain runs (each of them was committed before its call here).
     const reading = this.#parentReads.get(parentSessionId);
@@ -484,7 +491,10 @@ export class DelegationService implements RestartCheckpoint {
     const read = this.repo
       .getSession(parentSessionId, principalAccountId)
       .then((parent) => {
-        if (parent.kind === "root") this.#afterIdle(parent);
+        if (parent.kind !== "root") return;
+        if (this.#rootParents.size >= 10_000) this.#rootParents.clear();
+        this.#rootParents.set(parent.id, parent);
+        this.#afterIdle(parent);
       })
       .finally(() => this.#parentReads.delete(parentSessionId));
     this.#parentReads.set(parentSessionId, read);
@@ -518,10 +528,12 @@ export class DelegationService implements RestartCheckpoint {
         session.id,
       );
       if (delivered.length === 0) return undefined;
-      return this.sessionTurn(session, [], {
+      // The row as it is now (its stored prompt, its model): the caller's copy may be older than this turn.
+      const current = await this.repo.getSession(session.id, session.principalAccountId);
+      return this.sessionTurn(current, [], {
         readOnly: false,
         progress: NO_PROGRESS,
-        scope: await this.#rootScope(session),
+        scope: await this.#rootScope(current),
       });
     });
     if (outcome !== undefined) {

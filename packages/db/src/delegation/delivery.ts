@@ -7,7 +7,7 @@ import type {
   QueuedResult,
 } from "../repositories/delegation.js";
 import type { TranscriptMessage } from "../repositories/journal.js";
-import { tx } from "../tx.js";
+import { type Queryable, tx } from "../tx.js";
 import { appendIn, assertVisible } from "./journal.js";
 import { assertUuid, notFound, type Row, resultFromRow } from "./rows.js";
 
@@ -85,13 +85,7 @@ export function deliverResults(
   for (const id of resultIds) assertUuid("resultId", id);
   if (resultIds.length === 0) return Promise.resolve({ delivered: [], skipped: [] });
   return tx(pool, async (c) => {
-    // The visibility check and the parent's row lock in one statement (checked under the lock, not before).
-    const locked = await c.query(
-      `select 1 from sessions where id = $1::uuid and principal_account_id = $2::uuid and visibility = 'visible'
-          for update`,
-      [sessionId, principalAccountId],
-    );
-    if (!locked.rowCount) throw notFound("session", { sessionId });
+    await lockVisible(c, sessionId, principalAccountId);
     const { rows } = await c.query<Row>(
       `select ${RESULT_COLUMNS} from delegation_results r left join spilled_outputs s on s.id = r.spill_id
         where r.id = any($3::uuid[]) and r.parent_session_id = $1::uuid and r.principal_account_id = $2::uuid
@@ -102,42 +96,89 @@ export function deliverResults(
     const pending = rows.map(resultFromRow);
     const pendingIds = new Set(pending.map((r) => r.id));
     const skipped = resultIds.filter((id) => !pendingIds.has(id));
-    if (pending.length === 0) return { delivered: [], skipped };
-    const entries = await appendIn(
-      c,
-      sessionId,
-      principalAccountId,
-      pending.map((r) => {
-        const m = message(r);
-        const carried = m.role === "custom" || m.role === "toolResult" ? m.details?.resultId : undefined;
-        if (carried !== r.id) {
-          throw new DelegationDbError(
-            "invalid_input",
-            "a delivered message must carry its details.resultId",
-            {
-              resultId: r.id,
-            },
-          );
-        }
-        return { body: { type: "message" as const, message: m } };
-      }),
-    );
-    options.probe?.("delivery.between_append_and_ack");
-    await c.query(
-      `insert into delegation_result_acks (result_id, parent_session_id, journal_seq)
-       select * from unnest($1::uuid[], $2::uuid[], $3::bigint[])`,
-      [pending.map((r) => r.id), pending.map(() => sessionId), entries.map((e) => e.seq)],
-    );
     return {
-      delivered: pending.map((r, i) => ({
-        resultId: r.id,
-        journalSeq: (entries[i] as { seq: number }).seq,
-        toolCallId: r.toolCallId,
-        kind: r.kind,
-      })),
+      delivered: await journalAndAck(c, sessionId, principalAccountId, pending, message, options),
       skipped,
     };
   });
+}
+
+/**
+ * `deliverResults` for whatever waits: the session's oldest unacknowledged results (up to `limit`), read
+ * under its row lock, so a deliverer needs no read of its own first and two deliverers never take the same.
+ */
+export function deliverQueuedResults(
+  pool: pg.Pool,
+  sessionId: string,
+  principalAccountId: string,
+  message: (result: QueuedResult) => TranscriptMessage,
+  options: AppendOptions & { readonly limit?: number } = {},
+): Promise<{ delivered: DeliveredResult[]; results: QueuedResult[] }> {
+  assertUuid("sessionId", sessionId);
+  return tx(pool, async (c) => {
+    await lockVisible(c, sessionId, principalAccountId);
+    const { rows } = await c.query<Row>(
+      `select ${RESULT_COLUMNS} from delegation_results r left join spilled_outputs s on s.id = r.spill_id
+        where r.parent_session_id = $1::uuid and r.principal_account_id = $2::uuid
+          and not exists (select 1 from delegation_result_acks a where a.result_id = r.id)
+        order by r.queue_seq limit $3`,
+      [sessionId, principalAccountId, options.limit ?? 1000],
+    );
+    const results = rows.map(resultFromRow);
+    return {
+      delivered: await journalAndAck(c, sessionId, principalAccountId, results, message, options),
+      results,
+    };
+  });
+}
+
+/** The visibility check and the session's row lock in one statement (checked under the lock, not before). */
+async function lockVisible(c: Queryable, sessionId: string, principalAccountId: string): Promise<void> {
+  const locked = await c.query(
+    `select 1 from sessions where id = $1::uuid and principal_account_id = $2::uuid and visibility = 'visible'
+        for update`,
+    [sessionId, principalAccountId],
+  );
+  if (!locked.rowCount) throw notFound("session", { sessionId });
+}
+
+/** Inside the delivery transaction: each pending result's journal row, then its acknowledgement. */
+async function journalAndAck(
+  c: Queryable,
+  sessionId: string,
+  principalAccountId: string,
+  pending: readonly QueuedResult[],
+  message: (result: QueuedResult) => TranscriptMessage,
+  options: AppendOptions,
+): Promise<DeliveredResult[]> {
+  if (pending.length === 0) return [];
+  const entries = await appendIn(
+    c,
+    sessionId,
+    principalAccountId,
+    pending.map((r) => {
+      const m = message(r);
+      const carried = m.role === "custom" || m.role === "toolResult" ? m.details?.resultId : undefined;
+      if (carried !== r.id) {
+        throw new DelegationDbError("invalid_input", "a delivered message must carry its details.resultId", {
+          resultId: r.id,
+        });
+      }
+      return { body: { type: "message" as const, message: m } };
+    }),
+  );
+  options.probe?.("delivery.between_append_and_ack");
+  await c.query(
+    `insert into delegation_result_acks (result_id, parent_session_id, journal_seq)
+     select * from unnest($1::uuid[], $2::uuid[], $3::bigint[])`,
+    [pending.map((r) => r.id), pending.map(() => sessionId), entries.map((e) => e.seq)],
+  );
+  return pending.map((r, i) => ({
+    resultId: r.id,
+    journalSeq: (entries[i] as { seq: number }).seq,
+    toolCallId: r.toolCallId,
+    kind: r.kind,
+  }));
 }
 
 export function enqueueWorkflowSummary(

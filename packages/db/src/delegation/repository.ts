@@ -117,6 +117,8 @@ export class PgDelegationRepository implements DelegationRepository {
   resultForRun: DelegationRepository["resultForRun"] = async (r, p) => delivery.resultForRun(this.pool, r, p);
   deliverResults: DelegationRepository["deliverResults"] = async (s, p, ids, m, o) =>
     delivery.deliverResults(this.pool, s, p, ids, m, o);
+  deliverQueuedResults: DelegationRepository["deliverQueuedResults"] = async (s, p, m, o) =>
+    delivery.deliverQueuedResults(this.pool, s, p, m, o);
 
   enqueueSteer: DelegationRepository["enqueueSteer"] = async (c, p, t) =>
     steers.enqueueSteer(this.pool, c, p, t);

@@ -404,6 +404,16 @@ export interface DelegationRepository {
     message: (result: QueuedResult) => TranscriptMessage,
     options?: AppendOptions,
   ): Promise<{ delivered: DeliveredResult[]; skipped: string[] }>;
+  /**
+   * `deliverResults` for the session's oldest unacknowledged results (up to `limit`, default 1000), read
+   * under its row lock: `results` are the rows delivered, in the order of `delivered`.
+   */
+  deliverQueuedResults(
+    sessionId: string,
+    principalAccountId: string,
+    message: (result: QueuedResult) => TranscriptMessage,
+    options?: AppendOptions & { readonly limit?: number },
+  ): Promise<{ delivered: DeliveredResult[]; results: QueuedResult[] }>;
 
   // steers
   enqueueSteer(childSessionId: string, principalAccountId: string, text: string): Promise<SteerReceipt>;

@@ -1,0 +1,81 @@
+import { randomUUID } from "node:crypto";
+import { useTestDatabase } from "@crw/tools/pg";
+import { describe, expect, it } from "vitest";
+import { PgDelegationRepository, type QueuedResult, type TranscriptMessage } from "../src/index.js";
+
+const db = useTestDatabase();
+
+const asMessage = (q: QueuedResult): TranscriptMessage => ({
+  role: "custom",
+  customType: "delegation_result",
+  content: q.body,
+  details: { resultId: q.id },
+});
+
+async function parentWithResults(n: number) {
+  const r = new PgDelegationRepository(db.pool);
+  const account = await r.createAccount({ name: `dq-${randomUUID().slice(0, 8)}` });
+  const parent = await r.createRootSession(account.id, "scripted");
+  const ids: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const { run } = await r.createDelegation({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: `call-${i}`,
+      task: `task ${i}`,
+      mode: "background",
+      model: "scripted",
+      scope: "{}",
+    });
+    const resultId = randomUUID();
+    await r.settleRun({
+      runId: run.id,
+      generation: run.generation,
+      resultId,
+      outcome: "ok",
+      body: `r${i}`,
+      byteSize: 2,
+    });
+    ids.push(resultId);
+  }
+  return { r, account, parent, ids };
+}
+
+describe("delivering whatever waits, read under the session's lock", () => {
+  it("deliverers racing on one inbox deliver every result exactly once, in queue order", async () => {
+    const { r, account, parent, ids } = await parentWithResults(10);
+    const outs = await Promise.all(
+      Array.from({ length: 5 }, () => r.deliverQueuedResults(parent.id, account.id, asMessage, { limit: 3 })),
+    );
+    const taken = outs.flatMap((o) => o.delivered.map((d) => d.resultId));
+    // each call takes at most its limit, none takes what another took
+    for (const o of outs) expect(o.delivered.length).toBeLessThanOrEqual(3);
+    expect(new Set(taken).size).toBe(taken.length);
+    // what is left is taken by one more call; then the inbox is empty
+    const rest = await r.deliverQueuedResults(parent.id, account.id, asMessage);
+    const all = [...taken, ...rest.delivered.map((d) => d.resultId)];
+    expect([...all].sort()).toEqual([...ids].sort());
+    expect((await r.deliverQueuedResults(parent.id, account.id, asMessage)).delivered).toEqual([]);
+    // the journal holds each result once, in the order they settled
+    const journal = await r.readJournal(parent.id, account.id);
+    const inJournal = journal.flatMap((e) =>
+      e.body.type === "message" && e.body.message.role === "custom" ? [e.body.message.details?.resultId] : [],
+    );
+    expect(inJournal).toEqual(ids);
+    // results come back with their rows, matching `delivered` one for one
+    for (const o of outs) expect(o.results.map((q) => q.id)).toEqual(o.delivered.map((d) => d.resultId));
+  });
+
+  it("a session that is not visible is refused with a typed error and nothing is delivered", async () => {
+    const { r, account, parent } = await parentWithResults(1);
+    await db.pool.query("update sessions set visibility = 'private' where id = $1", [parent.id]);
+    await expect(r.deliverQueuedResults(parent.id, account.id, asMessage)).rejects.toMatchObject({
+      code: "not_found",
+    });
+    const { rows } = await db.pool.query(
+      "select 1 from delegation_result_acks where parent_session_id = $1",
+      [parent.id],
+    );
+    expect(rows).toHaveLength(0);
+  });
+});
