@@ -6,14 +6,18 @@
 //     idle parent and answered by the parent's batched follow-up turn,
 //   - settle-to-delivered latency p50/p99 (result committed to the inbox -> parent journal commit),
 //   - SQL statements and rows written per delegation.
+// By default every delegation is made at once (a burst: the figures are those of a saturated process);
+// with a rate, delegations are made at that many per second over all parents, so settle-to-delivered is
+// the path's own latency rather than its queue.
 // DATABASE_URL, when set, is used instead of the embedded server. Prints one JSON object, then a summary.
-// Usage: node bench/delegation-throughput.mjs [parents] [delegations-per-parent]
+// Usage: node bench/delegation-throughput.mjs [parents] [delegations-per-parent] [rate-per-second]
 import { join } from "node:path";
 import pg from "pg";
 import { commitFloor, startBenchPostgres } from "./lib/postgres.mjs";
 
 const parents = Number(process.argv[2] ?? 8);
 const perParent = Number(process.argv[3] ?? 25);
+const rate = process.argv[4] ? Number(process.argv[4]) : null;
 const db = await import("../packages/db/dist/index.js");
 const brain = await import("../packages/brain/dist/index.js");
 
@@ -73,9 +77,10 @@ const rowsBefore = await rowsWritten();
 const statementsBefore = statements;
 const started = performance.now();
 const cpuBefore = process.cpuUsage();
-await Promise.all(
-  sessions.flatMap(({ account, parent }) =>
-    Array.from({ length: perParent }, (_, i) =>
+const delegations = sessions.flatMap(({ account, parent }) =>
+  Array.from(
+    { length: perParent },
+    (_, i) => () =>
       service.delegate({
         parentSessionId: parent.id,
         principalAccountId: account.id,
@@ -83,9 +88,18 @@ await Promise.all(
         task: brain.scriptTask({ answer: `result ${i}` }),
         mode: "background",
       }),
-    ),
   ),
 );
+const made = [];
+for (const [n, delegate] of delegations.entries()) {
+  if (rate) {
+    const due = started + (n * 1000) / rate;
+    const wait = due - performance.now();
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+  }
+  made.push(delegate());
+}
+await Promise.all(made);
 const total = parents * perParent;
 for (;;) {
   await service.whenIdle();
@@ -111,6 +125,7 @@ const out = {
   postgres: process.env.DATABASE_URL ? "external" : "embedded (durable defaults)",
   parents,
   delegationsPerParent: perParent,
+  ratePerSecond: rate ?? "burst",
   delegations: total,
   elapsedMs: Math.round(elapsedMs),
   delegationsPerSecond: Math.round((total / elapsedMs) * 1000 * 10) / 10,
