@@ -1,20 +1,40 @@
 #!/usr/bin/env node
 // Workflow DAG engine benchmark (built code: run `npx tsup` in packages/db, packages/brain and plugins/subagent
-// first). A 50-node workflow (width 10: four layers of ten, the last node of layer 3 adding ten more nodes
-// with WorkflowAddNodes) runs with the offline scripted node runner at zero latency on a real embedded
-// PostgreSQL (durable defaults), every node a journaled child session. Measures:
+// first). An N-node workflow (default 50; width 10: N/10 - 1 layers of ten, the last node of the last layer
+// adding ten more nodes with WorkflowAddNodes) runs with the offline scripted node runner at zero latency on a
+// real embedded PostgreSQL (durable defaults), every node a journaled child session. Measures:
 //   - end-to-end time and scheduling overhead per node (everything but the model: journal, publication,
-//     child creation, grants, artifacts),
-//   - time from cancel until nothing runs (ten nodes in flight, forty pending), summary delivered.
+//     child creation, grants, artifacts), and SQL statements per node,
+//   - the floor it compares with, in the same run: p50 of an autocommit insert on the same server (one
+//     durable commit),
+//   - time from cancel until nothing runs (ten nodes in flight, the rest pending), summary delivered.
+// CRW_BENCH_WAKE=unwatched: writes send no wake notification, as in a daemon whose WakeHub knows nobody
+// follows these workflows and sessions (default: every write notifies, as in a process that cannot tell;
+// notifying commits are serialized by PostgreSQL's notify lock).
 // DATABASE_URL, when set, is used instead of the embedded server. Prints one JSON object, then a summary.
-// Usage: node bench/workflow-dag.mjs [runs]
+// Usage: node bench/workflow-dag.mjs [runs] [nodes]
 import { randomUUID } from "node:crypto";
 import pg from "pg";
 import { startBenchPostgres } from "./lib/postgres.mjs";
 
 const runs = Number(process.argv[2] ?? 3);
+const nodes = Number(process.argv[3] ?? 50);
+if (!Number.isInteger(nodes) || nodes < 20 || nodes % 10 !== 0)
+  throw new Error(`nodes must be a multiple of 10, at least 20 (got ${process.argv[3]})`);
+const layers = nodes / 10 - 1;
+const expander = `L${layers - 1}-9`;
+
+// Count every statement sent through pg by this process.
+let statements = 0;
+const query = pg.Client.prototype.query;
+pg.Client.prototype.query = function counted(...args) {
+  statements++;
+  return query.apply(this, args);
+};
 const db = await import("../packages/db/dist/index.js");
 const wf = await import("../plugins/subagent/dist/index.js");
+const wake = process.env.CRW_BENCH_WAKE === "unwatched" ? "unwatched" : "every write notifies";
+if (wake === "unwatched") db.addWakeFilter(() => false);
 
 const pgServer = await startBenchPostgres("crw-bench-wf-", db.migrate);
 const { url } = pgServer;
@@ -24,20 +44,35 @@ pool.on("error", () => {});
 const repo = new db.PgDelegationRepository(pool);
 const account = await repo.createAccount({ name: `bench-${randomUUID()}`, isOwner: true });
 
+/** p50 of an autocommit single-row insert: one durable commit on this server, the floor a node pays. */
+async function commitFloorMs(samples = 200) {
+  await pool.query("create table if not exists bench_commit_floor (id bigserial primary key, v text)");
+  const times = [];
+  for (let i = 0; i < samples; i++) {
+    const t = performance.now();
+    await pool.query("insert into bench_commit_floor (v) values ($1)", [`s${i}`]);
+    times.push(performance.now() - t);
+  }
+  await pool.query("drop table bench_commit_floor");
+  times.sort((a, b) => a - b);
+  return Number(times[Math.floor(times.length / 2)].toFixed(3));
+}
+const floorMs = await commitFloorMs();
+
 function definition() {
-  const nodes = [];
-  for (let layer = 0; layer < 4; layer++) {
+  const spec = [];
+  for (let layer = 0; layer < layers; layer++) {
     for (let i = 0; i < 10; i++) {
       const deps = layer === 0 ? [] : [`L${layer - 1}-${i}`, `L${layer - 1}-${(i + 1) % 10}`];
-      nodes.push({ id: `L${layer}-${i}`, task: `TASK L${layer}-${i}`, dependsOn: deps });
+      spec.push({ id: `L${layer}-${i}`, task: `TASK L${layer}-${i}`, dependsOn: deps });
     }
   }
-  return wf.parseWorkflowDefinition(JSON.stringify({ name: "bench-50", nodes }), "json");
+  return wf.parseWorkflowDefinition(JSON.stringify({ name: `bench-${nodes}`, nodes: spec }), "json");
 }
 const expansion = Array.from({ length: 10 }, (_, i) => ({
   id: `X-${i}`,
   task: `TASK X-${i}`,
-  dependsOn: ["L3-9"],
+  dependsOn: [expander],
 }));
 
 let engineRef;
@@ -63,7 +98,7 @@ const engine = new wf.WorkflowEngine({
           running--;
         }
       }
-      if (id === "L3-9") {
+      if (id === expander) {
         await engineRef.addNodes({
           workflowId: current,
           principalAccountId: account.id,
@@ -83,7 +118,7 @@ async function startOne() {
   const parent = await repo.createRootSession(account.id, "scripted");
   const def = definition();
   const startedAt = performance.now();
-  // The script needs the id before the expander runs; L3-9 is four layers away.
+  // The script needs the id before the expander runs; it is in the last definition layer.
   const p = engine.start(
     {
       parentSessionId: parent.id,
@@ -105,15 +140,17 @@ async function startOne() {
 }
 
 const e2e = [];
+const perNodeStatements = [];
 for (let r = 0; r < runs; r++) {
+  const before = statements;
   const { started, startedAt } = await startOne();
   const outcome = await engine.finished(started.workflowId);
   if (outcome.status !== "completed") throw new Error(`run ${r} ended ${outcome.status}`);
   e2e.push(performance.now() - startedAt);
+  perNodeStatements.push((statements - before) / nodes);
 }
-const nodes = 50;
 
-// Cancel: ten nodes in flight, forty pending.
+// Cancel: ten nodes in flight, the rest pending.
 blockAll = true;
 const { started } = await startOne();
 while (running < 10) await new Promise((r) => setTimeout(r, 2));
@@ -131,17 +168,23 @@ await pgServer.stop();
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const result = {
   bench: "workflow-dag",
+  postgres: pgServer.external ? "external" : "embedded (durable defaults)",
+  wake,
   nodes,
   width: 10,
   expansion: expansion.length,
   runs,
   endToEndMs: { median: Math.round(median(e2e)), all: e2e.map(Math.round) },
   schedulingOverheadPerNodeMs: Number((median(e2e) / nodes).toFixed(2)),
+  commitFloorMs: { p50: floorMs },
+  overheadInCommits: Number((median(e2e) / nodes / floorMs).toFixed(1)),
+  sqlStatementsPerNode: Number(median(perNodeStatements).toFixed(1)),
   cancel: { untilNothingRunsMs: Math.round(cancelMs), interrupted, neverStarted },
 };
 console.log(JSON.stringify(result));
 console.log(
-  `workflow-dag: 50 nodes (width 10, one expansion of 10) end-to-end ${result.endToEndMs.median} ms median, ` +
-    `${result.schedulingOverheadPerNodeMs} ms scheduling overhead per node; cancel to nothing running ` +
+  `workflow-dag (${wake}): ${nodes} nodes (width 10, one expansion of 10) end-to-end ${result.endToEndMs.median} ms median, ` +
+    `${result.schedulingOverheadPerNodeMs} ms scheduling overhead per node (${result.overheadInCommits} x the ` +
+    `${floorMs} ms commit floor, ${result.sqlStatementsPerNode} statements); cancel to nothing running ` +
     `${result.cancel.untilNothingRunsMs} ms (${interrupted} interrupted, ${neverStarted} never started)`,
 );

@@ -3,7 +3,12 @@
 // plugins/subagent first). One engine starts W workflows of ten parallel nodes each and lets go while every
 // node is mid-turn (W x 10 interrupted nodes, each a journaled child session); a second engine then boots
 // on the same embedded PostgreSQL. Measures the time from the new engine's start (owner lease + recovery
-// claim) to the first resumed node turn, and to every interrupted node resumed in its own child.
+// claim) to the first resumed node turn, and to every interrupted node resumed in its own child, the SQL
+// statements per node of that recovery, and the floor it compares with, in the same run: p50 of an
+// autocommit insert on the same server (one durable commit).
+// CRW_BENCH_WAKE=unwatched: writes send no wake notification, as in a daemon whose WakeHub knows nobody
+// follows these workflows and sessions (default: every write notifies, as in a process that cannot tell;
+// notifying commits are serialized by PostgreSQL's notify lock).
 // DATABASE_URL, when set, is used instead of the embedded server. Prints one JSON object, then a summary.
 // Usage: node bench/workflow-recovery.mjs [workflows]
 import { randomUUID } from "node:crypto";
@@ -11,8 +16,18 @@ import pg from "pg";
 import { startBenchPostgres } from "./lib/postgres.mjs";
 
 const workflows = Number(process.argv[2] ?? 100);
+
+// Count every statement sent through pg by this process.
+let statements = 0;
+const query = pg.Client.prototype.query;
+pg.Client.prototype.query = function counted(...args) {
+  statements++;
+  return query.apply(this, args);
+};
 const db = await import("../packages/db/dist/index.js");
 const wf = await import("../plugins/subagent/dist/index.js");
+const wake = process.env.CRW_BENCH_WAKE === "unwatched" ? "unwatched" : "every write notifies";
+if (wake === "unwatched") db.addWakeFilter(() => false);
 
 const pgServer = await startBenchPostgres("crw-bench-wfrec-", db.migrate);
 const { url } = pgServer;
@@ -21,6 +36,21 @@ const pool = new pg.Pool({ connectionString: url, max: 16 });
 pool.on("error", () => {});
 const repo = new db.PgDelegationRepository(pool);
 const account = await repo.createAccount({ name: `bench-${randomUUID()}`, isOwner: true });
+
+/** p50 of an autocommit single-row insert: one durable commit on this server. */
+async function commitFloorMs(samples = 200) {
+  await pool.query("create table if not exists bench_commit_floor (id bigserial primary key, v text)");
+  const times = [];
+  for (let i = 0; i < samples; i++) {
+    const t = performance.now();
+    await pool.query("insert into bench_commit_floor (v) values ($1)", [`s${i}`]);
+    times.push(performance.now() - t);
+  }
+  await pool.query("drop table bench_commit_floor");
+  times.sort((a, b) => a - b);
+  return Number(times[Math.floor(times.length / 2)].toFixed(3));
+}
+const floorMs = await commitFloorMs();
 const definition = wf.parseWorkflowDefinition(
   JSON.stringify({
     name: "wide",
@@ -76,6 +106,8 @@ let allResumed;
 const everyone = new Promise((r) => {
   allResumed = r;
 });
+const statementsBefore = statements;
+let statementsAtAll = 0;
 const bootAt = performance.now();
 const second = new wf.WorkflowEngine({
   pool,
@@ -87,7 +119,10 @@ const second = new wf.WorkflowEngine({
     wf.scriptedNodeTurnRunner(async () => {
       resumed++;
       if (resumed === 1) firstResumedAt = performance.now();
-      if (resumed === interrupted) allResumed(performance.now());
+      if (resumed === interrupted) {
+        statementsAtAll = statements;
+        allResumed(performance.now());
+      }
       return "resumed";
     }),
   ),
@@ -105,16 +140,23 @@ await pgServer.stop();
 
 const result = {
   bench: "workflow-recovery",
+  postgres: pgServer.external ? "external" : "embedded (durable defaults)",
+  wake,
   workflows,
   interruptedNodes: interrupted,
   setupMs: Math.round(setupMs),
   bootToFirstResumedNodeMs: Math.round(firstResumedAt - bootAt),
   bootToAllResumedMs: Math.round(allAt - bootAt),
   recoverCallMs: Math.round(recoverCallMs),
+  commitFloorMs: { p50: floorMs },
+  sqlStatementsPerNodeUntilAllResumed: Number(
+    ((statementsAtAll - statementsBefore) / interrupted).toFixed(1),
+  ),
   childSessions: rows[0].n,
 };
 console.log(JSON.stringify(result));
 console.log(
-  `workflow-recovery: ${interrupted} interrupted nodes in ${workflows} workflows; boot to first resumed node ` +
-    `${result.bootToFirstResumedNodeMs} ms, to all resumed (each in its own child, none twice) ${result.bootToAllResumedMs} ms`,
+  `workflow-recovery (${wake}): ${interrupted} interrupted nodes in ${workflows} workflows; boot to first resumed node ` +
+    `${result.bootToFirstResumedNodeMs} ms, to all resumed (each in its own child, none twice) ${result.bootToAllResumedMs} ms ` +
+    `(${result.sqlStatementsPerNodeUntilAllResumed} statements per node; commit floor ${floorMs} ms)`,
 );

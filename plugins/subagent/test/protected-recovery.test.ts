@@ -174,10 +174,10 @@ nodes:
     const { engine } = await w.engine(({ task }) => `done ${taskLine(task)}`, { wrap: parkOnce });
     all.push(engine);
     // The native query of the assertion is the row read; it is logged where it happens.
-    const read = engine.store.getWorkflow.bind(engine.store);
-    engine.store.getWorkflow = async (id, principal) => {
+    const read = engine.store.currentWorkflow.bind(engine.store);
+    engine.store.currentWorkflow = async (id) => {
       if (new Error().stack?.includes("assertDispatch")) log.push("assert");
-      return read(id, principal);
+      return read(id);
     };
     const ctx = w.ctx();
     const started = await engine.start(ctx, { definition: chain });
@@ -394,12 +394,12 @@ describe("the scope at the real placement (SubagentSessionDispatch with forked r
     });
     all.push(second);
     const asserted: string[] = [];
-    const read = second.store.getWorkflow.bind(second.store);
-    second.store.getWorkflow = async (id, principal) => {
+    const read = second.store.currentWorkflow.bind(second.store);
+    second.store.currentWorkflow = async (id) => {
       const stack = new Error().stack ?? "";
       if (stack.includes("assertDispatch"))
         asserted.push(stack.includes("assertProtectedDispatch") ? "placement" : "engine");
-      return read(id, principal);
+      return read(id);
     };
     try {
       await second.open();

@@ -662,28 +662,58 @@ export class WorkflowEngine {
         throw e;
       }
     }
-    for (const row of rows) {
-      if (this.#runs.has(row.id)) continue;
+    const journalOf = this.#claimedJournals(rows);
+    const outcomes: ("resumed" | "invalid" | "refused")[] = [];
+    // A few workflows at a time: each one's own steps stay in order, and their nodes start as soon as
+    // its journal is checked, without one slow workflow holding the rest back or flooding the pool.
+    await eachBounded(rows, RECOVERY_CONCURRENCY, async (row, i) => {
+      if (this.#runs.has(row.id)) return;
       try {
-        const what = await this.#recoverOne(row, hooks.continueNode ?? null);
-        out[what].push(row.id);
+        outcomes[i] = await this.#recoverOne(row, await journalOf(i), hooks.continueNode ?? null);
       } catch (e) {
-        out.refused.push(row.id);
+        outcomes[i] = "refused";
         this.options.onEvent?.({
           type: "invalid_journal",
           workflowId: row.id,
           reason: e instanceof Error ? e.message : String(e),
         });
       }
-    }
+    });
+    rows.forEach((row, i) => {
+      const what = outcomes[i];
+      if (what) out[what].push(row.id);
+    });
     return out;
+  }
+
+  /**
+   * The claimed workflows' journals, read a chunk of workflows per statement when the first of the chunk
+   * is needed (the lease is held: nobody else writes them meanwhile); each body is let go once taken.
+   */
+  #claimedJournals(rows: readonly WorkflowRow[]): (index: number) => Promise<unknown> {
+    const chunks = new Map<number, Promise<Map<string, unknown>>>();
+    return async (index) => {
+      const chunk = Math.floor(index / JOURNAL_READ_CHUNK);
+      let read = chunks.get(chunk);
+      if (!read) {
+        const ids = rows.slice(chunk * JOURNAL_READ_CHUNK, (chunk + 1) * JOURNAL_READ_CHUNK).map((r) => r.id);
+        read = this.store.readJournals(ids);
+        chunks.set(chunk, read);
+      }
+      const bodies = await read;
+      const id = (rows[index] as WorkflowRow).id;
+      const body = bodies.get(id) ?? null;
+      bodies.delete(id);
+      return body;
+    };
   }
 
   async #recoverOne(
     row: WorkflowRow,
+    body: unknown,
     continueNode: RecoveryContinueNode | null,
   ): Promise<"resumed" | "invalid" | "refused"> {
-    const reading = readOrchestrationJournal(await this.store.readJournal(row.id));
+    const reading = readOrchestrationJournal(body);
     if (!reading.ok) {
       const generation = (await this.store.terminalizeInvalid(row.id)) ?? row.recovery.workflowGeneration;
       await this.store.deliverSummary({
@@ -754,6 +784,27 @@ export class WorkflowEngine {
     run.pump();
     return "resumed";
   }
+}
+
+/** Workflows a recovery pass prepares at once (each one's statements run one after another). */
+const RECOVERY_CONCURRENCY = 8;
+/** Claimed workflows whose journals one recovery read fetches. */
+const JOURNAL_READ_CHUNK = 16;
+
+/** Runs `fn` over `items` with at most `limit` calls in flight; resolves when all have settled. */
+async function eachBounded<T>(
+  items: readonly T[],
+  limit: number,
+  fn: (item: T, index: number) => Promise<void>,
+): Promise<void> {
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      await fn(items[i] as T, i);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
 }
 
 /** A stable UUID-shaped id derived from `text` (so a repeated boot delivers the same report once). */

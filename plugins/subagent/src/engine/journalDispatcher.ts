@@ -1,5 +1,6 @@
 import type { AssistantMessage, DelegationRepository, JournalEntry, TranscriptMessage } from "@crw/db";
 import { SessionWorkAbortedError, WorkflowStateError } from "../errors.js";
+import { TickBatchedReader } from "../store/batch.js";
 import type {
   NodeChildRequest,
   NodeContinueRequest,
@@ -10,6 +11,12 @@ import type {
   NodeRunRequest,
   NodeRunResult,
 } from "./dispatch.js";
+
+interface SessionRelation {
+  readonly kind: string;
+  readonly parent: string | null;
+  readonly principal: string;
+}
 
 /** A uuid as PostgreSQL prints it (lower-case, hyphenated): the only text a session id column compares equal to. */
 const CANONICAL_UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -55,13 +62,24 @@ export interface NodeTurnRunner {
   ): Promise<{ stopReason: "stop" | "error" | "aborted"; errorMessage?: string }>;
 }
 
-/** One turn of a node's child over its journal, which already ends with the turn's input. */
+/**
+ * One turn of a node's child over its journal, which already ends with the turn's input. `known`, when
+ * given, is that settled journal exactly as the caller has just read and appended it: an executor may take
+ * it as the turn's context instead of reading the journal again. An executor that knows the whole settled
+ * journal through the turn's last row returns it as `journal` (the dispatcher reads it otherwise).
+ */
 export interface NodeTurnExecutor {
   executeTurn(
     child: { sessionId: string; principalAccountId: string; model: string; scope: string },
     signal: AbortSignal,
     onEvent?: (event: NodeEvent) => void,
-  ): Promise<{ stopReason: "stop" | "error" | "aborted"; errorMessage?: string; reply?: string }>;
+    known?: readonly JournalEntry[],
+  ): Promise<{
+    stopReason: "stop" | "error" | "aborted";
+    errorMessage?: string;
+    reply?: string;
+    journal?: readonly JournalEntry[];
+  }>;
 }
 
 /** What the dispatcher's child prompts start with: a worker's contract, not a conversational persona. */
@@ -70,6 +88,23 @@ export const NODE_SYSTEM_PROMPT = [
   "Do the task in the last user message within your scope, verify what you changed, and end with a short",
   "report: what you did, the evidence, and anything the next node must know. If you are blocked, say so.",
 ].join(" ");
+
+/**
+ * `known` followed by `appended`, when that is provably the whole settled journal: the appended rows took
+ * the very next sequence numbers (no row of another writer, provisional or not, sits between), and the
+ * first appended row of an empty known journal is the session's first. Undefined otherwise (read it).
+ */
+export function extendedJournal(
+  known: readonly JournalEntry[],
+  appended: readonly JournalEntry[],
+): JournalEntry[] | undefined {
+  let last = known.at(-1)?.seq ?? 0;
+  for (const e of appended) {
+    if (e.seq !== last + 1 || !e.settled) return undefined;
+    last = e.seq;
+  }
+  return [...known, ...appended];
+}
 
 function messagesOf(entries: readonly JournalEntry[]): TranscriptMessage[] {
   const out: TranscriptMessage[] = [];
@@ -125,6 +160,15 @@ function textOf(message: AssistantMessage): string {
  */
 export class JournalNodeDispatcher implements NodeDispatcher {
   readonly #turns: NodeTurnExecutor;
+  /** Child sessions' relations, read per tick: the nodes a recovery pass continues share a statement. */
+  readonly #sessions = new TickBatchedReader<string, SessionRelation>(async (ids) => {
+    const { rows } = await this.repo.pool.query<SessionRelation & { id: string }>(
+      `select id::text as id, kind, parent_session_id::text as parent, principal_account_id::text as principal
+         from sessions where id = any($1::uuid[])`,
+      [ids],
+    );
+    return new Map(rows.map((r) => [r.id, r]));
+  });
 
   constructor(
     private readonly repo: DelegationRepository & { readonly pool: import("pg").Pool },
@@ -172,10 +216,11 @@ export class JournalNodeDispatcher implements NodeDispatcher {
   }
 
   async runNode(request: NodeRunRequest): Promise<NodeRunResult> {
-    await this.repo.append(request.childSessionId, request.principalAccountId, [
+    const task = await this.repo.append(request.childSessionId, request.principalAccountId, [
       { body: { type: "message", message: { role: "user", content: request.prompt } } },
     ]);
-    return this.#turn(request, "answered");
+    // A planned child is empty until its task: when the task took seq 1, it is the whole journal.
+    return this.#turn(request, "answered", undefined, extendedJournal([], task));
   }
 
   async continueNode(request: NodeContinueRequest, host: NodeRecoveryHost = {}): Promise<NodeRunResult> {
@@ -191,11 +236,11 @@ export class JournalNodeDispatcher implements NodeDispatcher {
     current("transcript read");
     if (request.fallbackPrompt !== undefined) {
       // An explicit retry in the same child: the new task joins the transcript; the old attempt is not reused.
-      await this.repo.append(request.childSessionId, request.principalAccountId, [
+      const retry = await this.repo.append(request.childSessionId, request.principalAccountId, [
         { body: { type: "message", message: { role: "user", content: request.fallbackPrompt } } },
       ]);
       current("retry task journaled");
-      return this.#turn(request, "continued", current);
+      return this.#turn(request, "continued", current, extendedJournal(entries, retry));
     }
     const last = messages.at(-1);
     if (last === undefined) {
@@ -203,17 +248,17 @@ export class JournalNodeDispatcher implements NodeDispatcher {
       const task = host.startFresh ? await host.startFresh() : (request.task ?? "");
       current("fresh task built");
       if (task.length === 0) return { status: "empty" };
-      await this.repo.append(request.childSessionId, request.principalAccountId, [
+      const fresh = await this.repo.append(request.childSessionId, request.principalAccountId, [
         { body: { type: "message", message: { role: "user", content: task } } },
       ]);
       current("task journaled");
-      return this.#turn(request, "continued", current);
+      return this.#turn(request, "continued", current, extendedJournal(entries, fresh));
     }
     // A settled answer after the last task is the node's answer: reuse it, run nothing.
     if (last.role === "assistant" && last.stopReason === "stop" && textOf(last).length > 0) {
       return { status: "answered", reply: textOf(last), ...outputsOf(outputReferences(entries)) };
     }
-    await this.repo.append(request.childSessionId, request.principalAccountId, [
+    const note = await this.repo.append(request.childSessionId, request.principalAccountId, [
       {
         body: {
           type: "message",
@@ -227,7 +272,7 @@ export class JournalNodeDispatcher implements NodeDispatcher {
       },
     ]);
     current("interruption noted");
-    return this.#turn(request, "continued", current);
+    return this.#turn(request, "continued", current, extendedJournal(entries, note));
   }
 
   /**
@@ -245,14 +290,9 @@ export class JournalNodeDispatcher implements NodeDispatcher {
       throw refuse("the request names no child session");
     }
     // Only a session id in its canonical text form can name a row; matching it as a uuid keeps the key lookup.
-    const { rows } = CANONICAL_UUID.test(request.childSessionId)
-      ? await this.repo.pool.query<{ kind: string; parent: string | null; principal: string }>(
-          `select kind, parent_session_id::text as parent, principal_account_id::text as principal
-             from sessions where id = $1::uuid`,
-          [request.childSessionId],
-        )
-      : { rows: [] };
-    const row = rows[0];
+    const row = CANONICAL_UUID.test(request.childSessionId)
+      ? await this.#sessions.read(request.childSessionId)
+      : undefined;
     if (!row) throw refuse(`child session ${request.childSessionId} does not exist`);
     if (row.kind !== "delegated" || row.principal !== request.principalAccountId) {
       throw refuse(`session ${request.childSessionId} is not a delegated session of this principal`);
@@ -266,6 +306,7 @@ export class JournalNodeDispatcher implements NodeDispatcher {
     request: NodeRunRequest | NodeContinueRequest,
     as: "answered" | "continued",
     current: (step: string) => void = () => undefined,
+    known?: readonly JournalEntry[],
   ): Promise<NodeRunResult> {
     if (request.signal.aborted) return { status: "aborted" };
     // Synchronously before the turn starts: nothing awaits between this check and the dispatch.
@@ -279,6 +320,7 @@ export class JournalNodeDispatcher implements NodeDispatcher {
       },
       request.signal,
       request.onEvent,
+      known,
     );
     if (outcome.stopReason === "aborted" || request.signal.aborted) return { status: "aborted" };
     if (outcome.stopReason === "error") {
@@ -294,18 +336,21 @@ export class JournalNodeDispatcher implements NodeDispatcher {
         error: { code: "empty_answer", message: "the node ended without an answer" },
       };
     }
-    const outputs = outputReferences(
-      await this.repo.readJournal(request.childSessionId, request.principalAccountId),
-    );
-    return { status: as, reply, ...outputsOf(outputs) };
+    // Output capture needs the whole context; it is read only when the executor does not know it exactly.
+    const journal =
+      outcome.journal ?? (await this.repo.readJournal(request.childSessionId, request.principalAccountId));
+    return { status: as, reply, ...outputsOf(outputReferences(journal)) };
   }
 }
 
 /** Runs a low-level `NodeTurnRunner` over the child's journal, journaling each assistant message it records. */
 export function journalTurnExecutor(repo: DelegationRepository, runner: NodeTurnRunner): NodeTurnExecutor {
   return {
-    async executeTurn(child, signal, onEvent) {
-      const context = messagesOf(await repo.readJournal(child.sessionId, child.principalAccountId));
+    async executeTurn(child, signal, onEvent, known) {
+      const read = known ?? (await repo.readJournal(child.sessionId, child.principalAccountId));
+      const context = messagesOf(read);
+      // The journal as this turn knows it: undefined once another writer's row may sit in between.
+      let journal: JournalEntry[] | undefined = [...read];
       let reply: string | undefined;
       const outcome = await runner.runTurn(
         {
@@ -318,15 +363,16 @@ export function journalTurnExecutor(repo: DelegationRepository, runner: NodeTurn
         },
         {
           record: async (message) => {
-            await repo.append(child.sessionId, child.principalAccountId, [
+            const rows = await repo.append(child.sessionId, child.principalAccountId, [
               { body: { type: "message", message } },
             ]);
+            journal = journal && extendedJournal(journal, rows);
             if (message.stopReason === "stop") reply = textOf(message);
           },
           progress: (event) => onEvent?.(event),
         },
       );
-      return { ...outcome, ...(reply !== undefined ? { reply } : {}) };
+      return { ...outcome, ...(reply !== undefined ? { reply } : {}), ...(journal ? { journal } : {}) };
     },
   };
 }

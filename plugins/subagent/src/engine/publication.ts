@@ -93,29 +93,70 @@ export function pgWorkflowEmitter(
   };
 }
 
+/** A queued publication that has not been handed to the emitter yet. */
+interface Pending {
+  update: WorkflowUpdate;
+  readonly expectedGeneration: number | undefined;
+  readonly result: Promise<WorkflowEmitResult>;
+}
+
 /**
  * One workflow's serialized publication: each snapshot is captured (deep-frozen) and its expected
- * generation read when it is queued, then written strictly in queue order.
+ * generation read when it is queued, then written strictly in queue order. A running snapshot queued
+ * behind another running one that has not started yet, under the same fence, replaces it: the newer
+ * snapshot holds everything the older one showed, both callers get the one write's result, and parallel
+ * nodes share a commit instead of queueing one each.
  */
 export class SnapshotPublisher {
   #tail: Promise<unknown> = Promise.resolve();
+  #pending: Pending | undefined;
 
   constructor(private readonly emit: WorkflowEmitter) {}
 
-  queue(update: WorkflowUpdate, expectedGeneration: number | undefined): Promise<WorkflowEmitResult> {
-    const frozen = deepFreeze(structuredClone(update));
-    const next = this.#tail.then(
-      () => this.emit(frozen, expectedGeneration),
-      () => this.emit(frozen, expectedGeneration),
-    );
-    this.#tail = next.catch(() => undefined);
-    return next;
+  /**
+   * `handedOver`: the caller built `update` for this call and keeps no reference to it, so it is frozen
+   * as it is instead of being copied first.
+   */
+  queue(
+    update: WorkflowUpdate,
+    expectedGeneration: number | undefined,
+    handedOver = false,
+  ): Promise<WorkflowEmitResult> {
+    const frozen = deepFreeze(handedOver ? update : structuredClone(update));
+    const pending = this.#pending;
+    if (pending && replaces(pending, frozen, expectedGeneration)) {
+      pending.update = frozen;
+      return pending.result;
+    }
+    const write = () => {
+      if (this.#pending === entry) this.#pending = undefined;
+      return this.emit(entry.update, expectedGeneration);
+    };
+    const entry: Pending = { update: frozen, expectedGeneration, result: this.#tail.then(write, write) };
+    this.#pending = entry;
+    this.#tail = entry.result.catch(() => undefined);
+    return entry.result;
   }
 
   /** Resolves when everything queued so far has settled (successfully or not). */
   drain(): Promise<void> {
     return this.#tail.then(() => undefined);
   }
+}
+
+/** Only a running snapshot under the same fence (generation and lease) supersedes a queued one. */
+function replaces(pending: Pending, update: WorkflowUpdate, expectedGeneration: number | undefined): boolean {
+  const queued = pending.update;
+  return (
+    expectedGeneration !== undefined &&
+    pending.expectedGeneration === expectedGeneration &&
+    queued.create === undefined &&
+    update.create === undefined &&
+    queued.status === "running" &&
+    update.status === "running" &&
+    queued.workflowId === update.workflowId &&
+    queued.owner === update.owner
+  );
 }
 
 function deepFreeze<T>(value: T): T {

@@ -159,6 +159,10 @@ export class WorkflowRun {
   /** Nodes whose child turn was actually started (a cancel interrupts these; the others never started). */
   readonly started = new Set<string>();
   #writes: Promise<boolean> = Promise.resolve(true);
+  /** The journal text of this run's last committed write (what the row holds while the lease is ours). */
+  #committed: string | undefined;
+  /** The queued journal write that has not started yet: later persists join it (see persist). */
+  #nextWrite: { readonly generation: number; written: Promise<boolean> } | undefined;
   #stopped = false;
   #finishing = false;
   #note: string | undefined;
@@ -256,24 +260,35 @@ export class WorkflowRun {
     this.abandon("closing");
   }
 
-  /** Writes the current journal; false (and the run stops) when the lease or generation moved on. */
+  /**
+   * Writes the current journal; false (and the run stops) when the lease or generation moved on. Group
+   * commit: while one write is in flight, every persist asked meanwhile joins the single next write, which
+   * takes the journal as it is when it starts (a state the run passed through, newer than each joiner's),
+   * so each caller still resolves only after a commit that holds its state, and parallel nodes share one.
+   */
   persist(): Promise<boolean> {
-    const body = structuredClone(this.journal);
     const generation = this.journal.recovery.workflowGeneration;
-    this.#writes = this.#writes.then(async (ok) => {
+    const next = this.#nextWrite;
+    if (next && next.generation === generation) return next.written;
+    const write = { generation, written: Promise.resolve(false) };
+    this.#nextWrite = write;
+    write.written = this.#writes = this.#writes.then(async (ok) => {
+      if (this.#nextWrite === write) this.#nextWrite = undefined;
       if (!ok || this.#stopped) return false;
-      const { written, cancelRequested } = await this.deps.store.writeJournalChecked(
+      const text = JSON.stringify(this.journal);
+      const { written, cancelRequested } = await this.deps.store.writeJournalText(
         this.id,
-        body,
+        text,
         generation,
         this.deps.owner,
       );
       if (!written) this.abandon("stale");
       // A Stop recorded by another process: honoured here, as this process's own.
       else if (cancelRequested && !this.journal.cancelRequested) queueMicrotask(() => void this.cancel());
+      if (written) this.#committed = text;
       return written;
     });
-    return this.#writes;
+    return write.written;
   }
 
   snapshotOf(status: WorkflowStatus): WorkflowSnapshot {
@@ -298,9 +313,11 @@ export class WorkflowRun {
   /** Queues a snapshot; its expected generation is the one current now, when queued. */
   publish(status: WorkflowStatus = "running"): Promise<WorkflowEmitResult> {
     const expected = this.journal.recovery.workflowGeneration;
+    // snapshotOf builds new objects of primitives only: handed over, not copied again.
     const result = this.deps.publisher.queue(
       { workflowId: this.id, status, snapshot: this.snapshotOf(status), owner: this.deps.owner },
       expected,
+      true,
     );
     return result.then((r) => {
       if (r.status === "stale") this.abandon("stale");
@@ -466,8 +483,12 @@ export class WorkflowRun {
           return;
         }
       }
+      // A boot continuation finds the node running in its journal already: writing the same state again
+      // would only fence, and the protected scope's assertion below reads the native row's lease and
+      // generation before anything is dispatched. A wake (waiting) is journaled running first.
+      const journaled = mode === "continue" && state.status === "running";
       this.#setStatus(id, "running");
-      if (!(await this.persist())) return;
+      if (!journaled && !(await this.persist())) return;
       current("journaled");
       this.started.add(id);
       const continueNode: RecoveryContinueNode =
@@ -577,7 +598,12 @@ export class WorkflowRun {
           j.recovery.recoveryAdmissionVersion !== admitted.recoveryAdmissionVersion
         )
           refuse("the journal moved on");
-        const row = await this.deps.store.getWorkflow(j.workflowId);
+        const row = await this.deps.store.currentWorkflow(j.workflowId);
+        if (row?.cancelRequested && !j.cancelRequested) {
+          // A Stop recorded by another process meanwhile: honoured here, as this process's own.
+          queueMicrotask(() => void this.cancel());
+          refuse("a Stop was recorded");
+        }
         if (
           row?.status !== "running" ||
           row.lockedBy !== this.deps.owner ||
@@ -700,19 +726,18 @@ export class WorkflowRun {
     const artifacts = this.deps.artifacts;
     if (!artifacts) return;
     const node = (this.journal.nodes[id] as NodeState).spec;
-    for (const dep of node.dependsOn) {
+    const wanted = node.dependsOn.flatMap((dep) => {
       const artifact = this.journal.nodes[dep]?.artifact;
-      if (!artifact) continue;
-      const granted = await artifacts.grant(this.id, dep, artifact.sha256, childSessionId);
-      if (!granted) {
-        throw new WorkflowNodePreparationError(
-          `the artifact of ${dep} is not stored`,
-          { workflowId: this.id, nodeId: id },
-          {
-            cause: new Error(`no artifact ${dep}@${artifact.sha256}`),
-          },
-        );
-      }
+      return artifact ? [{ nodeId: dep, sha256: artifact.sha256 }] : [];
+    });
+    const granted = await artifacts.grantMany(this.id, wanted, childSessionId);
+    const missing = wanted.find((w) => !granted.has(w.nodeId));
+    if (missing) {
+      throw new WorkflowNodePreparationError(
+        `the artifact of ${missing.nodeId} is not stored`,
+        { workflowId: this.id, nodeId: id },
+        { cause: new Error(`no artifact ${missing.nodeId}@${missing.sha256}`) },
+      );
     }
   }
 
@@ -746,15 +771,16 @@ export class WorkflowRun {
           break;
         }
         const artifacts = this.deps.artifacts;
+        // Stored with the parent's grant of that version, in one commit.
         const artifact = artifacts
-          ? await artifacts.putArtifact(
+          ? await artifacts.putArtifactGranted(
               this.id,
               id,
               // A typed (output-schema) answer stays exactly the JSON its dependents parse.
               node.outputSchema ? result.reply : artifactContent(result.reply, result.outputs),
+              j.parentSessionId,
             )
           : undefined;
-        if (artifacts && artifact) await artifacts.grant(this.id, id, artifact.sha256, j.parentSessionId);
         this.#setStatus(id, "succeeded", {
           handover: handoverOf(`${result.reply}${kept}`),
           ...(artifact ? { artifact } : {}),
@@ -785,8 +811,11 @@ export class WorkflowRun {
     }
     // Only a waiting outcome keeps a committed prerequisite; every other outcome ends the wait.
     if (result.status !== "waiting") delete (j.nodes[id] as NodeState).waiting;
+    // Dependents made ready (or blocked) by this outcome are reserved now, so their reservations ride the
+    // same journal write and snapshot as the outcome; each one still prepares only after that snapshot is
+    // published, so results (artifact, grants, handover) reach dependents only after their publication.
+    this.pump();
     if (!(await this.persist())) return;
-    // Results (artifact, grants, handover) reach dependents only after their snapshot is published.
     await this.publish();
   }
 
@@ -817,7 +846,9 @@ export class WorkflowRun {
     // A cancellation starts its summary before awaiting pending publication.
     let summary = cancelled ? workflowSummary(j, "was cancelled") : null;
     await Promise.allSettled([...this.active.values()].map((a) => a.done));
-    if (!(await this.persist())) return;
+    // Usually the last node's outcome write holds the final journal already: no second write of it. The
+    // terminal publication and the summary handoff below are fenced by generation (and lease) themselves.
+    if (JSON.stringify(j) !== this.#committed && !(await this.persist())) return;
     await this.deps.publisher.drain();
     if (this.#stopped) return;
     const terminal = await this.publish(status);

@@ -50,6 +50,56 @@ export class PgArtifactStore {
   }
 
   /**
+   * putArtifact and the grant of that version to `recipientSessionId`, in one statement (one commit): the
+   * grant names the row the same statement stored, so it can never name another version.
+   */
+  async putArtifactGranted(
+    workflowId: string,
+    nodeId: string,
+    body: string,
+    recipientSessionId: string,
+  ): Promise<{ sha256: string; byteSize: number }> {
+    const sha256 = sha256Hex(body);
+    const byteSize = Buffer.byteLength(body);
+    await this.pool.query(
+      `with stored as (
+         insert into workflow_artifacts (workflow_id, node_id, sha256, byte_size, body)
+         values ($1::uuid, $2, $3, $4, $5)
+         on conflict (workflow_id, node_id) do update set sha256 = excluded.sha256,
+                byte_size = excluded.byte_size, body = excluded.body, created_at = now()
+         returning workflow_id, node_id, sha256)
+       insert into workflow_artifact_grants (workflow_id, node_id, sha256, recipient_session_id)
+       select workflow_id, node_id, sha256, $6::uuid from stored
+       on conflict (workflow_id, node_id, recipient_session_id) do update set sha256 = excluded.sha256`,
+      [workflowId, nodeId, sha256, byteSize, body, recipientSessionId],
+    );
+    return { sha256, byteSize };
+  }
+
+  /**
+   * `grant` for several artifacts of one workflow to one recipient, in one statement. Returns the node ids
+   * granted: an artifact whose hash is not stored is left out (no grant names a path by itself).
+   */
+  async grantMany(
+    workflowId: string,
+    artifacts: readonly { nodeId: string; sha256: string }[],
+    recipientSessionId: string,
+  ): Promise<Set<string>> {
+    if (artifacts.length === 0) return new Set();
+    const { rows } = await this.pool.query<{ node_id: string }>(
+      `insert into workflow_artifact_grants (workflow_id, node_id, sha256, recipient_session_id)
+       select a.workflow_id, a.node_id, a.sha256, $4::uuid
+         from unnest($2::text[], $3::text[]) as want(node_id, sha256)
+         join workflow_artifacts a
+           on a.workflow_id = $1::uuid and a.node_id = want.node_id and a.sha256 = want.sha256
+       on conflict (workflow_id, node_id, recipient_session_id) do update set sha256 = excluded.sha256
+       returning node_id`,
+      [workflowId, artifacts.map((a) => a.nodeId), artifacts.map((a) => a.sha256), recipientSessionId],
+    );
+    return new Set(rows.map((r) => r.node_id));
+  }
+
+  /**
    * Mints a recipient's grant for the stored artifact of `nodeId` whose hash is `sha256` (both from the
    * journal). Refused (false) when no artifact of that hash is stored: no grant names a path by itself.
    */

@@ -1,5 +1,6 @@
 import { type Queryable, tx, WORKFLOW_WAKE_CHANNEL, wakeWanted } from "@crw/db";
 import type pg from "pg";
+import { TickBatchedReader } from "./batch.js";
 
 /** The native record's recovery metadata (the host's proof; never inferred from the journal's run number). */
 export interface WorkflowRecovery {
@@ -85,7 +86,21 @@ export interface NewWorkflow {
  * ownership lease, the orchestration journal and the summary handoff into the parent's results inbox.
  */
 export class PgWorkflowStore {
+  readonly #rows = new TickBatchedReader<string, WorkflowRow>(async (ids) => {
+    const { rows } = await this.pool.query<Row>("select * from workflows where id = any($1::uuid[])", [ids]);
+    return new Map(rows.map((r) => [String(r.id), workflowFromRow(r)]));
+  });
+
   constructor(readonly pool: pg.Pool) {}
+
+  /**
+   * getWorkflow for a fence check: read by a statement issued after this call, shared with the other
+   * checks asked for in the same tick (see TickBatchedReader).
+   */
+  async currentWorkflow(workflowId: string): Promise<WorkflowRow | null> {
+    // Keyed as PostgreSQL prints a uuid, whatever case the caller's text uses.
+    return (await this.#rows.read(workflowId.toLowerCase())) ?? null;
+  }
 
   /** The initial native insert (idempotent per parent tool call); the caller owns the new row's lease. */
   async insertWorkflow(input: NewWorkflow): Promise<{ id: string; inserted: boolean }> {
@@ -293,6 +308,16 @@ export class PgWorkflowStore {
     return rows[0] ? rows[0].body : null;
   }
 
+  /** The journals of several workflows in one read; a workflow without one is absent from the map. */
+  async readJournals(workflowIds: readonly string[]): Promise<Map<string, unknown>> {
+    if (workflowIds.length === 0) return new Map();
+    const { rows } = await this.pool.query<Row>(
+      "select workflow_id, body from workflow_journals where workflow_id = any($1::uuid[])",
+      [workflowIds],
+    );
+    return new Map(rows.map((r) => [String(r.workflow_id), r.body]));
+  }
+
   /** Rewrites the journal, fenced by the lease and the generation: a superseded engine writes nothing. */
   async writeJournal(
     workflowId: string,
@@ -305,9 +330,20 @@ export class PgWorkflowStore {
   }
 
   /** writeJournal, also answering whether a Stop was recorded for the workflow meanwhile. */
-  async writeJournalChecked(
+  writeJournalChecked(
     workflowId: string,
     body: unknown,
+    generation: number,
+    owner: string,
+    q: Queryable = this.pool,
+  ): Promise<{ written: boolean; cancelRequested: boolean }> {
+    return this.writeJournalText(workflowId, JSON.stringify(body), generation, owner, q);
+  }
+
+  /** writeJournalChecked of a journal the caller has serialized already (its JSON text). */
+  async writeJournalText(
+    workflowId: string,
+    text: string,
     generation: number,
     owner: string,
     q: Queryable = this.pool,
@@ -323,7 +359,7 @@ export class PgWorkflowStore {
             woke as (select ${wake(workflowId, "workflow_id")} from ins)
        select (select count(*) from ins)::int as written, (select count(*) from woke)::int as woke,
               coalesce((select cancel_requested_at is not null from w), false) as cancel`,
-      [workflowId, JSON.stringify(body), generation, owner],
+      [workflowId, text, generation, owner],
     );
     return { written: rows[0]?.written === 1, cancelRequested: rows[0]?.cancel === true };
   }
