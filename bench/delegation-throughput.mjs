@@ -9,6 +9,8 @@
 // By default every delegation is made at once (a burst: the figures are those of a saturated process);
 // with a rate, delegations are made at that many per second over all parents, so settle-to-delivered is
 // the path's own latency rather than its queue.
+// Wake notifications as in the daemon, whose WakeHub knows nobody taps these sessions: no write notifies.
+// CRW_BENCH_WAKE=all makes every write notify (notifying commits are serialized by PostgreSQL).
 // DATABASE_URL, when set, is used instead of the embedded server. Prints one JSON object, then a summary.
 // Usage: node bench/delegation-throughput.mjs [parents] [delegations-per-parent] [rate-per-second]
 import { join } from "node:path";
@@ -20,6 +22,8 @@ const perParent = Number(process.argv[3] ?? 25);
 const rate = process.argv[4] ? Number(process.argv[4]) : null;
 const db = await import("../packages/db/dist/index.js");
 const brain = await import("../packages/brain/dist/index.js");
+const wake = process.env.CRW_BENCH_WAKE === "all" ? "every write notifies" : "unwatched";
+if (wake === "unwatched") db.addWakeFilter(() => false);
 
 const pgServer = await startBenchPostgres("crw-bench-deleg-", db.migrate);
 const { work, url } = pgServer;
@@ -126,6 +130,7 @@ const out = {
   parents,
   delegationsPerParent: perParent,
   ratePerSecond: rate ?? "burst",
+  wake,
   delegations: total,
   elapsedMs: Math.round(elapsedMs),
   delegationsPerSecond: Math.round((total / elapsedMs) * 1000 * 10) / 10,

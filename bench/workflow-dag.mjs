@@ -8,9 +8,9 @@
 //   - the floor it compares with, in the same run: p50 of an autocommit insert on the same server (one
 //     durable commit),
 //   - time from cancel until nothing runs (ten nodes in flight, the rest pending), summary delivered.
-// CRW_BENCH_WAKE=unwatched: writes send no wake notification, as in a daemon whose WakeHub knows nobody
-// follows these workflows and sessions (default: every write notifies, as in a process that cannot tell;
-// notifying commits are serialized by PostgreSQL's notify lock).
+// Wake notifications as in the daemon, whose WakeHub knows nobody follows these workflows and sessions: no
+// write notifies. CRW_BENCH_WAKE=all makes every write notify (a process that cannot tell; notifying
+// commits are serialized by PostgreSQL's notify lock).
 // DATABASE_URL, when set, is used instead of the embedded server. Prints one JSON object, then a summary.
 // Usage: node bench/workflow-dag.mjs [runs] [nodes]
 import { randomUUID } from "node:crypto";
@@ -33,12 +33,12 @@ pg.Client.prototype.query = function counted(...args) {
 };
 const db = await import("../packages/db/dist/index.js");
 const wf = await import("../plugins/subagent/dist/index.js");
-const wake = process.env.CRW_BENCH_WAKE === "unwatched" ? "unwatched" : "every write notifies";
+const wake = process.env.CRW_BENCH_WAKE === "all" ? "every write notifies" : "unwatched";
 if (wake === "unwatched") db.addWakeFilter(() => false);
 
 const pgServer = await startBenchPostgres("crw-bench-wf-", db.migrate);
 const { url } = pgServer;
-const pool = new pg.Pool({ connectionString: url, max: 16 });
+const pool = db.createPool({ connectionString: url, max: 16 });
 // The embedded server stops at the end while idle clients may still be open: that is not a failure.
 pool.on("error", () => {});
 const repo = new db.PgDelegationRepository(pool);
