@@ -5,19 +5,32 @@
 // its subagent answering at once. Per call: the time from ctx.call to its result (p50, p99), journal
 // bytes and fsyncs; next to this machine's fsync latency (4 KiB write + fdatasync) measured in the run.
 // The test kits are TypeScript: they are bundled with esbuild into a temporary directory first.
-// The fake host, the owner and the engine share this process: a poll much below 20 ms floods it with reads.
-// Prints one JSON object, then a one-line summary. Usage: node bench/flow-engine.mjs [calls] [poll-ms]
+// The fake host, the owner and the engine share this process, so the owner's own reads count against the
+// engine: the default owner source (`watch`) reads a call's step directory when fs.watch says it changed
+// (a full listing every 250 ms as the fallback); `files` is the test kit's source, which lists every call's
+// directory and reads the whole journal every round (1 ms apart), as a worst-case owner.
+// Prints one JSON object, then a one-line summary.
+// The owner's side (fake host and scripted owner) shares the engine's event loop by default (`inline`);
+// `worker` gives it a worker thread, an event loop of its own as the host and the owner have in a real run
+// (on a machine with few cores the thread hops cost more than they save).
+// Usage: node bench/flow-engine.mjs [calls] [poll-ms] [watch|files] [worker|inline]
 import { closeSync, fdatasyncSync, mkdtempSync, openSync, rmSync, statSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
-import { loadFlowKits, writeSessionRun } from "./lib/flow-kits.mjs";
+import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads";
+import { loadFlowKits, watchedStepSource, writeSessionRun } from "./lib/flow-kits.mjs";
 
 const calls = Number(process.argv[2] ?? 500);
 const pollMs = Number(process.argv[3] ?? 20);
-const root = mkdtempSync(join(tmpdir(), "crw-bench-engine-"));
+const sourceKind = process.argv[4] ?? "watch";
+if (sourceKind !== "watch" && sourceKind !== "files")
+  throw new Error(`owner source ${sourceKind}: watch or files`);
+const placement = process.argv[5] ?? "inline";
+if (placement !== "worker" && placement !== "inline")
+  throw new Error(`owner side ${placement}: worker or inline`);
+const root = isMainThread ? mkdtempSync(join(tmpdir(), "crw-bench-engine-")) : workerData.root;
 const flow = await import("../packages/flow/dist/index.js");
-const { FakeAppServer, ScriptedOwner, fileStepSource } = await loadFlowKits();
 
 const pct = (values, p) => {
   const sorted = [...values].sort((a, b) => a - b);
@@ -26,95 +39,157 @@ const pct = (values, p) => {
 const round = (x) => Math.round(x * 100) / 100;
 
 // this machine's fsync latency, in the same run
-const fsyncMs = [];
-{
+function machineFsyncMs() {
+  const out = [];
   const fd = openSync(join(root, "fsync.bin"), "w");
   const block = Buffer.alloc(4096, 1);
   for (let i = 0; i < 200; i++) {
     writeSync(fd, block);
     const t0 = performance.now();
     fdatasyncSync(fd);
-    fsyncMs.push(performance.now() - t0);
+    out.push(performance.now() - t0);
   }
   closeSync(fd);
+  return out;
 }
 
-const fake = await FakeAppServer.start();
-const owner = fake.createOwnerThread({ cwd: root });
-fake.startOwnerTurn(owner);
-const state = join(root, "state");
-const { paths, spec } = writeSessionRun(flow, {
-  root,
-  runId: "bench",
-  fake,
-  owner,
-  pool: 4,
-  extra: { poll_ms: pollMs },
-});
-const host = flow.createAppServerHost({ transport: fake.url });
-const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
-const perCall = [];
-const workflow = {
-  name: "bench",
-  async run(ctx) {
-    let next = 0;
-    const worker = async () => {
-      while (next < calls) {
-        const i = next++;
-        const t0 = performance.now();
-        await ctx.call({ role: "explorer", task: `task ${i}`, schema });
-        perCall.push(performance.now() - t0);
-      }
-    };
-    await Promise.all([worker(), worker(), worker(), worker()]);
-    return perCall.length;
-  },
-};
-const kit = new ScriptedOwner({
-  fake,
-  owner,
-  source: fileStepSource({ state, runId: "bench" }),
-  behave: () => ({
-    kind: "answer",
-    messages: [{ text: '{"n":1}', phase: "final_answer" }],
-    usage: { input: 100, output: 10 },
-  }),
-  idleMs: 1,
-}).start();
-let stats = null;
-const t0 = performance.now();
-const outcome = await flow.executeRun({
-  paths,
-  spec,
-  host,
-  processToken: null,
-  workflow,
-  onStats: (s) => (stats = s),
-});
-const wallMs = performance.now() - t0;
-await kit.stop();
-await host.close();
-await fake.stop();
-const journalBytes = statSync(paths.journal).size;
-if (process.env.CRW_BENCH_KEEP) process.stderr.write(`journal kept: ${paths.journal}\n`);
-else rmSync(root, { recursive: true, force: true });
-if (outcome.state !== "completed") throw new Error(`the run did not complete: ${JSON.stringify(outcome)}`);
+// The owner's side: the fake host, its owner thread in a turn, the scripted owner taking steps.
+async function ownerSide({ root, ownerSource }) {
+  const { FakeAppServer, ScriptedOwner, fileStepSource } = await loadFlowKits({ build: false });
+  const fake = await FakeAppServer.start();
+  const owner = fake.createOwnerThread({ cwd: root });
+  fake.startOwnerTurn(owner);
+  const state = join(root, "state");
+  const source =
+    ownerSource === "watch"
+      ? watchedStepSource(flow, { state, runId: "bench" })
+      : fileStepSource({ state, runId: "bench" });
+  const kit = new ScriptedOwner({
+    fake,
+    owner,
+    source,
+    behave: () => ({
+      kind: "answer",
+      messages: [{ text: '{"n":1}', phase: "final_answer" }],
+      usage: { input: 100, output: 10 },
+    }),
+    idleMs: 1,
+  }).start();
+  return {
+    url: fake.url,
+    owner,
+    async stop() {
+      await kit.stop();
+      source.close?.();
+      await fake.stop();
+    },
+  };
+}
 
-const result = {
-  bench: "flow-engine-overhead",
-  calls,
-  pool: 4,
-  poll_ms: pollMs,
-  per_call_ms: { p50: round(pct(perCall, 50)), p99: round(pct(perCall, 99)) },
-  throughput_calls_per_s: round(calls / (wallMs / 1000)),
-  journal: {
-    bytes_per_call: round(journalBytes / calls),
-    fsyncs_per_call: stats ? round(stats.fsyncs / calls) : null,
-    rows_per_call: stats ? round(stats.rows / calls) : null,
-  },
-  machine_fsync_ms: { p50: round(pct(fsyncMs, 50)), p99: round(pct(fsyncMs, 99)) },
-};
-process.stdout.write(`${JSON.stringify(result)}\n`);
-process.stdout.write(
-  `${calls} session calls: p50 ${result.per_call_ms.p50} ms, p99 ${result.per_call_ms.p99} ms per call (poll ${pollMs} ms), ${result.journal.bytes_per_call} journal bytes and ${result.journal.fsyncs_per_call} fsyncs per call; machine fsync p50 ${result.machine_fsync_ms.p50} ms\n`,
-);
+if (!isMainThread) {
+  const side = await ownerSide(workerData);
+  parentPort.postMessage({ url: side.url, owner: side.owner });
+  parentPort.once("message", async () => {
+    await side.stop();
+    parentPort.postMessage("stopped");
+    parentPort.close();
+  });
+} else {
+  await main();
+}
+
+// The owner's side in a worker thread (its own event loop, as the host and the owner are other processes
+// in a real run), or inline on the engine's own loop.
+async function startOwnerSide(opts) {
+  if (placement === "inline") return ownerSide(opts);
+  const worker = new Worker(new URL(import.meta.url), { workerData: opts, argv: process.argv.slice(2) });
+  const ready = await new Promise((resolve, reject) => {
+    worker.once("message", resolve);
+    worker.once("error", reject);
+  });
+  return {
+    ...ready,
+    async stop() {
+      const stopped = new Promise((resolve) => worker.once("message", resolve));
+      worker.postMessage("stop");
+      await stopped;
+      await worker.terminate();
+    },
+  };
+}
+
+async function main() {
+  await loadFlowKits();
+  const fsyncMs = machineFsyncMs();
+  const side = await startOwnerSide({ root, ownerSource: sourceKind });
+  const { paths, spec } = writeSessionRun(flow, {
+    root,
+    runId: "bench",
+    fake: { url: side.url },
+    owner: side.owner,
+    pool: 4,
+    extra: { poll_ms: pollMs },
+  });
+  const host = flow.createAppServerHost({ transport: side.url });
+  const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
+  const perCall = [];
+  const workflow = {
+    name: "bench",
+    async run(ctx) {
+      let next = 0;
+      const worker = async () => {
+        while (next < calls) {
+          const i = next++;
+          const t0 = performance.now();
+          await ctx.call({ role: "explorer", task: `task ${i}`, schema });
+          perCall.push(performance.now() - t0);
+        }
+      };
+      await Promise.all([worker(), worker(), worker(), worker()]);
+      return perCall.length;
+    },
+  };
+  let stats = null;
+  const t0 = performance.now();
+  const cpu0 = process.cpuUsage();
+  const outcome = await flow.executeRun({
+    paths,
+    spec,
+    host,
+    processToken: null,
+    workflow,
+    onStats: (s) => (stats = s),
+  });
+  const wallMs = performance.now() - t0;
+  const cpu = process.cpuUsage(cpu0);
+  await side.stop();
+  await host.close();
+  const journalBytes = statSync(paths.journal).size;
+  if (process.env.CRW_BENCH_KEEP) process.stderr.write(`journal kept: ${paths.journal}\n`);
+  else rmSync(root, { recursive: true, force: true });
+  if (outcome.state !== "completed") throw new Error(`the run did not complete: ${JSON.stringify(outcome)}`);
+
+  const result = {
+    bench: "flow-engine-overhead",
+    calls,
+    pool: 4,
+    poll_ms: pollMs,
+    owner_source: sourceKind,
+    owner_side: placement,
+    per_call_ms: { p50: round(pct(perCall, 50)), p99: round(pct(perCall, 99)) },
+    throughput_calls_per_s: round(calls / (wallMs / 1000)),
+    // the process's CPU time (every thread: engine, host, owner) over the run, per call
+    cpu_ms_per_call: round((cpu.user + cpu.system) / 1000 / calls),
+    cpu_sys_ms_per_call: round(cpu.system / 1000 / calls),
+    journal: {
+      bytes_per_call: round(journalBytes / calls),
+      fsyncs_per_call: stats ? round(stats.fsyncs / calls) : null,
+      rows_per_call: stats ? round(stats.rows / calls) : null,
+    },
+    machine_fsync_ms: { p50: round(pct(fsyncMs, 50)), p99: round(pct(fsyncMs, 99)) },
+  };
+  process.stdout.write(`${JSON.stringify(result)}\n`);
+  process.stdout.write(
+    `${calls} session calls: p50 ${result.per_call_ms.p50} ms, p99 ${result.per_call_ms.p99} ms per call (poll ${pollMs} ms, owner ${sourceKind} ${placement}), ${result.cpu_ms_per_call} ms CPU, ${result.journal.bytes_per_call} journal bytes and ${result.journal.fsyncs_per_call} fsyncs per call; machine fsync p50 ${result.machine_fsync_ms.p50} ms\n`,
+  );
+}

@@ -67,6 +67,13 @@ export { type Divergence, type ShadowReport, shadowReplay } from "./shadow/repla
 export { type DispatchReport, type Reply, readReply, reportName, writeReport } from "./steps/inbox.js";
 export { markerInText, markerOf, sendInputMessage, spawnMessage } from "./steps/message.js";
 export { buildPacket, repositoryTools } from "./steps/packet.js";
-export { type CloseFile, FileStepBus, listStepFiles, type StepFile } from "./steps/stepBus.js";
+export {
+  type CloseFile,
+  FileStepBus,
+  type ListedSteps,
+  listCallStepFiles,
+  listStepFiles,
+  type StepFile,
+} from "./steps/stepBus.js";
 export { canonicalJson, digestOf } from "./util/canonical.js";
 export { EXIT_INPUT, EXIT_OK, EXIT_REFUSED, FlowError } from "./util/errors.js";

@@ -10,7 +10,6 @@ import { markerInText, markerLine, markerOf } from "../steps/message.js";
 import { repairInput, repositoryTools } from "../steps/packet.js";
 import { digestOf } from "../util/canonical.js";
 import { FlowError } from "../util/errors.js";
-import { sleep } from "../util/fsx.js";
 import { threadTokenTotal } from "./appServerTokens.js";
 
 function appServerHost(rc: RunContext): AppServerHost {
@@ -173,6 +172,7 @@ export async function runAppServerCall(rc: RunContext, call: string): Promise<un
     const turns = rows.filter(
       (r): r is RowOf<"turn_started"> => r.type === "turn_started" && r.attempt === thread.attempt,
     );
+    const seen = rc.hostVersion(thread.thread_id);
     const read = await host.readThread(thread.thread_id);
     if (!read.ok) {
       if (read.reason === "unknown_thread")
@@ -201,7 +201,7 @@ export async function runAppServerCall(rc: RunContext, call: string): Promise<un
       continue;
     }
     if (t.status === "inProgress") {
-      await rc.nap();
+      await rc.hostNap(thread.thread_id, seen);
       continue;
     }
     if (t.status === "interrupted" && !t.error) {
@@ -320,11 +320,12 @@ async function stopAppServerCall(
       await host.interruptTurn(thread.thread_id, turn.turn_id);
       const deadline = Date.now() + rc.lostAfterMs;
       while (Date.now() < deadline) {
+        const seen = rc.hostVersion(thread.thread_id);
         const again = await host.readThread(thread.thread_id);
         if (!again.ok) break;
         const t2 = again.value.turns.find((x) => x.id === turn.turn_id);
         if (again.value.status.type !== "active" && t2?.status !== "inProgress") break;
-        await sleep(rc.pollMs);
+        await rc.hostNap(thread.thread_id, seen);
       }
     }
   }

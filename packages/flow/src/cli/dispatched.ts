@@ -1,13 +1,16 @@
 import { join } from "node:path";
 import { lockHolder } from "../run/locks.js";
-import { runPaths, stateDirFrom } from "../run/paths.js";
+import { type RunPaths, runPaths, stateDirFrom } from "../run/paths.js";
 import { readSpec } from "../run/spec.js";
-import { REPORT_FORMAT, readReply, reportName, writeReport } from "../steps/inbox.js";
+import { REPORT_FORMAT, type Reply, readReply, reportName, writeReport } from "../steps/inbox.js";
 import { EXIT_OK, EXIT_REFUSED, FlowError } from "../util/errors.js";
-import { removeIfExists, sleep } from "../util/fsx.js";
+import { removeIfExists } from "../util/fsx.js";
+import { DirWatch } from "../util/wakeups.js";
 import { intOption, numberOption, parseCommand, print } from "./args.js";
 
 const CALL = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+/** The bound of each wait for the reply: the watch ends it sooner when the reply lands. */
+const POLL_MS = 100;
 
 /**
  * `crw flow dispatched RUN CALL --agent ID --k K --attempt N [--wait S]`: writes the dispatch report into
@@ -52,15 +55,10 @@ export async function dispatchedCommand(args: string[]): Promise<number> {
     agent_id: agent,
     at: new Date().toISOString(),
   });
-  const deadline = Date.now() + waitMs;
-  for (;;) {
-    const reply = readReply(paths.replies, name);
-    if (reply) {
-      print(values.json, reply, `${reply.reply}: ${reply.reason}`);
-      return reply.reply === "bound" ? EXIT_OK : EXIT_REFUSED;
-    }
-    if (!lockHolder(paths.runLock) || Date.now() >= deadline) break;
-    await sleep(100);
+  const reply = await awaitReply(paths, name, Date.now() + waitMs);
+  if (reply) {
+    print(values.json, reply, `${reply.reply}: ${reply.reason}`);
+    return reply.reply === "bound" ? EXIT_OK : EXIT_REFUSED;
   }
   const queued = {
     reply: "queued",
@@ -74,4 +72,23 @@ export async function dispatchedCommand(args: string[]): Promise<number> {
   };
   print(values.json, queued, `queued: ${queued.reason}`);
   return EXIT_REFUSED;
+}
+
+/**
+ * The run's reply, read as soon as the replies directory changes (and every 100 ms at least: a watch can
+ * miss an event), until the deadline or no process holds the run.
+ */
+async function awaitReply(paths: RunPaths, name: string, deadline: number): Promise<Reply | null> {
+  const watch = new DirWatch([paths.replies]);
+  try {
+    for (;;) {
+      const since = watch.version;
+      const reply = readReply(paths.replies, name);
+      if (reply) return reply;
+      if (!lockHolder(paths.runLock) || Date.now() >= deadline) return null;
+      await watch.wait(since, Math.min(POLL_MS, Math.max(1, deadline - Date.now())));
+    }
+  } finally {
+    watch.close();
+  }
 }

@@ -4,7 +4,7 @@ import { ownerLineWarning } from "../bound/run.js";
 import { readCodexSettings } from "../run/codexConfig.js";
 import { launchRunProcess, recordedTmpdirProblem } from "../run/launch.js";
 import type { LightRow } from "../run/lightJournal.js";
-import { runPaths, stateDirFrom } from "../run/paths.js";
+import { type RunPaths, runPaths, stateDirFrom } from "../run/paths.js";
 import { ROLE_NAMES, type RoleName, type RoleTable, readRoleTable, spawnFormat } from "../run/roles.js";
 import { type RunState, readRunState } from "../run/runState.js";
 import { readSpec } from "../run/spec.js";
@@ -13,10 +13,12 @@ import { EXIT_OK } from "../util/errors.js";
 import { removeIfExists, sleep } from "../util/fsx.js";
 import { numberOption, parseCommand, print } from "./args.js";
 import { decisionOf, hostDown, SAME_ASKS_NOTE, sameAsks } from "./nextNotes.js";
+import { RunWatch } from "./runWatch.js";
 
 /** How long `next` reads a starting run again, whatever --wait says (CRW_FLOW_STARTING_MS for tests). */
 const STARTING_WINDOW_MS =
   Number(process.env.CRW_FLOW_STARTING_MS) > 0 ? Number(process.env.CRW_FLOW_STARTING_MS) : 15_000;
+/** The bound of each wait: the watch ends it sooner when the run's files change. */
 const POLL_MS = 100;
 
 export async function nextCommand(args: string[]): Promise<number> {
@@ -26,16 +28,34 @@ export async function nextCommand(args: string[]): Promise<number> {
     { state: { type: "string" }, wait: { type: "string" } },
     ["RUN"],
   );
-  const waitMs = numberOption("wait", values.wait, 0) * 1000;
   const paths = runPaths(stateDirFrom(values.state), positionals[0] as string);
+  const watch = new RunWatch(paths);
+  try {
+    return await next(values, paths, watch);
+  } finally {
+    watch.close();
+  }
+}
+
+async function next(
+  values: { state?: string; wait?: string; json?: boolean },
+  paths: RunPaths,
+  watch: RunWatch,
+): Promise<number> {
+  const waitMs = numberOption("wait", values.wait, 0) * 1000;
   const spec = readSpec(paths.spec);
   const warnings: string[] = [];
   let resumedPid: number | null = null;
   const t0 = Date.now();
 
+  // each look follows the calls it saw open, so a wait after it wakes when one of their files lands
+  let since = watch.version;
   const look = () => {
+    since = watch.version;
     const listed = listStepFiles(paths.steps);
-    return { listed, state: readRunState(paths, listed.steps.length > 0) };
+    const state = readRunState(paths, listed.steps.length > 0);
+    watch.follow(state.rows);
+    return { listed, state };
   };
   let { listed, state } = look();
   if (state.kind === "unheld") {
@@ -49,7 +69,7 @@ export async function nextCommand(args: string[]): Promise<number> {
   }
   // A starting run is read again, up to 15 s whatever --wait says; never an earlier process's pins.
   while (state.kind === "starting" && Date.now() - t0 < STARTING_WINDOW_MS) {
-    await sleep(POLL_MS);
+    await watch.wait(since, POLL_MS);
     ({ listed, state } = look());
     if (state.kind === "unheld" && resumedPid !== null) state = { ...state, kind: "starting" };
   }
@@ -57,7 +77,7 @@ export async function nextCommand(args: string[]): Promise<number> {
   const firstKind = state.kind;
   while (waitMs > 0 && listed.steps.length === 0 && listed.closes.length === 0 && Date.now() - t0 < waitMs) {
     if (state.kind !== firstKind || state.kind === "ended" || state.kind === "paused") break;
-    await sleep(POLL_MS);
+    await watch.wait(since, Math.min(POLL_MS, Math.max(1, waitMs - (Date.now() - t0))));
     ({ listed, state } = look());
   }
 

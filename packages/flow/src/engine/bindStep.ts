@@ -32,6 +32,7 @@ export async function awaitBind(
     files.set(step.marker, state);
   }
   // A report the owner wrote first, then the host's own record of the marker.
+  const since = rc.inboxVersion(); // a report landing after this ends the nap below at once
   const onBind: BindHandler = (thread, verdict) => bind(rc, call, fold, step, thread, verdict);
   if (await answerReports(rc, call, step, onBind)) return;
   // The owner normally reports; the host lookup is the fallback, so a fresh step waits a while for it.
@@ -40,11 +41,11 @@ export async function awaitBind(
     if (await lookUp(rc, call, fold, step)) return;
   }
   if (!state.written) {
-    writeStepFiles(rc, step, packetTextOf(rc, fold, step), state);
+    await writeStepFiles(rc, step, packetTextOf(rc, fold, step), state);
     if (resumed && state.written)
       rc.emit({ type: "step_published", call, marker: step.marker, action: step.action });
   }
-  await rc.nap();
+  await rc.nap(since);
 }
 
 /**
@@ -84,7 +85,7 @@ export async function lookUp(rc: RunContext, call: string, fold: CallFold, step:
       const warnings = step.action === "spawn" ? await ledgerWarnings(rc, step, thread) : [];
       if (warnings.length > 0) rc.append([{ type: "session_host_warning", op: step.op, warnings }]);
       // an evidence record that cannot be placed holds the call (the step is decided either way)
-      if (bind(rc, call, fold, step, thread, v).bound)
+      if ((await bind(rc, call, fold, step, thread, v)).bound)
         rc.emit({ type: "bound", call, marker: step.marker, agent: thread.id, via: "lookup" });
       return true;
     }
@@ -98,14 +99,14 @@ export async function lookUp(rc: RunContext, call: string, fold: CallFold, step:
  * call's newest generation names the subagent's host cwd, then the record there; a record that cannot be
  * written leaves the subagent unbound and holds the call evidence_assignment_failed (the run pauses).
  */
-function bind(
+async function bind(
   rc: RunContext,
   call: string,
   fold: CallFold,
   step: Step,
   thread: HostThread,
   v: Extract<ReturnType<typeof judgeBind>, { verdict: "bind" }>,
-): { bound: true } | { bound: false; reason: string } {
+): Promise<{ bound: true } | { bound: false; reason: string }> {
   const rows: NewRow[] = [];
   let evidenceCwd: string | null = null;
   if (step.action === "spawn" && step.evidence_assignment) {
@@ -147,8 +148,8 @@ function bind(
   rows.push(turnStartedRow(call, step, v.turn.id));
   const sameThread = step.action === "spawn" ? sameThreadReview(rc, call, step, thread.id) : null;
   if (sameThread) rows.push(sameThread);
-  rc.append(rows);
-  rc.bus.retractStep(call, step.k, step.attempt);
+  await rc.appendDurable(rows);
+  await rc.bus.retractStepAsync(call, step.k, step.attempt);
   return { bound: true };
 }
 
@@ -241,6 +242,7 @@ export async function adopt(
   pos: Extract<CallPosition, { kind: "adopt" }>,
   lostClock: Map<string, { sig: string; since: number }>,
 ): Promise<void> {
+  const seen = rc.hostVersion(pos.thread.thread_id);
   const r = await rc.host.readThread(pos.thread.thread_id);
   if (r.ok) {
     const turn = markerTurn(r.value, pos.step.marker);
@@ -270,5 +272,5 @@ export async function adopt(
       return;
     }
   }
-  await sleep(rc.pollMs);
+  await rc.hostNap(pos.thread.thread_id, seen);
 }

@@ -1,4 +1,4 @@
-import { type FSWatcher, mkdirSync, watch } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { runAppServerCall } from "../backends/appServer.js";
 import { decide } from "../backends/decision.js";
@@ -13,7 +13,6 @@ import { readCodexSettings } from "../run/codexConfig.js";
 import type { RunPaths } from "../run/paths.js";
 import { type RoleName, type RoleTable, readRoleTable, rolePairs } from "../run/roles.js";
 import type { RunSpec } from "../run/spec.js";
-import { unansweredReports } from "../steps/inbox.js";
 import { markerInText } from "../steps/message.js";
 import { FileStepBus, type StepWriteHook } from "../steps/stepBus.js";
 import { digestOf } from "../util/canonical.js";
@@ -28,6 +27,7 @@ import { RefusalBound } from "./refusals.js";
 import { answerStrayReports } from "./reports.js";
 import { RunBranch } from "./runBranch.js";
 import { type FlowEvent, type RunContext, RunStopped } from "./runContext.js";
+import { RunWaits } from "./runWaits.js";
 import { runSessionCall } from "./sessionCall.js";
 import { TokenFigure, tokenTotal } from "./tokenFigure.js";
 import { CallTracer } from "./trace.js";
@@ -281,6 +281,7 @@ class FlowRun implements RunContext {
   private readonly pool: Pool;
   private ownerCache: { at: number; value: ReturnType<SessionHost["readThread"]> } | null = null;
   private stopWaiters: Array<() => void> = [];
+  private readonly waits: RunWaits;
   readonly tokens: TokenFigure;
 
   constructor(
@@ -310,6 +311,7 @@ class FlowRun implements RunContext {
     this.pollMs = opts.spec.poll_ms ?? 500;
     this.lostAfterMs = opts.spec.lost_after_ms ?? DEFAULT_LOST_AFTER_MS;
     this.lookupEveryMs = Math.max(this.pollMs * 4, 1000);
+    this.waits = new RunWaits({ inbox: opts.paths.inbox, replies: opts.paths.replies }, this.pollMs);
     // a session run keeps one of agents.max_threads for the owner's own helper, whatever --pool said
     const slots =
       opts.spec.backend === "session"
@@ -346,6 +348,7 @@ class FlowRun implements RunContext {
       );
     }
     this.tokens = new TokenFigure(journal.rows);
+    journal.onDurable = (rows) => this.observe(rows);
   }
 
   private index(row: JournalRow): void {
@@ -356,10 +359,17 @@ class FlowRun implements RunContext {
   }
 
   append(rows: NewRow[]): JournalRow[] {
-    const written = this.journal.append(rows);
+    return this.journal.append(rows);
+  }
+
+  appendDurable(rows: NewRow[]): Promise<JournalRow[]> {
+    return this.journal.appendDurable(rows);
+  }
+
+  /** A durable batch, whichever append wrote it: the calls' rows and the token figure follow it. */
+  private observe(written: JournalRow[]): void {
     for (const r of written) this.index(r);
     this.tokens.observe(written);
-    return written;
   }
 
   rowsOf(call: string): readonly JournalRow[] {
@@ -370,6 +380,7 @@ class FlowRun implements RunContext {
     if (this.stopping) return;
     this.stopping = { reason };
     this.emit({ type: "stopping", reason });
+    this.waits.stopped();
     for (const w of this.stopWaiters.splice(0)) w();
   }
 
@@ -379,54 +390,28 @@ class FlowRun implements RunContext {
     this.opts.onEvent?.(event);
   }
 
-  private inboxCache: { at: number; names: string[] } | null = null;
-  private readonly napWaiters = new Set<() => void>();
-  private inboxWatch: FSWatcher | null = null;
-
-  /**
-   * Waits one poll interval, or less when a report lands in the inbox: the poll stays the bound (a watch
-   * that misses an event, or a file system without one, only costs the interval).
-   */
-  nap(): Promise<void> {
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.napWaiters.delete(done);
-        resolve();
-      };
-      const timer = setTimeout(done, this.pollMs);
-      this.napWaiters.add(done);
-    });
+  nap(since?: number): Promise<void> {
+    return this.waits.nap(since);
   }
 
-  private watchInbox(): void {
-    try {
-      this.inboxWatch = watch(this.paths.inbox, () => {
-        this.inboxCache = null;
-        for (const w of [...this.napWaiters]) w();
-      });
-      this.inboxWatch.on("error", () => this.unwatchInbox());
-    } catch {
-      this.inboxWatch = null; // polling alone
-    }
-  }
-
-  private unwatchInbox(): void {
-    this.inboxWatch?.close();
-    this.inboxWatch = null;
+  inboxVersion(): number {
+    return this.waits.inboxVersion;
   }
 
   unanswered(): string[] {
-    const now = Date.now();
-    if (!this.inboxCache || now - this.inboxCache.at >= this.pollMs) {
-      this.inboxCache = { at: now, names: unansweredReports(this.paths.inbox, this.paths.replies) };
-    }
-    return this.inboxCache.names;
+    return this.waits.unanswered();
   }
 
-  /** A reply was written: the cached listing is stale. */
-  answered(): void {
-    this.inboxCache = null;
+  replying(name: string): () => void {
+    return this.waits.replying(name);
+  }
+
+  hostVersion(threadId: string): number {
+    return this.waits.hostVersion(threadId);
+  }
+
+  hostNap(threadId: string, since: number): Promise<void> {
+    return this.waits.hostNap(threadId, since);
   }
 
   async spawnedFor(marker: string): ReturnType<RunContext["spawnedFor"]> {
@@ -462,11 +447,11 @@ class FlowRun implements RunContext {
       callWithWork: (o) => handled(this.call(o)) as never,
       decide: (o) => decide(this, o),
     };
-    this.watchInbox();
+    this.waits.open(this.host);
     try {
       return await this.executeWatched(workflow, ctx);
     } finally {
-      this.unwatchInbox();
+      this.waits.close();
       this.opts.onTokens?.({ run: this.tokens.run(), spent: this.tokens.spent() });
     }
   }
@@ -475,8 +460,9 @@ class FlowRun implements RunContext {
     let pumping = true;
     const pump = (async () => {
       while (pumping) {
+        const since = this.waits.inboxVersion;
         try {
-          answerStrayReports(this);
+          await answerStrayReports(this);
         } catch (e) {
           this.emit({ type: "warning", message: `inbox: ${(e as Error).message}` });
         }
@@ -485,7 +471,7 @@ class FlowRun implements RunContext {
         } catch (e) {
           this.emit({ type: "warning", message: `owner wake: ${(e as Error).message}` });
         }
-        await this.nap();
+        await this.waits.pumpNap(this.waker ? this.owner : null, since);
       }
     })();
     const stopped = new Promise<"stopped">((r) => this.stopWaiters.push(() => r("stopped")));
@@ -568,7 +554,7 @@ class FlowRun implements RunContext {
       });
       return;
     }
-    this.append([prepared]);
+    await this.appendDurable([prepared]);
     // the placer makes P after the prepared row; a resumed call finds it (or makes it again)
     if (start) await placeWorktree(this.spec.repo, allocation);
     else mkdirSync(workspace, { recursive: true });

@@ -27,6 +27,8 @@ export async function harvest(
     fold.interrupt && fold.interrupt.k === step.k && fold.interrupt.attempt === step.attempt
       ? fold.interrupt
       : null;
+  // a notification after this read ends the wait below at once (it changed what the read saw)
+  const seen = rc.hostVersion(thread.thread_id);
   const r = await rc.host.readThread(thread.thread_id);
   if (!r.ok && r.reason === "unreachable") {
     await sleep(rc.pollMs); // a host that cannot be asked judges nothing
@@ -41,7 +43,7 @@ export async function harvest(
   }
   if (intent && t?.status === "inProgress") {
     await rc.host.interruptTurn(thread.thread_id, turn.turn_id);
-    await sleep(rc.pollMs);
+    await rc.hostNap(thread.thread_id, seen);
     return;
   }
   if (t && hostThread && t.status === "completed") {
@@ -49,7 +51,7 @@ export async function harvest(
     return;
   }
   if (t && hostThread && (t.status === "failed" || t.status === "interrupted") && t.error) {
-    onFailedTurn(rc, call, step, t);
+    await onFailedTurn(rc, call, step, t);
     return;
   }
   const badThread =
@@ -82,7 +84,7 @@ export async function harvest(
   } else {
     lostClock.delete(step.marker);
   }
-  await sleep(rc.pollMs);
+  await rc.hostNap(thread.thread_id, seen);
 }
 
 export function clockRanOut(
@@ -127,7 +129,7 @@ export async function loseAttempt(
   rc.emit({ type: "attempt_lost", call, attempt: step.attempt, reason });
 }
 
-function onFailedTurn(rc: RunContext, call: string, step: Step, t: HostTurn): void {
+async function onFailedTurn(rc: RunContext, call: string, step: Step, t: HostTurn): Promise<void> {
   const info = t.error?.codexErrorInfo ?? null;
   const message = t.error?.message ?? "";
   if (info && /usage|rate/i.test(info)) {
@@ -146,7 +148,7 @@ function onFailedTurn(rc: RunContext, call: string, step: Step, t: HostTurn): vo
         tokens: step.call_tokens ?? {},
       },
     ]);
-    closeAgent(rc, call);
+    await closeAgent(rc, call);
     return;
   }
   hold(rc, call, step, "host_failure", `${info ?? "failed"}: ${message}`);
@@ -207,7 +209,7 @@ async function evaluate(
     // the trace's harvest digests see P as the subagent left it, before crw commits it
     await rc.tracer?.harvest(call, prepared);
     const members = await completionMembers(rc, call, prepared, step.attempt);
-    rc.append([
+    await rc.appendDurable([
       {
         type: "completed",
         call,
@@ -224,7 +226,7 @@ async function evaluate(
       },
     ]);
     rc.emit({ type: "call_ended", call, status: "completed" });
-    closeAgent(rc, call);
+    await closeAgent(rc, call);
     return;
   }
   const { errors } = verdict;
@@ -242,7 +244,7 @@ async function evaluate(
       },
     ]);
     rc.emit({ type: "call_ended", call, status: "null_model" });
-    closeAgent(rc, call);
+    await closeAgent(rc, call);
     return;
   }
   const open = hostThread.status.type !== "notLoaded" && hostThread.status.type !== "systemError";
@@ -271,7 +273,7 @@ async function evaluate(
         close: [{ attempt: step.attempt, agent_id: thread.thread_id }],
       };
   const fold = foldCall(rc.rowsOf(call));
-  publish(rc, call, fold, next, new Map());
+  await publish(rc, call, fold, next, new Map());
 }
 
 /** The newest count another call's terminal row recorded for this subagent (undefined: none did). */
@@ -289,11 +291,11 @@ function sharedThreadCount(rc: RunContext, call: string, threadId: string): Toke
 }
 
 /** The subagent is closed once the call has its terminal row: one close file for its newest subagent. */
-export function closeAgent(rc: RunContext, call: string): void {
+export async function closeAgent(rc: RunContext, call: string): Promise<void> {
   const fold = foldCall(rc.rowsOf(call));
   const last = fold.threads[fold.threads.length - 1];
   if (last && !fold.lostAttempts.includes(last.attempt)) {
-    rc.bus.writeClose({
+    await rc.bus.writeCloseAsync({
       run_id: rc.runId,
       call,
       attempt: last.attempt,

@@ -68,12 +68,15 @@ export class HostHealth {
         this.note(r);
         return r;
       });
+    const readStatus = host.readStatus?.bind(host);
     return {
       readThread: (id) => noted(host.readThread(id)),
       listSubagents: (owner) => noted(host.listSubagents(owner)),
       readTokenCount: (thread) => noted(host.readTokenCount(thread)),
       interruptTurn: (thread, turn) => noted(host.interruptTurn(thread, turn)),
       startTurn: (thread, text) => noted(host.startTurn(thread, text)),
+      ...(readStatus ? { readStatus: (id: string) => noted(readStatus(id)) } : {}),
+      ...(host.onThreadEvent ? { onThreadEvent: host.onThreadEvent.bind(host) } : {}),
       close: () => host.close(),
     };
   }

@@ -22,14 +22,15 @@ export interface StepFiles {
   lastError: string;
 }
 
-export function publish(
+export async function publish(
   rc: RunContext,
   call: string,
   fold: CallFold,
   next: NextStep,
   files: Map<string, StepFiles>,
-): void {
+): Promise<void> {
   const prepared = fold.prepared as RowOf<"prepared">;
+  // a lost or held attempt's subagent (off the per-call path): closed in the same turn as its row is read
   for (const c of next.close) {
     rc.bus.writeClose({ run_id: rc.runId, call, attempt: c.attempt, action: "close", agent_id: c.agent_id });
   }
@@ -77,7 +78,7 @@ export function publish(
       ? stepEvidence(rc.runId, call, rc.rowsOf(call))
       : {}),
   };
-  const [written] = rc.append([row]);
+  const [written] = await rc.appendDurable([row]);
   rc.emit({ type: "step_published", call, marker, action: next.action });
   const state: StepFiles = {
     written: false,
@@ -89,7 +90,7 @@ export function publish(
     lastError: "",
   };
   files.set(marker, state);
-  writeStepFiles(rc, written as Step, packetText, state);
+  await writeStepFiles(rc, written as Step, packetText, state);
 }
 
 export function packetTextOf(
@@ -123,13 +124,18 @@ export function packetTextOf(
 }
 
 /** Writes a step's packet and file; a failure is recorded at the 1st, 10th, 100th … failure. */
-export function writeStepFiles(rc: RunContext, step: Step, packetText: string, state: StepFiles): void {
+export async function writeStepFiles(
+  rc: RunContext,
+  step: Step,
+  packetText: string,
+  state: StepFiles,
+): Promise<void> {
   const message =
     step.action === "spawn"
       ? spawnMessage(step.marker, step.role, step.workspace, step.packet)
       : sendInputMessage(step.marker, step.input);
   try {
-    rc.bus.writeStep(
+    await rc.bus.writeStepAsync(
       {
         run_id: rc.runId,
         call: step.call,

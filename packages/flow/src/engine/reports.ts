@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { z } from "zod";
 import type { HostThread } from "../host/sessionHost.js";
 import type { RowOf } from "../journal/rows.js";
-import { REPORT_FORMAT, type Reply, type ReplyKind, writeReply } from "../steps/inbox.js";
+import { REPORT_FORMAT, type Reply, type ReplyKind, writeReplyAsync } from "../steps/inbox.js";
 import { type BindVerdict, judgeBind } from "./bind.js";
 import { stepPair } from "./bindStep.js";
 import { foldCall } from "./callFold.js";
@@ -23,7 +23,7 @@ export type Report = z.infer<typeof ReportSchema>;
 export type BindHandler = (
   thread: HostThread,
   verdict: Extract<BindVerdict, { verdict: "bind" }>,
-) => { bound: true } | { bound: false; reason: string };
+) => Promise<{ bound: true } | { bound: false; reason: string }>;
 
 function readReport(rc: RunContext, name: string): Report | null {
   try {
@@ -36,15 +36,17 @@ function readReport(rc: RunContext, name: string): Report | null {
   }
 }
 
-function answer(
+async function answer(
   rc: RunContext,
   name: string,
   report: Report,
   reply: ReplyKind,
   reason: string,
   extra: Partial<Reply> = {},
-) {
-  writeReply(rc.paths.replies, name, {
+): Promise<void> {
+  // not listed as unanswered while its reply is written (another call or the run's loop would answer again)
+  const replied = rc.replying(name);
+  await writeReplyAsync(rc.paths.replies, name, {
     format: "crw-flow-reply/1",
     reply,
     run_id: rc.runId,
@@ -55,8 +57,7 @@ function answer(
     reason,
     ...extra,
     at: new Date().toISOString(),
-  });
-  rc.answered();
+  }).finally(replied);
   rc.emit({ type: "reply", name, reply, reason });
 }
 
@@ -81,7 +82,7 @@ export async function answerReports(
     const report = readReport(rc, name);
     if (!report || report.call !== call || report.k !== step.k || report.attempt !== step.attempt) continue;
     if (report.run_id !== rc.runId) {
-      answer(rc, name, report, "refused", `the report is for run ${report.run_id}, not ${rc.runId}`);
+      await answer(rc, name, report, "refused", `the report is for run ${report.run_id}, not ${rc.runId}`);
       continue;
     }
     const r = await rc.host.readThread(report.agent_id);
@@ -91,19 +92,19 @@ export async function answerReports(
         ? `crw cannot reach the owner's Codex host ${down.host}: ${down.why}. To fix: ${down.fix}`
         : `the host cannot show ${report.agent_id} yet (${r.reason}): ${r.message}`;
       const held = rc.refusals?.note(call, step, "retry", report.agent_id, reason) ?? null;
-      answer(rc, name, report, "retry", heldReason(reason, held));
+      await answer(rc, name, report, "retry", heldReason(reason, held));
       if (held) return false;
       continue;
     }
     const v = judgeBind(step, r.value, rc.owner, stepPair(rc, step));
     if (v.verdict === "bind") {
-      const b = onBind(r.value, v);
+      const b = await onBind(r.value, v);
       if (!b.bound) {
         // the subagent stays unbound (its call is held): close it
-        answer(rc, name, report, "close", b.reason);
+        await answer(rc, name, report, "close", b.reason);
         return true;
       }
-      answer(rc, name, report, "bound", `subagent ${report.agent_id} is bound to ${step.marker}`);
+      await answer(rc, name, report, "bound", `subagent ${report.agent_id} is bound to ${step.marker}`);
       rc.emit({ type: "bound", call, marker: step.marker, agent: report.agent_id, via: "report" });
       return true;
     }
@@ -113,7 +114,7 @@ export async function answerReports(
     const mismatch = v.verdict === "pair_mismatch";
     const reason =
       mismatch && !held ? `${v.reason}: close it and spawn again with the role's pair` : v.reason;
-    answer(rc, name, report, v.verdict, heldReason(reason, held), mismatch ? { pair: v.pair } : {});
+    await answer(rc, name, report, v.verdict, heldReason(reason, held), mismatch ? { pair: v.pair } : {});
     if (held) return false;
   }
   return false;
@@ -124,22 +125,25 @@ export async function answerReports(
  * or a second subagent for a bound attempt (close), a step not published (close: an early report), the
  * bound subagent reported again (bound). A report for a published step that waits is left to its call.
  */
-export function answerStrayReports(rc: RunContext): void {
+export async function answerStrayReports(rc: RunContext): Promise<void> {
+  // the owner may have read rows of the file that are not durable yet (an attempt that just ended): they
+  // are in `rows` before a report is judged against them
+  await rc.journal.flushed();
   for (const name of rc.unanswered()) {
     const report = readReport(rc, name);
     if (!report) {
-      refuseInvalid(rc, name);
+      await refuseInvalid(rc, name);
       continue;
     }
     if (report.run_id !== rc.runId) {
-      answer(rc, name, report, "refused", `the report is for run ${report.run_id}, not ${rc.runId}`);
+      await answer(rc, name, report, "refused", `the report is for run ${report.run_id}, not ${rc.runId}`);
       continue;
     }
     const rows = rc.rowsOf(report.call);
     const fold = foldCall(rows);
     const step = fold.steps.find((s) => s.k === report.k && s.attempt === report.attempt);
     if (!step) {
-      answer(
+      await answer(
         rc,
         name,
         report,
@@ -158,11 +162,11 @@ export function answerStrayReports(rc: RunContext): void {
       fold.lostAttempts.includes(report.attempt) ||
       rows.some((r) => r.type === "held" && r.seq > (boundThread?.seq ?? step.seq));
     if (boundThread && boundThread.thread_id === report.agent_id && !attemptEnded) {
-      answer(rc, name, report, "bound", `subagent ${report.agent_id} is bound to ${step.marker}`);
+      await answer(rc, name, report, "bound", `subagent ${report.agent_id} is bound to ${step.marker}`);
     } else if (boundThread && boundThread.thread_id === report.agent_id) {
-      answer(rc, name, report, "close", `attempt ${report.attempt} of ${report.call} has ended`);
+      await answer(rc, name, report, "close", `attempt ${report.attempt} of ${report.call} has ended`);
     } else if (boundThread || step.action === "send_input") {
-      answer(
+      await answer(
         rc,
         name,
         report,
@@ -170,7 +174,7 @@ export function answerStrayReports(rc: RunContext): void {
         `attempt ${report.attempt} of ${report.call} is bound to another subagent`,
       );
     } else {
-      answer(rc, name, report, "close", `attempt ${report.attempt} of ${report.call} has ended`);
+      await answer(rc, name, report, "close", `attempt ${report.attempt} of ${report.call} has ended`);
     }
   }
 }
@@ -179,7 +183,7 @@ export function answerStrayReports(rc: RunContext): void {
  * A report that is not a valid dispatch report (no subagent, wrong types, not JSON) is refused, under its
  * own name, with what is known of it; it never binds anything.
  */
-function refuseInvalid(rc: RunContext, name: string): void {
+async function refuseInvalid(rc: RunContext, name: string): Promise<void> {
   let raw: Record<string, unknown> = {};
   try {
     const text = readFileSync(join(rc.paths.inbox, name), "utf8");
@@ -189,7 +193,7 @@ function refuseInvalid(rc: RunContext, name: string): void {
   }
   const str = (v: unknown) => (typeof v === "string" ? v.slice(0, 200) : "");
   const int = (v: unknown) => (Number.isInteger(v) && (v as number) > 0 ? (v as number) : 1);
-  answer(
+  await answer(
     rc,
     name,
     {

@@ -44,15 +44,25 @@ export interface RunContext {
   /** SessionConfig.Trace: digests at bind and harvest (null when the run does not trace). */
   readonly tracer?: CallTracer | null;
   append(rows: NewRow[]): JournalRow[];
+  /** The same batch with its fdatasync off the event loop (shared with batches written meanwhile). */
+  appendDurable(rows: NewRow[]): Promise<JournalRow[]>;
   rowsOf(call: string): readonly JournalRow[];
   stop(reason: string): void;
   emit(event: FlowEvent): void;
-  /** The unanswered report names of the inbox, read at most once per poll round for all calls. */
+  /** The unanswered report names of the inbox, read again only after it changed (or a poll interval). */
   unanswered(): string[];
-  /** One poll interval, cut short when a report lands in the inbox. */
-  nap(): Promise<void>;
-  /** Called after a reply is written, so the next listing reads the inbox again. */
-  answered(): void;
+  /**
+   * One poll interval, cut short when the inbox changed past `since` (read with `inboxVersion` before the
+   * caller listed it; without it, a change from now on) or the run stops.
+   */
+  nap(since?: number): Promise<void>;
+  inboxVersion(): number;
+  /** Report `name` is being answered: not listed as unanswered from now on; call the answer once written. */
+  replying(name: string): () => void;
+  /** The count of the host's notifications that changed a thread: read before the thread is read. */
+  hostVersion(threadId: string): number;
+  /** Until the host notifies a change of the thread past `since`, the run stops, or one poll interval. */
+  hostNap(threadId: string, since: number): Promise<void>;
   /** The owner's subagents whose spawn message carries the marker (from the owner's spawnAgent items). */
   spawnedFor(
     marker: string,

@@ -41,7 +41,7 @@ export async function runSessionCall(rc: RunContext, call: string): Promise<unkn
           lookedUp.add(first.marker);
           if (await lookUp(rc, call, fold, first)) break;
         }
-        publish(rc, call, fold, pos.next, files);
+        await publish(rc, call, fold, pos.next, files);
         break;
       }
       case "await_bind":
@@ -52,7 +52,7 @@ export async function runSessionCall(rc: RunContext, call: string): Promise<unkn
         break;
       case "harvest":
         if (retracted !== pos.step.marker) {
-          rc.bus.retractStep(call, pos.step.k, pos.step.attempt);
+          await rc.bus.retractStepAsync(call, pos.step.k, pos.step.attempt);
           closeUnwritten(rc, call, pos.step, files, true);
           retracted = pos.step.marker;
         }

@@ -1,4 +1,3 @@
-import { sleep } from "../util/fsx.js";
 import { markerTurn } from "./bind.js";
 import { turnStartedRow } from "./bindStep.js";
 import type { CallFold, CallPosition } from "./callFold.js";
@@ -60,11 +59,12 @@ export async function stopCall(
       await rc.host.interruptTurn(agent, turnId);
       const deadline = Date.now() + rc.lostAfterMs;
       while (Date.now() < deadline) {
+        const seen = rc.hostVersion(agent);
         const again = await rc.host.readThread(agent);
         if (!again.ok) break;
         const t2 = again.value.turns.find((x) => x.id === turnId);
         if (again.value.status.type !== "active" && t2?.status !== "inProgress") break;
-        await sleep(rc.pollMs);
+        await rc.hostNap(agent, seen);
       }
     }
   }

@@ -180,9 +180,15 @@ export class OwnerWaker {
     return Math.max(0, Math.round((now - (this.firstAt ?? now)) / 1000));
   }
 
+  /** The owner's status alone: its turns (every spawn the owner made) are not read for it. */
   private async ownerStatus(): Promise<string> {
-    const r = await this.ctx.host.readThread(this.ctx.owner);
-    return r.ok ? r.value.status.type : `unreadable:${r.reason}`;
+    const host = this.ctx.host;
+    const r = host.readStatus
+      ? await host.readStatus(this.ctx.owner)
+      : await host
+          .readThread(this.ctx.owner)
+          .then((t) => (t.ok ? { ok: true as const, value: t.value.status } : t));
+    return r.ok ? r.value.type : `unreadable:${r.reason}`;
   }
 
   private processN(): number {

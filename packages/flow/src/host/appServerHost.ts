@@ -3,7 +3,14 @@ import { HostProtocolError, HostRpcError, HostUnreachableError, toError } from "
 import { toHostThread } from "./mapThread.js";
 import { RolloutUnreadableError, readRolloutTokenCount } from "./rolloutTokens.js";
 import { type RpcConnection as Rpc, RpcConnection, type RpcEvent } from "./rpcConnection.js";
-import type { HostFailure, HostResult, HostThread, SessionHost, TokenCount } from "./sessionHost.js";
+import type {
+  HostFailure,
+  HostResult,
+  HostThread,
+  SessionHost,
+  ThreadEventListener,
+  TokenCount,
+} from "./sessionHost.js";
 import { startedThread, type ThreadOptions, threadResumeParams, threadStartParams } from "./threadOps.js";
 import { hostTransportFromSpec } from "./transport/fromSpec.js";
 import type { HostTransport } from "./transport/transport.js";
@@ -71,7 +78,12 @@ export function createAppServerHost(options: AppServerHostOptions): AppServerHos
   let connection: Promise<Rpc> | null = null;
   let closed = false;
 
+  const threadListeners = new Set<ThreadEventListener>();
   const onRpcEvent = (event: RpcEvent) => {
+    if (event.type === "notification" && threadListeners.size > 0) {
+      const id = threadIdOf(event.notification.params);
+      if (id) for (const l of [...threadListeners]) l(event.notification.method, id);
+    }
     if (event.type === "notification" && event.notification.method === "configWarning") {
       const warning = configWarningWire.safeParse(event.notification.params);
       emit({
@@ -201,6 +213,13 @@ export function createAppServerHost(options: AppServerHostOptions): AppServerHos
 
     readThread: (threadId) => attempt(async () => toHostThread(await readThreadRaw(threadId, true))),
 
+    readStatus: (threadId) => attempt(async () => toHostThread(await readThreadRaw(threadId, false)).status),
+
+    onThreadEvent(listener) {
+      threadListeners.add(listener);
+      return () => threadListeners.delete(listener);
+    },
+
     listSubagents: (ownerThreadId) =>
       attempt(async () => {
         const ids: string[] = [];
@@ -282,12 +301,21 @@ export function createAppServerHost(options: AppServerHostOptions): AppServerHos
 
     async close() {
       closed = true;
+      threadListeners.clear();
       const current = connection;
       connection = null;
       const rpc = await current?.catch(() => null);
       rpc?.close();
     },
   };
+}
+
+/** The thread a notification names: `threadId` in its params, or the thread it carries (thread/started). */
+function threadIdOf(params: unknown): string | null {
+  if (!params || typeof params !== "object") return null;
+  const p = params as { threadId?: unknown; thread?: { id?: unknown } };
+  if (typeof p.threadId === "string") return p.threadId;
+  return typeof p.thread?.id === "string" ? p.thread.id : null;
 }
 
 const noTurnsYetPattern = /list_turns is not supported/i;

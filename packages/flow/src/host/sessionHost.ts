@@ -79,6 +79,9 @@ export type HostFailure = {
   message: string;
 };
 
+/** A host notification naming a thread: its method and the thread's id. */
+export type ThreadEventListener = (method: string, threadId: string) => void;
+
 export type HostResult<T> = { ok: true; value: T } | HostFailure;
 
 export interface SessionHost {
@@ -92,5 +95,13 @@ export interface SessionHost {
   interruptTurn(threadId: string, turnId: string): Promise<HostResult<void>>;
   /** A new turn on a thread (a resume first when it is notLoaded): how the run wakes its owner. */
   startTurn(threadId: string, text: string): Promise<HostResult<{ turnId: string }>>;
+  /** thread/read without turns: the thread's status alone (a host without it is read whole). */
+  readStatus?(threadId: string): Promise<HostResult<HostThreadStatus>>;
+  /**
+   * Follows the host's notifications that name a thread (method and thread id), so a waiter can read the
+   * thread again as soon as it changed instead of at its next poll. A hint only: a host may send none for
+   * a thread, so every wait keeps its poll. Answers the unsubscribe.
+   */
+  onThreadEvent?(listener: ThreadEventListener): () => void;
   close(): Promise<void>;
 }

@@ -1,6 +1,6 @@
 import { mkdirSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { writeFileAtomic } from "../util/fsx.js";
+import { writeFileAtomic, writeFileAtomicAsync } from "../util/fsx.js";
 import { safeName } from "./stepBus.js";
 
 /**
@@ -59,6 +59,18 @@ export function writeReport(inboxDir: string, report: DispatchReport): string {
 export function writeReply(repliesDir: string, name: string, reply: Reply): void {
   mkdirSync(repliesDir, { recursive: true });
   writeFileAtomic(join(repliesDir, name), `${JSON.stringify(reply)}\n`);
+}
+
+/** `writeReply` off the event loop, for the run process (which made the replies directory at its start). */
+export async function writeReplyAsync(repliesDir: string, name: string, reply: Reply): Promise<void> {
+  try {
+    await writeFileAtomicAsync(join(repliesDir, name), `${JSON.stringify(reply)}\n`);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
+    // the directory was removed meanwhile: made again
+    mkdirSync(repliesDir, { recursive: true });
+    await writeFileAtomicAsync(join(repliesDir, name), `${JSON.stringify(reply)}\n`);
+  }
 }
 
 /** A reply as read back (light checks: `dispatched` reads it on the owner's per-step path). */

@@ -1,6 +1,7 @@
 import { mkdirSync, readdirSync, readFileSync } from "node:fs";
+import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
-import { removeIfExists, writeFileAtomic } from "../util/fsx.js";
+import { removeIfExists, removeIfExistsAsync, writeFileAtomic, writeFileAtomicAsync } from "../util/fsx.js";
 
 /**
  * The file step bus (engine.FileStepBus) under `<state>/flow/<run>/steps/<call>/`:
@@ -75,8 +76,38 @@ export class FileStepBus {
     writeFileAtomic(path, `${JSON.stringify(step, null, 2)}\n`);
   }
 
+  /** `writeStep` off the event loop (the run process's own path: its other calls go on meanwhile). */
+  async writeStepAsync(step: StepFile, packetText: string): Promise<void> {
+    await this.callDir(step.call);
+    this.beforeWrite?.(step.packet);
+    await writeFileAtomicAsync(step.packet, packetText);
+    const path = stepPath(this.stepsDir, step.call, step.k, step.attempt);
+    this.beforeWrite?.(path);
+    await writeFileAtomicAsync(path, `${JSON.stringify(step, null, 2)}\n`);
+  }
+
   retractStep(call: string, k: number, attempt: number): void {
     removeIfExists(stepPath(this.stepsDir, call, k, attempt));
+  }
+
+  async retractStepAsync(call: string, k: number, attempt: number): Promise<void> {
+    await removeIfExistsAsync(stepPath(this.stepsDir, call, k, attempt));
+  }
+
+  async writeCloseAsync(close: CloseFile): Promise<void> {
+    await this.callDir(close.call);
+    await writeFileAtomicAsync(
+      closePath(this.stepsDir, close.call, close.attempt, close.agent_id),
+      `${JSON.stringify(close)}\n`,
+    );
+  }
+
+  /** Each call's directory is made once per process (a mkdir costs a metadata write even when it exists). */
+  private readonly made = new Set<string>();
+  private async callDir(call: string): Promise<void> {
+    if (this.made.has(call)) return;
+    await mkdir(stepDir(this.stepsDir, call), { recursive: true });
+    this.made.add(call);
   }
 
   writeClose(close: CloseFile): void {
@@ -104,24 +135,32 @@ export function listStepFiles(stepsDir: string): ListedSteps {
   } catch {
     return out;
   }
-  for (const call of calls.sort()) {
-    let names: string[];
-    try {
-      names = readdirSync(join(stepsDir, call));
-    } catch {
-      continue;
-    }
-    for (const name of names.sort()) {
-      const path = join(stepsDir, call, name);
-      if (/^t\d+-a\d+\.json$/.test(name)) {
-        const v = readJson(path);
-        if (isStepFile(v)) out.steps.push(v);
-        else out.bad.push(path);
-      } else if (/^close-a\d+-.+\.json$/.test(name)) {
-        const v = readJson(path);
-        if (isCloseFile(v)) out.closes.push({ ...v, path });
-        else out.bad.push(path);
-      }
+  for (const call of calls.sort()) listCallStepFiles(stepsDir, call, out);
+  return out;
+}
+
+/** Adds one call's step and close files to `out` (an owner that knows which call's directory changed). */
+export function listCallStepFiles(
+  stepsDir: string,
+  call: string,
+  out: ListedSteps = { steps: [], closes: [], bad: [] },
+): ListedSteps {
+  let names: string[];
+  try {
+    names = readdirSync(join(stepsDir, call));
+  } catch {
+    return out;
+  }
+  for (const name of names.sort()) {
+    const path = join(stepsDir, call, name);
+    if (/^t\d+-a\d+\.json$/.test(name)) {
+      const v = readJson(path);
+      if (isStepFile(v)) out.steps.push(v);
+      else out.bad.push(path);
+    } else if (/^close-a\d+-.+\.json$/.test(name)) {
+      const v = readJson(path);
+      if (isCloseFile(v)) out.closes.push({ ...v, path });
+      else out.bad.push(path);
     }
   }
   return out;

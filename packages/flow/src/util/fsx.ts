@@ -10,14 +10,20 @@ import {
   unlinkSync,
   writeFileSync,
 } from "node:fs";
+import { rename, unlink, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
+
+/** Temporary names: this process's pid, a random tag drawn once, and a counter. */
+const tmpTag = `${process.pid}-${randomBytes(4).toString("hex")}`;
+let tmpCount = 0;
+const tmpName = (path: string) => join(dirname(path), `.tmp-${tmpTag}-${(tmpCount++).toString(36)}`);
 
 /**
  * Writes a whole file under a temporary name in the same directory and renames it into place, so a reader
  * sees the old file, no file, or the new one whole. With `durable` the data and the directory are fsync'd.
  */
 export function writeFileAtomic(path: string, data: string, durable = false): void {
-  const tmp = join(dirname(path), `.tmp-${process.pid}-${randomBytes(4).toString("hex")}`);
+  const tmp = tmpName(path);
   try {
     if (durable) {
       const fd = openSync(tmp, "w");
@@ -40,6 +46,32 @@ export function writeFileAtomic(path: string, data: string, durable = false): vo
     throw e;
   }
   if (durable) fsyncDir(dirname(path));
+}
+
+/**
+ * `writeFileAtomic` without `durable`, off the event loop: for the files a row already made durable
+ * (steps, replies, close files), so the run's other calls go on while the disk works.
+ */
+export async function writeFileAtomicAsync(path: string, data: string): Promise<void> {
+  const tmp = tmpName(path);
+  try {
+    await writeFile(tmp, data);
+    await rename(tmp, path);
+  } catch (e) {
+    await unlink(tmp).catch(() => {}); // the temporary file may never have been made
+    throw e;
+  }
+}
+
+/** `removeIfExists` off the event loop. */
+export async function removeIfExistsAsync(path: string): Promise<boolean> {
+  try {
+    await unlink(path);
+    return true;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "ENOENT") return false;
+    throw e;
+  }
 }
 
 export function fsyncDir(dir: string): void {
