@@ -25,6 +25,8 @@ const UNKNOWN_OUTCOME =
 
 /** How many claimed runs boot recovery works on at once. */
 export const RECOVERY_CONCURRENCY = 8;
+/** How many charged runs boot recovery gathers before it starts their executions together. */
+const RECOVERY_WAVE = 64;
 
 /**
  * Boot recovery, in order: discard unfinished private fork copies; settle every journal's interrupted tail
@@ -191,9 +193,16 @@ async function recoverRuns(
   const max = options.maxRecoveryAttempts ?? 3;
   // Claimed runs are independent (one child each, every write in its own transaction), so a few are
   // recovered at a time: one at a time kept the daemon's port closed for minutes with a thousand runs.
-  // Their executions start once every run of the batch is charged: started as they go, the continued
-  // turns competed with the remaining charges for the database and the CPU.
+  // Their executions start in waves of RECOVERY_WAVE charged runs: one at a time as they go, the continued
+  // turns competed with every remaining charge for the database and the CPU; all at the end, the first
+  // continued turn waited for the last charge.
   const starts: SubagentRun[] = [];
+  let startedUpTo = 0;
+  const driveWave = (all: boolean) => {
+    if (!all && starts.length - startedUpTo < RECOVERY_WAVE) return;
+    for (const run of starts.slice(startedUpTo)) drive(service, run);
+    startedUpTo = starts.length;
+  };
   let nextRun = 0;
   const worker = async () => {
     while (nextRun < runs.length) {
@@ -209,13 +218,14 @@ async function recoverRuns(
       }
       service.emit({ type: "delegation.recovered", runId: run.id, action });
       ({ continued, settled: settledWithoutTurn, terminalized, failed })[action].push(run.id);
+      driveWave(false);
     }
   };
   const width = Math.max(1, Math.min(options.concurrency ?? RECOVERY_CONCURRENCY, runs.length));
   try {
     await Promise.all(Array.from({ length: width }, worker));
   } finally {
-    for (const run of starts) drive(service, run);
+    driveWave(true);
   }
   return out;
 }
