@@ -34,7 +34,7 @@ export {
 } from "./listen.js";
 export { migrate, migrationsDir, migrationsTable } from "./migrate.js";
 export { isDatabaseUnavailable, pingDatabase } from "./ping.js";
-export { createPool, PreparingClient } from "./pool.js";
+export { createPool } from "./pool.js";
 export * from "./repositories/delegation.js";
 export * from "./repositories/journal.js";
 export { type Isolation, type Queryable, RETRYABLE_SQLSTATES, tx } from "./tx.js";

@@ -18,28 +18,33 @@ function statementName(text: string): string {
 }
 
 /**
- * A client that sends each parameterized statement as a named prepared statement: the server parses and
- * plans it once per connection instead of once per call, which is most of a short statement's server time.
- * Statements without parameters (begin, commit) stay simple queries. The count per connection is bounded,
- * so a statement whose text varies cannot grow a connection's memory without end.
+ * A client class that sends each parameterized statement as a named prepared statement: the server parses
+ * and plans it once per connection instead of once per call, which is most of a short statement's server
+ * time. Statements without parameters (begin, commit) stay simple queries. The count per connection is
+ * bounded, so a statement whose text varies cannot grow a connection's memory without end. Made on first
+ * use: a process that never opens a pool (a runner) never loads pg for it.
  */
-export class PreparingClient extends pg.Client {
-  readonly #prepared = new Set<string>();
+let preparingClient: typeof pg.Client | undefined;
+function preparingClientClass(): typeof pg.Client {
+  preparingClient ??= class PreparingClient extends pg.Client {
+    readonly #prepared = new Set<string>();
 
-  // biome-ignore lint/suspicious/noExplicitAny: pg's own overloads, passed on unchanged.
-  override query(config: any, values?: any, callback?: any): any {
-    if (typeof config === "string" && Array.isArray(values)) {
-      const name = statementName(config);
-      if (this.#prepared.has(name) || this.#prepared.size < MAX_PREPARED_PER_CONNECTION) {
-        this.#prepared.add(name);
-        return super.query({ name, text: config, values }, callback);
+    // biome-ignore lint/suspicious/noExplicitAny: pg's own overloads, passed on unchanged.
+    override query(config: any, values?: any, callback?: any): any {
+      if (typeof config === "string" && Array.isArray(values)) {
+        const name = statementName(config);
+        if (this.#prepared.has(name) || this.#prepared.size < MAX_PREPARED_PER_CONNECTION) {
+          this.#prepared.add(name);
+          return super.query({ name, text: config, values }, callback);
+        }
       }
+      return super.query(config, values, callback);
     }
-    return super.query(config, values, callback);
-  }
+  };
+  return preparingClient;
 }
 
 /** A pool of preparing clients: what crw's repositories run on. */
 export function createPool(config: pg.PoolConfig): pg.Pool {
-  return new pg.Pool({ ...config, Client: PreparingClient });
+  return new pg.Pool({ ...config, Client: preparingClientClass() });
 }
