@@ -15,7 +15,7 @@
 // Usage: node bench/delegation-throughput.mjs [parents] [delegations-per-parent] [rate-per-second]
 import { join } from "node:path";
 import pg from "pg";
-import { commitFloor, startBenchPostgres } from "./lib/postgres.mjs";
+import { commitFloor, countStatements, startBenchPostgres } from "./lib/postgres.mjs";
 
 const parents = Number(process.argv[2] ?? 8);
 const perParent = Number(process.argv[3] ?? 25);
@@ -31,12 +31,7 @@ const { work, url } = pgServer;
 const floor = await commitFloor(url);
 
 // Count every statement sent through pg by this process.
-let statements = 0;
-const query = pg.Client.prototype.query;
-pg.Client.prototype.query = function counted(...args) {
-  statements++;
-  return query.apply(this, args);
-};
+const counter = await countStatements();
 
 // The pool the daemon runs on: each statement prepared once per connection.
 const pool = db.createPool({ connectionString: url, max: 10 });
@@ -78,7 +73,7 @@ for (let p = 0; p < parents; p++) {
   sessions.push({ account, parent });
 }
 const rowsBefore = await rowsWritten();
-const statementsBefore = statements;
+const statementsBefore = counter.count();
 const started = performance.now();
 const cpuBefore = process.cpuUsage();
 const delegations = sessions.flatMap(({ account, parent }) =>
@@ -116,7 +111,7 @@ for (;;) {
 await service.whenIdle();
 const elapsedMs = performance.now() - started;
 const cpu = process.cpuUsage(cpuBefore);
-const statementsUsed = statements - statementsBefore;
+const statementsUsed = counter.count() - statementsBefore;
 const rowsUsed = (await rowsWritten()) - rowsBefore;
 
 const dup = await admin.query(

@@ -14,8 +14,7 @@
 // DATABASE_URL, when set, is used instead of the embedded server. Prints one JSON object, then a summary.
 // Usage: node bench/workflow-dag.mjs [runs] [nodes]
 import { randomUUID } from "node:crypto";
-import pg from "pg";
-import { startBenchPostgres } from "./lib/postgres.mjs";
+import { commitFloor, countStatements, startBenchPostgres } from "./lib/postgres.mjs";
 
 const runs = Number(process.argv[2] ?? 3);
 const nodes = Number(process.argv[3] ?? 50);
@@ -25,12 +24,7 @@ const layers = nodes / 10 - 1;
 const expander = `L${layers - 1}-9`;
 
 // Count every statement sent through pg by this process.
-let statements = 0;
-const query = pg.Client.prototype.query;
-pg.Client.prototype.query = function counted(...args) {
-  statements++;
-  return query.apply(this, args);
-};
+const counter = await countStatements();
 const db = await import("../packages/db/dist/index.js");
 const wf = await import("../plugins/subagent/dist/index.js");
 const wake = process.env.CRW_BENCH_WAKE === "all" ? "every write notifies" : "unwatched";
@@ -44,20 +38,8 @@ pool.on("error", () => {});
 const repo = new db.PgDelegationRepository(pool);
 const account = await repo.createAccount({ name: `bench-${randomUUID()}`, isOwner: true });
 
-/** p50 of an autocommit single-row insert: one durable commit on this server, the floor a node pays. */
-async function commitFloorMs(samples = 200) {
-  await pool.query("create table if not exists bench_commit_floor (id bigserial primary key, v text)");
-  const times = [];
-  for (let i = 0; i < samples; i++) {
-    const t = performance.now();
-    await pool.query("insert into bench_commit_floor (v) values ($1)", [`s${i}`]);
-    times.push(performance.now() - t);
-  }
-  await pool.query("drop table bench_commit_floor");
-  times.sort((a, b) => a - b);
-  return Number(times[Math.floor(times.length / 2)].toFixed(3));
-}
-const floorMs = await commitFloorMs();
+// The floor, on the same server in the same run: one durable commit.
+const floorMs = (await commitFloor(url)).p50;
 
 function definition() {
   const spec = [];
@@ -142,12 +124,12 @@ async function startOne() {
 const e2e = [];
 const perNodeStatements = [];
 for (let r = 0; r < runs; r++) {
-  const before = statements;
+  const before = counter.count();
   const { started, startedAt } = await startOne();
   const outcome = await engine.finished(started.workflowId);
   if (outcome.status !== "completed") throw new Error(`run ${r} ended ${outcome.status}`);
   e2e.push(performance.now() - startedAt);
-  perNodeStatements.push((statements - before) / nodes);
+  perNodeStatements.push((counter.count() - before) / nodes);
 }
 
 // Cancel: ten nodes in flight, the rest pending.

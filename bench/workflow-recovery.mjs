@@ -12,18 +12,12 @@
 // DATABASE_URL, when set, is used instead of the embedded server. Prints one JSON object, then a summary.
 // Usage: node bench/workflow-recovery.mjs [workflows]
 import { randomUUID } from "node:crypto";
-import pg from "pg";
-import { startBenchPostgres } from "./lib/postgres.mjs";
+import { commitFloor, countStatements, startBenchPostgres } from "./lib/postgres.mjs";
 
 const workflows = Number(process.argv[2] ?? 100);
 
 // Count every statement sent through pg by this process.
-let statements = 0;
-const query = pg.Client.prototype.query;
-pg.Client.prototype.query = function counted(...args) {
-  statements++;
-  return query.apply(this, args);
-};
+const counter = await countStatements();
 const db = await import("../packages/db/dist/index.js");
 const wf = await import("../plugins/subagent/dist/index.js");
 const wake = process.env.CRW_BENCH_WAKE === "all" ? "every write notifies" : "unwatched";
@@ -37,20 +31,8 @@ pool.on("error", () => {});
 const repo = new db.PgDelegationRepository(pool);
 const account = await repo.createAccount({ name: `bench-${randomUUID()}`, isOwner: true });
 
-/** p50 of an autocommit single-row insert: one durable commit on this server. */
-async function commitFloorMs(samples = 200) {
-  await pool.query("create table if not exists bench_commit_floor (id bigserial primary key, v text)");
-  const times = [];
-  for (let i = 0; i < samples; i++) {
-    const t = performance.now();
-    await pool.query("insert into bench_commit_floor (v) values ($1)", [`s${i}`]);
-    times.push(performance.now() - t);
-  }
-  await pool.query("drop table bench_commit_floor");
-  times.sort((a, b) => a - b);
-  return Number(times[Math.floor(times.length / 2)].toFixed(3));
-}
-const floorMs = await commitFloorMs();
+// The floor, on the same server in the same run: one durable commit.
+const floorMs = (await commitFloor(url)).p50;
 const definition = wf.parseWorkflowDefinition(
   JSON.stringify({
     name: "wide",
@@ -106,7 +88,7 @@ let allResumed;
 const everyone = new Promise((r) => {
   allResumed = r;
 });
-const statementsBefore = statements;
+const statementsBefore = counter.count();
 let statementsAtAll = 0;
 const bootAt = performance.now();
 const second = new wf.WorkflowEngine({
@@ -120,7 +102,7 @@ const second = new wf.WorkflowEngine({
       resumed++;
       if (resumed === 1) firstResumedAt = performance.now();
       if (resumed === interrupted) {
-        statementsAtAll = statements;
+        statementsAtAll = counter.count();
         allResumed(performance.now());
       }
       return "resumed";

@@ -33,6 +33,21 @@ export async function startBenchPostgres(prefix, migrate) {
 }
 
 /**
+ * Counts every statement this process sends through pg from now on: `count()` is the running total.
+ * Call it before any pool or client is made.
+ */
+export async function countStatements() {
+  const { default: pg } = await import("pg");
+  let statements = 0;
+  const query = pg.Client.prototype.query;
+  pg.Client.prototype.query = function counted(...args) {
+    statements++;
+    return query.apply(this, args);
+  };
+  return { count: () => statements };
+}
+
+/**
  * The floor a database bench compares with, measured on the same server in the same run: `n` autocommit
  * inserts into an ordinary (WAL-logged) table, one at a time, so each waits for its commit to be durable.
  * Returns { p50, p99 } in milliseconds.
