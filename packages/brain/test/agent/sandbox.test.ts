@@ -238,12 +238,12 @@ describe("the shell sandbox's processes and network", () => {
     const started = Date.now();
     const ran = await shell(
       dir,
-      "(while :; do echo x >> marker; sleep 0.05; done) >/dev/null 2>&1 & sleep 2.45 & sleep 0.3; echo left",
+      "(while :; do echo x >> marker; sleep 0.05; done) >/dev/null 2>&1 & sleep 7.45 & sleep 0.3; echo left",
     );
     expect(ran).toMatchObject({ ok: true, output: "exit code 0\nleft\n" });
-    // `sleep 2.45` kept the output pipes open; the call still settled when the shell exited.
-    expect(Date.now() - started).toBeLessThan(2000);
-    expect(running(["sleep", "2.45"])).toEqual([]);
+    // `sleep 7.45` kept the output pipes open; the call still settled when the shell exited.
+    expect(Date.now() - started).toBeLessThan(7000);
+    expect(running(["sleep", "7.45"])).toEqual([]);
     const size = statSync(join(dir, "marker")).size;
     expect(size).toBeGreaterThan(0);
     await sleep(400);
