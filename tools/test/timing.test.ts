@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { timeWithin, timeWithinAsync } from "../src/timing/index.ts";
+import { timeWithin, timeWithinAsync } from "../src/timing/index.js";
 
 const busy = (ms: number) => {
   const end = performance.now() + ms;

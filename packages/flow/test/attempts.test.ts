@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
-import { executeRun, FlowError } from "@crw/flow";
-import { afterEach, describe, expect, it } from "vitest";
+import { executeRun, FlowError, type JournalRow, readJournalFile } from "@crw/flow";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import {
   defineWorkflow,
   type InProcessRun,
@@ -107,46 +107,6 @@ describe("attempts, holds and pauses", () => {
     expect(rowsOfType(run.rows(), "started")).toHaveLength(2);
   });
 
-  it("S000-090 S000-102 S000-103 S000-107 S000-108 S000-168 S000-104 S000-106: a usage limit pauses the run: running turns are interrupted (the row first), waiting steps retracted", async () => {
-    run = await inProcessRun();
-    const wf = defineWorkflow({
-      name: "three",
-      run: (ctx) =>
-        Promise.all([
-          ctx.call({ role: "explorer", task: "a", schema }),
-          ctx.call({ role: "reviewer", task: "b", schema }),
-          ctx.call({ role: "critic", task: "c", schema }),
-        ]),
-    });
-    const { done } = run.background(wf);
-    const steps = await run.steps(3);
-    const byCall = new Map(steps.map((s) => [s.call, s]));
-    const ex = byCall.get("explorer.1");
-    const rv = byCall.get("reviewer.1");
-    if (!ex || !rv) throw new Error("steps");
-    const a = run.spawn(ex, "explorer");
-    const b = run.spawn(rv, "reviewer");
-    expect(await run.report(ex, a.threadId)).toBe("bound");
-    expect(await run.report(rv, b.threadId)).toBe("bound");
-    run.fake.failTurn(a.threadId, "usageLimitExceeded");
-    expect(await done).toEqual({ state: "paused", reason: "usage_limit" });
-    const rows = run.rows();
-    const ir = rowsOfType(rows, "interrupt_requested")[0];
-    expect(ir).toMatchObject({
-      call: "reviewer.1",
-      op: "reviewer.1/t1",
-      reason: "usage_limit",
-      turn_id: b.turnId,
-    });
-    expect(run.fake.state.turn(b.threadId, b.turnId).status).toBe("interrupted");
-    const heldB = rows.find((r) => r.type === "held" && r.call === "reviewer.1");
-    expect(heldB && ir && heldB.seq > ir.seq).toBe(true);
-    expect(rows.find((r) => r.type === "held" && r.call === "critic.1")).toBeTruthy();
-    expect(rows.some((r) => r.type === "interrupt_requested" && r.call === "critic.1")).toBe(false);
-    expect((await run.steps(0)).filter((s) => s.call === "critic.1")).toHaveLength(0); // retracted
-    expect(rowsOfType(rows, "run_paused")[0]).toMatchObject({ reason: "usage_limit" });
-  });
-
   it("S000-029 S000-030 S000-031 S000-032 S000-033 S000-177: a step that cannot be written is warned at the 1st and 10th failure, written again at the poll, then closed", async () => {
     run = await inProcessRun({ pollMs: 5 });
     let failures = 0;
@@ -205,5 +165,140 @@ describe("attempts, holds and pauses", () => {
         .slice(before)
         .map((r) => r.type),
     ).toEqual(["started"]);
+  });
+});
+
+describe("a usage or rate limit pauses the run", () => {
+  afterEach(async () => {
+    await run?.close();
+    run = null;
+  });
+
+  it.each(["usageLimitExceeded", "rateLimitExceeded"])(
+    "a turn failed with %s holds its call for usage_limit and pauses the run (S000-090)",
+    async (code) => {
+      run = await inProcessRun();
+      const { done } = run.background(one());
+      const s1 = await run.firstStep();
+      const a = run.spawn(s1, "explorer");
+      expect(await run.report(s1, a.threadId)).toBe("bound");
+      run.fake.failTurn(a.threadId, code);
+      expect(await done).toEqual({ state: "paused", reason: "usage_limit" });
+      const rows = run.rows();
+      expect(rowsOfType(rows, "held")[0]).toMatchObject({ call: "explorer.1", reason: "usage_limit" });
+      expect(rowsOfType(rows, "run_paused")[0]).toMatchObject({ reason: "usage_limit" });
+    },
+  );
+});
+
+/**
+ * Three calls: the explorer's and the reviewer's turns run, the critic's step waits for the owner. The
+ * explorer's turn fails on the usage limit; the host ends an interrupted turn 400 ms after it answered
+ * the interrupt, as the real server does some time later.
+ */
+describe("a pause stops the calls still going", () => {
+  let r: InProcessRun;
+  let rows: JournalRow[];
+  let outcome: unknown;
+  let reviewer: { threadId: string; turnId: string };
+  let criticStep: { call: string; marker: string } | undefined;
+  /** What the journal file held when the host received the interrupt. */
+  let onDiskAtInterrupt: JournalRow[] = [];
+  const interrupts: Array<{ threadId: string; turnId: string }> = [];
+
+  beforeAll(async () => {
+    r = await inProcessRun();
+    r.fake.setInterruptDelay(400);
+    r.fake.onRequest((method, params) => {
+      if (method !== "turn/interrupt") return;
+      const p = params as { threadId: string; turnId: string };
+      interrupts.push({ threadId: p.threadId, turnId: p.turnId });
+      onDiskAtInterrupt = readJournalFile(r.paths.journal).rows;
+    });
+    const wf = defineWorkflow({
+      name: "three",
+      run: (ctx) =>
+        Promise.all([
+          ctx.call({ role: "explorer", task: "a", schema }),
+          ctx.call({ role: "reviewer", task: "b", schema }),
+          ctx.call({ role: "critic", task: "c", schema }),
+        ]),
+    });
+    const { done } = r.background(wf);
+    const steps = await r.steps(3);
+    const byCall = new Map(steps.map((s) => [s.call, s]));
+    const ex = byCall.get("explorer.1");
+    const rv = byCall.get("reviewer.1");
+    criticStep = byCall.get("critic.1");
+    if (!ex || !rv) throw new Error("steps");
+    const a = r.spawn(ex, "explorer");
+    reviewer = r.spawn(rv, "reviewer");
+    expect(await r.report(ex, a.threadId)).toBe("bound");
+    expect(await r.report(rv, reviewer.threadId)).toBe("bound");
+    r.fake.failTurn(a.threadId, "usageLimitExceeded");
+    outcome = await done;
+    rows = r.rows();
+  });
+  afterAll(() => r?.close());
+
+  const interruptRow = () => rowsOfType(rows, "interrupt_requested")[0];
+  const heldOf = (call: string) => rows.find((x) => x.type === "held" && x.call === call);
+
+  it("the reviewer's running turn is interrupted and the run pauses", () => {
+    expect(outcome).toEqual({ state: "paused", reason: "usage_limit" });
+    expect(r.fake.state.turn(reviewer.threadId, reviewer.turnId).status).toBe("interrupted");
+    expect(rowsOfType(rows, "run_paused")[0]).toMatchObject({ reason: "usage_limit" });
+  });
+
+  it("the call is held only once the interrupted thread reads inactive, not when the interrupt is answered (S000-103)", () => {
+    const ended = r.fake.interruptsEnded.find((e) => e.turnId === reviewer.turnId);
+    expect(ended).toBeDefined();
+    const held = heldOf("reviewer.1");
+    expect(held).toBeDefined();
+    expect(Date.parse(held?.at as string)).toBeGreaterThanOrEqual((ended?.at ?? 0) - 5);
+    expect(Date.parse(held?.at as string) - Date.parse(interruptRow()?.at as string)).toBeGreaterThanOrEqual(
+      350,
+    );
+  });
+
+  it("the rows before an interrupt, the turn's turn_started among them, are on disk when the host receives it (S000-107)", () => {
+    const types = onDiskAtInterrupt.filter((x) => "call" in x && x.call === "reviewer.1").map((x) => x.type);
+    expect(types).toEqual([
+      "prepared",
+      "step_published",
+      "thread_started",
+      "turn_started",
+      "interrupt_requested",
+    ]);
+  });
+
+  it("the interrupt is sent for the turn in flight: the reviewer's thread and turn (S000-108)", () => {
+    expect(interrupts).toEqual([{ threadId: reviewer.threadId, turnId: reviewer.turnId }]);
+  });
+
+  it("interrupt_requested records the interrupt of the turn in flight with its reason and op (S000-168)", () => {
+    expect(interruptRow()).toMatchObject({
+      call: "reviewer.1",
+      op: "reviewer.1/t1",
+      reason: "usage_limit",
+      k: 1,
+      attempt: 1,
+      turn_id: reviewer.turnId,
+    });
+    expect(rowsOfType(rows, "interrupt_requested")).toHaveLength(1);
+    // the interrupt row comes before the reviewer's held row
+    expect((heldOf("reviewer.1")?.seq ?? 0) > (interruptRow()?.seq ?? 0)).toBe(true);
+  });
+
+  it("a call whose step waited for a dispatch has its step retracted and is held (S000-104)", async () => {
+    expect(criticStep).toBeDefined();
+    expect((await r.steps(0)).filter((s) => s.call === "critic.1")).toHaveLength(0);
+    expect(heldOf("critic.1")).toMatchObject({ reason: "usage_limit" });
+  });
+
+  it("a spawn step with no bound subagent has no turn to interrupt: nothing is sent or written for it (S000-106)", () => {
+    expect(rows.some((x) => x.type === "interrupt_requested" && x.call === "critic.1")).toBe(false);
+    expect(interrupts.map((i) => i.threadId)).not.toContain(undefined);
+    expect(rows.some((x) => x.type === "turn_started" && x.call === "critic.1")).toBe(false);
   });
 });

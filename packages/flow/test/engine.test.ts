@@ -1,4 +1,7 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import type { JournalRow } from "@crw/flow";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { answerSchema, defineWorkflow, type InProcessRun, inProcessRun, json } from "./helpers/harness.js";
 
 let run: InProcessRun | null = null;
@@ -45,125 +48,6 @@ describe("a session run in process against the fake app-server", () => {
     expect(types[0]).toBe("started");
     expect(types.filter((t) => t === "completed")).toHaveLength(3);
     expect(types.at(-1)).toBe("run_ended");
-  });
-
-  it("S000-005 S000-166 S000-300 S000-210: started records backend session and pins role_pairs; prepared records backend and allocation", async () => {
-    run = await inProcessRun();
-    await run.execute(pair, () => json({ summary: "x", score: 1 }));
-    const rows = run.rows();
-    const started = rows.find((r) => r.type === "started");
-    expect(started).toMatchObject({ backend: "session", process_n: 1, process: null });
-    if (started?.type !== "started") throw new Error("no started row");
-    expect(Object.keys(started.role_pairs).sort()).toEqual(
-      ["architect", "critic", "executor", "executor-t1", "explorer", "reviewer"].sort(),
-    );
-    expect(started.policy_digest).toMatch(/^sha256:/);
-    const prepared = rows.filter((r) => r.type === "prepared");
-    expect(prepared).toHaveLength(3);
-    for (const p of prepared) {
-      if (p.type !== "prepared") continue;
-      expect(p.backend).toBe("session");
-      expect(p.allocation.workspace).toBe(`${run.paths.workspaces}/${p.call}`);
-    }
-  });
-
-  it("S000-015 S000-016 S000-024 S000-075 S000-078 S000-014: step_published, then bind rows in one batch with cwd P and host_cwd", async () => {
-    run = await inProcessRun();
-    await run.execute(pair, () => json({ summary: "x", score: 1 }));
-    const rows = run.rows().filter((r) => "call" in r && r.call === "explorer.1");
-    const types = rows.map((r) => r.type);
-    expect(types).toEqual(["prepared", "step_published", "thread_started", "turn_started", "completed"]);
-    const step = rows[1];
-    if (step?.type !== "step_published") throw new Error("no step");
-    expect(step).toMatchObject({
-      k: 1,
-      op: "explorer.1/t1",
-      marker: "explorer.1/t1-a1",
-      attempt: 1,
-      action: "spawn",
-      input: "find A",
-      role: "explorer",
-      agent_type: "explorer",
-      workspace: `${run.paths.workspaces}/explorer.1`,
-      packet: `${run.paths.steps}/explorer.1/packet-t1-a1.md`,
-      conversation_turn: 1,
-    });
-    expect(step.input_digest).toMatch(/^sha256:/);
-    expect(step.packet_digest).toMatch(/^sha256:/);
-    const ts = rows[2];
-    const tu = rows[3];
-    if (ts?.type !== "thread_started" || tu?.type !== "turn_started") throw new Error("no bind rows");
-    expect(ts.seq + 1).toBe(tu.seq);
-    expect(ts.at).toBe(tu.at); // one batch
-    expect(ts).toMatchObject({
-      cwd: `${run.paths.workspaces}/explorer.1`,
-      host_cwd: `${run.root}/repo`,
-      parent_thread_id: run.owner,
-      agent_role: "explorer",
-      via: "session",
-      marker: "explorer.1/t1-a1",
-      attempt: 1,
-      pair_unchecked: true,
-    });
-    expect(ts.rollout_path).toBeTruthy();
-    expect(tu).toMatchObject({
-      k: 1,
-      op: "explorer.1/t1",
-      attempt: 1,
-      marker: "explorer.1/t1-a1",
-      conversation_turn: 1,
-    });
-  });
-
-  it("S000-027 S000-017 S000-019 S000-020 S000-088 S000-093 S000-094 S000-079: an invalid answer gets one repair on the open subagent", async () => {
-    run = await inProcessRun();
-    const one = defineWorkflow({
-      name: "one",
-      run: (ctx) => ctx.call({ role: "explorer", task: "count things", schema: answerSchema }),
-    });
-    const { outcome } = await run.execute(one, (step) =>
-      step.k === 1
-        ? {
-            kind: "answer",
-            messages: [{ text: "not json at all", phase: "final_answer" }],
-            usage: { input: 100, output: 10, cached_input: 40 },
-          }
-        : {
-            kind: "answer",
-            messages: [{ text: '{"summary":"fixed","score":2}', phase: "final_answer" }],
-            usage: { input: 50, output: 5 },
-          },
-    );
-    expect(outcome).toEqual({ state: "completed", result: { summary: "fixed", score: 2 } });
-    const rows = run.rows().filter((r) => "call" in r && r.call === "explorer.1");
-    expect(rows.map((r) => r.type)).toEqual([
-      "prepared",
-      "step_published",
-      "thread_started",
-      "turn_started",
-      "step_published",
-      "turn_started",
-      "completed",
-    ]);
-    const repair = rows[4];
-    const first = rows[2];
-    if (repair?.type !== "step_published" || first?.type !== "thread_started") throw new Error("rows");
-    expect(repair).toMatchObject({
-      k: 2,
-      attempt: 1,
-      action: "send_input",
-      agent_id: first.thread_id,
-      marker: "explorer.1/t2-a1",
-      previous_answer: "not json at all",
-      repair: { answer: "not json at all" },
-      tokens_seen: { input: 100, cached_input: 40, output: 10, total: 110 },
-      call_tokens: { input: 100, cached_input: 40, output: 10, total: 110 },
-      conversation_turn: 2,
-    });
-    const completed = rows[6];
-    if (completed?.type !== "completed") throw new Error("no completed row");
-    // the rollout's last count less what the subagent's earlier turn counted, part by part, plus that turn
-    expect(completed.tokens).toEqual({ input: 150, cached_input: 40, output: 15, total: 165 });
   });
 
   it("S000-087 S000-084 S000-086: prose before the JSON is extracted; commentary is never the answer", async () => {
@@ -263,5 +147,250 @@ describe("a session run in process against the fake app-server", () => {
     expect(run.rows().find((r) => r.type === "null_model")).toMatchObject({
       reason: "context_window_exceeded",
     });
+  });
+});
+
+const sha256 = (text: string) => `sha256:${createHash("sha256").update(text).digest("hex")}`;
+
+type RowOf<T extends JournalRow["type"]> = Extract<JournalRow, { type: T }>;
+const ofType = <T extends JournalRow["type"]>(rows: JournalRow[], type: T, call?: string): RowOf<T>[] =>
+  rows.filter(
+    (r): r is RowOf<T> => r.type === type && (call === undefined || ("call" in r && r.call === call)),
+  );
+
+describe("the rows of a session run whose role store pins the explorer's pair", () => {
+  let pinned: InProcessRun;
+  let rows: JournalRow[];
+  beforeAll(async () => {
+    pinned = await inProcessRun({ roles: { explorer: { model: "m-explore", effort: "high" } } });
+    await pinned.execute(pair, () => json({ summary: "x", score: 1 }));
+    rows = pinned.rows();
+  });
+  afterAll(() => pinned?.close());
+
+  it("the started row records the session backend (S000-005)", () => {
+    expect(ofType(rows, "started")[0]?.backend).toBe("session");
+  });
+
+  it("the started row pins a pair for every role, the store's where it sets one, and the steps run on it (S000-300)", () => {
+    const started = ofType(rows, "started")[0];
+    expect(Object.keys(started?.role_pairs ?? {}).sort()).toEqual(
+      ["architect", "critic", "executor", "executor-t1", "explorer", "reviewer"].sort(),
+    );
+    expect(started?.role_pairs.explorer).toEqual({ model: "m-explore", effort: "high" });
+    expect(started?.role_pairs.reviewer).toEqual({ model: null, effort: null });
+    for (const step of ofType(rows, "step_published"))
+      expect({ model: step.model, effort: step.effort }).toEqual(started?.role_pairs[step.role]);
+  });
+
+  it("the holder's started row records the policy digest of the table it runs on (S000-210)", () => {
+    const started = ofType(rows, "started")[0];
+    expect(started?.policy_digest).toMatch(/^sha256:[0-9a-f]{64}$/);
+    // in process there is no process lock to name; the CLI's run names its own (crash suite)
+    expect(started).toMatchObject({ process: null, process_n: 1 });
+  });
+
+  it("each prepared row records the session backend and the one allocation every step of the call uses (S000-166)", () => {
+    const prepared = ofType(rows, "prepared");
+    expect(prepared).toHaveLength(3);
+    for (const p of prepared) {
+      expect(p.backend).toBe("session");
+      expect(p.allocation.workspace).toBe(`${pinned.paths.workspaces}/${p.call}`);
+      for (const step of ofType(rows, "step_published", p.call))
+        expect(step.workspace).toBe(p.allocation.workspace);
+    }
+  });
+});
+
+describe("a spawned step and its bind", () => {
+  let r: InProcessRun;
+  let rows: JournalRow[];
+  beforeAll(async () => {
+    r = await inProcessRun();
+    await r.execute(pair, () => json({ summary: "x", score: 1 }));
+    rows = r.rows();
+  });
+  afterAll(() => r?.close());
+  const step = () => ofType(rows, "step_published", "explorer.1")[0] as RowOf<"step_published">;
+
+  it("a step's row carries k, op, marker, attempt, action, its input and the input's digest (S000-015)", () => {
+    expect(step()).toMatchObject({
+      k: 1,
+      op: "explorer.1/t1",
+      marker: "explorer.1/t1-a1",
+      attempt: 1,
+      action: "spawn",
+      input: "find A",
+    });
+    expect(step().input_digest).toBe(sha256("find A"));
+  });
+
+  it("a step's row carries its packet and the packet's digest, role, agent type, pair and workspace (S000-016)", () => {
+    expect(step()).toMatchObject({
+      role: "explorer",
+      agent_type: "explorer",
+      model: null,
+      effort: null,
+      workspace: `${r.paths.workspaces}/explorer.1`,
+      packet: `${r.paths.steps}/explorer.1/packet-t1-a1.md`,
+    });
+    expect(step().packet_digest).toBe(sha256(readFileSync(step().packet, "utf8")));
+  });
+
+  it("a bind writes thread_started with the host's thread and pair, cwd P, host_cwd, parent, role, attempt, rollout and marker (S000-075)", () => {
+    const ts = ofType(rows, "thread_started", "explorer.1")[0];
+    const host = r.fake.state.threads.get(ts?.thread_id ?? "")?.thread;
+    expect(host?.parentThreadId).toBe(r.owner);
+    expect(ts).toMatchObject({
+      model: host?.model,
+      effort: host?.reasoningEffort,
+      cwd: `${r.paths.workspaces}/explorer.1`,
+      host_cwd: `${r.root}/repo`,
+      parent_thread_id: r.owner,
+      agent_role: "explorer",
+      via: "session",
+      rollout_path: host?.path,
+      marker: "explorer.1/t1-a1",
+      attempt: 1,
+    });
+  });
+
+  it("a bind writes turn_started with k, op, the host's turn, attempt, marker and conversation turn, in the batch of thread_started (S000-078)", () => {
+    const ts = ofType(rows, "thread_started", "explorer.1")[0] as RowOf<"thread_started">;
+    const tu = ofType(rows, "turn_started", "explorer.1")[0] as RowOf<"turn_started">;
+    const hostTurn = r.fake.state.threads.get(ts.thread_id)?.turns[0];
+    expect(tu).toMatchObject({
+      k: 1,
+      op: "explorer.1/t1",
+      turn_id: hostTurn?.id,
+      attempt: 1,
+      marker: "explorer.1/t1-a1",
+      conversation_turn: 1,
+    });
+    expect(tu).not.toHaveProperty("replaces_turn");
+    // one batch: the next seq, the same write time
+    expect([tu.seq, tu.at]).toEqual([ts.seq + 1, ts.at]);
+  });
+
+  it("the cwd the host reports for a subagent (its parent's) is only host_cwd: the call's cwd and the subagent's workspace are P (S000-014)", () => {
+    const ts = ofType(rows, "thread_started", "explorer.1")[0] as RowOf<"thread_started">;
+    const host = r.fake.state.threads.get(ts.thread_id)?.thread;
+    expect(ts.host_cwd).toBe(host?.cwd);
+    expect(ts.cwd).not.toBe(host?.cwd);
+    expect(ts.cwd).toBe(step().workspace);
+    // the spawn message sends the subagent to P, never to the host's cwd
+    expect(host?.preview).toContain(`Your workspace is ${step().workspace}`);
+    expect(host?.preview).not.toContain(`workdir ${host?.cwd}`);
+  });
+});
+
+describe("an invalid answer gets one repair on the open subagent", () => {
+  let r: InProcessRun;
+  let rows: JournalRow[];
+  let outcome: unknown;
+  const one = defineWorkflow({
+    name: "one",
+    run: (ctx) => ctx.call({ role: "explorer", task: "count things", schema: answerSchema }),
+  });
+  beforeAll(async () => {
+    r = await inProcessRun();
+    ({ outcome } = await r.execute(one, (step) =>
+      step.k === 1
+        ? {
+            kind: "answer",
+            messages: [{ text: "not json at all", phase: "final_answer" }],
+            usage: { input: 100, output: 10, cached_input: 40, reasoning_output: 7, total: 117 },
+          }
+        : {
+            kind: "answer",
+            messages: [{ text: '{"summary":"fixed","score":2}', phase: "final_answer" }],
+            usage: { input: 50, output: 5, reasoning_output: 3, total: 58 },
+          },
+    ));
+    rows = r.rows();
+  });
+  afterAll(() => r?.close());
+  const repair = () => ofType(rows, "step_published")[1] as RowOf<"step_published">;
+  const first = () => ofType(rows, "thread_started")[0] as RowOf<"thread_started">;
+
+  it("the repair is a send_input step on the subagent still open, which gets its second turn there (S000-027)", () => {
+    expect(outcome).toEqual({ state: "completed", result: { summary: "fixed", score: 2 } });
+    expect(repair()).toMatchObject({ k: 2, attempt: 1, action: "send_input", marker: "explorer.1/t2-a1" });
+    expect(
+      [...r.fake.state.threads.values()].filter((t) => t.thread.parentThreadId === r.owner),
+    ).toHaveLength(1);
+    expect(r.fake.state.threads.get(first().thread_id)?.turns).toHaveLength(2);
+  });
+
+  it("the repair's step row names the subagent it is sent to (S000-017)", () => {
+    expect(repair().agent_id).toBe(first().thread_id);
+  });
+
+  it("the repair's step row carries the answer it repairs and why it failed (S000-019)", () => {
+    expect(repair()).toMatchObject({
+      previous_answer: "not json at all",
+      repair: { answer: "not json at all" },
+    });
+    expect(repair().repair?.errors.length).toBeGreaterThan(0);
+  });
+
+  it("the repair's step row carries what the turns before it counted, as tokens_seen and call_tokens (S000-020)", () => {
+    const before = { input: 100, cached_input: 40, output: 10, reasoning_output: 7, total: 117 };
+    expect(repair()).toMatchObject({ tokens_seen: before, call_tokens: before });
+  });
+
+  it("a send_input turn's bind writes turn_started only (S000-079)", () => {
+    const after = rows.slice(rows.indexOf(repair()) + 1).filter((x) => "call" in x);
+    expect(after.map((x) => x.type)).toEqual(["turn_started", "completed"]);
+  });
+
+  it("the call's tokens are the rollout's last count, part by part, its two turns each counted once (S000-093 S000-094)", () => {
+    const completed = ofType(rows, "completed")[0];
+    const usage = r.fake.state.threads.get(first().thread_id)?.usage;
+    expect(completed?.tokens).toEqual({
+      input: usage?.inputTokens,
+      cached_input: usage?.cachedInputTokens,
+      output: usage?.outputTokens,
+      reasoning_output: usage?.reasoningOutputTokens,
+      total: usage?.totalTokens,
+    });
+    expect(completed?.tokens).toEqual({
+      input: 150,
+      cached_input: 40,
+      output: 15,
+      reasoning_output: 10,
+      total: 175,
+    });
+  });
+});
+
+describe("an answer extracted from prose", () => {
+  afterEach(async () => {
+    await run?.close();
+    run = null;
+  });
+
+  it("goes through the schema like any answer: an extracted object that fails it gets the one repair (S000-088)", async () => {
+    run = await inProcessRun();
+    const one = defineWorkflow({
+      name: "one",
+      run: (ctx) => ctx.call({ role: "explorer", task: "t", schema: answerSchema }),
+    });
+    const { outcome } = await run.execute(one, (step) => ({
+      kind: "answer",
+      messages: [
+        {
+          text: step.k === 1 ? 'Here it is: {"summary":3}' : 'Fixed: {"summary":"ok","score":1}',
+          phase: "final_answer",
+        },
+      ],
+      usage: { input: 10, output: 1 },
+    }));
+    expect(outcome).toEqual({ state: "completed", result: { summary: "ok", score: 1 } });
+    const all = run.rows();
+    const steps = ofType(all, "step_published");
+    expect(steps.map((x) => x.action)).toEqual(["spawn", "send_input"]);
+    expect(steps[1]?.repair?.answer).toBe('Here it is: {"summary":3}');
+    expect(ofType(all, "completed")[0]).toMatchObject({ k: 2, extracted: true });
   });
 });

@@ -40,6 +40,7 @@ export class FakeAppServer {
   private server: WebSocketServer | null = null;
   private readonly clients = new Set<Client>();
   private port = 0;
+  private interruptDelayMs = 0;
   private readonly ownHome: boolean;
   /** Methods whose requests are taken and never answered ("*" for all). */
   private unanswered = new Set<string>();
@@ -147,6 +148,40 @@ export class FakeAppServer {
     this.state.setStatus(threadId, { type: "notLoaded" });
   }
 
+  /**
+   * As the real server, an interrupt is answered at once and the turn ends later: after `ms` the turn is
+   * interrupted and its thread goes idle (0, the default, ends it before the answer).
+   */
+  setInterruptDelay(ms: number): void {
+    this.interruptDelayMs = ms;
+  }
+
+  /** Each turn/interrupt that took effect: when its turn ended (epoch ms). */
+  readonly interruptsEnded: Array<{ threadId: string; turnId: string; at: number }> = [];
+
+  private interrupt(threadId: string, turnId: string): Record<string, never> {
+    if (this.state.get(threadId).thread.status.type === "notLoaded")
+      throw new FakeHostError(-32600, `thread not found: ${threadId}`);
+    const turn = this.state.turn(threadId, turnId || undefined);
+    if (turn.status !== "inProgress") throw new FakeHostError(-32600, "no active turn to interrupt");
+    const end = () => {
+      // a turn the test ended meanwhile, or a thread it unloaded, stays as it is
+      if (turn.status !== "inProgress" || this.state.get(threadId).thread.status.type === "notLoaded") return;
+      this.state.interruptTurn(threadId, turn.id);
+      this.interruptsEnded.push({ threadId, turnId: turn.id, at: Date.now() });
+    };
+    if (this.interruptDelayMs > 0) setTimeout(end, this.interruptDelayMs);
+    else end();
+    return {};
+  }
+
+  /** Called for every request as it is received, before it is handled (to see the disk at that moment). */
+  onRequest(handler: (method: string, params: unknown) => void): void {
+    this.requestHandlers.push(handler);
+  }
+
+  private readonly requestHandlers: Array<(method: string, params: unknown) => void> = [];
+
   /** Called for every turn a client starts with turn/start (after the answer is sent). */
   onTurnStart(handler: (threadId: string, turnId: string, text: string) => void): void {
     this.turnStartHandlers.push(handler);
@@ -233,6 +268,7 @@ export class FakeAppServer {
       return;
     }
     this.requests.push({ method: message.method, params: message.params });
+    for (const seen of this.requestHandlers) seen(message.method, message.params);
     if (this.unanswered.has("*") || this.unanswered.has(message.method)) return;
     const id = message.id;
     if (this.overrides.has(message.method)) {
@@ -320,8 +356,7 @@ export class FakeAppServer {
         return { turn: structuredClone(this.state.turn(threadId, turnId)) };
       }
       case "turn/interrupt":
-        this.state.interruptTurn(threadId, String(params.turnId ?? ""));
-        return {};
+        return this.interrupt(threadId, String(params.turnId ?? ""));
       default:
         throw new FakeHostError(-32600, `Invalid request: unknown variant \`${method}\``);
     }
