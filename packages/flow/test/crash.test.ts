@@ -107,6 +107,26 @@ describe("crash injection at every journal boundary", () => {
     }
   });
 
+  it("a step's row is durable before its packet and step file are written (S000-024)", () => {
+    const killedThere = outcomes.filter((o) => o.point?.startsWith("after:step_published:"));
+    expect(killedThere.length).toBeGreaterThan(0);
+    let seen = 0;
+    for (const out of killedThere) {
+      const last = out.atKill?.last;
+      // the process died right after the row's write: when no later row followed, nothing of its files
+      if (last?.type !== "step_published") continue;
+      seen++;
+      expect(out.atKill?.packets[last.marker], `${out.point}: the packet was written before its row`).toBe(
+        false,
+      );
+      expect(
+        out.atKill?.steps.map((st) => st.marker),
+        `${out.point}`,
+      ).not.toContain(last.marker);
+    }
+    expect(seen).toBeGreaterThan(0);
+  });
+
   it("a recovered repair turn counts only the tokens it adds: it starts from its step row's tokens_seen and call_tokens (S000-097)", () => {
     const repairOf = (rows: readonly JournalRow[]) =>
       rowsOf(rows, "step_published").find((s) => s.call === "explorer.1" && s.action === "send_input");

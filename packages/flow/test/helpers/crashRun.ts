@@ -78,6 +78,8 @@ export interface AtKill {
   steps: Array<{ call: string; k: number; marker: string }>;
   /** Dispatch reports no process answered. */
   unanswered: string[];
+  /** Whether each step row's packet file existed, by marker. */
+  packets: Record<string, boolean>;
   host: HostView;
 }
 
@@ -276,6 +278,9 @@ export class CrashHarness {
           record: existsSync(record),
           steps: listStepFiles(paths.steps).steps.map((s) => ({ call: s.call, k: s.k, marker: s.marker })),
           unanswered: unanswered(paths),
+          packets: Object.fromEntries(
+            rows.flatMap((x) => (x.type === "step_published" ? [[x.marker, existsSync(x.packet)]] : [])),
+          ),
           host: hostView(fake, owner),
         };
         await options.whileDead?.({ fake, owner, paths, rows });
