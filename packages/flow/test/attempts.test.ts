@@ -1,5 +1,5 @@
 import { readFileSync } from "node:fs";
-import { executeRun, FlowError, type JournalRow, readJournalFile } from "@crw/flow";
+import { executeRun, FlowError, type JournalRow, listStepFiles, readJournalFile } from "@crw/flow";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import {
   defineWorkflow,
@@ -20,49 +20,6 @@ const one = (role: "explorer" | "executor" = "explorer", task = "count") =>
   defineWorkflow({ name: "one", run: (ctx) => ctx.call({ role, task, schema }) });
 
 describe("attempts, holds and pauses", () => {
-  it("S000-126 S000-128 S000-131 S000-132 S000-133 S000-134 S000-135: a subagent that is notLoaded and unchanged for LostAfter loses the attempt; the next spawns in the same allocation", async () => {
-    run = await inProcessRun({ lostAfterMs: 300 });
-    const { done } = run.background(one("executor"));
-    const s1 = await run.firstStep();
-    const a = run.spawn(s1, "executor");
-    expect(await run.report(s1, a.threadId)).toBe("bound");
-    run.fake.setThreadStatus(a.threadId, "notLoaded"); // the turn stays inProgress and never changes
-    await until("attempt 2's step", () => rowsOfType(run?.rows() ?? [], "step_published").length === 2);
-    const rows = run.rows();
-    const lost = rowsOfType(rows, "session_attempt_lost")[0];
-    expect(lost).toMatchObject({
-      attempt: 1,
-      agent_id: a.threadId,
-      k: 1,
-      turn_id: a.turnId,
-      host_status: "notLoaded",
-      turn_status: "inProgress",
-    });
-    const s2row = rowsOfType(rows, "step_published")[1];
-    expect(s2row).toMatchObject({
-      k: 1,
-      attempt: 2,
-      action: "spawn",
-      marker: "executor.1/t1-a2",
-      workspace: s1.workspace,
-    });
-    const steps = await run.steps();
-    const s2 = steps.find((s) => s.attempt === 2);
-    if (!s2) throw new Error("no attempt 2 step");
-    const packet = readFileSync(s2.packet, "utf8");
-    expect(packet).toContain("The previous attempt (1) was cut off");
-    expect(packet).toContain(`git -C ${s1.workspace} status`);
-    const b = run.spawn(s2, "executor");
-    expect(await run.report(s2, b.threadId)).toBe("bound");
-    run.fake.answer(b.threadId, '{"n":9}');
-    expect(await done).toEqual({ state: "completed", result: { n: 9 } });
-    expect(rowsOfType(run.rows(), "prepared")).toHaveLength(1); // one allocation for every attempt
-    // the old subagent got a close step (S000-132)
-    expect(
-      rowsOfType(run.rows(), "thread_started").map((r) => (r as { thread_id: string }).thread_id),
-    ).toEqual([a.threadId, b.threadId]);
-  });
-
   it("S000-130 S000-129: an active thread is waited for, and a host that cannot be asked judges nothing", async () => {
     run = await inProcessRun({ lostAfterMs: 200 });
     const { done } = run.background(one());
@@ -300,5 +257,154 @@ describe("a pause stops the calls still going", () => {
     expect(rows.some((x) => x.type === "interrupt_requested" && x.call === "critic.1")).toBe(false);
     expect(interrupts.map((i) => i.threadId)).not.toContain(undefined);
     expect(rows.some((x) => x.type === "turn_started" && x.call === "critic.1")).toBe(false);
+  });
+});
+
+/** A bound subagent of a one-call run, for the tests of a lost attempt. */
+async function boundRun(options: { lostAfterMs: number; pollMs?: number; role?: "explorer" | "executor" }) {
+  const r = await inProcessRun(options);
+  const { done } = r.background(one(options.role ?? "explorer"));
+  const step = await r.firstStep();
+  const agent = r.spawn(step, options.role ?? "explorer");
+  expect(await r.report(step, agent.threadId)).toBe("bound");
+  return { r, done, step, agent };
+}
+
+const lostRows = (r: InProcessRun) => rowsOfType(r.rows(), "session_attempt_lost");
+
+describe("an attempt is lost only when its turn is not completed and its thread is gone", () => {
+  afterEach(async () => {
+    await run?.close();
+    run = null;
+  });
+
+  it.each(["notLoaded", "systemError"] as const)(
+    "a subagent whose thread reads %s and whose turn is unchanged for LostAfter loses its attempt (S000-126)",
+    async (status) => {
+      const b = await boundRun({ lostAfterMs: 300 });
+      run = b.r;
+      run.fake.setThreadStatus(b.agent.threadId, status);
+      await until("the lost row", () => lostRows(b.r).length === 1);
+      expect(lostRows(run)[0]).toMatchObject({ host_status: status, turn_status: "inProgress" });
+    },
+  );
+
+  it("a subagent the host no longer knows reads as unknown and loses its attempt after LostAfter (S000-126)", async () => {
+    const b = await boundRun({ lostAfterMs: 300 });
+    run = b.r;
+    run.fake.state.threads.delete(b.agent.threadId);
+    await until("the lost row", () => lostRows(b.r).length === 1);
+    expect(lostRows(run)[0]).toMatchObject({ host_status: "unknown", turn_status: null });
+  });
+
+  it("a turn that ended interrupted without an error on an unloaded thread is lost at once, before LostAfter (S000-126)", async () => {
+    const b = await boundRun({ lostAfterMs: 60_000 });
+    run = b.r;
+    run.fake.interruptTurn(b.agent.threadId);
+    run.fake.setThreadStatus(b.agent.threadId, "notLoaded");
+    await until("the lost row", () => lostRows(b.r).length === 1, 5_000);
+    expect(lostRows(run)[0]).toMatchObject({ host_status: "notLoaded", turn_status: "interrupted" });
+  });
+
+  it("a completed marker turn is harvested, never lost, on a thread that reads notLoaded (S000-126)", async () => {
+    const b = await boundRun({ lostAfterMs: 200 });
+    run = b.r;
+    run.fake.setThreadStatus(b.agent.threadId, "notLoaded");
+    run.fake.answer(b.agent.threadId, '{"n":4}');
+    expect(await b.done).toEqual({ state: "completed", result: { n: 4 } });
+    expect(lostRows(run)).toEqual([]);
+  });
+
+  it("the thread is read once more right before an attempt is judged lost (S000-128)", async () => {
+    const reads: Array<{ at: number; lostOnDisk: boolean }> = [];
+    const b = await boundRun({ lostAfterMs: 600, pollMs: 250 });
+    run = b.r;
+    const r = b.r;
+    r.fake.onRequest((method, params) => {
+      if (method !== "thread/read" || (params as { threadId?: string }).threadId !== b.agent.threadId) return;
+      const lostOnDisk = readJournalFile(r.paths.journal).rows.some((x) => x.type === "session_attempt_lost");
+      reads.push({ at: performance.now(), lostOnDisk });
+    });
+    r.fake.setThreadStatus(b.agent.threadId, "notLoaded");
+    await until("the lost row", () => lostRows(r).length === 1);
+    const before = reads.filter((x) => !x.lostOnDisk);
+    expect(before.length).toBeGreaterThanOrEqual(3);
+    const gaps = before.slice(1).map((x, i) => x.at - (before[i]?.at ?? 0));
+    // the rounds are a poll apart; the read that judged the loss came right after the one that ran the clock out
+    expect(gaps.at(-1)).toBeLessThan(100);
+    expect(Math.max(...gaps.slice(0, -1))).toBeGreaterThan(150);
+  });
+});
+
+/**
+ * An executor's bound subagent whose thread reads notLoaded with its turn unchanged for LostAfter; the
+ * test plays the owner for the second attempt.
+ */
+describe("after a lost attempt", () => {
+  let r: InProcessRun;
+  let first: { threadId: string; turnId: string };
+  let second: { threadId: string };
+  let firstWorkspace: string;
+  let packet: string;
+  let closesAtSecond: string[] = [];
+  let outcome: unknown;
+
+  beforeAll(async () => {
+    const b = await boundRun({ lostAfterMs: 300, role: "executor" });
+    r = b.r;
+    first = b.agent;
+    firstWorkspace = b.step.workspace;
+    r.fake.setThreadStatus(first.threadId, "notLoaded"); // the turn stays inProgress and never changes
+    await until("attempt 2's step", () => rowsOfType(r.rows(), "step_published").length === 2);
+    const s2 = (await r.steps()).find((s) => s.attempt === 2);
+    if (!s2) throw new Error("no attempt 2 step");
+    packet = readFileSync(s2.packet, "utf8");
+    closesAtSecond = listStepFiles(r.paths.steps).closes.map((c) => c.agent_id);
+    second = r.spawn(s2, "executor");
+    expect(await r.report(s2, second.threadId)).toBe("bound");
+    r.fake.answer(second.threadId, '{"n":9}');
+    outcome = await b.done;
+  });
+  afterAll(() => r?.close());
+
+  it("the loss is a session_attempt_lost row naming the attempt, subagent, turn, reason and what the host showed (S000-131)", () => {
+    expect(outcome).toEqual({ state: "completed", result: { n: 9 } });
+    expect(rowsOfType(r.rows(), "session_attempt_lost")).toEqual([
+      expect.objectContaining({
+        attempt: 1,
+        agent_id: first.threadId,
+        k: 1,
+        turn_id: first.turnId,
+        reason: expect.stringContaining("no change for 300 ms"),
+        host_status: "notLoaded",
+        turn_status: "inProgress",
+      }),
+    ]);
+  });
+
+  it("the old subagent is closed and the next attempt spawns a new one in the same allocation (S000-132)", () => {
+    expect(closesAtSecond).toContain(first.threadId);
+    const attempt2 = rowsOfType(r.rows(), "step_published")[1];
+    expect(attempt2).toMatchObject({ k: 1, attempt: 2, action: "spawn", workspace: firstWorkspace });
+    expect(rowsOfType(r.rows(), "thread_started").map((x) => (x as { thread_id: string }).thread_id)).toEqual(
+      [first.threadId, second.threadId],
+    );
+  });
+
+  it("the next attempt's packet says the previous one was cut off (S000-133)", () => {
+    expect(packet).toContain("The previous attempt (1) was cut off");
+  });
+
+  it("an executor's next attempt is told to read git status and the diff of its workspace first (S000-134)", () => {
+    expect(packet).toContain(`Read git -C ${firstWorkspace} status and the diff first`);
+  });
+
+  it("one allocation serves every attempt: one prepared row, one workspace (S000-135)", () => {
+    const prepared = rowsOfType(r.rows(), "prepared") as Array<Extract<JournalRow, { type: "prepared" }>>;
+    expect(prepared).toHaveLength(1);
+    const workspaces = rowsOfType(r.rows(), "step_published").map(
+      (x) => (x as { workspace: string }).workspace,
+    );
+    expect(new Set([prepared[0]?.allocation.workspace, ...workspaces])).toEqual(new Set([firstWorkspace]));
   });
 });
