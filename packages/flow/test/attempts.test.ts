@@ -36,34 +36,6 @@ describe("attempts, holds and pauses", () => {
     expect(rowsOfType(run.rows(), "session_attempt_lost")).toHaveLength(0);
   });
 
-  it("S000-092 S000-089 S000-149 S000-150 S000-233: a host failure holds the call and pauses the run; the resume goes on in place with a new attempt", async () => {
-    run = await inProcessRun();
-    const { done } = run.background(one());
-    const s1 = await run.firstStep();
-    const a = run.spawn(s1, "explorer");
-    expect(await run.report(s1, a.threadId)).toBe("bound");
-    run.fake.failTurn(a.threadId, "internalServerError", { message: "boom" });
-    expect(await done).toEqual({ state: "paused", reason: "held:explorer.1" });
-    const held = rowsOfType(run.rows(), "held")[0];
-    expect(held).toMatchObject({
-      call: "explorer.1",
-      reason: "host_failure",
-      detail: expect.stringContaining("internalServerError"),
-    });
-    // resume: a new process (same journal) goes on with the held call in place
-    const second = run.background(one());
-    await until("the new attempt's step", () => rowsOfType(run?.rows() ?? [], "step_published").length === 2);
-    const s2 = (await run.steps()).find((s) => s.attempt === 2);
-    if (!s2) throw new Error("no new attempt");
-    expect(s2).toMatchObject({ k: 2, action: "spawn" });
-    expect(readFileSync(s2.packet, "utf8")).toContain("was stopped: host_failure");
-    const b = run.spawn(s2, "explorer");
-    expect(await run.report(s2, b.threadId)).toBe("bound");
-    run.fake.answer(b.threadId, '{"n":5}');
-    expect(await second.done).toEqual({ state: "completed", result: { n: 5 } });
-    expect(rowsOfType(run.rows(), "started")).toHaveLength(2);
-  });
-
   it("S000-029 S000-030 S000-031 S000-032 S000-033 S000-177: a step that cannot be written is warned at the 1st and 10th failure, written again at the poll, then closed", async () => {
     run = await inProcessRun({ pollMs: 5 });
     let failures = 0;
@@ -406,5 +378,105 @@ describe("after a lost attempt", () => {
       (x) => (x as { workspace: string }).workspace,
     );
     expect(new Set([prepared[0]?.allocation.workspace, ...workspaces])).toEqual(new Set([firstWorkspace]));
+  });
+});
+
+describe("a turn that ended with an error", () => {
+  afterEach(async () => {
+    await run?.close();
+    run = null;
+  });
+
+  it.each(["failed", "interrupted"] as const)(
+    "a turn %s with an error is a failure carrying its codexErrorInfo: the call is held for the host and the run pauses (S000-089)",
+    async (ended) => {
+      const b = await boundRun({ lostAfterMs: 60_000 });
+      run = b.r;
+      run.fake.failTurn(b.agent.threadId, "internalServerError", { message: "boom", ended });
+      expect(await b.done).toEqual({ state: "paused", reason: "held:explorer.1" });
+      expect(rowsOfType(run.rows(), "held")[0]).toMatchObject({
+        call: "explorer.1",
+        reason: "host_failure",
+        detail: "internalServerError: boom",
+      });
+      expect(lostRows(run)).toEqual([]);
+    },
+  );
+});
+
+/**
+ * A host failure holds the explorer's call and pauses the run. While no process runs, the owner sends the
+ * held subagent another turn (it runs again); the host ends an interrupted turn 400 ms after answering
+ * the interrupt. A second process resumes the run with the same journal.
+ */
+describe("a call held for a host failure, resumed", () => {
+  let r: InProcessRun;
+  let first: { threadId: string; turnId: string };
+  let stray = "";
+  let paused: unknown;
+  let resumed: unknown;
+  let packet = "";
+  let strangerReply = "";
+  let attempt2: Extract<JournalRow, { type: "step_published" }> | undefined;
+
+  beforeAll(async () => {
+    const b = await boundRun({ lostAfterMs: 60_000 });
+    r = b.r;
+    first = b.agent;
+    r.fake.failTurn(first.threadId, "internalServerError", { message: "boom" });
+    paused = await b.done;
+    r.fake.setThreadStatus(first.threadId, "idle");
+    stray = r.fake.sendInput(first.threadId, "one more thing");
+    r.fake.setInterruptDelay(400);
+    const second = r.background(one());
+    await until("the new attempt's step", () => rowsOfType(r.rows(), "step_published").length === 2);
+    const s2 = (await r.steps()).find((s) => s.attempt === 2);
+    if (!s2) throw new Error("no new attempt");
+    attempt2 = rowsOfType(r.rows(), "step_published")[1] as typeof attempt2;
+    packet = readFileSync(s2.packet, "utf8");
+    // a subagent of another owner thread is not the run's
+    const otherOwner = r.fake.createOwnerThread({ cwd: r.root });
+    const stranger = r.fake.spawnSubagent({
+      ownerThreadId: otherOwner,
+      message: s2.message,
+      agentRole: "explorer",
+    });
+    strangerReply = await r.report(s2, stranger.threadId);
+    const c = r.spawn(s2, "explorer");
+    expect(await r.report(s2, c.threadId)).toBe("bound");
+    r.fake.answer(c.threadId, '{"n":5}');
+    resumed = await second.done;
+  });
+  afterAll(() => r?.close());
+
+  it("a host failure holds the call (S000-092)", () => {
+    expect(paused).toEqual({ state: "paused", reason: "held:explorer.1" });
+    expect(rowsOfType(r.rows(), "held")[0]).toMatchObject({ call: "explorer.1", reason: "host_failure" });
+  });
+
+  it("the held call goes on only once its old subagent is shown not running: its running turn interrupted and ended (S000-149)", () => {
+    expect(resumed).toEqual({ state: "completed", result: { n: 5 } });
+    const ended = r.fake.interruptsEnded.find((e) => e.threadId === first.threadId && e.turnId === stray);
+    expect(ended, "the held subagent's running turn was not interrupted").toBeDefined();
+    expect(Date.parse(attempt2?.at as string)).toBeGreaterThanOrEqual((ended?.at ?? 0) - 5);
+  });
+
+  it("the held call's turn is taken again by a new attempt whose packet says why the previous one stopped (S000-150)", () => {
+    expect(attempt2).toMatchObject({ call: "explorer.1", k: 2, attempt: 2, action: "spawn" });
+    expect(packet).toContain("was stopped: host_failure");
+  });
+
+  it("the resumed process runs the session again: its started row, step files and the run's own owner thread (S000-233)", () => {
+    const started = rowsOfType(r.rows(), "started") as Array<Extract<JournalRow, { type: "started" }>>;
+    expect(started.map((x) => [x.backend, x.process_n])).toEqual([
+      ["session", 1],
+      ["session", 2],
+    ]);
+    expect(strangerReply).toBe("refused");
+    const bound = rowsOfType(r.rows(), "thread_started").at(-1) as Extract<
+      JournalRow,
+      { type: "thread_started" }
+    >;
+    expect(bound.parent_thread_id).toBe(r.owner);
   });
 });

@@ -212,7 +212,7 @@ describe("the resume table: where a call stands after its last row", () => {
     expect(g.position).toMatchObject({ kind: "harvest", thread: th2 });
   });
 
-  it("a held call with a bound subagent goes on with the next step and attempt, closing that subagent", () => {
+  it("a held call with a bound subagent goes on with the next step and attempt, once that subagent runs nothing, closing it", () => {
     const s = stepRow({ call_tokens: { output: 3 }, repair: { answer: "x", errors: ["bad"] } });
     const f = fold([
       prepared(),
@@ -233,6 +233,7 @@ describe("the resume table: where a call stands after its last row", () => {
         conversation_turn: 1,
         replaces_turn: 1,
         close: [{ attempt: 1, agent_id: "sub-1" }],
+        settle: ["sub-1"],
       },
     });
   });

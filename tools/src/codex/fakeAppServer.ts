@@ -116,7 +116,7 @@ export class FakeAppServer {
   failTurn(
     threadId: string,
     codexErrorInfo: string,
-    options: { turnId?: string; message?: string } = {},
+    options: { turnId?: string; message?: string; ended?: "failed" | "interrupted" } = {},
   ): void {
     this.state.failTurn(threadId, { codexErrorInfo, ...options });
   }

@@ -231,7 +231,14 @@ export class FakeHostState {
 
   failTurn(
     threadId: string,
-    fail: { turnId?: string; codexErrorInfo: string; message?: string; usage?: FakeUsage },
+    fail: {
+      turnId?: string;
+      codexErrorInfo: string;
+      message?: string;
+      usage?: FakeUsage;
+      /** How the turn ends: failed (the thread reads systemError) or interrupted (idle), with the error. */
+      ended?: "failed" | "interrupted";
+    },
   ) {
     const entry = this.get(threadId);
     const turn = this.turn(threadId, fail.turnId);
@@ -243,7 +250,8 @@ export class FakeHostState {
     };
     this.countTokens(entry, turn, fail.usage);
     this.notify("error", { error, willRetry: false, threadId, turnId: turn.id });
-    this.endTurn(entry, turn, "failed", error, { type: "systemError" });
+    if (fail.ended === "interrupted") this.endTurn(entry, turn, "interrupted", error, { type: "idle" });
+    else this.endTurn(entry, turn, "failed", error, { type: "systemError" });
   }
 
   interruptTurn(threadId: string, turnId?: string): void {

@@ -43,6 +43,8 @@ export interface NextStep {
   close: Array<{ attempt: number; agent_id: string }>;
   /** A held call's step that was published and never bound: looked up by its marker before a new one. */
   lookupFirst?: RowOf<"step_published">;
+  /** A held attempt's subagents: shown running nothing before the call goes on. */
+  settle?: string[];
 }
 
 export interface CallFold {
@@ -144,6 +146,7 @@ export function foldCall(rows: readonly JournalRow[]): CallFold {
             conversation_turn: step?.conversation_turn ?? 1,
             ...(step ? { replaces_turn: step.conversation_turn } : {}),
             close,
+            ...(thread ? { settle: [thread.thread_id] } : {}),
             ...(step && !stepBound ? { lookupFirst: step } : {}),
           },
         };

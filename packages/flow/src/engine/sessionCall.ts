@@ -4,7 +4,7 @@ import { harvest } from "./harvestTurn.js";
 import { closeUnwritten, publish, type StepFiles } from "./publishStep.js";
 import { settleOwnerDecision } from "./refusals.js";
 import { type RunContext, RunStopped } from "./runContext.js";
-import { stopCall } from "./stopCall.js";
+import { settleHeldSubagents, stopCall } from "./stopCall.js";
 import { callFailed } from "./workflow.js";
 
 /**
@@ -35,6 +35,7 @@ export async function runSessionCall(rc: RunContext, call: string): Promise<unkn
         // a call held for its owner's refusals goes on only as its decision says
         settleOwnerDecision(rc, call);
         if (foldCall(rc.rowsOf(call)).position?.kind === "terminal") break;
+        if (pos.next.settle) await settleHeldSubagents(rc, pos.next.settle);
         const first = pos.next.lookupFirst;
         if (first && !lookedUp.has(first.marker)) {
           // a held call's step that was published and not bound is looked up by its marker first

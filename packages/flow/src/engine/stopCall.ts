@@ -57,16 +57,37 @@ export async function stopCall(
         },
       ]);
       await rc.host.interruptTurn(agent, turnId);
-      const deadline = Date.now() + rc.lostAfterMs;
-      while (Date.now() < deadline) {
-        const seen = rc.hostVersion(agent);
-        const again = await rc.host.readThread(agent);
-        if (!again.ok) break;
-        const t2 = again.value.turns.find((x) => x.id === turnId);
-        if (again.value.status.type !== "active" && t2?.status !== "inProgress") break;
-        await rc.hostNap(agent, seen);
-      }
+      await untilInactive(rc, agent);
     }
   }
   hold(rc, call, step, reason);
+}
+
+/** Reads the thread until it is no longer active and runs no turn, for at most LostAfter. */
+async function untilInactive(rc: RunContext, agent: string): Promise<void> {
+  const deadline = Date.now() + rc.lostAfterMs;
+  while (Date.now() < deadline) {
+    const seen = rc.hostVersion(agent);
+    const again = await rc.host.readThread(agent);
+    if (!again.ok) return;
+    if (again.value.status.type !== "active" && !again.value.turns.some((t) => t.status === "inProgress"))
+      return;
+    await rc.hostNap(agent, seen);
+  }
+}
+
+/**
+ * A held call goes on only once the subagents of its held attempt run nothing: a turn still running on
+ * one (the owner sent it another, or the process that held the call never saw it end) is interrupted and
+ * the thread read until it is no longer active. Nothing is written: the call's rows already end held, and
+ * a resume after a crash here settles them again.
+ */
+export async function settleHeldSubagents(rc: RunContext, agents: readonly string[]): Promise<void> {
+  for (const agent of agents) {
+    const r = await rc.host.readThread(agent);
+    if (!r.ok) continue; // a subagent the host cannot show runs nothing the run can stop
+    const running = r.value.turns.filter((t) => t.status === "inProgress");
+    for (const t of running) await rc.host.interruptTurn(agent, t.id);
+    if (running.length > 0 || r.value.status.type === "active") await untilInactive(rc, agent);
+  }
 }
