@@ -11,7 +11,8 @@ import type { JournalRow, RowOf, Tokens } from "../journal/rows.js";
  *   thread_started        adopt      adopts the subagent and writes only its turn_started
  *   turn_started          harvest    retracts the step file, reads the subagent (harvest, wait or lose)
  *   session_attempt_lost  publish    closes the old subagent and spawns the next attempt
- *   held                  publish    goes on in place with a new attempt that says why the last stopped
+ *   held                  publish    once its subagent runs nothing, goes on in place with a new attempt
+ *                                    that says why the last stopped
  *   completed, null_model terminal
  */
 export type CallPosition =
