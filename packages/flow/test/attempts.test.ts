@@ -36,42 +36,6 @@ describe("attempts, holds and pauses", () => {
     expect(rowsOfType(run.rows(), "session_attempt_lost")).toHaveLength(0);
   });
 
-  it("S000-029 S000-030 S000-031 S000-032 S000-033 S000-177: a step that cannot be written is warned at the 1st and 10th failure, written again at the poll, then closed", async () => {
-    run = await inProcessRun({ pollMs: 5 });
-    let failures = 0;
-    const hook = (path: string) => {
-      if (path.endsWith(".json") && failures < 12) {
-        failures++;
-        throw new Error("ENOSPC: no space left on device");
-      }
-    };
-    const done = executeRun({
-      paths: run.paths,
-      spec: run.spec,
-      host: run.host,
-      processToken: null,
-      workflow: one(),
-      stepWriteHook: hook,
-    });
-    const s1 = await run.firstStep();
-    const rows = rowsOfType(run.rows(), "step_unwritten");
-    expect(rows.map((r) => (r as { failures: number }).failures)).toEqual([1, 10, 12]);
-    expect(rows[0]).toMatchObject({
-      marker: "explorer.1/t1-a1",
-      k: 1,
-      attempt: 1,
-      action: "spawn",
-      input_state: "not_delivered",
-      error: expect.stringContaining("ENOSPC"),
-    });
-    expect(rows[2]).toMatchObject({ written: true });
-    expect(rows[0]).not.toHaveProperty("written");
-    const a = run.spawn(s1, "explorer");
-    expect(await run.report(s1, a.threadId)).toBe("bound");
-    run.fake.answer(a.threadId, '{"n":1}');
-    expect(await done).toMatchObject({ state: "completed" });
-  });
-
   it("a resume whose workflow changed a call's input is refused naming the op (exit 2)", async () => {
     run = await inProcessRun();
     const { done } = run.background(one());
@@ -478,5 +442,115 @@ describe("a call held for a host failure, resumed", () => {
       { type: "thread_started" }
     >;
     expect(bound.parent_thread_id).toBe(r.owner);
+  });
+});
+
+type Unwritten = Extract<JournalRow, { type: "step_unwritten" }>;
+
+/**
+ * A one-call run whose step write fails `failing` times the way a full disk does, on the packet or on the
+ * step file, with a poll of 5 ms; the test then plays the owner. Each failed write's time is kept.
+ */
+async function unwrittenRun(failing: number, which: "packet" | "step file") {
+  const r = await inProcessRun({ pollMs: 5 });
+  const failedAt: number[] = [];
+  const hook = (path: string) => {
+    if (path.endsWith(which === "packet" ? ".md" : ".json") && failedAt.length < failing) {
+      failedAt.push(performance.now());
+      throw new Error("ENOSPC: no space left on device");
+    }
+  };
+  const done = executeRun({
+    paths: r.paths,
+    spec: r.spec,
+    host: r.host,
+    processToken: null,
+    workflow: one(),
+    stepWriteHook: hook,
+  });
+  const step = await r.firstStep();
+  const warned = rowsOfType(r.rows(), "step_unwritten") as Unwritten[];
+  const a = r.spawn(step, "explorer");
+  expect(await r.report(step, a.threadId)).toBe("bound");
+  r.fake.answer(a.threadId, '{"n":1}');
+  return { r, outcome: await done, warned, failedAt };
+}
+
+describe("a step that cannot be written", () => {
+  afterEach(async () => {
+    await run?.close();
+    run = null;
+  });
+
+  it.each(["packet", "step file"] as const)(
+    "a step whose %s cannot be written was sent to nobody: step_unwritten says so with its marker, k, attempt, action and the error (S000-029)",
+    async (which) => {
+      const u = await unwrittenRun(3, which);
+      run = u.r;
+      expect(u.warned[0]).toMatchObject({
+        marker: "explorer.1/t1-a1",
+        k: 1,
+        attempt: 1,
+        action: "spawn",
+        input_state: "not_delivered",
+        error: expect.stringContaining("ENOSPC"),
+      });
+    },
+  );
+
+  it("the step is written again at each poll, not faster, until it is written (S000-030)", async () => {
+    const u = await unwrittenRun(12, "step file");
+    run = u.r;
+    expect(u.failedAt).toHaveLength(12);
+    const gaps = u.failedAt.slice(1).map((t, i) => t - (u.failedAt[i] ?? 0));
+    // each try waits for the next poll (5 ms): never a retry in the same turn of the loop
+    expect(Math.min(...gaps)).toBeGreaterThanOrEqual(3);
+    expect(u.warned.at(-1)).toMatchObject({ written: true, failures: 12 });
+  });
+
+  it("a call whose step could not be written for a while still ends with its answer, never unknown (S000-031)", async () => {
+    const u = await unwrittenRun(12, "packet");
+    run = u.r;
+    expect(u.outcome).toEqual({ state: "completed", result: { n: 1 } });
+    expect(rowsOfType(u.r.rows(), "completed")).toHaveLength(1);
+  });
+
+  it("a lasting failure is warned at the 1st, 10th and 100th failure, each with failures, first_at and last_at (S000-032)", async () => {
+    const u = await unwrittenRun(105, "step file");
+    run = u.r;
+    const open = u.warned.filter((w) => !w.written);
+    expect(open.map((w) => w.failures)).toEqual([1, 10, 100]);
+    for (const w of open) {
+      expect(Date.parse(w.first_at)).toBe(Date.parse(open[0]?.first_at as string));
+      expect(Date.parse(w.last_at)).toBeGreaterThanOrEqual(Date.parse(w.first_at));
+    }
+    expect(Date.parse(open[2]?.last_at as string)).toBeGreaterThan(Date.parse(open[0]?.last_at as string));
+  }, 60_000);
+
+  it.each([1, 12, 105])(
+    "after %i failures, a closing step_unwritten with written: true follows once the step is written (S000-033)",
+    async (failing) => {
+      const u = await unwrittenRun(failing, "step file");
+      run = u.r;
+      const closing = u.warned.filter((w) => w.written);
+      expect(closing).toHaveLength(1);
+      expect(closing[0]).toMatchObject({ written: true, failures: failing });
+      expect(u.warned.at(-1)).toBe(closing[0]);
+    },
+    60_000,
+  );
+
+  it("step_unwritten carries input_state, marker, error, failures, first_at and last_at, and written only on the closing row (S000-177)", async () => {
+    const u = await unwrittenRun(12, "step file");
+    run = u.r;
+    expect(u.warned).toHaveLength(3);
+    for (const w of u.warned) {
+      expect(w).toMatchObject({ input_state: "not_delivered", marker: "explorer.1/t1-a1" });
+      expect(w.error).toContain("ENOSPC");
+      expect(typeof w.failures).toBe("number");
+      expect(Number.isNaN(Date.parse(w.first_at))).toBe(false);
+      expect(Number.isNaN(Date.parse(w.last_at))).toBe(false);
+    }
+    expect(u.warned.map((w) => "written" in w)).toEqual([false, false, true]);
   });
 });
