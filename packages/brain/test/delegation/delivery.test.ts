@@ -1,5 +1,5 @@
 import { useTestDatabase } from "@crw/tools/pg";
-import { describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import {
   delegateBackground,
   delegateCall,
@@ -36,52 +36,6 @@ describe("delivery of delegated results", () => {
     expect(messages(journal).at(-1)).toMatchObject({
       role: "assistant",
       content: [{ type: "text", text: "parent done" }],
-    });
-  });
-
-  it("S004-027: S004-028: S004-070: S004-071: a streaming parent gets results after its tool round, before its next request, FIFO", async () => {
-    const gates = new Map<string, Promise<void>>();
-    const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
-    const { account, parent } = await newParent(service);
-    const n = 6;
-    const queuedAll = latch();
-    gates.set("parent", queuedAll.promise);
-    const run = service.prompt(
-      parent.id,
-      account.id,
-      scriptTask({
-        rounds: [
-          Array.from({ length: n }, (_, i) => delegateCall({ answer: `child ${i}` }, { background: true })),
-          [{ name: "Gate", arguments: { key: "parent" } }],
-        ],
-        answer: "all in",
-      }),
-    );
-    const fifoOrder = async () =>
-      (
-        await db.pool.query<{ id: string }>(
-          "select id from delegation_results where parent_session_id = $1 order by queue_seq",
-          [parent.id],
-        )
-      ).rows.map((r) => r.id);
-    await waitFor(async () => (await fifoOrder()).length === n, "all results settled");
-    queuedAll.open();
-    await run;
-    await service.whenIdle();
-    const msgs = messages(await repo.readJournal(parent.id, account.id));
-    const delivered = msgs.flatMap((m) => (m.role === "custom" ? [m.details?.resultId] : []));
-    expect(delivered).toEqual(await fifoOrder());
-    // every result joined the turn after a tool round (right after a toolResult or another result) ...
-    for (const [i, m] of msgs.entries()) {
-      if (m.role === "custom") expect(["toolResult", "custom"]).toContain(msgs[i - 1]?.role);
-    }
-    // ... and before the next provider request: the final answer comes after all of them, in the same turn
-    expect(msgs.at(-1)).toMatchObject({ role: "assistant", content: [{ type: "text", text: "all in" }] });
-    // no provider request was added for the queue reads, and the long-running tool finished normally
-    expect(msgs.filter((m) => m.role === "assistant")).toHaveLength(3);
-    expect(msgs.find((m) => m.role === "toolResult" && m.toolName === "Gate")).toMatchObject({
-      content: "gate parent open",
-      isError: false,
     });
   });
 
@@ -262,5 +216,77 @@ describe("delivery of delegated results", () => {
     expect(again).toEqual(first);
     const runs = await db.pool.query("select 1 from subagent_runs where parent_session_id = $1", [parent.id]);
     expect(runs.rowCount).toBe(1);
+  });
+});
+
+/**
+ * A streaming parent delegates six children in the background in one tool round, then runs a tool (Gate)
+ * that lasts until all six results have settled.
+ */
+describe("a streaming parent receiving results", () => {
+  let msgs: ReturnType<typeof messages>;
+  let fifo: string[];
+  beforeAll(async () => {
+    const gates = new Map<string, Promise<void>>();
+    const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
+    const { account, parent } = await newParent(service);
+    const n = 6;
+    const queuedAll = latch();
+    gates.set("parent", queuedAll.promise);
+    const run = service.prompt(
+      parent.id,
+      account.id,
+      scriptTask({
+        rounds: [
+          Array.from({ length: n }, (_, i) => delegateCall({ answer: `child ${i}` }, { background: true })),
+          [{ name: "Gate", arguments: { key: "parent" } }],
+        ],
+        answer: "all in",
+      }),
+    );
+    const fifoOrder = async () =>
+      (
+        await db.pool.query<{ id: string }>(
+          "select id from delegation_results where parent_session_id = $1 order by queue_seq",
+          [parent.id],
+        )
+      ).rows.map((r) => r.id);
+    await waitFor(async () => (await fifoOrder()).length === n, "all results settled");
+    queuedAll.open();
+    await run;
+    await service.whenIdle();
+    msgs = messages(await repo.readJournal(parent.id, account.id));
+    fifo = await fifoOrder();
+  });
+
+  it("gets every result in the order the results settled (S004-027)", () => {
+    const delivered = msgs.flatMap((m) => (m.role === "custom" ? [m.details?.resultId] : []));
+    expect(delivered).toHaveLength(6);
+    expect(delivered).toEqual(fifo);
+  });
+
+  it("gets results only after a tool round and before its next provider request (S004-028)", () => {
+    for (const [i, m] of msgs.entries()) {
+      if (m.role !== "custom") continue;
+      expect(["toolResult", "custom"]).toContain(msgs[i - 1]?.role);
+      // the next message after a run of results is the model's next step
+      const next = msgs.slice(i + 1).find((x) => x.role !== "custom");
+      expect(next?.role).toBe("assistant");
+    }
+    expect(msgs.at(-1)).toMatchObject({ role: "assistant", content: [{ type: "text", text: "all in" }] });
+  });
+
+  it("reading the queue adds no provider request: one per tool round and the answer (S004-070)", () => {
+    expect(msgs.filter((m) => m.role === "assistant")).toHaveLength(3);
+  });
+
+  it("a tool running while results arrive is not cut short: it ends with its own result, none in between (S004-071)", () => {
+    const call = msgs.findIndex(
+      (m) => m.role === "assistant" && m.content.some((c) => c.type === "toolCall" && c.name === "Gate"),
+    );
+    const result = msgs.findIndex((m) => m.role === "toolResult" && m.toolName === "Gate");
+    expect(call).toBeGreaterThanOrEqual(0);
+    expect(result).toBe(call + 1);
+    expect(msgs[result]).toMatchObject({ content: "gate parent open", isError: false });
   });
 });
