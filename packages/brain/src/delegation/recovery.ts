@@ -3,6 +3,7 @@ import type { JournalEntry, SessionRow, SubagentRun, TranscriptMessage } from "@
 import { parseDelegatedExecutionScope } from "../scope/index.js";
 import { danglingToolCalls, endsWithAnswer } from "./context.js";
 import { toError } from "./errors.js";
+import { journalTail } from "./journalReads.js";
 import type { DelegationService } from "./service.js";
 import { workDirNow } from "./unknownEffect.js";
 
@@ -269,7 +270,9 @@ async function recoverRun(
     );
     return "terminalized";
   }
-  const journal = await repo.readJournal(run.childSessionId, run.principalAccountId);
+  // Only the newest turn decides: whether it ended with an answer, whether a tool call in it is of unknown
+  // outcome, and (with no turn yet) whether the journal is empty.
+  const journal = await journalTail(repo, run.childSessionId, run.principalAccountId);
   const pending =
     (await repo.pendingSteers(run.childSessionId, run.principalAccountId)).length +
     (await repo.queuedResultIds(run.childSessionId, run.principalAccountId)).length;

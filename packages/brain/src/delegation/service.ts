@@ -32,6 +32,7 @@ import { CapturedWrites, pausedError, type RestartCheckpoint, RestartCheckpointE
 import { type DelegationEvent, drainResults } from "./delivery.js";
 import { DelegationError, toError } from "./errors.js";
 import { isolatedPlacement, isolationKey, type LandedWork, landIsolatedWork } from "./isolation.js";
+import { forkContextEnd } from "./journalReads.js";
 import { Notifier } from "./notifier.js";
 import {
   assertInsideParentProject,
@@ -655,14 +656,7 @@ export class DelegationService implements RestartCheckpoint {
    * only when complete. A crash before that leaves a private copy that boot discards.
    */
   async #copyForkContext(parent: SessionRow, child: SessionRow, toolCallId: string): Promise<void> {
-    const journal = await this.repo.readJournal(parent.id, parent.principalAccountId);
-    const asking = journal.find(
-      (e) =>
-        e.body.type === "message" &&
-        e.body.message.role === "assistant" &&
-        e.body.message.content.some((c) => c.type === "toolCall" && c.id === toolCallId),
-    );
-    const upto = asking ? asking.seq - 1 : (journal.at(-1)?.seq ?? 0);
+    const upto = await forkContextEnd(this.repo, parent.id, parent.principalAccountId, toolCallId);
     if (upto > 0) await this.repo.copyJournalBranch(parent.id, child.id, parent.principalAccountId, upto);
     await this.repo.commitFork(child.id, parent.principalAccountId);
   }

@@ -21,6 +21,7 @@ import { endsWithAnswer } from "./context.js";
 import { DelegationError, hostContract, toError } from "./errors.js";
 import { faultPoint } from "./faults.js";
 import { commitIsolatedWork } from "./isolation.js";
+import { journalTail } from "./journalReads.js";
 import type { Notifier } from "./notifier.js";
 import { latestAssistantText } from "./readSubagent.js";
 import { DEFAULT_TOOL_RESULT_INLINE_BYTES, prepareCompletion, type SpillStore } from "./spill.js";
@@ -156,7 +157,7 @@ export class DelegatedSettlement {
     // it): the journal cannot end with an answer, so it is not read for that.
     const answered =
       !taskJustJournaled &&
-      endsWithAnswer(await this.core.repo.readJournal(child.id, run.principalAccountId));
+      endsWithAnswer(await journalTail(this.core.repo, child.id, run.principalAccountId));
     if (!answered) outcome = (await this.#childTurn(child, scope, progress, signal, false)).outcome;
     const drained = await this.#settlementDrain(run, child, scope, progress, outcome, signal);
     // Pausing for a restart: the call stays open and boot recovery continues it; nothing is settled here.

@@ -9,10 +9,10 @@ import type {
 } from "@crw/db";
 import type { DelegatedExecutionScope, DelegatedTurnIdentity } from "../scope/index.js";
 import { CapturedWrites, pausedError } from "./checkpoint.js";
-import { contextFromJournal } from "./context.js";
 import { faultPoint } from "./faults.js";
 import { KeyedMutex } from "./notifier.js";
 import { type MutatingTool, scopedTools } from "./scopedTools.js";
+import { SessionContexts } from "./sessionContexts.js";
 import {
   type ProgressSink,
   type RecordMeta,
@@ -48,6 +48,8 @@ export interface SessionTurnInput {
 export class SessionTurns {
   readonly #lock = new KeyedMutex();
   readonly #streaming = new Set<string>();
+  /** Each turn reads only the journal rows after those this process already folded. */
+  readonly #contexts: SessionContexts;
 
   /**
    * Every journal write of a turn goes through `writes`: a session's writes commit in the order the runner
@@ -61,6 +63,7 @@ export class SessionTurns {
     writes?: CapturedWrites,
   ) {
     this.writes = writes ?? new CapturedWrites();
+    this.#contexts = new SessionContexts(repo);
   }
 
   isStreaming(sessionId: string): boolean {
@@ -87,7 +90,7 @@ export class SessionTurns {
         () => this.repo.append(session.id, principal, turn.input),
         session.id,
       );
-    const context = contextFromJournal(await this.repo.readJournal(session.id, principal));
+    const context = await this.#contexts.contextOf(session.id, principal);
     const host: TurnHost = {
       record: (message, meta) =>
         this.writes.capture("a journal write", () => this.#record(session, message, meta), session.id),

@@ -1,7 +1,7 @@
 import type pg from "pg";
 import { DelegationDbError } from "../errors.js";
 import { JOURNAL_WAKE_CHANNEL, wakeWanted } from "../listen.js";
-import type { AppendOptions } from "../repositories/delegation.js";
+import type { AppendOptions, JournalDelta } from "../repositories/delegation.js";
 import {
   type JournalBody,
   type JournalEntry,
@@ -333,4 +333,73 @@ export async function latestTurn(
     },
     { isolation: "repeatable read", readOnly: true },
   );
+}
+
+/**
+ * A journal's rows after `afterSeq` (all of them from 0), in one statement and so one snapshot. A row that
+ * commits has every lower seq committed before it (seqs are taken under the session row's lock, held to the
+ * commit), so a reader that saw up to some seq misses nothing below it; what can still change below it is a
+ * provisional row settling or going, and a dream child's inherited prefix being reclaimed. The row at
+ * `afterSeq` and the reclaimed count let the reader tell that the rows it holds are the ones still here.
+ */
+export async function readJournalAfter(
+  pool: pg.Pool,
+  sessionId: string,
+  principalAccountId: string,
+  afterSeq: number,
+): Promise<JournalDelta> {
+  assertUuid("sessionId", sessionId);
+  const { rows } = await pool.query<Row>(
+    `select s.prefix_reclaimed_rows, j.session_id, j.seq, j.body, j.settled, j.created_at
+       from sessions s
+       left join journal_entries j on j.session_id = s.id and not j.discarded and j.seq >= $2
+      where s.id = $1::uuid and s.principal_account_id = $3::uuid and s.visibility = 'visible'
+      order by j.seq`,
+    [sessionId, afterSeq, principalAccountId],
+  );
+  const first = rows[0];
+  if (!first) throw notFound("session", { sessionId });
+  let anchorCreatedAt: Date | null = null;
+  const entries: JournalEntry[] = [];
+  for (const r of rows) {
+    if (r.seq === null) continue;
+    if (Number(r.seq) === afterSeq) {
+      if (r.settled) anchorCreatedAt = entryFromRow(r).createdAt;
+      continue;
+    }
+    entries.push(entryFromRow(r));
+  }
+  return { entries, anchorCreatedAt, reclaimedRows: Number(first.prefix_reclaimed_rows) };
+}
+
+/**
+ * Where a fork of `sessionId` asked by `toolCallId` branches off: the newest settled assistant message
+ * holding that tool call (null when none does), and the newest settled seq. The call's own rows (its
+ * intent, its result) come after the message that asked, so the backward scan of assistant rows starts
+ * below the newest of them: a probe of two indexes, not a read of the journal.
+ */
+export async function forkPoint(
+  pool: pg.Pool,
+  sessionId: string,
+  principalAccountId: string,
+  toolCallId: string,
+): Promise<{ askingSeq: number | null; lastSeq: number }> {
+  assertUuid("sessionId", sessionId);
+  const { rows } = await pool.query<{ asking: string | null; last: string | null }>(
+    `select (select a.seq from journal_entries a
+              where a.session_id = s.id and a.role = 'assistant' and not a.discarded and a.settled
+                and a.seq < coalesce((select max(c.seq) from journal_entries c
+                                       where c.session_id = s.id and c.tool_call_id = $3), 9223372036854775807)
+                and (a.body::jsonb -> 'message' -> 'content') @> $4::jsonb
+              order by a.seq desc limit 1) as asking,
+            (select l.seq from journal_entries l
+              where l.session_id = s.id and l.settled and not l.discarded
+              order by l.seq desc limit 1) as last
+       from sessions s
+      where s.id = $1::uuid and s.principal_account_id = $2::uuid and s.visibility = 'visible'`,
+    [sessionId, principalAccountId, toolCallId, JSON.stringify([{ type: "toolCall", id: toolCallId }])],
+  );
+  const row = rows[0];
+  if (!row) throw notFound("session", { sessionId });
+  return { askingSeq: row.asking === null ? null : Number(row.asking), lastSeq: Number(row.last ?? 0) };
 }

@@ -77,6 +77,9 @@ export class PgDelegationRepository implements DelegationRepository {
   latestTurn: DelegationRepository["latestTurn"] = async (s, p) => journal.latestTurn(this.pool, s, p);
   readJournal: DelegationRepository["readJournal"] = async (s, p, o) =>
     journal.readJournal(this.pool, s, p, o);
+  readJournalAfter: DelegationRepository["readJournalAfter"] = async (s, p, a) =>
+    journal.readJournalAfter(this.pool, s, p, a);
+  forkPoint: DelegationRepository["forkPoint"] = async (s, p, t) => journal.forkPoint(this.pool, s, p, t);
   recentAssistantMessages: DelegationRepository["recentAssistantMessages"] = async (s, p, l, b) =>
     journal.recentAssistantMessages(this.pool, s, p, l, b);
   settleProvisional: DelegationRepository["settleProvisional"] = async (s, p, a) =>

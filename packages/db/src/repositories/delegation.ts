@@ -215,6 +215,16 @@ export interface AppendOptions {
 
 export type { IsolatedWorktreeRow, NewIsolatedWorktree, Project };
 
+/** The rows of a journal after a seq, with what a reader needs to know that the rows before it still hold. */
+export interface JournalDelta {
+  /** Rows with seq above `afterSeq`, in order: settled and provisional (their `settled` says which). */
+  readonly entries: JournalEntry[];
+  /** When the row at `afterSeq` was written, as it stands now; null when no settled row has that seq. */
+  readonly anchorCreatedAt: Date | null;
+  /** Inherited rows deleted from the journal's front so far: any change means the prefix is not what it was. */
+  readonly reclaimedRows: number;
+}
+
 export interface DelegationRepository {
   // accounts
   createAccount(input: NewAccount): Promise<Account>;
@@ -307,6 +317,20 @@ export interface DelegationRepository {
     principalAccountId: string,
     options?: { fromSeq?: number; includeProvisional?: boolean },
   ): Promise<JournalEntry[]>;
+  /**
+   * The rows after `afterSeq` (all of them from 0) in one snapshot, settled and provisional, never
+   * discarded, with what tells a reader that the rows it holds below `afterSeq` are still the journal's.
+   */
+  readJournalAfter(sessionId: string, principalAccountId: string, afterSeq: number): Promise<JournalDelta>;
+  /**
+   * Where a fork asked by `toolCallId` branches off: the newest settled assistant message holding that
+   * tool call (null when none does), and the newest settled seq.
+   */
+  forkPoint(
+    sessionId: string,
+    principalAccountId: string,
+    toolCallId: string,
+  ): Promise<{ askingSeq: number | null; lastSeq: number }>;
   /**
    * Assistant messages newest-first, at most `limit`, with seq below `beforeSeq`; each with the provider
    * usage recorded with it, when there is one.

@@ -1,0 +1,29 @@
+import type { DelegationRepository, JournalEntry } from "@crw/db";
+
+/**
+ * The settled rows from the newest settled assistant message on (the whole journal when it has none):
+ * enough to tell whether the journal ends with an answer and what its newest turn left open. Rows
+ * appended between the two reads only lengthen the tail; those checks look back from its end.
+ */
+export async function journalTail(
+  repo: DelegationRepository,
+  sessionId: string,
+  principalAccountId: string,
+): Promise<JournalEntry[]> {
+  const [newest] = await repo.recentAssistantMessages(sessionId, principalAccountId, 1);
+  return repo.readJournal(sessionId, principalAccountId, { fromSeq: newest?.seq ?? 1 });
+}
+
+/**
+ * The seq a fork's copied context ends at: before the settled assistant message that asked for the fork
+ * by `toolCallId`, or the whole settled journal when no message asked (a fork made through the API).
+ */
+export async function forkContextEnd(
+  repo: DelegationRepository,
+  sessionId: string,
+  principalAccountId: string,
+  toolCallId: string,
+): Promise<number> {
+  const point = await repo.forkPoint(sessionId, principalAccountId, toolCallId);
+  return point.askingSeq === null ? point.lastSeq : point.askingSeq - 1;
+}
