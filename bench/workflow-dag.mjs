@@ -4,7 +4,8 @@
 // adding ten more nodes with WorkflowAddNodes) runs with the offline scripted node runner at zero latency on a
 // real embedded PostgreSQL (durable defaults), every node a journaled child session. Measures:
 //   - end-to-end time and scheduling overhead per node (everything but the model: journal, publication,
-//     child creation, grants, artifacts), and SQL statements per node,
+//     child creation, grants, artifacts), SQL statements per node, and the bytes per node of the journal
+//     writes and snapshot publications (their JSON text: neither should grow with the node count),
 //   - the floor it compares with, in the same run: p50 of an autocommit insert on the same server (one
 //     durable commit),
 //   - time from cancel until nothing runs (ten nodes in flight, the rest pending), summary delivered.
@@ -96,6 +97,19 @@ const engine = new wf.WorkflowEngine({
 engineRef = engine;
 await engine.open();
 
+// The JSON text the journal writes and the snapshot publications send.
+const bytes = { journal: 0, snapshot: 0 };
+const writeJournal = engine.store.writeJournalText.bind(engine.store);
+engine.store.writeJournalText = (id, write, ...rest) => {
+  bytes.journal += write.header.length + write.nodes.reduce((n, r) => n + r.id.length + r.body.length, 0);
+  return writeJournal(id, write, ...rest);
+};
+const publishSnapshot = engine.store.publishSnapshot.bind(engine.store);
+engine.store.publishSnapshot = (id, snapshot, ...rest) => {
+  bytes.snapshot += JSON.stringify(snapshot).length;
+  return publishSnapshot(id, snapshot, ...rest);
+};
+
 async function startOne() {
   const parent = await repo.createRootSession(account.id, "scripted");
   const def = definition();
@@ -123,13 +137,19 @@ async function startOne() {
 
 const e2e = [];
 const perNodeStatements = [];
+const perNodeBytes = [];
 for (let r = 0; r < runs; r++) {
   const before = counter.count();
+  const bytesBefore = { ...bytes };
   const { started, startedAt } = await startOne();
   const outcome = await engine.finished(started.workflowId);
   if (outcome.status !== "completed") throw new Error(`run ${r} ended ${outcome.status}`);
   e2e.push(performance.now() - startedAt);
   perNodeStatements.push((counter.count() - before) / nodes);
+  perNodeBytes.push({
+    journal: (bytes.journal - bytesBefore.journal) / nodes,
+    snapshot: (bytes.snapshot - bytesBefore.snapshot) / nodes,
+  });
 }
 
 // Cancel: ten nodes in flight, the rest pending.
@@ -161,12 +181,17 @@ const result = {
   commitFloorMs: { p50: floorMs },
   overheadInCommits: Number((median(e2e) / nodes / floorMs).toFixed(1)),
   sqlStatementsPerNode: Number(median(perNodeStatements).toFixed(1)),
+  bytesPerNode: {
+    journal: Math.round(median(perNodeBytes.map((b) => b.journal))),
+    snapshot: Math.round(median(perNodeBytes.map((b) => b.snapshot))),
+  },
   cancel: { untilNothingRunsMs: Math.round(cancelMs), interrupted, neverStarted },
 };
 console.log(JSON.stringify(result));
 console.log(
   `workflow-dag (${wake}): ${nodes} nodes (width 10, one expansion of 10) end-to-end ${result.endToEndMs.median} ms median, ` +
     `${result.schedulingOverheadPerNodeMs} ms scheduling overhead per node (${result.overheadInCommits} x the ` +
-    `${floorMs} ms commit floor, ${result.sqlStatementsPerNode} statements); cancel to nothing running ` +
+    `${floorMs} ms commit floor, ${result.sqlStatementsPerNode} statements, journal ${result.bytesPerNode.journal} ` +
+    `and snapshot ${result.bytesPerNode.snapshot} bytes); cancel to nothing running ` +
     `${result.cancel.untilNothingRunsMs} ms (${interrupted} interrupted, ${neverStarted} never started)`,
 );

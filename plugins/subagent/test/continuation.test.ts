@@ -6,6 +6,7 @@ import {
   type NodeContinueRequest,
   type NodeDispatcher,
   type NodeRecoveryHost,
+  PgWorkflowStore,
   parseWorkflowDefinition,
   type RecoveryContinueNode,
   readOrchestrationJournal,
@@ -14,7 +15,7 @@ import {
   type WorkflowEngine,
   type WorkflowEvent,
 } from "../src/index.js";
-import { deferred, taskLine, until, untilAborted, type World, world } from "./helpers.js";
+import { deferred, storeWholeJournal, taskLine, until, untilAborted, type World, world } from "./helpers.js";
 
 const db = useTestDatabase();
 const all: WorkflowEngine[] = [];
@@ -23,10 +24,7 @@ afterEach(async () => {
 });
 
 async function journal(workflowId: string) {
-  const { rows } = await db.pool.query("select body from workflow_journals where workflow_id = $1::uuid", [
-    workflowId,
-  ]);
-  const r = readOrchestrationJournal(rows[0]?.body);
+  const r = readOrchestrationJournal(await new PgWorkflowStore(db.pool).readJournal(workflowId));
   if (!r.ok) throw new Error(r.reason);
   return r.journal;
 }
@@ -356,10 +354,7 @@ nodes:
     await first.engine.close();
     const j = await journal(started.workflowId);
     (j.nodes.a as { childSessionId: string }).childSessionId = foreign;
-    await db.pool.query("update workflow_journals set body = $2 where workflow_id = $1::uuid", [
-      started.workflowId,
-      JSON.stringify(j),
-    ]);
+    await storeWholeJournal(db.pool, started.workflowId, j);
     let ran = 0;
     const second = await w.engine(() => {
       ran++;
@@ -696,7 +691,9 @@ nodes:
     const snapshot = async () =>
       (
         await db.pool.query(
-          `select w.status, w.generation, w.locked_by, w.locked_at, w.updated_at, w.published_count, j.body::text as body
+          `select w.status, w.generation, w.locked_by, w.locked_at, w.updated_at, w.published_count, j.body::text as body,
+                  j.revision, (select jsonb_agg(n order by n.node_id)::text from workflow_journal_nodes n
+                                where n.workflow_id = w.id) as nodes
              from workflows w join workflow_journals j on j.workflow_id = w.id where w.id = $1::uuid`,
           [started.workflowId],
         )

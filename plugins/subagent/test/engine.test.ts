@@ -3,6 +3,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import {
   handleWorkflowAddNodes,
   type OrchestrationJournal,
+  PgWorkflowStore,
   parseWorkflowDefinition,
   readOrchestrationJournal,
 } from "../src/index.js";
@@ -27,10 +28,7 @@ nodes:
 `);
 
 async function journalOf(workflowId: string): Promise<OrchestrationJournal> {
-  const { rows } = await db.pool.query("select body from workflow_journals where workflow_id = $1::uuid", [
-    workflowId,
-  ]);
-  const reading = readOrchestrationJournal(rows[0]?.body);
+  const reading = readOrchestrationJournal(await new PgWorkflowStore(db.pool).readJournal(workflowId));
   if (!reading.ok) throw new Error(reading.reason);
   return reading.journal;
 }

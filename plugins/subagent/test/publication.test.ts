@@ -62,11 +62,7 @@ describe("awaited publication with generations", () => {
       wrap: (base): NodeDispatcher => ({
         ...base,
         createChild: async (req) => {
-          const { rows } = await db.pool.query(
-            "select body from workflow_journals where workflow_id = $1::uuid",
-            [req.workflowId],
-          );
-          journalAtFirstChild.push(rows[0]?.body);
+          journalAtFirstChild.push(await store.readJournal(req.workflowId));
           return base.createChild(req);
         },
         runNode: (r) => base.runNode(r),

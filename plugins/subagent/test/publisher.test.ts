@@ -100,14 +100,13 @@ describe("snapshot publication", () => {
     await first.engine.close();
     const calls: Array<{ expected: number | undefined; nodes: string; accessPrepared: boolean }> = [];
     const recording: WorkflowEmitter = async (u, expected) => {
-      const { rows } = await db.pool.query(
-        "select body from workflow_journals where workflow_id = $1::uuid",
-        [u.workflowId],
-      );
+      const stored = (await new PgWorkflowStore(db.pool).readJournal(u.workflowId)) as {
+        nodeAccess: Record<string, string>;
+      };
       calls.push({
         expected,
         nodes: u.snapshot.nodes.map((n) => `${n.id}:${n.status}`).join(","),
-        accessPrepared: Boolean(rows[0]?.body.nodeAccess.b),
+        accessPrepared: Boolean(stored.nodeAccess.b),
       });
       return inner(u, expected);
     };

@@ -31,10 +31,15 @@ import type {
 } from "./dispatch.js";
 import { workflowFault } from "./faults.js";
 import { commitNodeWork, isolateNode, type NodeIsolation, rememberNodeWorktree } from "./isolation.js";
+import { JournalChanges } from "./journalChanges.js";
 import { connectionCheck } from "./journalDispatcher.js";
 import { ownEntry } from "./own.js";
 import { handoverOf, nodePrompt, workflowSummary } from "./prompt.js";
 import type { SnapshotPublisher, WorkflowEmitResult, WorkflowSnapshot } from "./publication.js";
+import { NodeReadiness } from "./readiness.js";
+import type { NodeSlots } from "./slots.js";
+
+export { NodeSlots } from "./slots.js";
 
 export type WorkflowEvent =
   | {
@@ -120,38 +125,8 @@ export interface NodeWake {
 }
 
 /**
- * The engine-wide cap on executing nodes. A fresh dispatch waits for a free slot (its node stays pending);
- * recovery continuations are never held back but count against the cap.
- */
-export class NodeSlots {
-  #used = 0;
-  readonly #waiting = new Set<{ pump(): void }>();
-  constructor(readonly max: number) {}
-
-  get used(): number {
-    return this.#used;
-  }
-
-  acquire(run: { pump(): void }, force: boolean): boolean {
-    if (!force && this.#used >= this.max) {
-      this.#waiting.add(run);
-      return false;
-    }
-    this.#used += 1;
-    return true;
-  }
-
-  release(): void {
-    this.#used -= 1;
-    const runs = [...this.#waiting];
-    this.#waiting.clear();
-    for (const r of runs) r.pump();
-  }
-}
-
-/**
- * One workflow's run state in this process: the journal (rewritten whole, fenced by lease and generation),
- * its serialized publication, and the nodes executing here. The journal and the native record are the
+ * One workflow's run state in this process: the journal (each write names the nodes that changed, fenced
+ * by lease and generation), its serialized publication, and the nodes executing here. The journal and the native record are the
  * truth; this object only drives them and can be rebuilt from them at boot.
  */
 export class WorkflowRun {
@@ -159,8 +134,9 @@ export class WorkflowRun {
   /** Nodes whose child turn was actually started (a cancel interrupts these; the others never started). */
   readonly started = new Set<string>();
   #writes: Promise<boolean> = Promise.resolve(true);
-  /** The journal text of this run's last committed write (what the row holds while the lease is ours). */
-  #committed: string | undefined;
+  /** What the rows hold of this run's journal (theirs while the lease is ours): each write names what changed. */
+  readonly #changes = new JournalChanges();
+  readonly #readiness = new NodeReadiness();
   /** The queued journal write that has not started yet: later persists join it (see persist). */
   #nextWrite: { readonly generation: number; written: Promise<boolean> } | undefined;
   #stopped = false;
@@ -275,17 +251,17 @@ export class WorkflowRun {
     write.written = this.#writes = this.#writes.then(async (ok) => {
       if (this.#nextWrite === write) this.#nextWrite = undefined;
       if (!ok || this.#stopped) return false;
-      const text = JSON.stringify(this.journal);
+      const next = this.#changes.next(this.journal);
       const { written, cancelRequested } = await this.deps.store.writeJournalText(
         this.id,
-        text,
+        next.write,
         generation,
         this.deps.owner,
       );
       if (!written) this.abandon("stale");
       // A Stop recorded by another process: honoured here, as this process's own.
       else if (cancelRequested && !this.journal.cancelRequested) queueMicrotask(() => void this.cancel());
-      if (written) this.#committed = text;
+      if (written) next.committed();
       return written;
     });
     return write.written;
@@ -328,48 +304,53 @@ export class WorkflowRun {
   #setStatus(id: string, status: NodeState["status"], patch: Partial<NodeState> = {}): void {
     const n = this.journal.nodes[id] as NodeState;
     Object.assign(n, patch, { status });
+    this.#changes.changed(id);
+    if (TERMINAL_NODE_STATUSES.has(status)) this.#readiness.ended(id);
     this.deps.onEvent({ type: "node", workflowId: this.id, nodeId: id, status });
   }
 
-  /** Pending nodes whose dependency ended without success become blocked (transitively). */
-  #blockDependents(): void {
-    for (let changed = true; changed; ) {
-      changed = false;
-      for (const id of this.journal.order) {
+  /**
+   * Pending nodes among `ids` whose dependency ended without success become blocked, and so on through
+   * their dependents. Returns every node it looked at.
+   */
+  #blockDependents(ids: string[]): string[] {
+    const looked = [...ids];
+    for (let batch = ids; batch.length > 0; batch = this.#readiness.take(this.journal, false)) {
+      for (const id of batch) {
         const n = this.journal.nodes[id] as NodeState;
         if (n.status !== "pending") continue;
         const bad = n.spec.dependsOn.find((d) => {
           const s = this.journal.nodes[d]?.status;
           return s !== undefined && s !== "succeeded" && TERMINAL_NODE_STATUSES.has(s);
         });
-        if (bad !== undefined) {
-          this.#setStatus(id, "blocked", {
-            error: {
-              code: "dependency_failed",
-              message: `dependency ${bad} ${this.journal.nodes[bad]?.status}`,
-            },
-          });
-          changed = true;
-        }
+        if (bad === undefined) continue;
+        this.#setStatus(id, "blocked", {
+          error: {
+            code: "dependency_failed",
+            message: `dependency ${bad} ${this.journal.nodes[bad]?.status}`,
+          },
+        });
       }
+      if (batch !== ids) looked.push(...batch);
     }
+    return looked;
   }
 
   /** Launches every ready node, or finishes the workflow when every node is terminal. */
   pump(): void {
     if (this.#stopped || this.#finishing || this.journal.cancelRequested) return;
-    this.#blockDependents();
-    for (const id of this.journal.order) {
-      const n = this.journal.nodes[id] as NodeState;
-      if (n.status !== "pending") continue;
-      if (n.spec.dependsOn.every((d) => this.journal.nodes[d]?.status === "succeeded")) {
-        if (!this.launch(id, "fresh")) break;
-      }
+    const j = this.journal;
+    const looked = this.#blockDependents(this.#readiness.take(j, this.active.size === 0));
+    const ready = [...new Set(looked)].filter((id) => {
+      const n = j.nodes[id] as NodeState;
+      return n.status === "pending" && n.spec.dependsOn.every((d) => j.nodes[d]?.status === "succeeded");
+    });
+    for (const [i, id] of ready.entries()) {
+      if (this.launch(id, "fresh")) continue;
+      this.#readiness.requeue(ready.slice(i));
+      break;
     }
-    const open = this.journal.order.some(
-      (id) => !TERMINAL_NODE_STATUSES.has((this.journal.nodes[id] as NodeState).status),
-    );
-    if (!open && this.active.size === 0) void this.finish().catch((e) => this.#lost(e));
+    if (!this.#readiness.open(j) && this.active.size === 0) void this.finish().catch((e) => this.#lost(e));
   }
 
   /** Starts executing a node; false when the engine's node cap holds a fresh dispatch back. */
@@ -380,8 +361,8 @@ export class WorkflowRun {
     const controller = new AbortController();
     if (mode === "fresh") {
       // Reserved synchronously: a second pump cannot launch the same node.
-      const n = this.journal.nodes[id] as NodeState;
-      n.status = "reserved";
+      (this.journal.nodes[id] as NodeState).status = "reserved";
+      this.#changes.changed(id);
     }
     const done = this.#execute(id, mode, controller, wake)
       .catch((e) => this.#lost(e))
@@ -424,6 +405,7 @@ export class WorkflowRun {
         if (state.plannedChildId === undefined) {
           // A reservation journaled before planned ids existed: plan (and journal) one before any insert.
           state.plannedChildId = randomUUID();
+          this.#changes.changed(id);
           if (!(await this.persist())) return;
         }
         const { model, scope } = await this.#prepare(id, node, state.addedBy);
@@ -703,6 +685,8 @@ export class WorkflowRun {
       const scope = captureNodeScope(j, node, addedBy, placed);
       j.nodeModels[id] = model;
       j.nodeAccess[id] = scope;
+      // With its worktree (isolateNode) and any new type pin: all journaled by the node's next write.
+      this.#changes.changed(id);
       return { model, scope };
     } catch (e) {
       throw Object.assign(
@@ -848,7 +832,7 @@ export class WorkflowRun {
     await Promise.allSettled([...this.active.values()].map((a) => a.done));
     // Usually the last node's outcome write holds the final journal already: no second write of it. The
     // terminal publication and the summary handoff below are fenced by generation (and lease) themselves.
-    if (JSON.stringify(j) !== this.#committed && !(await this.persist())) return;
+    if (this.#changes.pending(j) && !(await this.persist())) return;
     await this.deps.publisher.drain();
     if (this.#stopped) return;
     const terminal = await this.publish(status);

@@ -85,8 +85,9 @@ export const OriginAccessSchema = z.strictObject({
 export type OriginAccess = z.infer<typeof OriginAccessSchema>;
 
 /**
- * The version-2 orchestration journal: one JSON document per workflow, rewritten (whole) under the
- * workflow's lease. Recovery requires exactly this shape; anything else takes the invalid-journal path.
+ * The version-2 orchestration journal: one JSON document per workflow, written under the workflow's lease
+ * (stored as a header and a row per node: see store/journalLayout.ts). Recovery requires exactly this
+ * shape; anything else takes the invalid-journal path.
  */
 export const OrchestrationJournalSchema = z.strictObject({
   version: z.literal(2),

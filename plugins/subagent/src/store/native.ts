@@ -1,6 +1,14 @@
 import { type Queryable, tx, WORKFLOW_WAKE_CHANNEL, wakeWanted } from "@crw/db";
 import type pg from "pg";
+import type { OrchestrationJournal } from "../journal/schema.js";
 import { TickBatchedReader } from "./batch.js";
+import {
+  assembleJournal,
+  type JournalWrite,
+  type NodeRow,
+  type NodeRowText,
+  wholeJournalWrite,
+} from "./journalLayout.js";
 
 /** The native record's recovery metadata (the host's proof; never inferred from the journal's run number). */
 export interface WorkflowRecovery {
@@ -62,6 +70,20 @@ function workflowFromRow(r: Row): WorkflowRow {
     lockedBy: r.locked_by === null ? null : String(r.locked_by),
     cancelRequested: r.cancel_requested_at !== null && r.cancel_requested_at !== undefined,
   };
+}
+
+/** A journal row as read: the whole document of before, or a header assembled with its node rows. */
+function journalOfRow(r: Row): unknown {
+  if (r.nodes === null || r.nodes === undefined) return r.body;
+  const rows = (r.nodes as [string, number | null, NodeRow["body"]][]).map(
+    ([id, position, body]): NodeRow => ({ id, position, body }),
+  );
+  return assembleJournal(r.body, rows);
+}
+
+/** Node rows as one JSON array of [id, position, body] (each body is JSON text already). */
+function nodeRowsText(nodes: readonly NodeRowText[]): string {
+  return `[${nodes.map((n) => `[${JSON.stringify(n.id)},${n.position === null ? "null" : n.position},${n.body}]`).join(",")}]`;
 }
 
 /** Same advisory lock class as @crw/db's owner lease: a lease whose owner holds no lock belongs to the dead. */
@@ -300,50 +322,45 @@ export class PgWorkflowStore {
     );
   }
 
+  /** The workflow's journal, assembled from its header and node rows (null when it has none). */
   async readJournal(workflowId: string): Promise<unknown | null> {
-    const { rows } = await this.pool.query<Row>(
-      "select body from workflow_journals where workflow_id = $1::uuid",
-      [workflowId],
-    );
-    return rows[0] ? rows[0].body : null;
+    return (await this.readJournals([workflowId])).get(workflowId.toLowerCase()) ?? null;
   }
 
   /** The journals of several workflows in one read; a workflow without one is absent from the map. */
   async readJournals(workflowIds: readonly string[]): Promise<Map<string, unknown>> {
     if (workflowIds.length === 0) return new Map();
     const { rows } = await this.pool.query<Row>(
-      "select workflow_id, body from workflow_journals where workflow_id = any($1::uuid[])",
+      `select j.workflow_id, j.body,
+              case when j.node_rows then coalesce(
+                (select jsonb_agg(jsonb_build_array(n.node_id, n.position, n.body) order by n.position)
+                   from workflow_journal_nodes n where n.workflow_id = j.workflow_id), '[]') end as nodes
+         from workflow_journals j where j.workflow_id = any($1::uuid[])`,
       [workflowIds],
     );
-    return new Map(rows.map((r) => [String(r.workflow_id), r.body]));
+    return new Map(rows.map((r) => [String(r.workflow_id), journalOfRow(r)]));
   }
 
-  /** Rewrites the journal, fenced by the lease and the generation: a superseded engine writes nothing. */
+  /** Writes the whole journal, fenced by the lease and the generation: a superseded engine writes nothing. */
   async writeJournal(
     workflowId: string,
-    body: unknown,
+    journal: OrchestrationJournal,
     generation: number,
     owner: string,
     q: Queryable = this.pool,
   ): Promise<boolean> {
-    return (await this.writeJournalChecked(workflowId, body, generation, owner, q)).written;
+    return (await this.writeJournalText(workflowId, wholeJournalWrite(journal), generation, owner, q))
+      .written;
   }
 
-  /** writeJournal, also answering whether a Stop was recorded for the workflow meanwhile. */
-  writeJournalChecked(
-    workflowId: string,
-    body: unknown,
-    generation: number,
-    owner: string,
-    q: Queryable = this.pool,
-  ): Promise<{ written: boolean; cancelRequested: boolean }> {
-    return this.writeJournalText(workflowId, JSON.stringify(body), generation, owner, q);
-  }
-
-  /** writeJournalChecked of a journal the caller has serialized already (its JSON text). */
+  /**
+   * One journal write in one statement: the header and the rows of the nodes it names, all or nothing,
+   * fenced by the lease and the generation (a superseded engine writes nothing). Also answers whether a
+   * Stop was recorded for the workflow meanwhile.
+   */
   async writeJournalText(
     workflowId: string,
-    text: string,
+    write: JournalWrite,
     generation: number,
     owner: string,
     q: Queryable = this.pool,
@@ -351,15 +368,21 @@ export class PgWorkflowStore {
     const { rows } = await q.query<Row>(
       `with w as (select id, cancel_requested_at from workflows
                    where id = $1::uuid and generation = $3 and locked_by = $4),
-            ins as (insert into workflow_journals (workflow_id, body)
-                    select id, $2::jsonb from w
-                    on conflict (workflow_id) do update set body = excluded.body,
-                           revision = workflow_journals.revision + 1, updated_at = now()
-                    returning workflow_id),
-            woke as (select ${wake(workflowId, "workflow_id")} from ins)
-       select (select count(*) from ins)::int as written, (select count(*) from woke)::int as woke,
+            head as (insert into workflow_journals (workflow_id, body, node_rows)
+                     select id, $2::jsonb, true from w
+                     on conflict (workflow_id) do update set body = excluded.body, node_rows = true,
+                            revision = workflow_journals.revision + 1, updated_at = now()
+                     returning workflow_id),
+            nodes as (insert into workflow_journal_nodes (workflow_id, node_id, position, body)
+                      select w.id, e ->> 0, (e ->> 1)::int, e -> 2 from w, jsonb_array_elements($5::jsonb) e
+                      on conflict (workflow_id, node_id) do update
+                        set position = excluded.position, body = excluded.body
+                      returning 1),
+            woke as (select ${wake(workflowId, "workflow_id")} from head)
+       select (select count(*) from head)::int as written, (select count(*) from woke)::int as woke,
+              (select count(*) from nodes)::int as nodes,
               coalesce((select cancel_requested_at is not null from w), false) as cancel`,
-      [workflowId, text, generation, owner],
+      [workflowId, write.header, generation, owner, nodeRowsText(write.nodes)],
     );
     return { written: rows[0]?.written === 1, cancelRequested: rows[0]?.cancel === true };
   }
