@@ -2,7 +2,14 @@ import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import type { JournalRow } from "@crw/flow";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { answerSchema, defineWorkflow, type InProcessRun, inProcessRun, json } from "./helpers/harness.js";
+import {
+  answerSchema,
+  defineWorkflow,
+  type InProcessRun,
+  inProcessRun,
+  json,
+  until,
+} from "./helpers/harness.js";
 
 let run: InProcessRun | null = null;
 afterEach(async () => {
@@ -392,5 +399,76 @@ describe("an answer extracted from prose", () => {
     expect(steps.map((x) => x.action)).toEqual(["spawn", "send_input"]);
     expect(steps[1]?.repair?.answer).toBe('Here it is: {"summary":3}');
     expect(ofType(all, "completed")[0]).toMatchObject({ k: 2, extracted: true });
+  });
+});
+
+/**
+ * The explorer answers its first turn with prose; its repair turn is then cut off (its thread unloaded,
+ * or the turn failed on the host and the run paused and was resumed by a second process), so a later
+ * attempt takes the repair again on a new subagent.
+ */
+describe("a repair taken again by a later attempt", () => {
+  const one = defineWorkflow({
+    name: "one",
+    run: (ctx) => ctx.call({ role: "explorer", task: "count things", schema: answerSchema }),
+  });
+  afterEach(async () => {
+    await run?.close();
+    run = null;
+  });
+
+  /** Runs the first turn with a prose answer, then binds the repair turn on the same subagent. */
+  async function toRepair(r: InProcessRun) {
+    const first = await r.firstStep();
+    const a = r.spawn(first, "explorer");
+    expect(await r.report(first, a.threadId)).toBe("bound");
+    r.fake.answer(a.threadId, "not json at all");
+    await until("the repair step", () => ofType(r.rows(), "step_published").some((x) => x.k === 2));
+    const repair = (await r.steps()).find((x) => x.k === 2);
+    if (!repair) throw new Error("no repair step file");
+    r.fake.sendInput(a.threadId, repair.message);
+    expect(await r.report(repair, a.threadId)).toBe("bound");
+    return a;
+  }
+
+  async function laterAttempt(r: InProcessRun) {
+    await until("the repair's next attempt", () =>
+      ofType(r.rows(), "step_published").some((x) => x.k > 2 || x.attempt > 1),
+    );
+    const step = (await r.steps()).find((x) => x.k > 2 || x.attempt > 1);
+    if (!step) throw new Error("no later attempt's step file");
+    return { step, packet: readFileSync(step.packet, "utf8") };
+  }
+
+  it("an attempt after a lost repair turn names the answer it repairs in its packet (S000-019)", async () => {
+    run = await inProcessRun({ lostAfterMs: 300 });
+    const r = run;
+    const { done } = r.background(one);
+    const a = await toRepair(r);
+    r.fake.setThreadStatus(a.threadId, "notLoaded");
+    const { step, packet } = await laterAttempt(r);
+    expect(step.action).toBe("spawn");
+    expect(packet).toContain("not json at all");
+    const b = r.spawn(step, "explorer");
+    expect(await r.report(step, b.threadId)).toBe("bound");
+    r.fake.answer(b.threadId, '{"summary":"fixed","score":2}');
+    expect(await done).toEqual({ state: "completed", result: { summary: "fixed", score: 2 } });
+  });
+
+  it("after a restart, the attempt that takes a held repair again names the answer it repairs (S000-019)", async () => {
+    run = await inProcessRun();
+    const r = run;
+    const first = r.background(one);
+    const a = await toRepair(r);
+    r.fake.failTurn(a.threadId, "internalServerError", { message: "boom" });
+    expect(await first.done).toEqual({ state: "paused", reason: "held:explorer.1" });
+    const second = r.background(one);
+    const { step, packet } = await laterAttempt(r);
+    expect(packet).toContain("not json at all");
+    const b = r.spawn(step, "explorer");
+    expect(await r.report(step, b.threadId)).toBe("bound");
+    r.fake.answer(b.threadId, '{"summary":"fixed","score":2}');
+    expect(await second.done).toEqual({ state: "completed", result: { summary: "fixed", score: 2 } });
+    expect(ofType(r.rows(), "started")).toHaveLength(2);
   });
 });
