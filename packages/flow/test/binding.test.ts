@@ -64,37 +64,98 @@ describe("binding a reported subagent", () => {
     });
   });
 
-  it("S000-060 S000-061 S000-063 S000-065 S000-066: retry, refused and close replies", async () => {
-    run = await inProcessRun();
-    const { done } = run.background(one());
-    const step = await run.firstStep();
-    // retry: no turn of the reported subagent carries the marker (yet)
-    const noMarker = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: "hello",
-      agentRole: "explorer",
+  describe("replies that bind nothing", () => {
+    /** Starts the one-call run and returns its step; `finish` binds a right subagent and ends the run. */
+    async function started() {
+      run = await inProcessRun();
+      const r = run;
+      const { done } = r.background(one());
+      const step = await r.firstStep();
+      const threads = () => r.rows().filter((x) => x.type === "thread_started");
+      const finish = async (n: number) => {
+        const a = r.spawn(step, "explorer");
+        expect(await r.report(step, a.threadId)).toBe("bound");
+        r.fake.answer(a.threadId, `{"n":${n}}`);
+        expect(await done).toEqual({ state: "completed", result: { n } });
+        return a.threadId;
+      };
+      return { r, step, threads, finish, done };
+    }
+
+    it("a reported subagent with no turn carrying the step's marker yet is told to retry, and nothing is bound (S000-060)", async () => {
+      const { r, threads, step, finish } = await started();
+      const noMarker = r.fake.spawnSubagent({
+        ownerThreadId: r.owner,
+        message: "hello",
+        agentRole: "explorer",
+      });
+      expect(await r.report(step, noMarker.threadId)).toBe("retry");
+      expect(threads()).toHaveLength(0);
+      expect(await r.steps()).toHaveLength(1);
+      const bound = await finish(4);
+      expect(threads().map((t) => (t as { thread_id: string }).thread_id)).toEqual([bound]);
     });
-    expect(await run.report(step, noMarker.threadId)).toBe("retry");
-    // refused: another run's report
-    expect(await run.report(step, noMarker.threadId, "another-run")).toBe("refused");
-    // refused: not a subagent of the owner thread
-    const stranger = run.fake.createOwnerThread();
-    run.fake.startOwnerTurn(stranger);
-    const foreign = run.fake.spawnSubagent({
-      ownerThreadId: stranger,
-      message: step.message,
-      agentRole: "explorer",
+
+    it("a report read while the host cannot be reached is told to retry, and binds once the host answers (S000-060)", async () => {
+      const { r, threads, step, done } = await started();
+      const a = r.spawn(step, "explorer");
+      await r.fake.setUnreachable();
+      try {
+        expect(await r.report(step, a.threadId)).toBe("retry");
+        expect(threads()).toHaveLength(0);
+      } finally {
+        await r.fake.setReachable();
+      }
+      expect(await r.report(step, a.threadId)).toBe("bound");
+      r.fake.answer(a.threadId, '{"n":5}');
+      expect(await done).toEqual({ state: "completed", result: { n: 5 } });
+      expect(threads().map((t) => (t as { thread_id: string }).thread_id)).toEqual([a.threadId]);
     });
-    expect(await run.report(step, foreign.threadId)).toBe("refused");
-    // close: a step the run did not publish (an early report)
-    expect(await run.report({ call: step.call, k: 5, attempt: 1 }, noMarker.threadId)).toBe("close");
-    const a = run.spawn(step, "explorer");
-    expect(await run.report(step, a.threadId)).toBe("bound");
-    // close: a second subagent for a bound attempt
-    const second = run.spawn(step, "explorer");
-    expect(await run.report(step, second.threadId)).toBe("close");
-    run.fake.answer(a.threadId, '{"n":4}');
-    expect(await done).toEqual({ state: "completed", result: { n: 4 } });
+
+    it("a report that names another run is refused, and nothing is bound (S000-061)", async () => {
+      const { r, threads, step, finish } = await started();
+      const a = r.spawn(step, "explorer");
+      expect(await r.report(step, a.threadId, "another-run")).toBe("refused");
+      expect(threads()).toHaveLength(0);
+      await finish(6);
+    });
+
+    it("a reported agent that is not a subagent of the owner thread is refused, though it carries the step's marker (S000-063)", async () => {
+      const { r, threads, step, finish } = await started();
+      const stranger = r.fake.createOwnerThread();
+      r.fake.startOwnerTurn(stranger);
+      const foreign = r.fake.spawnSubagent({
+        ownerThreadId: stranger,
+        message: step.message,
+        agentRole: "explorer",
+      });
+      expect(await r.report(step, foreign.threadId)).toBe("refused");
+      expect(threads()).toHaveLength(0);
+      const bound = await finish(7);
+      expect(bound).not.toBe(foreign.threadId);
+    });
+
+    it("a report naming a step the run did not publish is told to close, and nothing is bound (S000-065)", async () => {
+      const { r, threads, step, finish } = await started();
+      const a = r.spawn(step, "explorer");
+      expect(await r.report({ call: step.call, k: 5, attempt: 1 }, a.threadId)).toBe("close");
+      expect(threads()).toHaveLength(0);
+      await finish(8);
+    });
+
+    it("a second subagent reported for an attempt already bound is told to close; the first stays the bound one (S000-066)", async () => {
+      run = await inProcessRun();
+      const { done } = run.background(one());
+      const step = await run.firstStep();
+      const a = run.spawn(step, "explorer");
+      expect(await run.report(step, a.threadId)).toBe("bound");
+      const second = run.spawn(step, "explorer");
+      expect(await run.report(step, second.threadId)).toBe("close");
+      run.fake.answer(a.threadId, '{"n":4}');
+      expect(await done).toEqual({ state: "completed", result: { n: 4 } });
+      const threads = run.rows().filter((x) => x.type === "thread_started");
+      expect(threads.map((t) => (t as { thread_id: string }).thread_id)).toEqual([a.threadId]);
+    });
   });
 
   it("S000-064: a report for an attempt that was answered is told to close", async () => {

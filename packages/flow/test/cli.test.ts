@@ -7,21 +7,24 @@ import {
   readFileSync,
   rmSync,
   statSync,
+  watch,
   writeFileSync,
 } from "node:fs";
 import { join } from "node:path";
 import {
+  dirFrom,
   JournalWriter,
   lockHolder,
   pidAlive,
   readJournalFile,
   readSpec,
+  reportName,
   runPaths,
   SPEC_FORMAT,
   writeSpec,
 } from "@crw/flow";
 import type { FakeAppServer } from "@crw/tools/codex";
-import { cliStepSource, ScriptedOwner } from "@crw/tools/flow";
+import { type OwnerStep, ScriptedOwner } from "@crw/tools/flow";
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
 import { crwBin, crwFlow, ownerSession, waitFor } from "./helpers/cli.js";
 
@@ -84,23 +87,86 @@ async function start(runId: string, extraArgs: string[] = [], e = env) {
 }
 
 describe("crw flow commands as real processes", () => {
-  it("S000-180 S000-182 S000-183 S000-184 S000-186 S000-193 S000-178: start writes run.json (session backend, env.TMPDIR only) and names next", async () => {
-    const tmp = mkdtempSync(join(root, "tmp-"));
-    const { r, paths } = await start("run-start", [], { ...env, TMPDIR: tmp, GOFLAGS: "-mod=mod" });
-    expect(r.code, r.stderr).toBe(0);
-    const answer = r.json();
-    expect(answer).toMatchObject({ run_id: "run-start", backend: "session", owner });
-    expect(String(answer.next)).toContain(`${crwBin} flow next run-start`);
-    const spec = readSpec(paths.spec);
-    expect(spec).toMatchObject({ format: SPEC_FORMAT, backend: "session", owner, env: { TMPDIR: tmp } });
-    expect(Object.keys(spec.env ?? {})).toEqual(["TMPDIR"]);
-    expect(JSON.stringify(spec)).not.toContain("GOFLAGS");
-    await waitFor(
-      "the run process to record its started row",
-      () =>
-        existsSync(paths.journal) && readJournalFile(paths.journal).rows.some((x) => x.type === "started"),
-    );
-    process.kill(Number(answer.pid), "SIGKILL");
+  describe("crw flow start from an owner thread, by default and with --backend app-server", () => {
+    let tmp: string;
+    let answer: Record<string, unknown>;
+    let spec: ReturnType<typeof readSpec>;
+    let specText: string;
+    let appServer: { code: number; answer: Record<string, unknown>; spec: ReturnType<typeof readSpec> };
+    let started: boolean;
+
+    beforeAll(async () => {
+      tmp = `${mkdtempSync(join(root, "tmp-"))}/`; // as written: the trailing slash stays
+      const { r, paths } = await start("run-start", [], {
+        ...env,
+        TMPDIR: tmp,
+        GOFLAGS: "-mod=mod",
+        GOTOOLCHAIN: "go1.0-never",
+      });
+      expect(r.code, r.stderr).toBe(0);
+      answer = r.json();
+      spec = readSpec(paths.spec);
+      specText = readFileSync(paths.spec, "utf8");
+      await waitFor(
+        "the run process to record its started row",
+        () =>
+          existsSync(paths.journal) && readJournalFile(paths.journal).rows.some((x) => x.type === "started"),
+      );
+      started = readJournalFile(paths.journal).rows.some(
+        (x) => x.type === "started" && x.backend === "session",
+      );
+      process.kill(Number(answer.pid), "SIGKILL");
+      // no TMPDIR at all: the platform default is recorded
+      const { TMPDIR: _none, ...bare } = env;
+      const other = await start("run-start-app-server", ["--backend", "app-server"], bare);
+      expect(other.r.code, other.r.stderr).toBe(0);
+      appServer = { code: other.r.code, answer: other.r.json(), spec: readSpec(other.paths.spec) };
+      process.kill(Number(appServer.answer.pid), "SIGKILL");
+    }, 60_000);
+
+    it("starts a session run when no --backend is given, and an app-server run with --backend app-server (S000-180)", () => {
+      expect(answer).toMatchObject({ run_id: "run-start", backend: "session", owner });
+      expect(started).toBe(true);
+      expect(appServer.answer).toMatchObject({ run_id: "run-start-app-server", backend: "app-server" });
+    });
+
+    it("the spec records the backend (S000-182)", () => {
+      expect(spec.backend).toBe("session");
+      expect(appServer.spec.backend).toBe("app-server");
+    });
+
+    it("run.json is crw-flow-run/1 with env.TMPDIR; a spec without the member reads as before (S000-183)", () => {
+      expect(SPEC_FORMAT).toBe("crw-flow-run/1");
+      expect(spec).toMatchObject({ format: "crw-flow-run/1", owner, env: { TMPDIR: tmp } });
+      const legacyPaths = runPaths(join(root, "state-legacy"), "legacy");
+      mkdirSync(legacyPaths.dir, { recursive: true });
+      const { env: _dropped, ...legacy } = spec;
+      writeSpec(legacyPaths.spec, { ...legacy, run_id: "legacy" });
+      const read = readSpec(legacyPaths.spec);
+      expect(read).not.toHaveProperty("env");
+      expect(read).toEqual({ ...legacy, run_id: "legacy" });
+    });
+
+    it("env.TMPDIR is what tmploc answers for the starting environment: as written, and the platform default without one (S000-184)", () => {
+      expect(spec.env?.TMPDIR).toBe(tmp);
+      expect(dirFrom({ TMPDIR: tmp })).toMatchObject({ ok: true, dir: tmp, defaulted: false });
+      const fallback = dirFrom({});
+      expect(fallback).toMatchObject({ ok: true, defaulted: true });
+      expect(appServer.spec.env).toEqual({ TMPDIR: fallback.dir });
+    });
+
+    it("no other variable of the caller's environment is recorded: no PATH, GOFLAGS or GOTOOLCHAIN (S000-186)", () => {
+      expect(Object.keys(spec.env ?? {})).toEqual(["TMPDIR"]);
+      expect(specText).not.toContain("GOFLAGS");
+      expect(specText).not.toContain("-mod=mod");
+      expect(specText).not.toContain("GOTOOLCHAIN");
+      expect(specText).not.toContain("go1.0-never");
+      expect(specText).not.toContain(String(env.PATH));
+    });
+
+    it("the start's answer names next as the command the steps are taken with (S000-193)", () => {
+      expect(String(answer.next)).toContain(`${crwBin} flow next run-start`);
+    });
   });
 
   it("a run's files are the user's alone: a new state directory and its flow/ are 0700 under umask 022, and a wider flow/ is narrowed with a note", async () => {
@@ -186,73 +252,276 @@ describe("crw flow commands as real processes", () => {
     }
   });
 
-  it("S000-196 S000-199 S000-200 S000-201 S000-228 S000-229 S000-230 S000-056 S000-058: an owner driving the run with next --json and dispatched", async () => {
-    const { r, state, paths } = await start("run-owner");
-    expect(r.code, r.stderr).toBe(0);
+  describe("an owner driving a run with next --json and dispatched", () => {
+    type Answer = Record<string, unknown>;
+    interface Dispatch {
+      step: { call: string; k: number; attempt: number; action: string };
+      agent: string;
+      code: number;
+      reply: Answer;
+      ms: number;
+      /** The call's rows naming the agent when the reply was read. */
+      rowsAtReply: Array<Record<string, unknown>>;
+    }
+    let r: Awaited<ReturnType<typeof start>>["r"];
+    let state: string;
+    let paths: ReturnType<typeof runPaths>;
     const seen: Array<Record<string, unknown>> = [];
-    const source = cliStepSource({ cli: crwBin, runId: "run-owner", state, env });
-    const kit = new ScriptedOwner({
-      fake,
-      owner,
-      source: {
-        take: async () => {
-          const t = await source.take();
-          seen.push(...(t.steps as unknown as Array<Record<string, unknown>>));
-          return t;
+    const dispatches: Dispatch[] = [];
+    const others: Record<string, Dispatch> = {};
+    const inboxEvents: Array<{ event: string; name: string }> = [];
+    let rows: ReturnType<typeof readJournalFile>["rows"];
+    let lockFilesAtEnd: string[];
+
+    const dispatched = async (
+      step: { call: string; k: number; attempt: number; action: string },
+      agent: string,
+      wait = "20",
+    ): Promise<Dispatch> => {
+      const t0 = Date.now();
+      const res = await crwFlow(
+        [
+          "dispatched",
+          "run-owner",
+          step.call,
+          "--agent",
+          agent,
+          "--k",
+          String(step.k),
+          "--attempt",
+          String(step.attempt),
+          "--wait",
+          wait,
+          "--state",
+          state,
+          "--json",
+        ],
+        env,
+      );
+      const ms = Date.now() - t0;
+      const rowsAtReply = readJournalFile(paths.journal).rows.filter(
+        (x) =>
+          ("thread_id" in x && x.thread_id === agent) || (x.type === "turn_started" && x.call === step.call),
+      ) as unknown as Array<Record<string, unknown>>;
+      return { step, agent, code: res.code, reply: res.json(), ms, rowsAtReply };
+    };
+
+    beforeAll(async () => {
+      ({ r, state, paths } = await start("run-owner"));
+      expect(r.code, r.stderr).toBe(0);
+      await waitFor("the run's inbox", () => existsSync(paths.inbox));
+      const watcher = watch(paths.inbox, (event, name) => {
+        if (name) inboxEvents.push({ event, name: String(name) });
+      });
+      let strays = false;
+      const kit = new ScriptedOwner({
+        fake,
+        owner,
+        source: {
+          take: async () => {
+            const res = await crwFlow(["next", "run-owner", "--state", state, "--json"], env);
+            if (res.code !== 0) throw new Error(`crw flow next exited ${res.code}: ${res.stderr}`);
+            const a = res.json() as { state: string; steps: OwnerStep[] };
+            seen.push(...(a.steps as unknown as Array<Record<string, unknown>>));
+            const spawn = a.steps.find((x) => x.action === "spawn");
+            if (spawn && !strays) {
+              strays = true;
+              // before the step has a subagent: replies other than bound, each for a step of this run
+              const noMarker = fake.spawnSubagent({
+                ownerThreadId: owner,
+                message: "hello",
+                agentRole: "explorer",
+              });
+              others.retry = await dispatched(spawn, noMarker.threadId);
+              const stranger = fake.createOwnerThread();
+              fake.startOwnerTurn(stranger);
+              const foreign = fake.spawnSubagent({ ownerThreadId: stranger, message: String(spawn.message) });
+              others.refused = await dispatched(spawn, foreign.threadId);
+              others.close = await dispatched({ ...spawn, k: 9 }, noMarker.threadId);
+            }
+            return { state: a.state, steps: a.steps };
+          },
+          report: async (step, agent) => {
+            const d = await dispatched(step, agent);
+            dispatches.push(d);
+            return String(d.reply.reply);
+          },
         },
-        report: source.report,
-      },
-      behave: (step) =>
-        step.call === "explorer.1" && step.k === 1
-          ? { kind: "answer", messages: [{ text: "I counted. n is seven", phase: "final_answer" }] }
-          : {
-              kind: "answer",
-              messages: [
-                { text: JSON.stringify({ n: step.call === "explorer.1" ? 7 : 5 }), phase: "final_answer" },
-              ],
-              usage: { input: 10, output: 1 },
-            },
+        behave: (step) =>
+          step.call === "explorer.1" && step.k === 1
+            ? { kind: "answer", messages: [{ text: "I counted. n is seven", phase: "final_answer" }] }
+            : {
+                kind: "answer",
+                messages: [
+                  { text: JSON.stringify({ n: step.call === "explorer.1" ? 7 : 5 }), phase: "final_answer" },
+                ],
+                usage: { input: 10, output: 1 },
+              },
+      });
+      try {
+        expect(await kit.untilSettled(60_000)).toBe("ended");
+      } finally {
+        watcher.close();
+      }
+      rows = readJournalFile(paths.journal).rows;
+      await waitFor("the run process to exit", () => !pidAlive(Number(r.json().pid)));
+      lockFilesAtEnd = readdirSync(paths.dir).filter((f) => f.startsWith("process.") && f.endsWith(".lock"));
+      // no process holds the run now: the report waits its --wait out and is queued
+      const step = dispatches[0]?.step ?? { call: "explorer.1", k: 1, attempt: 1, action: "spawn" };
+      others.queued = await dispatched(step, "agent-late", "1");
+    }, 120_000);
+
+    it("the run ends with the owner's answers", () => {
+      expect(rows.at(-1)).toMatchObject({ type: "run_ended", status: "completed", result: { sum: 112 } });
     });
-    expect(await kit.untilSettled(60_000)).toBe("ended");
-    const rows = readJournalFile(paths.journal).rows;
-    expect(rows.at(-1)).toMatchObject({ type: "run_ended", status: "completed", result: { sum: 112 } });
-    const spawn = seen.find((s) => s.action === "spawn");
-    expect(spawn).toMatchObject({
-      call: expect.any(String),
-      k: 1,
-      attempt: 1,
-      op: expect.stringMatching(/\/t1$/),
-      agent_id: null,
+
+    it("each step next hands out carries call, k, attempt, op, role, action, agent_type, model, reasoning_effort, message, packet, workspace and agent_id (S000-199)", () => {
+      const keys = [
+        "call",
+        "k",
+        "attempt",
+        "op",
+        "role",
+        "action",
+        "agent_type",
+        "model",
+        "reasoning_effort",
+        "message",
+        "packet",
+        "workspace",
+        "agent_id",
+      ];
+      const work = seen.filter((x) => x.action !== "close");
+      expect(work.length).toBeGreaterThanOrEqual(3);
+      for (const step of work) for (const k of keys) expect(step, k).toHaveProperty(k);
+      expect(work.find((x) => x.action === "spawn")).toMatchObject({
+        call: expect.any(String),
+        k: 1,
+        attempt: 1,
+        op: expect.stringMatching(/\/t1$/),
+        agent_id: null,
+      });
     });
-    expect(spawn?.host_call).toMatchObject({ tool: "spawn_agent", arguments: { fork_context: false } });
-    expect(String((spawn?.host_call as { after: string } | undefined)?.after)).toContain(
-      "flow dispatched run-owner",
-    );
-    const send = seen.find((s) => s.action === "send_input");
-    expect(send?.host_call).toMatchObject({ tool: "send_input", arguments: { target: send?.agent_id } });
-    expect(String((send as { message: string }).message).split("\n")[0]).toBe(
-      "crw-flow-op: explorer.1/t2-a1",
-    );
-    expect(kit.replies.every((x) => x.reply === "bound")).toBe(true);
-    expect(readdirSync(paths.inbox).length).toBeGreaterThanOrEqual(3);
-    const close = seen.find((s) => s.action === "close");
-    expect(close?.host_call).toMatchObject({ tool: "close_agent" }); // S000-202
-    const show = await crwFlow(["show", "run-owner", "--state", state, "--json"], env);
-    expect(show.code).toBe(0);
-    expect(show.json()).toMatchObject({ status: "completed", result: { sum: 112 } });
-    const calls = show.json().calls as Array<{
-      call: string;
-      status: string;
-      steps: number;
-      tokens: { total?: number };
-    }>;
-    expect(calls.find((c) => c.call === "explorer.1")).toMatchObject({ status: "completed", steps: 2 });
-    expect(calls.find((c) => c.call === "reviewer.1")?.tokens.total).toBe(11);
-    const human = await crwFlow(["show", "run-owner", "--state", state], env);
-    expect(human.stdout).toContain("run run-owner (cli-pair): completed");
-    // S000-266: a process that ends removes its process lock file
-    await waitFor("the run process to exit", () => !pidAlive(Number(r.json().pid)));
-    expect(readdirSync(paths.dir).filter((f) => f.startsWith("process.") && f.endsWith(".lock"))).toEqual([]);
+
+    it("a spawn step's host call is spawn_agent, then crw flow dispatched naming the step (S000-200)", () => {
+      const spawn = seen.find((x) => x.action === "spawn");
+      expect(spawn?.host_call).toMatchObject({
+        tool: "spawn_agent",
+        arguments: { agent_type: spawn?.agent_type, message: spawn?.message, fork_context: false },
+      });
+      expect(String((spawn?.host_call as { after: string } | undefined)?.after)).toContain(
+        `flow dispatched run-owner ${spawn?.call} --agent <agent_id from spawn_agent> --k 1 --attempt 1`,
+      );
+    });
+
+    it("a send_input step's host call is send_input(target, message), then crw flow dispatched for that agent (S000-201)", () => {
+      const send = seen.find((x) => x.action === "send_input");
+      expect(send?.host_call).toMatchObject({
+        tool: "send_input",
+        arguments: { target: send?.agent_id, message: send?.message },
+      });
+      expect(String((send as { message: string }).message).split("\n")[0]).toBe(
+        "crw-flow-op: explorer.1/t2-a1",
+      );
+      expect(String((send?.host_call as { after: string } | undefined)?.after)).toContain(
+        `flow dispatched run-owner explorer.1 --agent ${send?.agent_id} --k 2 --attempt 1`,
+      );
+    });
+
+    it("dispatched puts the report in the inbox under a temporary name and renames it into place (S000-228)", () => {
+      const finals = new Set(readdirSync(paths.inbox));
+      expect(dispatches.length).toBeGreaterThanOrEqual(3);
+      for (const d of dispatches) {
+        const name = reportName(d.step.call, d.step.k, d.step.attempt, d.agent);
+        expect(finals.has(name)).toBe(true);
+        // the report appears whole: its own name is only ever renamed in, never written to
+        expect(inboxEvents.filter((e) => e.name === name).map((e) => e.event)).toContain("rename");
+        expect(inboxEvents.some((e) => e.name === name && e.event === "change")).toBe(false);
+      }
+      const temporary = inboxEvents.filter((e) => !finals.has(e.name));
+      expect(temporary.some((e) => e.event === "change")).toBe(true);
+    });
+
+    it("dispatched waits for the run's reply and prints it as JSON; a report to a run that ended is queued", () => {
+      for (const d of dispatches) expect(d.reply).toMatchObject({ reply: "bound", run_id: "run-owner" });
+      expect(others.queued?.reply).toMatchObject({ reply: "queued" });
+    });
+
+    it("dispatched exits 0 on bound and 1 on every other reply: retry, refused, close, queued (S000-230)", () => {
+      expect(dispatches.map((d) => d.code)).toEqual(dispatches.map(() => 0));
+      expect(
+        Object.fromEntries(Object.entries(others).map(([k, d]) => [k, [d.reply.reply, d.code]])),
+      ).toEqual({
+        retry: ["retry", 1],
+        refused: ["refused", 1],
+        close: ["close", 1],
+        queued: ["queued", 1],
+      });
+    });
+
+    it("the owner reports each spawn with a report in inbox/ and reads the run's answer from replies/ under the same name (S000-056)", () => {
+      for (const d of dispatches) {
+        const name = reportName(d.step.call, d.step.k, d.step.attempt, d.agent);
+        expect(JSON.parse(readFileSync(join(paths.inbox, name), "utf8"))).toMatchObject({
+          run_id: "run-owner",
+          call: d.step.call,
+          k: d.step.k,
+          attempt: d.step.attempt,
+          agent_id: d.agent,
+        });
+        expect(JSON.parse(readFileSync(join(paths.replies, name), "utf8"))).toMatchObject({ reply: "bound" });
+      }
+    });
+
+    it("a bound reply comes once the subagent is the step's and its rows are written (S000-058)", () => {
+      for (const d of dispatches.filter((x) => x.step.action === "spawn")) {
+        expect(d.rowsAtReply).toEqual(
+          expect.arrayContaining([
+            expect.objectContaining({ type: "thread_started", call: d.step.call, thread_id: d.agent }),
+          ]),
+        );
+      }
+      for (const d of dispatches) {
+        expect(d.rowsAtReply).toEqual(
+          expect.arrayContaining([
+            expect.objectContaining({
+              type: "turn_started",
+              call: d.step.call,
+              k: d.step.k,
+              attempt: d.step.attempt,
+            }),
+          ]),
+        );
+      }
+      // the replies that bind nothing wrote no row for their agents
+      expect(
+        others.retry?.rowsAtReply.filter(
+          (x) => x.type === "thread_started" && x.thread_id === others.retry?.agent,
+        ),
+      ).toEqual([]);
+    });
+
+    it("close steps go to close_agent; show reports the calls, their steps and tokens", async () => {
+      const close = seen.find((x) => x.action === "close");
+      expect(close?.host_call).toMatchObject({ tool: "close_agent" });
+      const show = await crwFlow(["show", "run-owner", "--state", state, "--json"], env);
+      expect(show.code).toBe(0);
+      expect(show.json()).toMatchObject({ status: "completed", result: { sum: 112 } });
+      const calls = show.json().calls as Array<{
+        call: string;
+        status: string;
+        steps: number;
+        tokens: { total?: number };
+      }>;
+      expect(calls.find((c) => c.call === "explorer.1")).toMatchObject({ status: "completed", steps: 2 });
+      expect(calls.find((c) => c.call === "reviewer.1")?.tokens.total).toBe(11);
+      const human = await crwFlow(["show", "run-owner", "--state", state], env);
+      expect(human.stdout).toContain("run run-owner (cli-pair): completed");
+    });
+
+    it("a process that ends removes its process lock file (S000-266)", () => {
+      expect(lockFilesAtEnd).toEqual([]);
+    });
   });
 
   it("S000-231: dispatched to a run no process holds is queued and stays in the inbox; exit 1", async () => {

@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
-import { conversationOf, FlowCallError, type JournalRow, shadowReplay } from "@crw/flow";
-import { afterEach, describe, expect, it } from "vitest";
+import { conversationOf, FlowCallError, type JournalRow, shadowReplay, type Workflow } from "@crw/flow";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { defineWorkflow, type InProcessRun, inProcessRun, countSchema as schema } from "./helpers/harness.js";
 
 let run: InProcessRun | null = null;
@@ -32,47 +32,121 @@ async function answerNext(r: InProcessRun, call: string, answer: string, model?:
   }
 }
 
+async function stepOf(r: InProcessRun, call: string) {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const step = (await r.steps(1)).find((s) => s.call === call);
+    if (step) return step;
+    if (Date.now() > deadline) throw new Error(`no step of ${call}`);
+    await new Promise((res) => setTimeout(res, 20));
+  }
+}
+
 describe("continuations (resume: handle)", () => {
-  it("S000-155 S000-157 S000-051 S000-165: a continuation runs on a new subagent with its own thread_started; its packet carries the handle's packet, its answer file and the record of its turns; its input keeps the handle's thread chain", async () => {
-    run = await inProcessRun({});
-    const r = run;
-    const wf = defineWorkflow({
-      name: "cont",
-      run: async (ctx) => {
-        const first = await ctx.call<{ n: number }>({ role: "explorer", task: "count the files", schema });
-        const second = await ctx.call<{ n: number }>({
-          role: "explorer",
-          task: "now count them again",
-          schema,
-          resume: "explorer.1",
-        });
-        return first.n + second.n;
-      },
+  describe("a call continued twice: explorer.2 continues explorer.1, explorer.3 continues explorer.2", () => {
+    let r: InProcessRun;
+    let wf: Workflow;
+    const agents: Record<string, { agent: string; packet: string }> = {};
+    let result: unknown;
+    let rows: JournalRow[];
+    const turnRecord = (call: string, place: number, marker: string, input: string) =>
+      `Call ${call}, conversation turn ${place} (${marker}), its input:\n\n\`\`\`text\n${input}\n\`\`\``;
+
+    beforeAll(async () => {
+      // the role leaves the effort to the host: explorer.3 asks an explicit one, compared with the pair the
+      // newest subagent of its handle ran
+      r = await inProcessRun({ roles: { explorer: { model: "m-x" } } });
+      wf = defineWorkflow({
+        name: "cont",
+        run: async (ctx) => {
+          const first = await ctx.call<{ n: number }>({ role: "explorer", task: "count the files", schema });
+          const second = await ctx.call<{ n: number }>({
+            role: "explorer",
+            task: "now count them again",
+            schema,
+            resume: "explorer.1",
+          });
+          const third = await ctx.call<{ n: number }>({
+            role: "explorer",
+            task: "and once more",
+            schema,
+            resume: "explorer.2",
+            effort: "high",
+          });
+          return [first.n, second.n, third.n];
+        },
+      });
+      const { done } = r.background(wf);
+      for (const [call, effort, n] of [
+        ["explorer.1", "low", 4],
+        ["explorer.2", "high", 5],
+        ["explorer.3", "high", 6],
+      ] as const) {
+        const step = await stepOf(r, call);
+        const a = r.spawn(step, "explorer", { model: "m-x", reasoningEffort: effort }).threadId;
+        expect(await r.report(step, a)).toBe("bound");
+        r.fake.answer(a, `{"n":${n}}`);
+        agents[call] = { agent: a, packet: step.packet };
+      }
+      result = await done;
+      rows = r.rows();
+    }, 60_000);
+
+    afterAll(async () => {
+      await r?.close();
     });
-    const { done } = r.background(wf);
-    const a = await answerNext(r, "explorer.1", '{"n":4}');
-    const b = await answerNext(r, "explorer.2", '{"n":5}');
-    expect(await done).toEqual({ state: "completed", result: 9 });
-    expect(b.agent).not.toBe(a.agent);
-    const threads = of(r.rows(), "thread_started");
-    expect(threads.map((t) => [t.call, t.thread_id])).toEqual([
-      ["explorer.1", a.agent],
-      ["explorer.2", b.agent],
-    ]);
-    const prepared = of(r.rows(), "prepared").find((p) => p.call === "explorer.2");
-    expect(prepared?.input.resume).toEqual({ call: "explorer.1", chain: [a.agent] });
-    const packet = readFileSync(b.step.packet, "utf8");
-    expect(packet).toContain("## Continued call explorer.1");
-    expect(packet).toContain(`Its packet: ${a.step.packet}`);
-    const answerFile = /Its answer: (\S+)/.exec(packet)?.[1] ?? "";
-    expect(JSON.parse(readFileSync(answerFile, "utf8"))).toEqual({ n: 4 });
-    expect(packet).toContain("conversation turn 1 (explorer.1/t1-a1)");
-    expect(packet).toContain("count the files");
-    expect(packet).toContain("now count them again");
-    // crw flow shadow digests a continuation's input as the run did (with the handle's thread chain)
-    expect(await shadowReplay(r.spec.run_id, wf, null, r.rows())).toMatchObject({
-      replay: "completed",
-      divergences: [],
+
+    it("each continuation runs on a new subagent with a thread_started of its own, which the next handle chain and pair name (S000-155)", () => {
+      expect(result).toEqual({ state: "completed", result: [4, 5, 6] });
+      const a = agents["explorer.1"]?.agent;
+      const b = agents["explorer.2"]?.agent;
+      const c = agents["explorer.3"]?.agent;
+      expect(new Set([a, b, c]).size).toBe(3);
+      expect(of(rows, "thread_started").map((t) => [t.call, t.thread_id])).toEqual([
+        ["explorer.1", a],
+        ["explorer.2", b],
+        ["explorer.3", c],
+      ]);
+      // explorer.3 asked effort high: explorer.2's subagent ran high, explorer.1's low; it was not refused
+      expect(of(rows, "prepared").find((p) => p.call === "explorer.3")?.input.resume).toEqual({
+        call: "explorer.2",
+        chain: [a, b],
+      });
+    });
+
+    it("a continuation's packet names the continued call's packet and a file holding its answer (S000-051)", () => {
+      const packet = readFileSync(agents["explorer.2"]?.packet as string, "utf8");
+      expect(packet).toContain("## Continued call explorer.1");
+      expect(packet).toContain(`- Its packet: ${agents["explorer.1"]?.packet}`);
+      const answerFile = /Its answer: (\S+)/.exec(packet)?.[1] ?? "";
+      expect(JSON.parse(readFileSync(answerFile, "utf8"))).toEqual({ n: 4 });
+    });
+
+    it("a continuation's packet carries the record of the handle's turns, each with the input it took, the handle's own handle first (S000-157)", () => {
+      const second = readFileSync(agents["explorer.2"]?.packet as string, "utf8");
+      expect(second).toContain(turnRecord("explorer.1", 1, "explorer.1/t1-a1", "count the files"));
+      const third = readFileSync(agents["explorer.3"]?.packet as string, "utf8");
+      const one = third.indexOf(turnRecord("explorer.1", 1, "explorer.1/t1-a1", "count the files"));
+      const two = third.indexOf(turnRecord("explorer.2", 1, "explorer.2/t1-a1", "now count them again"));
+      expect(one).toBeGreaterThan(0);
+      expect(two).toBeGreaterThan(one);
+    });
+
+    it("the continuation's input digest keeps the handle's thread chain: the run replays, a chain changed before it diverges (S000-165)", async () => {
+      expect(of(rows, "prepared").find((p) => p.call === "explorer.2")?.input.resume).toEqual({
+        call: "explorer.1",
+        chain: [agents["explorer.1"]?.agent],
+      });
+      expect(await shadowReplay(r.spec.run_id, wf, null, rows)).toMatchObject({
+        replay: "completed",
+        divergences: [],
+      });
+      // explorer.1 bound to another subagent: the positions after it no longer replay
+      const other = rows.map((x) =>
+        x.type === "thread_started" && x.call === "explorer.1" ? { ...x, thread_id: "thread-other" } : x,
+      );
+      const replay = await shadowReplay(r.spec.run_id, wf, null, other);
+      expect(replay.divergences.length).toBeGreaterThan(0);
     });
   });
 
@@ -271,26 +345,58 @@ describe("the conversation list", () => {
       ...(place ? { conversation_turn: place } : {}),
     }) as unknown as JournalRow;
 
-  it("S000-159 S000-161 S000-163 S000-164: each place once at the conversation_turn its turn records; a legacy turn takes its place from the step_published at its k, and a later one at that place replaces it", () => {
+  const list = (rows: JournalRow[]) => conversationOf("c.1", rows).map((t) => [t.place, t.turn_id, t.input]);
+
+  it("each turn sits at the conversation_turn its turn_started records, each place once, the newest turn at it (S000-159)", () => {
     const rows = [
       step(1, 1, "task"),
-      turn(1, 1, "t-a"), // legacy: place 1 (the step at k 1 is no repair)
-      step(1, 2, "task"),
-      turn(1, 2, "t-b"), // legacy again at place 1: replaces t-a
-      step(2, 2, "repair", true),
-      turn(2, 2, "t-c"), // legacy: place 2 (the step at k 2 is a repair)
-      step(3, 3, "repair", true),
-      turn(3, 3, "t-d", 2), // recorded place 2: supersedes t-c
+      turn(1, 1, "t-a", 1),
+      step(2, 1, "repair", true),
+      turn(2, 1, "t-b", 2),
+      step(3, 2, "repair again", true),
+      turn(3, 2, "t-c", 2), // recorded place 2 again: the newest there
+      step(4, 2, "late", true),
+      turn(4, 2, "t-d", 1), // a recorded place wins over what its step would say (a repair: place 2)
     ];
-    expect(conversationOf("c.1", rows).map((t) => [t.place, t.turn_id, t.input])).toEqual([
+    expect(list(rows)).toEqual([
+      [1, "t-d", "late"],
+      [2, "t-c", "repair again"],
+    ]);
+  });
+
+  it("a legacy turn_started without conversation_turn takes its place from the step at its k: a task turn 1, a repair 2 (S000-163)", () => {
+    expect(
+      list([step(1, 1, "task"), turn(1, 1, "t-a"), step(2, 1, "repair", true), turn(2, 1, "t-b")]),
+    ).toEqual([
+      [1, "t-a", "task"],
+      [2, "t-b", "repair"],
+    ]);
+    // the repair member alone decides: a later k that is no repair is a task turn
+    expect(list([step(3, 1, "task at k 3"), turn(3, 1, "t-c")])).toEqual([[1, "t-c", "task at k 3"]]);
+  });
+
+  it("a later legacy turn at the same place replaces the earlier one (S000-164)", () => {
+    expect(list([step(1, 1, "task"), turn(1, 1, "t-a"), step(1, 2, "task"), turn(1, 2, "t-b")])).toEqual([
       [1, "t-b", "task"],
+    ]);
+    expect(
+      list([
+        step(2, 1, "repair", true),
+        turn(2, 1, "t-c"),
+        step(3, 2, "repair", true),
+        turn(3, 2, "t-d"),
+        step(4, 3, "task"),
+        turn(4, 3, "t-e"),
+      ]),
+    ).toEqual([
+      [1, "t-e", "task"],
       [2, "t-d", "repair"],
     ]);
   });
 });
 
 describe("turns run again", () => {
-  it("S000-160 S000-158: a held call's repair on a new subagent at the next k, and a lost turn's next attempt, record the replaced place and replaces_turn; the conversation (and a continuation's record) takes the newest", async () => {
+  it("S000-160 S000-158 S000-161: a held call's repair on a new subagent at the next k, and a lost turn's next attempt, record the replaced place and replaces_turn; the conversation (and a continuation's record) takes the newest", async () => {
     run = await inProcessRun({ lostAfterMs: 200 });
     const r = run;
     const wf = defineWorkflow({

@@ -1,6 +1,6 @@
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { pidAlive, readJournalFile, readSpec, runPaths, writeSpec } from "@crw/flow";
+import { lockHolder, pidAlive, readJournalFile, readSpec, runPaths, writeSpec } from "@crw/flow";
 import type { FakeAppServer } from "@crw/tools/codex";
 import { fileStepSource, ScriptedOwner } from "@crw/tools/flow";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -12,7 +12,24 @@ export default {
   name: "env",
   async run(ctx) {
     await ctx.call({ role: "explorer", task: "t", schema: { type: "object" } });
-    return { tmp: process.env.TMPDIR ?? null };
+    const os = await import("node:os");
+    return { tmp: process.env.TMPDIR ?? null, os: os.tmpdir(), mark: process.env.CRW_FLOW_ENV_MARK ?? null };
+  },
+};
+`;
+
+/** A run that waits for one decision and reports the TMPDIR entries its process was launched with. */
+const decideSource = `
+import { readFileSync } from "node:fs";
+export default {
+  name: "decide",
+  async run(ctx) {
+    const ship = await ctx.decide({ id: "ship", question: "Ship it?", options: ["yes", "no"] });
+    const launched = readFileSync("/proc/self/environ", "utf8")
+      .split("\\0")
+      .filter((e) => e.startsWith("TMPDIR=") || e.startsWith("CRW_FLOW_ENV_MARK="))
+      .sort();
+    return { ship, launched };
   },
 };
 `;
@@ -40,18 +57,26 @@ async function startAndKill(runId: string, startTmp: string) {
   const paths = runPaths(state, runId);
   const r = await crwFlow(
     ["start", workflowPath, "--run", runId, "--state", state, "--poll-ms", "20", "--json"],
-    { ...env, TMPDIR: startTmp },
+    { ...env, TMPDIR: startTmp, CRW_FLOW_ENV_MARK: "starter" },
     root,
   );
   expect(r.code, r.stderr).toBe(0);
   const pid = Number(r.json().pid);
+  const launched = environOf(pid);
   await waitFor(
     "started row",
     () => existsSync(paths.journal) && readJournalFile(paths.journal).rows.some((x) => x.type === "started"),
   );
   process.kill(pid, "SIGKILL");
   await waitFor("the process to die", () => !pidAlive(pid));
-  return { state, paths };
+  return { state, paths, launched };
+}
+
+/** The environment a process was launched with, as the kernel recorded it (one entry a string). */
+function environOf(pid: number): string[] {
+  return readFileSync(`/proc/${pid}/environ`, "utf8")
+    .split("\0")
+    .filter((e) => e !== "");
 }
 
 async function finish(runId: string, state: string): Promise<unknown> {
@@ -76,16 +101,128 @@ async function finish(runId: string, state: string): Promise<unknown> {
 }
 
 describe("the run's recorded environment", () => {
-  it("S000-238 S000-239 S000-248 S000-250: a run relaunched from a shell with another TMPDIR, or none, runs below the TMPDIR its start recorded", async () => {
+  describe("a run started below one TMPDIR, killed, and resumed --detach from a shell with another", () => {
+    let recorded: string;
+    let result: unknown;
+    let launched: string[];
+    let started: string[];
+    let other: string;
+    let packets: string[];
+    beforeAll(async () => {
+      recorded = mkdtempSync(join(root, "recorded-"));
+      other = mkdtempSync(join(root, "other-"));
+      const { state, paths, launched: atStart } = await startAndKill("env-1", recorded);
+      started = atStart;
+      const r = await crwFlow(["resume", "env-1", "--detach", "--state", state, "--json"], {
+        ...env,
+        TMPDIR: other,
+        CRW_FLOW_ENV_MARK: "resumer",
+      });
+      expect(r.code, r.stderr).toBe(0);
+      launched = environOf(Number(r.json().resumed_pid));
+      result = await finish("env-1", state);
+      // the packets the relaunched process published: step rows after its own started row
+      const rows = readJournalFile(paths.journal).rows;
+      const relaunched = rows.filter((x) => x.type === "started").at(-1)?.seq ?? Infinity;
+      packets = rows.flatMap((x) =>
+        x.type === "step_published" && x.seq > relaunched ? [readFileSync(x.packet, "utf8")] : [],
+      );
+    }, 60_000);
+
+    it("the packet the relaunched process publishes names the TMPDIR run.json records, never the shell's (S000-043)", () => {
+      expect(packets.length).toBeGreaterThan(0);
+      for (const p of packets) {
+        expect(p).toContain(`The run's temporary directory is ${recorded} (env.TMPDIR of `);
+        expect(p).toContain(`TMPDIR=${recorded}`);
+        expect(p).not.toContain(other);
+      }
+    });
+
+    it("the detached process is launched with the resuming shell's environment and the spec's TMPDIR in place of the shell's, once (S000-238)", () => {
+      expect(launched.filter((e) => e.startsWith("TMPDIR="))).toEqual([`TMPDIR=${recorded}`]);
+      expect(launched).toContain("CRW_FLOW_ENV_MARK=resumer");
+      expect(result).toMatchObject({ mark: "resumer" });
+    });
+
+    it("the start's detached process is launched with the starting shell's environment and one TMPDIR entry (S000-238)", () => {
+      expect(started.filter((e) => e.startsWith("TMPDIR="))).toEqual([`TMPDIR=${recorded}`]);
+      expect(started).toContain("CRW_FLOW_ENV_MARK=starter");
+    });
+
+    it("the relaunched run runs below the TMPDIR its start recorded, not the shell's other one (S000-239)", () => {
+      expect(result).toMatchObject({ tmp: recorded });
+    });
+
+    it("the run's temporary files (os.tmpdir) land below the recorded TMPDIR", () => {
+      expect(result).toMatchObject({ os: recorded });
+    });
+  });
+
+  it("a run relaunched from a shell with no TMPDIR runs below the TMPDIR its start recorded (S000-239)", async () => {
+    const recorded = mkdtempSync(join(root, "recorded-"));
+    const { state } = await startAndKill("env-4", recorded);
+    const { TMPDIR: _none, ...bare } = env;
+    const r = await crwFlow(["resume", "env-4", "--detach", "--state", state, "--json"], bare);
+    expect(r.code, r.stderr).toBe(0);
+    expect(environOf(Number(r.json().resumed_pid)).filter((e) => e.startsWith("TMPDIR="))).toEqual([
+      `TMPDIR=${recorded}`,
+    ]);
+    expect(await finish("env-4", state)).toMatchObject({ tmp: recorded, os: recorded });
+  });
+
+  it("next's resume launches the run's process with the asking shell's environment and the recorded TMPDIR in place, once (S000-238)", async () => {
     const recorded = mkdtempSync(join(root, "recorded-"));
     const other = mkdtempSync(join(root, "other-"));
-    const { state } = await startAndKill("env-1", recorded);
-    const r = await crwFlow(["resume", "env-1", "--detach", "--state", state, "--json"], {
+    const { state } = await startAndKill("env-5", recorded);
+    const r = await crwFlow(["next", "env-5", "--state", state, "--json"], {
       ...env,
       TMPDIR: other,
+      CRW_FLOW_ENV_MARK: "asker",
     });
     expect(r.code, r.stderr).toBe(0);
-    expect(await finish("env-1", state)).toEqual({ tmp: recorded });
+    const launched = environOf(Number(r.json().resumed_pid));
+    expect(launched.filter((e) => e.startsWith("TMPDIR="))).toEqual([`TMPDIR=${recorded}`]);
+    expect(launched).toContain("CRW_FLOW_ENV_MARK=asker");
+    expect(await finish("env-5", state)).toMatchObject({ tmp: recorded, mark: "asker" });
+  });
+
+  it("crw flow answer's resume launches the run's process with the answering shell's environment and the recorded TMPDIR in place, once (S000-238)", async () => {
+    const recorded = mkdtempSync(join(root, "recorded-"));
+    const other = mkdtempSync(join(root, "other-"));
+    const state = join(root, "state");
+    const paths = runPaths(state, "env-6");
+    const workflow = join(root, "decide.mjs");
+    writeFileSync(workflow, decideSource);
+    // a local run: no owner thread, no host
+    const { CODEX_THREAD_ID: _t, CRW_FLOW_HOST: _h, ...local } = env;
+    const start = await crwFlow(
+      ["start", workflow, "--run", "env-6", "--state", state, "--json"],
+      { ...local, TMPDIR: recorded },
+      root,
+    );
+    expect(start.code, start.stderr).toBe(0);
+    await waitFor(
+      "the run to pause for its decision and let the run go",
+      () =>
+        existsSync(paths.journal) &&
+        readJournalFile(paths.journal).rows.some((x) => x.type === "run_paused") &&
+        lockHolder(paths.runLock) === null,
+      30_000,
+    );
+    const r = await crwFlow(["answer", "env-6", "ship", "yes", "--state", state, "--json"], {
+      ...local,
+      TMPDIR: other,
+      CRW_FLOW_ENV_MARK: "answerer",
+    });
+    expect(r.code, r.stderr).toBe(0);
+    const ended = await waitFor(
+      "the run to end",
+      () => readJournalFile(paths.journal).rows.find((x) => x.type === "run_ended"),
+      30_000,
+    );
+    expect(ended).toMatchObject({
+      result: { ship: "yes", launched: ["CRW_FLOW_ENV_MARK=answerer", `TMPDIR=${recorded}`] },
+    });
   });
 
   it("S000-240: a spec written before the env record leaves the launched process the caller's environment", async () => {
@@ -99,7 +236,7 @@ describe("the run's recorded environment", () => {
       TMPDIR: other,
     });
     expect(r.code, r.stderr).toBe(0);
-    expect(await finish("env-2", state)).toEqual({ tmp: other });
+    expect(await finish("env-2", state)).toMatchObject({ tmp: other });
   });
 
   it("S000-251: an in-process run (foreground resume) with an unusable recorded TMPDIR is refused with exit 2 before any lock or row", async () => {

@@ -6,12 +6,13 @@ import {
   evidenceRecordPath,
   foldCall,
   type JournalRow,
+  JournalWriter,
   newestGeneration,
   releaseEvidence,
   restoreEvidence,
   stepEvidence,
 } from "@crw/flow";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { answerSchema, defineWorkflow, type InProcessRun, inProcessRun, json } from "./helpers/harness.js";
 
 let run: InProcessRun | null = null;
@@ -49,54 +50,111 @@ async function take(r: InProcessRun, call: string, agentType = "worker") {
 }
 
 describe("flow evidence records", () => {
-  it("S000-023 S000-076 S000-081 S000-169: a gated executor's spawn step names its record; the bind writes evidence_placed, then the record under the host cwd, then thread_started with evidence_cwd; the run's end releases it", async () => {
-    run = await inProcessRun({});
-    const r = run;
-    r.spec.evidence = true;
-    const repo = r.spec.repo; // the owner's cwd: the cwd the host reports for its subagents
-    const { done } = r.background(build);
-    const ex = await take(r, "executor.1");
-    expect(ex.reply).toBe("bound");
-    const rows = r.rows();
-    const assignment = `flow:${r.spec.run_id}/executor.1/g1`;
-    expect(of(rows, "step_published", "executor.1")[0]).toMatchObject({
-      action: "spawn",
-      evidence_assignment: assignment,
-      evidence_cwds: [],
-      evidence_ignored: [],
+  describe("a run with an evidence cwd binding a gated executor and an explorer", () => {
+    let r: InProcessRun;
+    let repo: string;
+    let assignment: string;
+    let record: string;
+    let bound: JournalRow[];
+    let explorerRows: JournalRow[];
+    // whether the record was there as the evidence_placed row went to the journal, and once it was durable
+    const atPlaced: Array<{ before: boolean; durable: boolean }> = [];
+    let releasedAtEnd: boolean;
+    let recordAtBind: unknown;
+
+    beforeAll(async () => {
+      r = await inProcessRun({});
+      r.spec.evidence = true;
+      repo = r.spec.repo; // the owner's cwd: the cwd the host reports for its subagents
+      assignment = `flow:${r.spec.run_id}/executor.1/g1`;
+      record = evidenceRecordPath(repo, assignment);
+      const append = JournalWriter.prototype.append;
+      const spy = vi.spyOn(JournalWriter.prototype, "append").mockImplementation(function (
+        this: JournalWriter,
+        batch,
+      ) {
+        const placed = batch.some((x) => x.type === "evidence_placed");
+        const before = placed && existsSync(record);
+        const rows = append.call(this, batch);
+        if (placed) atPlaced.push({ before, durable: existsSync(record) });
+        return rows;
+      });
+      const { done } = r.background(build);
+      try {
+        const ex = await take(r, "executor.1");
+        expect(ex.reply).toBe("bound");
+        bound = r.rows();
+        recordAtBind = JSON.parse(readFileSync(record, "utf8"));
+        const lo = await take(r, "explorer.1", "explorer");
+        expect(lo.reply).toBe("bound");
+        explorerRows = r.rows();
+        r.fake.answer(ex.agent, '{"summary":"built","score":1}');
+        r.fake.answer(lo.agent, '{"summary":"looked","score":2}');
+        expect(await done).toMatchObject({ state: "completed" });
+      } finally {
+        spy.mockRestore();
+      }
+      releasedAtEnd = !existsSync(record);
+    }, 60_000);
+
+    afterAll(async () => {
+      await r?.close();
     });
-    const placed = of(rows, "evidence_placed", "executor.1");
-    expect(placed).toEqual([
-      expect.objectContaining({
+
+    it("the gated executor's spawn step names its record, with no cwd written under yet and none ignored; the explorer's names none (S000-023)", () => {
+      expect(of(bound, "step_published", "executor.1")[0]).toMatchObject({
+        action: "spawn",
         evidence_assignment: assignment,
-        evidence_cwd: repo,
-        attempt: 1,
-        marker: "executor.1/t1-a1",
-      }),
-    ]);
-    const thread = of(rows, "thread_started", "executor.1")[0];
-    expect(thread).toMatchObject({ evidence_cwd: repo, host_cwd: repo });
-    expect(placed[0]?.seq).toBeLessThan(thread?.seq as number);
-    const record = evidenceRecordPath(repo, assignment);
-    expect(JSON.parse(readFileSync(record, "utf8"))).toMatchObject({
-      kind: "crw-flow-evidence",
-      run_id: r.spec.run_id,
-      call: "executor.1",
-      evidence_assignment: assignment,
-      marker: "executor.1/t1-a1",
-      role: "executor",
+        evidence_cwds: [],
+        evidence_ignored: [],
+      });
+      const explorerStep = of(explorerRows, "step_published", "explorer.1")[0];
+      expect(explorerStep).toBeDefined();
+      expect(explorerStep?.evidence_assignment).toBeUndefined();
+      expect(explorerStep?.evidence_cwds).toBeUndefined();
     });
-    // a role that is not gated names no record
-    const lo = await take(r, "explorer.1", "explorer");
-    expect(lo.reply).toBe("bound");
-    const explorerStep = of(r.rows(), "step_published", "explorer.1")[0];
-    expect(explorerStep?.evidence_assignment).toBeUndefined();
-    expect(of(r.rows(), "thread_started", "explorer.1")[0]?.evidence_cwd).toBeUndefined();
-    r.fake.answer(ex.agent, '{"summary":"built","score":1}');
-    r.fake.answer(lo.agent, '{"summary":"looked","score":2}');
-    expect(await done).toMatchObject({ state: "completed" });
-    // S000-171: the run's end releases every copy its rows name
-    expect(existsSync(record)).toBe(false);
+
+    it("the executor's thread_started carries evidence_cwd, the host cwd; the explorer's none (S000-076)", () => {
+      expect(of(bound, "thread_started", "executor.1")[0]).toMatchObject({
+        evidence_cwd: repo,
+        host_cwd: repo,
+      });
+      const explorerThread = of(explorerRows, "thread_started", "explorer.1")[0];
+      expect(explorerThread).toBeDefined();
+      expect(explorerThread?.evidence_cwd).toBeUndefined();
+    });
+
+    it("the bind under a cwd no row names writes evidence_placed before the record and before thread_started (S000-081)", () => {
+      expect(atPlaced).toEqual([{ before: false, durable: false }]);
+      const placed = of(bound, "evidence_placed", "executor.1");
+      const thread = of(bound, "thread_started", "executor.1")[0];
+      expect(placed).toHaveLength(1);
+      expect(placed[0]?.seq).toBeLessThan(thread?.seq as number);
+    });
+
+    it("evidence_placed carries the assignment, the cwd, the attempt and the marker, durable before the record is written (S000-169)", () => {
+      expect(of(bound, "evidence_placed", "executor.1")).toEqual([
+        expect.objectContaining({
+          evidence_assignment: assignment,
+          evidence_cwd: repo,
+          attempt: 1,
+          marker: "executor.1/t1-a1",
+        }),
+      ]);
+      expect(atPlaced[0]?.durable).toBe(false);
+    });
+
+    it("the record under the host cwd names the run, the call, the assignment, the marker and the role; the run's end removes it (S000-171)", () => {
+      expect(recordAtBind).toMatchObject({
+        kind: "crw-flow-evidence",
+        run_id: r.spec.run_id,
+        call: "executor.1",
+        evidence_assignment: assignment,
+        marker: "executor.1/t1-a1",
+        role: "executor",
+      });
+      expect(releasedAtEnd).toBe(true);
+    });
   });
 
   it("S000-023: a later attempt's spawn step lists the cwds its record was written under before the row; the same cwd is not placed twice", async () => {

@@ -1,7 +1,7 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { JournalWriter, spawnMessage } from "@crw/flow";
-import { afterEach, describe, expect, it } from "vitest";
+import { type JournalRow, JournalWriter, type StepFile, spawnMessage } from "@crw/flow";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   appendStartedPrepared,
   defineWorkflow,
@@ -10,110 +10,178 @@ import {
   countSchema as schema,
 } from "./helpers/harness.js";
 
-let run: InProcessRun | null = null;
-afterEach(async () => {
-  await run?.close();
-  run = null;
-});
-
 const one = defineWorkflow({
   name: "one",
   run: (ctx) => ctx.call({ role: "explorer", task: "count", schema }),
 });
 
-describe("an interrupt goes with its turn across a restart", () => {
-  it("S000-109 S000-110 S000-111 S000-112: a resumed process ends the turn the interrupt_requested row names held, whatever it came to; the next attempt has no intent", async () => {
-    run = await inProcessRun();
-    const { paths } = run;
-    const call = "explorer.1";
-    const workspace = join(paths.workspaces, call);
-    mkdirSync(workspace, { recursive: true });
-    const packet = join(paths.steps, call, "packet-t1-a1.md");
-    const marker = `${call}/t1-a1`;
-    // the subagent took the step and its turn then completed, after the dead process asked to interrupt it
-    const a = run.fake.spawnSubagent({
-      ownerThreadId: run.owner,
-      message: spawnMessage(marker, "explorer", workspace, packet),
-      agentRole: "explorer",
-    });
-    run.fake.answer(a.threadId, '{"n":1}');
-    const input = { role: "explorer" as const, task: "count", schema, workspace: null };
-    const w = JournalWriter.create(paths.journal, run.spec.run_id);
-    appendStartedPrepared(w, call, input, workspace);
-    w.append([
-      {
-        type: "step_published",
-        call,
-        op: `${call}/t1`,
-        k: 1,
-        marker,
-        attempt: 1,
-        action: "spawn",
-        input: "count",
-        input_digest: "sha256:i",
-        packet,
-        packet_digest: "sha256:p",
-        role: "explorer",
-        agent_type: "explorer",
-        model: null,
-        effort: null,
-        workspace,
-        conversation_turn: 1,
-      },
-    ]);
-    w.append([
-      {
-        type: "thread_started",
-        call,
-        thread_id: a.threadId,
-        model: null,
-        effort: null,
-        cwd: workspace,
-        host_cwd: null,
-        parent_thread_id: run.owner,
-        agent_role: "explorer",
-        attempt: 1,
-        via: "session",
-        rollout_path: null,
-        marker,
-      },
-      {
-        type: "turn_started",
-        call,
-        op: `${call}/t1`,
-        k: 1,
-        turn_id: a.turnId,
-        attempt: 1,
-        marker,
-        conversation_turn: 1,
-      },
-    ]);
-    w.append([
-      {
-        type: "interrupt_requested",
-        call,
-        op: `${call}/t1`,
-        reason: "usage_limit",
-        k: 1,
-        attempt: 1,
-        turn_id: a.turnId,
-      },
-    ]);
-    w.close();
+type End = "answered" | "failed";
 
-    const { done } = run.background(one);
-    const [s2] = await run.steps();
-    if (!s2) throw new Error("no next attempt");
-    const rows = run.rows().filter((r) => "call" in r && r.call === call);
-    const held = rows.find((r) => r.type === "held");
-    expect(held).toMatchObject({ reason: "usage_limit" }); // the completed turn ends held for the row's reason
-    expect(rows.some((r) => r.type === "completed")).toBe(false);
-    expect(s2).toMatchObject({ k: 2, attempt: 2, action: "spawn" });
-    const b = run.spawn(s2, "explorer");
-    expect(await run.report(s2, b.threadId)).toBe("bound");
-    run.fake.answer(b.threadId, '{"n":2}');
-    expect(await done).toEqual({ state: "completed", result: { n: 2 } }); // the new attempt carries no intent
-    const after = run.rows();
-    expect(after.filter((r) => r.type === "interrupt_requested")).toHaveLength(1);
+interface Outcome {
+  rows: JournalRow[];
+  interruptedTurn: string;
+  next: StepFile;
+  nextThread: string;
+  result: unknown;
+}
+
+/**
+ * A dead process asked to interrupt attempt 1's turn (usage_limit) and the turn then ended on the host as
+ * `end` says; a process resumes the run, and attempt 2 is answered.
+ */
+async function interruptedThenResumed(end: End): Promise<Outcome> {
+  const run = await inProcessRun();
+  const { paths } = run;
+  const call = "explorer.1";
+  const workspace = join(paths.workspaces, call);
+  mkdirSync(workspace, { recursive: true });
+  const packet = join(paths.steps, call, "packet-t1-a1.md");
+  const marker = `${call}/t1-a1`;
+  // the subagent took the step and its turn then ended (answered or failed), after the dead process asked to interrupt it
+  const a = run.fake.spawnSubagent({
+    ownerThreadId: run.owner,
+    message: spawnMessage(marker, "explorer", workspace, packet),
+    agentRole: "explorer",
+  });
+  if (end === "answered") run.fake.answer(a.threadId, '{"n":1}');
+  else run.fake.failTurn(a.threadId, "internalServerError");
+  const input = { role: "explorer" as const, task: "count", schema, workspace: null };
+  const w = JournalWriter.create(paths.journal, run.spec.run_id);
+  appendStartedPrepared(w, call, input, workspace);
+  w.append([
+    {
+      type: "step_published",
+      call,
+      op: `${call}/t1`,
+      k: 1,
+      marker,
+      attempt: 1,
+      action: "spawn",
+      input: "count",
+      input_digest: "sha256:i",
+      packet,
+      packet_digest: "sha256:p",
+      role: "explorer",
+      agent_type: "explorer",
+      model: null,
+      effort: null,
+      workspace,
+      conversation_turn: 1,
+    },
+  ]);
+  w.append([
+    {
+      type: "thread_started",
+      call,
+      thread_id: a.threadId,
+      model: null,
+      effort: null,
+      cwd: workspace,
+      host_cwd: null,
+      parent_thread_id: run.owner,
+      agent_role: "explorer",
+      attempt: 1,
+      via: "session",
+      rollout_path: null,
+      marker,
+    },
+    {
+      type: "turn_started",
+      call,
+      op: `${call}/t1`,
+      k: 1,
+      turn_id: a.turnId,
+      attempt: 1,
+      marker,
+      conversation_turn: 1,
+    },
+  ]);
+  w.append([
+    {
+      type: "interrupt_requested",
+      call,
+      op: `${call}/t1`,
+      reason: "usage_limit",
+      k: 1,
+      attempt: 1,
+      turn_id: a.turnId,
+    },
+  ]);
+  w.close();
+
+  runs.push(run);
+  const { done } = run.background(one);
+  const [next] = await run.steps();
+  if (!next) throw new Error("no next attempt");
+  const b = run.spawn(next, "explorer");
+  expect(await run.report(next, b.threadId)).toBe("bound");
+  run.fake.answer(b.threadId, '{"n":2}');
+  const result = await done;
+  return { rows: run.rows(), interruptedTurn: a.turnId, next, nextThread: b.threadId, result };
+}
+
+const runs: InProcessRun[] = [];
+const outcomes = {} as Record<End, Outcome>;
+
+beforeAll(async () => {
+  outcomes.answered = await interruptedThenResumed("answered");
+  outcomes.failed = await interruptedThenResumed("failed");
+}, 60_000);
+
+afterAll(async () => {
+  for (const r of runs) await r.close();
+});
+
+const call = "explorer.1";
+const ofCall = (o: Outcome) => o.rows.filter((r) => "call" in r && r.call === call);
+const seqOf = (o: Outcome, pred: (r: JournalRow) => boolean) => {
+  const r = ofCall(o).find(pred);
+  if (!r) throw new Error("no such row");
+  return r.seq;
+};
+
+describe("an interrupt goes with its turn across a restart", () => {
+  it("the resumed process applies the interrupt to attempt 1's turn, the one the row names: held before attempt 2 is published (S000-109)", () => {
+    for (const o of Object.values(outcomes)) {
+      const held = seqOf(o, (r) => r.type === "held");
+      const turn1 = seqOf(o, (r) => r.type === "turn_started" && r.attempt === 1);
+      const step2 = seqOf(o, (r) => r.type === "step_published" && r.attempt === 2);
+      expect(turn1).toBeLessThan(held);
+      expect(held).toBeLessThan(step2);
+      expect(o.next).toMatchObject({ k: 2, attempt: 2, action: "spawn" });
+    }
+  });
+
+  it("that turn ends held for the row's reason whatever it came to: an answer or a failure (S000-110)", () => {
+    for (const o of Object.values(outcomes)) {
+      const before = ofCall(o).filter(
+        (r) => r.seq < seqOf(o, (x) => x.type === "step_published" && x.attempt === 2),
+      );
+      expect(before.filter((r) => r.type === "held")).toEqual([
+        expect.objectContaining({ reason: "usage_limit" }),
+      ]);
+      expect(before.some((r) => r.type === "completed")).toBe(false);
+    }
+  });
+
+  it("the next attempt's turn, after the interrupted one, starts with no intent: it is answered and completes the call", () => {
+    for (const o of Object.values(outcomes)) {
+      expect(o.result).toEqual({ state: "completed", result: { n: 2 } });
+      const t2 = seqOf(o, (r) => r.type === "turn_started" && r.attempt === 2);
+      const after = ofCall(o).filter((r) => r.seq > t2);
+      expect(after.some((r) => r.type === "completed")).toBe(true);
+      expect(after.some((r) => r.type === "held")).toBe(false);
+    }
+  });
+
+  it("the intent is read against the turn the row names and never moved onto another: one interrupt row, naming attempt 1's turn (S000-112)", () => {
+    for (const o of Object.values(outcomes)) {
+      const interrupts = o.rows.filter((r) => r.type === "interrupt_requested");
+      expect(interrupts).toEqual([expect.objectContaining({ turn_id: o.interruptedTurn, attempt: 1 })]);
+      const t2 = ofCall(o).find((r) => r.type === "turn_started" && r.attempt === 2);
+      expect(t2).toMatchObject({ k: 2 });
+      expect((t2 as { turn_id: string }).turn_id).not.toBe(o.interruptedTurn);
+      expect(o.rows.filter((r) => r.type === "held")).toHaveLength(1);
+    }
   });
 });

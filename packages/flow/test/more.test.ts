@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { executeRun, JournalWriter, readReply } from "@crw/flow";
-import { afterEach, describe, expect, it } from "vitest";
+import { executeRun, type JournalRow, JournalWriter, readReply, type StepFile } from "@crw/flow";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import {
   appendStartedPrepared,
   defineWorkflow,
@@ -22,24 +22,78 @@ const one = (role: "explorer" | "executor" = "explorer") =>
   defineWorkflow({ name: "one", run: (ctx) => ctx.call({ role, task: "count", schema }) });
 
 describe("more of the session call", () => {
-  it("S000-009 S000-013 S000-025 S000-083: P is made after the prepared row and is the call's cwd; the step files are where the seed says", async () => {
-    run = await inProcessRun();
-    const { done } = run.background(one());
-    const s = await run.firstStep();
-    const P = join(run.paths.workspaces, "explorer.1");
-    expect(existsSync(P)).toBe(true);
-    expect(s.workspace).toBe(P);
-    expect(s.packet).toBe(join(run.paths.steps, "explorer.1", "packet-t1-a1.md"));
-    expect(existsSync(join(run.paths.steps, "explorer.1", "t1-a1.json"))).toBe(true);
-    expect(readFileSync(s.packet, "utf8")).toContain(`Your workspace is ${P}`);
-    const a = run.spawn(s, "explorer");
-    expect(await run.report(s, a.threadId)).toBe("bound");
-    await new Promise((r) => setTimeout(r, 200)); // the turn runs on: the run keeps reading it
-    expect(of(run.rows(), "completed")).toHaveLength(0);
-    run.fake.answer(a.threadId, '{"n":1}');
-    await done;
-    expect(of(run.rows(), "thread_started")[0]).toMatchObject({ cwd: P });
-    expect(of(run.rows(), "thread_started")[0]).not.toMatchObject({ host_cwd: P });
+  describe("one session call, start to end", () => {
+    let r: InProcessRun;
+    let P: string;
+    let s: StepFile;
+    let stepFile: string;
+    let packetText: string;
+    const seen = { atPrepared: null as boolean | null, atPreparedDurable: null as boolean | null };
+    let completedWhileRunning: number;
+    let rows: JournalRow[];
+
+    beforeAll(async () => {
+      r = await inProcessRun();
+      P = join(r.paths.workspaces, "explorer.1");
+      // whether P exists as the prepared row is written, and as it is durable (before the engine goes on)
+      const appendDurable = JournalWriter.prototype.appendDurable;
+      const spy = vi.spyOn(JournalWriter.prototype, "appendDurable").mockImplementation(function (
+        this: JournalWriter,
+        batch,
+      ) {
+        const prepared = batch.some((x) => x.type === "prepared");
+        if (prepared) seen.atPrepared = existsSync(P);
+        const answer = appendDurable.call(this, batch);
+        if (prepared) void answer.then(() => (seen.atPreparedDurable = existsSync(P)));
+        return answer;
+      });
+      const { done } = r.background(one());
+      s = await r.firstStep();
+      spy.mockRestore();
+      stepFile = readFileSync(join(r.paths.steps, "explorer.1", "t1-a1.json"), "utf8");
+      packetText = readFileSync(s.packet, "utf8");
+      const a = r.spawn(s, "explorer");
+      expect(await r.report(s, a.threadId)).toBe("bound");
+      await new Promise((x) => setTimeout(x, 200)); // the turn runs on: the run keeps reading it
+      completedWhileRunning = of(r.rows(), "completed").length;
+      r.fake.answer(a.threadId, '{"n":1}');
+      expect(await done).toEqual({ state: "completed", result: { n: 1 } });
+      rows = r.rows();
+    }, 60_000);
+
+    afterAll(async () => {
+      await r?.close();
+    });
+
+    it("the call's directory P is made after its prepared row is durable, and is there when its step is published (S000-009)", () => {
+      expect(seen).toEqual({ atPrepared: false, atPreparedDurable: false });
+      expect(existsSync(P)).toBe(true);
+      expect(s.workspace).toBe(P);
+      const prepared = of(rows, "prepared")[0];
+      const step = of(rows, "step_published")[0];
+      expect(prepared?.seq).toBeLessThan(step?.seq as number);
+    });
+
+    it("the step file bus writes the packet at steps/<call>/packet-t<k>-a<n>.md and the step at steps/<call>/t<k>-a<n>.json (S000-025)", () => {
+      expect(r.paths.steps).toBe(join(r.spec.repo, "..", "state", "flow", "run-1", "steps"));
+      expect(s.packet).toBe(join(r.paths.steps, "explorer.1", "packet-t1-a1.md"));
+      expect(of(rows, "step_published")[0]).toMatchObject({ packet: s.packet });
+      expect(JSON.parse(stepFile)).toMatchObject({ call: "explorer.1", k: 1, attempt: 1 });
+    });
+
+    it("P is the call's cwd: the packet's workspace, the step's and the bound thread's cwd (no host cwd of its own)", () => {
+      expect(packetText).toContain(`Your workspace is ${P}`);
+      expect(of(rows, "thread_started")[0]).toMatchObject({ cwd: P });
+      expect(of(rows, "thread_started")[0]).not.toMatchObject({ host_cwd: P });
+    });
+
+    it("the run reads the bound subagent until its marker turn ends: nothing completes while it runs, then completed (S000-083)", () => {
+      expect(completedWhileRunning).toBe(0);
+      const turn = of(rows, "turn_started")[0];
+      const completed = of(rows, "completed");
+      expect(completed).toHaveLength(1);
+      expect(turn?.seq).toBeLessThan(completed[0]?.seq as number);
+    });
   });
 
   it("S000-026 S000-018: a repair whose subagent is closed is a spawn on a new attempt, carrying the previous answer", async () => {

@@ -27,20 +27,36 @@ const base = {
 };
 
 describe("the spawn message and the packet", () => {
-  it("S000-035 S000-036 S000-037 S000-038: the spawn message is exactly the seed's short form", () => {
+  describe("the spawn message", () => {
     const m = spawnMessage("review.1/t1-a1", "reviewer", "/ws/review.1", "/s/packet-t1-a1.md");
-    expect(m).toBe(
-      [
-        "crw-flow-op: review.1/t1-a1",
-        "CRW-ROLE: reviewer",
-        "",
+    const lines = m.split("\n");
+
+    it("is short: the marker line, the role line, a blank line, and no task text of its own (S000-035)", () => {
+      expect(lines.slice(0, 3)).toEqual(["crw-flow-op: review.1/t1-a1", "CRW-ROLE: reviewer", ""]);
+      expect(markerInText(m)).toBe("review.1/t1-a1");
+      // the packet holds the rest: three sentences of rules and the packet's path, nothing else
+      expect(lines.slice(3).filter((l) => l !== "")).toHaveLength(3);
+      expect(m).not.toContain("## ");
+    });
+
+    it("says the shell does not start in the workspace, names it, requires workdir there and absolute paths under it (S000-036)", () => {
+      expect(lines[3]).toBe(
         "Your shell starts in a directory that is NOT your workspace. Your workspace is /ws/review.1: run every command with workdir /ws/review.1 and edit only by absolute paths under /ws/review.1.",
+      );
+    });
+
+    it("says to read the packet in full and follow it, and that the subagent is a leaf that never spawns (S000-037)", () => {
+      expect(lines[4]).toBe(
         "Read the task packet /s/packet-t1-a1.md in full and follow it exactly. You are a leaf subagent: never spawn agents.",
+      );
+    });
+
+    it("says the final message is exactly the packet's JSON object and nothing else (S000-038)", () => {
+      expect(lines[5]).toBe(
         "Your final message is exactly the JSON object the packet names, and nothing else.",
-        "",
-      ].join("\n"),
-    );
-    expect(markerInText(m)).toBe("review.1/t1-a1");
+      );
+      expect(lines.slice(6)).toEqual([""]);
+    });
   });
 
   it("S000-039: a send_input message is the marker line and the turn's input", () => {
@@ -68,23 +84,51 @@ describe("the spawn message and the packet", () => {
     expect(buildPacket(base)).not.toContain("spawn helpers");
   });
 
-  it("S000-041 S000-042 S000-043 S000-044 S000-045: TMPDIR is the first tool, first in the prefix and the entries; go follows", () => {
+  describe("the repository tools of a run with a recorded TMPDIR and a go root", () => {
     const tools = repositoryTools(
       { dir: "/tmp/run", specPath: "/s/run.json" },
       { dir: "/opt/go", source: "/repo/.crw/flow-roles.json" },
     );
-    expect(tools?.prefix).toBe('TMPDIR=/tmp/run PATH=/opt/go/bin:"$PATH" GOROOT=/opt/go GOTOOLCHAIN=local');
-    expect(tools?.entries[0]).toEqual(["TMPDIR", "/tmp/run"]);
-    expect(tools?.facts[0]).toContain("/tmp/run");
-    expect(tools?.facts[0]).toContain("/s/run.json");
-    expect(tools?.facts[1]).toContain("/repo/.crw/flow-roles.json");
-    const p = buildPacket({
+    const packet = buildPacket({
       ...base,
       tmpdir: { dir: "/tmp/run", specPath: "/s/run.json" },
-      goRoot: { dir: "/opt/go", source: "/r" },
+      goRoot: { dir: "/opt/go", source: "/repo/.crw/flow-roles.json" },
     });
-    expect(p).toContain("## Repository tools");
-    expect(p).toContain('TMPDIR=/tmp/run PATH=/opt/go/bin:"$PATH" GOROOT=/opt/go GOTOOLCHAIN=local');
+    const section = packet.slice(packet.indexOf("## Repository tools"), packet.indexOf("## Role:"));
+
+    it("the packet has a Repository tools section naming go under go_root and the file that sets it (S000-041)", () => {
+      expect(packet.indexOf("## Repository tools")).toBeGreaterThan(packet.indexOf("## Where you work"));
+      expect(section).toContain(
+        "- The repository's go is /opt/go/bin/go (verifier.go_root, set in /repo/.crw/flow-roles.json).",
+      );
+    });
+
+    it("the section's prefix sets PATH, GOROOT and GOTOOLCHAIN=local for go, for every command (S000-042)", () => {
+      expect(tools?.prefix.endsWith('PATH=/opt/go/bin:"$PATH" GOROOT=/opt/go GOTOOLCHAIN=local')).toBe(true);
+      expect(section).toContain(
+        'Put this prefix in front of every command you run (your shell is not configured for this run):\n\n```\nTMPDIR=/tmp/run PATH=/opt/go/bin:"$PATH" GOROOT=/opt/go GOTOOLCHAIN=local\n```',
+      );
+    });
+
+    it("the recorded TMPDIR is the first tool: a fact naming the directory and run.json, before go's (S000-043)", () => {
+      expect(tools?.facts[0]).toBe(
+        "The run's temporary directory is /tmp/run (env.TMPDIR of /s/run.json); temporary files go there.",
+      );
+      expect(tools?.facts[1]).toContain("/opt/go/bin/go");
+      expect(section.indexOf("/tmp/run (env.TMPDIR")).toBeLessThan(section.indexOf("The repository's go"));
+    });
+
+    it("TMPDIR=<dir> comes first in the prefix the subagent puts before every command (S000-044)", () => {
+      expect(tools?.prefix.split(" ")[0]).toBe("TMPDIR=/tmp/run");
+      expect(section).toMatch(/every command you run[^\n]*\n\n```\nTMPDIR=\/tmp\/run /);
+    });
+
+    it("TMPDIR=<dir> comes first in the environment entries (S000-045)", () => {
+      expect(tools?.entries.map(([k]) => k)).toEqual(["TMPDIR", "PATH", "GOROOT", "GOTOOLCHAIN"]);
+      expect(tools?.entries[0]).toEqual(["TMPDIR", "/tmp/run"]);
+      const entries = section.slice(section.indexOf("Environment entries, in order:"));
+      expect(entries.split("\n").filter((l) => l.startsWith("- "))[0]).toBe("- TMPDIR=/tmp/run");
+    });
   });
 
   it("S000-046 S000-047 S000-048: no go gives the TMPDIR tool alone; a spec without env gives no TMPDIR fact", () => {

@@ -5,10 +5,13 @@ import {
   bindRunOwner,
   executeRun,
   listStepFiles,
+  pidAlive,
   readCodexSettings,
+  readSpec,
   resolveTable,
   runPaths,
   sessionFacts,
+  tryLock,
 } from "@crw/flow";
 import { FakeAppServer } from "@crw/tools/codex";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -56,49 +59,133 @@ describe("the start preview's session facts", () => {
     expect(s).toMatchObject({ maxThreads: 4, multiAgentV2: true, agentTypes: ["architect", "reviewer"] });
   });
 
-  it("S000-192 S000-313 S000-308 S000-311 S000-312: six facts, verifier_prerequisites judged for every run; a role without a model or effort and a refused agent_type are flagged", () => {
-    const { facts } = factsFor("[agents]\nmax_threads = 6\n");
-    expect(facts.map((f) => f.fact)).toEqual([
-      "owner_bound",
-      "role_models",
-      "owner_state_writable",
-      "subagent_slots",
-      "multi_agent_v1",
-      "verifier_prerequisites",
-    ]);
-    const byFact = Object.fromEntries(facts.map((f) => [f.fact, f]));
-    expect(byFact.owner_bound?.ok).toBe(true);
-    expect(byFact.role_models?.ok).toBe(false);
-    expect(byFact.role_models?.detail).toContain("architect has no model");
-    // the real host refuses agent_type architect/reviewer/executor unless [agents.<type>] is configured
-    expect(byFact.role_models?.detail).toContain("agent_type architect");
-    expect(byFact.role_models?.detail).toContain("[agents.executor]");
-    expect(byFact.subagent_slots?.ok).toBe(true);
-    expect(byFact.multi_agent_v1?.ok).toBe(true);
-    expect(byFact.verifier_prerequisites?.ok).toBe(true);
-
+  describe("the six facts of a run on a store with undecided pairs, and of one with every pair", () => {
+    const byFact = (facts: Array<{ fact: string; ok: boolean; detail: string }>) =>
+      Object.fromEntries(facts.map((f) => [f.fact, f]));
     const all = Object.fromEntries(
       ["architect", "executor", "executor-t1", "reviewer", "explorer", "critic"].map((r) => [
         r,
         { model: "m", effort: "high" },
       ]),
     );
-    const good = factsFor(
-      "[agents]\nmax_threads = 1\n[agents.architect]\n[agents.executor]\n[agents.reviewer]\n[agents.critic]\n[features]\nmulti_agent_v2 = true\n",
-      { ...all, critic: { model: "m", effort: "high", agent_type: "critic" } },
-      { verifier: { go_root: join(root, "no-go") } },
-    ).facts;
-    const g = Object.fromEntries(good.map((f) => [f.fact, f]));
-    expect(g.role_models?.ok).toBe(true);
-    expect(g.subagent_slots).toMatchObject({ ok: false });
-    expect(g.multi_agent_v1).toMatchObject({ ok: false, detail: expect.stringContaining("multi_agent_v2") });
-    expect(g.verifier_prerequisites).toMatchObject({ ok: false, detail: expect.stringContaining("no-go") });
-    const goRoot = join(root, "go");
-    mkdirSync(join(goRoot, "bin"), { recursive: true });
-    writeFileSync(join(goRoot, "bin", "go"), "#!/bin/sh\n");
-    chmodSync(join(goRoot, "bin", "go"), 0o755);
-    const withGo = factsFor("", all, { verifier: { go_root: goRoot } }).facts;
-    expect(withGo.find((f) => f.fact === "verifier_prerequisites")?.ok).toBe(true);
+    const configured = "[agents.architect]\n[agents.executor]\n[agents.reviewer]\n[agents.critic]\n";
+
+    it("names the six facts in order, verifier_prerequisites the sixth", () => {
+      const { facts } = factsFor("[agents]\nmax_threads = 6\n");
+      expect(facts.map((f) => f.fact)).toEqual([
+        "owner_bound",
+        "role_models",
+        "owner_state_writable",
+        "subagent_slots",
+        "multi_agent_v1",
+        "verifier_prerequisites",
+      ]);
+      expect(byFact(facts).owner_bound?.ok).toBe(true);
+    });
+
+    it("owner_bound holds for a thread id with a binding that reads back and no other live run, and fails otherwise (S000-307)", () => {
+      const ok = byFact(factsFor("").facts).owner_bound;
+      expect(ok).toEqual({
+        fact: "owner_bound",
+        ok: true,
+        detail: "owner thread owner-a is bound to the run",
+      });
+      const env = codexHome("");
+      const state = mkdtempSync(join(root, "state-"));
+      const table = resolveTable({ roles: {} }, null);
+      const of = (runId: string, owner: string, bind: ReturnType<typeof bindRunOwner> | null) => {
+        const paths = runPaths(state, runId);
+        mkdirSync(paths.dir, { recursive: true });
+        const codex = readCodexSettings(env);
+        return byFact(sessionFacts({ owner, codex, paths, repo: root, table, bind, pool: 4 })).owner_bound;
+      };
+      expect(of("r0", "", null)).toMatchObject({ ok: false, detail: "no owner thread id" });
+      expect(of("r0", "owner-b", null)).toMatchObject({
+        ok: false,
+        detail: expect.stringContaining("no binding"),
+      });
+      // another run of the thread lives: its process holds its run lock
+      const first = runPaths(state, "r1");
+      mkdirSync(first.dir, { recursive: true });
+      const pairs = Object.fromEntries(Object.entries(table.roles));
+      bindRunOwner({
+        state,
+        owner: "owner-b",
+        runId: "r1",
+        policyDigest: table.policy_digest,
+        rolePairs: pairs,
+      });
+      tryLock(first.runLock, { pid: process.pid });
+      const second = bindRunOwner({
+        state,
+        owner: "owner-b",
+        runId: "r2",
+        policyDigest: table.policy_digest,
+        rolePairs: pairs,
+      });
+      expect(of("r2", "owner-b", second)).toMatchObject({ ok: false, detail: expect.stringContaining("r1") });
+    });
+
+    it("role_models lists the six pairs and flags a role without a model, and a role with a model but no effort (S000-308)", () => {
+      const undecided = byFact(factsFor(`[agents]\nmax_threads = 6\n${configured}`).facts).role_models;
+      expect(undecided?.ok).toBe(false);
+      expect(undecided?.detail).toContain("architect has no model");
+      const noEffort = byFact(
+        factsFor(`[agents]\nmax_threads = 6\n${configured}`, { ...all, reviewer: { model: "m" } }).facts,
+      ).role_models;
+      expect(noEffort).toMatchObject({ ok: false });
+      expect(noEffort?.detail).toContain("reviewer has no effort");
+      expect(noEffort?.detail).not.toContain("has no model");
+      const good = byFact(factsFor(`[agents]\nmax_threads = 6\n${configured}`, all).facts).role_models;
+      expect(good).toEqual({
+        fact: "role_models",
+        ok: true,
+        detail:
+          "architect=m/high, executor=m/high, executor-t1=m/high, reviewer=m/high, explorer=m/high, critic=m/high",
+      });
+    });
+
+    it("role_models flags an agent_type the host refuses unless [agents.<type>] is configured", () => {
+      const { facts } = factsFor("[agents]\nmax_threads = 6\n", all);
+      const f = byFact(facts).role_models;
+      expect(f?.ok).toBe(false);
+      expect(f?.detail).toContain("agent_type architect");
+      expect(f?.detail).toContain("[agents.executor]");
+    });
+
+    it("subagent_slots holds while agents.max_threads leaves a slot for a call beside the owner, and fails at one thread (S000-311)", () => {
+      expect(byFact(factsFor("[agents]\nmax_threads = 6\n").facts).subagent_slots?.ok).toBe(true);
+      expect(byFact(factsFor("[agents]\nmax_threads = 2\n").facts).subagent_slots?.ok).toBe(true);
+      expect(byFact(factsFor("[agents]\nmax_threads = 1\n").facts).subagent_slots).toMatchObject({
+        ok: false,
+        detail: expect.stringContaining("leaves no slot"),
+      });
+    });
+
+    it("multi_agent_v1 holds with features.multi_agent_v2 off and fails naming it when it is on (S000-312)", () => {
+      expect(byFact(factsFor("[agents]\nmax_threads = 6\n").facts).multi_agent_v1?.ok).toBe(true);
+      expect(
+        byFact(factsFor("[agents]\nmax_threads = 6\n[features]\nmulti_agent_v2 = true\n").facts)
+          .multi_agent_v1,
+      ).toMatchObject({ ok: false, detail: expect.stringContaining("multi_agent_v2") });
+    });
+
+    it("verifier_prerequisites is judged for every run: without a verifier, with a go_root lacking go, with an executable go (S000-313)", () => {
+      const none = byFact(factsFor("").facts).verifier_prerequisites;
+      expect(none?.ok).toBe(true);
+      const missing = byFact(
+        factsFor("", all, { verifier: { go_root: join(root, "no-go") } }).facts,
+      ).verifier_prerequisites;
+      expect(missing).toMatchObject({ ok: false, detail: expect.stringContaining("no-go") });
+      const goRoot = join(root, "go");
+      mkdirSync(join(goRoot, "bin"), { recursive: true });
+      writeFileSync(join(goRoot, "bin", "go"), "#!/bin/sh\n");
+      chmodSync(join(goRoot, "bin", "go"), 0o755);
+      const withGo = byFact(
+        factsFor("", all, { verifier: { go_root: goRoot } }).facts,
+      ).verifier_prerequisites;
+      expect(withGo?.ok).toBe(true);
+    });
   });
 
   it("S000-310: owner_state_writable names the run directory, the flow-bound directory and the repository", () => {
@@ -118,25 +205,63 @@ describe("crw flow start's preview", () => {
     await fake?.stop();
   });
 
-  it("S000-189 S000-191 S000-192 S000-306: the pool is min(pool, max_threads - 1), six spawn formats, six facts as warnings; the run starts", async () => {
-    const env: NodeJS.ProcessEnv = { ...codexHome("[agents]\nmax_threads = 3\n"), CRW_FLOW_HOST: fake.url };
-    delete env.CRW_FLOW_FAULT;
-    const wf = join(root, "wf.mjs");
-    writeFileSync(
-      wf,
-      `export default { name: "wf", async run(ctx) { return ctx.call({ role: "explorer", task: "t" }); } };`,
-    );
-    const owner = fake.createOwnerThread({ cwd: root });
-    const state = join(root, "cli-state");
-    const r = await crwFlow(
-      ["start", wf, "--owner", owner, "--state", state, "--run", "facts-1", "--pool", "8", "--json"],
-      env,
-      root,
-    );
-    expect(r.code, r.stderr).toBe(0);
-    const a = r.json();
-    try {
+  describe("a start with --pool 8 on three agent threads (--json), and a start with --pool 1 (human)", () => {
+    let a: Record<string, unknown>;
+    let human: { code: number; stdout: string };
+    let state: string;
+    const pids: number[] = [];
+    let alive: boolean[];
+
+    beforeAll(async () => {
+      const env: NodeJS.ProcessEnv = { ...codexHome("[agents]\nmax_threads = 3\n"), CRW_FLOW_HOST: fake.url };
+      delete env.CRW_FLOW_FAULT;
+      const wf = join(root, "wf.mjs");
+      writeFileSync(
+        wf,
+        `export default { name: "wf", async run(ctx) { return ctx.call({ role: "explorer", task: "t" }); } };`,
+      );
+      const owner = fake.createOwnerThread({ cwd: root });
+      state = join(root, "cli-state");
+      const r = await crwFlow(
+        ["start", wf, "--owner", owner, "--state", state, "--run", "facts-1", "--pool", "8", "--json"],
+        env,
+        root,
+      );
+      expect(r.code, r.stderr).toBe(0);
+      a = r.json();
+      pids.push(Number(a.pid));
+      human = await crwFlow(
+        [
+          "start",
+          wf,
+          "--owner",
+          fake.createOwnerThread({ cwd: root }),
+          "--state",
+          state,
+          "--run",
+          "facts-2",
+          "--pool",
+          "1",
+        ],
+        env,
+        root,
+      );
+      const pid2 = Number(/pid (\d+)/.exec(human.stdout)?.[1]);
+      if (pid2) pids.push(pid2);
+      alive = pids.map((p) => pidAlive(p));
+    }, 60_000);
+
+    afterAll(() => {
+      for (const p of pids) if (pidAlive(p)) process.kill(p, "SIGKILL");
+    });
+
+    it("the pool is min(pool, agents.max_threads - 1): 8 becomes 2, 1 stays 1 (S000-189)", () => {
       expect(a.pool).toBe(2);
+      expect(readSpec(runPaths(state, "facts-1").spec).pool).toBe(2);
+      expect(readSpec(runPaths(state, "facts-2").spec).pool).toBe(1);
+    });
+
+    it("lists each of the six roles' spawn format: spawn_agent(agent_type, message, model, reasoning_effort, fork_context=false) (S000-191)", () => {
       const formats = a.spawn_formats as Array<{
         role: string;
         tool: string;
@@ -151,28 +276,39 @@ describe("crw flow start's preview", () => {
         "critic",
       ]);
       for (const f of formats) {
-        expect(Object.keys(f.arguments)).toEqual(
-          expect.arrayContaining(["agent_type", "message", "fork_context"]),
-        );
+        expect(f.tool).toBe("spawn_agent");
+        expect(Object.keys(f.arguments)).toEqual([
+          "agent_type",
+          "message",
+          "model",
+          "reasoning_effort",
+          "fork_context",
+        ]);
         expect(f.arguments.fork_context).toBe(false);
       }
+    });
+
+    it("lists the six session facts, then whether the owner's host can be reached (S000-192)", () => {
       const facts = a.facts as Array<{ fact: string; ok: boolean }>;
-      // the seed's six, then crw's seventh: whether the owner's host can be reached
-      expect(facts).toHaveLength(7);
-      expect(facts[6]?.fact).toBe("owner_host_reachable");
-      expect(facts.find((f) => f.fact === "role_models")?.ok).toBe(false); // a warning; the run started
-      const human = await crwFlow(
-        ["start", wf, "--owner", fake.createOwnerThread({ cwd: root }), "--state", state, "--run", "facts-2"],
-        env,
-        root,
-      );
+      expect(facts.map((f) => f.fact)).toEqual([
+        "owner_bound",
+        "role_models",
+        "owner_state_writable",
+        "subagent_slots",
+        "multi_agent_v1",
+        "verifier_prerequisites",
+        "owner_host_reachable",
+      ]);
+    });
+
+    it("a failing fact is a warning: the runs start and their processes live (S000-306)", () => {
+      const facts = a.facts as Array<{ fact: string; ok: boolean }>;
+      expect(facts.find((f) => f.fact === "role_models")?.ok).toBe(false);
       expect(human.code).toBe(0);
       expect(human.stdout).toContain("warning: role_models");
-      const pid2 = Number(/pid (\d+)/.exec(human.stdout)?.[1]);
-      if (pid2) process.kill(pid2, "SIGKILL");
-    } finally {
-      process.kill(Number(a.pid), "SIGKILL");
-    }
+      expect(pids).toHaveLength(2);
+      expect(alive).toEqual([true, true]);
+    });
   });
 });
 

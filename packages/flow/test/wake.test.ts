@@ -1,6 +1,6 @@
 import { createAppServerHost, type JournalRow, type NewRow, OwnerWaker } from "@crw/flow";
 import { FakeAppServer } from "@crw/tools/codex";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { answerSchema, defineWorkflow, type InProcessRun, inProcessRun } from "./helpers/harness.js";
 
 let run: InProcessRun | null = null;
@@ -56,53 +56,120 @@ describe("the run wakes its owner", () => {
     expect(wakes(r)).toHaveLength(1);
   });
 
-  it("S000-296 S000-297 S000-298 S000-176: while a step waits unreported the owner is notified again whatever its status, each interval doubled up to RenotifyMax; the escalation is written once and the run goes on", async () => {
+  describe("a step waiting unreported while the owner is busy", () => {
+    type Wake = Extract<JournalRow, { type: "session_wake" }>;
+    let r: InProcessRun;
+    let ws: Wake[];
+    let texts: string[];
+    let published: number;
+    let escalations: JournalRow[];
+    let escalationsLater: number;
+    let result: unknown;
+    let deliveries: JournalRow[];
+    let wakesAtEnd: number;
+
+    beforeAll(async () => {
+      r = await inProcessRun({});
+      // the owner is busy: the publish's wake waits for its turn to end (recorded only if it goes out), and
+      // the renotifications come whatever its status (each one held for after the turn in place of the one
+      // before)
+      Object.assign(r.spec, { wake_after_ms: 150, renotify_max_ms: 300, unresponsive_after_ms: 700 });
+      texts = [];
+      r.fake.onTurnStart((thread, _turn, text) => {
+        if (thread === r.owner) texts.push(text);
+      });
+      const { done } = r.background(one);
+      await r.steps(1);
+      await waitRow(() => (wakes(r).length >= 4 ? true : undefined), 10_000);
+      await waitRow(() => r.rows().find((x) => x.type === "escalation"), 10_000);
+      ws = wakes(r);
+      published = Date.parse(String(r.rows().find((x) => x.type === "step_published")?.at));
+      escalations = r.rows().filter((x) => x.type === "escalation");
+      await new Promise((res) => setTimeout(res, 900));
+      escalationsLater = r.rows().filter((x) => x.type === "escalation").length;
+      const [step] = await r.steps(1);
+      if (!step) throw new Error("no step");
+      const agent = r.spawn(step, "explorer");
+      expect(await r.report(step, agent.threadId)).toBe("bound");
+      r.fake.answer(agent.threadId, '{"summary":"s","score":1}');
+      result = await done;
+      deliveries = r.rows().filter((x) => x.type === "message_delivery");
+      wakesAtEnd = wakes(r).length;
+    }, 60_000);
+
+    afterAll(async () => {
+      await r?.close();
+    });
+
+    it("the owner is notified again after WakeAfter though it is busy, each renotification a staged wake of its own (S000-296)", () => {
+      expect(ws.slice(0, 4).map((w) => w.renotify)).toEqual([1, 2, 3, 4]);
+      expect(ws.every((w) => w.staged && w.delivery === "after_turn" && w.owner_status === "active")).toBe(
+        true,
+      );
+      expect(new Set(ws.map((w) => w.wake_id)).size).toBe(ws.length);
+      expect(Date.parse(ws[0]?.at ?? "") - published).toBeGreaterThanOrEqual(150 - 5);
+      expect(texts).toEqual([]); // never a turn on the busy owner
+      // every wake held for the busy owner was taken over by the next one, the last dropped once the step
+      // was bound: none was delivered
+      expect(deliveries.length).toBe(wakesAtEnd);
+      expect(deliveries.every((d) => d.type === "message_delivery" && !d.delivered)).toBe(true);
+      expect(deliveries.at(-1)).toMatchObject({ reason: "no_step_waiting" });
+    });
+
+    it("each renotify interval is twice the one before, capped at RenotifyMax (S000-297)", () => {
+      // each interval is counted from the round that decided the one before (a row is written a little after
+      // its decision, by a varying amount under load), so the schedule shows in the times since publication
+      const at = ws.map((w) => Date.parse(w.at) - published);
+      expect(at[1]).toBeGreaterThanOrEqual(150 + 300 - 5); // 150 doubled
+      expect(at[2]).toBeGreaterThanOrEqual(150 + 300 + 300 - 5); // capped at 300
+      // uncapped, the fourth would come at 150 + 300 + 600 + 1200
+      expect(at[3]).toBeLessThan(150 + 300 + 600 + 1200 - 450);
+    });
+
+    it("after UnresponsiveAfter the escalation is written once, and the run goes on waiting and ends (S000-298)", () => {
+      expect(escalations).toHaveLength(1);
+      expect(Date.parse(String((escalations[0] as { at: string }).at)) - published).toBeGreaterThanOrEqual(
+        700 - 5,
+      );
+      expect(escalationsLater).toBe(1);
+      expect(result).toMatchObject({ state: "completed" });
+    });
+
+    it("the escalation is session_unresponsive and carries the owner, the ops, the batch and the waiting seconds (S000-176)", () => {
+      expect(escalations[0]).toMatchObject({
+        reason: "session_unresponsive",
+        owner: r.owner,
+        ops: ["explorer.1/t1"],
+        batch: ws[0]?.batch,
+      });
+      expect((escalations[0] as { waiting_seconds: number }).waiting_seconds).toEqual(expect.any(Number));
+      expect((escalations[0] as { waiting_seconds: number }).waiting_seconds).toBeGreaterThanOrEqual(0);
+    });
+  });
+
+  it("the owner is notified again after WakeAfter while it is idle: each renotification goes out as a new owner turn (S000-296)", async () => {
     run = await inProcessRun({});
     const r = run;
-    // the owner is busy: the publish's wake waits for its turn to end (recorded only if it goes out), and
-    // the renotifications come whatever its status (each one held for after the turn in place of the one
-    // before)
-    Object.assign(r.spec, { wake_after_ms: 150, renotify_max_ms: 300, unresponsive_after_ms: 700 });
+    r.fake.completeTurn(r.owner); // idle
+    Object.assign(r.spec, { wake_after_ms: 150, renotify_max_ms: 300, unresponsive_after_ms: 3_600_000 });
     const texts: string[] = [];
     r.fake.onTurnStart((thread, _turn, text) => {
-      if (thread === r.owner) texts.push(text);
+      if (thread !== r.owner) return;
+      texts.push(text);
+      setTimeout(() => r.fake.completeTurn(r.owner), 5); // the owner reads the wake and goes idle again
     });
     const { done } = r.background(one);
     await r.steps(1);
-    await waitRow(() => (wakes(r).length >= 4 ? true : undefined), 10_000);
-    await waitRow(() => r.rows().find((x) => x.type === "escalation"), 10_000);
-    const all = wakes(r);
-    const ws = all;
-    expect(ws.slice(0, 4).map((w) => w.renotify)).toEqual([1, 2, 3, 4]);
-    expect(ws.every((w) => w.staged && w.delivery === "after_turn")).toBe(true);
-    expect(all.every((w) => w.owner_status === "active")).toBe(true);
-    expect(new Set(all.map((w) => w.wake_id)).size).toBe(all.length);
-    expect(texts).toEqual([]); // never a turn on the busy owner
-    const at = ws.map((w) => Date.parse(w.at));
-    const published = Date.parse(String(r.rows().find((x) => x.type === "step_published")?.at));
-    expect((at[0] ?? 0) - published).toBeGreaterThanOrEqual(150 - 5);
-    // each interval is counted from the round that decided the one before (a row is written a little after
-    // its decision, by a varying amount under load), so the schedule shows in the times since publication
-    expect((at[1] ?? 0) - published).toBeGreaterThanOrEqual(150 + 300 - 5); // 150 doubled
-    expect((at[2] ?? 0) - published).toBeGreaterThanOrEqual(150 + 300 + 300 - 5); // capped at 300
-    const esc = r.rows().filter((x) => x.type === "escalation");
-    expect(esc).toHaveLength(1);
-    expect(esc[0]).toMatchObject({
-      reason: "session_unresponsive",
-      owner: r.owner,
-      ops: ["explorer.1/t1"],
-      batch: ws[0]?.batch,
-    });
-    expect((esc[0] as { waiting_seconds: number }).waiting_seconds).toBeGreaterThanOrEqual(0);
-    await new Promise((res) => setTimeout(res, 900));
-    expect(r.rows().filter((x) => x.type === "escalation")).toHaveLength(1); // once; the run waits on
+    await waitRow(() => (wakes(r).some((w) => w.renotify === 2) ? true : undefined), 10_000);
+    const ws = wakes(r);
+    expect(ws.slice(0, 3).map((w) => [w.renotify, w.owner_status])).toEqual([
+      [0, "idle"],
+      [1, "idle"],
+      [2, "idle"],
+    ]);
+    expect(texts.length).toBeGreaterThanOrEqual(3);
+    expect(texts.every((t) => t.includes("session_step_waiting"))).toBe(true);
     await finish(r, done);
-    // every wake held for the busy owner was taken over by the next one, the last dropped once the step
-    // was bound: none was delivered
-    const deliveries = r.rows().filter((x) => x.type === "message_delivery");
-    expect(deliveries.length).toBe(wakes(r).length);
-    expect(deliveries.every((d) => d.type === "message_delivery" && !d.delivered)).toBe(true);
-    expect(deliveries.at(-1)).toMatchObject({ reason: "no_step_waiting" });
   });
 
   it("S000-291: a wake while the owner is busy is delivered after its current turn, as a new turn; the delivery is a message_delivery row", async () => {
