@@ -1,8 +1,10 @@
 #!/usr/bin/env node
 // Fork-to-ready time of a sub-agent runner (fork, hello with build identity, boot with policy and catalog,
 // boot reply) next to a bare child_process.fork of an empty script (until it exits) and of a script that
-// posts one IPC message (until that message arrives), in the same run. Built code: run `npx tsup` in
-// packages/subagent first. Prints one JSON object, then a one-line summary.
+// posts one IPC message (until that message arrives), in the same run. The runner imports its turn-time
+// code after the boot reply, so fork-to-first-turn (ready, then one scripted turn sent at once) is measured
+// too: it shows what the first turn pays for that import. Built code: run `npx tsup` in packages/subagent
+// first. Prints one JSON object, then a one-line summary.
 // Usage: node bench/subagent-fork.mjs [iterations]
 import { fork } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -46,7 +48,8 @@ async function bareIpc() {
   await new Promise((r) => child.once("exit", r));
   return ms;
 }
-async function runnerReady() {
+let turns = 0;
+async function runnerReady(firstTurn = false) {
   const t = performance.now();
   const host = await sub.SubagentRunnerHost.start({
     runnerId: "bench",
@@ -60,17 +63,22 @@ async function runnerReady() {
     }),
     catalog: { revision: 1, public: [], accounts: {} },
   });
+  if (firstTurn) {
+    const n = ++turns;
+    await host.runTurn({ turnId: `t-${n}`, channelId: "bench", sessionId: `s-${n}`, prompt: "first" });
+  }
   const ms = performance.now() - t;
   await host.shutdown();
   return ms;
 }
 
-const results = { bareForkExit: [], bareForkIpc: [], runnerReady: [] };
+const results = { bareForkExit: [], bareForkIpc: [], runnerReady: [], runnerFirstTurn: [] };
 for (let i = 0; i < iterations; i++) {
-  // Interleaved so machine load affects all three alike.
+  // Interleaved so machine load affects all of them alike.
   results.bareForkExit.push(await bareExit());
   results.bareForkIpc.push(await bareIpc());
   results.runnerReady.push(await runnerReady());
+  results.runnerFirstTurn.push(await runnerReady(true));
 }
 const out = {
   bench: "subagent-fork",
@@ -81,10 +89,12 @@ const out = {
   bareForkExit: stats(results.bareForkExit),
   bareForkIpc: stats(results.bareForkIpc),
   runnerReady: stats(results.runnerReady),
+  runnerFirstTurn: stats(results.runnerFirstTurn),
 };
 out.runnerOverP50Ms = round(out.runnerReady.p50Ms - out.bareForkIpc.p50Ms);
+out.runnerOverBareIpcP50 = round(out.runnerReady.p50Ms / out.bareForkIpc.p50Ms);
 rmSync(dir, { recursive: true, force: true });
 console.log(JSON.stringify(out, null, 2));
 console.log(
-  `load ${os.loadavg()[0].toFixed(1)}; runner fork-to-ready p50 ${out.runnerReady.p50Ms} ms vs bare fork+IPC ${out.bareForkIpc.p50Ms} ms (empty script to exit ${out.bareForkExit.p50Ms} ms), ${iterations} runs`,
+  `load ${os.loadavg()[0].toFixed(1)}; runner fork-to-ready p50 ${out.runnerReady.p50Ms} ms vs bare fork+IPC ${out.bareForkIpc.p50Ms} ms (${out.runnerOverBareIpcP50}x; empty script to exit ${out.bareForkExit.p50Ms} ms; runner fork-to-first-turn ${out.runnerFirstTurn.p50Ms} ms), ${iterations} runs`,
 );

@@ -22,8 +22,14 @@ export default defineConfig([
     // of exactly what it runs, and it never depends on another package's build state.
     entry: ["src/runner.ts"],
     noExternal: [/^@crw\//],
+    // What the runner imports only after boot (its request handling, the executors, the delegation core) is
+    // split into chunks, so the fork reaches ready having loaded the handshake alone. Chunks are named by
+    // content hash and the entry names the chunks it imports, so the entry's digest (the build identity)
+    // still changes with any byte the runner can run.
+    splitting: true,
     esbuildOptions(options) {
       options.conditions = ["@crw/source", "node", "import", "default"];
+      options.chunkNames = "runner-chunks/[name]-[hash]";
     },
     esbuildPlugins: [
       {

@@ -86,7 +86,13 @@ export {
   outsideDispatchedTurn,
   runInDispatchedTurn,
 } from "./rpcTurn.js";
-export { RunnerCore, type RunnerFault, type RunnerPort } from "./runnerCore.js";
+export {
+  RunnerCore,
+  type RunnerExecutor,
+  type RunnerFault,
+  type RunnerPort,
+  type SessionBackendLoader,
+} from "./runnerCore.js";
 export {
   hasTypeScriptLoader,
   RunnerEntryMissingError,

@@ -1,19 +1,16 @@
-import { SubagentError } from "./errors.js";
 import { type RetryPolicy, retryPolicySchema, STARTUP_RETRY_CAP_MS } from "./protocol/policy.js";
+import { RetryPolicyUnavailableError } from "./retryPolicyMirror.js";
+
+export { RetryPolicyMirror, RetryPolicyUnavailableError } from "./retryPolicyMirror.js";
 
 /**
  * Where the retry policy comes from. The daemon has exactly one (its required source); a runner has only
- * the IPC mirror below. `subscribe` delivers later revisions; listeners compare revisions themselves.
+ * the IPC mirror (retryPolicyMirror.ts). `subscribe` delivers later revisions; listeners compare revisions
+ * themselves.
  */
 export interface RetryPolicySource {
   read(): Promise<RetryPolicy>;
   subscribe(listener: (policy: RetryPolicy) => void): () => void;
-}
-
-export class RetryPolicyUnavailableError extends SubagentError {
-  override readonly name = "RetryPolicyUnavailableError";
-  readonly code = "retry_policy_unavailable" as const;
-  readonly retryable = false;
 }
 
 /** Delay before retry number `retry` (1-based) of a startup episode: exponential, deterministic, capped. */
@@ -78,47 +75,5 @@ export class MemoryRetryPolicySource implements RetryPolicySource {
     this.#policy = policy;
     for (const l of [...this.#listeners]) l(policy);
     return policy;
-  }
-}
-
-/**
- * The runner's only view of the policy: seeded by the boot frame, advanced by retryPolicyChanged frames.
- * A strictly older or duplicate revision never rewinds it; after dispose, reads and subscriptions reject.
- */
-export class RetryPolicyMirror implements RetryPolicySource {
-  #policy: RetryPolicy;
-  #disposed = false;
-  readonly #listeners = new Set<(policy: RetryPolicy) => void>();
-
-  constructor(boot: RetryPolicy) {
-    this.#policy = boot;
-  }
-
-  get revision(): number {
-    return this.#policy.revision;
-  }
-
-  async read(): Promise<RetryPolicy> {
-    if (this.#disposed) throw new RetryPolicyUnavailableError("retry policy mirror is disposed");
-    return this.#policy;
-  }
-
-  subscribe(listener: (policy: RetryPolicy) => void): () => void {
-    if (this.#disposed) throw new RetryPolicyUnavailableError("retry policy mirror is disposed");
-    this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
-  }
-
-  /** Apply an IPC revision; returns whether it advanced the mirror. */
-  update(next: RetryPolicy): boolean {
-    if (this.#disposed || next.revision <= this.#policy.revision) return false;
-    this.#policy = next;
-    for (const l of [...this.#listeners]) l(next);
-    return true;
-  }
-
-  dispose(): void {
-    this.#disposed = true;
-    this.#listeners.clear();
   }
 }

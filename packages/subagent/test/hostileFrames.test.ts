@@ -1,46 +1,14 @@
-import { type ChildProcess, fork } from "node:child_process";
-import { type OutputFrame, parseInputFrame, parseOutputFrame } from "@crw/subagent";
+import { parseInputFrame } from "@crw/subagent";
 import fc from "fast-check";
-import { afterEach, describe, expect, it } from "vitest";
-import { BUILD_ID, RUNNER_ENTRY, waitFor } from "./support/runners.js";
+import { describe, expect, it } from "vitest";
+import { bootFrame as boot, forkRunner } from "./support/forked.js";
+import { waitFor } from "./support/runners.js";
 import { tempDir } from "./support/tmp.js";
 
 /**
  * A hostile daemon: fuzzed frames sent straight down a real runner's IPC channel. The runner must refuse
  * and log every one, act on none, and keep serving the real protocol afterwards.
  */
-const children: ChildProcess[] = [];
-afterEach(() => {
-  for (const c of children.splice(0)) c.kill("SIGKILL");
-});
-
-function spawnRunner() {
-  const child = fork(RUNNER_ENTRY, [], { stdio: ["ignore", "ignore", "pipe", "ipc"], serialization: "json" });
-  children.push(child);
-  const frames: OutputFrame[] = [];
-  const invalid: unknown[] = [];
-  let stderr = "";
-  child.stderr?.setEncoding("utf8").on("data", (d: string) => {
-    stderr += d;
-  });
-  child.on("message", (raw) => {
-    const parsed = parseOutputFrame(raw);
-    if (parsed.ok) frames.push(parsed.frame);
-    else invalid.push(raw);
-  });
-  return { child, frames, invalid, stderr: () => stderr };
-}
-
-const boot = {
-  type: "boot",
-  requestId: "boot",
-  runnerId: "r",
-  buildId: BUILD_ID,
-  retryPolicy: { revision: 1, maxRetries: 0, initialDelayMs: 0, multiplier: 1 },
-  catalog: { revision: 1, public: [], accounts: {} },
-  heartbeatIntervalMs: 60_000,
-};
-
 const hostile = fc.oneof(
   fc.anything({ maxDepth: 3 }),
   fc.record({
@@ -67,7 +35,7 @@ const hostile = fc.oneof(
 
 describe("a real runner under hostile frames", () => {
   it("S004-151: fuzzed frames before and after boot are refused and logged; the runner keeps serving", async () => {
-    const r = spawnRunner();
+    const r = forkRunner();
     await waitFor(() => r.frames.some((f) => f.type === "hello"));
     // What crosses the channel is the JSON form; keep the frames the protocol refuses in that form.
     const samples = fc
@@ -105,7 +73,7 @@ describe("a real runner under hostile frames", () => {
     const { join } = await import("node:path");
     const dir = tempDir("disconnect");
     const marker = join(dir, "effects.log");
-    const r = spawnRunner();
+    const r = forkRunner();
     await waitFor(() => r.frames.some((f) => f.type === "hello"));
     r.child.send(boot);
     await waitFor(() => r.frames.some((f) => f.type === "bootReply"));

@@ -60,13 +60,79 @@ describe("RunnerCore", () => {
       requestId: "t0",
       turn: { turnId: "t", channelId: "c", sessionId: "s", prompt: "p" },
     });
+    // The turn waits for the request handling to load; the boot frame behind it waits its turn.
+    c.deliver(boot());
+    await waitFor(() => c.out.length === 3);
     expect(c.out[1]).toMatchObject({
       type: "turnReply",
       requestId: "t0",
       result: { error: { code: "not_booted" } },
     });
-    c.deliver(boot());
     expect(c.out[2]).toMatchObject({ type: "bootReply", result: { ok: { policyRevision: 2 } } });
+  });
+
+  it("a boot frame with nothing ahead of it is answered at once, before the request handling loads", () => {
+    const c = channel();
+    new RunnerCore(c.port, new ScriptedTurnExecutor(), "build-1", undefined).start();
+    c.deliver(boot());
+    expect(c.out[1]).toMatchObject({ type: "bootReply", result: { ok: { policyRevision: 2 } } });
+  });
+
+  it("frames keep their order while the request handling loads: a first turn waits for it, never races it", async () => {
+    const c = channel();
+    new RunnerCore(c.port, new ScriptedTurnExecutor(), "build-1", undefined).start();
+    c.deliver(boot());
+    c.deliver({ type: "release", requestId: "r1", sessionId: "s" });
+    c.deliver({
+      type: "turn",
+      requestId: "t1",
+      turn: { turnId: "a", channelId: "c", sessionId: "s", prompt: "first" },
+    });
+    await waitFor(() => c.out.some((f) => f.type === "turnReply"));
+    const replies = c.out.filter(
+      (f) => f.type !== "hello" && f.type !== "progress" && f.type !== "heartbeat",
+    );
+    expect(replies.map((f) => f.requestId)).toEqual(["boot-1", "r1", "t1"]);
+    expect(replies[2]).toMatchObject({ type: "turnReply", result: { ok: { text: "done: first" } } });
+  });
+
+  it("an imported executor comes with the request handling: a turn and its abort queued behind boot run in order", async () => {
+    const c = channel();
+    new RunnerCore(c.port, async () => new ScriptedTurnExecutor(), "build-1", undefined).start();
+    c.deliver(boot());
+    c.deliver({
+      type: "turn",
+      requestId: "t1",
+      turn: {
+        turnId: "a",
+        channelId: "c",
+        sessionId: "s",
+        prompt: "p",
+        script: [
+          { kind: "text", text: "started" },
+          { kind: "wait", ms: 60_000 },
+        ],
+      },
+    });
+    c.deliver({ type: "abort", requestId: "x1", turnId: "a", interruption: { origin: "stop" } });
+    await waitFor(() => c.out.some((f) => f.type === "turnReply"));
+    // The turn had begun when its abort was handled: it stops with what it said, not before its first step.
+    expect(c.out.find((f) => f.type === "turnReply")).toMatchObject({
+      result: { ok: { stopReason: "aborted", text: "started" } },
+    });
+  });
+
+  it("a runner whose turn-time code cannot be imported exits after its boot reply instead of serving", async () => {
+    const c = channel();
+    new RunnerCore(c.port, () => Promise.reject(new Error("gone")), "build-1", undefined).start();
+    c.deliver(boot());
+    expect(c.out[1]).toMatchObject({ type: "bootReply", result: { ok: {} } });
+    c.deliver({ type: "release", requestId: "r1", sessionId: "s" });
+    await waitFor(() => c.exits.length === 1);
+    expect(c.exits).toEqual([1]);
+    expect(c.logs).toContain("runner could not load its request handling");
+    // The waiting request is never answered here: the daemon fails it as a runner exit.
+    expect(c.out.map((f) => f.type)).toEqual(["hello", "bootReply"]);
   });
 
   it("S004-458: the runner refuses a boot frame from a different build and exits", async () => {
@@ -103,15 +169,15 @@ describe("RunnerCore", () => {
     await waitFor(() => c.exits.length === 1);
   });
 
-  it("S004-151: invalid frames are logged and never acted on", () => {
+  it("S004-151: invalid frames are logged and never acted on", async () => {
     const c = channel();
     new RunnerCore(c.port, new ScriptedTurnExecutor(), "build-1", undefined).start();
     c.deliver({ type: "boot", requestId: "b", buildId: "build-1" });
     c.deliver({ type: "shutdown" });
     c.deliver("shutdown");
     c.deliver(null);
+    await waitFor(() => c.logs.filter((l) => l === "refused invalid frame").length === 4);
     expect(c.out).toHaveLength(1);
-    expect(c.logs.filter((l) => l === "refused invalid frame")).toHaveLength(4);
     expect(c.exits).toEqual([]);
   });
 

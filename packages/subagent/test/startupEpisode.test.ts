@@ -206,8 +206,9 @@ describe("build mismatch latch and restart-required alert", () => {
 
   it("S004-170: the runner process has no pool and no alert code: it cannot clear the daemon's alert", async () => {
     const { readFile } = await import("node:fs/promises");
-    const { RUNNER_ENTRY } = await import("./support/runners.js");
-    const runnerCode = await readFile(RUNNER_ENTRY, "utf8");
+    const { runnerBuildFiles } = await import("./support/runners.js");
+    // The entry and every chunk it imports after boot.
+    const runnerCode = (await Promise.all(runnerBuildFiles().map((f) => readFile(f, "utf8")))).join("\n");
     expect(runnerCode).not.toContain(RESTART_REQUIRED_ALERT_KEY);
     expect(runnerCode).not.toContain("class SubagentRunnerPool");
   });
@@ -245,7 +246,7 @@ describe("build mismatch latch and restart-required alert", () => {
 
 describe("build identity across an episode", () => {
   it("S004-466: S004-471: the episode captures the build identity once: a runner file replaced mid-episode is refused as skew", async () => {
-    const { copyFile, mkdir, rm, writeFile } = await import("node:fs/promises");
+    const { copyFile, cp, mkdir, rm, writeFile } = await import("node:fs/promises");
     const { join, dirname } = await import("node:path");
     const { RUNNER_ENTRY } = await import("./support/runners.js");
     // Under dist/ so the copy resolves its npm imports from the workspace's node_modules.
@@ -270,7 +271,9 @@ describe("build identity across an episode", () => {
       });
       const result = pool.runTurn(turn()).catch((e: unknown) => e);
       await waitFor(() => clock.pendingSleeps === 1);
-      // An upgrade lands on disk between attempts: the replacement host's runner is a different build.
+      // An upgrade lands on disk between attempts: the replacement host's runner is a different build
+      // (the entry and the chunks it imports after boot).
+      await cp(join(dirname(RUNNER_ENTRY), "runner-chunks"), join(dir, "runner-chunks"), { recursive: true });
       await copyFile(RUNNER_ENTRY, entry);
       clock.advance(1_000);
       expect(await result).toMatchObject({ name: "RunnerStartupError", category: "build_mismatch" });

@@ -1,7 +1,9 @@
 import type { z } from "zod";
+import { summarizeIssues } from "./check.js";
 import { type InputFrame, inputFrameSchema } from "./input.js";
 import { type OutputFrame, outputFrameSchema } from "./output.js";
 
+export { isBootFrameCandidate, parseBootFrame } from "./bootFrame.js";
 export * from "./envelope.js";
 export * from "./hostRpcMethods.js";
 export * from "./input.js";
@@ -14,10 +16,7 @@ export * from "./turn.js";
 export type FrameParse<T> = { ok: true; frame: T } | { ok: false; issues: string };
 
 function summarize(error: z.ZodError): string {
-  return error.issues
-    .slice(0, 5)
-    .map((i) => `${i.path.join(".") || "<frame>"}: ${i.message}`)
-    .join("; ");
+  return summarizeIssues(error.issues.map((i) => ({ path: i.path.map(String), message: i.message })));
 }
 
 /** Validate a frame received by the runner. Invalid frames are refused by the caller, never acted on. */

@@ -1,7 +1,7 @@
 import { z } from "zod";
+import { STARTUP_RETRY_CAP_MS } from "./policyLimits.js";
 
-/** Startup retry timing never waits longer than this between two attempts. */
-export const STARTUP_RETRY_CAP_MS = 60_000;
+export { STARTUP_RETRY_CAP_MS };
 
 /**
  * The daemon's retry policy as it crosses IPC. `revision` increases with every committed change; the

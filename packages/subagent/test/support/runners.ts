@@ -1,4 +1,6 @@
 import { randomUUID } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { dirname, resolve } from "node:path";
 import {
   buildIdentityOf,
   type DelegatedTurnRequest,
@@ -12,6 +14,19 @@ import {
 
 export const RUNNER_ENTRY = resolveRunnerEntry(new URL("../../src/runnerEntry.ts", import.meta.url).href);
 export const BUILD_ID = buildIdentityOf(RUNNER_ENTRY);
+
+/** The built runner's files: the entry and every chunk it imports, statically or after boot. */
+export function runnerBuildFiles(): string[] {
+  const files = [RUNNER_ENTRY];
+  for (let i = 0; i < files.length; i++) {
+    const file = files[i] as string;
+    for (const m of readFileSync(file, "utf8").matchAll(/(?:\bfrom |\bimport\()"(\.{1,2}\/[^"]+)"/g)) {
+      const target = resolve(dirname(file), m[1] as string);
+      if (!files.includes(target)) files.push(target);
+    }
+  }
+  return files;
+}
 
 export const catalog: ModelCatalogPublication = {
   revision: 1,
