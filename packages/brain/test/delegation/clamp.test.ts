@@ -1,5 +1,6 @@
 import { useTestDatabase } from "@crw/tools/pg";
-import { describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
+import type { MutatingTool } from "../../src/delegation/scopedTools.js";
 import {
   continueForeground,
   delegateForeground,
@@ -15,9 +16,11 @@ import {
 
 const db = useTestDatabase();
 
-async function childWithAnswer() {
+async function childWithAnswer(extra: MutatingTool[] = []) {
   const gates = new Map<string, Promise<void>>();
-  const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates), writeTool] });
+  const { service, repo } = makeService(db.pool, {
+    tools: () => [gateTool("Gate", gates), writeTool, ...extra],
+  });
   const { account, parent } = await newParent(service);
   const first = await delegateForeground(
     service,
@@ -30,51 +33,6 @@ async function childWithAnswer() {
 }
 
 describe("DelegateContinue and the read-only clamp", () => {
-  it("S004-212: S004-213: S004-214: S004-222: S004-224: S004-249: a continuation from a read-only turn binds read_only_scope to its row and runs read-only", async () => {
-    const { service, repo, account, parent, child } = await childWithAnswer();
-    const receipt = await service.continueSubagent({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      childSessionId: child,
-      toolCallId: "c1",
-      text: scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "tried" }),
-      mode: "foreground",
-      callerReadOnly: true,
-    });
-    expect(receipt.kind).toBe("result");
-    const run = await db.pool.query<{ read_only_scope: string }>(
-      "select read_only_scope from subagent_runs where parent_session_id = $1 and tool_call_id = 'c1'",
-      [parent.id],
-    );
-    const plain = await db.pool.query<{ read_only_scope: string | null }>(
-      "select read_only_scope from subagent_runs where parent_session_id = $1 and tool_call_id = 'd1'",
-      [parent.id],
-    );
-    expect(plain.rows[0]?.read_only_scope).toBeNull();
-    expect(JSON.parse(run.rows[0]?.read_only_scope ?? "null")).toMatchObject({
-      readOnly: true,
-      permissionBoundary: "read-only",
-    });
-    const msgs = messages(await repo.readJournal(child, account.id));
-    expect(msgs.find((m) => m.role === "toolResult" && m.toolName === "Write")).toMatchObject({
-      isError: true,
-      content: expect.stringMatching(/^tool_not_allowed: .*read-only/),
-    });
-    // the child's permanent scope is unchanged: a later Build continuation may write again (S004-224)
-    const build = await continueForeground(
-      service,
-      { parent, account },
-      child,
-      "c2",
-      scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "wrote" }),
-    );
-    expect(build).toMatchObject({ kind: "result", body: "wrote" });
-    const after = messages(await repo.readJournal(child, account.id));
-    expect(after.filter((m) => m.role === "toolResult" && m.toolName === "Write").at(-1)).toMatchObject({
-      isError: false,
-    });
-  });
-
   it("S004-227: write access stays refused from a read-only turn; nothing is written", async () => {
     const { service, account, parent, child } = await childWithAnswer();
     await expect(
@@ -231,5 +189,101 @@ describe("DelegateContinue and the read-only clamp", () => {
     expect((await db.pool.query("select 1 from subagent_runs where tool_call_id = 'again'")).rowCount).toBe(
       0,
     );
+  });
+});
+
+/**
+ * A child that answered once is continued from a read-only (plan mode) turn: the continuation tries to
+ * Write and runs a Probe that reads its own run row while the turn runs; then a Build continuation writes.
+ */
+describe("a continuation from a read-only turn", () => {
+  let ctx: Awaited<ReturnType<typeof childWithAnswer>>;
+  let roScope: Record<string, unknown>;
+  let seenByTheTurn: string | null | undefined;
+  let childMsgs: ReturnType<typeof messages>;
+  let storedScope: Record<string, unknown>;
+  let build: unknown;
+
+  beforeAll(async () => {
+    const probe: MutatingTool = {
+      name: "Probe",
+      description: "reads the call's row",
+      parameters: {},
+      mutates: false,
+      async execute() {
+        const r = await db.pool.query<{ read_only_scope: string | null }>(
+          "select read_only_scope from subagent_runs where tool_call_id = 'c1'",
+        );
+        seenByTheTurn = r.rows[0]?.read_only_scope;
+        return { content: "probed" };
+      },
+    };
+    ctx = await childWithAnswer([probe]);
+    const { service, repo, account, parent, child } = ctx;
+    const stored = await db.pool.query<{ scope: string }>("select scope from sessions where id = $1", [
+      child,
+    ]);
+    storedScope = JSON.parse(stored.rows[0]?.scope ?? "null");
+    const receipt = await service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: child,
+      toolCallId: "c1",
+      text: scriptTask({
+        rounds: [[{ name: "Probe", arguments: {} }], [{ name: "Write", arguments: {} }]],
+        answer: "tried",
+      }),
+      mode: "foreground",
+      callerReadOnly: true,
+    });
+    expect(receipt.kind).toBe("result");
+    const run = await db.pool.query<{ read_only_scope: string }>(
+      "select read_only_scope from subagent_runs where parent_session_id = $1 and tool_call_id = 'c1'",
+      [parent.id],
+    );
+    roScope = JSON.parse(run.rows[0]?.read_only_scope ?? "null");
+    childMsgs = messages(await repo.readJournal(child, account.id));
+    build = await continueForeground(
+      service,
+      { parent, account },
+      child,
+      "c2",
+      scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "wrote" }),
+    );
+  });
+
+  it("runs the whole delegated call read-only: its Write is refused (S004-212)", () => {
+    expect(childMsgs.find((m) => m.role === "toolResult" && m.toolName === "Write")).toMatchObject({
+      isError: true,
+      content: expect.stringMatching(/^tool_not_allowed: .*read-only/),
+    });
+  });
+
+  it("mints the read-only scope from the child's stored scope, made read-only (S004-213)", () => {
+    expect(roScope).toMatchObject({ readOnly: true, permissionBoundary: "read-only" });
+    const { readOnly: _r, permissionBoundary: _p, ...rest } = roScope;
+    const { readOnly: _r2, permissionBoundary: _p2, ...storedRest } = storedScope;
+    expect(rest).toEqual(storedRest);
+  });
+
+  it("binds that scope to the call's own row before the call runs: its turn sees it (S004-214)", () => {
+    expect(seenByTheTurn).toBeTruthy();
+    expect(JSON.parse(seenByTheTurn as string)).toEqual(roScope);
+  });
+
+  it("a call not asked from a read-only turn has no read-only scope (S004-222)", async () => {
+    const plain = await db.pool.query<{ read_only_scope: string | null }>(
+      "select read_only_scope from subagent_runs where parent_session_id = $1 and tool_call_id = 'd1'",
+      [ctx.parent.id],
+    );
+    expect(plain.rows[0]?.read_only_scope).toBeNull();
+  });
+
+  it("the settled read-only call does not constrain a later Build continuation: it writes (S004-224)", async () => {
+    expect(build).toMatchObject({ kind: "result", body: "wrote" });
+    const after = messages(await ctx.repo.readJournal(ctx.child, ctx.account.id));
+    expect(after.filter((m) => m.role === "toolResult" && m.toolName === "Write").at(-1)).toMatchObject({
+      isError: false,
+    });
   });
 });
