@@ -1,21 +1,31 @@
 // @ts-check
 /**
- * Mutation testing of crw flow (`npm run mutation`; not part of `npm test`: it takes minutes on 2 cores).
- * Incremental: the result of each mutant is kept in reports/mutation/flow-<module>.incremental.json and reused while
- * neither the mutated code nor the tests that cover it change. Each mutant runs only the tests whose
- * per-test coverage reaches it. The sandbox holds only what flow's tests read (the rest of the repo is
- * left out; node_modules are symlinked). See docs/status/mutation.md.
- * @type {import('@stryker-mutator/api/core').PartialStrykerOptions}
+ * Mutation testing of crw flow and crw db (`npm run mutation`; not part of `npm test`: it takes minutes on 2
+ * cores). Incremental: the result of each mutant is kept in reports/mutation/<package>-<module>.incremental.json and
+ * reused while neither the mutated code nor the tests that cover it change. Each mutant runs only the tests
+ * whose per-test coverage reaches it. The sandbox holds only what the package's tests read (the rest of the
+ * repo is left out; node_modules are symlinked). See docs/status/mutation.md.
  */
+
+/** @type {Record<string, { pkg: "flow" | "db"; mutate: string[] }>} */
 const MODULES = {
-  journal: ["packages/flow/src/journal/journal.ts"],
+  journal: { pkg: "flow", mutate: ["packages/flow/src/journal/journal.ts"] },
   // the resume table: where a call stands, read from its rows alone
-  callFold: ["packages/flow/src/engine/callFold.ts"],
-  bind: ["packages/flow/src/engine/bind.ts"],
+  callFold: { pkg: "flow", mutate: ["packages/flow/src/engine/callFold.ts"] },
+  bind: { pkg: "flow", mutate: ["packages/flow/src/engine/bind.ts"] },
   // the resume path of a run process: open the journal (cut a torn tail), refuse a mixed backend, refuse an
   // op whose input differs from the journal's
-  resume: ["packages/flow/src/engine/flowRun.ts:110-140", "packages/flow/src/engine/flowRun.ts:592-615"],
-  harvestTurn: ["packages/flow/src/engine/harvestTurn.ts"],
+  resume: {
+    pkg: "flow",
+    mutate: ["packages/flow/src/engine/flowRun.ts:110-140", "packages/flow/src/engine/flowRun.ts:592-615"],
+  },
+  harvestTurn: { pkg: "flow", mutate: ["packages/flow/src/engine/harvestTurn.ts"] },
+  // exactly-once delivery of results into the parent's journal
+  "db-delivery": { pkg: "db", mutate: ["packages/db/src/delegation/delivery.ts"] },
+  // a call's run row: created once per tool call, started, settled once, fenced by its generation
+  "db-runs": { pkg: "db", mutate: ["packages/db/src/delegation/runs.ts"] },
+  // boot and takeover recovery: owner leases, claims, private fork copies, dangling tool calls
+  "db-recovery": { pkg: "db", mutate: ["packages/db/src/delegation/recovery.ts"] },
 };
 
 /**
@@ -23,16 +33,19 @@ const MODULES = {
  * report, so a module that is done stays done when a later run is stopped.
  */
 const module = process.env.MUTATION_MODULE ?? "journal";
-const mutate = MODULES[/** @type {keyof typeof MODULES} */ (module)];
-if (!mutate) throw new Error(`MUTATION_MODULE=${module}: not one of ${Object.keys(MODULES).join(", ")}`);
-const out = `reports/mutation/flow-${module}`;
+const target = MODULES[module];
+if (!target) throw new Error(`MUTATION_MODULE=${module}: not one of ${Object.keys(MODULES).join(", ")}`);
+const { pkg, mutate } = target;
+// the report names say the package: flow-journal.*, db-delivery.*
+const out = `reports/mutation/${module.startsWith(`${pkg}-`) ? module : `${pkg}-${module}`}`;
 
+/** @type {import('@stryker-mutator/api/core').PartialStrykerOptions} */
 export default {
   testRunner: "vitest",
   plugins: ["@stryker-mutator/vitest-runner"],
   vitest: {
-    configFile: "packages/flow/vitest.stryker.config.ts",
-    dir: "packages/flow",
+    configFile: `packages/${pkg}/vitest.stryker.config.ts`,
+    dir: `packages/${pkg}`,
     related: true,
   },
   coverageAnalysis: "perTest",
@@ -42,11 +55,13 @@ export default {
     "!/package.json",
     "!/tsconfig.base.json",
     "!/tools",
+    // db's tests migrate their template database from the root's migrations/
+    ...(pkg === "db" ? ["!/migrations"] : []),
     "!/packages",
     "/packages/*",
-    "!/packages/flow",
-    "/packages/flow/dist",
-    "/packages/flow/.reports",
+    `!/packages/${pkg}`,
+    `/packages/${pkg}/dist`,
+    `/packages/${pkg}/.reports`,
   ],
   // a static mutant (a module-level constant) reruns every test: too slow on 2 cores; they are reported as ignored
   ignoreStatic: true,
