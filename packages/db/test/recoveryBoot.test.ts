@@ -235,7 +235,7 @@ describe("spilled outputs", () => {
       byteSize: 20,
       sha256: "b".repeat(64),
     });
-    // another session cannot take the path over; the refusal is not a typed error yet (docs/status/mutation.md)
+    // another session cannot take the path over: a typed conflict, and the first record stays
     const other = await r.createRootSession(account.id, "scripted");
     await expect(
       r.recordSpill({
@@ -245,7 +245,7 @@ describe("spilled outputs", () => {
         byteSize: 1,
         sha256: "c".repeat(64),
       }),
-    ).rejects.toThrow();
+    ).rejects.toMatchObject({ code: "conflict", context: { sessionId: other.id, path } });
     expect((await r.spilledOutput(parent.id, account.id, path))?.byteSize).toBe(20);
     expect(await r.spilledOutput(other.id, account.id, path)).toBeNull();
     const stranger = await r.createAccount({ name: `st-${randomUUID().slice(0, 8)}` });

@@ -1,4 +1,5 @@
 import type pg from "pg";
+import { DelegationDbError } from "../errors.js";
 import type { SpillRecord, SubagentRun } from "../repositories/delegation.js";
 import { tx } from "../tx.js";
 import { assertUuid, type Row, runFromRow } from "./rows.js";
@@ -39,10 +40,11 @@ export async function holdOwnerLease(
     throw e;
   }
   let held = true;
-  client.on("error", (e) => {
+  const lost = (e: unknown) => {
     if (held) onLost?.(e);
     held = false;
-  });
+  };
+  client.on("error", lost);
   return async () => {
     held = false;
     try {
@@ -50,6 +52,8 @@ export async function holdOwnerLease(
       // After the unlock: a peer woken by this finds the owner dead.
       await client.query("select pg_notify($1, $2)", [OWNER_RELEASED_CHANNEL, owner]);
     } finally {
+      // back in the pool, the connection must not carry this lease's listener to its next user
+      client.off("error", lost);
       client.release();
     }
   };
@@ -262,8 +266,15 @@ export async function recordSpill(
      returning id`,
     [record.sessionId, record.principalAccountId, record.path, record.byteSize, record.sha256],
   );
+  const row = rows[0];
+  // the path is another session's spill: it stays that session's
+  if (!row)
+    throw new DelegationDbError("conflict", `spill path ${record.path} belongs to another session`, {
+      sessionId: record.sessionId,
+      path: record.path,
+    });
   return {
-    id: String((rows[0] as Row).id),
+    id: String(row.id),
     sessionId: record.sessionId,
     path: record.path,
     byteSize: record.byteSize,
