@@ -1,6 +1,6 @@
 import { PgDelegationRepository } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
-import { describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { type ProgressEvent, parseDelegatedExecutionScope } from "../../src/index.js";
 import {
   continueForeground,
@@ -120,38 +120,6 @@ describe("settlement of a child's call", () => {
     expect(out).toEqual({ kind: "aborted" });
   });
 
-  it("S004-058: S004-059: S004-060: S004-061: result turns inherit the open call's sink, without identity events or duplicates", async () => {
-    const { service, repo } = makeService(db.pool);
-    const { account, parent } = await newParent(service);
-    const events: ProgressEvent[] = [];
-    const receipt = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "c",
-      task: scriptTask({
-        rounds: [[delegateCall({ answer: "helper done" }, { background: true })]],
-        answer: "C done",
-        followUp: "C got it",
-      }),
-      mode: "foreground",
-      progress: (e) => events.push(e),
-    });
-    expect(receipt).toMatchObject({ kind: "result", body: "C got it (1)" });
-    await service.whenIdle();
-    const sessions = events.filter((e) => e.type === "session");
-    expect(sessions).toEqual([
-      {
-        type: "session",
-        sessionId: receipt.kind === "result" ? receipt.childSessionId : "",
-        parentSessionId: parent.id,
-      },
-    ]);
-    const texts = events.flatMap((e) => (e.type === "text" ? [e.text] : []));
-    expect(texts.filter((t) => t === "C got it (1)")).toHaveLength(1);
-    expect(events.some((e) => e.type === "tool" && e.toolName === "Delegate")).toBe(true);
-    void repo;
-  });
-
   it("S004-037: result steering writes no steer receipt and never stamps a steer id on a result", async () => {
     const { service } = makeService(db.pool);
     const { account, parent } = await newParent(service);
@@ -263,5 +231,56 @@ describe("settlement of a child's call", () => {
       (m) => m.role === "custom",
     );
     expect(delivered?.content.endsWith("\nC took (2)")).toBe(true);
+  });
+});
+
+/**
+ * A foreground call's child delegates a helper in the background and answers; the helper's result then
+ * arrives while the call is still open, and the child's result turn answers it ("C got it (1)").
+ */
+describe("the result turns of an open call", () => {
+  let events: ProgressEvent[];
+  let receipt: Awaited<ReturnType<ReturnType<typeof makeService>["service"]["delegate"]>>;
+  let parentId: string;
+  beforeAll(async () => {
+    const { service } = makeService(db.pool);
+    const { account, parent } = await newParent(service);
+    parentId = parent.id;
+    events = [];
+    receipt = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "c",
+      task: scriptTask({
+        rounds: [[delegateCall({ answer: "helper done" }, { background: true })]],
+        answer: "C done",
+        followUp: "C got it",
+      }),
+      mode: "foreground",
+      progress: (e) => events.push(e),
+    });
+    await service.whenIdle();
+  });
+
+  it("a result turn with no sink of its own reports to the open call's sink (S004-058)", () => {
+    expect(receipt).toMatchObject({ kind: "result", body: "C got it (1)" });
+    expect(events.flatMap((e) => (e.type === "text" ? [e.text] : []))).toContain("C got it (1)");
+  });
+
+  it("the result turn's session identity events stay out of the inherited sink: only the call's own (S004-060)", () => {
+    expect(events.filter((e) => e.type === "session")).toEqual([
+      {
+        type: "session",
+        sessionId: receipt.kind === "result" ? receipt.childSessionId : "",
+        parentSessionId: parentId,
+      },
+    ]);
+  });
+
+  it("the caller's sink hears each event once, the result turn's included (S004-061)", () => {
+    const texts = events.flatMap((e) => (e.type === "text" ? [e.text] : []));
+    expect(texts.filter((t) => t === "C got it (1)")).toHaveLength(1);
+    expect(new Set(texts).size).toBe(texts.length);
+    expect(events.filter((e) => e.type === "tool" && e.toolName === "Delegate")).toHaveLength(1);
   });
 });
