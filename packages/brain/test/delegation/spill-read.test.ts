@@ -1,7 +1,12 @@
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { useTestDatabase } from "@crw/tools/pg";
-import { describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
+import {
+  lastSettledAssistantText,
+  latestAssistantText,
+  readSubagent,
+} from "../../src/delegation/readSubagent.js";
 import { ASSISTANT_PAGE, type SpillStore } from "../../src/index.js";
 import {
   continueForeground,
@@ -32,23 +37,6 @@ async function backgroundResult(service: ReturnType<typeof makeService>["service
 }
 
 describe("spilled results", () => {
-  it("S004-236: S004-237: S004-238: S004-239: an above-limit result is spilled complete and the parent gets the bounded placeholder", async () => {
-    const limit = 200;
-    const { service } = makeService(db.pool, { toolResultInlineBytes: () => limit });
-    const body = `héllo ${"x".repeat(3000)} end`;
-    const { delivered } = await backgroundResult(service, body);
-    const size = Buffer.byteLength(body);
-    const path = delivered.details?.spillPath ?? "";
-    expect(delivered.details?.byteSize).toBe(size);
-    expect(readFileSync(path, "utf8")).toBe(body);
-    expect(delivered.content).toContain(path);
-    expect(delivered.content).toContain(`${size} bytes`);
-    expect(delivered.content).toContain("héllo xxx");
-    expect(Buffer.byteLength(delivered.content)).toBeLessThan(size);
-    const spill = await db.pool.query("select byte_size from spilled_outputs where path = $1", [path]);
-    expect(Number(spill.rows[0]?.byte_size)).toBe(size);
-  });
-
   it("S004-242: spilling does not acknowledge delivery: the result waits in the inbox until the parent's journal commit", async () => {
     const { service, repo } = makeService(db.pool, { toolResultInlineBytes: () => 16 });
     const { account, parent } = await newParent(service);
@@ -101,45 +89,6 @@ describe("spilled results", () => {
 });
 
 describe("readSubagent", () => {
-  it("S004-175: S004-176: S004-177: S004-179: pages newest-first by 32 past empty failed continuations and keeps whitespace", async () => {
-    const { service, repo } = makeService(db.pool);
-    const { account, parent } = await newParent(service);
-    const first = await delegateForeground(
-      service,
-      { parent, account },
-      "d",
-      scriptTask({ answer: "\n  the answer  \n" }),
-    );
-    if (first.kind !== "result") throw new Error("expected a result");
-    // more empty failed continuations than two pages
-    const empties = ASSISTANT_PAGE * 2 + 5;
-    await repo.append(
-      first.childSessionId,
-      account.id,
-      Array.from({ length: empties }, () => ({
-        body: {
-          type: "message" as const,
-          message: {
-            role: "assistant" as const,
-            content: [{ type: "text" as const, text: "  " }],
-            stopReason: "error" as const,
-          },
-        },
-      })),
-    );
-    const reads: number[] = [];
-    const counting = Object.create(repo) as typeof repo;
-    counting.recentAssistantMessages = (s, p, l, b) => {
-      reads.push(l);
-      return repo.recentAssistantMessages(s, p, l, b);
-    };
-    const { readSubagent } = await import("../../src/index.js");
-    expect(await readSubagent(counting, parent.id, first.childSessionId, account.id)).toBe(
-      "\n  the answer  \n",
-    );
-    expect(reads).toEqual([32, 32, 32]);
-  });
-
   it("S004-178: S004-252: the ownership guard runs before the read", async () => {
     const { service } = makeService(db.pool);
     const { account, parent } = await newParent(service);
@@ -187,5 +136,110 @@ describe("the ordinary last-row reply reader", () => {
     expect(await service.readSubagent(parent.id, first.childSessionId, account.id)).toBe("the first answer");
     expect(limits).toEqual([ASSISTANT_PAGE]);
     await service.close();
+  });
+});
+
+/** A background result of 3 KB against an inline limit of 200 bytes, delivered to an idle parent. */
+describe("an above-limit result", () => {
+  const limit = 200;
+  const body = `héllo ${"x".repeat(3000)} end`;
+  const size = Buffer.byteLength(body);
+  let delivered: Awaited<ReturnType<typeof backgroundResult>>["delivered"];
+  let inbox: { body: string } | undefined;
+  beforeAll(async () => {
+    const { service } = makeService(db.pool, { toolResultInlineBytes: () => limit });
+    const r = await backgroundResult(service, body);
+    delivered = r.delivered;
+    const row = await db.pool.query<{ body: string }>(
+      "select body from delegation_results where parent_session_id = $1",
+      [r.parent.id],
+    );
+    inbox = row.rows[0];
+  });
+
+  it("is measured in UTF-8 bytes: a body under the limit in characters but over it in bytes is spilled (S004-236)", async () => {
+    const { service } = makeService(db.pool, { toolResultInlineBytes: () => 100 });
+    const wide = "é".repeat(60); // 60 characters, 120 bytes
+    const r = await backgroundResult(service, wide);
+    expect(r.delivered.details?.spillPath).toBeTruthy();
+    expect(r.delivered.details?.byteSize).toBe(120);
+  });
+
+  it("is spilled to the spill store and recorded there (S004-237)", async () => {
+    const path = delivered.details?.spillPath ?? "";
+    expect(path).not.toBe("");
+    const spill = await db.pool.query("select byte_size from spilled_outputs where path = $1", [path]);
+    expect(Number(spill.rows[0]?.byte_size)).toBe(size);
+  });
+
+  it("is stored complete: every byte of the body is in the spill file (S004-238)", () => {
+    expect(readFileSync(delivered.details?.spillPath ?? "", "utf8")).toBe(body);
+    expect(delivered.details?.byteSize).toBe(size);
+  });
+
+  it("reaches the inbox and the parent's journal as a bounded placeholder: the spill path, the size and a preview (S004-239)", () => {
+    for (const content of [delivered.content, inbox?.body ?? ""]) {
+      expect(content).toContain(delivered.details?.spillPath ?? "no path");
+      expect(content).toContain(`${size} bytes`);
+      expect(content).toContain("héllo xxx");
+      expect(Buffer.byteLength(content)).toBeLessThan(size);
+    }
+  });
+});
+
+/** A child's answer with whitespace of its own, followed by more empty failed continuations than two pages. */
+describe("readSubagent after empty failed continuations", () => {
+  let ctx: { repo: ReturnType<typeof makeService>["repo"]; parent: string; child: string; account: string };
+  let answer: string | undefined;
+  const reads: number[] = [];
+  beforeAll(async () => {
+    const { service, repo } = makeService(db.pool);
+    const { account, parent } = await newParent(service);
+    const first = await delegateForeground(
+      service,
+      { parent, account },
+      "d",
+      scriptTask({ answer: "\n  the answer  \n" }),
+    );
+    if (first.kind !== "result") throw new Error("expected a result");
+    await repo.append(
+      first.childSessionId,
+      account.id,
+      Array.from({ length: ASSISTANT_PAGE * 2 + 5 }, () => ({
+        body: {
+          type: "message" as const,
+          message: {
+            role: "assistant" as const,
+            content: [{ type: "text" as const, text: "  " }],
+            stopReason: "error" as const,
+          },
+        },
+      })),
+    );
+    ctx = { repo, parent: parent.id, child: first.childSessionId, account: account.id };
+    const counting = Object.create(repo) as typeof repo;
+    counting.recentAssistantMessages = (s, p, l, b) => {
+      reads.push(l);
+      return repo.recentAssistantMessages(s, p, l, b);
+    };
+    answer = await readSubagent(counting, parent.id, first.childSessionId, account.id);
+  });
+
+  it("gives what the canonical settled-answer reader gives, not the newest row's text (S004-175)", async () => {
+    expect(answer).toBe(await lastSettledAssistantText(ctx.repo, ctx.child, ctx.account));
+    expect(await latestAssistantText(ctx.repo, ctx.child, ctx.account)).toBeUndefined();
+  });
+
+  it("reads assistant rows newest-first in pages of 32 until an answer (S004-176)", () => {
+    expect(reads).toEqual([32, 32, 32]);
+  });
+
+  it("finds the answer after any number of empty failed continuations, its whitespace kept (S004-177)", () => {
+    expect(answer).toBe("\n  the answer  \n");
+  });
+
+  it("does not trim the answer (S004-179)", () => {
+    expect(answer).not.toBe(answer?.trim());
+    expect(answer?.startsWith("\n  ")).toBe(true);
   });
 });
