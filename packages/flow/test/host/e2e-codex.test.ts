@@ -141,18 +141,30 @@ describe("crw flow end to end with the real codex as host", () => {
     expect(owner.hostCalls.filter((c) => c.tool === "send_input")).toHaveLength(1);
   });
 
-  it("S000-020 S000-093 S000-094 S000-095: tokens come from the subagents' rollouts, in all their parts, zero parts left out", () => {
-    const completed = ofType("completed");
-    const reviewer = completed.find((c) => JSON.stringify(c.result) === '{"verdict":"ok"}');
-    // cached_input and reasoning_output were 0: left out of the row.
+  // The mock model's usage per response: the explorer's task turn and its repair each counted this.
+  const explorerTurn = { input: 1000, cached_input: 200, output: 50, reasoning_output: 10, total: 1050 };
+  const explorerTokens = () =>
+    ofType("completed").find((c) => JSON.stringify(c.result).includes("parse.ts"))?.tokens as
+      | Record<string, number>
+      | undefined;
+
+  it("a token part that is 0 is left out of the row: the reviewer's has no cached_input or reasoning_output (S000-095)", () => {
+    const reviewer = ofType("completed").find((c) => JSON.stringify(c.result) === '{"verdict":"ok"}');
     expect(reviewer?.tokens).toEqual({ input: 1000, output: 50, total: 1050 });
-    // The repair step records what the explorer's task turn counted before it.
+  });
+
+  it("the repair step records what the explorer's task turn counted before it, as tokens_seen and call_tokens (S000-020)", () => {
     const repair = ofType("step_published").find((p) => p.role === "explorer" && p.action === "send_input");
-    const taskTurn = { input: 1000, cached_input: 200, output: 50, reasoning_output: 10, total: 1050 };
-    expect(repair).toMatchObject({ tokens_seen: taskTurn, call_tokens: taskTurn });
-    // The explorer's call took two turns on one subagent (the task and its repair): the call counts both.
-    const explorer = completed.find((c) => JSON.stringify(c.result).includes("parse.ts"));
-    expect(explorer?.tokens).toEqual({
+    expect(repair).toMatchObject({ tokens_seen: explorerTurn, call_tokens: explorerTurn });
+  });
+
+  it("a call's tokens come from its subagent's rollout: two turns on one subagent count as the rollout's last total (S000-093)", () => {
+    expect(explorerTokens()?.total).toBe(2 * explorerTurn.total);
+    expect(explorerTokens()?.input).toBe(2 * explorerTurn.input);
+  });
+
+  it("every token part, cached input and reasoning output included, is counted on its own (S000-094)", () => {
+    expect(explorerTokens()).toEqual({
       input: 2000,
       cached_input: 400,
       output: 100,
