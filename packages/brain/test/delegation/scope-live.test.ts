@@ -2,7 +2,8 @@ import { mkdirSync, mkdtempSync, realpathSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
-import { describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
+import type { MutatingTool } from "../../src/delegation/scopedTools.js";
 import {
   canonicalJson,
   captureDelegatedExecutionScope,
@@ -31,28 +32,6 @@ const storedScope = async (childId: string) =>
   );
 
 describe("scope capture and live access in delegation", () => {
-  it("S004-190: S004-193: S004-194: S004-195: the child's scope is captured before dispatch, its allow-list intersected with the account grant", async () => {
-    const { service } = makeService(db.pool);
-    const { account, parent } = await newParent(service, { toolAllow: ["Read", "Grep"], toolDeny: ["Bash"] });
-    const r = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "d",
-      task: "t",
-      mode: "foreground",
-      tools: { allow: ["Read", "Write"], deny: ["Grep(secret*)"] },
-    });
-    if (r.kind !== "result") throw new Error("expected result");
-    const scope = await storedScope(r.childSessionId);
-    expect(scope.tools).toEqual({ allow: ["Read"], deny: ["Bash", "Grep(secret*)"] });
-    // stored as canonical JSON: sorted keys, no whitespace, the same bytes when re-serialized canonically
-    const text = (
-      await db.pool.query<{ scope: string }>("select scope from sessions where id = $1", [r.childSessionId])
-    ).rows[0]?.scope;
-    expect(text).toBe(canonicalJson(JSON.parse(text ?? "null")));
-    expect(scope.accountId).toBe(account.id);
-  });
-
   it("S004-200: the captured operator flag comes from the account: owners and administrators, nobody else", async () => {
     const { service } = makeService(db.pool);
     const flags: boolean[] = [];
@@ -397,5 +376,70 @@ describe("scope capture and live access in delegation", () => {
     );
     expect(nested.length).toBeGreaterThan(0);
     expect(nested.every((r) => r.identity?.memoryIdentity === undefined)).toBe(true);
+  });
+});
+
+/**
+ * A parent whose account is granted Read, Grep and Probe and denied Bash delegates with Read, Write and
+ * Probe allowed and Grep(secret*) denied; the child's turn runs Probe, which reads the child's stored scope
+ * while the child runs.
+ */
+describe("the scope a child is given", () => {
+  let text: string | undefined;
+  let seenByTheChild: string | null | undefined;
+  let accountId: string;
+  beforeAll(async () => {
+    let parentId = "";
+    const probe: MutatingTool = {
+      name: "Probe",
+      description: "reads the child's stored scope",
+      parameters: {},
+      mutates: false,
+      async execute() {
+        const r = await db.pool.query<{ scope: string | null }>(
+          "select scope from sessions where parent_session_id = $1",
+          [parentId],
+        );
+        seenByTheChild = r.rows[0]?.scope;
+        return { content: "probed" };
+      },
+    };
+    const { service } = makeService(db.pool, { tools: () => [probe] });
+    const { account, parent } = await newParent(service, {
+      toolAllow: ["Read", "Grep", "Probe"],
+      toolDeny: ["Bash"],
+    });
+    parentId = parent.id;
+    accountId = account.id;
+    const r = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "d",
+      task: scriptTask({ rounds: [[{ name: "Probe", arguments: {} }]], answer: "done" }),
+      mode: "foreground",
+      tools: { allow: ["Read", "Write", "Probe"], deny: ["Grep(secret*)"] },
+    });
+    if (r.kind !== "result") throw new Error("expected result");
+    text = (
+      await db.pool.query<{ scope: string }>("select scope from sessions where id = $1", [r.childSessionId])
+    ).rows[0]?.scope;
+  });
+
+  it("is captured and stored before the child runs: its own turn reads it (S004-190)", () => {
+    expect(seenByTheChild).toBeTruthy();
+    expect(seenByTheChild).toBe(text);
+  });
+
+  it("allows only the tools both asked for and granted to the account (S004-193)", () => {
+    expect(JSON.parse(text ?? "null").tools.allow.sort()).toEqual(["Probe", "Read"]);
+  });
+
+  it("denies what the account denies and what the call denies (S004-194)", () => {
+    expect(JSON.parse(text ?? "null").tools.deny.sort()).toEqual(["Bash", "Grep(secret*)"]);
+  });
+
+  it("is stored as canonical JSON of its own: sorted keys, no whitespace, the account named (S004-195)", () => {
+    expect(text).toBe(canonicalJson(JSON.parse(text ?? "null")));
+    expect(JSON.parse(text ?? "null").accountId).toBe(accountId);
   });
 });
