@@ -51,80 +51,6 @@ describe("DelegateContinue and the read-only clamp", () => {
     expect(rows.rowCount).toBe(0);
   });
 
-  it("S004-225: S004-226: S004-223: S004-040: planning callers wait for an active child; Build callers wait for a read-only call and steer otherwise", async () => {
-    const { service, repo, account, parent, child, gates } = await childWithAnswer();
-    const hold = latch();
-    gates.set("busy", hold.promise);
-    const progress: string[] = [];
-    const busy = await service.continueSubagent({
-      progress: (e) => {
-        if (e.type === "text") progress.push(e.text);
-      },
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      childSessionId: child,
-      toolCallId: "b1",
-      text: scriptTask({ rounds: [[{ name: "Gate", arguments: { key: "busy" } }]], answer: "busy done" }),
-      mode: "background",
-    });
-    expect(busy.kind).toBe("started");
-    await waitFor(
-      async () => (await repo.openRunForChild(child, account.id))?.status === "running",
-      "running",
-    );
-    const planning = service.continueSubagent({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      childSessionId: child,
-      toolCallId: "p1",
-      text: "plan",
-      mode: "foreground",
-      callerReadOnly: true,
-    });
-    await expect(planning).rejects.toMatchObject({ code: "wait_required", retryable: true });
-    const steered = await continueForeground(service, { parent, account }, child, "s1", "also do this");
-    expect(steered.kind).toBe("steered");
-    hold.open();
-    await waitFor(async () => (await repo.openRunForChild(child, account.id)) === null, "settled");
-    await service.whenIdle();
-    // S004-044: the steer's receipt is delivered into the child's journal before the call settled
-    const receipts = await db.pool.query<{ status: string; journal_seq: string | null }>(
-      "select status, journal_seq from delegated_steers where child_session_id = $1",
-      [child],
-    );
-    expect(receipts.rows.map((r) => r.status)).toEqual(["delivered"]);
-    expect(receipts.rows[0]?.journal_seq).not.toBeNull();
-    // the steered text was taken by the open call, whose activity reached the call's progress sink once
-    expect(progress).toEqual(["busy done"]);
-
-    // now a read-only call is open: a Build caller must wait, never steer into it
-    const ro = latch();
-    gates.set("ro", ro.promise);
-    await service.continueSubagent({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      childSessionId: child,
-      toolCallId: "r1",
-      text: scriptTask({ rounds: [[{ name: "Gate", arguments: { key: "ro" } }]], answer: "ro done" }),
-      mode: "background",
-      callerReadOnly: true,
-    });
-    const open = await waitFor(async () => repo.openRunForChild(child, account.id), "open read-only call");
-    expect(open?.readOnlyScope).not.toBeNull();
-    await expect(
-      continueForeground(service, { parent, account }, child, "b2", "build"),
-    ).rejects.toMatchObject({ code: "wait_required" });
-    expect(
-      (await db.pool.query("select 1 from delegated_steers where child_session_id = $1", [child])).rowCount,
-    ).toBe(1);
-    ro.open();
-    await waitFor(
-      async () => (await repo.openRunForChild(child, account.id)) === null,
-      "read-only call settled",
-    );
-    await service.whenIdle();
-  });
-
   it("S004-296: the ownership guard: another parent or principal cannot continue or read a child", async () => {
     const { service, account, child } = await childWithAnswer();
     const other = await service.createRootSession(account.id, "scripted");
@@ -285,5 +211,107 @@ describe("a continuation from a read-only turn", () => {
     expect(after.filter((m) => m.role === "toolResult" && m.toolName === "Write").at(-1)).toMatchObject({
       isError: false,
     });
+  });
+});
+
+/**
+ * A child with an open Build call (its turn waits on a gate): a planning caller and a Build caller come
+ * in; once that call settles, a read-only call is opened and a Build caller comes in again.
+ */
+describe("callers of a child with an open call", () => {
+  let planning: unknown;
+  let steered: { kind: string } | undefined;
+  let receipts: Array<{ status: string; journal_seq: string | null }>;
+  let progress: string[];
+  let openReadOnly: { readOnlyScope: unknown } | null;
+  let buildIntoReadOnly: unknown;
+  let steersAfter: number | null;
+
+  beforeAll(async () => {
+    const { service, repo, account, parent, child, gates } = await childWithAnswer();
+    const hold = latch();
+    gates.set("busy", hold.promise);
+    progress = [];
+    const busy = await service.continueSubagent({
+      progress: (e) => {
+        if (e.type === "text") progress.push(e.text);
+      },
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: child,
+      toolCallId: "b1",
+      text: scriptTask({ rounds: [[{ name: "Gate", arguments: { key: "busy" } }]], answer: "busy done" }),
+      mode: "background",
+    });
+    expect(busy.kind).toBe("started");
+    await waitFor(
+      async () => (await repo.openRunForChild(child, account.id))?.status === "running",
+      "running",
+    );
+    planning = await service
+      .continueSubagent({
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        childSessionId: child,
+        toolCallId: "p1",
+        text: "plan",
+        mode: "foreground",
+        callerReadOnly: true,
+      })
+      .catch((e: unknown) => e);
+    steered = await continueForeground(service, { parent, account }, child, "s1", "also do this");
+    hold.open();
+    await waitFor(async () => (await repo.openRunForChild(child, account.id)) === null, "settled");
+    await service.whenIdle();
+    receipts = (
+      await db.pool.query<{ status: string; journal_seq: string | null }>(
+        "select status, journal_seq from delegated_steers where child_session_id = $1",
+        [child],
+      )
+    ).rows;
+    const ro = latch();
+    gates.set("ro", ro.promise);
+    await service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: child,
+      toolCallId: "r1",
+      text: scriptTask({ rounds: [[{ name: "Gate", arguments: { key: "ro" } }]], answer: "ro done" }),
+      mode: "background",
+      callerReadOnly: true,
+    });
+    openReadOnly = await waitFor(async () => repo.openRunForChild(child, account.id), "open read-only call");
+    buildIntoReadOnly = await continueForeground(service, { parent, account }, child, "b2", "build").catch(
+      (e: unknown) => e,
+    );
+    steersAfter = (await db.pool.query("select 1 from delegated_steers where child_session_id = $1", [child]))
+      .rowCount;
+    ro.open();
+    await waitFor(
+      async () => (await repo.openRunForChild(child, account.id)) === null,
+      "read-only call settled",
+    );
+    await service.whenIdle();
+  });
+
+  it("a planning caller must wait for the active child: a retryable wait_required (S004-225)", () => {
+    expect(planning).toMatchObject({ code: "wait_required", retryable: true });
+  });
+
+  it("a Build caller's text steers an open Build call, and its receipt is delivered into the child's journal (S004-040)", () => {
+    expect(steered?.kind).toBe("steered");
+    expect(receipts.map((r) => r.status)).toEqual(["delivered"]);
+    expect(receipts[0]?.journal_seq).not.toBeNull();
+    // the steered text was taken by the open call, whose activity reached the call's progress sink once
+    expect(progress).toEqual(["busy done"]);
+  });
+
+  it("a Build caller must wait for an open read-only call and never steers into it (S004-226)", () => {
+    expect(buildIntoReadOnly).toMatchObject({ code: "wait_required" });
+    expect(steersAfter).toBe(1);
+  });
+
+  it("a running read-only call's row holds the read-only clamp", () => {
+    expect(openReadOnly?.readOnlyScope).not.toBeNull();
   });
 });
