@@ -243,47 +243,6 @@ describe("scope capture and live access in delegation", () => {
     await service.whenIdle();
   });
 
-  it("S004-254: S004-256: S004-267: S004-268: Delegate's cwd is placed by delegatedWorkDir with its target, and admitted again on every call", async () => {
-    const root = realpathSync(mkdtempSync(join(tmpdir(), "crw-proj-")));
-    const projects = new Map([["p1", root]]);
-    const projectForPath = (dir: string) => {
-      for (const [ref, r] of projects) if (dir === r || dir.startsWith(`${r}/`)) return { ref, root: r };
-      return undefined;
-    };
-    const { service, repo } = makeService(db.pool, { projects: { projectForPath } });
-    const { account, parent } = await newParent(service, { isOwner: true });
-    const first = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "d",
-      task: "t",
-      mode: "foreground",
-      workDir: root,
-    });
-    if (first.kind !== "result") throw new Error("expected result");
-    const scope = await storedScope(first.childSessionId);
-    expect(scope).toMatchObject({ workDir: root, target: { kind: "host", ref: "p1" }, projectRef: "p1" });
-    const cont = (id: string) =>
-      continueForeground(service, { parent, account }, first.childSessionId, id, "again");
-    // the directory now belongs to another registered project: refused at admission, before any turn
-    projects.set("p2", root);
-    projects.delete("p1");
-    expect(await cont("c1")).toMatchObject({
-      kind: "result",
-      outcome: "error",
-      body: expect.stringMatching(/no longer belongs/),
-    });
-    projects.set("p1", root);
-    projects.delete("p2");
-    // the directory vanished: refused the same way
-    rmSync(root, { recursive: true });
-    expect(await cont("c2")).toMatchObject({ kind: "result", outcome: "error" });
-    const turns = messages(await repo.readJournal(first.childSessionId, account.id)).filter(
-      (m) => m.role === "assistant",
-    );
-    expect(turns).toHaveLength(1);
-  });
-
   it("S004-257: a scoped caller places its children only inside its own project", async () => {
     const root = realpathSync(mkdtempSync(join(tmpdir(), "crw-scoped-")));
     const inside = join(root, "sub");
@@ -441,5 +400,70 @@ describe("the scope a child is given", () => {
   it("is stored as canonical JSON of its own: sorted keys, no whitespace, the account named (S004-195)", () => {
     expect(text).toBe(canonicalJson(JSON.parse(text ?? "null")));
     expect(JSON.parse(text ?? "null").accountId).toBe(accountId);
+  });
+});
+
+/**
+ * An owner delegates into a registered project's directory, then continues the child twice: once the
+ * directory belongs to another registered project, then once it is gone.
+ */
+describe("a child's working directory, admitted again on every call", () => {
+  let root: string;
+  let scope: Record<string, unknown>;
+  let moved: unknown;
+  let vanished: unknown;
+  const turns: number[] = [];
+  beforeAll(async () => {
+    root = realpathSync(mkdtempSync(join(tmpdir(), "crw-proj-")));
+    const projects = new Map([["p1", root]]);
+    const projectForPath = (dir: string) => {
+      for (const [ref, r] of projects) if (dir === r || dir.startsWith(`${r}/`)) return { ref, root: r };
+      return undefined;
+    };
+    const { service, repo } = makeService(db.pool, { projects: { projectForPath } });
+    const { account, parent } = await newParent(service, { isOwner: true });
+    const first = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "d",
+      task: "t",
+      mode: "foreground",
+      workDir: root,
+    });
+    if (first.kind !== "result") throw new Error("expected result");
+    scope = await storedScope(first.childSessionId);
+    const answers = async () =>
+      messages(await repo.readJournal(first.childSessionId, account.id)).filter((m) => m.role === "assistant")
+        .length;
+    const cont = (id: string) =>
+      continueForeground(service, { parent, account }, first.childSessionId, id, "again");
+    turns.push(await answers());
+    projects.set("p2", root);
+    projects.delete("p1");
+    moved = await cont("c1");
+    turns.push(await answers());
+    projects.set("p1", root);
+    projects.delete("p2");
+    rmSync(root, { recursive: true });
+    vanished = await cont("c2");
+    turns.push(await answers());
+  });
+
+  it("the child's scope stores its working directory with its execution target (S004-256)", () => {
+    expect(scope).toMatchObject({ workDir: root, target: { kind: "host", ref: "p1" }, projectRef: "p1" });
+  });
+
+  it("a directory that now belongs to another project is refused before any turn (S004-268)", () => {
+    expect(moved).toMatchObject({
+      kind: "result",
+      outcome: "error",
+      body: expect.stringMatching(/no longer belongs/),
+    });
+    expect(turns[1]).toBe(turns[0]);
+  });
+
+  it("a directory that vanished is refused before any turn (S004-267)", () => {
+    expect(vanished).toMatchObject({ kind: "result", outcome: "error" });
+    expect(turns[2]).toBe(turns[0]);
   });
 });
