@@ -289,53 +289,6 @@ describe("scope capture and live access in delegation", () => {
     ).toBe(1);
     await service.whenIdle();
   });
-
-  it("S004-571: S004-573: S004-575: S004-576: a dream child of the account's own conversation gets the memory identity on every turn; ordinary children never", async () => {
-    const { seen, runner } = recording();
-    const { service, repo } = makeService(db.pool, { runner });
-    const { account, parent } = await newParent(service);
-    const dream = { runId: "dream-7", accountUserId: account.id };
-    const dreamScope = captureDelegatedExecutionScope(
-      { accountId: account.id, target: { kind: "host", ref: null } },
-      { accountId: account.id, dream },
-    );
-    const made = await repo.createDelegation({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "dream",
-      // the dream wakes for a helper's result: a second turn of the same call, with no wrapper around it
-      task: scriptTask({
-        rounds: [[delegateCall({ answer: "helper" }, { background: true })]],
-        answer: "dreamt",
-      }),
-      mode: "background",
-      model: "scripted",
-      scope: dreamScope,
-    });
-    await service.executeRun(made.run);
-    const ordinary = await delegateForeground(
-      service,
-      { parent, account },
-      "plain",
-      scriptTask({ rounds: [[delegateCall({ answer: "nested" })]], answer: "plain done" }),
-    );
-    await service.whenIdle();
-    const identityOf = (sessionId: string) =>
-      seen.filter((r) => r.sessionId === sessionId).map((r) => r.identity);
-    const memory = {
-      principalAccountId: account.id,
-      memoryIdentity: { elowenUserId: account.id, dreamRunId: "dream-7" },
-    };
-    expect(identityOf(made.child.id)).toEqual([memory, memory]);
-    if (ordinary.kind !== "result") throw new Error("expected result");
-    expect(identityOf(ordinary.childSessionId).every((i) => i?.memoryIdentity === undefined)).toBe(true);
-    // a nested child under a delegated parent never gets one, dream or not
-    const nested = seen.filter(
-      (r) => ![parent.id, made.child.id, ordinary.childSessionId].includes(r.sessionId),
-    );
-    expect(nested.length).toBeGreaterThan(0);
-    expect(nested.every((r) => r.identity?.memoryIdentity === undefined)).toBe(true);
-  });
 });
 
 /**
@@ -465,5 +418,89 @@ describe("a child's working directory, admitted again on every call", () => {
   it("a directory that vanished is refused before any turn (S004-267)", () => {
     expect(vanished).toMatchObject({ kind: "result", outcome: "error" });
     expect(turns[2]).toBe(turns[0]);
+  });
+});
+
+/**
+ * A dream child of the account's own top-level conversation (its run wakes again for a helper's result),
+ * an ordinary child with a nested child of its own, and a dream-scoped child made under that ordinary
+ * (delegated) child; every turn request is recorded.
+ */
+describe("the memory identity of delegated turns", () => {
+  let identityOf: (sessionId: string) => unknown[];
+  let ids: { parent: string; dream: string; ordinary: string; dreamUnderChild: string };
+  let seenSessions: string[];
+  let memory: unknown;
+  beforeAll(async () => {
+    const { seen, runner } = recording();
+    const { service, repo } = makeService(db.pool, { runner });
+    const { account, parent } = await newParent(service);
+    const dreamScope = captureDelegatedExecutionScope(
+      { accountId: account.id, target: { kind: "host", ref: null } },
+      { accountId: account.id, dream: { runId: "dream-7", accountUserId: account.id } },
+    );
+    const made = await repo.createDelegation({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "dream",
+      task: scriptTask({
+        rounds: [[delegateCall({ answer: "helper" }, { background: true })]],
+        answer: "dreamt",
+      }),
+      mode: "background",
+      model: "scripted",
+      scope: dreamScope,
+    });
+    await service.executeRun(made.run);
+    const ordinary = await delegateForeground(
+      service,
+      { parent, account },
+      "plain",
+      scriptTask({ rounds: [[delegateCall({ answer: "nested" })]], answer: "plain done" }),
+    );
+    if (ordinary.kind !== "result") throw new Error("expected result");
+    const underChild = await repo.createDelegation({
+      parentSessionId: ordinary.childSessionId,
+      principalAccountId: account.id,
+      toolCallId: "dream-under-child",
+      task: scriptTask({ answer: "not mine to dream" }),
+      mode: "background",
+      model: "scripted",
+      scope: dreamScope,
+    });
+    await service.executeRun(underChild.run);
+    await service.whenIdle();
+    identityOf = (sessionId) => seen.filter((r) => r.sessionId === sessionId).map((r) => r.identity);
+    seenSessions = seen.map((r) => r.sessionId);
+    ids = {
+      parent: parent.id,
+      dream: made.child.id,
+      ordinary: ordinary.childSessionId,
+      dreamUnderChild: underChild.child.id,
+    };
+    memory = {
+      principalAccountId: account.id,
+      memoryIdentity: { elowenUserId: account.id, dreamRunId: "dream-7" },
+    };
+  });
+
+  const noMemory = (identities: unknown[]) =>
+    identities.length > 0 &&
+    identities.every((i) => (i as { memoryIdentity?: unknown })?.memoryIdentity === undefined);
+
+  it("memory identity only for a dream scope under the account's own top-level conversation, not under a delegated parent (S004-571)", () => {
+    expect(identityOf(ids.dream)[0]).toEqual(memory);
+    expect(noMemory(identityOf(ids.dreamUnderChild))).toBe(true);
+  });
+
+  it("an ordinary delegated child, and its own child, get no memory identity (S004-573)", () => {
+    expect(noMemory(identityOf(ids.ordinary))).toBe(true);
+    const nested = [...new Set(seenSessions)].filter((id) => !Object.values(ids).includes(id));
+    expect(nested.length).toBeGreaterThan(0);
+    for (const id of nested) expect(noMemory(identityOf(id))).toBe(true);
+  });
+
+  it("the dream's later turn for a helper's result keeps the memory identity with no wrapper around it (S004-576)", () => {
+    expect(identityOf(ids.dream)).toEqual([memory, memory]);
   });
 });
