@@ -88,11 +88,26 @@ afterAll(async () => {
   if (root && !process.env.CRW_KEEP_E2E) rmSync(root, { recursive: true, force: true });
 });
 
+/**
+ * The scenario runs once: a start killed after its first turn_started, the task turn ending on the host
+ * with nobody following it, the app-server restarted, a resume on another backend refused, the foreground
+ * resume, then crw flow shadow.
+ */
 describe("--backend app-server with the real codex binary", () => {
-  it("S000-008 S000-181 S000-052 S000-053 S000-054 S000-055: a thread per call with the entries as leaf keys; killed after a turn_started, the app-server restarted, the resume follows the thread with the entries again", async () => {
+  let runTmp: string;
+  let startJson: Record<string, unknown>;
+  let firstThread: Extract<JournalRow, { type: "thread_started" }>;
+  let mixed: { code: number; unchanged: boolean };
+  let resumeCode: number;
+  let all: JournalRow[];
+  let trail: string;
+  let texts: string[];
+  let shadow: { code: number; json: Record<string, unknown> };
+
+  beforeAll(async () => {
     const repo = join(root, "repo");
     const state = join(root, "state");
-    const runTmp = join(root, "run-tmp");
+    runTmp = join(root, "run-tmp");
     mkdirSync(runTmp);
     const workflow = join(repo, "as.mjs");
     writeFileSync(workflow, workflowSource);
@@ -119,8 +134,8 @@ describe("--backend app-server with the real codex binary", () => {
       repo,
     );
     expect(start.code, start.stderr).toBe(0);
-    expect(start.json()).toMatchObject({ backend: "app-server" });
-    const pid = Number(start.json().pid);
+    startJson = start.json();
+    const pid = Number(startJson.pid);
     const journal = join(state, "flow", "as", "journal.jsonl");
     const rows = (): JournalRow[] => readJournalFile(journal).rows;
     await waitFor(
@@ -137,24 +152,15 @@ describe("--backend app-server with the real codex binary", () => {
     );
     const thread = rows().find((r) => r.type === "thread_started");
     if (thread?.type !== "thread_started") throw new Error("no thread_started");
-    expect(thread).toMatchObject({
-      via: "app-server",
-      call: "a.1",
-      model: "mock-a",
-      effort: "high",
-      parent_thread_id: null,
-    });
+    firstThread = thread;
     // the task turn ends on the host with nobody following it; then the app-server restarts
     const probe = createAppServerHost({ transport: codex.url });
-    await expect
-      .poll(
-        async () => {
-          const t = await probe.readThread(thread.thread_id);
-          return t.ok ? t.value.turns[0]?.status : "unread";
-        },
-        { timeout: 30_000, interval: 200 },
-      )
-      .toBe("completed");
+    // the host answers asynchronously: read it until the task turn has ended
+    for (let at = Date.now(); ; await new Promise((r) => setTimeout(r, 200))) {
+      const t = await probe.readThread(thread.thread_id);
+      if (t.ok && t.value.turns[0]?.status === "completed") break;
+      if (Date.now() - at > 30_000) throw new Error("the task turn did not end on the host");
+    }
     await probe.close();
     // the server stops only once the turn's end is on disk (the restarted server reads the rollout)
     const rollout = thread.rollout_path;
@@ -165,25 +171,35 @@ describe("--backend app-server with the real codex binary", () => {
       30_000,
     );
     codex = await restartRealCodex(codex);
-    // a resume on another backend is refused before any row is written
     const specPath = join(state, "flow", "as", "run.json");
     const specText = readFileSync(specPath, "utf8");
     writeFileSync(specPath, JSON.stringify({ ...JSON.parse(specText), backend: "local" }));
     const before = readFileSync(journal, "utf8");
-    const mixed = await crwFlow(["resume", "as", "--state", state], env, repo);
-    expect(mixed.code).toBe(2);
-    expect(readFileSync(journal, "utf8")).toBe(before);
+    const refused = await crwFlow(["resume", "as", "--state", state], env, repo);
+    mixed = { code: refused.code, unchanged: readFileSync(journal, "utf8") === before };
     writeFileSync(specPath, specText);
     const resume = await crwFlow(["resume", "as", "--state", state], env, repo);
-    expect(resume.code, resume.stderr).toBe(0);
-    const all = rows();
-    const trail = all.map(
-      (r) =>
-        `${r.type}${"call" in r ? ` ${r.call}` : ""}${"reason" in r ? ` ${r.reason}` : ""}${"detail" in r && typeof r.detail === "string" ? ` ${r.detail}` : ""}`,
-    );
+    resumeCode = resume.code;
+    all = rows();
+    trail = all
+      .map(
+        (r) =>
+          `${r.type}${"call" in r ? ` ${r.call}` : ""}${"reason" in r ? ` ${r.reason}` : ""}${"detail" in r && typeof r.detail === "string" ? ` ${r.detail}` : ""}`,
+      )
+      .join("\n");
+    texts = model.requests.map(lastUserText).filter((t) => t.startsWith("crw-flow-op: "));
+    const sh = await crwFlow(["shadow", "as", "--state", state, "--json"], env, repo);
+    shadow = { code: sh.code, json: sh.code === 0 ? sh.json() : {} };
+  }, 240_000);
+
+  const taskText = () => texts.find((t) => t.startsWith("crw-flow-op: a.1/t1-")) as string;
+  const repairText = () => texts.find((t) => t.startsWith("crw-flow-op: a.1/t2-")) as string;
+
+  it("the resumed run ends completed on the backend it started on; a resume on another backend is refused before any row", () => {
+    expect(resumeCode).toBe(0);
     expect(
       all.find((r) => r.type === "run_ended"),
-      trail.join("\n"),
+      trail,
     ).toMatchObject({
       status: "completed",
       result: { a: runTmp, b: runTmp },
@@ -192,45 +208,78 @@ describe("--backend app-server with the real codex binary", () => {
       "app-server",
       "app-server",
     ]);
+    expect(mixed).toEqual({ code: 2, unchanged: true });
+  });
+
+  it("start --backend app-server opens a thread of the run's own per call, on the role's pair (S000-181)", () => {
+    expect(startJson).toMatchObject({ backend: "app-server" });
+    expect(firstThread).toMatchObject({
+      via: "app-server",
+      call: "a.1",
+      model: "mock-a",
+      effort: "high",
+      parent_thread_id: null,
+    });
+    const threads = all.filter(
+      (r): r is Extract<JournalRow, { type: "thread_started" }> => r.type === "thread_started",
+    );
+    expect(
+      threads.map((r) => [r.call, r.via, r.parent_thread_id]),
+      trail,
+    ).toEqual([
+      ["a.1", "app-server", null],
+      ["b.1", "app-server", null],
+    ]);
     expect(
       all
         .filter((r) => r.type === "prepared")
         .every((r) => r.type === "prepared" && r.backend === "app-server"),
     ).toBe(true);
-    // a thread per call, each the run's own (no parent)
-    const threads = all.filter((r) => r.type === "thread_started");
-    expect(
-      threads.map((r) => r.type === "thread_started" && r.call),
-      trail.join("\n"),
-    ).toEqual(["a.1", "b.1"]);
-    // a.1: the task turn, then its repair on the resumed thread (after the restart): x is the run's TMPDIR
+  });
+
+  it("a call's turn text ends with the tools section after the task, and the journaled input stays the script's (S000-052)", () => {
+    expect(taskText()).toBeDefined();
+    expect(taskText().indexOf("## Task")).toBeLessThan(taskText().indexOf("## Repository tools"));
+    expect(taskText().trimEnd().endsWith(`- TMPDIR=${runTmp}`)).toBe(true);
+    expect(all.find((r) => r.type === "prepared" && r.call === "a.1")).toMatchObject({
+      input: { task: "Report the run's temporary directory." },
+    });
+  });
+
+  it("a thread the run starts runs its commands with the run's entries: b's shell saw the run's TMPDIR (S000-053)", () => {
+    expect(all.find((r) => r.type === "completed" && r.call === "b.1")).toMatchObject({
+      result: { tmp: runTmp },
+    });
+  });
+
+  it("after the app-server restarted, the resumed thread runs with the entries again, and no row stores them (S000-054)", () => {
+    // a.1's repair turn ran on the thread the restarted server resumed; its shell saw the run's TMPDIR
     const aTurns = all.filter((r) => r.type === "turn_started" && r.call === "a.1");
     expect(aTurns.map((r) => r.type === "turn_started" && r.conversation_turn)).toEqual([1, 2]);
-    // the turn texts end with the tools section naming the entries; the journaled input stays the script's
-    const texts = model.requests.map(lastUserText).filter((t) => t.startsWith("crw-flow-op: "));
-    const task = texts.find((t) => t.startsWith("crw-flow-op: a.1/t1-"));
-    const repair = texts.find((t) => t.startsWith("crw-flow-op: a.1/t2-"));
-    expect(task).toBeDefined();
-    expect(repair).toBeDefined();
-    for (const t of [task, repair] as string[]) {
-      expect(t.trimEnd().endsWith(`- TMPDIR=${runTmp}`)).toBe(true);
-    }
-    expect((task as string).indexOf("## Task")).toBeLessThan((task as string).indexOf("## Repository tools"));
-    const prepared = all.find((r) => r.type === "prepared" && r.call === "a.1");
-    expect(prepared).toMatchObject({ input: { task: "Report the run's temporary directory." } });
-    // tokens in all their parts (thread/tokenUsage/updated, the thread's total)
-    const done = all.filter((r) => r.type === "completed");
+    expect(all.find((r) => r.type === "completed" && r.call === "a.1")).toMatchObject({
+      result: { tmp: runTmp },
+    });
+    expect(JSON.stringify(all)).not.toContain("shell_environment_policy");
+  });
+
+  it("the resumed turn's text still names the entries (S000-055)", () => {
+    expect(repairText()).toBeDefined();
+    expect(repairText().trimEnd().endsWith(`- TMPDIR=${runTmp}`)).toBe(true);
+  });
+
+  it("every completed call counts its tokens in all their parts", () => {
+    const done = all.filter((r): r is Extract<JournalRow, { type: "completed" }> => r.type === "completed");
     expect(done).toHaveLength(2);
     for (const c of done) {
-      if (c.type !== "completed") continue;
       expect(c.tokens.input ?? 0).toBeGreaterThan(0);
       expect(c.tokens.cached_input ?? 0).toBeGreaterThan(0);
       expect(c.tokens.output ?? 0).toBeGreaterThan(0);
       expect(c.tokens.reasoning_output ?? 0).toBeGreaterThan(0);
     }
-    // the shadow replays it with no host and names the backend
-    const shadow = await crwFlow(["shadow", "as", "--state", state, "--json"], env, repo);
-    expect(shadow.code, shadow.stderr).toBe(0);
-    expect(shadow.json()).toMatchObject({ backend: "app-server", replay: "completed", divergences: [] });
-  }, 240_000);
+  });
+
+  it("crw flow shadow replays the run with no host and names its backend (S000-008)", () => {
+    expect(shadow.code).toBe(0);
+    expect(shadow.json).toMatchObject({ backend: "app-server", replay: "completed", divergences: [] });
+  });
 });
