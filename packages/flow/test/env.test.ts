@@ -1,4 +1,4 @@
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { lockHolder, pidAlive, readJournalFile, readSpec, runPaths, writeSpec } from "@crw/flow";
 import type { FakeAppServer } from "@crw/tools/codex";
@@ -121,12 +121,18 @@ describe("the run's recorded environment", () => {
       expect(r.code, r.stderr).toBe(0);
       launched = environOf(Number(r.json().resumed_pid));
       result = await finish("env-1", state);
-      // the packets the relaunched process published: step rows after its own started row
+      // The packets as the relaunched process left them: no owner ran before the resume, so a step the
+      // killed process had already published was found nowhere and published again by its files.
       const rows = readJournalFile(paths.journal).rows;
-      const relaunched = rows.filter((x) => x.type === "started").at(-1)?.seq ?? Infinity;
-      packets = rows.flatMap((x) =>
-        x.type === "step_published" && x.seq > relaunched ? [readFileSync(x.packet, "utf8")] : [],
-      );
+      const relaunchedAt = Date.parse(rows.filter((x) => x.type === "started").at(-1)?.at ?? "");
+      packets = rows.flatMap((x) => {
+        if (x.type !== "step_published") return [];
+        expect(
+          statSync(x.packet).mtimeMs,
+          "a packet the relaunched process did not write",
+        ).toBeGreaterThanOrEqual(relaunchedAt - 5);
+        return [readFileSync(x.packet, "utf8")];
+      });
     }, 60_000);
 
     it("the packet the relaunched process publishes names the TMPDIR run.json records, never the shell's (S000-043)", () => {
