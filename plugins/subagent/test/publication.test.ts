@@ -1,5 +1,5 @@
 import { useTestDatabase } from "@crw/tools/pg";
-import { describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import {
   type NodeDispatcher,
   PgWorkflowStore,
@@ -52,39 +52,6 @@ function recording(
 }
 
 describe("awaited publication with generations", () => {
-  it("S004-402: S004-405: S004-407: S004-409: only the first write omits the generation; its proof is journaled before any node is prepared", async () => {
-    const w = await world(db.pool);
-    const store = new PgWorkflowStore(db.pool);
-    const calls: Call[] = [];
-    const journalAtFirstChild: unknown[] = [];
-    const { engine } = await w.engine(({ task }) => `ok ${taskLine(task)}`, {
-      emitter: recording(store, calls),
-      wrap: (base): NodeDispatcher => ({
-        ...base,
-        createChild: async (req) => {
-          journalAtFirstChild.push(await store.readJournal(req.workflowId));
-          return base.createChild(req);
-        },
-        runNode: (r) => base.runNode(r),
-        continueNode: (r, host) => base.continueNode(r, host),
-      }),
-    });
-    all.push(engine);
-    const started = await engine.start(w.ctx(), { definition: two });
-    const outcome = await engine.finished(started.workflowId);
-    expect(outcome.status).toBe("completed");
-    expect(calls[0]).toMatchObject({ expected: undefined, result: "created" });
-    expect(calls.slice(1).every((c) => c.expected === 1 && c.result === "updated")).toBe(true);
-    expect(calls.at(-1)).toMatchObject({ status: "completed", result: "updated" }); // terminal update accepted
-    const first = readOrchestrationJournal(journalAtFirstChild[0]);
-    expect(first.ok && first.journal.recovery).toEqual({
-      workflowGeneration: 1,
-      recoveryAdmissionVersion: 1,
-    });
-    // The reservation was published before the child was prepared.
-    expect(calls[1]?.nodes).toBe("a:reserved,b:pending");
-  });
-
   it("S004-406: a created result without a recovery proof throws, and nothing runs", async () => {
     const w = await world(db.pool);
     class NoProof extends PgWorkflowStore {
@@ -240,5 +207,56 @@ describe("awaited publication with generations", () => {
     expect(results).toHaveLength(1);
     expect(results[0]?.body).toContain("completed, run 2");
     expect((await store.getWorkflow(started.workflowId))?.recovery.workflowGeneration).toBe(2);
+  });
+});
+
+/** A two-node workflow run to the end, each emitter call recorded and the journal read as the first child is made. */
+describe("the publication of a workflow run", () => {
+  const calls: Call[] = [];
+  const journalAtFirstChild: unknown[] = [];
+  let status: string | null;
+  beforeAll(async () => {
+    const w = await world(db.pool);
+    const store = new PgWorkflowStore(db.pool);
+    const { engine } = await w.engine(({ task }) => `ok ${taskLine(task)}`, {
+      emitter: recording(store, calls),
+      wrap: (base): NodeDispatcher => ({
+        ...base,
+        createChild: async (req) => {
+          journalAtFirstChild.push(await store.readJournal(req.workflowId));
+          return base.createChild(req);
+        },
+        runNode: (r) => base.runNode(r),
+        continueNode: (r, host) => base.continueNode(r, host),
+      }),
+    });
+    all.push(engine);
+    const started = await engine.start(w.ctx(), { definition: two });
+    status = (await engine.finished(started.workflowId)).status;
+  });
+
+  it("the emitter answers created, then updated for every fenced write (S004-402)", () => {
+    expect(status).toBe("completed");
+    expect(calls[0]?.result).toBe("created");
+    expect(calls.length).toBeGreaterThan(2);
+    expect(calls.slice(1).map((c) => c.result)).toEqual(calls.slice(1).map(() => "updated"));
+  });
+
+  it("only the first write, the native insert, omits the expected generation (S004-405)", () => {
+    expect(calls[0]?.expected).toBeUndefined();
+    expect(calls.slice(1).every((c) => c.expected === 1)).toBe(true);
+  });
+
+  it("the created proof is journaled before a node is prepared: the first child's journal holds it, and the reservation was published first (S004-407)", () => {
+    const first = readOrchestrationJournal(journalAtFirstChild[0]);
+    expect(first.ok && first.journal.recovery).toEqual({
+      workflowGeneration: 1,
+      recoveryAdmissionVersion: 1,
+    });
+    expect(calls[1]?.nodes).toBe("a:reserved,b:pending");
+  });
+
+  it("the terminal update is accepted as updated like any fenced one (S004-409)", () => {
+    expect(calls.at(-1)).toMatchObject({ status: "completed", result: "updated", expected: 1 });
   });
 });
