@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import { captureDelegatedExecutionScope } from "@crw/brain";
 import { PgDelegationRepository } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
-import { describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { boundaryAgainst, currentDelegatedAccess } from "../src/index.js";
 
 const db = useTestDatabase();
@@ -42,36 +42,6 @@ async function rowCounts(): Promise<unknown> {
 }
 
 describe("journaledBoundaryCheck's current access", () => {
-  it("S004-312: S004-313: S004-315: S004-324: a delegated origin's access comes from its persisted scope and every ancestor, with reads only", async () => {
-    const { repo, acct, root, delegate } = await setup();
-    const mid = await delegate(root.id, { tools: { allow: ["Read", "Bash(git *)"] } });
-    const origin = await delegate(mid.id, { tools: { allow: ["Read"] } });
-    const before = await rowCounts();
-    const access = await currentDelegatedAccess(repo, acct.id, origin.id);
-    expect(await rowCounts()).toEqual(before);
-    expect(access.ok && access.authority.tools).toEqual({ allow: ["Read"], deny: [] });
-    if (!access.ok) throw new Error(access.reason);
-    // A journaled node scope that wants Bash is more than this origin holds now.
-    const check = boundaryAgainst(access.authority);
-    const wantsBash = captureDelegatedExecutionScope({
-      accountId: acct.id,
-      target: { kind: "host", ref: null },
-      tools: { allow: ["Bash"] },
-    });
-    expect(await check({ subject: "n", scope: wantsBash })).toMatchObject({ ok: false });
-    const readsOnly = captureDelegatedExecutionScope({
-      accountId: acct.id,
-      target: { kind: "host", ref: null },
-      tools: { allow: ["Read"] },
-    });
-    expect(await check({ subject: "n", scope: readsOnly })).toEqual({ ok: true });
-    // An ancestor that no longer fits the account refuses the whole origin.
-    await db.pool.query("update accounts set tool_allow = array['Read'] where id = $1::uuid", [acct.id]);
-    const narrowed = await currentDelegatedAccess(repo, acct.id, origin.id);
-    expect(narrowed).toMatchObject({ ok: false });
-    expect(!narrowed.ok && narrowed.reason).toContain(`session ${mid.id} exceeds current access`);
-  });
-
   it("S004-316: S004-317: journal replay is verbatim: an allow entry merely overlapping a held one fails", async () => {
     const acct = randomUUID();
     const check = boundaryAgainst({ accountId: acct, tools: { allow: ["Bash(git *)", "Read"] } });
@@ -132,5 +102,59 @@ describe("journaledBoundaryCheck's current access", () => {
     const other = await setup();
     expect(await currentDelegatedAccess(repo, other.acct.id, root.id)).toMatchObject({ ok: false });
     expect(await currentDelegatedAccess(repo, randomUUID(), root.id)).toMatchObject({ ok: false });
+  });
+});
+
+/**
+ * A delegated origin two levels down (its parent allowed Read and Bash(git *), itself Read) is resolved for
+ * a boundary check, then resolved again once the account no longer grants Bash(git *).
+ */
+describe("a delegated origin's current access", () => {
+  let access: Awaited<ReturnType<typeof currentDelegatedAccess>>;
+  let narrowed: Awaited<ReturnType<typeof currentDelegatedAccess>>;
+  let rowsBefore: unknown;
+  let rowsAfter: unknown;
+  let midId: string;
+  let checks: { bash: unknown; reads: unknown };
+  beforeAll(async () => {
+    const { repo, acct, root, delegate } = await setup();
+    const mid = await delegate(root.id, { tools: { allow: ["Read", "Bash(git *)"] } });
+    midId = mid.id;
+    const origin = await delegate(mid.id, { tools: { allow: ["Read"] } });
+    rowsBefore = await rowCounts();
+    access = await currentDelegatedAccess(repo, acct.id, origin.id);
+    rowsAfter = await rowCounts();
+    if (!access.ok) throw new Error(access.reason);
+    const check = boundaryAgainst(access.authority);
+    const scope = (allow: string[]) =>
+      captureDelegatedExecutionScope({
+        accountId: acct.id,
+        target: { kind: "host", ref: null },
+        tools: { allow },
+      });
+    checks = {
+      bash: await check({ subject: "n", scope: scope(["Bash"]) }),
+      reads: await check({ subject: "n", scope: scope(["Read"]) }),
+    };
+    await db.pool.query("update accounts set tool_allow = array['Read'] where id = $1::uuid", [acct.id]);
+    narrowed = await currentDelegatedAccess(repo, acct.id, origin.id);
+  });
+
+  it("a journaled scope is judged against the origin's current access: more than it holds fails, within it passes (S004-312)", () => {
+    expect(checks.bash).toMatchObject({ ok: false });
+    expect(checks.reads).toEqual({ ok: true });
+  });
+
+  it("the origin's access is its persisted scope, read as a resumed child's is (S004-313)", () => {
+    expect(access.ok && access.authority.tools).toEqual({ allow: ["Read"], deny: [] });
+  });
+
+  it("every ancestor is checked against the account: one that no longer fits refuses the whole origin (S004-315)", () => {
+    expect(narrowed).toMatchObject({ ok: false });
+    expect(!narrowed.ok && narrowed.reason).toContain(`session ${midId} exceeds current access`);
+  });
+
+  it("resolving it writes nothing (S004-324)", () => {
+    expect(rowsAfter).toEqual(rowsBefore);
   });
 });
