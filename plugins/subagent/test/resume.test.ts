@@ -1,6 +1,11 @@
 import { useTestDatabase } from "@crw/tools/pg";
-import { describe, expect, it } from "vitest";
-import { type NodeDispatcher, parseWorkflowDefinition, WorkflowBoundaryError } from "../src/index.js";
+import { beforeAll, describe, expect, it } from "vitest";
+import {
+  type NodeDispatcher,
+  type PgWorkflowStore,
+  parseWorkflowDefinition,
+  WorkflowBoundaryError,
+} from "../src/index.js";
 import {
   closeEnginesAfterEach,
   deferred,
@@ -96,45 +101,6 @@ describe("explicit WorkflowResume", () => {
     expect(calls.map((r) => r.tool_call_id)).toEqual([ctx.toolCallId, "resume-call"]);
   });
 
-  it("S004-326: S004-327: S004-316: S004-317: S004-325: an overlapping-only grant refuses the whole resume before any work, nothing changed", async () => {
-    const w = await world(db.pool);
-    const { engine, ctx, started, runs } = await failedOnce(w);
-    const ranBefore = runs.length;
-    const journalBefore = await journal(started.workflowId);
-    await expect(
-      engine.resume(
-        {
-          ...ctx,
-          currentAccess: async () => ({
-            ...(await ctx.currentAccess()),
-            tools: { allow: ["Bash(git *)", "Read"] },
-          }),
-        },
-        started.workflowId,
-      ),
-    ).rejects.toSatisfy(
-      (e: unknown) =>
-        e instanceof WorkflowBoundaryError &&
-        e.context.subject === "parent" &&
-        e.context.reason.startsWith("tools"),
-    );
-    // A custom boundary hook is awaited for the parent and for every node, and one rejection refuses it all.
-    const asked: string[] = [];
-    await expect(
-      engine.resume(ctx, started.workflowId, async ({ subject }) => {
-        asked.push(subject);
-        await new Promise((r) => setTimeout(r, 1));
-        return subject === "flaky" ? { ok: false, reason: "node boundary moved" } : { ok: true };
-      }),
-    ).rejects.toMatchObject({ code: "boundary_refused", context: { subject: "flaky" } });
-    expect(asked).toEqual(["parent", "ok", "flaky"]);
-    expect(runs.length).toBe(ranBefore);
-    expect(await journal(started.workflowId)).toEqual(journalBefore);
-    const row = await engine.store.getWorkflow(started.workflowId);
-    expect(row?.status).toBe("failed");
-    expect(row?.recovery.workflowGeneration).toBe(1);
-  });
-
   it("refuses to resume a running workflow or another session's workflow", async () => {
     const w = await world(db.pool);
     const gate = deferred();
@@ -186,7 +152,9 @@ nodes:
     await until(
       async () =>
         (await journal(started.workflowId)).nodes.free?.status === "succeeded" &&
-        (await journal(started.workflowId)).nodes.remote?.status === "waiting",
+        (await journal(started.workflowId)).nodes.remote?.status === "waiting" &&
+        // the run lets the node go only after its waiting state is committed
+        engine.run(started.workflowId)?.active.has("remote") === false,
       "free done, remote waiting",
     );
     const j = await journal(started.workflowId);
@@ -231,5 +199,67 @@ nodes:
     const row = await engine.store.getWorkflow(started.workflowId);
     expect(row?.recovery.workflowGeneration).toBe(1); // no generation invented
     expect(outcome.summary).toContain("- after: succeeded");
+  });
+});
+
+/**
+ * A workflow that failed once is resumed twice, each refused: first under a grant whose Bash entry only
+ * overlaps the journaled one, then with an async boundary hook that refuses the node "flaky".
+ */
+describe("a resume whose journaled boundary no longer holds", () => {
+  let overlapping: unknown;
+  let hooked: unknown;
+  const asked: string[] = [];
+  let ranBefore: number;
+  let ranAfter: number;
+  let journalBefore: unknown;
+  let journalAfter: unknown;
+  let row: Awaited<ReturnType<PgWorkflowStore["getWorkflow"]>>;
+  beforeAll(async () => {
+    const w = await world(db.pool);
+    const { engine, ctx, started, runs } = await failedOnce(w);
+    ranBefore = runs.length;
+    journalBefore = await journal(started.workflowId);
+    const narrower = {
+      ...ctx,
+      currentAccess: async () => ({
+        ...(await ctx.currentAccess()),
+        tools: { allow: ["Bash(git *)", "Read"] },
+      }),
+    };
+    overlapping = await engine.resume(narrower, started.workflowId).catch((e: unknown) => e);
+    hooked = await engine
+      .resume(ctx, started.workflowId, async ({ subject }) => {
+        asked.push(subject);
+        await new Promise((r) => setTimeout(r, 1));
+        return subject === "flaky" ? { ok: false, reason: "node boundary moved" } : { ok: true };
+      })
+      .catch((e: unknown) => e);
+    ranAfter = runs.length;
+    journalAfter = await journal(started.workflowId);
+    row = await engine.store.getWorkflow(started.workflowId);
+  });
+
+  it("a journaled allow entry the current grant only overlaps refuses the resume at the parent (S004-317)", () => {
+    expect(overlapping).toBeInstanceOf(WorkflowBoundaryError);
+    const e = overlapping as WorkflowBoundaryError;
+    expect(e.context.subject).toBe("parent");
+    expect(String(e.context.reason)).toMatch(/^tools/);
+  });
+
+  it("the boundary of the parent and of each node is awaited in turn before any work (S004-326)", () => {
+    expect(asked).toEqual(["parent", "ok", "flaky"]);
+    expect(ranAfter).toBe(ranBefore);
+  });
+
+  it("one refused boundary refuses the whole resume: nothing ran, the journal and the row are as they were (S004-327)", () => {
+    expect(hooked).toMatchObject({ code: "boundary_refused", context: { subject: "flaky" } });
+    expect(journalAfter).toEqual(journalBefore);
+    expect(row?.status).toBe("failed");
+    expect(row?.recovery.workflowGeneration).toBe(1);
+  });
+
+  it("the boundary hook answers a promise of ok and a reason, and the refusal carries that reason (S004-325)", () => {
+    expect(String((hooked as WorkflowBoundaryError).message)).toContain("node boundary moved");
   });
 });
