@@ -288,6 +288,8 @@ describe("isolated workflow nodes work on branches of their own, and the workflo
     // The join ran in a worktree made from the merge of a's and b's branches: it saw both files.
     expect(done.summary).toContain("the join saw: exit code 0 A.md by its node B.md by its node");
     expect(done.summary).toMatch(/committed on branch crw\/[0-9a-f]{8} at [0-9a-f]{12}/);
+    // The join only read: it says so, and names no commit of its own.
+    expect(done.summary).toMatch(/isolated on branch crw\/[0-9a-f]{8}: no changes/);
     // Nothing reached the user's checkout before landing.
     expect(existsSync(join(repo, "A.md"))).toBe(false);
     const landed = await owner.ok<{ landed: { nodeId: string; into: string }[] }>("workflow.land", {

@@ -92,7 +92,10 @@ export async function commitNodeWork(
   });
   await isolation.repo.recordWorktreeCommit(childSessionId, j.principalAccountId, "committed", done.commit);
   const stat = await diffStat(w.repoRoot, w.baseCommit, done.commit);
-  return `\n\n[crw] committed on branch ${w.branch} at ${done.commit.slice(0, 12)} (${stat.summary})`;
+  // a node that changed nothing made no commit: its branch is still where it started
+  return stat.files.length === 0
+    ? `\n\n[crw] isolated on branch ${w.branch}: no changes`
+    : `\n\n[crw] committed on branch ${w.branch} at ${done.commit.slice(0, 12)} (${stat.summary})`;
 }
 
 export interface LandedNode {
