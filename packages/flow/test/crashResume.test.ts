@@ -75,7 +75,7 @@ function repairPoint(): string {
   return `after:step_published:${n}`;
 }
 
-describe("resume of a call whose last row is step_published", { timeout: 60_000 }, () => {
+describe.concurrent("resume of a call whose last row is step_published", { timeout: 60_000 }, () => {
   it("answers the dispatch report waiting in the inbox first: the reported subagent is bound, not the other one the host shows (S000-138)", async () => {
     let reported = "";
     let other = "";
@@ -162,7 +162,7 @@ describe("resume of a call whose last row is step_published", { timeout: 60_000 
   });
 });
 
-describe("resume of a call whose last row is thread_started (a bind batch torn after its first row)", {
+describe.concurrent("resume of a call whose last row is thread_started (a bind batch torn after its first row)", {
   timeout: 60_000,
 }, () => {
   // the executor's bind: the only call running then, so its batch is the journal's last write
@@ -173,7 +173,8 @@ describe("resume of a call whose last row is thread_started (a bind batch torn a
   };
 
   it("adopts the named subagent and writes only its turn_started: nothing spawned or published again (S000-142)", async () => {
-    const out = await h.run(executorBind(), { whileDead: tearBindBatch });
+    const { whileDead, torn } = tearBindBatch();
+    const out = await h.run(executorBind(), { whileDead });
     expectSameEnd(out);
     const call = torn.call;
     const resumed = out.resumedRows.filter((r) => "call" in r && r.call === call);
@@ -185,7 +186,8 @@ describe("resume of a call whose last row is thread_started (a bind batch torn a
   });
 
   it("after adopting, reads the subagent as after turn_started: its finished turn is harvested (S000-145)", async () => {
-    const out = await h.run(executorBind(), { whileDead: tearBindBatch });
+    const { whileDead, torn } = tearBindBatch();
+    const out = await h.run(executorBind(), { whileDead });
     expectSameEnd(out);
     const resumed = out.resumedRows.filter((r) => "call" in r && r.call === torn.call);
     // the executor's harvest: its commit intent, then its answer
@@ -193,23 +195,27 @@ describe("resume of a call whose last row is thread_started (a bind batch torn a
   });
 });
 
-/** The call whose bind batch the last tear cut, and its turn. */
-const torn = { call: "", turnId: "" };
+/**
+ * Cuts the journal's last row when it is a turn_started: what a write torn after the batch's first row
+ * leaves. `torn` is the call whose batch it cut, and that call's turn.
+ */
+function tearBindBatch(): { whileDead: WhileDead; torn: { call: string; turnId: string } } {
+  const torn = { call: "", turnId: "" };
+  const whileDead: WhileDead = ({ paths }) => {
+    const text = readFileSync(paths.journal, "utf8");
+    const lines = text.split("\n").filter((l) => l !== "");
+    const last = JSON.parse(lines.at(-1) as string) as JournalRow;
+    const before = JSON.parse(lines.at(-2) as string) as JournalRow;
+    if (last.type !== "turn_started" || before.type !== "thread_started" || before.call !== last.call)
+      throw new Error(`the journal does not end with a bind batch: ${before.type} ${last.type}`);
+    torn.call = last.call;
+    torn.turnId = last.turn_id;
+    writeFileSync(paths.journal, `${lines.slice(0, -1).join("\n")}\n`);
+  };
+  return { whileDead, torn };
+}
 
-/** Cuts the journal's last row when it is a turn_started: what a write torn after the batch's first row leaves. */
-const tearBindBatch: WhileDead = ({ paths }) => {
-  const text = readFileSync(paths.journal, "utf8");
-  const lines = text.split("\n").filter((l) => l !== "");
-  const last = JSON.parse(lines.at(-1) as string) as JournalRow;
-  const before = JSON.parse(lines.at(-2) as string) as JournalRow;
-  if (last.type !== "turn_started" || before.type !== "thread_started" || before.call !== last.call)
-    throw new Error(`the journal does not end with a bind batch: ${before.type} ${last.type}`);
-  torn.call = last.call;
-  torn.turnId = last.turn_id;
-  writeFileSync(paths.journal, `${lines.slice(0, -1).join("\n")}\n`);
-};
-
-describe("resume of a call whose last row is turn_started", { timeout: 60_000 }, () => {
+describe.concurrent("resume of a call whose last row is turn_started", { timeout: 60_000 }, () => {
   /**
    * The first turns of the explorer and the reviewer stay running until the gate opens: then each running
    * first turn is answered as the scripted subagents answer it, and later turns are answered at once.
