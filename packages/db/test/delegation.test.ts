@@ -1,56 +1,13 @@
 import { randomUUID } from "node:crypto";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
-import {
-  type DelegationDbError,
-  PgDelegationRepository,
-  type QueuedResult,
-  type TranscriptMessage,
-} from "../src/index.js";
+import { type DelegationDbError, PgDelegationRepository, type QueuedResult } from "../src/index.js";
+import { asMessage, family as familyOf, settle } from "./support/family.js";
 
 const db = useTestDatabase();
 const repo = () => new PgDelegationRepository(db.pool);
 
-let n = 0;
-async function family(children = 1) {
-  const r = repo();
-  const account = await r.createAccount({ name: `acct-${++n}-${randomUUID().slice(0, 8)}` });
-  const parent = await r.createRootSession(account.id, "scripted");
-  const runs = [];
-  for (let i = 0; i < children; i++) {
-    const d = await r.createDelegation({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: `call-${i}`,
-      task: `task ${i}`,
-      mode: "background",
-      model: "scripted",
-      scope: "{}",
-    });
-    runs.push(d.run);
-  }
-  return { r, account, parent, runs };
-}
-
-async function settle(r: PgDelegationRepository, run: { id: string; generation: number }, body = "done") {
-  const resultId = randomUUID();
-  await r.settleRun({
-    runId: run.id,
-    generation: run.generation,
-    resultId,
-    outcome: "ok",
-    body,
-    byteSize: body.length,
-  });
-  return resultId;
-}
-
-const asMessage = (q: QueuedResult): TranscriptMessage => ({
-  role: "custom",
-  customType: "delegation_result",
-  content: q.body,
-  details: { resultId: q.id },
-});
+const family = (children = 1) => familyOf(db.pool, children, "acct");
 
 describe("DelegationRepository on PostgreSQL", () => {
   it("S004-025: a result's journal entry and its acknowledgement commit together or not at all", async () => {

@@ -1,45 +1,10 @@
-import { randomUUID } from "node:crypto";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
-import { PgDelegationRepository, type QueuedResult, type TranscriptMessage } from "../src/index.js";
+import { asMessage, inbox } from "./support/family.js";
 
 const db = useTestDatabase();
 
-const asMessage = (q: QueuedResult): TranscriptMessage => ({
-  role: "custom",
-  customType: "delegation_result",
-  content: q.body,
-  details: { resultId: q.id },
-});
-
-async function parentWithResults(n: number) {
-  const r = new PgDelegationRepository(db.pool);
-  const account = await r.createAccount({ name: `dq-${randomUUID().slice(0, 8)}` });
-  const parent = await r.createRootSession(account.id, "scripted");
-  const ids: string[] = [];
-  for (let i = 0; i < n; i++) {
-    const { run } = await r.createDelegation({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: `call-${i}`,
-      task: `task ${i}`,
-      mode: "background",
-      model: "scripted",
-      scope: "{}",
-    });
-    const resultId = randomUUID();
-    await r.settleRun({
-      runId: run.id,
-      generation: run.generation,
-      resultId,
-      outcome: "ok",
-      body: `r${i}`,
-      byteSize: 2,
-    });
-    ids.push(resultId);
-  }
-  return { r, account, parent, ids };
-}
+const parentWithResults = (n: number) => inbox(db.pool, n, "dq");
 
 describe("delivering whatever waits, read under the session's lock", () => {
   it("deliverers racing on one inbox deliver every result exactly once, in queue order", async () => {

@@ -2,47 +2,11 @@ import { randomUUID } from "node:crypto";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { PgDelegationRepository, type QueuedResult, type TranscriptMessage } from "../src/index.js";
+import { asMessage, inbox as inboxOf } from "./support/family.js";
 
 const db = useTestDatabase();
 
-const asMessage = (q: QueuedResult): TranscriptMessage => ({
-  role: "custom",
-  customType: "delegation_result",
-  content: q.body,
-  details: { resultId: q.id },
-});
-
-/** A parent with `n` settled background calls: `n` results in its inbox, in this order. */
-async function inbox(n: number) {
-  const r = new PgDelegationRepository(db.pool);
-  const account = await r.createAccount({ name: `de-${randomUUID().slice(0, 8)}` });
-  const parent = await r.createRootSession(account.id, "scripted");
-  const ids: string[] = [];
-  const runIds: string[] = [];
-  for (let i = 0; i < n; i++) {
-    const { run } = await r.createDelegation({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: `call-${i}`,
-      task: `task ${i}`,
-      mode: "background",
-      model: "scripted",
-      scope: "{}",
-    });
-    const resultId = randomUUID();
-    await r.settleRun({
-      runId: run.id,
-      generation: run.generation,
-      resultId,
-      outcome: "ok",
-      body: `r${i}`,
-      byteSize: 2,
-    });
-    ids.push(resultId);
-    runIds.push(run.id);
-  }
-  return { r, account, parent, ids, runIds };
-}
+const inbox = (n: number) => inboxOf(db.pool, n, "de");
 
 const acks = async (sessionId: string) =>
   (

@@ -4,6 +4,7 @@ import pg from "pg";
 import { beforeEach, describe, expect, it } from "vitest";
 import { holdOwnerLease } from "../src/delegation/recovery.js";
 import { OWNER_RELEASED_CHANNEL, PgDelegationRepository, type SubagentRun } from "../src/index.js";
+import { family } from "./support/family.js";
 
 const db = useTestDatabase();
 const repo = () => new PgDelegationRepository(db.pool);
@@ -16,25 +17,7 @@ beforeEach(async () => {
   await db.pool.query("update workflows set status = 'cancelled', summary_result_id = gen_random_uuid()");
 });
 
-async function openRuns(n: number) {
-  const r = repo();
-  const account = await r.createAccount({ name: `rl-${randomUUID().slice(0, 8)}` });
-  const parent = await r.createRootSession(account.id, "scripted");
-  const runs: SubagentRun[] = [];
-  for (let i = 0; i < n; i++) {
-    const { run } = await r.createDelegation({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: `call-${i}`,
-      task: `task ${i}`,
-      mode: "background",
-      model: "scripted",
-      scope: "{}",
-    });
-    runs.push(run);
-  }
-  return { r, account, parent, runs };
-}
+const openRuns = (n: number) => family(db.pool, n, "rl");
 
 const lease = async (runId: string) =>
   (
