@@ -13,8 +13,8 @@
 // CRW_BENCH_WAKE=all makes every write notify (notifying commits are serialized by PostgreSQL).
 // DATABASE_URL, when set, is used instead of the embedded server. Prints one JSON object, then a summary.
 // Usage: node bench/delegation-throughput.mjs [parents] [delegations-per-parent] [rate-per-second]
-import { join } from "node:path";
 import pg from "pg";
+import { measuredDelegationService } from "./lib/delegation.mjs";
 import { commitFloor, countStatements, startBenchPostgres } from "./lib/postgres.mjs";
 
 const parents = Number(process.argv[2] ?? 8);
@@ -33,28 +33,7 @@ const floor = await commitFloor(url);
 // Count every statement sent through pg by this process.
 const counter = await countStatements();
 
-// The pool the daemon runs on: each statement prepared once per connection.
-const pool = db.createPool({ connectionString: url, max: 10 });
-// An idle client dropped by the server (at shutdown) is reported, not fatal.
-pool.on("error", (e) => console.error(`pool: ${e.message}`));
-const settledAt = new Map();
-const latencies = [];
-const service = new brain.DelegationService({
-  repo: new db.PgDelegationRepository(pool),
-  runner: brain.createScriptedTurnRunner(),
-  spill: new brain.FileSpillStore(join(work, "spill")),
-  onEvent: (e) => {
-    if (e.type === "delegation.result_steered") settledAt.set(e.resultId, performance.now());
-  },
-  onResultDelivered: (e) => {
-    const now = performance.now();
-    for (const d of e.delivered) {
-      const t = settledAt.get(d.resultId);
-      if (t !== undefined) latencies.push(now - t);
-    }
-  },
-});
-await service.start();
+const { pool, service, latencies } = await measuredDelegationService({ db, brain, url, work });
 
 const admin = new pg.Client({ connectionString: url });
 await admin.connect();

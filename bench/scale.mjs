@@ -12,8 +12,8 @@
 // rows crw writes. Prints one JSON object, then a one-line summary with a PostgreSQL commit measured in the
 // same run as the floor.
 // Usage: node bench/scale.mjs [turns-per-size] [parents]
-import { join } from "node:path";
 import pg from "pg";
+import { measuredDelegationService } from "./lib/delegation.mjs";
 import { commitFloor, countStatements, startBenchPostgres } from "./lib/postgres.mjs";
 
 const turns = Number(process.argv[2] ?? 20);
@@ -31,27 +31,8 @@ const floor = await commitFloor(url);
 const counter = await countStatements();
 const dbTime = timeStatements();
 
-const pool = db.createPool({ connectionString: url, max: 10 });
-pool.on("error", (e) => console.error(`pool: ${e.message}`));
-const settledAt = new Map();
-const latencies = [];
-const repo = new db.PgDelegationRepository(pool);
-const service = new brain.DelegationService({
-  repo,
-  runner: brain.createScriptedTurnRunner(),
-  spill: new brain.FileSpillStore(join(work, "spill")),
-  onEvent: (e) => {
-    if (e.type === "delegation.result_steered") settledAt.set(e.resultId, performance.now());
-  },
-  onResultDelivered: (e) => {
-    const now = performance.now();
-    for (const d of e.delivered) {
-      const t = settledAt.get(d.resultId);
-      if (t !== undefined) latencies.push(now - t);
-    }
-  },
-});
-await service.start();
+const { pool, service, latencies } = await measuredDelegationService({ db, brain, url, work });
+const repo = service.repo;
 
 const turnCost = {};
 for (const size of sizes) turnCost[size] = await measureTurns(size);

@@ -1,0 +1,29 @@
+// The delegation service as the daemon runs it (its pool, the scripted runner, a file spill store), with
+// the time from each result's settlement to its delivery into the parent recorded in `latencies` (ms).
+import { join } from "node:path";
+
+export async function measuredDelegationService({ db, brain, url, work }) {
+  // The pool the daemon runs on: each statement prepared once per connection.
+  const pool = db.createPool({ connectionString: url, max: 10 });
+  // An idle client dropped by the server (at shutdown) is reported, not fatal.
+  pool.on("error", (e) => console.error(`pool: ${e.message}`));
+  const settledAt = new Map();
+  const latencies = [];
+  const service = new brain.DelegationService({
+    repo: new db.PgDelegationRepository(pool),
+    runner: brain.createScriptedTurnRunner(),
+    spill: new brain.FileSpillStore(join(work, "spill")),
+    onEvent: (e) => {
+      if (e.type === "delegation.result_steered") settledAt.set(e.resultId, performance.now());
+    },
+    onResultDelivered: (e) => {
+      const now = performance.now();
+      for (const d of e.delivered) {
+        const t = settledAt.get(d.resultId);
+        if (t !== undefined) latencies.push(now - t);
+      }
+    },
+  });
+  await service.start();
+  return { pool, service, latencies };
+}
