@@ -69,11 +69,6 @@ describe("attempts, holds and pauses", () => {
 });
 
 describe("a usage or rate limit pauses the run", () => {
-  afterEach(async () => {
-    await run?.close();
-    run = null;
-  });
-
   it.each(["usageLimitExceeded", "rateLimitExceeded"])(
     "a turn failed with %s holds its call for usage_limit and pauses the run (S000-090)",
     async (code) => {
@@ -216,11 +211,6 @@ async function boundRun(options: { lostAfterMs: number; pollMs?: number; role?: 
 const lostRows = (r: InProcessRun) => rowsOfType(r.rows(), "session_attempt_lost");
 
 describe("an attempt is lost only when its turn is not completed and its thread is gone", () => {
-  afterEach(async () => {
-    await run?.close();
-    run = null;
-  });
-
   it.each(["notLoaded", "systemError"] as const)(
     "a subagent whose thread reads %s and whose turn is unchanged for LostAfter loses its attempt (S000-126)",
     async (status) => {
@@ -353,11 +343,6 @@ describe("after a lost attempt", () => {
 });
 
 describe("a turn that ended with an error", () => {
-  afterEach(async () => {
-    await run?.close();
-    run = null;
-  });
-
   it.each(["failed", "interrupted"] as const)(
     "a turn %s with an error is a failure carrying its codexErrorInfo: the call is held for the host and the run pauses (S000-089)",
     async (ended) => {
@@ -484,11 +469,6 @@ async function unwrittenRun(failing: number, which: "packet" | "step file") {
 }
 
 describe("a step that cannot be written", () => {
-  afterEach(async () => {
-    await run?.close();
-    run = null;
-  });
-
   it.each(["packet", "step file"] as const)(
     "a step whose %s cannot be written was sent to nobody: step_unwritten says so with its marker, k, attempt, action and the error (S000-029)",
     async (which) => {

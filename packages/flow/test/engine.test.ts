@@ -372,11 +372,6 @@ describe("an invalid answer gets one repair on the open subagent", () => {
 });
 
 describe("an answer extracted from prose", () => {
-  afterEach(async () => {
-    await run?.close();
-    run = null;
-  });
-
   it("goes through the schema like any answer: an extracted object that fails it gets the one repair (S000-088)", async () => {
     run = await inProcessRun();
     const one = defineWorkflow({
@@ -412,11 +407,6 @@ describe("a repair taken again by a later attempt", () => {
     name: "one",
     run: (ctx) => ctx.call({ role: "explorer", task: "count things", schema: answerSchema }),
   });
-  afterEach(async () => {
-    await run?.close();
-    run = null;
-  });
-
   /** Runs the first turn with a prose answer, then binds the repair turn on the same subagent. */
   async function toRepair(r: InProcessRun) {
     const first = await r.firstStep();

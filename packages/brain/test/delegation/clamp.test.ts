@@ -9,6 +9,7 @@ import {
   makeService,
   messages,
   newParent,
+  probeTool,
   scriptTask,
   waitFor,
   writeTool,
@@ -131,19 +132,12 @@ describe("a continuation from a read-only turn", () => {
   let build: unknown;
 
   beforeAll(async () => {
-    const probe: MutatingTool = {
-      name: "Probe",
-      description: "reads the call's row",
-      parameters: {},
-      mutates: false,
-      async execute() {
-        const r = await db.pool.query<{ read_only_scope: string | null }>(
-          "select read_only_scope from subagent_runs where tool_call_id = 'c1'",
-        );
-        seenByTheTurn = r.rows[0]?.read_only_scope;
-        return { content: "probed" };
-      },
-    };
+    const probe = probeTool(async () => {
+      const r = await db.pool.query<{ read_only_scope: string | null }>(
+        "select read_only_scope from subagent_runs where tool_call_id = 'c1'",
+      );
+      seenByTheTurn = r.rows[0]?.read_only_scope;
+    });
     ctx = await childWithAnswer([probe]);
     const { service, repo, account, parent, child } = ctx;
     const stored = await db.pool.query<{ scope: string }>("select scope from sessions where id = $1", [

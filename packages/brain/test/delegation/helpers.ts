@@ -86,6 +86,20 @@ export function gateTool(name: string, gates: Map<string, Promise<void>>, mutate
   };
 }
 
+/** A read-only tool named Probe that runs `look` when a turn calls it: to see the database mid-turn. */
+export function probeTool(look: () => Promise<void>): MutatingTool {
+  return {
+    name: "Probe",
+    description: "looks at the database while the turn runs",
+    parameters: {},
+    mutates: false,
+    async execute() {
+      await look();
+      return { content: "probed" };
+    },
+  };
+}
+
 export function latch() {
   let open!: () => void;
   const promise = new Promise<void>((r) => {

@@ -3,7 +3,6 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
 import { beforeAll, describe, expect, it } from "vitest";
-import type { MutatingTool } from "../../src/delegation/scopedTools.js";
 import {
   canonicalJson,
   captureDelegatedExecutionScope,
@@ -17,6 +16,7 @@ import {
   makeService,
   messages,
   newParent,
+  probeTool,
   recording,
   scriptTask,
   waitFor,
@@ -302,20 +302,13 @@ describe("the scope a child is given", () => {
   let accountId: string;
   beforeAll(async () => {
     let parentId = "";
-    const probe: MutatingTool = {
-      name: "Probe",
-      description: "reads the child's stored scope",
-      parameters: {},
-      mutates: false,
-      async execute() {
-        const r = await db.pool.query<{ scope: string | null }>(
-          "select scope from sessions where parent_session_id = $1",
-          [parentId],
-        );
-        seenByTheChild = r.rows[0]?.scope;
-        return { content: "probed" };
-      },
-    };
+    const probe = probeTool(async () => {
+      const r = await db.pool.query<{ scope: string | null }>(
+        "select scope from sessions where parent_session_id = $1",
+        [parentId],
+      );
+      seenByTheChild = r.rows[0]?.scope;
+    });
     const { service } = makeService(db.pool, { tools: () => [probe] });
     const { account, parent } = await newParent(service, {
       toolAllow: ["Read", "Grep", "Probe"],
