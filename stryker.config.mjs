@@ -1,13 +1,27 @@
 // @ts-check
 /**
- * Mutation testing of crw flow and crw db (`npm run mutation`; not part of `npm test`: it takes minutes on 2
+ * Mutation testing of the modules where a silent bug loses or duplicates work (`npm run mutation`; not part of `npm test`: it takes minutes on 2
  * cores). Incremental: the result of each mutant is kept in reports/mutation/<package>-<module>.incremental.json and
  * reused while neither the mutated code nor the tests that cover it change. Each mutant runs only the tests
  * whose per-test coverage reaches it. The sandbox holds only what the package's tests read (the rest of the
  * repo is left out; node_modules are symlinked). See docs/status/mutation.md.
  */
 
-/** @type {Record<string, { pkg: "flow" | "db"; mutate: string[] }>} */
+/**
+ * dir: the package whose tests run (its vitest.stryker.config.ts); pg: its tests need the template database
+ * migrated from the root's migrations/.
+ * @typedef {{ dir: string; pg?: boolean }} Pkg
+ * @type {Record<string, Pkg>}
+ */
+const PACKAGES = {
+  flow: { dir: "packages/flow" },
+  db: { dir: "packages/db", pg: true },
+  brain: { dir: "packages/brain", pg: true },
+  subagent: { dir: "packages/subagent", pg: true },
+  workflow: { dir: "plugins/subagent", pg: true },
+};
+
+/** @type {Record<string, { pkg: keyof typeof PACKAGES; mutate: string[] }>} */
 const MODULES = {
   journal: { pkg: "flow", mutate: ["packages/flow/src/journal/journal.ts"] },
   // the resume table: where a call stands, read from its rows alone
@@ -26,6 +40,25 @@ const MODULES = {
   "db-runs": { pkg: "db", mutate: ["packages/db/src/delegation/runs.ts"] },
   // boot and takeover recovery: owner leases, claims, private fork copies, dangling tool calls
   "db-recovery": { pkg: "db", mutate: ["packages/db/src/delegation/recovery.ts"] },
+  // a child's result settled once, fenced by its generation, with its spill
+  "brain-settlement": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts"] },
+  // results carried into the parent's next turn
+  "brain-delivery": { pkg: "brain", mutate: ["packages/brain/src/delegation/delivery.ts"] },
+  // boot recovery of a daemon's interrupted calls
+  "brain-recovery": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts"] },
+  // the scope a delegation captures from its parent
+  "brain-capture": { pkg: "brain", mutate: ["packages/brain/src/scope/capture.ts"] },
+  // the runner pool: forks, leases, restarts
+  "subagent-pool": { pkg: "subagent", mutate: ["packages/subagent/src/pool.ts"] },
+  // the frames between the daemon and its runners
+  "subagent-protocol": {
+    pkg: "subagent",
+    mutate: ["packages/subagent/src/protocol/*.ts", "!packages/subagent/src/protocol/index.ts"],
+  },
+  // a workflow's run: nodes dispatched, settled, their dependents released
+  "workflow-run": { pkg: "workflow", mutate: ["plugins/subagent/src/engine/run.ts"] },
+  // a workflow engine's boot recovery
+  "workflow-recovery": { pkg: "workflow", mutate: ["plugins/subagent/src/engine/engine.ts"] },
 };
 
 /**
@@ -36,6 +69,8 @@ const module = process.env.MUTATION_MODULE ?? "journal";
 const target = MODULES[module];
 if (!target) throw new Error(`MUTATION_MODULE=${module}: not one of ${Object.keys(MODULES).join(", ")}`);
 const { pkg, mutate } = target;
+const { dir, pg } = PACKAGES[pkg];
+const [top] = dir.split("/");
 // the report names say the package: flow-journal.*, db-delivery.*
 const out = `reports/mutation/${module.startsWith(`${pkg}-`) ? module : `${pkg}-${module}`}`;
 
@@ -44,8 +79,8 @@ export default {
   testRunner: "vitest",
   plugins: ["@stryker-mutator/vitest-runner"],
   vitest: {
-    configFile: `packages/${pkg}/vitest.stryker.config.ts`,
-    dir: `packages/${pkg}`,
+    configFile: `${dir}/vitest.stryker.config.ts`,
+    dir,
     related: true,
   },
   coverageAnalysis: "perTest",
@@ -55,13 +90,13 @@ export default {
     "!/package.json",
     "!/tsconfig.base.json",
     "!/tools",
-    // db's tests migrate their template database from the root's migrations/
-    ...(pkg === "db" ? ["!/migrations"] : []),
-    "!/packages",
-    "/packages/*",
-    `!/packages/${pkg}`,
-    `/packages/${pkg}/dist`,
-    `/packages/${pkg}/.reports`,
+    // the test kit migrates its template database from the root's migrations/
+    ...(pg ? ["!/migrations"] : []),
+    `!/${top}`,
+    `/${top}/*`,
+    `!/${dir}`,
+    `/${dir}/dist`,
+    `/${dir}/.reports`,
   ],
   // a static mutant (a module-level constant) reruns every test: too slow on 2 cores; they are reported as ignored
   ignoreStatic: true,

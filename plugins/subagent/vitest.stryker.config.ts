@@ -1,0 +1,26 @@
+import { resolve } from "node:path";
+import { defineConfig } from "vitest/config";
+import { crwVitest } from "../../tools/vitest/preset.ts";
+
+/**
+ * The workflow plugin's tests as Stryker runs them (`npm run mutation`), inside its sandbox copy of the repo.
+ * - `@crw/plugin-subagent` resolves through node_modules to the real package, not to the sandbox's mutated
+ *   copy: the alias points it at this directory's sources.
+ * - Left out: the SIGKILL suite (its processes run the built dist, which never sees a mutant) and the
+ *   definition fuzz suite, which reaches no run or recovery code.
+ */
+const base = crwVitest("plugin-subagent", import.meta.dirname, { postgres: true });
+const src = resolve(import.meta.dirname, "src");
+
+export default defineConfig({
+  ...base,
+  resolve: {
+    ...base.resolve,
+    alias: [{ find: /^@crw\/plugin-subagent$/, replacement: resolve(src, "index.ts") }],
+  },
+  test: {
+    ...base.test,
+    reporters: ["default"],
+    exclude: ["**/node_modules/**", "test/crash.test.ts", "test/fuzz-definitions.test.ts"],
+  },
+});
