@@ -108,6 +108,7 @@ export default {
   htmlReporter: { fileName: `${out}.html` },
   jsonReporter: { fileName: `${out}.json` },
   clearTextReporter: { allowColor: false, logTests: false, reportScoreTable: true },
-  tempDirName: "reports/mutation/.stryker-tmp",
+  // one sandbox directory per module: runs of different modules may go on side by side
+  tempDirName: `reports/mutation/.stryker-tmp-${module}`,
   cleanTempDir: true,
 };
