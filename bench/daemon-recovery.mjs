@@ -7,6 +7,8 @@
 //   - boot recovery itself (claim every run with for update skip locked, charge one attempt, dispatch),
 //   - start -> first resumed turn placed (the first interrupted child running again),
 //   - start -> every call settled with its result delivered (bounded).
+// The floor, on the same server in the same run: a durable PostgreSQL commit. Statements: every one the daemon
+// sends (boot and migrations included), per recovered call.
 // Prints one JSON object, then a one-line summary. Usage: node bench/daemon-recovery.mjs [interrupted]
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
@@ -14,6 +16,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import pg from "pg";
+import { commitFloor } from "./lib/postgres.mjs";
 
 const n = Number(process.argv[2] ?? 1000);
 const root = resolve(import.meta.dirname, "..");
@@ -22,7 +25,8 @@ const brain = await import("../packages/brain/dist/index.js");
 
 const work = mkdtempSync(join(tmpdir(), "crw-bench-recovery-"));
 const cluster = await db.startEmbeddedCluster({ dataDir: join(work, "pg"), persistent: false });
-const url = cluster.url("postgres");
+// the daemon reaches this server as it reaches its own embedded one: through the Unix socket
+const url = cluster.localUrl("postgres");
 let daemon;
 try {
   await db.migrate(url);
@@ -50,6 +54,8 @@ try {
   }
   const seedMs = performance.now() - seedStart;
 
+  const floor = await commitFloor(url);
+  const statementsFile = join(work, "statements");
   const dataDir = join(work, "daemon");
   const t0 = performance.now();
   const started = Date.now();
@@ -57,7 +63,13 @@ try {
     process.execPath,
     [join(root, "apps/crw/bin/crw.mjs"), "daemon", "run", "--data-dir", dataDir, "--port", "0"],
     {
-      env: { ...process.env, DATABASE_URL: url, CRW_LOG_LEVEL: "warn" },
+      env: {
+        ...process.env,
+        DATABASE_URL: url,
+        CRW_LOG_LEVEL: "warn",
+        NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ""} --import ${join(import.meta.dirname, "lib/statement-count-hook.mjs")}`,
+        CRW_BENCH_STATEMENTS_FILE: statementsFile,
+      },
       stdio: ["ignore", "ignore", "inherit"],
     },
   );
@@ -104,6 +116,9 @@ try {
     }
   }
   const { rows: acks } = await pool.query("select count(*)::int as n from delegation_result_acks");
+  daemon.kill("SIGTERM");
+  await new Promise((r) => daemon.once("exit", r));
+  const statements = Number(readFileSync(statementsFile, "utf8"));
   const continued = health?.recovery?.delegations?.continued?.length ?? null;
   const result = {
     interrupted: n,
@@ -116,10 +131,12 @@ try {
     deliveredSoFar: acks[0].n,
     placements: health?.placements ?? null,
     runners: health?.pool?.runners?.length ?? null,
+    statementsPerRecoveredCall: Math.round((statements / n) * 10) / 10,
+    commitFloorMs: floor,
   };
   process.stdout.write(`${JSON.stringify(result)}\n`);
   process.stdout.write(
-    `daemon recovery, ${n} interrupted delegations: first resumed turn ${firstTurnMs} ms after start (boot recovery ${recoveryMs} ms, starting at ${recoveryStartMs} ms); all settled at ${result.startToAllSettledMs} ms\n`,
+    `daemon recovery, ${n} interrupted delegations: first resumed turn ${firstTurnMs} ms after start (boot recovery ${recoveryMs} ms, starting at ${recoveryStartMs} ms); all settled at ${result.startToAllSettledMs} ms; ${result.statementsPerRecoveredCall} statements per call; commit floor p50 ${floor.p50} ms\n`,
   );
   await pool.end();
 } finally {

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { readFile, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { runningPostmaster, startEmbeddedCluster, stopPostmaster } from "@crw/db";
+import { runningPostmaster, socketUrl, startEmbeddedCluster, stopPostmaster } from "@crw/db";
 
 /** The daemon's database: an external server, or an embedded cluster that lives in the data directory. */
 export interface DaemonDatabase {
@@ -24,6 +24,10 @@ const DATABASE = "crw";
 
 const embeddedUrl = (port: number, password: string, db = DATABASE) =>
   `postgres://${USER}:${encodeURIComponent(password)}@127.0.0.1:${port}/${db}`;
+
+/** The daemon's own connections go through the server's Unix socket when it has one: a cheaper round trip. */
+const daemonUrl = (port: number, password: string, socketDir: string | null) =>
+  socketDir ? socketUrl(USER, password, socketDir, port, DATABASE) : embeddedUrl(port, password);
 
 /**
  * The superuser password of the embedded cluster, kept beside it readable by the invoking user only. A new
@@ -72,10 +76,12 @@ export async function openDaemonDatabase(
   const adopted = await runningPostmaster(dataDir);
   let stop: () => Promise<void>;
   let port: number;
+  let socketDir: string | null;
   if (adopted) {
     log("adopting running embedded postgres", adopted);
     await ensureDatabase(adopted.port, password);
     port = adopted.port;
+    socketDir = adopted.socketDir;
     stop = () => stopPostmaster(adopted.pid);
   } else {
     const cluster = await startEmbeddedCluster({ dataDir, persistent: true, user: USER, password, fresh });
@@ -90,13 +96,14 @@ export async function openDaemonDatabase(
     });
     log("embedded postgres started", { dataDir, port: cluster.port, runsAs: cluster.runsAs });
     port = cluster.port;
+    socketDir = cluster.socketDir;
     stop = () => cluster.stop();
   }
   return {
-    url: embeddedUrl(port, password),
+    url: daemonUrl(port, password, socketDir),
     kind: adopted ? "adopted" : "embedded",
     stop: () => stop(),
-    // the same port: the pool's connection string, and every client's, stays right
+    // the same port and data directory (so the same socket): the pool's connection string stays right
     revive: async () => {
       if (await runningPostmaster(dataDir)) return false;
       const cluster = await startEmbeddedCluster({ dataDir, persistent: true, user: USER, password, port });

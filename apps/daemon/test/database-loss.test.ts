@@ -152,7 +152,7 @@ async function assertCompletedOnce(url: string, sessionId: string, workflowId: s
 }
 
 describe("the database lost and back", () => {
-  it("an embedded PostgreSQL SIGKILLed mid-workflow is started again by the daemon, which recovers its work: the workflow completes with one summary", async () => {
+  it("an embedded PostgreSQL SIGKILLed mid-workflow is started again by the daemon, which recovers its work: the workflow completes with one summary, the daemon's connections through the server's socket again", async () => {
     const dataDir = tmp("embedded");
     const d = await daemonOn(dataDir, "");
     const pgData = join(dataDir, "postgres");
@@ -166,11 +166,23 @@ describe("the database lost and back", () => {
       release();
       const password = readFileSync(join(dataDir, "postgres.password"), "utf8").trim();
       const port = Number(readFileSync(join(pgData, "postmaster.pid"), "utf8").split("\n")[3]);
-      await assertCompletedOnce(
-        `postgres://crw:${encodeURIComponent(password)}@127.0.0.1:${port}/crw`,
-        sessionId,
-        workflowId,
-      );
+      const url = `postgres://crw:${encodeURIComponent(password)}@127.0.0.1:${port}/crw`;
+      await assertCompletedOnce(url, sessionId, workflowId);
+      // The daemon's connections, made again after the restart, come through the server's Unix socket
+      // (no client address), never over TCP: this check's own connection is the only TCP one.
+      const db = new pg.Client({ connectionString: url });
+      await db.connect();
+      try {
+        const { rows } = await db.query<{ socket: number; tcp: number }>(
+          `select count(*) filter (where client_addr is null)::int as socket,
+                  count(*) filter (where client_addr is not null and pid <> pg_backend_pid())::int as tcp
+             from pg_stat_activity where datname = 'crw' and backend_type = 'client backend'`,
+        );
+        expect(rows[0]?.socket).toBeGreaterThan(0);
+        expect(rows[0]?.tcp).toBe(0);
+      } finally {
+        await db.end();
+      }
     } finally {
       // a graceful stop ends the server the daemon started again; one left behind is ended here
       d.child.kill("SIGTERM");

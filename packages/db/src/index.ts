@@ -15,6 +15,8 @@ export {
   type EmbeddedPostgresReason,
   freePort,
   runningPostmaster,
+  socketDirFor,
+  socketUrl,
   startEmbeddedCluster,
   stopPostmaster,
 } from "./embedded/index.js";

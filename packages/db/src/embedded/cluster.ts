@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { chown, lstat, mkdir, readdir, rename, rm, stat, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
-import { basename, dirname, join } from "node:path";
+import { basename, dirname, join, resolve } from "node:path";
 import { binariesFor, checkRunnable, type ServerBinaries, shippedBinaries } from "./binaries.js";
 import { EmbeddedPostgresError, EXTERNAL_SERVER_HINT } from "./errors.js";
 import { dataDirState, placeDataDir, serverHome } from "./placement.js";
@@ -18,8 +18,18 @@ export interface EmbeddedCluster {
   readonly runsAs: string;
   /** Where an orphaned cluster found at root's mapped place was moved (see `fresh`). */
   readonly setAside?: string;
-  /** A connection string to `database` on this cluster. */
+  /** A connection string to `database` on this cluster, over TCP on 127.0.0.1. */
   url(database?: string): string;
+  /**
+   * The Unix socket's directory (the data directory, which only the server user can enter), or null when
+   * its path is too long for a socket: then the server listens on TCP alone.
+   */
+  readonly socketDir: string | null;
+  /**
+   * A connection string for a client on this machine: through the socket when there is one (a round trip
+   * costs less than over TCP's loopback), else `url(database)`.
+   */
+  localUrl(database?: string): string;
   stop(): Promise<void>;
 }
 
@@ -126,6 +136,25 @@ interface Server {
   readonly exited: Promise<void>;
 }
 
+/** The longest path a Unix socket may have on Linux (`sun_path` holds 108 bytes with its terminating NUL). */
+const SOCKET_PATH_MAX = 107;
+
+/**
+ * Where the server's Unix socket goes: its own data directory, mode 0700 and owned by the server user, so
+ * no other local user can reach the socket (the default, /tmp, would let any of them try). Null when the
+ * socket's path would be too long: the server then listens on TCP alone.
+ */
+export function socketDirFor(pgData: string, port: number): string | null {
+  const dir = resolve(pgData);
+  return Buffer.byteLength(join(dir, `.s.PGSQL.${port}`)) <= SOCKET_PATH_MAX ? dir : null;
+}
+
+/** A connection string through the socket in `socketDir` (the port names the socket file). */
+export function socketUrl(user: string, password: string, socketDir: string, port: number, database: string) {
+  const params = new URLSearchParams({ host: socketDir, port: String(port) });
+  return `postgres://${encodeURIComponent(user)}:${encodeURIComponent(password)}@localhost/${database}?${params}`;
+}
+
 /** Starts the server and waits, bounded, for it to accept connections; its stderr is kept (the last lines). */
 function startServer(
   binaries: ServerBinaries,
@@ -135,8 +164,7 @@ function startServer(
   flags: readonly string[],
 ): Promise<Server> {
   const args = ["-D", pgData, "-p", String(port), "-c", "listen_addresses=127.0.0.1"];
-  // No Unix socket: the default one in /tmp would let any local user try the server; TCP on 127.0.0.1 is enough.
-  args.push("-c", "unix_socket_directories=", ...flags);
+  args.push("-c", `unix_socket_directories=${socketDirFor(pgData, port) ?? ""}`, ...flags);
   const child = spawn(binaries.postgres, args, {
     cwd: "/",
     stdio: ["ignore", "ignore", "pipe"],
@@ -222,13 +250,18 @@ export async function startEmbeddedCluster(options: EmbeddedClusterOptions): Pro
   );
   if (!made) await initialise(binaries, pgData, user, superuser, password);
   const server = await startServer(binaries, pgData, port, user, options.postgresFlags ?? []);
+  const url = (database = "postgres") =>
+    `postgres://${encodeURIComponent(superuser)}:${encodeURIComponent(password)}@127.0.0.1:${port}/${database}`;
+  const socketDir = socketDirFor(pgData, port);
   return {
     port,
     dataDir: options.dataDir,
     runsAs: user?.name ?? "the invoking user",
     ...(setAside && { setAside }),
-    url: (database = "postgres") =>
-      `postgres://${encodeURIComponent(superuser)}:${encodeURIComponent(password)}@127.0.0.1:${port}/${database}`,
+    url,
+    socketDir,
+    localUrl: (database = "postgres") =>
+      socketDir ? socketUrl(superuser, password, socketDir, port, database) : url(database),
     stop: async () => {
       await stopServer(server);
       if (options.persistent) return;

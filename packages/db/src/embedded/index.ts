@@ -2,6 +2,8 @@ export {
   type EmbeddedCluster,
   type EmbeddedClusterOptions,
   freePort,
+  socketDirFor,
+  socketUrl,
   startEmbeddedCluster,
 } from "./cluster.js";
 export { EmbeddedPostgresError, type EmbeddedPostgresReason } from "./errors.js";

@@ -11,10 +11,13 @@ const alive = (pid: number): boolean => {
 };
 
 /**
- * The postmaster that runs on `dataDir`, from its `postmaster.pid` (pid on line 1, port on line 4): a
- * cluster whose owner died without stopping it (SIGKILL runs no cleanup).
+ * The postmaster that runs on `dataDir`, from its `postmaster.pid` (pid on line 1, port on line 4, the
+ * Unix socket's directory on line 5, empty when it listens on TCP alone): a cluster whose owner died
+ * without stopping it (SIGKILL runs no cleanup).
  */
-export async function runningPostmaster(dataDir: string): Promise<{ pid: number; port: number } | undefined> {
+export async function runningPostmaster(
+  dataDir: string,
+): Promise<{ pid: number; port: number; socketDir: string | null } | undefined> {
   let text: string;
   try {
     text = await readFile(join(dataDir, "postmaster.pid"), "utf8");
@@ -25,7 +28,8 @@ export async function runningPostmaster(dataDir: string): Promise<{ pid: number;
   const pid = Number(lines[0]);
   const port = Number(lines[3]);
   if (!Number.isInteger(pid) || pid <= 0 || !Number.isInteger(port) || port <= 0) return undefined;
-  return alive(pid) ? { pid, port } : undefined;
+  const socketDir = lines[4]?.trim() || null;
+  return alive(pid) ? { pid, port, socketDir } : undefined;
 }
 
 /** Fast shutdown of a postmaster by pid (sessions aborted, checkpoint, exit), waiting up to `ms` for it. */
