@@ -400,12 +400,16 @@ export async function assembleRuntime(
       observeTurn?.(request, placement);
       firstTurnAt ??= new Date().toISOString();
     },
-    // A child's channel (fairness key, unit of abort) is its parent session, read from its row.
+    // A child's channel (fairness key, unit of abort) is its parent session: the turn's own (from the row
+    // the turn was built from), else read from its row.
     placementOf: async (request) => {
-      const row = await repo.getSession(request.sessionId, request.principalAccountId);
-      return row.parentSessionId
-        ? { channelId: row.parentSessionId, parentSessionId: row.parentSessionId }
-        : { channelId: row.id };
+      const parentSessionId =
+        request.parentSessionId !== undefined
+          ? request.parentSessionId
+          : (await repo.getSession(request.sessionId, request.principalAccountId)).parentSessionId;
+      return parentSessionId
+        ? { channelId: parentSessionId, parentSessionId }
+        : { channelId: request.sessionId };
     },
     onEvent: (event) => {
       if (event.type === "runner_log") return;

@@ -2,16 +2,14 @@ import type { DelegationRepository, JournalEntry } from "@crw/db";
 
 /**
  * The settled rows from the newest settled assistant message on (the whole journal when it has none):
- * enough to tell whether the journal ends with an answer and what its newest turn left open. Rows
- * appended between the two reads only lengthen the tail; those checks look back from its end.
+ * enough to tell whether the journal ends with an answer and what its newest turn left open.
  */
-export async function journalTail(
+export function journalTail(
   repo: DelegationRepository,
   sessionId: string,
   principalAccountId: string,
 ): Promise<JournalEntry[]> {
-  const [newest] = await repo.recentAssistantMessages(sessionId, principalAccountId, 1);
-  return repo.readJournal(sessionId, principalAccountId, { fromSeq: newest?.seq ?? 1 });
+  return repo.readJournalTail(sessionId, principalAccountId);
 }
 
 /**

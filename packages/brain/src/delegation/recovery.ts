@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { JournalEntry, SessionRow, SubagentRun, TranscriptMessage } from "@crw/db";
-import { parseDelegatedExecutionScope } from "../scope/index.js";
+import { type DelegationAuthority, parseDelegatedExecutionScope } from "../scope/index.js";
 import { danglingToolCalls, endsWithAnswer } from "./context.js";
 import { toError } from "./errors.js";
 import { journalTail } from "./journalReads.js";
@@ -197,11 +197,11 @@ async function recoverRuns(
   // Their executions start in waves of RECOVERY_WAVE charged runs: one at a time as they go, the continued
   // turns competed with every remaining charge for the database and the CPU; all at the end, the first
   // continued turn waited for the last charge.
-  const starts: SubagentRun[] = [];
+  const starts: RecoveredStart[] = [];
   let startedUpTo = 0;
   const driveWave = (all: boolean) => {
     if (!all && starts.length - startedUpTo < RECOVERY_WAVE) return;
-    for (const run of starts.slice(startedUpTo)) drive(service, run);
+    driveAll(service, starts.slice(startedUpTo));
     startedUpTo = starts.length;
   };
   let nextRun = 0;
@@ -246,17 +246,56 @@ function drivenHere(service: DelegationService): Set<string> {
   return set;
 }
 
-function drive(service: DelegationService, run: SubagentRun): void {
+/** A recovered run to execute; `unanswered`: recovery just journaled the row its turn answers. */
+interface RecoveredStart {
+  readonly run: SubagentRun;
+  readonly unanswered: boolean;
+}
+
+type Known = { parent: SessionRow; authority: DelegationAuthority };
+
+/**
+ * Executes a wave of recovered runs. Their parents and live authority are read once per parent for the
+ * wave, just before its executions start (as Delegate reads them just before admitting a call); a parent
+ * that cannot be read so is left to each execution's own read, which settles the call when it fails.
+ */
+function driveAll(service: DelegationService, wave: readonly RecoveredStart[]): void {
+  if (wave.length === 0) return;
   const set = drivenHere(service);
-  set.add(run.id);
-  service.track(service.executeRun(run).finally(() => set.delete(run.id)));
+  for (const { run } of wave) set.add(run.id);
+  const execute = (known: ReadonlyMap<string, Known>) => {
+    for (const { run, unanswered } of wave) {
+      const parent = known.get(`${run.principalAccountId}/${run.parentSessionId}`);
+      const opts = { unanswered, ...(parent && { known: parent }) };
+      service.track(service.executeRun(run, opts).finally(() => set.delete(run.id)));
+    }
+  };
+  service.track(parentsOf(service, wave).then(execute));
+}
+
+async function parentsOf(
+  service: DelegationService,
+  wave: readonly RecoveredStart[],
+): Promise<Map<string, Known>> {
+  const known = new Map<string, Known>();
+  for (const { run } of wave) {
+    const key = `${run.principalAccountId}/${run.parentSessionId}`;
+    if (known.has(key)) continue;
+    try {
+      const parent = await service.repo.getSession(run.parentSessionId, run.principalAccountId);
+      known.set(key, { parent, authority: await service.authorityFor(parent) });
+    } catch {
+      // each execution reads it again and settles its call with the reason
+    }
+  }
+  return known;
 }
 
 async function recoverRun(
   service: DelegationService,
   run: SubagentRun,
   maxAttempts: number,
-  starts: SubagentRun[],
+  starts: RecoveredStart[],
 ): Promise<"continued" | "settled" | "terminalized" | "failed"> {
   const repo = service.repo;
   if (run.status === "queued" || !run.childSessionId) {
@@ -273,12 +312,10 @@ async function recoverRun(
   // Only the newest turn decides: whether it ended with an answer, whether a tool call in it is of unknown
   // outcome, and (with no turn yet) whether the journal is empty.
   const journal = await journalTail(repo, run.childSessionId, run.principalAccountId);
-  const pending =
-    (await repo.pendingSteers(run.childSessionId, run.principalAccountId)).length +
-    (await repo.queuedResultIds(run.childSessionId, run.principalAccountId)).length;
+  const pending = await inboxOf(repo, run.childSessionId, run.principalAccountId);
   if (endsWithAnswer(journal) && pending === 0) {
     // The turn had ended: settle without a new turn and without charging an attempt.
-    starts.push(run);
+    starts.push({ run, unanswered: false });
     return "settled";
   }
   // A child that was waiting on its model (or whose tool calls had all answered) repeats no effect by
@@ -304,8 +341,22 @@ async function recoverRun(
       { body: { type: "message", message: context } },
     ]);
   }
-  starts.push(next);
+  // What was just journaled (the task or the interrupted context) is the newest row: the execution need
+  // not read the journal again to know that it does not end with an answer.
+  starts.push({ run: next, unanswered: journal.length === 0 || !endsWithAnswer(journal) });
   return "continued";
+}
+
+/** A child's text steers and queued results not yet taken, in one read when the repository has it. */
+async function inboxOf(repo: DelegationService["repo"], childId: string, principalAccountId: string) {
+  if (repo.settlementWork) {
+    const work = await repo.settlementWork(childId, principalAccountId);
+    return work.pendingSteers + work.queuedResults;
+  }
+  return (
+    (await repo.pendingSteers(childId, principalAccountId)).length +
+    (await repo.queuedResultIds(childId, principalAccountId)).length
+  );
 }
 
 /** Free continuations allowed per recovery attempt: a child interrupted over and over still ends. */

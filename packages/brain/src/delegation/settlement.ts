@@ -88,6 +88,11 @@ export class DelegatedSettlement {
       beforeSettle?: () => Promise<void>;
       /** The parent and its authority, when the caller read them just now for this call (Delegate). */
       known?: { parent: SessionRow; authority: DelegationAuthority };
+      /**
+       * The caller journaled the row this call's turn answers just now, under the run's claim (boot
+       * recovery's interrupted context): the journal cannot end with an answer, so it is not read for that.
+       */
+      unanswered?: boolean;
     } = {},
   ): Promise<string> {
     // The owning job's progress publication drains before the result is settled: no progress after it.
@@ -137,7 +142,8 @@ export class DelegatedSettlement {
     const progress = opts.progress ?? NO_PROGRESS;
     this.#calls.set(child.id, { scope, progress, child });
     try {
-      return await this.#runCall(run, child, scope, progress, opts.signal, settle, start.appended);
+      const unanswered = start.appended || opts.unanswered === true;
+      return await this.#runCall(run, child, scope, progress, opts.signal, settle, unanswered);
     } finally {
       this.#calls.delete(child.id);
     }
@@ -150,13 +156,13 @@ export class DelegatedSettlement {
     progress: ProgressSink,
     signal: AbortSignal | undefined,
     settle: Settle,
-    taskJustJournaled: boolean,
+    unanswered: boolean,
   ): Promise<string> {
     let outcome: TurnOutcome = { stopReason: "stop" };
-    // The start just journaled the task as the newest row (under this run's lease nothing else answers
-    // it): the journal cannot end with an answer, so it is not read for that.
+    // The start (or recovery) just journaled the newest row, the task or the interrupted context: under
+    // this run's lease nothing else answers it, so the journal cannot end with an answer and is not read.
     const answered =
-      !taskJustJournaled &&
+      !unanswered &&
       endsWithAnswer(await journalTail(this.core.repo, child.id, run.principalAccountId));
     if (!answered) outcome = (await this.#childTurn(child, scope, progress, signal, false)).outcome;
     const drained = await this.#settlementDrain(run, child, scope, progress, outcome, signal);

@@ -44,6 +44,8 @@ export interface TurnRequest {
   readonly identity?: DelegatedTurnIdentity;
   /** A root session's turn (which may carry a scope: its working directory): it runs where its daemon runs. */
   readonly rootSession?: true;
+  /** The session's parent (null for a root), from its row: a session's parent never changes. */
+  readonly parentSessionId?: string | null;
   /**
    * An internal purpose the host minted for this turn (never a tool argument). `skill-review`: an optional
    * one-shot review turn, which a runner placement runs only opportunistically (runner-only, never queued,

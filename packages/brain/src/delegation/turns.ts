@@ -114,6 +114,7 @@ export class SessionTurns {
           workDir: turn.scope?.workDir ?? null,
           identity: turn.identity,
           ...(session.kind === "root" ? { rootSession: true as const } : {}),
+          parentSessionId: session.parentSessionId,
           ...(turn.purpose ? { purpose: turn.purpose } : {}),
           signal: turn.signal ?? new AbortController().signal,
         },

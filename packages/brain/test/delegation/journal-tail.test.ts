@@ -20,6 +20,12 @@ function recordingReads(repo: DelegationRepository) {
     reads.push({ sessionId: s, fromSeq: o?.fromSeq ?? 1 });
     return repo.readJournal(s, p, o);
   };
+  // a tail read starts where the rows it returns start
+  recording.readJournalTail = async (s, p) => {
+    const rows = await repo.readJournalTail(s, p);
+    reads.push({ sessionId: s, fromSeq: rows[0]?.seq ?? 1 });
+    return rows;
+  };
   return { repo: recording, reads };
 }
 
@@ -44,6 +50,9 @@ describe("reading only the newest turn of a journal", () => {
       expect(endsWithAnswer(tail)).toBe(endsWithAnswer(whole));
       expect(tail.length === 0).toBe(whole.length === 0);
       expect(tail.length).toBeLessThanOrEqual(4);
+      // another account's session is not found, as with a whole read
+      const other = await repo.createAccount({ name: `tail-other-${randomUUID().slice(0, 8)}` });
+      await expect(journalTail(repo, session.id, other.id)).rejects.toMatchObject({ code: "not_found" });
     }
     await service.close();
   });

@@ -174,6 +174,35 @@ export async function readJournal(
   return rows.filter((r) => r.seq !== null).map(entryFromRow);
 }
 
+/**
+ * The settled rows from the newest settled assistant message on (the whole journal when it has none), in
+ * one snapshot: enough to tell whether the journal ends with an answer and what its newest turn left open.
+ */
+export async function readJournalTail(
+  pool: pg.Pool,
+  sessionId: string,
+  principalAccountId: string,
+): Promise<JournalEntry[]> {
+  assertUuid("sessionId", sessionId);
+  // As readJournal: a visible session with no rows gives one null row from the left join, an invisible one none.
+  const { rows } = await pool.query<Row>(
+    `select j.session_id, j.seq, j.body, j.settled, j.created_at
+       from sessions s
+       cross join lateral (
+         select coalesce((select seq from journal_entries
+                           where session_id = s.id and role = 'assistant' and not discarded and settled
+                           order by seq desc limit 1), 1) as from_seq
+       ) newest
+       left join journal_entries j
+         on j.session_id = s.id and not j.discarded and j.settled and j.seq >= newest.from_seq
+      where s.id = $1::uuid and s.principal_account_id = $2::uuid and s.visibility = 'visible'
+      order by j.seq`,
+    [sessionId, principalAccountId],
+  );
+  if (rows.length === 0) throw notFound("session", { sessionId });
+  return rows.filter((r) => r.seq !== null).map(entryFromRow);
+}
+
 export async function assertVisible(
   c: Queryable,
   sessionId: string,

@@ -77,6 +77,8 @@ export class PgDelegationRepository implements DelegationRepository {
   latestTurn: DelegationRepository["latestTurn"] = async (s, p) => journal.latestTurn(this.pool, s, p);
   readJournal: DelegationRepository["readJournal"] = async (s, p, o) =>
     journal.readJournal(this.pool, s, p, o);
+  readJournalTail: DelegationRepository["readJournalTail"] = async (s, p) =>
+    journal.readJournalTail(this.pool, s, p);
   readJournalAfter: DelegationRepository["readJournalAfter"] = async (s, p, a) =>
     journal.readJournalAfter(this.pool, s, p, a);
   forkPoint: DelegationRepository["forkPoint"] = async (s, p, t) => journal.forkPoint(this.pool, s, p, t);

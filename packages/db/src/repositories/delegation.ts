@@ -318,6 +318,11 @@ export interface DelegationRepository {
     options?: { fromSeq?: number; includeProvisional?: boolean },
   ): Promise<JournalEntry[]>;
   /**
+   * The settled rows from the newest settled assistant message on (the whole journal when it has none), in
+   * one snapshot: whether the journal ends with an answer, and what its newest turn left open.
+   */
+  readJournalTail(sessionId: string, principalAccountId: string): Promise<JournalEntry[]>;
+  /**
    * The rows after `afterSeq` (all of them from 0) in one snapshot, settled and provisional, never
    * discarded, with what tells a reader that the rows it holds below `afterSeq` are still the journal's.
    */
