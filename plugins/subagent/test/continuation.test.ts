@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { useTestDatabase } from "@crw/tools/pg";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import {
   JournalNodeDispatcher,
   type NodeContinueRequest,
@@ -104,6 +104,8 @@ async function parked(
     nodeId: "remote",
     waitId,
     claimVersion,
+    // The host's continueNode for the wake: here the engine's own (recorded) dispatcher.
+    continueNode: ((input, host) => dispatcher.continueNode(input, host)) as RecoveryContinueNode,
   };
   return { engine, events, dispatcher, started, wake, turns };
 }
@@ -160,17 +162,44 @@ nodes:
   });
 });
 
+/**
+ * One planned child of the real dispatcher, continued in turn: by a positional call, with an empty
+ * transcript and no task, with a task (and an event stream), after another process settled an answer in
+ * its journal, and as an explicit retry. A parked workflow's wake whose continuation parks again gives the
+ * waiting outcome.
+ */
 describe("canonical continuation", () => {
-  it("S004-343: S004-344: S004-383: S004-335: S004-339: S004-338: S004-332: S004-337: one input object in, one outcome out: answered, continued, empty; a retry never reuses the failed attempt", async () => {
+  type Messages = Awaited<ReturnType<typeof childMessages>>;
+  const scopes: string[] = [];
+  const turnContexts: string[][] = [];
+  const scope = JSON.stringify({ stored: "scope" });
+  let child: string;
+  let positional: unknown;
+  let afterPositional: Messages;
+  let empty: unknown;
+  let afterEmpty: Messages;
+  let continued: unknown;
+  const seen: string[] = [];
+  let answered: unknown;
+  let scopesAfterAnswered: number;
+  let retried: unknown;
+  let afterRetry: Messages;
+  let reparked: unknown;
+  let reparkedJournal: Awaited<ReturnType<typeof journal>>;
+
+  beforeAll(async () => {
     const w = await world(db.pool);
-    const scopes: string[] = [];
     const dispatcher = new JournalNodeDispatcher(w.repo, {
-      async executeTurn(child, _signal, onEvent) {
-        scopes.push(child.scope);
-        const last = (await childMessages(child.sessionId)).filter((m) => m.role === "user").at(-1);
+      async executeTurn(c, _signal, onEvent) {
+        scopes.push(c.scope);
+        const messages = await childMessages(c.sessionId);
+        turnContexts.push(
+          messages.map((m) => `${m.role}:${String(typeof m.content === "string" ? m.content : "")}`),
+        );
+        const last = messages.filter((m) => m.role === "user").at(-1);
         onEvent?.({ type: "text", text: "working" });
         const reply = `reply to ${String(last?.content)}`;
-        await w.repo.append(child.sessionId, child.principalAccountId, [
+        await w.repo.append(c.sessionId, c.principalAccountId, [
           {
             body: {
               type: "message",
@@ -186,8 +215,7 @@ describe("canonical continuation", () => {
         return { stopReason: "stop", reply };
       },
     });
-    const scope = JSON.stringify({ stored: "scope" });
-    const child = await dispatcher.createChild({
+    child = await dispatcher.createChild({
       workflowId: "wf",
       nodeId: "n",
       parentSessionId: w.parentSessionId,
@@ -206,24 +234,15 @@ describe("canonical continuation", () => {
       signal: new AbortController().signal,
       ...extra,
     });
-    // There is no positional (child, text) form.
-    await expect(
-      (dispatcher.continueNode as unknown as (a: string, b: string) => Promise<unknown>)(child, "text"),
-    ).rejects.toThrow(TypeError);
-    // An empty transcript and no task: empty, and nothing ran.
-    expect(await dispatcher.continueNode(input())).toEqual({ status: "empty" });
-    expect(await childMessages(child)).toEqual([]);
-    // With the task (data only): continued, with the event stream and the stored scope.
-    const seen: string[] = [];
-    expect(
-      await dispatcher.continueNode(input({ task: "first", onEvent: (e) => seen.push(e.type) })),
-    ).toEqual({
-      status: "continued",
-      reply: "reply to first",
-    });
-    expect(seen).toEqual(["text"]);
-    expect(scopes).toEqual([scope]);
-    // A settled answer written by another process is read from the journal: reused, nothing runs.
+    positional = await (dispatcher.continueNode as unknown as (a: string, b: string) => Promise<unknown>)(
+      child,
+      "text",
+    ).catch((e: unknown) => e);
+    afterPositional = await childMessages(child);
+    empty = await dispatcher.continueNode(input());
+    afterEmpty = await childMessages(child);
+    continued = await dispatcher.continueNode(input({ task: "first", onEvent: (e) => seen.push(e.type) }));
+    // A settled answer written by another process, after this dispatcher's last turn.
     await w.repo.append(child, w.accountId, [
       { body: { type: "message", message: { role: "user", content: "second" } } },
       {
@@ -238,21 +257,88 @@ describe("canonical continuation", () => {
         },
       },
     ]);
-    expect(await dispatcher.continueNode(input())).toEqual({
-      status: "answered",
-      reply: "settled elsewhere",
+    answered = await dispatcher.continueNode(input());
+    scopesAfterAnswered = scopes.length;
+    retried = await dispatcher.continueNode(input({ fallbackPrompt: "retry task" }));
+    afterRetry = await childMessages(child);
+
+    const park = await parked(w);
+    const repark: RecoveryContinueNode = async () => ({
+      status: "waiting",
+      prerequisite: { waitId: "wait-2", claimVersion: 9 },
     });
-    expect(scopes.length).toBe(1);
-    // An explicit retry in the same child: the task is appended directly and a new turn answers it.
-    expect(await dispatcher.continueNode(input({ fallbackPrompt: "retry task" }))).toEqual({
-      status: "continued",
-      reply: "reply to retry task",
+    const hooked: RecoveryContinueNode = async (i, h) => {
+      reparked = await repark(i, h);
+      return reparked as Awaited<ReturnType<RecoveryContinueNode>>;
+    };
+    expect(park.engine.resumeWaitingNode({ ...park.wake, continueNode: hooked })).toEqual({
+      status: "accepted",
     });
-    expect(scopes).toEqual([scope, scope]);
-    const messages = await childMessages(child);
-    expect(messages.at(-2)).toEqual({ role: "user", content: "retry task" });
+    await until(
+      async () =>
+        (await journal(park.started.workflowId)).nodes.remote?.waiting?.waitId === "wait-2" &&
+        park.engine.run(park.started.workflowId)?.active.has("remote") === false,
+      "reparked",
+    );
+    reparkedJournal = await journal(park.started.workflowId);
   });
 
+  it("a continuation takes one input object, with an optional event stream and retry task, and answers data (S004-343)", () => {
+    expect(continued).toEqual({ status: "continued", reply: "reply to first" });
+    // The event stream of the input object saw the turn's progress.
+    expect(seen).toEqual(["text"]);
+    // The same object without onEvent or fallbackPrompt is as valid (empty, answered); with one, a retry.
+    expect(empty).toEqual({ status: "empty" });
+    expect(answered).toEqual({ status: "answered", reply: "settled elsewhere" });
+    expect(retried).toEqual({ status: "continued", reply: "reply to retry task" });
+  });
+
+  it("there is no positional (child, text) form: it throws a TypeError and journals nothing (S004-344)", () => {
+    expect(positional).toBeInstanceOf(TypeError);
+    expect(afterPositional).toEqual([]);
+  });
+
+  it("outcomes are told apart: answered and continued carry the reply, empty nothing, waiting its prerequisite (S004-383)", () => {
+    expect(answered).toEqual({ status: "answered", reply: "settled elsewhere" });
+    expect(continued).toEqual({ status: "continued", reply: "reply to first" });
+    expect(empty).toEqual({ status: "empty" });
+    expect(afterEmpty).toEqual([]);
+    expect(reparked).toEqual({ status: "waiting", prerequisite: { waitId: "wait-2", claimVersion: 9 } });
+    // The engine keeps the node waiting on exactly that prerequisite (an empty one fails it instead).
+    expect(reparkedJournal.nodes.remote?.status).toBe("waiting");
+    expect(reparkedJournal.nodes.remote?.waiting).toEqual({ waitId: "wait-2", claimVersion: 9 });
+  });
+
+  it("a message-free continuation reads the child's settled journal, taking an answer another process wrote (S004-335)", () => {
+    expect(answered).toEqual({ status: "answered", reply: "settled elsewhere" });
+    // Nothing ran for it: the dispatcher's own last turn was the one before that answer.
+    expect(scopesAfterAnswered).toBe(1);
+  });
+
+  it("without a retry task a settled answer is reused as the outcome, no new turn (S004-339)", () => {
+    expect(answered).toEqual({ status: "answered", reply: "settled elsewhere" });
+    expect(scopesAfterAnswered).toBe(1);
+    expect(scopes).toHaveLength(2); // only the retry, given its task, ran another turn
+  });
+
+  it("a retry's result is its own new turn's reply, never the attempt already in the transcript (S004-338)", () => {
+    expect(retried).toEqual({ status: "continued", reply: "reply to retry task" });
+    expect(retried).not.toEqual(answered);
+    expect(afterRetry.at(-1)).toMatchObject({
+      role: "assistant",
+      content: [{ type: "text", text: "reply to retry task" }],
+    });
+  });
+
+  it("a retry sends its task as it is, as the child's next user message (S004-337)", () => {
+    expect(afterRetry.at(-2)).toEqual({ role: "user", content: "retry task" });
+    expect(afterRetry.filter((m) => m.content === "retry task")).toHaveLength(1);
+    // The retry's turn was given the task directly, with no note or wrapper after it.
+    expect(turnContexts.at(-1)?.at(-1)).toBe("user:retry task");
+  });
+});
+
+describe("continuing an interrupted or foreign child", () => {
   it("S004-336: an interrupted retry continues with verify-before-repeat, never a second retry task", async () => {
     const w = await world(db.pool);
     const gate = deferred();
@@ -370,101 +456,285 @@ nodes:
   });
 });
 
+/** The runner seam's requests (what a node turn's runner is handed), recorded as they arrive. */
+function recordingRunner(
+  answer: Parameters<typeof scriptedNodeTurnRunner>[0],
+  log: Array<Record<string, unknown>>,
+) {
+  const inner = scriptedNodeTurnRunner(answer);
+  return {
+    runTurn: (request: Parameters<typeof inner.runTurn>[0], host: Parameters<typeof inner.runTurn>[1]) => {
+      log.push({ ...request });
+      return inner.runTurn(request, host);
+    },
+  };
+}
+
+type HookCall = { input: NodeContinueRequest; host?: NodeRecoveryHost };
+const functionKeys = (o: object) =>
+  Object.entries(o)
+    .filter(([, v]) => typeof v === "function")
+    .map(([k]) => k);
+
+/**
+ * One host continueNode (the recovery hook's type) serves three continuations: a waiting node's wake, and a
+ * boot recovery of a planned child whose transcript is empty (each of which needs startFresh). A failed node
+ * retried by an explicit WorkflowResume is the live caller. Every hook call, engine dispatcher call, node
+ * dispatch request and runner request is recorded.
+ */
 describe("recovery hooks", () => {
-  it("S004-345: S004-346: S004-424: S004-395: S004-386: S004-382: S004-354: S004-429: startFresh reaches only the daemon-local continueNode (boot and wake), as a host argument of one hook type", async () => {
+  const hostCalls: Array<HookCall & { kind: string }> = [];
+  const wakeEngineCalls: HookCall[] = [];
+  const bootEngineCalls: HookCall[] = [];
+  const runnerRequests: Array<Record<string, unknown>> = [];
+  const nodeRequests: Array<Record<string, unknown>> = [];
+  let hostContinue: RecoveryContinueNode;
+  let wakeHeld: Awaited<ReturnType<typeof journal>>;
+  let wakeFirstMessage: unknown;
+  let wakeProgress: boolean;
+  let wakeOutcome: string | null;
+  let withoutCallback: unknown;
+  let reservedWithoutCallback: boolean;
+  const staleWakes: Record<string, unknown> = {};
+  let bootHeld: Awaited<ReturnType<typeof journal>>;
+  let bootFirstMessage: unknown;
+  let bootOutcome: string | null;
+  const resumeCalls: HookCall[] = [];
+  let resumeRowAtCall: { generation: number; status: string; locked_by: string | null } | undefined;
+  let resumeOwner: string;
+  let failedJournal: Awaited<ReturnType<typeof journal>>;
+  let resumedOutcome: string | null;
+  let retryMessages: Awaited<ReturnType<typeof childMessages>>;
+  let runnerRequestsOfResume: Array<Record<string, unknown>>;
+
+  beforeAll(async () => {
     const w = await world(db.pool);
-    const calls: Array<{ input: NodeContinueRequest; host?: NodeRecoveryHost }> = [];
-    const { engine, events, started, wake } = await parked(w, { continueCalls: calls });
-    const hostCalls: Array<{ input: NodeContinueRequest; host?: NodeRecoveryHost }> = [];
     const base = new JournalNodeDispatcher(
       w.repo,
-      scriptedNodeTurnRunner(({ task }) => `hooked ${taskLine(task)}`),
+      recordingRunner(({ task }) => `hooked ${taskLine(task)}`, runnerRequests),
     );
-    // The host's own continueNode: the same type boot recovery's hook takes.
-    const hostContinue: RecoveryContinueNode = (input, host) => {
-      hostCalls.push({ input, ...(host ? { host } : {}) });
+    let kind = "wake";
+    // The host's own continueNode: the type boot recovery's hook and a wake both take.
+    hostContinue = (input, host) => {
+      hostCalls.push({ kind, input, ...(host ? { host } : {}) });
       return base.continueNode(input, host);
     };
-    const held = await journal(started.workflowId);
-    expect(engine.resumeWaitingNode({ ...wake, continueNode: hostContinue })).toEqual({ status: "accepted" });
-    const outcome = await engine.finished(started.workflowId);
-    expect(outcome.status).toBe("completed");
-    expect(calls).toEqual([]); // the engine's dispatcher was not used for the wake
-    expect(hostCalls).toHaveLength(1);
-    const call = hostCalls[0] as { input: NodeContinueRequest; host?: NodeRecoveryHost };
-    // The input is one data object (plus the event stream): no startFresh, no predicate, no task callback.
-    expect(Object.keys(call.input).sort()).toEqual([
-      "childSessionId",
-      "model",
-      "nodeId",
-      "onEvent",
-      "parentSessionId",
-      "principalAccountId",
-      "scope",
-      "signal",
-      "workflowId",
-    ]);
-    expect(Object.values(call.input).filter((v) => typeof v === "function")).toHaveLength(1);
-    expect(call.input.scope).toBe(held.nodeAccess.remote);
-    expect(call.input.childSessionId).toBe(held.nodes.remote?.childSessionId);
-    expect(typeof call.host?.startFresh).toBe("function");
-    // The planned child had an empty transcript: startFresh built the original task with its handovers.
-    const child = call.input.childSessionId;
-    expect((await childMessages(child))[0]).toEqual({ role: "user", content: "TASK remote" });
-    expect(events.some((e) => e.type === "node_progress" && e.nodeId === "remote")).toBe(true);
-  });
 
-  it("S004-345: S004-354: S004-429: S004-428: explicit WorkflowResume (the live caller) retries with a data-only fallbackPrompt, never startFresh or a connection predicate", async () => {
-    const w = await world(db.pool);
-    const calls: Array<{ input: NodeContinueRequest; host?: NodeRecoveryHost }> = [];
-    const runs: Array<Record<string, unknown>> = [];
-    let fail = true;
-    const { engine } = await w.engine(
-      ({ task }) => {
-        if (fail) throw new Error("provider down");
-        return `done ${taskLine(task)}`;
-      },
-      {
-        wrap: (base): NodeDispatcher => ({
-          createChild: (r) => base.createChild(r),
-          runNode: (r) => {
-            runs.push({ ...r });
-            return base.runNode(r);
-          },
-          continueNode: (input, host) => {
-            calls.push({ input, ...(host ? { host } : {}) });
-            return base.continueNode(input, host);
-          },
-        }),
-      },
-    );
-    all.push(engine);
+    // A waiting node's wake.
+    const park = await parked(w, { continueCalls: wakeEngineCalls });
+    wakeHeld = await journal(park.started.workflowId);
+    const { continueNode: _dispatcherOwn, ...bare } = park.wake;
+    withoutCallback = (() => {
+      try {
+        return park.engine.resumeWaitingNode(bare as typeof park.wake);
+      } catch (e) {
+        return e;
+      }
+    })();
+    reservedWithoutCallback = park.engine.run(park.started.workflowId)?.active.has("remote") === true;
+    const wake = { ...park.wake, continueNode: hostContinue };
+    staleWakes.generation = park.engine.resumeWaitingNode({ ...wake, workflowGeneration: 2 });
+    staleWakes.admission = park.engine.resumeWaitingNode({ ...wake, recoveryAdmissionVersion: 0 });
+    staleWakes.waitId = park.engine.resumeWaitingNode({ ...wake, waitId: "wait-9" });
+    staleWakes.claimVersion = park.engine.resumeWaitingNode({ ...wake, claimVersion: 4 });
+    expect(park.engine.resumeWaitingNode(wake)).toEqual({ status: "accepted" });
+    wakeOutcome = (await park.engine.finished(park.started.workflowId)).status;
+    wakeFirstMessage = (await childMessages(wakeHeld.nodes.remote?.childSessionId as string))[0];
+    wakeProgress = park.events.some((e) => e.type === "node_progress" && e.nodeId === "remote");
+
+    // Boot recovery of a planned child with an empty transcript (its process let go before the prompt).
+    kind = "boot";
     const one = parseWorkflowDefinition(`
 name: one
 nodes:
   - { id: a, task: "TASK a" }
 `);
-    const ctx = w.ctx();
-    const started = await engine.start(ctx, { definition: one });
+    const first = await w.engine(() => "never", {
+      wrap: (b): NodeDispatcher => ({
+        createChild: (r) => b.createChild(r),
+        runNode: (r) => untilAborted(r.signal),
+        continueNode: (i, h) => b.continueNode(i, h),
+      }),
+    });
+    all.push(first.engine);
+    const bootStarted = await first.engine.start(w.ctx(), { definition: one });
+    await until(() => first.engine.run(bootStarted.workflowId)?.started.has("a") === true, "a running");
+    await first.engine.close();
+    bootHeld = await journal(bootStarted.workflowId);
+    const second = await w.engine(() => "never", {
+      wrap: (b): NodeDispatcher => ({
+        createChild: (r) => b.createChild(r),
+        runNode: (r) => b.runNode(r),
+        continueNode: (input, host) => {
+          bootEngineCalls.push({ input, ...(host ? { host } : {}) });
+          return b.continueNode(input, host);
+        },
+      }),
+    });
+    all.push(second.engine);
+    await second.engine.recoverInterrupted(1000, { continueNode: hostContinue });
+    bootOutcome = (await second.engine.finished(bootStarted.workflowId)).status;
+    bootFirstMessage = (await childMessages(bootHeld.nodes.a?.childSessionId as string))[0];
+
+    // The live caller: an explicit WorkflowResume of a failed node.
+    let fail = true;
+    const liveRunner = recordingRunner(({ task }) => {
+      if (fail) throw new Error("provider down");
+      return `done ${taskLine(task)}`;
+    }, runnerRequests);
+    const live = new JournalNodeDispatcher(w.repo, liveRunner);
+    resumeOwner = `resume-${randomUUID()}`;
+    const { engine } = await w.engine(() => "unused", {
+      owner: resumeOwner,
+      dispatcher: {
+        createChild: (r) => live.createChild(r),
+        runNode: (r) => {
+          nodeRequests.push({ ...r });
+          return live.runNode(r);
+        },
+        continueNode: async (input, host) => {
+          resumeCalls.push({ input, ...(host ? { host } : {}) });
+          resumeRowAtCall = (
+            await db.pool.query("select generation, status, locked_by from workflows where id = $1::uuid", [
+              input.workflowId,
+            ])
+          ).rows[0];
+          return live.continueNode(input, host);
+        },
+      },
+    });
+    all.push(engine);
+    const started = await engine.start(w.ctx(), { definition: one });
     expect((await engine.finished(started.workflowId)).status).toBe("failed");
+    failedJournal = await journal(started.workflowId);
     fail = false;
+    const before = runnerRequests.length;
     await engine.resume(w.ctx({ toolCallId: `call-${randomUUID()}` }), started.workflowId);
-    expect((await engine.finished(started.workflowId)).status).toBe("completed");
-    expect(calls).toHaveLength(1);
-    const call = calls[0] as { input: NodeContinueRequest; host?: NodeRecoveryHost };
-    expect(call.input.fallbackPrompt).toBe("TASK a");
-    expect(call.host?.startFresh).toBeUndefined();
-    expect(call.host?.isCurrentConnection).toBeUndefined();
-    expect(Object.values(call.input).filter((v) => typeof v === "function")).toHaveLength(1); // onEvent
-    expect("startFresh" in call.input).toBe(false);
-    // The node dispatch request (what a runner receives) has no fresh callback either.
-    expect(runs.every((r) => !("startFresh" in r))).toBe(true);
+    resumedOutcome = (await engine.finished(started.workflowId)).status;
+    runnerRequestsOfResume = runnerRequests.slice(before);
+    retryMessages = await childMessages(failedJournal.nodes.a?.childSessionId as string);
   });
 
+  const wakeCall = () => hostCalls.find((c) => c.kind === "wake") as HookCall;
+  const bootCall = () => hostCalls.find((c) => c.kind === "boot") as HookCall;
+  const resumeCall = () => resumeCalls[0] as HookCall;
+
+  it("only the recovery hook (a wake, a boot) is handed startFresh; the live WorkflowResume is not (S004-345)", () => {
+    expect(typeof wakeCall().host?.startFresh).toBe("function");
+    expect(typeof bootCall().host?.startFresh).toBe("function");
+    expect(resumeCalls).toHaveLength(1);
+    expect(resumeCall().host?.startFresh).toBeUndefined();
+  });
+
+  it("a wake's callback is the recovery hook's type: one function served both, called the same way (S004-346)", () => {
+    expect(hostCalls.map((c) => c.kind)).toEqual(["wake", "boot"]);
+    expect(Object.keys(wakeCall().input).sort()).toEqual(Object.keys(bootCall().input).sort());
+    expect(Object.keys(wakeCall().host ?? {}).sort()).toEqual(Object.keys(bootCall().host ?? {}).sort());
+    expect([wakeOutcome, bootOutcome]).toEqual(["completed", "completed"]);
+  });
+
+  it("startFresh reaches a wake and a boot only through the host's continueNode, and builds the original task there (S004-424)", () => {
+    // The engine's own dispatcher was not used by either, and no input object carries the callback.
+    expect(wakeEngineCalls).toEqual([]);
+    expect(bootEngineCalls).toEqual([]);
+    expect("startFresh" in wakeCall().input).toBe(false);
+    expect("startFresh" in bootCall().input).toBe(false);
+    expect(wakeFirstMessage).toEqual({ role: "user", content: "TASK remote" });
+    expect(bootFirstMessage).toEqual({ role: "user", content: "TASK a" });
+  });
+
+  it("an accepted wake runs the continueNode the wake carries, in the held node's child (S004-395)", () => {
+    expect(wakeEngineCalls).toEqual([]);
+    expect(hostCalls.filter((c) => c.kind === "wake")).toHaveLength(1);
+    expect(wakeCall().input.nodeId).toBe("remote");
+    expect(wakeCall().input.childSessionId).toBe(wakeHeld.nodes.remote?.childSessionId);
+  });
+
+  it("a wake needs the native admission, the exact prerequisite claim and a continueNode (S004-386)", () => {
+    expect(withoutCallback).toBeInstanceOf(TypeError);
+    expect(reservedWithoutCallback).toBe(false);
+    expect(staleWakes).toEqual({
+      generation: { status: "stale" },
+      admission: { status: "stale" },
+      waitId: { status: "stale" },
+      claimVersion: { status: "stale" },
+    });
+    expect(hostCalls.filter((c) => c.kind === "wake")).toHaveLength(1);
+  });
+
+  it("the hook takes one input object with its event stream and the stored node scope (S004-382)", () => {
+    for (const call of [wakeCall(), bootCall()]) {
+      expect(Object.keys(call.input).sort()).toEqual([
+        "childSessionId",
+        "model",
+        "nodeId",
+        "onEvent",
+        "parentSessionId",
+        "principalAccountId",
+        "scope",
+        "signal",
+        "workflowId",
+      ]);
+      expect(functionKeys(call.input)).toEqual(["onEvent"]);
+    }
+    expect(wakeCall().input.scope).toBe(wakeHeld.nodeAccess.remote);
+    expect(bootCall().input.scope).toBe(bootHeld.nodeAccess.a);
+    expect(wakeProgress).toBe(true);
+    // The optional retry task appears only where a retry was asked for.
+    expect(resumeCall().input.fallbackPrompt).toBe("TASK a");
+  });
+
+  it("neither the dispatch proof nor startFresh enters a continuation's input, a node dispatch or a runner request (S004-354)", () => {
+    for (const call of [wakeCall(), bootCall(), resumeCall()]) {
+      expect(functionKeys(call.input)).toEqual(["onEvent"]);
+      expect(
+        Object.values(call.input).some((v) => typeof v === "object" && v !== null && "assertDispatch" in v),
+      ).toBe(false);
+    }
+    expect(nodeRequests.length).toBeGreaterThan(0);
+    for (const r of [...nodeRequests, ...runnerRequests]) {
+      expect("startFresh" in r).toBe(false);
+      expect(functionKeys(r).filter((k) => k !== "onEvent")).toEqual([]);
+      expect(Object.values(r).some((v) => typeof v === "object" && v !== null && "assertDispatch" in v)).toBe(
+        false,
+      );
+    }
+  });
+
+  it("the live WorkflowResume's input and its runner requests carry no startFresh (S004-429)", () => {
+    expect("startFresh" in resumeCall().input).toBe(false);
+    expect(resumeCall().host?.startFresh).toBeUndefined();
+    expect(runnerRequestsOfResume.length).toBe(1);
+    expect(runnerRequestsOfResume.every((r) => !("startFresh" in r))).toBe(true);
+    expect(resumedOutcome).toBe("completed");
+  });
+
+  it("the live caller's retry is data only: a task string, no fresh callback, no connection predicate (S004-428)", () => {
+    expect(resumeCall().input.fallbackPrompt).toBe("TASK a");
+    expect(resumeCall().host?.isCurrentConnection).toBeUndefined();
+    expect(Object.keys(resumeCall().host ?? {})).toEqual([]);
+    expect(functionKeys(resumeCall().input)).toEqual(["onEvent"]);
+  });
+
+  it("a retry task is an explicit retry in the failed node's own child and stored scope, after the generation advanced (S004-332)", () => {
+    expect(resumeCall().input.childSessionId).toBe(failedJournal.nodes.a?.childSessionId);
+    expect(resumeCall().input.scope).toBe(failedJournal.nodeAccess.a);
+    // Dispatched under the native admission the resume took: a new generation, running, held by this owner.
+    expect(resumeRowAtCall).toEqual({ generation: 2, status: "running", locked_by: resumeOwner });
+    // The retry task is the child's new user message, answered by a new turn.
+    expect(retryMessages.filter((m) => m.role === "user").map((m) => m.content)).toEqual([
+      "TASK a",
+      "TASK a",
+    ]);
+    expect(retryMessages.at(-1)).toMatchObject({ role: "assistant" });
+  });
+});
+
+describe("an empty continuation", () => {
   it("S004-348: S004-425: an empty continuation refuses: the node fails, no fresh dispatch bypasses the owner, no completion is inferred", async () => {
     const w = await world(db.pool);
     let fresh = 0;
-    const { engine, events } = await w.engine(() => "never", {
+    const { engine, events, dispatcher } = await w.engine(() => "never", {
       wrap: (base): NodeDispatcher => ({
         createChild: (r) => base.createChild(r),
         runNode: async (r) => {
@@ -502,6 +772,7 @@ nodes:
         nodeId: "remote",
         waitId: "w",
         claimVersion: 1,
+        continueNode: (i, h) => dispatcher.continueNode(i, h),
       }),
     ).toEqual({ status: "accepted" });
     const outcome = await engine.finished(started.workflowId);
@@ -522,7 +793,7 @@ nodes:
 });
 
 describe("waiting after a wake", () => {
-  it("S004-399: S004-383: a continuation that parks again carries its actual committed prerequisite; acceptance proves nothing", async () => {
+  it("S004-399: a continuation that parks again carries its actual committed prerequisite; acceptance proves nothing", async () => {
     const w = await world(db.pool);
     const { engine, events, started, wake } = await parked(w);
     const repark: RecoveryContinueNode = async () => ({
@@ -553,42 +824,149 @@ describe("waiting after a wake", () => {
   });
 });
 
+/**
+ * A parked node is woken again and again with a claim that matches, under a connection predicate that
+ * answers true for its first k checks and false after (k = 0, 1, ...), until one wake's checks all pass and
+ * the node runs. Each refused wake's step, the turns, the journal and the predicates' calls are recorded.
+ */
 describe("a wake's live connection", () => {
-  it("S004-368: S004-369: S004-396: S004-397: S004-398: S004-439: the connection is rechecked after every awaited step up to the dispatch; false aborts and the node keeps waiting", async () => {
+  interface Refused {
+    k: number;
+    answer: unknown;
+    step: string | undefined;
+    error: Error | undefined;
+    turns: string[];
+    status: string | undefined;
+    waiting: unknown;
+    rowStatus: string | undefined;
+  }
+  const refused: Refused[] = [];
+  const turns: string[] = [];
+  const continueCalls: Array<{ input: NodeContinueRequest; host?: NodeRecoveryHost }> = [];
+  const predicates: Array<{ fn: () => boolean; calls: () => number; settledCalls: number }> = [];
+  let checksWhenOpen = 0;
+  let finalOutcome: string | null;
+  let finalTurns: string[];
+  let lastCheck: { step: string | undefined; checks: number; turns: string[]; status: string | undefined };
+
+  beforeAll(async () => {
     const w = await world(db.pool);
-    const turns: string[] = [];
-    const { engine, events, started, wake } = await parked(w, { turns });
-    // The claim matches, but the predicate answers false at the k-th check: nothing is dispatched.
-    let checksWhenOpen = 0;
-    for (let k = 0; ; k++) {
+    const { engine, events, started, wake } = await parked(w, { turns, continueCalls });
+    for (let k = 0; k < 20; k++) {
       let n = 0;
+      const fn = () => n++ < k;
       const errorsBefore = events.filter((e) => e.type === "node_error").length;
-      expect(engine.resumeWaitingNode({ ...wake, isCurrentConnection: () => n++ < k })).toEqual({
-        status: "accepted",
-      });
+      const answer = engine.resumeWaitingNode({ ...wake, isCurrentConnection: fn });
       await until(async () => !engine.run(started.workflowId)?.active.has("remote"), "the wake settled");
+      predicates.push({ fn, calls: () => n, settledCalls: n });
       const j = await journal(started.workflowId);
       if (j.nodes.remote?.status !== "waiting") {
         // k checks all answered true: the node ran.
         checksWhenOpen = n;
         break;
       }
-      expect(turns).toEqual([]);
-      expect(j.nodes.remote?.waiting).toEqual({ waitId: "wait-1", claimVersion: 3 });
-      const error = events.filter((e) => e.type === "node_error").slice(errorsBefore)[0] as
-        | Extract<WorkflowEvent, { type: "node_error" }>
-        | undefined;
-      expect(error?.error).toBeInstanceOf(SessionWorkAbortedError);
-      expect(k).toBeLessThan(20);
+      const error = (
+        events.filter((e) => e.type === "node_error").slice(errorsBefore)[0] as
+          | Extract<WorkflowEvent, { type: "node_error" }>
+          | undefined
+      )?.error;
+      refused.push({
+        k,
+        answer,
+        step: (error as { context?: { step?: string } } | undefined)?.context?.step,
+        error,
+        turns: [...turns],
+        status: j.nodes.remote?.status,
+        waiting: j.nodes.remote?.waiting,
+        rowStatus: (await engine.store.getWorkflow(started.workflowId))?.status,
+      });
     }
-    // Engine (accepted, authorized, journaled, dispatch) and dispatcher (parent, transcript, task, journaled, dispatch).
-    expect(checksWhenOpen).toBeGreaterThanOrEqual(8);
-    // `after` depends on `remote` and starts as soon as `remote` completes: only the finished workflow's
-    // turns are a fixed list (remote ran once, after the refused wakes dispatched nothing; then after).
-    expect((await engine.finished(started.workflowId)).status).toBe("completed");
-    expect(turns).toEqual(["TASK remote", "TASK after"]);
+    finalOutcome = (await engine.finished(started.workflowId)).status;
+    finalTurns = [...turns];
+    // A second parked node, woken once with every check but the last answering true: the dispatcher's
+    // check right before the turn (a wake above journaled the task, so that path was not the fresh one).
+    const lastTurns: string[] = [];
+    const other = await parked(await world(db.pool), { turns: lastTurns });
+    let n = 0;
+    other.engine.resumeWaitingNode({ ...other.wake, isCurrentConnection: () => n++ < 9 });
+    await until(async () => !other.engine.run(other.started.workflowId)?.active.has("remote"), "settled");
+    const error = (
+      other.events.filter((e) => e.type === "node_error")[0] as
+        | Extract<WorkflowEvent, { type: "node_error" }>
+        | undefined
+    )?.error;
+    lastCheck = {
+      step: (error as { context?: { step?: string } } | undefined)?.context?.step,
+      checks: n,
+      turns: [...lastTurns],
+      status: (await journal(other.started.workflowId)).nodes.remote?.status,
+    };
   });
 
+  it("the connection is checked after the assertion and every awaited step, the last right before the turn (S004-368)", () => {
+    // Each refused wake names the step whose check answered false, in the order they run.
+    expect(refused.map((r) => r.step)).toEqual([
+      "accepted",
+      "authorized",
+      "journaled",
+      "dispatch",
+      "assert",
+      "parent relation checked",
+      "transcript read",
+      "fresh task built",
+      "task journaled",
+    ]);
+    expect(refused.every((r) => r.turns.length === 0)).toBe(true);
+    // The tenth check is the dispatcher's, right before the turn: false there, and still no turn ran.
+    expect(lastCheck).toEqual({ step: "dispatch", checks: 10, turns: [], status: "waiting" });
+    // The wake that ran passed every check of its path (the journaled task's: an interruption note first).
+    expect(checksWhenOpen).toBe(9);
+  });
+
+  it("a false connection check throws SessionWorkAbortedError and the node keeps waiting (S004-369)", () => {
+    expect(refused.length).toBeGreaterThan(0);
+    for (const r of refused) {
+      expect(r.error).toBeInstanceOf(SessionWorkAbortedError);
+      expect(r.status).toBe("waiting");
+      expect(r.waiting).toEqual({ waitId: "wait-1", claimVersion: 3 });
+    }
+  });
+
+  it("the wake's own predicate is what the continuation is handed, checked by the engine and the dispatcher (S004-396)", () => {
+    const handed = continueCalls.map((c) => c.host?.isCurrentConnection);
+    // Every wake that got as far as the continuation handed it that wake's very predicate.
+    const reached = predicates.filter((p) => handed.includes(p.fn));
+    expect(reached.length).toBe(continueCalls.length);
+    expect(continueCalls.length).toBeGreaterThan(0);
+    const steps = refused.map((r) => r.step);
+    // Checked by the engine after the async authorization and at the protected assertion, then by the dispatcher.
+    expect(steps.indexOf("authorized")).toBeLessThan(steps.indexOf("assert"));
+    expect(steps.indexOf("assert")).toBeLessThan(steps.indexOf("parent relation checked"));
+  });
+
+  it("a matching claim in the database is not proof of the connection: accepted, yet nothing runs (S004-397)", () => {
+    const first = refused[0] as Refused;
+    expect(first.k).toBe(0);
+    expect(first.answer).toEqual({ status: "accepted" });
+    expect(first.rowStatus).toBe("running");
+    expect(first.turns).toEqual([]);
+    expect(first.status).toBe("waiting");
+  });
+
+  it("no registry keeps a wake's predicate and no token is handed out: a settled wake's predicate is never asked again (S004-398)", () => {
+    for (const r of refused) expect(Object.keys(r.answer as object)).toEqual(["status"]);
+    for (const p of predicates) expect(p.calls()).toBe(p.settledCalls);
+  });
+
+  it("the engine and the real dispatcher run the original operation behind a controlled park (S004-439)", () => {
+    // The park is the only stub: the dispatcher's own steps ran, and the final wake ran the node's own task.
+    expect(refused.map((r) => r.step)).toContain("transcript read");
+    expect(finalOutcome).toBe("completed");
+    expect(finalTurns).toEqual(["TASK remote", "TASK after"]);
+  });
+});
+
+describe("a wake's authorization", () => {
   it("S004-385: S004-323: admission is rechecked after the wake's async authorization, and the journal's scope is only compared with current access", async () => {
     const w = await world(db.pool);
     const gate = deferred();

@@ -13,7 +13,7 @@ import {
   SubagentSessionDispatch,
 } from "@crw/subagent";
 import { useTestDatabase } from "@crw/tools/pg";
-import { describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import {
   delegationNodeTurns,
   hostAccessors,
@@ -295,10 +295,33 @@ describe("host-proven recovery admission", () => {
   });
 });
 
+/**
+ * A daemon dies while node a's child is mid-turn (its task journaled, nothing answered); a second daemon
+ * boots over it with the real SubagentSessionDispatch (forked scripted runners). a's task delegates a
+ * grandchild; b is a fresh node. The same is then done twice more with a host hook that re-enters the
+ * scope naming another channel, or another parent, for the same child. Every placement, every native-row
+ * read made by an assertion (engine or placement), every node status and the charged dispatches are
+ * recorded.
+ */
 describe("the scope at the real placement (SubagentSessionDispatch with forked runners)", () => {
-  it("S004-362: S004-364: S004-366: S004-367: S004-355: the recovered child matches parent and channel and runs in the daemon after the placement's assertion (the engine's native row read); its nested child and fresh nodes keep runner placement; the placement neither parks, admits nor charges", async () => {
+  interface Booted {
+    childA: string;
+    childB: string;
+    grandchild: string;
+    asserted: string[];
+    statuses: string[];
+    charged: number;
+    dispatches: number;
+    recovery: unknown;
+    outcome: Awaited<ReturnType<WorkflowEngine["finished"]>>;
+  }
+  const placements: Array<{ sessionId: string; placement: string }> = [];
+  let exact: Booted;
+  let otherChannel: Booted;
+  let otherParent: Booted;
+
+  beforeAll(async () => {
     const repo = new PgDelegationRepository(db.pool);
-    const placements: Array<{ sessionId: string; placement: string }> = [];
     const pool = new SubagentRunnerPool({
       sizing: () => ({ maxRunners: 1, turnsPerRunner: 4 }),
       retryPolicySource: () =>
@@ -325,124 +348,170 @@ describe("the scope at the real placement (SubagentSessionDispatch with forked r
       spill: new FileSpillStore(await mkdtemp(join(tmpdir(), "crw-spill-"))),
     });
     await service.start();
-    const account = await repo.createAccount({ name: `a-${randomUUID()}`, isOwner: true });
-    const parent = await repo.createRootSession(account.id, "scripted");
-    const grandchildTask = scriptTask({ answer: "grandchild reports" });
-    const nodeTask = scriptTask({
-      rounds: [[{ name: "Delegate", arguments: { task: grandchildTask, background: false } }]],
-      answer: "node a done",
-    });
-    const def = parseWorkflowDefinition(
-      JSON.stringify({
-        name: "placed",
-        nodes: [
-          { id: "a", task: nodeTask },
-          { id: "b", task: "TASK b", dependsOn: ["a"] },
-        ],
-      }),
-      "json",
-    );
-    const ctx = {
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "call-1",
-      currentAccess: async () => service.authorityFor(parent),
-      currentWorkDir: async () => null,
-      ...hostAccessors(),
-    };
     const base = new JournalNodeDispatcher(repo, delegationNodeTurns(service));
-    const engineOptions = {
-      pool: db.pool,
-      defaultModel: "scripted",
-      repo,
-      onCompletion: (c: { parentSessionId: string; principalAccountId: string; resultId: string }) =>
-        service.resultQueued(c.parentSessionId, c.principalAccountId, c.resultId),
-    };
-    // A first daemon dies while a's child is mid-turn: its task is journaled, nothing answered.
-    const first = new WorkflowEngine({
-      ...engineOptions,
-      owner: `wf-${randomUUID()}`,
-      dispatcher: {
-        createChild: (r) => base.createChild(r),
-        runNode: async (r) => {
-          await repo.append(r.childSessionId, r.principalAccountId, [
-            { body: { type: "message", message: { role: "user", content: r.prompt } } },
-          ]);
-          return untilAborted(r.signal);
-        },
-        continueNode: (i, h) => base.continueNode(i, h),
-      },
-    });
-    await first.open();
-    const started = await first.start(ctx, { definition: def });
-    await until(() => first.run(started.workflowId)?.started.has("a") === true, "a running");
-    await first.close();
-    const childA = (await journal(started.workflowId)).nodes.a?.childSessionId as string;
-
-    const charged = (await journal(started.workflowId)).dispatches;
-    const statuses: string[] = [];
-    let dispatches = 0;
-    const second: WorkflowEngine = new WorkflowEngine({
-      ...engineOptions,
-      owner: `wf-${randomUUID()}`,
-      dispatcher: base,
-      onEvent: (e) => {
-        if (e.type !== "node") return;
-        statuses.push(`${e.nodeId}:${e.status}`);
-        dispatches = Math.max(dispatches, second.run(started.workflowId)?.journal.dispatches ?? 0);
-      },
-    });
-    all.push(second);
-    const asserted: string[] = [];
-    const read = second.store.currentWorkflow.bind(second.store);
-    second.store.currentWorkflow = async (id) => {
-      const stack = new Error().stack ?? "";
-      if (stack.includes("assertDispatch"))
-        asserted.push(stack.includes("assertProtectedDispatch") ? "placement" : "engine");
-      return read(id);
-    };
-    try {
-      await second.open();
-      await second.recoverInterrupted();
-      const outcome = await second.finished(started.workflowId);
-      expect(outcome.status).toBe("completed");
-      const childB = (
-        await db.pool.query("select id from sessions where parent_session_id = $1::uuid and id <> $2::uuid", [
-          parent.id,
-          childA,
-        ])
-      ).rows[0]?.id as string;
-      const { rows } = await db.pool.query("select id from sessions where parent_session_id = $1::uuid", [
-        childA,
-      ]);
-      const grandchild = String(rows[0]?.id);
-      // The exact recovered child ran in the daemon; its own nested child and the fresh node b in a runner.
-      expect(placements.filter((p) => p.sessionId === childA).map((p) => p.placement)).toEqual([
-        "in-process",
-      ]);
-      expect(placements.filter((p) => p.sessionId === grandchild).map((p) => p.placement)).toEqual([
-        "runner",
-      ]);
-      expect(placements.filter((p) => p.sessionId === childB).map((p) => p.placement)).toEqual(["runner"]);
-      // The assertion (the engine's native row read) ran once in the engine before preparation and once at
-      // the placement for the exact match, and never for a call that did not match.
-      expect(asserted).toEqual(["engine", "placement"]);
-      // The placement layer neither parked nor admitted nor charged: a never waited, the only new charge
-      // is b's fresh dispatch, and the native admission is where boot found it.
-      expect(statuses.filter((x) => x.startsWith("a:"))).not.toContain("a:waiting");
-      expect(dispatches).toBe(charged + 1);
-      expect((await second.store.getWorkflow(started.workflowId))?.recovery).toEqual({
-        workflowGeneration: 1,
-        recoveryAdmissionVersion: 1,
+    const boot = async (hook?: RecoveryContinueNode): Promise<Booted> => {
+      const account = await repo.createAccount({ name: `a-${randomUUID()}`, isOwner: true });
+      const parent = await repo.createRootSession(account.id, "scripted");
+      const grandchildTask = scriptTask({ answer: "grandchild reports" });
+      const nodeTask = scriptTask({
+        rounds: [[{ name: "Delegate", arguments: { task: grandchildTask, background: false } }]],
+        answer: "node a done",
       });
-      expect(outcome.summary).toContain("node a done");
+      const def = parseWorkflowDefinition(
+        JSON.stringify({
+          name: "placed",
+          nodes: [
+            { id: "a", task: nodeTask },
+            { id: "b", task: "TASK b", dependsOn: ["a"] },
+          ],
+        }),
+        "json",
+      );
+      const ctx = {
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        toolCallId: "call-1",
+        currentAccess: async () => service.authorityFor(parent),
+        currentWorkDir: async () => null,
+        ...hostAccessors(),
+      };
+      const engineOptions = {
+        pool: db.pool,
+        defaultModel: "scripted",
+        repo,
+        onCompletion: (c: { parentSessionId: string; principalAccountId: string; resultId: string }) =>
+          service.resultQueued(c.parentSessionId, c.principalAccountId, c.resultId),
+      };
+      const first = new WorkflowEngine({
+        ...engineOptions,
+        owner: `wf-${randomUUID()}`,
+        dispatcher: {
+          createChild: (r) => base.createChild(r),
+          runNode: async (r) => {
+            await repo.append(r.childSessionId, r.principalAccountId, [
+              { body: { type: "message", message: { role: "user", content: r.prompt } } },
+            ]);
+            return untilAborted(r.signal);
+          },
+          continueNode: (i, h) => base.continueNode(i, h),
+        },
+      });
+      await first.open();
+      const started = await first.start(ctx, { definition: def });
+      await until(() => first.run(started.workflowId)?.started.has("a") === true, "a running");
+      await first.close();
+      const childA = (await journal(started.workflowId)).nodes.a?.childSessionId as string;
+      const charged = (await journal(started.workflowId)).dispatches;
+      const statuses: string[] = [];
+      let dispatches = 0;
+      const second: WorkflowEngine = new WorkflowEngine({
+        ...engineOptions,
+        owner: `wf-${randomUUID()}`,
+        dispatcher: base,
+        onEvent: (e) => {
+          if (e.type !== "node" || e.workflowId !== started.workflowId) return;
+          statuses.push(`${e.nodeId}:${e.status}`);
+          dispatches = Math.max(dispatches, second.run(started.workflowId)?.journal.dispatches ?? 0);
+        },
+      });
+      const asserted: string[] = [];
+      const read = second.store.currentWorkflow.bind(second.store);
+      second.store.currentWorkflow = async (id) => {
+        const stack = new Error().stack ?? "";
+        if (stack.includes("assertDispatch"))
+          asserted.push(stack.includes("assertProtectedDispatch") ? "placement" : "engine");
+        return read(id);
+      };
+      try {
+        await second.open();
+        await second.recoverInterrupted(1000, hook ? { continueNode: hook } : {});
+        const outcome = await second.finished(started.workflowId);
+        const childB = (
+          await db.pool.query(
+            "select id from sessions where parent_session_id = $1::uuid and id <> $2::uuid",
+            [parent.id, childA],
+          )
+        ).rows[0]?.id as string;
+        const { rows } = await db.pool.query("select id from sessions where parent_session_id = $1::uuid", [
+          childA,
+        ]);
+        return {
+          childA,
+          childB,
+          grandchild: String(rows[0]?.id),
+          asserted,
+          statuses,
+          charged,
+          dispatches,
+          recovery: (await second.store.getWorkflow(started.workflowId))?.recovery,
+          outcome,
+        };
+      } finally {
+        await second.close();
+      }
+    };
+    const reentered =
+      (change: (s: HostWorkflowNodeDispatch) => Partial<HostWorkflowNodeDispatch>): RecoveryContinueNode =>
+      (input, host) => {
+        const scope = currentWorkflowNodeDispatch() as HostWorkflowNodeDispatch;
+        return runWithWorkflowNodeDispatch({ ...scope, ...change(scope) }, () =>
+          base.continueNode(input, host),
+        );
+      };
+    try {
+      exact = await boot();
+      otherChannel = await boot(reentered(() => ({ channelId: randomUUID() })));
+      otherParent = await boot(reentered(() => ({ parentSessionId: randomUUID() })));
     } finally {
-      await second.close();
       await service.close();
       await pool.close();
     }
   }, 120_000);
 
+  const placed = (sessionId: string) =>
+    placements.filter((p) => p.sessionId === sessionId).map((p) => p.placement);
+
+  it("the recovered child runs in the daemon only when both the scope's parent and its channel are the child's (S004-362)", () => {
+    expect(placed(exact.childA)).toEqual(["in-process"]);
+    // The same exact child under a scope naming another channel, or another parent: its runner placement.
+    expect(placed(otherChannel.childA)).toEqual(["runner"]);
+    expect(placed(otherParent.childA)).toEqual(["runner"]);
+    expect([exact, otherChannel, otherParent].map((b) => b.outcome.status)).toEqual([
+      "completed",
+      "completed",
+      "completed",
+    ]);
+  });
+
+  it("only the exact match runs the placement's assertion; a call that does not match runs none (S004-364)", () => {
+    // The engine's assertion ran once before preparation; the placement's once, for the exact match only.
+    expect(exact.asserted).toEqual(["engine", "placement"]);
+    expect(otherChannel.asserted).toEqual(["engine"]);
+    expect(otherParent.asserted).toEqual(["engine"]);
+  });
+
+  it("the placement's check is the engine's own native-row read, reached through the scope's callback (S004-366)", () => {
+    // The read at the placement went through assertProtectedDispatch into the engine's assertDispatch:
+    // the placement layer queries nothing of its own.
+    expect(exact.asserted.filter((a) => a === "placement")).toHaveLength(1);
+    expect(exact.outcome.summary).toContain("node a done");
+  });
+
+  it("the placement neither parks, admits nor charges: no wait, only b's fresh dispatch is charged, the admission is unchanged (S004-367)", () => {
+    expect(exact.statuses.filter((x) => x.startsWith("a:"))).not.toContain("a:waiting");
+    expect(exact.dispatches).toBe(exact.charged + 1);
+    expect(exact.recovery).toEqual({ workflowGeneration: 1, recoveryAdmissionVersion: 1 });
+  });
+
+  it("only the boot's recovery of the exact child is placed in the daemon: its nested child and the fresh node keep the runner (S004-355)", () => {
+    expect(placed(exact.childA)).toEqual(["in-process"]);
+    expect(placed(exact.grandchild)).toEqual(["runner"]);
+    expect(placed(exact.childB)).toEqual(["runner"]);
+    expect(placed(otherChannel.childB)).toEqual(["runner"]);
+  });
+});
+
+describe("a scope without its assertion at the real placement", () => {
   it("S004-364: a continuation that re-enters the scope without its assertion fails loudly at the placement; nothing runs", async () => {
     const repo = new PgDelegationRepository(db.pool);
     const inProcess = createScriptedTurnRunner();

@@ -53,7 +53,9 @@ async function childCount(parent: string): Promise<number> {
 }
 
 describe("boot recovery", () => {
-  it("S004-340: S004-330: S004-414: S004-391: an interrupted node continues in its own child, no second node, no budget charged", async () => {
+  // What a graceful close proves (the engine lets go without writing): the SIGKILL suite (crash.test.ts)
+  // proves the same behaviours after a real process is killed.
+  it("after a graceful close, the next boot continues the interrupted node in its own child: no second node, no budget charged", async () => {
     const w = await world(db.pool);
     const first = await w.engine(async ({ signal }) => untilAborted(signal));
     all.push(first.engine);

@@ -1,10 +1,15 @@
+import { randomUUID } from "node:crypto";
 import { useTestDatabase } from "@crw/tools/pg";
 import { beforeAll, describe, expect, it } from "vitest";
 import {
+  type NodeContinueRequest,
   type NodeDispatcher,
+  type NodeRecoveryHost,
+  type NodeRunResult,
   type PgWorkflowStore,
   parseWorkflowDefinition,
   WorkflowBoundaryError,
+  type WorkflowEngine,
 } from "../src/index.js";
 import {
   closeEnginesAfterEach,
@@ -121,49 +126,103 @@ describe("explicit WorkflowResume", () => {
   });
 });
 
+/**
+ * One workflow: `remote` parks on a committed prerequisite (its dispatch returned waiting, nothing ran),
+ * `after` depends on it, `free` is independent. Wakes that miss one field each are refused, a second engine
+ * without the run is asked, then the exact wake is accepted (under a newer admission version) and its
+ * continuation is held at a gate while the stored rows are read. Two more workflows' nodes report waiting
+ * without a prerequisite, or with a malformed one.
+ */
 describe("waiting nodes", () => {
-  it("S004-420: S004-421: S004-417: S004-418: S004-419: S004-347: S004-384: S004-387: S004-388: S004-400: a waiting node holds its dependents, others go on, and only the exact wake continues it", async () => {
-    const w = await world(db.pool);
-    const waitDef = parseWorkflowDefinition(`
+  const waitDef = parseWorkflowDefinition(`
 name: waits
 nodes:
   - { id: remote, task: "TASK remote" }
   - { id: after, task: "TASK after", dependsOn: [remote] }
   - { id: free, task: "TASK free" }
 `);
-    let continued = 0;
-    const { engine, events } = await w.engine(({ task }) => `done ${taskLine(task)}`, {
-      wrap: (base): NodeDispatcher => ({
-        createChild: (r) => base.createChild(r),
-        runNode: async (r) => {
-          if (r.nodeId !== "remote") return base.runNode(r);
-          // The computer is offline: the host committed a prerequisite; nothing ran.
-          return { status: "waiting", prerequisite: { waitId: "wait-1", claimVersion: 3 } };
-        },
-        continueNode: (r, host) => {
-          continued++;
-          return base.continueNode(r, host);
-        },
-      }),
-    });
+  type Journal = Awaited<ReturnType<typeof journal>>;
+  const ran: string[] = [];
+  const continued: string[] = [];
+  let remoteDispatches = 0;
+  let parkedJournal: Journal;
+  let parkedRow: Awaited<ReturnType<PgWorkflowStore["getWorkflow"]>>;
+  let parkedEvents: string[];
+  let parkedSummaries: unknown[];
+  let childrenParked: number;
+  let childrenAfterRefusals: number;
+  const refusals: Record<string, unknown> = {};
+  let elsewhereAnswer: unknown;
+  let elsewhereContinued = 0;
+  let accepted: unknown;
+  let activeAtAccept: string[];
+  let continuedAtAccept: number;
+  let duplicate: unknown;
+  let dispatchesBefore: number | undefined;
+  let dispatchesAtAccept: number | undefined;
+  let recoveryAtAccept: unknown;
+  let runAtAccept: number | undefined;
+  let woken: Journal;
+  let wokenRow: Awaited<ReturnType<PgWorkflowStore["getWorkflow"]>>;
+  let outcome: Awaited<ReturnType<WorkflowEngine["finished"]>>;
+  let finalRow: Awaited<ReturnType<PgWorkflowStore["getWorkflow"]>>;
+  let afterEnd: unknown;
+  let bare: Journal;
+  let bareOutcome: Awaited<ReturnType<WorkflowEngine["finished"]>>;
+  let malformed: Journal;
+
+  beforeAll(async () => {
+    const w = await world(db.pool);
+    const gate = deferred();
+    const atGate = deferred();
+    const { engine, events, dispatcher } = await w.engine(
+      ({ task }) => {
+        ran.push(taskLine(task));
+        return `done ${taskLine(task)}`;
+      },
+      {
+        wrap: (base): NodeDispatcher => ({
+          createChild: (r) => base.createChild(r),
+          runNode: async (r) => {
+            if (r.nodeId !== "remote") return base.runNode(r);
+            remoteDispatches++;
+            // The computer is offline: the host committed a prerequisite; nothing ran.
+            return { status: "waiting", prerequisite: { waitId: "wait-1", claimVersion: 3 } };
+          },
+          continueNode: async (r, host) => {
+            continued.push(r.nodeId);
+            atGate.resolve();
+            await gate.promise;
+            return base.continueNode(r, host);
+          },
+        }),
+      },
+    );
     all.push(engine);
     const ctx = w.ctx();
     const started = await engine.start(ctx, { definition: waitDef });
+    const id = started.workflowId;
     await until(
       async () =>
-        (await journal(started.workflowId)).nodes.free?.status === "succeeded" &&
-        (await journal(started.workflowId)).nodes.remote?.status === "waiting" &&
+        (await journal(id)).nodes.free?.status === "succeeded" &&
+        (await journal(id)).nodes.remote?.status === "waiting" &&
         // the run lets the node go only after its waiting state is committed
-        engine.run(started.workflowId)?.active.has("remote") === false,
+        engine.run(id)?.active.has("remote") === false,
       "free done, remote waiting",
     );
-    const j = await journal(started.workflowId);
-    expect(j.nodes.after?.status).toBe("pending");
-    expect(j.nodes.remote?.waiting).toEqual({ waitId: "wait-1", claimVersion: 3 });
-    expect(events.some((e) => e.type === "workflow")).toBe(false);
-    expect(await summaries(db.pool, w.parentSessionId)).toEqual([]);
+    const children = async () =>
+      (
+        await db.pool.query("select count(*)::int n from sessions where parent_session_id = $1::uuid", [
+          w.parentSessionId,
+        ])
+      ).rows[0].n as number;
+    parkedJournal = await journal(id);
+    parkedRow = await engine.store.getWorkflow(id);
+    parkedEvents = events.map((e) => e.type);
+    parkedSummaries = await summaries(db.pool, w.parentSessionId);
+    childrenParked = await children();
     const wake = {
-      workflowId: started.workflowId,
+      workflowId: id,
       parentSessionId: w.parentSessionId,
       toolCallId: ctx.toolCallId,
       workflowGeneration: 1,
@@ -171,34 +230,180 @@ nodes:
       nodeId: "remote",
       waitId: "wait-1",
       claimVersion: 3,
+      continueNode: (i: NodeContinueRequest, h?: NodeRecoveryHost) => dispatcher.continueNode(i, h),
     };
-    expect(engine.resumeWaitingNode({ ...wake, claimVersion: 2 })).toEqual({ status: "stale" });
-    expect(engine.resumeWaitingNode({ ...wake, waitId: "wait-0" })).toEqual({ status: "stale" });
-    expect(engine.resumeWaitingNode({ ...wake, workflowGeneration: 2 })).toEqual({ status: "stale" });
-    expect(engine.resumeWaitingNode({ ...wake, nodeId: "free" })).toEqual({ status: "not-held" });
-    expect(engine.resumeWaitingNode({ ...wake, toolCallId: "other" })).toEqual({ status: "not-held" });
-    expect(continued).toBe(0); // waiting is not empty: nothing fell back to a fresh dispatch
-    // Without the live workflow control (another process's engine), the wake cannot reach the node.
-    const elsewhere = await w.engine(() => "never");
-    all.push(elsewhere.engine);
-    expect(elsewhere.engine.resumeWaitingNode(wake)).toEqual({ status: "not-held" });
-    const dispatchesBefore = engine.run(started.workflowId)?.journal.dispatches;
-    expect(engine.resumeWaitingNode(wake)).toEqual({ status: "accepted" });
-    // Acceptance queued only that node: no other node started, nothing charged.
-    expect([...(engine.run(started.workflowId)?.active.keys() ?? [])]).toEqual(["remote"]);
-    expect(engine.run(started.workflowId)?.journal.dispatches).toBe(dispatchesBefore);
-    expect(engine.run(started.workflowId)?.journal.recovery).toEqual({
-      workflowGeneration: 1,
-      recoveryAdmissionVersion: 2,
+    const other = await world(db.pool);
+    refusals.workflowId = engine.resumeWaitingNode({ ...wake, workflowId: randomUUID() });
+    refusals.parentSessionId = engine.resumeWaitingNode({ ...wake, parentSessionId: other.parentSessionId });
+    refusals.toolCallId = engine.resumeWaitingNode({ ...wake, toolCallId: "other" });
+    refusals.workflowGeneration = engine.resumeWaitingNode({ ...wake, workflowGeneration: 2 });
+    refusals.nodeId = engine.resumeWaitingNode({ ...wake, nodeId: "free" });
+    refusals.pendingNode = engine.resumeWaitingNode({ ...wake, nodeId: "after" });
+    refusals.waitId = engine.resumeWaitingNode({ ...wake, waitId: "wait-0" });
+    refusals.claimVersion = engine.resumeWaitingNode({ ...wake, claimVersion: 2 });
+    refusals.olderAdmission = engine.resumeWaitingNode({ ...wake, recoveryAdmissionVersion: 0 });
+    await new Promise((r) => setTimeout(r, 50));
+    childrenAfterRefusals = await children();
+    // Another process's engine: it does not drive the workflow, so it holds no live control of it.
+    const elsewhere = await w.engine(() => "never", {
+      wrap: (base): NodeDispatcher => ({
+        createChild: (r) => base.createChild(r),
+        runNode: (r) => base.runNode(r),
+        continueNode: (r, host) => {
+          elsewhereContinued++;
+          return base.continueNode(r, host);
+        },
+      }),
     });
-    // Reserved before yielding: a duplicate wake finds it no longer held.
-    expect(engine.resumeWaitingNode(wake)).toEqual({ status: "not-held" });
-    const outcome = await engine.finished(started.workflowId);
-    expect(outcome.status).toBe("completed");
-    expect(continued).toBe(1);
-    const row = await engine.store.getWorkflow(started.workflowId);
-    expect(row?.recovery.workflowGeneration).toBe(1); // no generation invented
+    all.push(elsewhere.engine);
+    elsewhereAnswer = elsewhere.engine.resumeWaitingNode({
+      ...wake,
+      continueNode: (i, h) => elsewhere.dispatcher.continueNode(i, h),
+    });
+    dispatchesBefore = engine.run(id)?.journal.dispatches;
+    accepted = engine.resumeWaitingNode(wake);
+    // Read synchronously, before anything is awaited.
+    activeAtAccept = [...(engine.run(id)?.active.keys() ?? [])];
+    continuedAtAccept = continued.length;
+    duplicate = engine.resumeWaitingNode(wake);
+    dispatchesAtAccept = engine.run(id)?.journal.dispatches;
+    recoveryAtAccept = { ...engine.run(id)?.journal.recovery };
+    runAtAccept = engine.run(id)?.journal.run;
+    await atGate.promise;
+    woken = await journal(id);
+    wokenRow = await engine.store.getWorkflow(id);
+    gate.resolve();
+    outcome = await engine.finished(id);
+    finalRow = await engine.store.getWorkflow(id);
+    afterEnd = engine.resumeWaitingNode(wake);
+
+    // A node that reports waiting with no prerequisite, or a malformed one.
+    const bareRun = await w.engine(({ task }) => `done ${taskLine(task)}`, {
+      wrap: (base): NodeDispatcher => ({
+        createChild: (r) => base.createChild(r),
+        runNode: async (r) =>
+          r.nodeId === "remote" ? ({ status: "waiting" } as unknown as NodeRunResult) : base.runNode(r),
+        continueNode: (r, host) => base.continueNode(r, host),
+      }),
+    });
+    all.push(bareRun.engine);
+    const bareStarted = await bareRun.engine.start(w.ctx(), { definition: waitDef });
+    bareOutcome = await bareRun.engine.finished(bareStarted.workflowId);
+    bare = await journal(bareStarted.workflowId);
+    const badRun = await w.engine(({ task }) => `done ${taskLine(task)}`, {
+      wrap: (base): NodeDispatcher => ({
+        createChild: (r) => base.createChild(r),
+        runNode: async (r) =>
+          r.nodeId === "remote"
+            ? { status: "waiting", prerequisite: { waitId: "", claimVersion: -1 } }
+            : base.runNode(r),
+        continueNode: (r, host) => base.continueNode(r, host),
+      }),
+    });
+    all.push(badRun.engine);
+    const badStarted = await badRun.engine.start(w.ctx(), { definition: waitDef });
+    await badRun.engine.finished(badStarted.workflowId);
+    malformed = await journal(badStarted.workflowId);
+  });
+
+  it("a waiting node stays nonterminal with its prerequisite: its dependent is held, the independent node completes (S004-420)", () => {
+    expect(parkedJournal.nodes.remote?.status).toBe("waiting");
+    expect(parkedJournal.nodes.remote?.waiting).toEqual({ waitId: "wait-1", claimVersion: 3 });
+    expect(parkedJournal.nodes.after?.status).toBe("pending");
+    expect(parkedJournal.nodes.free?.status).toBe("succeeded");
+    expect(parkedRow?.status).toBe("running");
+    // The dependent ran only after the wake, and then succeeded.
+    expect(ran).toEqual(["TASK free", "TASK remote", "TASK after"]);
     expect(outcome.summary).toContain("- after: succeeded");
+  });
+
+  it("no whole-workflow completion is emitted while the only unfinished node waits (S004-421)", () => {
+    expect(parkedEvents).not.toContain("workflow");
+    expect(parkedSummaries).toEqual([]);
+    expect(parkedRow?.summaryResultId ?? null).toBeNull();
+    // The completion came only once the woken node ended.
+    expect(outcome.status).toBe("completed");
+  });
+
+  it("a wake must match the workflow, origin, call, generation, held node, wait id and claim version (S004-417)", () => {
+    expect(refusals).toEqual({
+      workflowId: { status: "not-held" },
+      parentSessionId: { status: "not-held" },
+      toolCallId: { status: "not-held" },
+      workflowGeneration: { status: "stale" },
+      nodeId: { status: "not-held" },
+      pendingNode: { status: "not-held" },
+      waitId: { status: "stale" },
+      claimVersion: { status: "stale" },
+      olderAdmission: { status: "stale" },
+    });
+    // None of the refused wakes reached the node.
+    expect(continuedAtAccept).toBe(0);
+    expect(accepted).toEqual({ status: "accepted" });
+  });
+
+  it("an accepted wake reserves the node before returning: a duplicate wake finds it no longer held (S004-418)", () => {
+    expect(activeAtAccept).toEqual(["remote"]);
+    expect(duplicate).toEqual({ status: "not-held" });
+    expect(continued).toEqual(["remote"]);
+  });
+
+  it("a wake after the dispatch parked adopts the newer admission version and invents no generation (S004-419)", () => {
+    expect(parkedJournal.recovery).toEqual({ workflowGeneration: 1, recoveryAdmissionVersion: 1 });
+    expect(recoveryAtAccept).toEqual({ workflowGeneration: 1, recoveryAdmissionVersion: 2 });
+    // Journaled running under the adopted version before the continuation ran.
+    expect(woken.nodes.remote?.status).toBe("running");
+    expect(woken.recovery).toEqual({ workflowGeneration: 1, recoveryAdmissionVersion: 2 });
+    expect(wokenRow?.recovery.workflowGeneration).toBe(1);
+    expect(finalRow?.recovery.workflowGeneration).toBe(1);
+    expect(runAtAccept).toBe(1);
+  });
+
+  it("a waiting result parks only with a committed prerequisite; without one, or a malformed one, the node fails (S004-347)", () => {
+    expect(parkedJournal.nodes.remote?.waiting).toEqual({ waitId: "wait-1", claimVersion: 3 });
+    expect(bare.nodes.remote?.status).toBe("failed");
+    expect(bare.nodes.remote?.error?.code).toBe("waiting_without_prerequisite");
+    expect(bare.nodes.remote?.waiting).toBeUndefined();
+    expect(bare.nodes.after?.status).toBe("blocked");
+    expect(bareOutcome.status).toBe("failed");
+    expect(malformed.nodes.remote?.status).toBe("failed");
+    expect(malformed.nodes.remote?.error?.code).toBe("waiting_without_prerequisite");
+  });
+
+  it("waiting is neither empty nor complete: no fallback dispatch, no second child, the node is not ended (S004-384)", () => {
+    expect(parkedJournal.nodes.remote?.status).toBe("waiting");
+    expect(parkedJournal.nodes.remote?.error).toBeUndefined();
+    expect(parkedJournal.nodes.remote?.handover).toBeUndefined();
+    expect(remoteDispatches).toBe(1);
+    expect(continuedAtAccept).toBe(0);
+    expect(childrenAfterRefusals).toBe(childrenParked);
+    expect(ran.filter((t) => t === "TASK remote")).toHaveLength(1);
+  });
+
+  it("the wake targets the exact held node and answers accepted, stale or not-held (S004-387)", () => {
+    expect(accepted).toEqual({ status: "accepted" });
+    expect(refusals.waitId).toEqual({ status: "stale" });
+    expect(refusals.nodeId).toEqual({ status: "not-held" });
+    expect(continued).toEqual(["remote"]);
+    expect(woken.nodes.free?.status).toBe("succeeded");
+    expect(woken.nodes.after?.status).toBe("pending");
+  });
+
+  it("acceptance queues only that node: nothing dispatched or charged, no whole-workflow resume (S004-388)", () => {
+    expect(activeAtAccept).toEqual(["remote"]);
+    expect(continuedAtAccept).toBe(0);
+    expect(dispatchesAtAccept).toBe(dispatchesBefore);
+    expect(woken.dispatches).toBe(dispatchesBefore);
+    expect(runAtAccept).toBe(1);
+    expect(woken.run).toBe(1);
+    expect(ran.filter((t) => t === "TASK free")).toHaveLength(1);
+  });
+
+  it("without the live run no wake reaches the node: another engine and the ended run answer not-held (S004-400)", () => {
+    expect(elsewhereAnswer).toEqual({ status: "not-held" });
+    expect(elsewhereContinued).toBe(0);
+    expect(afterEnd).toEqual({ status: "not-held" });
+    expect(continued).toEqual(["remote"]);
   });
 });
 

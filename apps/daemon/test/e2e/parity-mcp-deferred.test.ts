@@ -2,12 +2,13 @@ import { resolve } from "node:path";
 import {
   catalogPolicyFingerprint,
   catalogPolicyFrom,
+  DEFAULT_CATALOG_POLICY,
   PERSONA_TEMPLATES,
   TOOL_CALL,
   TOOL_SEARCH,
 } from "@crw/brain";
 import { useTestDatabase } from "@crw/tools/pg";
-import { describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import {
   BaselineMigrationError,
   checkedBaseline,
@@ -53,42 +54,40 @@ function pinnedOf(transcripts: unknown[], policy = catalogPolicyFingerprint().di
   };
 }
 
+/**
+ * One session on the real daemon with a twelve-tool MCP server: its child (in a forked runner) searches the
+ * deferred catalog, calls the MCP adder through ToolCall and forks once. Every provider request is captured;
+ * the pinned fingerprints, the prefixes and the fork proof are computed from them and checked against the
+ * stored baseline once.
+ */
 describe("test:e2e:parity:mcp:deferred", () => {
-  it("S004-447: S004-448: S004-449: S004-451: the deferred catalog through a runner, a same-build fork with byte-identical prefixes, and the pinned fingerprints equal the stored baseline", async () => {
-    const run = await runParitySession({
+  let run: Awaited<ReturnType<typeof runParitySession>>;
+  let child: Captured[];
+  let fork: Captured[];
+  let proof: ReturnType<typeof forkProof>;
+  let current: {
+    prefixes: Record<string, Prefix>;
+    pinned: ReturnType<typeof pinnedOf>;
+    turns: Record<string, string>;
+  };
+  let baseline: ReturnType<typeof checkedBaseline>;
+  const body = (c: Captured) => c.body as Body;
+  const toolOf = (c: Captured, name: string) => (body(c).tools ?? []).find((t) => t.function.name === name);
+
+  beforeAll(async () => {
+    run = await runParitySession({
       url: db.url,
       pool: db.pool,
       runnerEnabled: true,
       mcp: { calc: 12 },
       fork: true,
     });
-    expect(run.placements.runner).toBeGreaterThan(0);
-
-    const child = run.captured.filter((c) => c.role === "child");
-    const fork = run.captured.filter((c) => c.role === "fork");
-    expect(child.map((c) => c.step)).toEqual([0, 1, 2, 3]);
-    expect(fork.map((c) => c.step)).toEqual([0]);
-    // Native tools outside the locked core set and the bridged ones are deferred; the model-only tools stay
-    // declared directly; the deferred tool was found and called.
-    const declared = declaredNames(child[0] as Captured);
-    expect(declared).toEqual([
-      "Delegate",
-      "DelegateContinue",
-      "DelegateRead",
-      "WorkflowStart",
-      TOOL_SEARCH,
-      TOOL_CALL,
-    ]);
-    const found = (child[1]?.body.messages ?? [])
-      .filter((m) => m.role === "tool")
-      .map((m) => String(m.content));
-    expect(found.join("\n")).toContain('"name": "mcp__calc__add"');
-
+    child = run.captured.filter((c) => c.role === "child");
+    fork = run.captured.filter((c) => c.role === "fork");
     // The same-build fork: its first request (captured at the provider) against the child's request that
     // asked for it.
-    const body = (c: Captured) => c.body as Body;
     const asked = child[2] as Captured;
-    const proof = forkProof(
+    proof = forkProof(
       {
         key: "child:2",
         system: systemOf(body(asked)),
@@ -102,33 +101,88 @@ describe("test:e2e:parity:mcp:deferred", () => {
         messages: contextOf(body(fork[0] as Captured)),
       },
     );
+    const prefixes = Object.fromEntries(run.captured.map((c) => [`${c.role}:${c.step}`, prefixOf(c)]));
+    current = {
+      prefixes,
+      pinned: pinnedOf(run.transcripts),
+      turns: Object.fromEntries(Object.entries(prefixes).map(([k, p]) => [k, digestOf(p)])),
+    };
+    baseline = checkedBaseline(baselinePath, current, proof);
+  }, 120_000);
+
+  it("the child runs in a forked runner, finds the deferred MCP adder and calls it, then forks once", () => {
+    expect(run.placements.runner).toBeGreaterThan(0);
+    expect(child.map((c) => c.step)).toEqual([0, 1, 2, 3]);
+    expect(fork.map((c) => c.step)).toEqual([0]);
+    const found = (child[1]?.body.messages ?? [])
+      .filter((m) => m.role === "tool")
+      .map((m) => String(m.content));
+    expect(found.join("\n")).toContain('"name": "mcp__calc__add"');
+  });
+
+  it("the pinned fingerprints are those of the current persona templates, deferral policy and context records, as stored (S004-447)", () => {
+    expect(current.pinned).toEqual({
+      personaTemplates: digestOf(PERSONA_TEMPLATES),
+      catalogPolicy: catalogPolicyFingerprint().digest,
+      contextRecords: digestOf(normalize(run.transcripts)),
+    });
+    expect(baseline.pinned).toEqual(current.pinned);
+    expect(
+      prefixDelta(baseline, current),
+      "the pinned fingerprints or provider request prefixes changed: migrate the baseline (CRW_PARITY_UPDATE=1 with a reason naming the delta)",
+    ).toEqual([]);
+    expect(current.turns).toEqual(baseline.turns);
+  });
+
+  it("native tools outside the locked core set are not declared but listed in the deferred catalog and callable by name (S004-448)", () => {
+    const first = child[0] as Captured;
+    const declared = declaredNames(first);
+    const description = String(toolOf(first, TOOL_SEARCH)?.function.description);
+    const listed = (/Deferred tools: ([^\n]*)\./.exec(description)?.[1] ?? "").split(", ");
+    const call = toolOf(first, TOOL_CALL) as unknown as {
+      function: { parameters: { properties: { name: { enum: string[] } } } };
+    };
+    const callable = call.function.parameters.properties.name.enum;
+    const nativeDeferred = listed.filter((n) => !n.startsWith("mcp__"));
+    expect(nativeDeferred).toEqual(["WorkflowResume", "WorkflowCancel"]);
+    for (const name of nativeDeferred) {
+      expect(DEFAULT_CATALOG_POLICY.core).not.toContain(name);
+      expect(declared).not.toContain(name);
+      expect(callable).toContain(name);
+    }
+    // Every declared tool is core or model-only: nothing outside the core set is declared.
+    expect(
+      declared.filter(
+        (n) => !DEFAULT_CATALOG_POLICY.core.includes(n) && !DEFAULT_CATALOG_POLICY.modelOnly.includes(n),
+      ),
+    ).toEqual([]);
+  });
+
+  it("the model-only catalog tools stay declared directly, after the core tools", () => {
+    expect(declaredNames(child[0] as Captured)).toEqual([
+      "Delegate",
+      "DelegateContinue",
+      "DelegateRead",
+      "WorkflowStart",
+      TOOL_SEARCH,
+      TOOL_CALL,
+    ]);
+  });
+
+  it("the stored baseline carries a reason and a same-build fork proof, which this run's provider capture repeats byte for byte (S004-451)", () => {
     expect(proof).toMatchObject({
       systemIdentical: true,
       toolsIdentical: true,
       messagePrefixIdentical: true,
     });
     expect(proof.prefixMessages).toBeGreaterThan(1);
-
-    const prefixes = Object.fromEntries(run.captured.map((c) => [`${c.role}:${c.step}`, prefixOf(c)]));
-    const current = {
-      prefixes,
-      pinned: pinnedOf(run.transcripts),
-      turns: Object.fromEntries(Object.entries(prefixes).map(([k, p]) => [k, digestOf(p)])),
-    };
-    const baseline = checkedBaseline(baselinePath, current, proof);
     expect(baseline.reason.length).toBeGreaterThan(0);
     expect(baseline.forkProof).toMatchObject({
       systemIdentical: true,
       toolsIdentical: true,
       messagePrefixIdentical: true,
     });
-    expect(
-      prefixDelta(baseline, current),
-      "the pinned fingerprints or provider request prefixes changed: migrate the baseline (CRW_PARITY_UPDATE=1 with a reason naming the delta)",
-    ).toEqual([]);
-    expect(current.turns).toEqual(baseline.turns);
-  }, 120_000);
-
+  });
   it("S004-447: the fingerprints move with the persona templates, the deferral policy and the context records", () => {
     const base = pinnedOf([{ role: "user", content: "x" }]);
     expect(pinnedOf([{ role: "user", content: "x" }])).toEqual(base);

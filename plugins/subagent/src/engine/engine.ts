@@ -586,8 +586,9 @@ export class WorkflowEngine {
 
   /**
    * A waiting node's targeted wake: it must match the workflow, origin, call, generation, the held node,
-   * its wait id and claim version. Accepted queues only that node (reserved synchronously, before any
-   * await); it is not a whole-DAG resume and charges nothing. A newer admission version is adopted.
+   * its wait id and claim version, and carry the host's continueNode. Accepted queues only that node
+   * (reserved synchronously, before any await); it is not a whole-DAG resume and charges nothing. A newer
+   * admission version is adopted.
    */
   resumeWaitingNode(input: {
     workflowId: string;
@@ -598,11 +599,14 @@ export class WorkflowEngine {
     nodeId: string;
     waitId: string;
     claimVersion: number;
-    /** The host's continueNode for this wake (same type as the boot recovery hook's); default: the dispatcher. */
-    continueNode?: RecoveryContinueNode;
+    /** The host's continueNode for this wake (the boot recovery hook's type); a wake without one is refused. */
+    continueNode: RecoveryContinueNode;
     /** The wake's live connection: rechecked after every awaited step; false keeps the node waiting. */
     isCurrentConnection?: () => boolean;
   }): { status: "accepted" | "stale" | "not-held" } {
+    if (typeof input.continueNode !== "function") {
+      throw new TypeError("resumeWaitingNode needs the host's continueNode (the recovery hook's type)");
+    }
     const run = this.#runs.get(input.workflowId);
     if (!run || run.stopped) return { status: "not-held" };
     const j = run.journal;
@@ -622,7 +626,7 @@ export class WorkflowEngine {
       workflowGeneration: input.workflowGeneration,
       recoveryAdmissionVersion: input.recoveryAdmissionVersion,
       prerequisite: { ...node.waiting },
-      ...(input.continueNode ? { continueNode: input.continueNode } : {}),
+      continueNode: input.continueNode,
       ...(input.isCurrentConnection ? { isCurrentConnection: input.isCurrentConnection } : {}),
     });
     return { status: "accepted" };

@@ -12,6 +12,7 @@ import {
 } from "../errors.js";
 import {
   type ComputerPrerequisite,
+  ComputerPrerequisiteSchema,
   type NodeState,
   type OrchestrationJournal,
   TERMINAL_NODE_STATUSES,
@@ -773,10 +774,26 @@ export class WorkflowRun {
         delete (j.nodes[id] as NodeState).waiting;
         break;
       }
-      case "waiting":
+      case "waiting": {
+        // Only a committed prerequisite parks the node: a waiting result without one (or a malformed one)
+        // could never be woken, so it is a node error, not a park.
+        const committed = ComputerPrerequisiteSchema.safeParse(
+          (result as { prerequisite?: unknown }).prerequisite,
+        );
+        if (!committed.success) {
+          this.#setStatus(id, "failed", {
+            error: {
+              code: "waiting_without_prerequisite",
+              message: "the node reported waiting without a committed prerequisite",
+            },
+          });
+          delete (j.nodes[id] as NodeState).waiting;
+          break;
+        }
         // Nonterminal: dependents stay blocked, independent nodes go on, no completion is emitted for it.
-        this.#setStatus(id, "waiting", { waiting: result.prerequisite });
+        this.#setStatus(id, "waiting", { waiting: committed.data });
         break;
+      }
       case "empty":
         this.#setStatus(id, "failed", {
           error: {
