@@ -1,5 +1,5 @@
 // Shared bench setup: a work directory and a migrated PostgreSQL (an embedded server with durable defaults,
-// or DATABASE_URL when set).
+// reached through its Unix socket as the daemon reaches its own embedded server, or DATABASE_URL when set).
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -18,7 +18,7 @@ export async function startBenchPostgres(prefix, migrate) {
     const { startEmbeddedCluster } = await import("../../packages/db/dist/index.js");
     const cluster = await startEmbeddedCluster({ dataDir: join(work, "pg"), persistent: false });
     stopServer = () => cluster.stop();
-    url = cluster.url();
+    url = cluster.localUrl();
   }
   await migrate(url);
   return {

@@ -36,7 +36,14 @@ import type { SessionTurns } from "./turns.js";
 import type { DelegationCompletion, DelegationServiceOptions, PendingResultDrainOutcome } from "./types.js";
 
 /** Publishes a call's result (inline or spilled) and wakes its parent; returns the result id. */
-type Settle = (run: SubagentRun, outcome: "ok" | "error", body: string, code?: string) => Promise<string>;
+/** `dropSteers`: the reason the child's pending steers are dropped with, in the settlement's statement. */
+type Settle = (
+  run: SubagentRun,
+  outcome: "ok" | "error",
+  body: string,
+  code?: string,
+  dropSteers?: string,
+) => Promise<string>;
 
 /** What settlement needs from the service that owns it (DelegationService implements it). */
 export interface SettlementCore {
@@ -162,8 +169,7 @@ export class DelegatedSettlement {
     // The start (or recovery) just journaled the newest row, the task or the interrupted context: under
     // this run's lease nothing else answers it, so the journal cannot end with an answer and is not read.
     const answered =
-      !unanswered &&
-      endsWithAnswer(await journalTail(this.core.repo, child.id, run.principalAccountId));
+      !unanswered && endsWithAnswer(await journalTail(this.core.repo, child.id, run.principalAccountId));
     if (!answered) outcome = (await this.#childTurn(child, scope, progress, signal, false)).outcome;
     const drained = await this.#settlementDrain(run, child, scope, progress, outcome, signal);
     // Pausing for a restart: the call stays open and boot recovery continues it; nothing is settled here.
@@ -181,16 +187,15 @@ export class DelegatedSettlement {
     }
     const reply = await latestAssistantText(this.core.repo, child.id, run.principalAccountId);
     const kept = await this.#isolatedWork(child, run, scope);
-    const resultId = await settle(run, "ok", `${reply ?? "(the child gave no answer)"}${kept}`);
-    // A follow-up that raced the settlement would otherwise wait for a call that is gone: it gets its notice.
-    await this.core.writes.capture("a call's settlement", () =>
-      this.core.repo.dropSteers(
-        child.id,
-        run.principalAccountId,
-        "the call settled before this follow-up was taken",
-      ),
+    // A follow-up that raced the settlement would otherwise wait for a call that is gone: it gets its notice,
+    // in the settlement's own statement.
+    return settle(
+      run,
+      "ok",
+      `${reply ?? "(the child gave no answer)"}${kept}`,
+      undefined,
+      "the call settled before this follow-up was taken",
     );
-    return resultId;
   }
 
   /** An isolated child's work, committed before its result: the result names the branch and commit. */
@@ -431,11 +436,18 @@ export class DelegatedSettlement {
   }
 
   /** A result publication: captured, so the restart checkpoint lets one in flight commit. */
-  #settle(run: SubagentRun, outcome: "ok" | "error", body: string, code?: string): Promise<string> {
-    return this.core.writes.capture("a result publication", () => this.#settleNow(run, outcome, body, code));
-  }
+  #settle: Settle = (run, outcome, body, code, dropSteers) =>
+    this.core.writes.capture("a result publication", () =>
+      this.#settleNow(run, outcome, body, code, dropSteers),
+    );
 
-  async #settleNow(run: SubagentRun, outcome: "ok" | "error", body: string, code?: string): Promise<string> {
+  async #settleNow(
+    run: SubagentRun,
+    outcome: "ok" | "error",
+    body: string,
+    code?: string,
+    dropSteers?: string,
+  ): Promise<string> {
     const prepared = await prepareCompletion({
       repo: this.core.repo,
       ...(await this.#writerFor(
@@ -484,6 +496,7 @@ export class DelegatedSettlement {
       byteSize: prepared.byteSize,
       ...(prepared.spillId ? { spillId: prepared.spillId } : {}),
       ...(error ? { error } : {}),
+      ...(dropSteers !== undefined && { dropSteers }),
     });
     faultPoint("child.settled");
     // The row's mode now, not when the call began: Ctrl+B may have moved a foreground call to the background.

@@ -361,7 +361,7 @@ export function settleRun(
   assertUuid("runId", result.runId);
   assertUuid("resultId", result.resultId);
   // One statement: lock the run, find a prior result, and only for an open run of this generation with none
-  // insert the result and make the run terminal. Atomic by itself, so the result and the terminal status
+  // insert the result, make the run terminal and (when asked) drop the child's pending steers. Atomic by itself, so the result and the terminal status
   // commit together without a transaction; a probe (a crash test's fault point before the commit) gets one.
   const settle = async (c: Queryable): Promise<{ settled: boolean; resultId: string }> => {
     const { rows } = await c.query<Row>(
@@ -384,6 +384,12 @@ export function settleRun(
            from ins
           where u.id = $1::uuid
          returning u.id
+       ), dropped as (
+         update delegated_steers d set status = 'dropped', drop_reason = $10, resolved_at = now()
+           from ins, run
+          where $10::text is not null and d.child_session_id = run.child_session_id
+            and d.principal_account_id = run.principal_account_id and d.status = 'pending'
+         returning d.id
        )
        select run.id, run.generation, run.status, (select id from prior) as prior_id,
               (select id from ins) as inserted_id, (select count(*) from upd)::int as updated
@@ -398,6 +404,7 @@ export function settleRun(
         result.spillId ?? null,
         result.outcome === "ok" ? "succeeded" : "failed",
         result.error ? JSON.stringify(result.error) : null,
+        result.dropSteers ?? null,
       ],
     );
     const row = rows[0];

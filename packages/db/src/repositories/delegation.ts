@@ -140,6 +140,11 @@ export interface SettledResult {
   readonly byteSize: number;
   readonly spillId?: string;
   readonly error?: { readonly code: string; readonly message: string };
+  /**
+   * Drop the child's pending text steers with this reason, in the settlement's own statement (only when it
+   * settles): a follow-up the settled call can no longer take gets its dropped notice instead of waiting.
+   */
+  readonly dropSteers?: string;
 }
 
 /** A whole-workflow summary for the parent's inbox (one per workflow tool call). */
