@@ -402,12 +402,13 @@ describe("reading runs", () => {
     expect(await r.openChildRuns(parent.id, stranger.id)).toEqual([]);
   });
 
-  it("settlementWork counts open child calls, pending steers to the session and its unacknowledged results", async () => {
+  it("settlementWork counts open child calls, pending steers to the session and its unacknowledged results, and sees its spills", async () => {
     const { r, account, parent } = await root();
     expect(await r.settlementWork(parent.id, account.id)).toEqual({
       openChildRuns: 0,
       pendingSteers: 0,
       queuedResults: 0,
+      spills: false,
     });
     const a = await r.createDelegation(delegation(parent.id, account.id, { toolCallId: "a" }));
     await r.createDelegation(delegation(parent.id, account.id, { toolCallId: "b" }));
@@ -424,12 +425,24 @@ describe("reading runs", () => {
       openChildRuns: 1,
       pendingSteers: 0,
       queuedResults: 1,
+      spills: false,
     });
     expect(await r.settlementWork(a.child.id, account.id)).toEqual({
       openChildRuns: 0,
       pendingSteers: 1,
       queuedResults: 0,
+      spills: false,
     });
+    // a spilled result of the session's own (not another session's) is seen
+    await r.recordSpill({
+      sessionId: a.child.id,
+      principalAccountId: account.id,
+      path: `/spill/${randomUUID()}.txt`,
+      byteSize: 10,
+      sha256: "ab".repeat(32),
+    });
+    expect((await r.settlementWork(a.child.id, account.id)).spills).toBe(true);
+    expect((await r.settlementWork(parent.id, account.id)).spills).toBe(false);
   });
 });
 

@@ -45,7 +45,7 @@ import { type ProgressPublisher, RunProgressJob } from "./progress.js";
 import { type PromptTool, systemPromptFor } from "./prompt.js";
 import { readSubagent } from "./readSubagent.js";
 import { type MutatingTool, offeredTools } from "./scopedTools.js";
-import { DelegatedSettlement } from "./settlement.js";
+import { DelegatedSettlement, type InboxLook } from "./settlement.js";
 import { spillReadTool } from "./spillRead.js";
 import { delegationTools } from "./tools.js";
 import { NO_PROGRESS, type ProgressSink, type TurnOutcome, type TurnTool } from "./turn.js";
@@ -344,11 +344,19 @@ export class DelegationService implements RestartCheckpoint {
   async sessionTurn(
     session: SessionRow,
     input: Parameters<SessionTurns["runLocked"]>[0]["input"],
-    opts: { readOnly: boolean; progress: ProgressSink; scope: DelegatedExecutionScope | null },
+    opts: {
+      readOnly: boolean;
+      progress: ProgressSink;
+      scope: DelegatedExecutionScope | null;
+      /** What the drain just before this turn saw of the session's inbox. */
+      inbox?: InboxLook;
+    },
   ): Promise<TurnOutcome> {
     this.#admit("a new turn");
     const own = this.options.tools?.(session) ?? [];
-    const spillRead = (await this.#readsSpills(session, own)) ? [spillReadTool(this.repo, session)] : [];
+    const spillRead = (await this.#readsSpills(session, own, opts.inbox))
+      ? [spillReadTool(this.repo, session)]
+      : [];
     // The prompt and the request offer only what the turn's scope can let run (scopedTools checks each call).
     const tools = offeredTools(
       [...delegationTools(this, session, opts.readOnly), ...spillRead, ...own],
@@ -375,8 +383,10 @@ export class DelegationService implements RestartCheckpoint {
    * the turn on which one may reach it, i.e. once it has a spilled result or while a child of it is open
    * (a result can arrive, spilled, at any tool round). Other sessions' tool lists stay as they were.
    */
-  async #readsSpills(session: SessionRow, own: readonly MutatingTool[]): Promise<boolean> {
+  async #readsSpills(session: SessionRow, own: readonly MutatingTool[], inbox?: InboxLook): Promise<boolean> {
     if (own.some((t) => t.name === "Read")) return false;
+    // The drain that starts this turn read it in its own snapshot of the inbox: not read again.
+    if (inbox?.spillsReachable !== undefined) return inbox.spillsReachable;
     return this.repo.hasSpillsOrOpenChildren(session.id, session.principalAccountId);
   }
 
@@ -446,10 +456,12 @@ export class DelegationService implements RestartCheckpoint {
   }
 
   /** Journals (and acknowledges) what arrived for a session: its queued results, then a child's text steers. */
-  async drainInto(session: SessionRow): Promise<TranscriptMessage[]> {
-    // A child's inbox is most often empty at a tool round: one count of both says so in one read.
+  async drainInto(session: SessionRow, look?: InboxLook): Promise<TranscriptMessage[]> {
+    // A child's inbox is most often empty at a tool round: one count of both says so in one read. The
+    // same snapshot tells the turn this drain starts whether a spilled result may reach it.
     if (session.kind === "delegated" && this.repo.settlementWork) {
       const waiting = await this.repo.settlementWork(session.id, session.principalAccountId);
+      if (look) look.spillsReachable = waiting.spills || waiting.openChildRuns > 0;
       if (waiting.pendingSteers === 0 && waiting.queuedResults === 0) return [];
     }
     const results = await drainResults(this.deliveryDeps(), session.id, session.principalAccountId);

@@ -45,6 +45,14 @@ type Settle = (
   dropSteers?: string,
 ) => Promise<string>;
 
+/**
+ * What a drain saw of a session's inbox, for the turn it starts: `spillsReachable` is set when it read
+ * whether a spilled result or an open child run is there (see DelegationService.drainInto).
+ */
+export interface InboxLook {
+  spillsReachable?: boolean;
+}
+
 /** What settlement needs from the service that owns it (DelegationService implements it). */
 export interface SettlementCore {
   readonly repo: DelegationRepository;
@@ -58,9 +66,14 @@ export interface SettlementCore {
   sessionTurn(
     session: SessionRow,
     input: readonly JournalWrite[],
-    opts: { readOnly: boolean; progress: ProgressSink; scope: DelegatedExecutionScope | null },
+    opts: {
+      readOnly: boolean;
+      progress: ProgressSink;
+      scope: DelegatedExecutionScope | null;
+      inbox?: InboxLook;
+    },
   ): Promise<TurnOutcome>;
-  drainInto(session: SessionRow): Promise<TranscriptMessage[]>;
+  drainInto(session: SessionRow, look?: InboxLook): Promise<TranscriptMessage[]>;
   resultQueued(parentSessionId: string, principalAccountId: string, resultId: string): Promise<void>;
   /** Runs work outside any caller (its failure is reported, its rows stay for recovery). */
   track(work: Promise<unknown>): void;
@@ -234,9 +247,10 @@ export class DelegatedSettlement {
     withReply: boolean,
   ): Promise<{ outcome: TurnOutcome; reply: string | undefined; delivered: string[] }> {
     return this.core.turns.exclusive(child.id, async () => {
+      const inbox: InboxLook = {};
       const pending = await this.core.writes.capture(
         "a delivery",
-        () => this.core.drainInto(child),
+        () => this.core.drainInto(child, inbox),
         child.id,
       );
       const delivered = pending.flatMap((m) =>
@@ -249,6 +263,7 @@ export class DelegatedSettlement {
               readOnly: scope.readOnly,
               progress: inheritSink(progress),
               scope,
+              inbox,
             });
       const reply = withReply
         ? await latestAssistantText(this.core.repo, child.id, child.principalAccountId)

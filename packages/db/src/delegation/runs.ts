@@ -242,9 +242,9 @@ export async function settlementWork(
   pool: pg.Pool,
   sessionId: string,
   principalAccountId: string,
-): Promise<{ openChildRuns: number; pendingSteers: number; queuedResults: number }> {
+): Promise<{ openChildRuns: number; pendingSteers: number; queuedResults: number; spills: boolean }> {
   assertUuid("sessionId", sessionId);
-  const { rows } = await pool.query<{ runs: number; steers: number; queued: number }>(
+  const { rows } = await pool.query<{ runs: number; steers: number; queued: number; spills: boolean }>(
     `select
        (select count(*) from subagent_runs where parent_session_id = $1::uuid and principal_account_id = $2::uuid
            and status in ${OPEN})::int as runs,
@@ -252,11 +252,18 @@ export async function settlementWork(
            and status = 'pending')::int as steers,
        (select count(*) from delegation_results r
          where r.parent_session_id = $1::uuid and r.principal_account_id = $2::uuid
-           and not exists (select 1 from delegation_result_acks a where a.result_id = r.id))::int as queued`,
+           and not exists (select 1 from delegation_result_acks a where a.result_id = r.id))::int as queued,
+       exists (select 1 from spilled_outputs where session_id = $1::uuid and principal_account_id = $2::uuid)
+         as spills`,
     [sessionId, principalAccountId],
   );
-  const row = rows[0] ?? { runs: 0, steers: 0, queued: 0 };
-  return { openChildRuns: row.runs, pendingSteers: row.steers, queuedResults: row.queued };
+  const row = rows[0] ?? { runs: 0, steers: 0, queued: 0, spills: false };
+  return {
+    openChildRuns: row.runs,
+    pendingSteers: row.steers,
+    queuedResults: row.queued,
+    spills: row.spills,
+  };
 }
 
 export async function markRunStarted(

@@ -407,12 +407,13 @@ export interface DelegationRepository {
   /**
    * What a settling session still has to wait for or take, in one snapshot: its open child runs, its
    * pending steers and its unacknowledged results (the counts openChildRuns, pendingSteers and
-   * queuedResultIds would give). Optional: without it, those three are read one by one.
+   * queuedResultIds would give), and whether it has a spilled result. Optional: without it, those are read
+   * one by one.
    */
   settlementWork?(
     sessionId: string,
     principalAccountId: string,
-  ): Promise<{ openChildRuns: number; pendingSteers: number; queuedResults: number }>;
+  ): Promise<{ openChildRuns: number; pendingSteers: number; queuedResults: number; spills: boolean }>;
 
   // delivery
   /**
