@@ -1,0 +1,111 @@
+import { defineWorkflow } from "@crw/flow";
+import { afterEach, describe, expect, it } from "vitest";
+import {
+  type InProcessRun,
+  inProcessRun,
+  rowsOfType,
+  countSchema as schema,
+  until,
+} from "./helpers/harness.js";
+
+let run: InProcessRun | null = null;
+afterEach(async () => {
+  await run?.close();
+  run = null;
+});
+
+const one = defineWorkflow({
+  name: "one",
+  run: (ctx) => ctx.call({ role: "explorer", task: "count", schema }),
+});
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe("the harvest's reads of a bound subagent", () => {
+  it("a host that cannot be asked is asked again a poll later, not at once", async () => {
+    // five unreachable answers in a row make the run say the host is down: a poll of 1 s keeps the
+    // harvest's reads in a 2 s outage under that bound
+    run = await inProcessRun({ pollMs: 1_000, lostAfterMs: 60_000 });
+    const r = run;
+    const { done } = r.background(one);
+    const step = await r.firstStep();
+    const agent = r.spawn(step, "explorer");
+    expect(await r.report(step, agent.threadId)).toBe("bound");
+    await r.fake.setUnreachable();
+    await sleep(2_000);
+    const warned = r.rows().filter((x) => x.type === "flow_warning" && x.warning === "host_unreachable");
+    await r.fake.setReachable();
+    r.fake.answer(agent.threadId, '{"n":6}');
+    expect(await done).toEqual({ state: "completed", result: { n: 6 } });
+    expect(warned).toEqual([]);
+    expect(rowsOfType(r.rows(), "session_attempt_lost")).toEqual([]);
+  });
+
+  it("a completed turn ends the call at once: the workflow hears of it without waiting a poll", async () => {
+    run = await inProcessRun({ pollMs: 3_000, lostAfterMs: 60_000 });
+    const r = run;
+    const { done } = r.background(one);
+    const step = await r.firstStep();
+    const agent = r.spawn(step, "explorer");
+    expect(await r.report(step, agent.threadId)).toBe("bound");
+    r.fake.answer(agent.threadId, '{"n":8}');
+    expect(await done).toEqual({ state: "completed", result: { n: 8 } });
+    const at = (type: string) => Date.parse(String(r.rows().find((x) => x.type === type)?.at));
+    // the harvest that wrote the completed row returns to the call's loop, which sees the terminal row
+    expect(at("run_ended") - at("completed")).toBeLessThan(1_500);
+  });
+
+  it("a turn interrupted on an exceeded context window ends the call null_model at once, without waiting a poll", async () => {
+    run = await inProcessRun({ pollMs: 3_000, lostAfterMs: 60_000 });
+    const r = run;
+    const caught = defineWorkflow({
+      name: "caught",
+      run: (ctx) => ctx.call({ role: "explorer", task: "count", schema }).catch((e: Error) => e.message),
+    });
+    const { done } = r.background(caught);
+    const step = await r.firstStep();
+    const agent = r.spawn(step, "explorer");
+    expect(await r.report(step, agent.threadId)).toBe("bound");
+    r.fake.failTurn(agent.threadId, "contextWindowExceeded", { ended: "interrupted" });
+    expect(await done).toMatchObject({ state: "completed" });
+    const rows = r.rows();
+    expect(rows.find((x) => x.type === "null_model")).toMatchObject({ reason: "context_window_exceeded" });
+    const at = (type: string) => Date.parse(String(rows.find((x) => x.type === type)?.at));
+    expect(at("run_ended") - at("null_model")).toBeLessThan(1_500);
+    expect(rowsOfType(rows, "session_attempt_lost")).toEqual([]);
+  });
+
+  it("an outage longer than LostAfter runs no lost clock: a thread gone when the host is back loses its attempt only LostAfter later", async () => {
+    run = await inProcessRun({ pollMs: 50, lostAfterMs: 600 });
+    const r = run;
+    const { done } = r.background(one);
+    const step = await r.firstStep();
+    const agent = r.spawn(step, "explorer");
+    expect(await r.report(step, agent.threadId)).toBe("bound");
+    await r.fake.setUnreachable();
+    await sleep(1_200);
+    r.fake.state.threads.delete(agent.threadId);
+    await r.fake.setReachable();
+    const back = Date.now();
+    await until("the lost row", () => rowsOfType(r.rows(), "session_attempt_lost").length === 1);
+    expect(Date.now() - back).toBeGreaterThanOrEqual(500);
+    expect(rowsOfType(r.rows(), "session_attempt_lost")[0]).toMatchObject({ host_status: "unknown" });
+    void done.catch(() => undefined);
+  });
+
+  it("a thread that no longer shows the bound turn is waited for, never a failure of the run", async () => {
+    run = await inProcessRun({ lostAfterMs: 60_000 });
+    const r = run;
+    const { done } = r.background(one);
+    const step = await r.firstStep();
+    const agent = r.spawn(step, "explorer");
+    expect(await r.report(step, agent.threadId)).toBe("bound");
+    const turns = r.fake.state.get(agent.threadId).turns;
+    const [bound] = turns.splice(0, turns.length);
+    await sleep(400);
+    expect(r.rows().some((x) => x.type === "run_ended")).toBe(false);
+    if (bound) turns.push(bound);
+    r.fake.answer(agent.threadId, '{"n":4}');
+    expect(await done).toEqual({ state: "completed", result: { n: 4 } });
+  });
+});
