@@ -263,9 +263,11 @@ describe("an attempt is lost only when its turn is not completed and its thread 
     const before = reads.filter((x) => !x.lostOnDisk);
     expect(before.length).toBeGreaterThanOrEqual(3);
     const gaps = before.slice(1).map((x, i) => x.at - (before[i]?.at ?? 0));
-    // the rounds are a poll apart; the read that judged the loss came right after the one that ran the clock out
-    expect(gaps.at(-1)).toBeLessThan(100);
-    expect(Math.max(...gaps.slice(0, -1))).toBeGreaterThan(150);
+    // the rounds are a poll apart; the read that judged the loss came right after the one that ran the clock
+    // out: not a poll later (judged against the run's own rounds, so a loaded machine slows both alike)
+    const rounds = gaps.slice(0, -1);
+    expect(Math.min(...rounds)).toBeGreaterThan(150);
+    expect(gaps.at(-1)).toBeLessThan(Math.min(...rounds) / 2);
   });
 });
 
