@@ -291,7 +291,8 @@ export class DelegatedSettlement {
     }
     const bound = this.core.options.maxDrainTurns ?? 32;
     let last: PendingResultDrainOutcome = { kind: "idle" };
-    for (let turns = 0; turns < bound; ) {
+    let turns = 0;
+    for (;;) {
       if (signal?.aborted) return { kind: "aborted" };
       // Live helpers first: a helper's result and its terminal status commit together, so once none is
       // open, every helper result is already in the inbox and the reads below cannot miss one.
@@ -321,6 +322,8 @@ export class DelegatedSettlement {
         work?.queuedResults ??
         (await this.core.repo.queuedResultIds(child.id, run.principalAccountId)).length;
       if (steers === 0 && queued === 0) return last;
+      // The bound is on turns taken: the last one it allows may take the last pending work and settle.
+      if (turns >= bound) break;
       faultPoint("drain.during");
       last = await this.drainPendingResults(child, scope, progress, signal);
       if (last.kind === "failed" || last.kind === "aborted") return last;

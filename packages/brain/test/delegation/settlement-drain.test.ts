@@ -1,0 +1,275 @@
+import type { DelegationRepository } from "@crw/db";
+import { useTestDatabase } from "@crw/tools/pg";
+import { describe, expect, it } from "vitest";
+import { createScriptedTurnRunner, type SessionTurnRunner } from "../../src/index.js";
+import {
+  delegateBackground,
+  delegateCall,
+  gateTool,
+  latch,
+  makeService,
+  messages,
+  newParent,
+  scriptTask,
+  waitFor,
+} from "./helpers.js";
+
+const db = useTestDatabase();
+
+/**
+ * The scripted runner, with `hook.beforeTurn(sessionId, n)` awaited before the n-th turn (1-based) of each
+ * session runs: after the bracket journaled what was pending, before the model sees it.
+ */
+function beforeEachTurn(hook: { beforeTurn?: (sessionId: string, n: number) => Promise<void> }) {
+  const scripted = createScriptedTurnRunner();
+  const counts = new Map<string, number>();
+  const runner: SessionTurnRunner = {
+    async runTurn(request, host) {
+      const n = (counts.get(request.sessionId) ?? 0) + 1;
+      counts.set(request.sessionId, n);
+      await hook.beforeTurn?.(request.sessionId, n);
+      return scripted.runTurn(request, host);
+    },
+  };
+  return runner;
+}
+
+async function steerRows(childSessionId: string) {
+  const { rows } = await db.pool.query<{ text: string; status: string; drop_reason: string | null }>(
+    "select text, status, drop_reason from delegated_steers where child_session_id = $1 order by created_at",
+    [childSessionId],
+  );
+  return rows;
+}
+
+/**
+ * A background call whose child gets a text follow-up during each of its first `steered` turns (each one
+ * then needs one more follow-up turn), with the given service options. Returns the settled run and result.
+ */
+async function steeredCall(
+  steered: number,
+  options: { maxDrainTurns?: number; failAtRequest?: number } = {},
+) {
+  const hook: { beforeTurn?: (sessionId: string, n: number) => Promise<void> } = {};
+  const { service, repo } = makeService(db.pool, {
+    runner: beforeEachTurn(hook),
+    ...(options.maxDrainTurns !== undefined ? { maxDrainTurns: options.maxDrainTurns } : {}),
+  });
+  const { account, parent } = await newParent(service);
+  hook.beforeTurn = async (sessionId, n) => {
+    if (sessionId !== parent.id && n <= steered) await repo.enqueueSteer(sessionId, account.id, `steer ${n}`);
+  };
+  const receipt = await delegateBackground(
+    service,
+    { parent, account },
+    "c",
+    scriptTask({
+      answer: "C done",
+      followUp: "C took",
+      ...(options.failAtRequest !== undefined ? { failAtRequest: options.failAtRequest } : {}),
+    }),
+  );
+  if (receipt.kind !== "started") throw new Error("expected a background call");
+  await waitFor(
+    async () => (await repo.getRun(receipt.runId, account.id)).settledAt !== null,
+    "the call to settle",
+  );
+  await service.whenIdle();
+  const run = await repo.getRun(receipt.runId, account.id);
+  const [resultId] = await repo.settledResultIds(parent.id, account.id);
+  const result = await repo.getResult(resultId ?? "", account.id);
+  const replies = messages(await repo.readJournal(receipt.childSessionId, account.id)).flatMap((m) =>
+    m.role === "assistant" ? m.content.flatMap((c) => (c.type === "text" ? [c.text] : [])) : [],
+  );
+  return { run, result, replies, steers: await steerRows(receipt.childSessionId) };
+}
+
+describe("the settlement drain's bound", () => {
+  it("the last follow-up turn the bound allows may take the last pending work: the call settles ok", async () => {
+    const { run, result, replies, steers } = await steeredCall(1, { maxDrainTurns: 1 });
+    expect(run.status).toBe("succeeded");
+    expect(result).toMatchObject({ outcome: "ok", body: "C took (1)" });
+    expect(replies).toEqual(["C done", "C took (1)"]);
+    expect(steers).toEqual([{ text: "steer 1", status: "delivered", drop_reason: null }]);
+  });
+
+  it("more follow-up turns than the bound fail the call, and the follow-up left over is dropped", async () => {
+    const { run, result, replies, steers } = await steeredCall(2, { maxDrainTurns: 1 });
+    expect(run.status).toBe("failed");
+    expect(run.error).toEqual({
+      code: "child_failed",
+      message: "more than 1 follow-up turns while settling",
+    });
+    expect(result).toMatchObject({ outcome: "error", body: "more than 1 follow-up turns while settling" });
+    expect(replies).toEqual(["C done", "C took (1)"]);
+    expect(steers).toEqual([
+      { text: "steer 1", status: "delivered", drop_reason: null },
+      {
+        text: "steer 2",
+        status: "dropped",
+        drop_reason: "the call ended: more than 1 follow-up turns while settling",
+      },
+    ]);
+  });
+
+  it("without a bound given, several follow-up turns in a row all run", async () => {
+    const { run, result, replies } = await steeredCall(3);
+    expect(run.status).toBe("succeeded");
+    expect(result.body).toBe("C took (3)");
+    expect(replies).toEqual(["C done", "C took (1)", "C took (2)", "C took (3)"]);
+  });
+});
+
+describe("a failed follow-up turn", () => {
+  it("ends the settlement at once: no further turn takes what arrived meanwhile, which is dropped", async () => {
+    // request 0 answers "C done"; request 1, the first follow-up turn, fails at the provider
+    const { run, result, replies, steers } = await steeredCall(2, { failAtRequest: 1 });
+    expect(run.status).toBe("failed");
+    expect(run.error).toEqual({ code: "child_failed", message: "scripted provider failure" });
+    expect(result).toMatchObject({ outcome: "error", body: "scripted provider failure" });
+    expect(replies).toEqual(["C done"]);
+    expect(steers).toEqual([
+      { text: "steer 1", status: "delivered", drop_reason: null },
+      { text: "steer 2", status: "dropped", drop_reason: "the call ended: scripted provider failure" },
+    ]);
+  });
+});
+
+describe("a repository without the one-snapshot read of a child's work", () => {
+  it("the call still waits out its live helper and takes its result before settling", async () => {
+    const gates = new Map<string, Promise<void>>();
+    const made = makeService(db.pool);
+    // the same repository, without its optional settlementWork: the three separate reads are used
+    const { settlementWork: _, ...separate } = made.repo;
+    const bare: DelegationRepository = separate;
+    const { service, repo } = makeService(db.pool, { repo: bare, tools: () => [gateTool("Gate", gates)] });
+    const { account, parent } = await newParent(service);
+    const helper = latch();
+    gates.set("helper", helper.promise);
+    const receipt = await delegateBackground(
+      service,
+      { parent, account },
+      "c",
+      scriptTask({
+        rounds: [
+          [
+            delegateCall(
+              { rounds: [[{ name: "Gate", arguments: { key: "helper" } }]], answer: "helper done" },
+              { background: true },
+            ),
+          ],
+        ],
+        answer: "C done",
+        followUp: "C folded in",
+      }),
+    );
+    if (receipt.kind !== "started") throw new Error("expected a background call");
+    await waitFor(async () => {
+      const msgs = messages(await repo.readJournal(receipt.childSessionId, account.id));
+      return msgs.some(
+        (m) => m.role === "assistant" && m.content.some((c) => c.type === "text" && c.text === "C done"),
+      );
+    }, "the child's first answer");
+    await new Promise((r) => setTimeout(r, 300));
+    expect((await repo.getRun(receipt.runId, account.id)).settledAt).toBeNull();
+    await repo.enqueueSteer(receipt.childSessionId, account.id, "also this");
+    helper.open();
+    await waitFor(
+      async () => (await repo.settledResultIds(parent.id, account.id)).length === 1,
+      "the call's result",
+    );
+    await service.whenIdle();
+    const [resultId] = await repo.settledResultIds(parent.id, account.id);
+    expect((await repo.getResult(resultId ?? "", account.id)).body).toBe("C folded in (2)");
+  });
+});
+
+/**
+ * A call settling on a live helper gets a workflow summary: its result turn starts on its own and is held
+ * (before its model runs) until the helper has settled too, so the settlement finds that turn running.
+ */
+async function summaryWhileSettling(failSummaryTurn: boolean) {
+  const gates = new Map<string, Promise<void>>();
+  const helperGate = latch();
+  gates.set("helper", helperGate.promise);
+  const summaryHeld = latch();
+  const summaryRelease = latch();
+  const hook: { beforeTurn?: (sessionId: string, n: number) => Promise<void> } = {};
+  const { service, repo } = makeService(db.pool, {
+    runner: beforeEachTurn(hook),
+    tools: () => [gateTool("Gate", gates)],
+  });
+  const { account, parent } = await newParent(service);
+  const receipt = await delegateBackground(
+    service,
+    { parent, account },
+    "c",
+    scriptTask({
+      rounds: [
+        [
+          delegateCall(
+            { rounds: [[{ name: "Gate", arguments: { key: "helper" } }]], answer: "helper done" },
+            { background: true },
+          ),
+        ],
+      ],
+      answer: "C waits",
+      followUp: "C took",
+      // requests 0 and 1 are the call's own turn; request 2 is the summary's result turn
+      ...(failSummaryTurn ? { failAtRequest: 2 } : {}),
+    }),
+  );
+  if (receipt.kind !== "started") throw new Error("expected a background call");
+  const childId = receipt.childSessionId;
+  hook.beforeTurn = async (sessionId, n) => {
+    if (sessionId !== childId || n !== 2) return;
+    summaryHeld.open();
+    await summaryRelease.promise;
+  };
+  await waitFor(async () => {
+    const answered = messages(await repo.readJournal(childId, account.id)).some(
+      (m) => m.role === "assistant" && m.content.some((c) => c.type === "text" && c.text === "C waits"),
+    );
+    return answered && !service.turns.isBusy(childId);
+  }, "the call settling on its live helper");
+  await service.emitDelegationCompletion({
+    kind: "workflow_summary",
+    parentSessionId: childId,
+    principalAccountId: account.id,
+    toolCallId: "wf",
+    outcome: "ok",
+    summary: "the workflow finished",
+  });
+  await summaryHeld.promise;
+  helperGate.open();
+  await waitFor(
+    async () => (await repo.openChildRuns(childId, account.id)).length === 0,
+    "the helper to settle",
+  );
+  // the settlement wakes on the helper's result and finds the summary's turn still running
+  await new Promise((r) => setTimeout(r, 300));
+  summaryRelease.open();
+  await waitFor(
+    async () => (await repo.getRun(receipt.runId, account.id)).settledAt !== null,
+    "the call to settle",
+  );
+  await service.whenIdle();
+  const run = await repo.getRun(receipt.runId, account.id);
+  const [resultId] = await repo.settledResultIds(parent.id, account.id);
+  return { run, result: await repo.getResult(resultId ?? "", account.id) };
+}
+
+describe("a result turn the settlement finds running", () => {
+  it("is waited for, and the helper result that came meanwhile gets its own turn before the call settles", async () => {
+    const { run, result } = await summaryWhileSettling(false);
+    expect(run.status).toBe("succeeded");
+    // the summary's turn answered "(1)"; the next turn took the helper's result as well: "(2)"
+    expect(result.body).toBe("C took (2)");
+  });
+
+  it("that fails ends the call with its failure; the helper result is not taken", async () => {
+    const { run, result } = await summaryWhileSettling(true);
+    expect(run.status).toBe("failed");
+    expect(result).toMatchObject({ outcome: "error", body: "scripted provider failure" });
+  });
+});
