@@ -102,6 +102,8 @@ export class WorkflowEngine {
   readonly store: PgWorkflowStore;
   readonly artifacts: PgArtifactStore;
   readonly #runs = new Map<string, WorkflowRun>();
+  /** Claimed workflows a recovery pass is resuming now (not tracked in #runs yet). */
+  readonly #recovering = new Set<string>();
   readonly #emitter: WorkflowEmitter;
   readonly #repo: DelegationRepository;
   readonly #slots: NodeSlots | null;
@@ -652,14 +654,17 @@ export class WorkflowEngine {
     const claimed = await this.store.claimInterrupted(this.options.owner, limit, {
       deadOwnersOnly: hooks.deadOwnersOnly === true,
     });
-    // Already driven here (a repeated recovery pass): never a second run of the same workflow.
-    const rows = claimed.filter((row) => !this.#runs.has(row.id));
+    // Already driven here (a repeated pass), or being resumed by another pass of this process right now (a
+    // boot pass and a takeover sweep overlap; both claim rows this owner leases): never a second run.
+    const rows = claimed.filter((row) => !this.#runs.has(row.id) && !this.#recovering.has(row.id));
+    for (const row of rows) this.#recovering.add(row.id);
     const out = { resumed: [] as string[], invalid: [] as string[], refused: [] as string[] };
     if (rows.length > 0 && hooks.claimed) {
       try {
         await hooks.claimed(rows);
       } catch (e) {
         // Nothing resumed: what this live process claimed goes back to the next sweep, not stranded here.
+        for (const row of rows) this.#recovering.delete(row.id);
         await Promise.all(
           rows.map((r) => this.store.handBackWorkflow(r.id, this.options.owner).catch(() => undefined)),
         );
@@ -671,16 +676,23 @@ export class WorkflowEngine {
     // A few workflows at a time: each one's own steps stay in order, and their nodes start as soon as
     // its journal is checked, without one slow workflow holding the rest back or flooding the pool.
     await eachBounded(rows, RECOVERY_CONCURRENCY, async (row, i) => {
-      if (this.#runs.has(row.id)) return;
       try {
+        if (this.#runs.has(row.id)) return;
         outcomes[i] = await this.#recoverOne(row, await journalOf(i), hooks.continueNode ?? null);
       } catch (e) {
         outcomes[i] = "refused";
+        // Not driven here after all: the run this attempt registered stops and the lease goes back, so a
+        // later pass (here or a peer's) takes the workflow again; kept, no pass would (it looks driven here).
+        this.#runs.get(row.id)?.abandon("closing");
+        this.#runs.delete(row.id);
+        await this.store.handBackWorkflow(row.id, this.options.owner).catch(() => undefined);
         this.options.onEvent?.({
           type: "invalid_journal",
           workflowId: row.id,
           reason: e instanceof Error ? e.message : String(e),
         });
+      } finally {
+        this.#recovering.delete(row.id);
       }
     });
     rows.forEach((row, i) => {
