@@ -9,15 +9,16 @@
 
 /**
  * dir: the package whose tests run (its vitest.stryker.config.ts); pg: its tests need the template database
- * migrated from the root's migrations/.
- * @typedef {{ dir: string; pg?: boolean }} Pkg
+ * migrated from the root's migrations/; dist: its built dist/ stays in the sandbox (the subagent package's tests
+ * fork the built runner, dist/runner.js, found beside the sandbox's src/).
+ * @typedef {{ dir: string; pg?: boolean; dist?: boolean }} Pkg
  * @type {Record<string, Pkg>}
  */
 const PACKAGES = {
   flow: { dir: "packages/flow" },
   db: { dir: "packages/db", pg: true },
   brain: { dir: "packages/brain", pg: true },
-  subagent: { dir: "packages/subagent", pg: true },
+  subagent: { dir: "packages/subagent", pg: true, dist: true },
   workflow: { dir: "plugins/subagent", pg: true },
 };
 
@@ -31,9 +32,22 @@ const MODULES = {
   // op whose input differs from the journal's
   resume: {
     pkg: "flow",
-    mutate: ["packages/flow/src/engine/flowRun.ts:110-140", "packages/flow/src/engine/flowRun.ts:592-615"],
+    // executeRun's open and backend check; FlowRun.call's digest check, replay of an ended call and the
+    // re-placed workspace of a prepared one
+    mutate: [
+      "packages/flow/src/engine/flowRun.ts:110-138",
+      "packages/flow/src/engine/flowRun.ts:592-603",
+      "packages/flow/src/engine/flowRun.ts:611-611",
+      "packages/flow/src/engine/flowRun.ts:616-622",
+    ],
   },
-  harvestTurn: { pkg: "flow", mutate: ["packages/flow/src/engine/harvestTurn.ts"] },
+  // a bound subagent's turn as harvest() reads it from the host: an unreachable host, an interrupt asked
+  // for, a completed turn, a failed one (narrowed: the whole file is 328 mutants, the judgement of a lost
+  // attempt, lines 57-88, alone about 90; at ≈30 s a mutant here they do not fit)
+  harvestTurn: {
+    pkg: "flow",
+    mutate: ["packages/flow/src/engine/harvestTurn.ts:33-56"],
+  },
   // exactly-once delivery of results into the parent's journal
   "db-delivery": { pkg: "db", mutate: ["packages/db/src/delegation/delivery.ts"] },
   // a call's run row: created once per tool call, started, settled once, fenced by its generation
@@ -41,24 +55,62 @@ const MODULES = {
   // boot and takeover recovery: owner leases, claims, private fork copies, dangling tool calls
   "db-recovery": { pkg: "db", mutate: ["packages/db/src/delegation/recovery.ts"] },
   // a child's result settled once, fenced by its generation, with its spill
-  "brain-settlement": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts"] },
+  // narrowed (the whole file, 334 mutants, ran at 30-60 s a mutant beside four other runs): the start's
+  // generation fence and a retried call, the settlement drain's loop and bound, a failure's error code
+  "brain-settlement": {
+    pkg: "brain",
+    mutate: [
+      "packages/brain/src/delegation/settlement.ts:123-135",
+      "packages/brain/src/delegation/settlement.ts:292-337",
+      "packages/brain/src/delegation/settlement.ts:484-485",
+    ],
+  },
   // results carried into the parent's next turn
-  "brain-delivery": { pkg: "brain", mutate: ["packages/brain/src/delegation/delivery.ts"] },
+  // narrowed to deliverQueued (the message format, lines 6-23, is left out: its tests are pure)
+  "brain-delivery": { pkg: "brain", mutate: ["packages/brain/src/delegation/delivery.ts:91-147"] },
   // boot recovery of a daemon's interrupted calls
-  "brain-recovery": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts"] },
+  "brain-recovery": {
+    pkg: "brain",
+    // each claimed run's recovery: terminalize, settle, charged or free continuation, the answer to a call
+    // of unknown outcome
+    mutate: ["packages/brain/src/delegation/recovery.ts:294-450"],
+  },
   // the scope a delegation captures from its parent
   "brain-capture": { pkg: "brain", mutate: ["packages/brain/src/scope/capture.ts"] },
-  // the runner pool: forks, leases, restarts
-  "subagent-pool": { pkg: "subagent", mutate: ["packages/subagent/src/pool.ts"] },
+  // the runner pool: slot leases (pump, dispatch, settle), the startup episode (fork, retry, adopt, terminal
+  // failure, mismatch latch) and a runner's exit; its vitest config runs the pool's own suites only
+  "subagent-pool": {
+    pkg: "subagent",
+    mutate: [
+      "packages/subagent/src/pool.ts:405-469",
+      "packages/subagent/src/pool.ts:487-575",
+      "packages/subagent/src/pool.ts:586-612",
+    ],
+  },
   // the frames between the daemon and its runners
   "subagent-protocol": {
     pkg: "subagent",
     mutate: ["packages/subagent/src/protocol/*.ts", "!packages/subagent/src/protocol/index.ts"],
   },
   // a workflow's run: nodes dispatched, settled, their dependents released
-  "workflow-run": { pkg: "workflow", mutate: ["plugins/subagent/src/engine/run.ts"] },
+  "workflow-run": {
+    pkg: "workflow",
+    // dependents blocked or released (blockDependents, pump); a node's outcome settled (empty, failed,
+    // aborted; what a settlement releases) and cancel. Narrowed to fit 2 shared cores
+    mutate: ["plugins/subagent/src/engine/run.ts:317-356", "plugins/subagent/src/engine/run.ts:797-838"],
+  },
   // a workflow engine's boot recovery
-  "workflow-recovery": { pkg: "workflow", mutate: ["plugins/subagent/src/engine/engine.ts"] },
+  "workflow-recovery": {
+    pkg: "workflow",
+    // explicit resume's generation advance and node reset, a wake's generation and admission fence, boot
+    // recovery (the claim pass and one workflow's resume); narrowed to fit 2 shared cores
+    mutate: [
+      "plugins/subagent/src/engine/engine.ts:544-577",
+      "plugins/subagent/src/engine/engine.ts:617-624",
+      "plugins/subagent/src/engine/engine.ts:654-702",
+      "plugins/subagent/src/engine/engine.ts:727-801",
+    ],
+  },
 };
 
 /**
@@ -69,7 +121,7 @@ const module = process.env.MUTATION_MODULE ?? "journal";
 const target = MODULES[module];
 if (!target) throw new Error(`MUTATION_MODULE=${module}: not one of ${Object.keys(MODULES).join(", ")}`);
 const { pkg, mutate } = target;
-const { dir, pg } = PACKAGES[pkg];
+const { dir, pg, dist } = PACKAGES[pkg];
 const [top] = dir.split("/");
 // the report names say the package: flow-journal.*, db-delivery.*
 const out = `reports/mutation/${module.startsWith(`${pkg}-`) ? module : `${pkg}-${module}`}`;
@@ -95,7 +147,7 @@ export default {
     `!/${top}`,
     `/${top}/*`,
     `!/${dir}`,
-    `/${dir}/dist`,
+    ...(dist ? [] : [`/${dir}/dist`]),
     `/${dir}/.reports`,
   ],
   // a static mutant (a module-level constant) reruns every test: too slow on 2 cores; they are reported as ignored

@@ -1,0 +1,51 @@
+import { MemoryRetryPolicySource, RunnerStartupCancelledError } from "@crw/subagent";
+import { describe, expect, it } from "vitest";
+import { killChildRunners } from "./support/kill.js";
+import { closePoolsAfterEach, makePool } from "./support/pools.js";
+import { turn, waitFor } from "./support/runners.js";
+
+closePoolsAfterEach();
+
+const noRetries = () =>
+  new MemoryRetryPolicySource({ revision: 1, maxRetries: 0, initialDelayMs: 0, multiplier: 1 });
+
+describe("a pool's optional listeners", () => {
+  it("with no event listener it dispatches, adopts, sees an exit and fails a start without throwing", async () => {
+    const { pool } = makePool({ onEvent: undefined });
+    expect((await pool.runTurn(turn())).stopReason).toBe("end");
+    expect(await killChildRunners()).toBe(1);
+    await waitFor(() => pool.health().runners.length === 0);
+    expect((await pool.runTurn(turn())).stopReason).toBe("end");
+    const failing = makePool({
+      onEvent: undefined,
+      env: { CRW_RUNNER_FAULT: "exit-before-hello" },
+      retryPolicySource: noRetries,
+    });
+    await expect(failing.pool.runTurn(turn())).rejects.toMatchObject({
+      name: "RunnerStartupError",
+      category: "boot_failed",
+    });
+  });
+
+  it("a runner that started no process exits without a call to the exit-token sink", async () => {
+    const { pool } = makePool({ heartbeatIntervalMs: 50 });
+    const exits: unknown[] = [];
+    pool.attachRunnerExitTokensSink((e) => exits.push(e));
+    await pool.runTurn(turn());
+    // Let a few heartbeats (with their containment state) arrive before the runner dies.
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await killChildRunners()).toBe(1);
+    await waitFor(() => pool.health().runners.length === 0);
+    expect(exits).toEqual([]);
+  });
+
+  it("a reset while a fork boots cancels the episode; the cancellation is no failed start", async () => {
+    const { pool, events } = makePool();
+    const run = pool.runTurn(turn()).catch((e: unknown) => e);
+    await waitFor(() => pool.health().startupRetry?.state === "starting");
+    await pool.reset();
+    expect(await run).toBeInstanceOf(RunnerStartupCancelledError);
+    expect(events.filter((e) => e.type === "startup_failed")).toEqual([]);
+    expect(pool.health().spawnFailure).toEqual({ category: "cancelled", state: "cancelled" });
+  });
+});
