@@ -28,6 +28,8 @@ const UNKNOWN_OUTCOME =
 export const RECOVERY_CONCURRENCY = 8;
 /** How many charged runs boot recovery gathers before it starts their executions together. */
 const RECOVERY_WAVE = 64;
+/** The first wave is one round of the workers: the first continued turn does not wait for 64 charges. */
+const FIRST_WAVE = RECOVERY_CONCURRENCY;
 
 /**
  * Boot recovery, in order: discard unfinished private fork copies; settle every journal's interrupted tail
@@ -200,7 +202,7 @@ async function recoverRuns(
   const starts: RecoveredStart[] = [];
   let startedUpTo = 0;
   const driveWave = (all: boolean) => {
-    if (!all && starts.length - startedUpTo < RECOVERY_WAVE) return;
+    if (!all && starts.length - startedUpTo < (startedUpTo === 0 ? FIRST_WAVE : RECOVERY_WAVE)) return;
     driveAll(service, starts.slice(startedUpTo));
     startedUpTo = starts.length;
   };
