@@ -1,12 +1,12 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { type JournalRow, JournalWriter, spawnMessage } from "@crw/flow";
+import { type JournalRow, spawnMessage } from "@crw/flow";
 import { afterEach, describe, expect, it } from "vitest";
 import {
-  appendStartedPrepared,
   defineWorkflow,
   type InProcessRun,
   inProcessRun,
+  journalInterruptAsked,
   rowsOfType,
   countSchema as schema,
   until,
@@ -40,68 +40,15 @@ function diedAfterInterruptRow(r: InProcessRun): { threadId: string; turnId: str
     agentRole: "explorer",
   });
   const input = { role: "explorer" as const, task: "count", schema, workspace: null };
-  const w = JournalWriter.create(paths.journal, r.spec.run_id);
-  appendStartedPrepared(w, call, input, workspace);
-  w.append([
-    {
-      type: "step_published",
-      call,
-      op: `${call}/t1`,
-      k: 1,
-      marker,
-      attempt: 1,
-      action: "spawn",
-      input: "count",
-      input_digest: "sha256:i",
-      packet,
-      packet_digest: "sha256:p",
-      role: "explorer",
-      agent_type: "explorer",
-      model: null,
-      effort: null,
-      workspace,
-      conversation_turn: 1,
-    },
-  ]);
-  w.append([
-    {
-      type: "thread_started",
-      call,
-      thread_id: a.threadId,
-      model: null,
-      effort: null,
-      cwd: workspace,
-      host_cwd: null,
-      parent_thread_id: r.owner,
-      agent_role: "explorer",
-      attempt: 1,
-      via: "session",
-      rollout_path: null,
-      marker,
-    },
-    {
-      type: "turn_started",
-      call,
-      op: `${call}/t1`,
-      k: 1,
-      turn_id: a.turnId,
-      attempt: 1,
-      marker,
-      conversation_turn: 1,
-    },
-  ]);
-  w.append([
-    {
-      type: "interrupt_requested",
-      call,
-      op: `${call}/t1`,
-      reason: "usage_limit",
-      k: 1,
-      attempt: 1,
-      turn_id: a.turnId,
-    },
-  ]);
-  w.close();
+  journalInterruptAsked(paths.journal, r.spec.run_id, input, {
+    call,
+    marker,
+    workspace,
+    packet,
+    threadId: a.threadId,
+    turnId: a.turnId,
+    ownerThreadId: r.owner,
+  });
   return a;
 }
 

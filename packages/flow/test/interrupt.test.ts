@@ -1,12 +1,12 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { type JournalRow, JournalWriter, type StepFile, spawnMessage } from "@crw/flow";
+import { type JournalRow, type StepFile, spawnMessage } from "@crw/flow";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
-  appendStartedPrepared,
   defineWorkflow,
   type InProcessRun,
   inProcessRun,
+  journalInterruptAsked,
   countSchema as schema,
 } from "./helpers/harness.js";
 
@@ -46,68 +46,15 @@ async function interruptedThenResumed(end: End): Promise<Outcome> {
   if (end === "answered") run.fake.answer(a.threadId, '{"n":1}');
   else run.fake.failTurn(a.threadId, "internalServerError");
   const input = { role: "explorer" as const, task: "count", schema, workspace: null };
-  const w = JournalWriter.create(paths.journal, run.spec.run_id);
-  appendStartedPrepared(w, call, input, workspace);
-  w.append([
-    {
-      type: "step_published",
-      call,
-      op: `${call}/t1`,
-      k: 1,
-      marker,
-      attempt: 1,
-      action: "spawn",
-      input: "count",
-      input_digest: "sha256:i",
-      packet,
-      packet_digest: "sha256:p",
-      role: "explorer",
-      agent_type: "explorer",
-      model: null,
-      effort: null,
-      workspace,
-      conversation_turn: 1,
-    },
-  ]);
-  w.append([
-    {
-      type: "thread_started",
-      call,
-      thread_id: a.threadId,
-      model: null,
-      effort: null,
-      cwd: workspace,
-      host_cwd: null,
-      parent_thread_id: run.owner,
-      agent_role: "explorer",
-      attempt: 1,
-      via: "session",
-      rollout_path: null,
-      marker,
-    },
-    {
-      type: "turn_started",
-      call,
-      op: `${call}/t1`,
-      k: 1,
-      turn_id: a.turnId,
-      attempt: 1,
-      marker,
-      conversation_turn: 1,
-    },
-  ]);
-  w.append([
-    {
-      type: "interrupt_requested",
-      call,
-      op: `${call}/t1`,
-      reason: "usage_limit",
-      k: 1,
-      attempt: 1,
-      turn_id: a.turnId,
-    },
-  ]);
-  w.close();
+  journalInterruptAsked(paths.journal, run.spec.run_id, input, {
+    call,
+    marker,
+    workspace,
+    packet,
+    threadId: a.threadId,
+    turnId: a.turnId,
+    ownerThreadId: run.owner,
+  });
 
   runs.push(run);
   const { done } = run.background(one);

@@ -9,7 +9,7 @@ import {
   type FlowEvent,
   type FlowRunOutcome,
   type JournalRow,
-  type JournalWriter,
+  JournalWriter,
   listStepFiles,
   type RunPaths,
   type RunSpec,
@@ -283,6 +283,93 @@ export function appendStartedPrepared(
       allocation: { workspace, kind: "scratch" },
     },
   ]);
+}
+
+/** Attempt 1 of an explorer call as a dead process left it: its subagent's thread and turn are bound. */
+export interface BoundAttempt {
+  readonly call: string;
+  readonly marker: string;
+  readonly workspace: string;
+  readonly packet: string;
+  readonly threadId: string;
+  readonly turnId: string;
+  readonly ownerThreadId: string;
+}
+
+/**
+ * The journal of a process that died right after asking to interrupt attempt 1's bound turn (usage_limit):
+ * started, prepared, the step published, its thread and turn bound, interrupt_requested durable, no
+ * interrupt sent.
+ */
+export function journalInterruptAsked(
+  journal: string,
+  runId: string,
+  input: { role: "explorer"; task: string; schema: Record<string, unknown> | null; workspace: null },
+  a: BoundAttempt,
+): void {
+  const { call, marker, workspace, packet } = a;
+  const w = JournalWriter.create(journal, runId);
+  appendStartedPrepared(w, call, input, workspace);
+  w.append([
+    {
+      type: "step_published",
+      call,
+      op: `${call}/t1`,
+      k: 1,
+      marker,
+      attempt: 1,
+      action: "spawn",
+      input: "count",
+      input_digest: "sha256:i",
+      packet,
+      packet_digest: "sha256:p",
+      role: "explorer",
+      agent_type: "explorer",
+      model: null,
+      effort: null,
+      workspace,
+      conversation_turn: 1,
+    },
+  ]);
+  w.append([
+    {
+      type: "thread_started",
+      call,
+      thread_id: a.threadId,
+      model: null,
+      effort: null,
+      cwd: workspace,
+      host_cwd: null,
+      parent_thread_id: a.ownerThreadId,
+      agent_role: "explorer",
+      attempt: 1,
+      via: "session",
+      rollout_path: null,
+      marker,
+    },
+    {
+      type: "turn_started",
+      call,
+      op: `${call}/t1`,
+      k: 1,
+      turn_id: a.turnId,
+      attempt: 1,
+      marker,
+      conversation_turn: 1,
+    },
+  ]);
+  w.append([
+    {
+      type: "interrupt_requested",
+      call,
+      op: `${call}/t1`,
+      reason: "usage_limit",
+      k: 1,
+      attempt: 1,
+      turn_id: a.turnId,
+    },
+  ]);
+  w.close();
 }
 
 export { defineWorkflow };
