@@ -531,7 +531,7 @@ export class DelegationService implements RestartCheckpoint {
    * The idle parent's batched follow-up: every queued result is journaled and acknowledged first, then one
    * turn answers them all. A failed answer leaves them delivered: nothing durable is requeued.
    */
-  async followUp(session: SessionRow): Promise<TurnOutcome | undefined> {
+  async followUp(session: SessionRow, lookAgain = true): Promise<TurnOutcome | undefined> {
     if (session.driver === "client") return undefined;
     const outcome = await this.turns.exclusive(session.id, async () => {
       if (this.paused) return undefined;
@@ -549,10 +549,14 @@ export class DelegationService implements RestartCheckpoint {
         scope: await this.#rootScope(current),
       });
     });
-    if (outcome !== undefined) {
-      const more = await this.repo.queuedResultIds(session.id, session.principalAccountId);
-      if (more.length > 0) this.#afterIdle(session);
-    }
+    // A result that committed after this drain read the inbox, while the turn lock was still held, saw a
+    // busy parent and left it to the lock's holder: look again now that the lock is let go. After a follow-up
+    // that delivered nothing, once only (a result that stays queued, e.g. while paused, is not looped on).
+    if (outcome === undefined && !lookAgain) return outcome;
+    const more = await this.repo.queuedResultIds(session.id, session.principalAccountId);
+    if (more.length === 0) return outcome;
+    if (outcome !== undefined) this.#afterIdle(session);
+    else if (!this.paused) this.track(this.followUp(session, false));
     return outcome;
   }
 
