@@ -5,6 +5,8 @@ import {
   continueForeground,
   delegateCall,
   delegateForeground,
+  gateTool,
+  latch,
   makeService,
   messages,
   newParent,
@@ -22,20 +24,48 @@ const storedScopeText = async (id: string) =>
 describe("one request for every path of a delegated call", () => {
   it("S004-206: foreground, background, continuation, helper wake and recovery turns get the same request from the durable scope", async () => {
     const { seen, runner } = recording();
-    const { service, repo } = makeService(db.pool, { runner, tools: () => [writeTool] });
+    // The helper answers only once the child's own turn has ended: its result then wakes the settling child
+    // in a turn of its own (answering at once, it could be taken at the child's tool round instead).
+    const gates = new Map<string, Promise<void>>();
+    const helperGate = latch();
+    gates.set("helper", helperGate.promise);
+    const { service, repo } = makeService(db.pool, {
+      runner,
+      tools: () => [writeTool, gateTool("Gate", gates)],
+    });
     const { account, parent } = await newParent(service);
     // Foreground call whose child starts a background helper: the helper's result wakes the settling child.
-    const first = await service.delegate({
+    const call = service.delegate({
       parentSessionId: parent.id,
       principalAccountId: account.id,
       toolCallId: "fg",
       task: scriptTask({
-        rounds: [[delegateCall({ answer: "helper done" }, { background: true })]],
+        rounds: [
+          [
+            delegateCall(
+              { rounds: [[{ name: "Gate", arguments: { key: "helper" } }]], answer: "helper done" },
+              { background: true },
+            ),
+          ],
+        ],
         answer: "child done",
       }),
       mode: "foreground",
       tools: { deny: ["Write(/etc/**)"] },
     });
+    await waitFor(async () => {
+      const { rows } = await db.pool.query<{ id: string }>(
+        "select child_session_id as id from subagent_runs where parent_session_id = $1 and tool_call_id = 'fg'",
+        [parent.id],
+      );
+      const id = rows[0]?.id;
+      if (!id) return false;
+      return messages(await repo.readJournal(id, account.id)).some(
+        (m) => m.role === "assistant" && m.content.some((c) => c.type === "text" && c.text === "child done"),
+      );
+    }, "the child's own turn to end");
+    helperGate.open();
+    const first = await call;
     if (first.kind !== "result") throw new Error("expected a result");
     const child = first.childSessionId;
     await service.continueSubagent({
