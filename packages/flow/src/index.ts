@@ -40,7 +40,7 @@ export {
 export * from "./git/index.js";
 export * from "./host/index.js";
 export type * from "./host/sessionHost.js";
-export { parseFaultPoint } from "./journal/fault.js";
+export { faultKey, parseFaultPoint } from "./journal/fault.js";
 export {
   JOURNAL_FILE,
   type JournalRead,

@@ -3,6 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
   type FlowError,
+  faultKey,
   JournalWriter,
   parseFaultPoint,
   parseJournal,
@@ -194,9 +195,32 @@ describe("the journal", () => {
     );
   });
 
-  it("parses fault points", () => {
-    expect(parseFaultPoint("after:step_published:2")).toEqual({ rowType: "step_published", n: 2 });
+  it("parses fault points, with or without the action a step row must have", () => {
+    expect(parseFaultPoint("after:step_published:2")).toEqual({
+      rowType: "step_published",
+      action: null,
+      n: 2,
+    });
+    expect(parseFaultPoint("after:step_published/send_input:1")).toEqual({
+      rowType: "step_published",
+      action: "send_input",
+      n: 1,
+    });
+    expect(parseFaultPoint("after:step_published/:1")).toBeNull();
     expect(parseFaultPoint("before:x:1")).toBeNull();
     expect(parseFaultPoint(undefined)).toBeNull();
+  });
+
+  it("a fault point with an action counts only the rows of that type with that action", () => {
+    const bySendInput = parseFaultPoint("after:step_published/send_input:1");
+    const byType = parseFaultPoint("after:step_published:1");
+    if (!bySendInput || !byType) throw new Error("unparsed");
+    expect(faultKey(bySendInput, { type: "step_published", action: "spawn" })).toBeNull();
+    expect(faultKey(bySendInput, { type: "step_published", action: "send_input" })).toBe(
+      "step_published/send_input",
+    );
+    expect(faultKey(bySendInput, { type: "turn_started" })).toBeNull();
+    expect(faultKey(byType, { type: "step_published", action: "spawn" })).toBe("step_published");
+    expect(faultKey(byType, { type: "started" })).toBeNull();
   });
 });

@@ -10,7 +10,7 @@ import {
 } from "node:fs";
 import { FlowError } from "../util/errors.js";
 import { writeFileAtomic } from "../util/fsx.js";
-import { type FaultPoint, parseFaultPoint } from "./fault.js";
+import { type FaultPoint, faultKey, parseFaultPoint } from "./fault.js";
 import {
   JOURNAL_FORMAT,
   JOURNAL_VERSION,
@@ -107,9 +107,9 @@ interface Unsynced {
  * fdatasync begun after its write has finished, and batches written while one is in flight share the next
  * (group commit: fewer fsyncs, never a row announced before it is durable). A row joins `rows` (and
  * `onDurable` hears of it) only once it is durable, always in file order, so nothing is decided from a
- * row a crash could still take back. A fault point (CRW_FLOW_FAULT=after:<row type>:<n>) SIGKILLs the
- * process right after the n-th durable row of that type this process wrote: the crash tests' journal
- * boundaries.
+ * row a crash could still take back. A fault point (CRW_FLOW_FAULT=after:<row type>[/<action>]:<n>)
+ * SIGKILLs the process right after the n-th durable row of that type (and action) this process wrote: the
+ * crash tests' journal boundaries.
  */
 export class JournalWriter {
   readonly rows: JournalRow[];
@@ -249,9 +249,11 @@ export class JournalWriter {
     this.onDurable?.(rows);
     if (this.fault) {
       for (const r of rows) {
-        const n = (this.faultCounts.get(r.type) ?? 0) + 1;
-        this.faultCounts.set(r.type, n);
-        if (r.type === this.fault.rowType && n === this.fault.n) process.kill(process.pid, "SIGKILL");
+        const key = faultKey(this.fault, r);
+        if (key === null) continue;
+        const n = (this.faultCounts.get(key) ?? 0) + 1;
+        this.faultCounts.set(key, n);
+        if (n === this.fault.n) process.kill(process.pid, "SIGKILL");
       }
     }
   }
