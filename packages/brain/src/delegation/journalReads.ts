@@ -1,16 +1,4 @@
-import type { DelegationRepository, JournalEntry } from "@crw/db";
-
-/**
- * The settled rows from the newest settled assistant message on (the whole journal when it has none):
- * enough to tell whether the journal ends with an answer and what its newest turn left open.
- */
-export function journalTail(
-  repo: DelegationRepository,
-  sessionId: string,
-  principalAccountId: string,
-): Promise<JournalEntry[]> {
-  return repo.readJournalTail(sessionId, principalAccountId);
-}
+import type { DelegationRepository } from "@crw/db";
 
 /**
  * The seq a fork's copied context ends at: before the settled assistant message that asked for the fork

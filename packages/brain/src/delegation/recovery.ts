@@ -3,7 +3,6 @@ import type { JournalEntry, SessionRow, SubagentRun, TranscriptMessage } from "@
 import { type DelegationAuthority, parseDelegatedExecutionScope } from "../scope/index.js";
 import { danglingToolCalls, endsWithAnswer } from "./context.js";
 import { toError } from "./errors.js";
-import { journalTail } from "./journalReads.js";
 import type { DelegationService } from "./service.js";
 import { workDirNow } from "./unknownEffect.js";
 
@@ -313,7 +312,7 @@ async function recoverRun(
   }
   // Only the newest turn decides: whether it ended with an answer, whether a tool call in it is of unknown
   // outcome, and (with no turn yet) whether the journal is empty.
-  const journal = await journalTail(repo, run.childSessionId, run.principalAccountId);
+  const journal = await repo.readJournalTail(run.childSessionId, run.principalAccountId);
   const pending = await inboxOf(repo, run.childSessionId, run.principalAccountId);
   if (endsWithAnswer(journal) && pending === 0) {
     // The turn had ended: settle without a new turn and without charging an attempt.

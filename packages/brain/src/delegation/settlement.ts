@@ -21,7 +21,6 @@ import { endsWithAnswer } from "./context.js";
 import { DelegationError, hostContract, toError } from "./errors.js";
 import { faultPoint } from "./faults.js";
 import { commitIsolatedWork } from "./isolation.js";
-import { journalTail } from "./journalReads.js";
 import type { Notifier } from "./notifier.js";
 import { latestAssistantText } from "./readSubagent.js";
 import { DEFAULT_TOOL_RESULT_INLINE_BYTES, prepareCompletion, type SpillStore } from "./spill.js";
@@ -182,7 +181,7 @@ export class DelegatedSettlement {
     // The start (or recovery) just journaled the newest row, the task or the interrupted context: under
     // this run's lease nothing else answers it, so the journal cannot end with an answer and is not read.
     const answered =
-      !unanswered && endsWithAnswer(await journalTail(this.core.repo, child.id, run.principalAccountId));
+      !unanswered && endsWithAnswer(await this.core.repo.readJournalTail(child.id, run.principalAccountId));
     if (!answered) outcome = (await this.#childTurn(child, scope, progress, signal, false)).outcome;
     const drained = await this.#settlementDrain(run, child, scope, progress, outcome, signal);
     // Pausing for a restart: the call stays open and boot recovery continues it; nothing is settled here.

@@ -3,7 +3,6 @@ import type { DelegationRepository, JournalWrite } from "@crw/db";
 import { journalRows } from "@crw/tools/delegation";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
-import { journalTail } from "../../src/delegation/journalReads.js";
 import { endsWithAnswer, recoverDelegations } from "../../src/index.js";
 import { delegateCall, makeService, newParent, scriptTask } from "./helpers.js";
 
@@ -45,14 +44,14 @@ describe("reading only the newest turn of a journal", () => {
       const session = await repo.createRootSession(account.id, "scripted");
       if (rows.length > 0) await repo.append(session.id, account.id, rows);
       const whole = await repo.readJournal(session.id, account.id);
-      const tail = await journalTail(repo, session.id, account.id);
+      const tail = await repo.readJournalTail(session.id, account.id);
       expect(tail).toEqual(whole.slice(whole.length - tail.length));
       expect(endsWithAnswer(tail)).toBe(endsWithAnswer(whole));
       expect(tail.length === 0).toBe(whole.length === 0);
       expect(tail.length).toBeLessThanOrEqual(4);
       // another account's session is not found, as with a whole read
       const other = await repo.createAccount({ name: `tail-other-${randomUUID().slice(0, 8)}` });
-      await expect(journalTail(repo, session.id, other.id)).rejects.toMatchObject({ code: "not_found" });
+      await expect(repo.readJournalTail(session.id, other.id)).rejects.toMatchObject({ code: "not_found" });
     }
     await service.close();
   });
