@@ -7,7 +7,7 @@
 // The test kits are TypeScript: they are bundled with esbuild into a temporary directory first.
 // The fake host, the owner and the engine share this process, so the owner's own reads count against the
 // engine: the default owner source (`watch`) reads a call's step directory when fs.watch says it changed
-// (a full listing every 250 ms as the fallback); `files` is the test kit's source, which lists every call's
+// (a full listing every 250 ms as the fallback; one watch of steps/ and one of each call directory); `files` is the test kit's source, which lists every call's
 // directory and reads the whole journal every round (1 ms apart), as a worst-case owner.
 // Prints one JSON object, then a one-line summary.
 // The owner's side (fake host and scripted owner) shares the engine's event loop by default (`inline`);

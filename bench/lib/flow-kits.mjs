@@ -1,6 +1,6 @@
 // Shared flow bench setup: the TypeScript test kits (fake app-server, scripted owner, step source) bundled
 // with esbuild into node_modules/.cache, then imported; the run's files; an event-driven owner source.
-import { mkdirSync, unlinkSync, watch } from "node:fs";
+import { existsSync, mkdirSync, unlinkSync, watch } from "node:fs";
 import { join } from "node:path";
 import { build } from "esbuild";
 
@@ -69,8 +69,35 @@ export function watchedStepSource(flow, { state, runId, pollMs = 250, replyWaitM
   const poke = () => {
     for (const w of [...waiters]) w();
   };
-  const stepsWatch = watch(paths.steps, { recursive: true }, (_event, name) => {
-    if (name) dirty.add(String(name).split("/")[0]);
+  // A watch of steps/ (a call's directory made or removed) and one of each call's directory (its step and
+  // close files). Not `recursive: true`: on Linux, Node 20 implements it by listing and stat-ing the whole
+  // tree again at every event, which costs more than the engine it stands beside.
+  const callWatches = new Map();
+  const watchCall = (call) => {
+    if (callWatches.has(call)) return;
+    try {
+      const w = watch(join(paths.steps, call), { persistent: false }, () => {
+        dirty.add(call);
+        poke();
+      });
+      w.on("error", () => unwatchCall(call));
+      callWatches.set(call, w);
+    } catch (e) {
+      if (e.code !== "ENOENT") throw e;
+    }
+    // files written before the watch began are listed at the next take
+    dirty.add(call);
+  };
+  const unwatchCall = (call) => {
+    callWatches.get(call)?.close();
+    callWatches.delete(call);
+  };
+  const stepsWatch = watch(paths.steps, (_event, name) => {
+    if (!name) return poke();
+    const call = String(name);
+    if (existsSync(join(paths.steps, call))) watchCall(call);
+    else unwatchCall(call);
+    dirty.add(call);
     poke();
   });
   const repliesWatch = watch(paths.replies, () => poke());
@@ -92,6 +119,7 @@ export function watchedStepSource(flow, { state, runId, pollMs = 250, replyWaitM
       if (Date.now() - full.at >= pollMs) {
         dirty.clear();
         Object.assign(listed, flow.listStepFiles(paths.steps));
+        for (const call of listed.steps.map((x) => x.call)) watchCall(call);
         full = { at: Date.now(), state: flow.readRunState(paths, listed.steps.length > 0).kind };
       } else {
         const calls = [...dirty].sort();
@@ -128,6 +156,7 @@ export function watchedStepSource(flow, { state, runId, pollMs = 250, replyWaitM
     },
     close() {
       stepsWatch.close();
+      for (const call of [...callWatches.keys()]) unwatchCall(call);
       repliesWatch.close();
       poke();
     },
