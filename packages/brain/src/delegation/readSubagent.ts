@@ -1,4 +1,4 @@
-import type { DelegationRepository } from "@crw/db";
+import type { DelegationRepository, TranscriptMessage } from "@crw/db";
 import { assistantText } from "./context.js";
 
 export const ASSISTANT_PAGE = 32;
@@ -36,7 +36,12 @@ export async function latestAssistantText(
   principalAccountId: string,
 ): Promise<string | undefined> {
   const [row] = await repo.recentAssistantMessages(sessionId, principalAccountId, 1);
-  const text = row ? assistantText(row.message) : "";
+  return replyOf(row?.message);
+}
+
+/** A call's reply from its newest assistant message: an empty one is no answer. */
+export function replyOf(message: TranscriptMessage | undefined): string | undefined {
+  const text = message ? assistantText(message) : "";
   return text.trim().length > 0 ? text : undefined;
 }
 

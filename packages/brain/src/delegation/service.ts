@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type {
+  Account,
   DelegationRepository,
   PrefixReclaim,
   SessionRow,
@@ -223,8 +224,12 @@ export class DelegationService implements RestartCheckpoint {
    * The current access of a session: the live account grant (`tool_allow`, `tool_deny` and the settings'
    * permission boundary, as currentDelegatedAccess reads them), narrowed by the session's own durable scope.
    */
-  async authorityFor(session: SessionRow): Promise<DelegationAuthority & { target: ExecutionTarget }> {
-    const account = await this.repo.getAccount(session.principalAccountId);
+  async authorityFor(
+    session: SessionRow,
+    live?: Account,
+  ): Promise<DelegationAuthority & { target: ExecutionTarget }> {
+    // `live`: the account read with the session in one snapshot (getSessionWithAccount)
+    const account = live ?? (await this.repo.getAccount(session.principalAccountId));
     const own = scopeOf(session);
     const allow = intersectAllow(account.toolAllow ?? undefined, own?.tools.allow);
     const boundary = accountBoundary(account.permissionSettings);
@@ -564,8 +569,11 @@ export class DelegationService implements RestartCheckpoint {
 
   async delegate(args: DelegateArgs): Promise<DelegationReceipt> {
     this.#admit("Delegate");
-    const parent = await this.repo.getSession(args.parentSessionId, args.principalAccountId);
-    const authority = await this.authorityFor(parent);
+    const { session: parent, account } = await this.repo.getSessionWithAccount(
+      args.parentSessionId,
+      args.principalAccountId,
+    );
+    const authority = await this.authorityFor(parent, account);
     const readOnly = args.readOnly === true || args.callerReadOnly === true || authority.readOnly === true;
     const shared = await this.placeUnder(parent, args.workDir, authority);
     const isolated =
@@ -866,8 +874,11 @@ export class DelegationService implements RestartCheckpoint {
       this.notifier.notify(child.id);
       return { kind: "steered", childSessionId: child.id, steerId: receipt.id };
     }
-    const parent = await this.repo.getSession(args.parentSessionId, args.principalAccountId);
-    const authority = await this.authorityFor(parent);
+    const { session: parent, account } = await this.repo.getSessionWithAccount(
+      args.parentSessionId,
+      args.principalAccountId,
+    );
+    const authority = await this.authorityFor(parent, account);
     const stored = child.scope ?? "";
     // A promotion mints the child's scope again from the caller's live access (keeping its placement, role
     // and context); it replaces the durable scope in the transaction that opens the call.

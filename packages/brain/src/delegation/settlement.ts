@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { resolve } from "node:path";
 import {
+  type Account,
   type DelegationRepository,
   type JournalWrite,
   OPEN_RUN_STATUSES,
@@ -22,7 +23,7 @@ import { DelegationError, hostContract, toError } from "./errors.js";
 import { faultPoint } from "./faults.js";
 import { commitIsolatedWork } from "./isolation.js";
 import type { Notifier } from "./notifier.js";
-import { latestAssistantText } from "./readSubagent.js";
+import { latestAssistantText, replyOf } from "./readSubagent.js";
 import { DEFAULT_TOOL_RESULT_INLINE_BYTES, prepareCompletion, type SpillStore } from "./spill.js";
 import {
   NO_PROGRESS,
@@ -61,7 +62,7 @@ export interface SettlementCore {
   readonly options: DelegationServiceOptions;
   /** Journal writes and publications, drained (and then refused) by the restart checkpoint. */
   readonly writes: CapturedWrites;
-  authorityFor(session: SessionRow): Promise<DelegationAuthority>;
+  authorityFor(session: SessionRow, live?: Account): Promise<DelegationAuthority>;
   sessionTurn(
     session: SessionRow,
     input: readonly JournalWrite[],
@@ -145,9 +146,7 @@ export class DelegatedSettlement {
       const authority =
         opts.known?.parent.id === run.parentSessionId
           ? opts.known.authority
-          : await this.core.authorityFor(
-              await this.core.repo.getSession(run.parentSessionId, run.principalAccountId),
-            );
+          : await this.#liveAuthority(run);
       scope = parseDelegatedExecutionScope(
         continuationScope(run.readOnlyScope ?? child.scope ?? "", authority),
       );
@@ -168,6 +167,15 @@ export class DelegatedSettlement {
     }
   }
 
+  /** The delegating session's live authority: it and its account read in one snapshot. */
+  async #liveAuthority(run: SubagentRun): Promise<DelegationAuthority> {
+    const { session, account } = await this.core.repo.getSessionWithAccount(
+      run.parentSessionId,
+      run.principalAccountId,
+    );
+    return this.core.authorityFor(session, account);
+  }
+
   async #runCall(
     run: SubagentRun,
     child: SessionRow,
@@ -185,10 +193,10 @@ export class DelegatedSettlement {
     if (!answered) outcome = (await this.#childTurn(child, scope, progress, signal, false)).outcome;
     const drained = await this.#settlementDrain(run, child, scope, progress, outcome, signal);
     // Pausing for a restart: the call stays open and boot recovery continues it; nothing is settled here.
-    await this.core.writes.capture("a call's settlement", () =>
-      this.core.repo.markRunSettling(run.id, run.generation),
-    );
     if (drained.kind === "failed" || drained.kind === "aborted") {
+      await this.core.writes.capture("a call's settlement", () =>
+        this.core.repo.markRunSettling(run.id, run.generation),
+      );
       const reason = drained.kind === "failed" ? drained.reason : "the call was stopped";
       // Text follow-ups the call can no longer take get their dropped notice instead of waiting forever.
       await this.core.writes.capture("a call's settlement", () =>
@@ -197,7 +205,11 @@ export class DelegatedSettlement {
       const kept = await this.#isolatedWork(child, run, scope);
       return settle(run, "error", `${reason}${kept}`, drained.kind === "failed" ? "child_failed" : "aborted");
     }
-    const reply = await latestAssistantText(this.core.repo, child.id, run.principalAccountId);
+    // The mark and the reply the turn just wrote, in one statement.
+    const settling = await this.core.writes.capture("a call's settlement", () =>
+      this.core.repo.markSettlingWithReply(run.id, run.generation, child.id, run.principalAccountId),
+    );
+    const reply = replyOf(settling.reply?.message);
     const kept = await this.#isolatedWork(child, run, scope);
     // A follow-up that raced the settlement would otherwise wait for a call that is gone: it gets its notice,
     // in the settlement's own statement.

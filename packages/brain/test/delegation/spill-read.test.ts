@@ -111,6 +111,12 @@ describe("the ordinary last-row reply reader", () => {
       limits.push(l);
       return base.repo.recentAssistantMessages(s, p, l, b);
     };
+    // a settlement reads its reply with its settling mark: the newest assistant row alone
+    let settlingReads = 0;
+    counting.markSettlingWithReply = (...args) => {
+      settlingReads++;
+      return base.repo.markSettlingWithReply(...args);
+    };
     const { service } = makeService(db.pool, { repo: counting });
     const { account, parent } = await newParent(service);
     const first = await delegateForeground(
@@ -129,8 +135,8 @@ describe("the ordinary last-row reply reader", () => {
       scriptTask({ answer: "" }),
     );
     expect(empty).toMatchObject({ kind: "result", body: "(the child gave no answer)" });
-    // Settlement read one row per call; only DelegateRead pages (and finds the older answer).
-    expect(limits.length).toBeGreaterThan(0);
+    // Settlement read one row per call (with its mark); only DelegateRead pages (and finds the older answer).
+    expect(settlingReads).toBe(2);
     expect(limits.every((l) => l === 1)).toBe(true);
     limits.length = 0;
     expect(await service.readSubagent(parent.id, first.childSessionId, account.id)).toBe("the first answer");

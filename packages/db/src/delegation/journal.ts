@@ -221,7 +221,7 @@ export async function recentAssistantMessages(
   principalAccountId: string,
   limit: number,
   beforeSeq?: number,
-): Promise<Array<{ seq: number; message: TranscriptMessage; usage?: ProviderUsage }>> {
+): Promise<AssistantRow[]> {
   assertUuid("sessionId", sessionId);
   // The visibility check rides on the read (one snapshot): a visible session with no such row gives one
   // null row from the left join, an invisible one gives none.
@@ -237,6 +237,47 @@ export async function recentAssistantMessages(
       order by j.seq desc`,
     [sessionId, beforeSeq ?? Number.MAX_SAFE_INTEGER, limit, principalAccountId],
   );
+  return assistantRowsOf(sessionId, found);
+}
+
+/**
+ * A call's run marked settling (fenced by its generation, as markRunSettling) and its child's newest
+ * assistant message read, in one statement: the settlement's reply comes from the turn that just ended.
+ * The read is the statement's snapshot, which the mark does not change.
+ */
+export async function markSettlingWithReply(
+  pool: pg.Pool,
+  runId: string,
+  generation: number,
+  childSessionId: string,
+  principalAccountId: string,
+): Promise<{ marked: boolean; reply: AssistantRow | null }> {
+  assertUuid("runId", runId);
+  assertUuid("childSessionId", childSessionId);
+  const { rows: found } = await pool.query<Row>(
+    `with mark as (
+       update subagent_runs set status = 'settling', updated_at = now()
+        where id = $1::uuid and generation = $2 and status in ('running', 'settling')
+        returning 1
+     )
+     select j.seq, j.body, j.provider_usage, (select count(*) from mark)::int as marked
+       from sessions s
+       left join lateral (
+         select seq, body, provider_usage from journal_entries
+          where session_id = s.id and role = 'assistant' and not discarded and settled
+          order by seq desc limit 1
+       ) j on true
+      where s.id = $3::uuid and s.principal_account_id = $4::uuid and s.visibility = 'visible'`,
+    [runId, generation, childSessionId, principalAccountId],
+  );
+  const [reply] = assistantRowsOf(childSessionId, found);
+  return { marked: Number(found[0]?.marked) > 0, reply: reply ?? null };
+}
+
+type AssistantRow = { seq: number; message: TranscriptMessage; usage?: ProviderUsage };
+
+/** Assistant rows as a visibility-checked read returns them: none at all is a session not found. */
+function assistantRowsOf(sessionId: string, found: Row[]): AssistantRow[] {
   if (found.length === 0) throw notFound("session", { sessionId });
   const rows = found.filter((r) => r.seq !== null);
   return rows.map((r) => {

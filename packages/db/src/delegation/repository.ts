@@ -61,6 +61,8 @@ export class PgDelegationRepository implements DelegationRepository {
   createRootSession: DelegationRepository["createRootSession"] = async (p, m, s) =>
     sessions.createRootSession(this.pool, p, m, s);
   getSession: DelegationRepository["getSession"] = async (s, p) => sessions.getSession(this.pool, s, p);
+  getSessionWithAccount: DelegationRepository["getSessionWithAccount"] = async (s, p) =>
+    sessions.getSessionWithAccount(this.pool, s, p);
   openClientSession: DelegationRepository["openClientSession"] = async (p, n, m, s) =>
     clientSessions.openClientSession(this.pool, p, n, m, s);
   takenResults: DelegationRepository["takenResults"] = async (s, p, t, l) =>
@@ -100,6 +102,8 @@ export class PgDelegationRepository implements DelegationRepository {
     runs.markRunStarted(this.pool, r, g, o);
   markRunSettling: DelegationRepository["markRunSettling"] = async (r, g) =>
     runs.markRunSettling(this.pool, r, g);
+  markSettlingWithReply: DelegationRepository["markSettlingWithReply"] = async (r, g, c, p) =>
+    journal.markSettlingWithReply(this.pool, r, g, c, p);
   startRun: DelegationRepository["startRun"] = async (r, g, o, c) => runs.startRun(this.pool, r, g, o, c);
   settleRun: DelegationRepository["settleRun"] = async (r, o) => runs.settleRun(this.pool, r, o);
   recordRunProgress: DelegationRepository["recordRunProgress"] = async (r, p, g, s, j) =>

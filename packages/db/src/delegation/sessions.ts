@@ -1,7 +1,7 @@
 import type pg from "pg";
 import { DelegationDbError } from "../errors.js";
-import type { SessionRow } from "../repositories/delegation.js";
-import { assertUuid, notFound, type Row, sessionFromRow } from "./rows.js";
+import type { Account, SessionRow } from "../repositories/delegation.js";
+import { accountFromRow, assertUuid, notFound, type Row, sessionFromRow } from "./rows.js";
 
 export async function createRootSession(
   pool: pg.Pool,
@@ -37,6 +37,29 @@ export async function getSession(
   );
   if (!rows[0]) throw notFound("session", { sessionId });
   return sessionFromRow(rows[0]);
+}
+
+/**
+ * A visible session and its account (the live grant: tool_allow, tool_deny, permission settings) in one
+ * snapshot, as getSession and getAccount would read them one after the other.
+ */
+export async function getSessionWithAccount(
+  pool: pg.Pool,
+  sessionId: string,
+  principalAccountId: string,
+): Promise<{ session: SessionRow; account: Account }> {
+  assertUuid("sessionId", sessionId);
+  assertUuid("principalAccountId", principalAccountId);
+  const { rows } = await pool.query<Row>(
+    `select s.*, to_jsonb(a) as account_row
+       from sessions s left join accounts a on a.id = s.principal_account_id
+      where s.id = $1::uuid and s.principal_account_id = $2::uuid and s.visibility = 'visible'`,
+    [sessionId, principalAccountId],
+  );
+  const row = rows[0];
+  if (!row) throw notFound("session", { sessionId });
+  if (!row.account_row) throw notFound("account", { accountId: principalAccountId });
+  return { session: sessionFromRow(row), account: accountFromRow(row.account_row as Row) };
 }
 
 /** The ownership guard: the child is visible only through a run of this parent, under this principal. */

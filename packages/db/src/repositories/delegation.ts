@@ -277,6 +277,11 @@ export interface DelegationRepository {
   /** `scope`: the canonical JSON of a root session's placement (its working directory), when it has one. */
   createRootSession(principalAccountId: string, model: string, scope?: string): Promise<SessionRow>;
   getSession(sessionId: string, principalAccountId: string): Promise<SessionRow>;
+  /** A visible session and its account's live grant in one snapshot (getSession, then getAccount). */
+  getSessionWithAccount(
+    sessionId: string,
+    principalAccountId: string,
+  ): Promise<{ session: SessionRow; account: Account }>;
   /** The account's client-driven root session of that name, made on first use (`created`). */
   openClientSession(
     principalAccountId: string,
@@ -372,6 +377,19 @@ export interface DelegationRepository {
   /** queued -> running; false when the row moved on (another owner, a new generation). */
   markRunStarted(runId: string, generation: number, owner: string): Promise<boolean>;
   markRunSettling(runId: string, generation: number): Promise<boolean>;
+  /**
+   * markRunSettling and the child's newest settled assistant message (recentAssistantMessages with limit 1)
+   * in one statement; `reply` is null when the child has none.
+   */
+  markSettlingWithReply(
+    runId: string,
+    generation: number,
+    childSessionId: string,
+    principalAccountId: string,
+  ): Promise<{
+    marked: boolean;
+    reply: { seq: number; message: TranscriptMessage; usage?: ProviderUsage } | null;
+  }>;
   /**
    * queued -> running and, for a run that had not started, the task's user message appended to the child's
    * journal, in one statement: a started run always has its task in the journal. `started` is false when

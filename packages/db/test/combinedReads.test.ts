@@ -1,0 +1,111 @@
+import { randomUUID } from "node:crypto";
+import { useTestDatabase } from "@crw/tools/pg";
+import { describe, expect, it } from "vitest";
+import { type JournalWrite, PgDelegationRepository } from "../src/index.js";
+
+const db = useTestDatabase();
+
+const answer = (text: string, settled = true): JournalWrite => ({
+  body: {
+    type: "message",
+    message: { role: "assistant", content: [{ type: "text", text }], stopReason: "stop" },
+  },
+  settled,
+});
+
+async function started() {
+  const r = new PgDelegationRepository(db.pool);
+  const account = await r.createAccount({ name: `cr-${randomUUID().slice(0, 8)}` });
+  const parent = await r.createRootSession(account.id, "scripted");
+  const { run, child } = await r.createDelegation({
+    parentSessionId: parent.id,
+    principalAccountId: account.id,
+    toolCallId: "call-1",
+    task: "the task",
+    mode: "background",
+    model: "scripted",
+    scope: '{"s":1}',
+  });
+  await r.startRun(run.id, run.generation, "owner", child.id);
+  return { r, account, parent, run, child };
+}
+
+const statusOf = async (runId: string) =>
+  (await db.pool.query("select status from subagent_runs where id = $1", [runId])).rows[0]?.status;
+
+describe("a settling call's mark and reply in one statement", () => {
+  it("marks the run settling and answers the child's newest settled assistant message", async () => {
+    const { r, account, run, child } = await started();
+    await r.append(child.id, account.id, [answer("first"), answer("second"), answer("streaming", false)]);
+    const out = await r.markSettlingWithReply(run.id, run.generation, child.id, account.id);
+    expect(out.marked).toBe(true);
+    // the provisional row of a turn still streaming is not the reply
+    expect(out.reply?.message).toMatchObject({ content: [{ type: "text", text: "second" }] });
+    expect(await statusOf(run.id)).toBe("settling");
+    // the same reply markRunSettling and recentAssistantMessages give one after the other
+    const [recent] = await r.recentAssistantMessages(child.id, account.id, 1);
+    expect(out.reply).toEqual(recent);
+  });
+
+  it("marks nothing for another generation or a settled run, and still reads the reply", async () => {
+    const { r, account, run, child } = await started();
+    await r.append(child.id, account.id, [answer("done")]);
+    const stale = await r.markSettlingWithReply(run.id, run.generation + 1, child.id, account.id);
+    expect(stale.marked).toBe(false);
+    expect(await statusOf(run.id)).toBe("running");
+    expect(stale.reply?.seq).toBeGreaterThan(0);
+    await r.settleRun({
+      runId: run.id,
+      generation: run.generation,
+      resultId: randomUUID(),
+      outcome: "ok",
+      body: "",
+      byteSize: 0,
+    });
+    const late = await r.markSettlingWithReply(run.id, run.generation, child.id, account.id);
+    expect(late.marked).toBe(false);
+    expect(await statusOf(run.id)).toBe("succeeded");
+  });
+
+  it("answers no reply for a child without an assistant message, and not_found for another principal", async () => {
+    const { r, account, run, child } = await started();
+    expect(await r.markSettlingWithReply(run.id, run.generation, child.id, account.id)).toEqual({
+      marked: true,
+      reply: null,
+    });
+    const stranger = await r.createAccount({ name: `cr-x-${randomUUID().slice(0, 8)}` });
+    await expect(
+      r.markSettlingWithReply(run.id, run.generation, child.id, stranger.id),
+    ).rejects.toMatchObject({ code: "not_found", context: { sessionId: child.id } });
+    await expect(r.markSettlingWithReply("nope", run.generation, child.id, account.id)).rejects.toMatchObject(
+      { code: "invalid_input" },
+    );
+  });
+});
+
+describe("a session and its account's live grant in one snapshot", () => {
+  it("answers what getSession and getAccount answer one after the other, a grant changed since included", async () => {
+    const { r, account, parent } = await started();
+    await db.pool.query("update accounts set tool_deny = array['Bash'] where id = $1", [account.id]);
+    const both = await r.getSessionWithAccount(parent.id, account.id);
+    expect(both.session).toEqual(await r.getSession(parent.id, account.id));
+    expect(both.account).toEqual(await r.getAccount(account.id));
+    expect(both.account.toolDeny).toEqual(["Bash"]);
+  });
+
+  it("is not_found for an unknown session, another principal's, and refuses an id that is not a uuid", async () => {
+    const { r, account, parent } = await started();
+    const stranger = await r.createAccount({ name: `cr-y-${randomUUID().slice(0, 8)}` });
+    const missing = randomUUID();
+    await expect(r.getSessionWithAccount(missing, account.id)).rejects.toMatchObject({
+      code: "not_found",
+      context: { sessionId: missing },
+    });
+    await expect(r.getSessionWithAccount(parent.id, stranger.id)).rejects.toMatchObject({
+      code: "not_found",
+    });
+    await expect(r.getSessionWithAccount("nope", account.id)).rejects.toMatchObject({
+      code: "invalid_input",
+    });
+  });
+});
