@@ -83,6 +83,37 @@ describe("a settling call's mark and reply in one statement", () => {
   });
 });
 
+describe("a call's start reads its child's inbox", () => {
+  it("answers what settlementWork gives for the child, in the start's own statement", async () => {
+    const r = new PgDelegationRepository(db.pool);
+    const account = await r.createAccount({ name: `cr-w-${randomUUID().slice(0, 8)}` });
+    const parent = await r.createRootSession(account.id, "scripted");
+    const { run, child } = await r.createDelegation({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "call-w",
+      task: "the task",
+      mode: "background",
+      model: "scripted",
+      scope: '{"s":1}',
+    });
+    await r.enqueueSteer(child.id, account.id, "one");
+    await r.enqueueSteer(child.id, account.id, "two");
+    await r.createDelegation({
+      parentSessionId: child.id,
+      principalAccountId: account.id,
+      toolCallId: "helper",
+      task: "h",
+      mode: "background",
+      model: "scripted",
+      scope: '{"s":1}',
+    });
+    const start = await r.startRun(run.id, run.generation, "owner", child.id);
+    expect(start.work).toEqual({ openChildRuns: 1, pendingSteers: 2, queuedResults: 0, spills: false });
+    expect(start.work).toEqual(await r.settlementWork(child.id, account.id));
+  });
+});
+
 describe("a session and its account's live grant in one snapshot", () => {
   it("answers what getSession and getAccount answer one after the other, a grant changed since included", async () => {
     const { r, account, parent } = await started();

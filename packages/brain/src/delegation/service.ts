@@ -4,6 +4,7 @@ import type {
   DelegationRepository,
   PrefixReclaim,
   SessionRow,
+  SettlementWork,
   SubagentRun,
   TranscriptMessage,
 } from "@crw/db";
@@ -461,11 +462,15 @@ export class DelegationService implements RestartCheckpoint {
   }
 
   /** Journals (and acknowledges) what arrived for a session: its queued results, then a child's text steers. */
-  async drainInto(session: SessionRow, look?: InboxLook): Promise<TranscriptMessage[]> {
+  async drainInto(
+    session: SessionRow,
+    look?: InboxLook,
+    known?: SettlementWork,
+  ): Promise<TranscriptMessage[]> {
     // A child's inbox is most often empty at a tool round: one count of both says so in one read. The
     // same snapshot tells the turn this drain starts whether a spilled result may reach it.
     if (session.kind === "delegated" && this.repo.settlementWork) {
-      const waiting = await this.repo.settlementWork(session.id, session.principalAccountId);
+      const waiting = known ?? (await this.repo.settlementWork(session.id, session.principalAccountId));
       if (look) look.spillsReachable = waiting.spills || waiting.openChildRuns > 0;
       if (waiting.pendingSteers === 0 && waiting.queuedResults === 0) return [];
     }

@@ -6,6 +6,7 @@ import {
   type JournalWrite,
   OPEN_RUN_STATUSES,
   type SessionRow,
+  type SettlementWork,
   type SubagentRun,
   type TranscriptMessage,
 } from "@crw/db";
@@ -73,7 +74,8 @@ export interface SettlementCore {
       inbox?: InboxLook;
     },
   ): Promise<TurnOutcome>;
-  drainInto(session: SessionRow, look?: InboxLook): Promise<TranscriptMessage[]>;
+  /** `known`: the session's settlementWork already read (not read again). */
+  drainInto(session: SessionRow, look?: InboxLook, known?: SettlementWork): Promise<TranscriptMessage[]>;
   resultQueued(parentSessionId: string, principalAccountId: string, resultId: string): Promise<void>;
   /** Runs work outside any caller (its failure is reported, its rows stay for recovery). */
   track(work: Promise<unknown>): void;
@@ -144,9 +146,7 @@ export class DelegatedSettlement {
     try {
       // Delegate read the parent and its live authority just before admitting this call: the same read.
       const authority =
-        opts.known?.parent.id === run.parentSessionId
-          ? opts.known.authority
-          : await this.#liveAuthority(run);
+        opts.known?.parent.id === run.parentSessionId ? opts.known.authority : await this.#liveAuthority(run);
       scope = parseDelegatedExecutionScope(
         continuationScope(run.readOnlyScope ?? child.scope ?? "", authority),
       );
@@ -161,7 +161,7 @@ export class DelegatedSettlement {
     this.#calls.set(child.id, { scope, progress, child });
     try {
       const unanswered = start.appended || opts.unanswered === true;
-      return await this.#runCall(run, child, scope, progress, opts.signal, settle, unanswered);
+      return await this.#runCall(run, child, scope, progress, opts.signal, settle, unanswered, start.work);
     } finally {
       this.#calls.delete(child.id);
     }
@@ -184,13 +184,14 @@ export class DelegatedSettlement {
     signal: AbortSignal | undefined,
     settle: Settle,
     unanswered: boolean,
+    work?: SettlementWork,
   ): Promise<string> {
     let outcome: TurnOutcome = { stopReason: "stop" };
     // The start (or recovery) just journaled the newest row, the task or the interrupted context: under
     // this run's lease nothing else answers it, so the journal cannot end with an answer and is not read.
     const answered =
       !unanswered && endsWithAnswer(await this.core.repo.readJournalTail(child.id, run.principalAccountId));
-    if (!answered) outcome = (await this.#childTurn(child, scope, progress, signal, false)).outcome;
+    if (!answered) outcome = (await this.#childTurn(child, scope, progress, signal, false, work)).outcome;
     const drained = await this.#settlementDrain(run, child, scope, progress, outcome, signal);
     // Pausing for a restart: the call stays open and boot recovery continues it; nothing is settled here.
     if (drained.kind === "failed" || drained.kind === "aborted") {
@@ -249,19 +250,27 @@ export class DelegatedSettlement {
     return this.#childTurn(child, scope, progress, signal, true);
   }
 
-  /** `runChildTurn`; without `withReply` the reply is not read (the call's first turn: its settlement reads it). */
+  /**
+   * `runChildTurn`; without `withReply` the reply is not read (the call's first turn: its settlement reads
+   * it). `started`: the inbox as the call's start read it, standing for the drain's own look while nothing
+   * can have run a turn of the child since: no turn of it waits here, and it has no open child run (a
+   * helper's result turn is the only other way one starts).
+   */
   #childTurn(
     child: SessionRow,
     scope: DelegatedExecutionScope,
     progress: ProgressSink,
     signal: AbortSignal | undefined,
     withReply: boolean,
+    started?: SettlementWork,
   ): Promise<{ outcome: TurnOutcome; reply: string | undefined; delivered: string[] }> {
+    const known =
+      started && started.openChildRuns === 0 && !this.core.turns.isBusy(child.id) ? started : undefined;
     return this.core.turns.exclusive(child.id, async () => {
       const inbox: InboxLook = {};
       const pending = await this.core.writes.capture(
         "a delivery",
-        () => this.core.drainInto(child, inbox),
+        () => this.core.drainInto(child, inbox, known),
         child.id,
       );
       const delivered = pending.flatMap((m) =>

@@ -7,6 +7,7 @@ import type {
   NewDelegation,
   SessionRow,
   SettledResult,
+  SettlementWork,
   SubagentRun,
 } from "../repositories/delegation.js";
 import { type Queryable, tx } from "../tx.js";
@@ -242,27 +243,38 @@ export async function settlementWork(
   pool: pg.Pool,
   sessionId: string,
   principalAccountId: string,
-): Promise<{ openChildRuns: number; pendingSteers: number; queuedResults: number; spills: boolean }> {
+): Promise<SettlementWork> {
   assertUuid("sessionId", sessionId);
-  const { rows } = await pool.query<{ runs: number; steers: number; queued: number; spills: boolean }>(
-    `select
-       (select count(*) from subagent_runs where parent_session_id = $1::uuid and principal_account_id = $2::uuid
-           and status in ${OPEN})::int as runs,
-       (select count(*) from delegated_steers where child_session_id = $1::uuid and principal_account_id = $2::uuid
-           and status = 'pending')::int as steers,
-       (select count(*) from delegation_results r
-         where r.parent_session_id = $1::uuid and r.principal_account_id = $2::uuid
-           and not exists (select 1 from delegation_result_acks a where a.result_id = r.id))::int as queued,
-       exists (select 1 from spilled_outputs where session_id = $1::uuid and principal_account_id = $2::uuid)
-         as spills`,
-    [sessionId, principalAccountId],
-  );
-  const row = rows[0] ?? { runs: 0, steers: 0, queued: 0, spills: false };
+  const { rows } = await pool.query<Row>(`select ${workOf("$1::uuid", "$2::uuid")}`, [
+    sessionId,
+    principalAccountId,
+  ]);
+  return workFromRow(rows[0] ?? {});
+}
+
+/**
+ * The columns of settlementWork for `session` (SQL of a session id and its principal): its open child
+ * runs, its pending steers, its unacknowledged results and whether it has a spilled output.
+ */
+function workOf(session: string, principal: string, prefix = ""): string {
+  return `(select count(*) from subagent_runs where parent_session_id = ${session}
+             and principal_account_id = ${principal} and status in ${OPEN})::int as ${prefix}runs,
+          (select count(*) from delegated_steers where child_session_id = ${session}
+             and principal_account_id = ${principal} and status = 'pending')::int as ${prefix}steers,
+          (select count(*) from delegation_results r
+            where r.parent_session_id = ${session} and r.principal_account_id = ${principal}
+              and not exists (select 1 from delegation_result_acks a where a.result_id = r.id))::int
+            as ${prefix}queued,
+          exists (select 1 from spilled_outputs where session_id = ${session}
+                    and principal_account_id = ${principal}) as ${prefix}spills`;
+}
+
+function workFromRow(row: Row, prefix = ""): SettlementWork {
   return {
-    openChildRuns: row.runs,
-    pendingSteers: row.steers,
-    queuedResults: row.queued,
-    spills: row.spills,
+    openChildRuns: Number(row[`${prefix}runs`] ?? 0),
+    pendingSteers: Number(row[`${prefix}steers`] ?? 0),
+    queuedResults: Number(row[`${prefix}queued`] ?? 0),
+    spills: row[`${prefix}spills`] === true,
   };
 }
 
@@ -327,7 +339,8 @@ export async function startRun(
      select upd.*, (select count(*) from ins)::int as appended,
             (select to_jsonb(s) from sessions s
               where s.id = upd.child_session_id and s.principal_account_id = upd.principal_account_id
-                and s.visibility = 'visible') as child_row
+                and s.visibility = 'visible') as child_row,
+            ${workOf("upd.child_session_id", "upd.principal_account_id", "work_")}
        from upd`,
     [runId, generation, owner],
   );
@@ -344,7 +357,7 @@ export async function startRun(
   }
   // The child's row as getSession reads it (taken with the start: the caller needs it next).
   const child = row.child_row ? sessionFromRow(row.child_row as Row) : undefined;
-  return { started: true, appended, run, ...(child ? { child } : {}) };
+  return { started: true, appended, run, ...(child ? { child, work: workFromRow(row, "work_") } : {}) };
 }
 
 export async function markRunSettling(pool: pg.Pool, runId: string, generation: number): Promise<boolean> {

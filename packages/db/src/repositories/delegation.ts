@@ -230,6 +230,14 @@ export interface JournalDelta {
   readonly reclaimedRows: number;
 }
 
+/** What a session still has to wait for or take: see settlementWork. */
+export interface SettlementWork {
+  openChildRuns: number;
+  pendingSteers: number;
+  queuedResults: number;
+  spills: boolean;
+}
+
 export interface DelegationRepository {
   // accounts
   createAccount(input: NewAccount): Promise<Account>;
@@ -394,7 +402,8 @@ export interface DelegationRepository {
    * queued -> running and, for a run that had not started, the task's user message appended to the child's
    * journal, in one statement: a started run always has its task in the journal. `started` is false when
    * the row moved on (another generation, terminal); `appended` says whether the task was written now.
-   * `child`, when started: the child's session row as getSession reads it (absent when not visible).
+   * `child`, when started: the child's session row as getSession reads it (absent when not visible), and
+   * `work`: what settlementWork gives for the child, in the same snapshot (the first turn's inbox look).
    */
   startRun(
     runId: string,
@@ -402,7 +411,13 @@ export interface DelegationRepository {
     owner: string,
     /** The run's child, when the caller knows it: whether its journal's wake is wanted. */
     childSessionId?: string,
-  ): Promise<{ started: boolean; appended: boolean; run: SubagentRun | null; child?: SessionRow }>;
+  ): Promise<{
+    started: boolean;
+    appended: boolean;
+    run: SubagentRun | null;
+    child?: SessionRow;
+    work?: SettlementWork;
+  }>;
   /** Writes the result into the inbox and terminalizes the run, in one transaction; idempotent. */
   settleRun(result: SettledResult, options?: AppendOptions): Promise<{ settled: boolean; resultId: string }>;
   /** Queues a workflow's summary; a second summary for the same call is a no-op returning the first id. */
@@ -428,10 +443,7 @@ export interface DelegationRepository {
    * queuedResultIds would give), and whether it has a spilled result. Optional: without it, those are read
    * one by one.
    */
-  settlementWork?(
-    sessionId: string,
-    principalAccountId: string,
-  ): Promise<{ openChildRuns: number; pendingSteers: number; queuedResults: number; spills: boolean }>;
+  settlementWork?(sessionId: string, principalAccountId: string): Promise<SettlementWork>;
 
   // delivery
   /**
