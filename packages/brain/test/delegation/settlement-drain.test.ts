@@ -199,6 +199,16 @@ async function summaryWhileSettling(failSummaryTurn: boolean) {
     runner: beforeEachTurn(hook),
     tools: () => [gateTool("Gate", gates)],
   });
+  // the settlement's look that finds no live helper left: the next thing it does is look for a running
+  // result turn (no await in between)
+  const noHelperLeft = latch();
+  let watched = "";
+  const work = repo.settlementWork.bind(repo);
+  repo.settlementWork = async (sessionId, principal) => {
+    const out = await work(sessionId, principal);
+    if (sessionId === watched && out.openChildRuns === 0) noHelperLeft.open();
+    return out;
+  };
   const { account, parent } = await newParent(service);
   const receipt = await delegateBackground(
     service,
@@ -241,13 +251,11 @@ async function summaryWhileSettling(failSummaryTurn: boolean) {
     summary: "the workflow finished",
   });
   await summaryHeld.promise;
+  watched = childId;
   helperGate.open();
-  await waitFor(
-    async () => (await repo.openChildRuns(childId, account.id)).length === 0,
-    "the helper to settle",
-  );
   // the settlement wakes on the helper's result and finds the summary's turn still running
-  await new Promise((r) => setTimeout(r, 300));
+  await noHelperLeft.promise;
+  await new Promise((r) => setImmediate(r));
   summaryRelease.open();
   await waitFor(
     async () => (await repo.getRun(receipt.runId, account.id)).settledAt !== null,
