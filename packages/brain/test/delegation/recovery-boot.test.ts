@@ -11,8 +11,8 @@ import { makeService, messages, newParent, scriptTask, settledHelperResult, wait
 /**
  * Boot recovery's edges over real PostgreSQL, beyond recovery.test.ts: the answers written for tool calls
  * of unknown outcome (what the working directory shows, a Delegate verified against its rows), the bounds
- * (claim batch, attempts, free continuations), pending input of a finished child, and a run that cannot be
- * recovered.
+ * (claim batch, attempts, free continuations), pending input of a finished child, a run that cannot be
+ * recovered, and which cut turns are charged (only a tool's own unknown-outcome answer).
  */
 const db = useTestDatabase();
 
@@ -431,5 +431,52 @@ describe("a run that cannot be recovered", () => {
       for (const d of ds) await settledRoots(service, d.parent.id, d.account.id);
       await service.close();
     }
+  });
+});
+
+describe("a cut turn whose tool calls all answered", () => {
+  /** A turn that asked for one tool call, recorded its intent, and got the tool's answer. */
+  const answeredCall = (id: string, name: string, answer: string): JournalWrite[] => [
+    ...cutAfter([{ id, name }]),
+    {
+      body: {
+        type: "message",
+        message: { role: "toolResult", toolCallId: id, toolName: name, content: answer, isError: false },
+      },
+    },
+  ];
+
+  /** Recovers the child cut after `tail` and returns its journal; the continuation was free. */
+  async function continuedFree(tail: JournalWrite[]) {
+    const { service, repo } = makeService(db.pool);
+    const script = scriptTask({ answer: "went on" });
+    const d = await startedDelegation(service, script);
+    await repo.append(d.child, d.account.id, [journalRows.user(script), ...tail]);
+    const report = await recoverDelegations(service);
+    expect(report.continued).toEqual([d.run.id]);
+    expect(report.unknownToolCalls).toBe(0);
+    await settledRoots(service, d.parent.id, d.account.id);
+    expect(await runRow(d.run.id)).toMatchObject({
+      status: "succeeded",
+      recovery_attempts: 0,
+      free_continuations: 1,
+    });
+    const msgs = messages(await repo.readJournal(d.child, d.account.id));
+    await service.close();
+    return msgs;
+  }
+
+  it("continues free: a known tool answer after an intent row costs no recovery attempt", async () => {
+    const msgs = await continuedFree(answeredCall("c-1", "Work", "the work is done"));
+    // the answered call was left as it was: no unknown-outcome answer was written for it
+    expect(msgs.filter((m) => m.role === "toolResult")).toHaveLength(1);
+    expect(msgs.some((m) => m.role === "custom" && m.customType === "interrupted")).toBe(true);
+  });
+
+  it("continues free when a later user message quotes the unknown-outcome text: only a tool's answer counts", async () => {
+    await continuedFree([
+      ...answeredCall("c-1", "Work", "the work is done"),
+      journalRows.user(`${UNKNOWN_OUTCOME} (quoted by the user)`),
+    ]);
   });
 });
