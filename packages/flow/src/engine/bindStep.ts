@@ -149,7 +149,7 @@ async function bind(
   const sameThread = step.action === "spawn" ? sameThreadReview(rc, call, step, thread.id) : null;
   if (sameThread) rows.push(sameThread);
   await rc.appendDurable(rows);
-  await rc.bus.retractStepAsync(call, step.k, step.attempt);
+  rc.bus.retractStep(call, step.k, step.attempt);
   return { bound: true };
 }
 

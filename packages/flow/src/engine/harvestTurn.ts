@@ -295,7 +295,7 @@ export async function closeAgent(rc: RunContext, call: string): Promise<void> {
   const fold = foldCall(rc.rowsOf(call));
   const last = fold.threads[fold.threads.length - 1];
   if (last && !fold.lostAttempts.includes(last.attempt)) {
-    await rc.bus.writeCloseAsync({
+    rc.bus.writeClose({
       run_id: rc.runId,
       call,
       attempt: last.attempt,

@@ -135,7 +135,7 @@ export async function writeStepFiles(
       ? spawnMessage(step.marker, step.role, step.workspace, step.packet)
       : sendInputMessage(step.marker, step.input);
   try {
-    await rc.bus.writeStepAsync(
+    rc.bus.writeStep(
       {
         run_id: rc.runId,
         call: step.call,

@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { z } from "zod";
 import type { HostThread } from "../host/sessionHost.js";
 import type { RowOf } from "../journal/rows.js";
-import { REPORT_FORMAT, type Reply, type ReplyKind, writeReplyAsync } from "../steps/inbox.js";
+import { REPORT_FORMAT, type Reply, type ReplyKind, writeReply } from "../steps/inbox.js";
 import { type BindVerdict, judgeBind } from "./bind.js";
 import { stepPair } from "./bindStep.js";
 import { foldCall } from "./callFold.js";
@@ -46,18 +46,22 @@ async function answer(
 ): Promise<void> {
   // not listed as unanswered while its reply is written (another call or the run's loop would answer again)
   const replied = rc.replying(name);
-  await writeReplyAsync(rc.paths.replies, name, {
-    format: "crw-flow-reply/1",
-    reply,
-    run_id: rc.runId,
-    call: report.call,
-    k: report.k,
-    attempt: report.attempt,
-    agent_id: report.agent_id,
-    reason,
-    ...extra,
-    at: new Date().toISOString(),
-  }).finally(replied);
+  try {
+    writeReply(rc.paths.replies, name, {
+      format: "crw-flow-reply/1",
+      reply,
+      run_id: rc.runId,
+      call: report.call,
+      k: report.k,
+      attempt: report.attempt,
+      agent_id: report.agent_id,
+      reason,
+      ...extra,
+      at: new Date().toISOString(),
+    });
+  } finally {
+    replied();
+  }
   rc.emit({ type: "reply", name, reply, reason });
 }
 

@@ -53,7 +53,7 @@ export async function runSessionCall(rc: RunContext, call: string): Promise<unkn
         break;
       case "harvest":
         if (retracted !== pos.step.marker) {
-          await rc.bus.retractStepAsync(call, pos.step.k, pos.step.attempt);
+          rc.bus.retractStep(call, pos.step.k, pos.step.attempt);
           closeUnwritten(rc, call, pos.step, files, true);
           retracted = pos.step.marker;
         }

@@ -1,6 +1,6 @@
 import { mkdirSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { writeFileAtomic, writeFileAtomicAsync } from "../util/fsx.js";
+import { writeFileAtomic } from "../util/fsx.js";
 import { safeName } from "./stepBus.js";
 
 /**
@@ -56,20 +56,15 @@ export function writeReport(inboxDir: string, report: DispatchReport): string {
   return name;
 }
 
+/** Writes a reply whole (by rename); a replies directory removed meanwhile is made again. */
 export function writeReply(repliesDir: string, name: string, reply: Reply): void {
-  mkdirSync(repliesDir, { recursive: true });
-  writeFileAtomic(join(repliesDir, name), `${JSON.stringify(reply)}\n`);
-}
-
-/** `writeReply` off the event loop, for the run process (which made the replies directory at its start). */
-export async function writeReplyAsync(repliesDir: string, name: string, reply: Reply): Promise<void> {
+  const text = `${JSON.stringify(reply)}\n`;
   try {
-    await writeFileAtomicAsync(join(repliesDir, name), `${JSON.stringify(reply)}\n`);
+    writeFileAtomic(join(repliesDir, name), text);
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
-    // the directory was removed meanwhile: made again
     mkdirSync(repliesDir, { recursive: true });
-    await writeFileAtomicAsync(join(repliesDir, name), `${JSON.stringify(reply)}\n`);
+    writeFileAtomic(join(repliesDir, name), text);
   }
 }
 

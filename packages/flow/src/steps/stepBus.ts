@@ -1,7 +1,6 @@
 import { mkdirSync, readdirSync, readFileSync } from "node:fs";
-import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
-import { removeIfExists, removeIfExistsAsync, writeFileAtomic, writeFileAtomicAsync } from "../util/fsx.js";
+import { removeIfExists, writeFileAtomic } from "../util/fsx.js";
 
 /**
  * The file step bus (engine.FileStepBus) under `<state>/flow/<run>/steps/<call>/`:
@@ -66,9 +65,14 @@ export class FileStepBus {
     private readonly beforeWrite: StepWriteHook | null = null,
   ) {}
 
-  /** Writes the packet, then the step (each whole, by rename). Throws when either cannot be written. */
+  /**
+   * Writes the packet, then the step (each whole, by rename). Throws when either cannot be written.
+   * The bus's files are small and never fsync'd (the row that announces them is durable first), so they are
+   * written on the event loop: an asynchronous write and rename is four thread-pool round trips, which cost
+   * the run process more CPU than the write itself.
+   */
   writeStep(step: StepFile, packetText: string): void {
-    mkdirSync(stepDir(this.stepsDir, step.call), { recursive: true });
+    this.callDir(step.call);
     this.beforeWrite?.(step.packet);
     writeFileAtomic(step.packet, packetText);
     const path = stepPath(this.stepsDir, step.call, step.k, step.attempt);
@@ -76,27 +80,13 @@ export class FileStepBus {
     writeFileAtomic(path, `${JSON.stringify(step, null, 2)}\n`);
   }
 
-  /** `writeStep` off the event loop (the run process's own path: its other calls go on meanwhile). */
-  async writeStepAsync(step: StepFile, packetText: string): Promise<void> {
-    await this.callDir(step.call);
-    this.beforeWrite?.(step.packet);
-    await writeFileAtomicAsync(step.packet, packetText);
-    const path = stepPath(this.stepsDir, step.call, step.k, step.attempt);
-    this.beforeWrite?.(path);
-    await writeFileAtomicAsync(path, `${JSON.stringify(step, null, 2)}\n`);
-  }
-
   retractStep(call: string, k: number, attempt: number): void {
     removeIfExists(stepPath(this.stepsDir, call, k, attempt));
   }
 
-  async retractStepAsync(call: string, k: number, attempt: number): Promise<void> {
-    await removeIfExistsAsync(stepPath(this.stepsDir, call, k, attempt));
-  }
-
-  async writeCloseAsync(close: CloseFile): Promise<void> {
-    await this.callDir(close.call);
-    await writeFileAtomicAsync(
+  writeClose(close: CloseFile): void {
+    this.callDir(close.call);
+    writeFileAtomic(
       closePath(this.stepsDir, close.call, close.attempt, close.agent_id),
       `${JSON.stringify(close)}\n`,
     );
@@ -104,18 +94,10 @@ export class FileStepBus {
 
   /** Each call's directory is made once per process (a mkdir costs a metadata write even when it exists). */
   private readonly made = new Set<string>();
-  private async callDir(call: string): Promise<void> {
+  private callDir(call: string): void {
     if (this.made.has(call)) return;
-    await mkdir(stepDir(this.stepsDir, call), { recursive: true });
+    mkdirSync(stepDir(this.stepsDir, call), { recursive: true });
     this.made.add(call);
-  }
-
-  writeClose(close: CloseFile): void {
-    mkdirSync(stepDir(this.stepsDir, close.call), { recursive: true });
-    writeFileAtomic(
-      closePath(this.stepsDir, close.call, close.attempt, close.agent_id),
-      `${JSON.stringify(close)}\n`,
-    );
   }
 }
 

@@ -10,7 +10,6 @@ import {
   unlinkSync,
   writeFileSync,
 } from "node:fs";
-import { rename, unlink, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 
 /** Temporary names: this process's pid, a random tag drawn once, and a counter. */
@@ -46,32 +45,6 @@ export function writeFileAtomic(path: string, data: string, durable = false): vo
     throw e;
   }
   if (durable) fsyncDir(dirname(path));
-}
-
-/**
- * `writeFileAtomic` without `durable`, off the event loop: for the files a row already made durable
- * (steps, replies, close files), so the run's other calls go on while the disk works.
- */
-export async function writeFileAtomicAsync(path: string, data: string): Promise<void> {
-  const tmp = tmpName(path);
-  try {
-    await writeFile(tmp, data);
-    await rename(tmp, path);
-  } catch (e) {
-    await unlink(tmp).catch(() => {}); // the temporary file may never have been made
-    throw e;
-  }
-}
-
-/** `removeIfExists` off the event loop. */
-export async function removeIfExistsAsync(path: string): Promise<boolean> {
-  try {
-    await unlink(path);
-    return true;
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === "ENOENT") return false;
-    throw e;
-  }
 }
 
 export function fsyncDir(dir: string): void {
