@@ -75,14 +75,16 @@ const MODULES = {
     // of unknown outcome
     mutate: ["packages/brain/src/delegation/recovery.ts:294-450"],
   },
-  // the same range in four runs, each of which writes its own report: at about 2 minutes a mutant the whole
+  // the same range in five runs, each of which writes its own report: at about a minute a mutant the whole
   // range does not finish in one sitting, and a stopped run reports nothing
   // a: recoverRun (never started, ended turn, the continuation and what it journals)
   "brain-recovery-a": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:294-349"] },
   // b: the child's inbox count and hasUnknownOutcome
   "brain-recovery-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:350-377"] },
-  // c: the charged and free continuations and settleError
-  "brain-recovery-c": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:378-427"] },
+  // c: the charged continuation (the attempts bound, the generation fence)
+  "brain-recovery-c": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:378-395"] },
+  // e: the free continuation and settleError
+  "brain-recovery-e": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:396-427"] },
   // d: the answer to a call of unknown outcome
   "brain-recovery-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:428-450"] },
   // the scope a delegation captures from its parent
