@@ -75,7 +75,7 @@ const MODULES = {
     // of unknown outcome
     mutate: ["packages/brain/src/delegation/recovery.ts:294-450"],
   },
-  // the same range in five runs, each of which writes its own report: at about a minute a mutant the whole
+  // the same range in six runs, each of which writes its own report: at about a minute a mutant the whole
   // range does not finish in one sitting, and a stopped run reports nothing
   // a: recoverRun (never started, ended turn, the continuation and what it journals)
   "brain-recovery-a": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:294-349"] },
@@ -83,8 +83,10 @@ const MODULES = {
   "brain-recovery-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:350-377"] },
   // c: the charged continuation (the attempts bound, the generation fence)
   "brain-recovery-c": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:378-395"] },
-  // e: the free continuation and settleError
-  "brain-recovery-e": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:396-427"] },
+  // e: the free continuation (its bound, the generation fence)
+  "brain-recovery-e": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:396-414"] },
+  // f: settleError (the error result and the parent's wake)
+  "brain-recovery-f": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:415-427"] },
   // d: the answer to a call of unknown outcome
   "brain-recovery-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:428-450"] },
   // the scope a delegation captures from its parent
