@@ -61,6 +61,27 @@ describe("a call's first turn and its reply", () => {
   });
 });
 
+describe("what a settled call's run records", () => {
+  it("a call that settles ok records no error on its run; a failed one records its code and message", async () => {
+    const made = makeService(db.pool);
+    const caller = await newParent(made.service);
+    const ok = await delegateForeground(made.service, caller, "ok", scriptTask({ answer: "fine" }));
+    const failed = await delegateForeground(
+      made.service,
+      caller,
+      "bad",
+      scriptTask({ answer: "never", failAtRequest: 0 }),
+    );
+    if (ok.kind !== "result" || failed.kind !== "result") throw new Error("expected results");
+    expect((await made.repo.getRun(ok.runId, caller.account.id)).error).toBeNull();
+    expect((await made.repo.getRun(failed.runId, caller.account.id)).error).toEqual({
+      code: "child_failed",
+      message: "scripted provider failure",
+    });
+    await made.service.close();
+  });
+});
+
 describe("a failed drain's result id", () => {
   it("a failed drain that took only a text follow-up carries no result id (S004-052)", async () => {
     const { service, repo } = makeService(db.pool);
