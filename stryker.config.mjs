@@ -56,13 +56,16 @@ const MODULES = {
   "db-recovery": { pkg: "db", mutate: ["packages/db/src/delegation/recovery.ts"] },
   // a child's result settled once, fenced by its generation, with its spill
   // narrowed (the whole file, 334 mutants, ran at 30-60 s a mutant beside four other runs): the start's
-  // generation fence and a retried call, the settlement drain's loop and bound, a failure's error code
+  // generation fence and a retried call, the first turn and the settling mark with its reply, the turn's
+  // inbox look and delivered ids, the settlement drain's loop and bound, a failure's error code
   "brain-settlement": {
     pkg: "brain",
     mutate: [
-      "packages/brain/src/delegation/settlement.ts:123-135",
-      "packages/brain/src/delegation/settlement.ts:292-337",
-      "packages/brain/src/delegation/settlement.ts:484-485",
+      "packages/brain/src/delegation/settlement.ts:125-137",
+      "packages/brain/src/delegation/settlement.ts:189-224",
+      "packages/brain/src/delegation/settlement.ts:259-293",
+      "packages/brain/src/delegation/settlement.ts:312-357",
+      "packages/brain/src/delegation/settlement.ts:504-505",
     ],
   },
   // results carried into the parent's next turn
