@@ -13,21 +13,37 @@ const answer = (text: string, settled = true): JournalWrite => ({
   settled,
 });
 
-async function started() {
-  const r = new PgDelegationRepository(db.pool);
-  const account = await r.createAccount({ name: `cr-${randomUUID().slice(0, 8)}` });
-  const parent = await r.createRootSession(account.id, "scripted");
-  const { run, child } = await r.createDelegation({
-    parentSessionId: parent.id,
-    principalAccountId: account.id,
-    toolCallId: "call-1",
+/** A background call of `parentSessionId`, created (queued) and not started. */
+const delegation = (
+  r: PgDelegationRepository,
+  parentSessionId: string,
+  accountId: string,
+  toolCallId: string,
+) =>
+  r.createDelegation({
+    parentSessionId,
+    principalAccountId: accountId,
+    toolCallId,
     task: "the task",
     mode: "background",
     model: "scripted",
     scope: '{"s":1}',
   });
-  await r.startRun(run.id, run.generation, "owner", child.id);
+
+/** A root session's call, queued. */
+async function queued() {
+  const r = new PgDelegationRepository(db.pool);
+  const account = await r.createAccount({ name: `cr-${randomUUID().slice(0, 8)}` });
+  const parent = await r.createRootSession(account.id, "scripted");
+  const { run, child } = await delegation(r, parent.id, account.id, "call-1");
   return { r, account, parent, run, child };
+}
+
+/** A root session's call, started. */
+async function started() {
+  const made = await queued();
+  await made.r.startRun(made.run.id, made.run.generation, "owner", made.child.id);
+  return made;
 }
 
 const statusOf = async (runId: string) =>
@@ -85,29 +101,10 @@ describe("a settling call's mark and reply in one statement", () => {
 
 describe("a call's start reads its child's inbox", () => {
   it("answers what settlementWork gives for the child, in the start's own statement", async () => {
-    const r = new PgDelegationRepository(db.pool);
-    const account = await r.createAccount({ name: `cr-w-${randomUUID().slice(0, 8)}` });
-    const parent = await r.createRootSession(account.id, "scripted");
-    const { run, child } = await r.createDelegation({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "call-w",
-      task: "the task",
-      mode: "background",
-      model: "scripted",
-      scope: '{"s":1}',
-    });
+    const { r, account, run, child } = await queued();
     await r.enqueueSteer(child.id, account.id, "one");
     await r.enqueueSteer(child.id, account.id, "two");
-    await r.createDelegation({
-      parentSessionId: child.id,
-      principalAccountId: account.id,
-      toolCallId: "helper",
-      task: "h",
-      mode: "background",
-      model: "scripted",
-      scope: '{"s":1}',
-    });
+    await delegation(r, child.id, account.id, "helper");
     const start = await r.startRun(run.id, run.generation, "owner", child.id);
     expect(start.work).toEqual({ openChildRuns: 1, pendingSteers: 2, queuedResults: 0, spills: false });
     expect(start.work).toEqual(await r.settlementWork(child.id, account.id));

@@ -169,6 +169,31 @@ export interface Caller {
   account: { id: string };
 }
 
+/**
+ * A call admitted but not yet run (queued, generation 1), with the scope a Delegate captures: copied from a
+ * child this parent delegated just before.
+ */
+export async function queuedCall(
+  service: DelegationService,
+  caller: Caller,
+  toolCallId: string,
+  task: string,
+) {
+  const first = await delegateForeground(service, caller, `${toolCallId}-scope`, scriptTask({ answer: "x" }));
+  if (first.kind !== "result") throw new Error("expected a result");
+  const scope = (await service.repo.getSession(first.childSessionId, caller.account.id)).scope ?? "";
+  const { run } = await service.repo.createDelegation({
+    parentSessionId: caller.parent.id,
+    principalAccountId: caller.account.id,
+    toolCallId,
+    task,
+    mode: "background",
+    model: "scripted",
+    scope,
+  });
+  return run;
+}
+
 /** A foreground delegation from `caller`'s parent session. */
 export function delegateForeground(
   service: DelegationService,

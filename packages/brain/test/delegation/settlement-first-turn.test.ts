@@ -1,41 +1,15 @@
-import { randomUUID } from "node:crypto";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
-import { parseDelegatedExecutionScope } from "../../src/index.js";
-import { type Caller, delegateForeground, makeService, newParent, recording, scriptTask } from "./helpers.js";
+import { delegateForeground, makeService, newParent, queuedCall, recording, scriptTask } from "./helpers.js";
 
 const db = useTestDatabase();
-
-type Made = ReturnType<typeof makeService>;
-
-/** A queued call (not run yet) of `caller`, with the scope a Delegate of this parent captures. */
-async function queuedCall(made: Made, caller: Caller, task: string) {
-  const first = await delegateForeground(
-    made.service,
-    caller,
-    `scope-${randomUUID()}`,
-    scriptTask({ answer: "x" }),
-  );
-  if (first.kind !== "result") throw new Error("expected a result");
-  const scope = (await made.repo.getSession(first.childSessionId, caller.account.id)).scope ?? "";
-  const { run } = await made.repo.createDelegation({
-    parentSessionId: caller.parent.id,
-    principalAccountId: caller.account.id,
-    toolCallId: `call-${randomUUID()}`,
-    task,
-    mode: "background",
-    model: "scripted",
-    scope,
-  });
-  return run;
-}
 
 describe("a call's first turn and its reply", () => {
   it("a call stopped before its first turn runs no model turn and settles as aborted", async () => {
     const { seen, runner } = recording();
     const made = makeService(db.pool, { runner });
     const caller = await newParent(made.service);
-    const run = await queuedCall(made, caller, scriptTask({ answer: "never" }));
+    const run = await queuedCall(made.service, caller, "call", scriptTask({ answer: "never" }));
     const stop = new AbortController();
     stop.abort();
     const resultId = await made.service.executeRun(run, { signal: stop.signal });
@@ -48,7 +22,7 @@ describe("a call's first turn and its reply", () => {
   it("a turn that ends without any assistant message settles with no answer, not a failure", async () => {
     const made = makeService(db.pool);
     const caller = await newParent(made.service);
-    const run = await queuedCall(made, caller, scriptTask({ answer: "unused" }));
+    const run = await queuedCall(made.service, caller, "call", scriptTask({ answer: "unused" }));
     // from here on, every turn ends at once and writes nothing
     const silent = makeService(db.pool, { runner: { runTurn: async () => ({ stopReason: "stop" }) } });
     const resultId = await silent.service.executeRun(run);
@@ -79,29 +53,5 @@ describe("what a settled call's run records", () => {
       message: "scripted provider failure",
     });
     await made.service.close();
-  });
-});
-
-describe("a failed drain's result id", () => {
-  it("a failed drain that took only a text follow-up carries no result id (S004-052)", async () => {
-    const { service, repo } = makeService(db.pool);
-    const { account, parent } = await newParent(service);
-    const first = await delegateForeground(
-      service,
-      { parent, account },
-      "c",
-      scriptTask({ answer: "first", failAtRequest: 1 }),
-    );
-    if (first.kind !== "result") throw new Error("expected result");
-    const child = await repo.getSession(first.childSessionId, account.id);
-    await repo.enqueueSteer(child.id, account.id, "one more thing");
-    const out = await service.drainPendingResults(
-      child,
-      parseDelegatedExecutionScope(child.scope ?? ""),
-      () => {},
-    );
-    expect(out).toMatchObject({ kind: "failed", reason: "scripted provider failure" });
-    expect(out.kind === "failed" && out.resultId).toBeUndefined();
-    await service.close();
   });
 });

@@ -9,7 +9,6 @@ import {
   type SessionTurnRunner,
 } from "../../src/index.js";
 import {
-  type Caller,
   delegateBackground,
   delegateCall,
   delegateForeground,
@@ -17,6 +16,7 @@ import {
   latch,
   makeService,
   newParent,
+  queuedCall,
   recording,
   resultIdsIn,
   scriptTask,
@@ -35,28 +35,6 @@ function afterEachTurn(hook: { afterTurn?: (sessionId: string) => Promise<void> 
       return outcome;
     },
   };
-}
-
-type Service = ReturnType<typeof makeService>["service"];
-
-/**
- * A call admitted but not yet run (queued, generation 1), with the scope a Delegate captures: copied from a
- * child this parent delegated just before.
- */
-async function queuedCall(service: Service, caller: Caller, toolCallId: string, task: string) {
-  const first = await delegateForeground(service, caller, `${toolCallId}-scope`, scriptTask({ answer: "x" }));
-  if (first.kind !== "result") throw new Error("expected a result");
-  const scope = (await service.repo.getSession(first.childSessionId, caller.account.id)).scope ?? "";
-  const { run } = await service.repo.createDelegation({
-    parentSessionId: caller.parent.id,
-    principalAccountId: caller.account.id,
-    toolCallId,
-    task,
-    mode: "background",
-    model: "scripted",
-    scope,
-  });
-  return run;
 }
 
 async function steerRows(childSessionId: string) {

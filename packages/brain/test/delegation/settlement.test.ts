@@ -19,6 +19,20 @@ import {
 
 const db = useTestDatabase();
 
+/** A child whose call settled, and whose next turn (a drain's follow-up) fails. */
+async function childFailingNextTurn(service: ReturnType<typeof makeService>["service"]) {
+  const { account, parent } = await newParent(service);
+  const first = await delegateForeground(
+    service,
+    { parent, account },
+    "c",
+    scriptTask({ answer: "first", failAtRequest: 1 }),
+  );
+  if (first.kind !== "result") throw new Error("expected result");
+  const child = await service.repo.getSession(first.childSessionId, account.id);
+  return { account, child, scope: parseDelegatedExecutionScope(child.scope ?? "") };
+}
+
 describe("settlement of a child's call", () => {
   it("S004-046: S004-049: a call settles only after its helpers' results were processed, with the newest reply", async () => {
     const gates = new Map<string, Promise<void>>();
@@ -74,18 +88,9 @@ describe("settlement of a child's call", () => {
 
   it("S004-052: S004-053: S004-051: a failed drain carries result id, reason and cause to every joined caller; nothing is requeued", async () => {
     const { service, repo } = makeService(db.pool);
-    const { account, parent } = await newParent(service);
-    const first = await delegateForeground(
-      service,
-      { parent, account },
-      "c",
-      scriptTask({ answer: "first", failAtRequest: 1 }),
-    );
-    if (first.kind !== "result") throw new Error("expected result");
-    const child = await repo.getSession(first.childSessionId, account.id);
+    const { account, child, scope } = await childFailingNextTurn(service);
     // a helper result waits in the child's inbox
     const resultId = await settledHelperResult(repo, child, account.id, "h", "helper says");
-    const scope = parseDelegatedExecutionScope(child.scope ?? "");
     const [a, b] = await Promise.all([
       service.drainPendingResults(child, scope, () => {}),
       service.drainPendingResults(child, scope, () => {}),
@@ -99,25 +104,22 @@ describe("settlement of a child's call", () => {
 
   it("S004-054: an aborted drain keeps stop precedence over failure", async () => {
     const { service, repo } = makeService(db.pool);
-    const { account, parent } = await newParent(service);
-    const first = await delegateForeground(
-      service,
-      { parent, account },
-      "c",
-      scriptTask({ answer: "first", failAtRequest: 1 }),
-    );
-    if (first.kind !== "result") throw new Error("expected result");
-    const child = await repo.getSession(first.childSessionId, account.id);
+    const { account, child, scope } = await childFailingNextTurn(service);
     await repo.enqueueSteer(child.id, account.id, "more");
     const stop = new AbortController();
     stop.abort();
-    const out = await service.drainPendingResults(
-      child,
-      parseDelegatedExecutionScope(child.scope ?? ""),
-      () => {},
-      stop.signal,
-    );
+    const out = await service.drainPendingResults(child, scope, () => {}, stop.signal);
     expect(out).toEqual({ kind: "aborted" });
+  });
+
+  it("a failed drain that took only a text follow-up carries no result id (S004-052)", async () => {
+    const { service, repo } = makeService(db.pool);
+    const { account, child, scope } = await childFailingNextTurn(service);
+    await repo.enqueueSteer(child.id, account.id, "one more thing");
+    const out = await service.drainPendingResults(child, scope, () => {});
+    expect(out).toMatchObject({ kind: "failed", reason: "scripted provider failure" });
+    expect(out.kind === "failed" && out.resultId).toBeUndefined();
+    await service.close();
   });
 
   it("S004-037: result steering writes no steer receipt and never stamps a steer id on a result", async () => {

@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { createScriptedTurnRunner, type SessionTurnRunner } from "../../src/index.js";
-import { type Caller, delegateForeground, makeService, newParent, scriptTask, waitFor } from "./helpers.js";
+import { makeService, newParent, queuedCall, scriptTask, waitFor } from "./helpers.js";
 
 const db = useTestDatabase();
 
@@ -31,29 +31,7 @@ function observed() {
   return { ...made, events, watched };
 }
 
-/** A queued call (not run yet) of `caller`, with the scope a Delegate of this parent captures. */
-async function queuedCall(made: Made, caller: Caller, task: string) {
-  const first = await delegateForeground(
-    made.service,
-    caller,
-    `scope-${randomUUID()}`,
-    scriptTask({ answer: "x" }),
-  );
-  if (first.kind !== "result") throw new Error("expected a result");
-  const scope = (await made.repo.getSession(first.childSessionId, caller.account.id)).scope ?? "";
-  const { run } = await made.repo.createDelegation({
-    parentSessionId: caller.parent.id,
-    principalAccountId: caller.account.id,
-    toolCallId: `call-${randomUUID()}`,
-    task,
-    mode: "background",
-    model: "scripted",
-    scope,
-  });
-  return run;
-}
-
-const userTexts = async (made: Made, sessionId: string, accountId: string) =>
+const rolesIn = async (made: Made, sessionId: string, accountId: string) =>
   (await made.repo.readJournal(sessionId, accountId)).flatMap((e) =>
     e.body.type === "message" ? [`${e.body.message.role}`] : [],
   );
@@ -62,7 +40,7 @@ describe("a call's first turn looks at the inbox its start read", () => {
   it("a fresh call's child is counted once, by the settlement drain after its turn, not again before it", async () => {
     const made = observed();
     const caller = await newParent(made.service);
-    const run = await queuedCall(made, caller, scriptTask({ answer: "done" }));
+    const run = await queuedCall(made.service, caller, "call", scriptTask({ answer: "done" }));
     made.watched.add(run.childSessionId ?? "");
     await made.service.executeRun(run);
     expect(made.events).toEqual(["turn", "count"]);
@@ -72,13 +50,13 @@ describe("a call's first turn looks at the inbox its start read", () => {
   it("a steer pending when the call starts is taken by its first turn", async () => {
     const made = observed();
     const caller = await newParent(made.service);
-    const run = await queuedCall(made, caller, scriptTask({ answer: "done" }));
+    const run = await queuedCall(made.service, caller, "call", scriptTask({ answer: "done" }));
     const child = run.childSessionId ?? "";
     await made.repo.enqueueSteer(child, caller.account.id, "also this");
     made.watched.add(child);
     await made.service.executeRun(run);
     // task, steer, then the one answer: the steer went into the first turn, no follow-up turn ran
-    expect(await userTexts(made, child, caller.account.id)).toEqual(["user", "user", "assistant"]);
+    expect(await rolesIn(made, child, caller.account.id)).toEqual(["user", "user", "assistant"]);
     expect(made.events).toEqual(["turn", "count"]);
     const { rows } = await db.pool.query("select status from delegated_steers where child_session_id = $1", [
       child,
@@ -90,7 +68,7 @@ describe("a call's first turn looks at the inbox its start read", () => {
   it("a child with an open call of its own counts its inbox again before its first turn", async () => {
     const made = observed();
     const caller = await newParent(made.service);
-    const run = await queuedCall(made, caller, scriptTask({ answer: "done" }));
+    const run = await queuedCall(made.service, caller, "call", scriptTask({ answer: "done" }));
     const child = run.childSessionId ?? "";
     // the child's own open call: its result could start a result turn of the child at any time
     const { run: helper } = await made.repo.createDelegation({

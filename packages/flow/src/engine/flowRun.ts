@@ -402,8 +402,8 @@ class FlowRun implements RunContext {
     return this.waits.unanswered();
   }
 
-  replying(name: string): () => void {
-    return this.waits.replying(name);
+  answered(name: string): void {
+    this.waits.answered(name);
   }
 
   hostVersion(threadId: string): number {

@@ -36,32 +36,28 @@ function readReport(rc: RunContext, name: string): Report | null {
   }
 }
 
-async function answer(
+function answer(
   rc: RunContext,
   name: string,
   report: Report,
   reply: ReplyKind,
   reason: string,
   extra: Partial<Reply> = {},
-): Promise<void> {
-  // not listed as unanswered while its reply is written (another call or the run's loop would answer again)
-  const replied = rc.replying(name);
-  try {
-    writeReply(rc.paths.replies, name, {
-      format: "crw-flow-reply/1",
-      reply,
-      run_id: rc.runId,
-      call: report.call,
-      k: report.k,
-      attempt: report.attempt,
-      agent_id: report.agent_id,
-      reason,
-      ...extra,
-      at: new Date().toISOString(),
-    });
-  } finally {
-    replied();
-  }
+): void {
+  writeReply(rc.paths.replies, name, {
+    format: "crw-flow-reply/1",
+    reply,
+    run_id: rc.runId,
+    call: report.call,
+    k: report.k,
+    attempt: report.attempt,
+    agent_id: report.agent_id,
+    reason,
+    ...extra,
+    at: new Date().toISOString(),
+  });
+  // not listed as unanswered again (another call or the run's loop would answer it twice)
+  rc.answered(name);
   rc.emit({ type: "reply", name, reply, reason });
 }
 
@@ -86,7 +82,7 @@ export async function answerReports(
     const report = readReport(rc, name);
     if (!report || report.call !== call || report.k !== step.k || report.attempt !== step.attempt) continue;
     if (report.run_id !== rc.runId) {
-      await answer(rc, name, report, "refused", `the report is for run ${report.run_id}, not ${rc.runId}`);
+      answer(rc, name, report, "refused", `the report is for run ${report.run_id}, not ${rc.runId}`);
       continue;
     }
     const r = await rc.host.readThread(report.agent_id);
@@ -96,7 +92,7 @@ export async function answerReports(
         ? `crw cannot reach the owner's Codex host ${down.host}: ${down.why}. To fix: ${down.fix}`
         : `the host cannot show ${report.agent_id} yet (${r.reason}): ${r.message}`;
       const held = rc.refusals?.note(call, step, "retry", report.agent_id, reason) ?? null;
-      await answer(rc, name, report, "retry", heldReason(reason, held));
+      answer(rc, name, report, "retry", heldReason(reason, held));
       if (held) return false;
       continue;
     }
@@ -105,10 +101,10 @@ export async function answerReports(
       const b = await onBind(r.value, v);
       if (!b.bound) {
         // the subagent stays unbound (its call is held): close it
-        await answer(rc, name, report, "close", b.reason);
+        answer(rc, name, report, "close", b.reason);
         return true;
       }
-      await answer(rc, name, report, "bound", `subagent ${report.agent_id} is bound to ${step.marker}`);
+      answer(rc, name, report, "bound", `subagent ${report.agent_id} is bound to ${step.marker}`);
       rc.emit({ type: "bound", call, marker: step.marker, agent: report.agent_id, via: "report" });
       return true;
     }
@@ -118,7 +114,7 @@ export async function answerReports(
     const mismatch = v.verdict === "pair_mismatch";
     const reason =
       mismatch && !held ? `${v.reason}: close it and spawn again with the role's pair` : v.reason;
-    await answer(rc, name, report, v.verdict, heldReason(reason, held), mismatch ? { pair: v.pair } : {});
+    answer(rc, name, report, v.verdict, heldReason(reason, held), mismatch ? { pair: v.pair } : {});
     if (held) return false;
   }
   return false;
@@ -136,18 +132,18 @@ export async function answerStrayReports(rc: RunContext): Promise<void> {
   for (const name of rc.unanswered()) {
     const report = readReport(rc, name);
     if (!report) {
-      await refuseInvalid(rc, name);
+      refuseInvalid(rc, name);
       continue;
     }
     if (report.run_id !== rc.runId) {
-      await answer(rc, name, report, "refused", `the report is for run ${report.run_id}, not ${rc.runId}`);
+      answer(rc, name, report, "refused", `the report is for run ${report.run_id}, not ${rc.runId}`);
       continue;
     }
     const rows = rc.rowsOf(report.call);
     const fold = foldCall(rows);
     const step = fold.steps.find((s) => s.k === report.k && s.attempt === report.attempt);
     if (!step) {
-      await answer(
+      answer(
         rc,
         name,
         report,
@@ -166,11 +162,11 @@ export async function answerStrayReports(rc: RunContext): Promise<void> {
       fold.lostAttempts.includes(report.attempt) ||
       rows.some((r) => r.type === "held" && r.seq > (boundThread?.seq ?? step.seq));
     if (boundThread && boundThread.thread_id === report.agent_id && !attemptEnded) {
-      await answer(rc, name, report, "bound", `subagent ${report.agent_id} is bound to ${step.marker}`);
+      answer(rc, name, report, "bound", `subagent ${report.agent_id} is bound to ${step.marker}`);
     } else if (boundThread && boundThread.thread_id === report.agent_id) {
-      await answer(rc, name, report, "close", `attempt ${report.attempt} of ${report.call} has ended`);
+      answer(rc, name, report, "close", `attempt ${report.attempt} of ${report.call} has ended`);
     } else if (boundThread || step.action === "send_input") {
-      await answer(
+      answer(
         rc,
         name,
         report,
@@ -178,7 +174,7 @@ export async function answerStrayReports(rc: RunContext): Promise<void> {
         `attempt ${report.attempt} of ${report.call} is bound to another subagent`,
       );
     } else {
-      await answer(rc, name, report, "close", `attempt ${report.attempt} of ${report.call} has ended`);
+      answer(rc, name, report, "close", `attempt ${report.attempt} of ${report.call} has ended`);
     }
   }
 }
@@ -187,7 +183,7 @@ export async function answerStrayReports(rc: RunContext): Promise<void> {
  * A report that is not a valid dispatch report (no subagent, wrong types, not JSON) is refused, under its
  * own name, with what is known of it; it never binds anything.
  */
-async function refuseInvalid(rc: RunContext, name: string): Promise<void> {
+function refuseInvalid(rc: RunContext, name: string): void {
   let raw: Record<string, unknown> = {};
   try {
     const text = readFileSync(join(rc.paths.inbox, name), "utf8");
@@ -197,7 +193,7 @@ async function refuseInvalid(rc: RunContext, name: string): Promise<void> {
   }
   const str = (v: unknown) => (typeof v === "string" ? v.slice(0, 200) : "");
   const int = (v: unknown) => (Number.isInteger(v) && (v as number) > 0 ? (v as number) : 1);
-  await answer(
+  answer(
     rc,
     name,
     {

@@ -57,8 +57,8 @@ export interface RunContext {
    */
   nap(since?: number): Promise<void>;
   inboxVersion(): number;
-  /** Report `name` is being answered: not listed as unanswered from now on; call the answer once written. */
-  replying(name: string): () => void;
+  /** Report `name` was answered (its reply is on disk): not listed as unanswered from now on. */
+  answered(name: string): void;
   /** The count of the host's notifications that changed a thread: read before the thread is read. */
   hostVersion(threadId: string): number;
   /** Until the host notifies a change of the thread past `since`, the run stops, or one poll interval. */

@@ -44,8 +44,6 @@ export class RunWaits {
   /** Reports the inbox watch named since the last listing (rewritten, or new). */
   private readonly touched = new Set<string>();
   private touchedAll = false;
-  /** Reports whose reply this process is writing. */
-  private readonly writing = new Set<string>();
 
   constructor(
     private readonly dirs: { inbox: string; replies: string },
@@ -79,11 +77,11 @@ export class RunWaits {
     const every = this.inbox.watching ? Math.max(this.pollMs, FULL_LISTING_MIN_MS) : this.pollMs;
     if (!this.listing || this.touchedAll || now - this.listing.at >= every) {
       const names = unansweredReports(this.dirs.inbox, this.dirs.replies);
-      this.listing = { at: now, names: names.filter((n) => !this.writing.has(n)) };
+      this.listing = { at: now, names };
     } else if (this.touched.size > 0) {
       const names = new Set(this.listing.names);
       for (const name of this.touched) {
-        if (this.writing.has(name) || isAnswered(this.dirs, name)) names.delete(name);
+        if (isAnswered(this.dirs, name)) names.delete(name);
         else names.add(name);
       }
       this.listing.names = [...names].sort();
@@ -93,16 +91,9 @@ export class RunWaits {
     return this.listing.names;
   }
 
-  /**
-   * This process is writing the report's reply: it is left out of the listings until the reply is on disk
-   * (the answer, called then) and, in the listing at hand, after.
-   */
-  replying(name: string): () => void {
-    this.writing.add(name);
+  /** This process wrote the report's reply: it leaves the listing at hand (the next listing reads it so). */
+  answered(name: string): void {
     if (this.listing) this.listing.names = this.listing.names.filter((n) => n !== name);
-    return () => {
-      this.writing.delete(name);
-    };
   }
 
   private touch(name: string | null): void {
