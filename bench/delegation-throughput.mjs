@@ -91,6 +91,7 @@ await service.whenIdle();
 const elapsedMs = performance.now() - started;
 const cpu = process.cpuUsage(cpuBefore);
 const statementsUsed = counter.count() - statementsBefore;
+counter.report?.(total);
 const rowsUsed = (await rowsWritten()) - rowsBefore;
 
 const dup = await admin.query(

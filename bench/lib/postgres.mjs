@@ -39,12 +39,28 @@ export async function startBenchPostgres(prefix, migrate) {
 export async function countStatements() {
   const { default: pg } = await import("pg");
   let statements = 0;
+  // CRW_BENCH_STATEMENTS=list: each statement's count by its text, printed to stderr at the end
+  const byText = process.env.CRW_BENCH_STATEMENTS === "list" ? new Map() : null;
   const query = pg.Client.prototype.query;
   pg.Client.prototype.query = function counted(...args) {
     statements++;
+    if (byText) {
+      const q = args[0];
+      const text = typeof q === "string" ? q : (q?.text ?? q?.name ?? "?");
+      const key = String(text).replace(/\s+/g, " ").slice(0, 110);
+      byText.set(key, (byText.get(key) ?? 0) + 1);
+    }
     return query.apply(this, args);
   };
-  return { count: () => statements };
+  return {
+    count: () => statements,
+    /** The statements by text, most frequent first, each with its count per `unit`. */
+    report(unit) {
+      if (!byText) return;
+      for (const [text, n] of [...byText].sort((a, b) => b[1] - a[1]).slice(0, 40))
+        process.stderr.write(`${(n / unit).toFixed(2).padStart(7)}  ${text}\n`);
+    },
+  };
 }
 
 /**

@@ -99,6 +99,60 @@ describe("a settling call's mark and reply in one statement", () => {
   });
 });
 
+describe("the settlement's look: the child's inbox, and the settling mark once it is idle", () => {
+  const whenIdle = { whenIdle: true };
+
+  it("counts the child's inbox in the mark's own statement and marks nothing while a steer, a result or an open call of the child waits", async () => {
+    const { r, account, run, child } = await started();
+    await r.append(child.id, account.id, [answer("done")]);
+    const steer = await r.enqueueSteer(child.id, account.id, "also this");
+    const withSteer = await r.markSettlingWithReply(run.id, run.generation, child.id, account.id, whenIdle);
+    expect(withSteer.marked).toBe(false);
+    expect(withSteer.work).toEqual(await r.settlementWork(child.id, account.id));
+    expect(withSteer.work?.pendingSteers).toBe(1);
+    expect(withSteer.reply?.message).toMatchObject({ content: [{ type: "text", text: "done" }] });
+    expect(await statusOf(run.id)).toBe("running");
+    await r.deliverSteers(child.id, account.id, [steer.id]);
+
+    // an open call of the child's own
+    const { run: helper } = await delegation(r, child.id, account.id, "helper");
+    const withHelper = await r.markSettlingWithReply(run.id, run.generation, child.id, account.id, whenIdle);
+    expect(withHelper).toMatchObject({ marked: false, work: { openChildRuns: 1, queuedResults: 0 } });
+    expect(await statusOf(run.id)).toBe("running");
+
+    // the helper's result, settled and not yet taken by the child
+    await r.startRun(helper.id, helper.generation, "owner");
+    await r.settleRun({
+      runId: helper.id,
+      generation: helper.generation,
+      resultId: randomUUID(),
+      outcome: "ok",
+      body: "helper done",
+      byteSize: 11,
+    });
+    const withResult = await r.markSettlingWithReply(run.id, run.generation, child.id, account.id, whenIdle);
+    expect(withResult).toMatchObject({ marked: false, work: { openChildRuns: 0, queuedResults: 1 } });
+    expect(await statusOf(run.id)).toBe("running");
+  });
+
+  it("marks the run settling when the inbox is idle, with the reply and the counts of that snapshot", async () => {
+    const { r, account, run, child } = await started();
+    await r.append(child.id, account.id, [answer("done")]);
+    const out = await r.markSettlingWithReply(run.id, run.generation, child.id, account.id, whenIdle);
+    expect(out).toEqual({
+      marked: true,
+      reply: expect.objectContaining({ message: expect.objectContaining({ role: "assistant" }) }),
+      work: { openChildRuns: 0, pendingSteers: 0, queuedResults: 0, spills: false },
+    });
+    expect(await statusOf(run.id)).toBe("settling");
+    // without the option: no counts, the mark whatever waits
+    expect(Object.keys(await r.markSettlingWithReply(run.id, run.generation, child.id, account.id))).toEqual([
+      "marked",
+      "reply",
+    ]);
+  });
+});
+
 describe("a call's start reads its child's inbox", () => {
   it("answers what settlementWork gives for the child, in the start's own statement", async () => {
     const { r, account, run, child } = await queued();
@@ -135,5 +189,50 @@ describe("a session and its account's live grant in one snapshot", () => {
     await expect(r.getSessionWithAccount("nope", account.id)).rejects.toMatchObject({
       code: "invalid_input",
     });
+  });
+});
+
+describe("a turn's first rows and its system prompt in one statement", () => {
+  const user = (text: string): JournalWrite => ({
+    body: { type: "message", message: { role: "user", content: text } },
+  });
+  const promptOf = async (sessionId: string) =>
+    (await db.pool.query("select system_prompt from sessions where id = $1", [sessionId])).rows[0]
+      ?.system_prompt;
+
+  it("stores the prompt with the rows, and the first stored prompt stays: a later one is answered with it", async () => {
+    const { r, account, child } = await started();
+    expect(await promptOf(child.id)).toBeNull();
+    const first = await r.appendWithSystemPrompt(child.id, account.id, [answer("a")], "prompt one");
+    expect(first.systemPrompt).toBe("prompt one");
+    expect(first.entries).toHaveLength(1);
+    expect(await promptOf(child.id)).toBe("prompt one");
+    const second = await r.appendWithSystemPrompt(
+      child.id,
+      account.id,
+      [user("b"), answer("c")],
+      "prompt two",
+    );
+    expect(second.systemPrompt).toBe("prompt one");
+    const seq = first.entries[0]?.seq ?? 0;
+    expect(second.entries.map((e) => e.seq)).toEqual([seq + 1, seq + 2]);
+    expect(await promptOf(child.id)).toBe("prompt one");
+    expect((await r.getSession(child.id, account.id)).systemPrompt).toBe("prompt one");
+    // a plain append leaves the prompt as it is
+    await r.append(child.id, account.id, [answer("d")]);
+    expect(await promptOf(child.id)).toBe("prompt one");
+  });
+
+  it("writes neither rows nor prompt for another principal or an empty batch", async () => {
+    const { r, account, child } = await started();
+    const stranger = await r.createAccount({ name: `cr-p-${randomUUID().slice(0, 8)}` });
+    await expect(r.appendWithSystemPrompt(child.id, stranger.id, [answer("x")], "p")).rejects.toMatchObject({
+      code: "not_found",
+    });
+    expect(await r.appendWithSystemPrompt(child.id, account.id, [], "p")).toEqual({
+      entries: [],
+      systemPrompt: null,
+    });
+    expect(await promptOf(child.id)).toBeNull();
   });
 });

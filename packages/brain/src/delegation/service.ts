@@ -129,6 +129,8 @@ export class DelegationService implements RestartCheckpoint {
    * afresh before its turn, so a result for a known root parent is delivered without reading it first.
    */
   readonly #rootParents = new Map<string, SessionRow>();
+  /** System prompts this process saw stored by a turn's first write (a stored prompt never changes). */
+  readonly #storedPrompts = new Map<string, string>();
   #releaseLease: (() => Promise<void>) | undefined;
   #pause: Promise<void> | undefined;
 
@@ -368,9 +370,11 @@ export class DelegationService implements RestartCheckpoint {
       [...delegationTools(this, session, opts.readOnly), ...spillRead, ...own],
       opts.scope,
     );
-    const systemPrompt =
-      this.options.systemPrompt?.(session, opts.scope) ??
-      (await this.#systemPromptOf(session, () => this.#promptTools(tools, opts)));
+    const given = this.options.systemPrompt?.(session, opts.scope);
+    const prompt =
+      given !== undefined
+        ? { text: given, stored: true }
+        : await this.#systemPromptOf(session, () => this.#promptTools(tools, opts));
     return this.turns.runLocked({
       identity: await this.#identityFor(session),
       session,
@@ -378,7 +382,8 @@ export class DelegationService implements RestartCheckpoint {
       tools,
       scope: opts.scope,
       readOnly: opts.readOnly,
-      systemPrompt,
+      systemPrompt: prompt.text,
+      ...(prompt.stored ? {} : { promptStored: (stored: string) => this.#notePrompt(session.id, stored) }),
       progress: opts.progress,
       drainSteering: () => this.drainInto(session),
     });
@@ -424,10 +429,25 @@ export class DelegationService implements RestartCheckpoint {
    * continuations and recovered turns reuse the same bytes. Composition reads the session's permanent scope
    * (never a turn's read-only clamp); a fork takes its parent's prompt byte for byte.
    */
-  async #systemPromptOf(session: SessionRow, toolsOf: () => readonly PromptTool[]): Promise<string> {
-    // A stored prompt never changes (first writer wins): one in hand is the session's for good. Without one,
-    // composing and offering it is the check: setSystemPrompt answers with whichever prompt was stored first.
-    if (session.systemPrompt !== null) return session.systemPrompt;
+  #notePrompt(sessionId: string, stored: string): void {
+    if (this.#storedPrompts.size >= 10_000) this.#storedPrompts.clear();
+    this.#storedPrompts.set(sessionId, stored);
+  }
+
+  /**
+   * The session's system prompt, and whether it is stored. A stored prompt never changes (first writer
+   * wins): one in hand, or one this process saw stored, is the session's for good. Without one, the prompt
+   * is composed from durable state and the turn's first journal write stores it: only that turn runs on the
+   * session meanwhile (its lock here, its run's lease across processes), and a turn that wrote nothing
+   * leaves nothing that depended on it.
+   */
+  async #systemPromptOf(
+    session: SessionRow,
+    toolsOf: () => readonly PromptTool[],
+  ): Promise<{ text: string; stored: boolean }> {
+    if (session.systemPrompt !== null) return { text: session.systemPrompt, stored: true };
+    const seen = this.#storedPrompts.get(session.id);
+    if (seen !== undefined) return { text: seen, stored: true };
     const tools = toolsOf();
     const parentOf = (s: SessionRow) => this.repo.getSession(s.parentSessionId ?? "", s.principalAccountId);
     const own = scopeOf(session);
@@ -439,7 +459,7 @@ export class DelegationService implements RestartCheckpoint {
     } else {
       composed = await systemPromptFor(session, null, tools, parentOf, rootOf);
     }
-    return this.repo.setSystemPrompt(session.id, session.principalAccountId, composed);
+    return { text: composed, stored: false };
   }
 
   /**

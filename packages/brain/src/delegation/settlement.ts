@@ -36,6 +36,13 @@ import {
 import type { SessionTurns } from "./turns.js";
 import type { DelegationCompletion, DelegationServiceOptions, PendingResultDrainOutcome } from "./types.js";
 
+/** The settling mark with the child's reply, as the drain's last look made it (its inbox idle). */
+interface SettlingSeen {
+  idle?: Awaited<ReturnType<SettlementCore["repo"]["markSettlingWithReply"]>>;
+}
+
+const isIdle = (w: SettlementWork) => w.openChildRuns === 0 && w.pendingSteers === 0 && w.queuedResults === 0;
+
 /** Publishes a call's result (inline or spilled) and wakes its parent; returns the result id. */
 /** `dropSteers`: the reason the child's pending steers are dropped with, in the settlement's statement. */
 type Settle = (
@@ -192,7 +199,8 @@ export class DelegatedSettlement {
     const answered =
       !unanswered && endsWithAnswer(await this.core.repo.readJournalTail(child.id, run.principalAccountId));
     if (!answered) outcome = (await this.#childTurn(child, scope, progress, signal, false, work)).outcome;
-    const drained = await this.#settlementDrain(run, child, scope, progress, outcome, signal);
+    const seen: SettlingSeen = {};
+    const drained = await this.#settlementDrain(run, child, scope, progress, outcome, signal, seen);
     // Pausing for a restart: the call stays open and boot recovery continues it; nothing is settled here.
     if (drained.kind === "failed" || drained.kind === "aborted") {
       await this.core.writes.capture("a call's settlement", () =>
@@ -206,10 +214,12 @@ export class DelegatedSettlement {
       const kept = await this.#isolatedWork(child, run, scope);
       return settle(run, "error", `${reason}${kept}`, drained.kind === "failed" ? "child_failed" : "aborted");
     }
-    // The mark and the reply the turn just wrote, in one statement.
-    const settling = await this.core.writes.capture("a call's settlement", () =>
-      this.core.repo.markSettlingWithReply(run.id, run.generation, child.id, run.principalAccountId),
-    );
+    // The mark and the reply the turn just wrote, in one statement: the drain's last look when it made them.
+    const settling =
+      seen.idle ??
+      (await this.core.writes.capture("a call's settlement", () =>
+        this.core.repo.markSettlingWithReply(run.id, run.generation, child.id, run.principalAccountId),
+      ));
     const reply = replyOf(settling.reply?.message);
     const kept = await this.#isolatedWork(child, run, scope);
     // A follow-up that raced the settlement would otherwise wait for a call that is gone: it gets its notice,
@@ -298,7 +308,8 @@ export class DelegatedSettlement {
     scope: DelegatedExecutionScope,
     progress: ProgressSink,
     first: TurnOutcome,
-    signal?: AbortSignal,
+    signal: AbortSignal | undefined,
+    seen: SettlingSeen,
   ): Promise<PendingResultDrainOutcome> {
     if (signal?.aborted || first.stopReason === "aborted") return { kind: "aborted" };
     if (first.stopReason === "error") {
@@ -317,10 +328,17 @@ export class DelegatedSettlement {
       // Live helpers first: a helper's result and its terminal status commit together, so once none is
       // open, every helper result is already in the inbox and the reads below cannot miss one.
       // One snapshot of all three when the repository has it: no helper is open in it, so every helper
-      // result is in it too.
-      const work = this.core.repo.settlementWork
-        ? await this.core.repo.settlementWork(child.id, run.principalAccountId)
+      // result is in it too. The same statement marks the run settling, with the reply, once all three are
+      // none (the settlement then needs no statement of its own for them).
+      const look = this.core.repo.settlementWork
+        ? await this.core.writes.capture("a call's settlement", () =>
+            this.core.repo.markSettlingWithReply(run.id, run.generation, child.id, run.principalAccountId, {
+              whenIdle: true,
+            }),
+          )
         : undefined;
+      const work = look?.work;
+      seen.idle = work && isIdle(work) ? look : undefined;
       const live =
         work?.openChildRuns ?? (await this.core.repo.openChildRuns(child.id, run.principalAccountId)).length;
       if (live > 0) {

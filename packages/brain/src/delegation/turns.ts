@@ -31,6 +31,11 @@ export interface SessionTurnInput {
   readonly scope: DelegatedExecutionScope | null;
   readonly readOnly: boolean;
   readonly systemPrompt: string;
+  /**
+   * Set when `systemPrompt` is not stored yet: the turn's first journal write stores it (first writer
+   * wins) and this is told the prompt stored then.
+   */
+  readonly promptStored?: (stored: string) => void;
   readonly progress: ProgressSink;
   /** After each tool round: journals and returns what arrived meanwhile (results, steers), FIFO. */
   readonly drainSteering: () => Promise<TranscriptMessage[]>;
@@ -39,6 +44,8 @@ export interface SessionTurnInput {
   /** A host-minted purpose, passed to the runner as `TurnRequest.purpose` (absent for ordinary turns). */
   readonly purpose?: TurnPurpose;
 }
+
+type Appender = (entries: readonly JournalWrite[]) => Promise<unknown>;
 
 /**
  * Runs one turn of one session at a time, journaling through `TurnHost`: each assistant message and tool
@@ -84,18 +91,19 @@ export class SessionTurns {
     const { session } = turn;
     const principal = session.principalAccountId;
     if (this.writes.closed) throw pausedError("a new turn");
+    const append = this.#appender(turn);
     if (turn.input.length > 0)
-      await this.writes.capture(
-        "a turn's input",
-        () => this.repo.append(session.id, principal, turn.input),
-        session.id,
-      );
+      await this.writes.capture("a turn's input", () => append(turn.input), session.id);
     const context = await this.#contexts.contextOf(session.id, principal);
     const host: TurnHost = {
       record: (message, meta) =>
-        this.writes.capture("a journal write", () => this.#record(session, message, meta), session.id),
+        this.writes.capture(
+          "a journal write",
+          () => this.#record(session, message, append, meta),
+          session.id,
+        ),
       beforeToolCall: (call: ToolCallContent) =>
-        this.writes.capture("a tool intent", () => this.#intent(session, call), session.id),
+        this.writes.capture("a tool intent", () => this.#intent(call, append), session.id),
       drainSteering: () => this.writes.capture("a steering drain", turn.drainSteering, session.id),
       progress: turn.progress,
     };
@@ -130,8 +138,31 @@ export class SessionTurns {
     }
   }
 
-  async #intent(session: SessionRow, call: ToolCallContent): Promise<void> {
-    await this.repo.append(session.id, session.principalAccountId, [
+  /**
+   * The turn's journal append: while its system prompt is not stored, each append stores it with its rows
+   * (the first to commit does; the prompt never needs a statement of its own).
+   */
+  #appender(turn: SessionTurnInput): (entries: readonly JournalWrite[]) => Promise<unknown> {
+    const { session } = turn;
+    let unstored = turn.promptStored ? turn.systemPrompt : null;
+    return async (entries) => {
+      if (unstored === null) return this.repo.append(session.id, session.principalAccountId, entries);
+      const out = await this.repo.appendWithSystemPrompt(
+        session.id,
+        session.principalAccountId,
+        entries,
+        unstored,
+      );
+      if (out.systemPrompt !== null) {
+        unstored = null;
+        turn.promptStored?.(out.systemPrompt);
+      }
+      return out.entries;
+    };
+  }
+
+  async #intent(call: ToolCallContent, append: Appender): Promise<void> {
+    await append([
       {
         body: {
           type: "tool_intent",
@@ -147,6 +178,7 @@ export class SessionTurns {
   async #record(
     session: SessionRow,
     message: AssistantMessage | ToolResultMessage,
+    append: Appender,
     meta?: RecordMeta,
   ): Promise<void> {
     const principal = session.principalAccountId;
@@ -154,16 +186,14 @@ export class SessionTurns {
     if (!resultId) {
       // Usage goes beside an assistant row (its own column); any other row has none to keep.
       const usage = message.role === "assistant" ? meta?.usage : undefined;
-      await this.repo.append(session.id, principal, [
-        { body: { type: "message", message }, ...(usage ? { usage } : {}) },
-      ]);
+      await append([{ body: { type: "message", message }, ...(usage ? { usage } : {}) }]);
       return;
     }
     // A foreground Delegate's result: the toolResult is its delivery, appended and acknowledged together.
     const out = await this.repo.deliverResults(session.id, principal, [resultId], () => message);
     if (out.delivered.length === 0) {
       const { details: _delivered, ...plain } = message as ToolResultMessage;
-      await this.repo.append(session.id, principal, [
+      await append([
         {
           body: {
             type: "message",

@@ -203,10 +203,10 @@ async function summaryWhileSettling(failSummaryTurn: boolean) {
   // result turn (no await in between)
   const noHelperLeft = latch();
   let watched = "";
-  const work = repo.settlementWork.bind(repo);
-  repo.settlementWork = async (sessionId, principal) => {
-    const out = await work(sessionId, principal);
-    if (sessionId === watched && out.openChildRuns === 0) noHelperLeft.open();
+  const look = repo.markSettlingWithReply.bind(repo);
+  repo.markSettlingWithReply = async (runId, generation, sessionId, principal, options) => {
+    const out = await look(runId, generation, sessionId, principal, options);
+    if (sessionId === watched && out.work?.openChildRuns === 0) noHelperLeft.open();
     return out;
   };
   const { account, parent } = await newParent(service);

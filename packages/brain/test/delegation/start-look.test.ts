@@ -9,8 +9,9 @@ const db = useTestDatabase();
 type Made = ReturnType<typeof makeService>;
 
 /**
- * A service whose repository and runner record, for `watched` sessions, each inbox count
- * (settlementWork) and each turn, in the order they happen.
+ * A service whose repository and runner record, for `watched` sessions, each inbox count (settlementWork,
+ * or the settlement's look that counts it with the settling mark), each settling mark of its own and each
+ * turn, in the order they happen.
  */
 function observed() {
   const events: string[] = [];
@@ -28,6 +29,11 @@ function observed() {
     if (watched.has(sessionId)) events.push("count");
     return count(sessionId, principal);
   };
+  const look = made.repo.markSettlingWithReply.bind(made.repo);
+  made.repo.markSettlingWithReply = (runId, generation, sessionId, principal, options) => {
+    if (watched.has(sessionId)) events.push(options?.whenIdle ? "count" : "mark");
+    return look(runId, generation, sessionId, principal, options);
+  };
   return { ...made, events, watched };
 }
 
@@ -37,7 +43,7 @@ const rolesIn = async (made: Made, sessionId: string, accountId: string) =>
   );
 
 describe("a call's first turn looks at the inbox its start read", () => {
-  it("a fresh call's child is counted once, by the settlement drain after its turn, not again before it", async () => {
+  it("a fresh call's child is counted once, by the settlement drain after its turn, not again before it; the settling mark rides on that count", async () => {
     const made = observed();
     const caller = await newParent(made.service);
     const run = await queuedCall(made.service, caller, "call", scriptTask({ answer: "done" }));

@@ -1,7 +1,7 @@
 import type pg from "pg";
 import { DelegationDbError } from "../errors.js";
 import { JOURNAL_WAKE_CHANNEL, wakeWanted } from "../listen.js";
-import type { AppendOptions, JournalDelta } from "../repositories/delegation.js";
+import type { AppendOptions, JournalDelta, SettlementWork } from "../repositories/delegation.js";
 import {
   type JournalBody,
   type JournalEntry,
@@ -14,6 +14,7 @@ import {
 } from "../repositories/journal.js";
 import { type Queryable, tx } from "../tx.js";
 import { assertUuid, decodeBody, entryFromRow, notFound, type Row } from "./rows.js";
+import { workFromRow, workOf } from "./runs.js";
 
 interface RowShape {
   kind: "message" | "custom_message" | "compaction" | "tool_intent";
@@ -88,29 +89,46 @@ export async function appendIn(
   principalAccountId: string,
   writes: readonly JournalWrite[],
 ): Promise<JournalEntry[]> {
+  return (await appendRows(client, sessionId, principalAccountId, writes)).entries;
+}
+
+/**
+ * appendIn; with `systemPrompt`, the session's system prompt is stored by the same statement unless one is
+ * stored already (first writer wins), and `systemPrompt` answers the one stored after it.
+ */
+async function appendRows(
+  client: Queryable,
+  sessionId: string,
+  principalAccountId: string,
+  writes: readonly JournalWrite[],
+  systemPrompt?: string,
+): Promise<{ entries: JournalEntry[]; systemPrompt: string | null }> {
   assertUuid("sessionId", sessionId);
   const rows = writes.map((w) => shape(sessionId, w));
-  if (rows.length === 0) return [];
+  if (rows.length === 0) return { entries: [], systemPrompt: null };
   // The wake notification, when some process watches this journal, rides on the statement that takes the
   // seqs (no statement of its own): queued now, sent at commit, dropped with a rollback.
   const woke = wakeWanted("journal", sessionId)
     ? `pg_notify('${JOURNAL_WAKE_CHANNEL}', id::text || ':' || (next_seq - 1)::text)`
     : "null";
-  try {
-    const inserted = await client.query<Row>(
-      `with taken as (
-         update sessions set next_seq = next_seq + $10
-          where id = $1::uuid and principal_account_id = $9::uuid
-          returning next_seq - $10 as first, ${woke} as woke
-       )
-       insert into journal_entries (session_id, seq, kind, role, body, result_id, tool_call_id, settled,
-                                    provider_usage)
+  const prompt = systemPrompt !== undefined;
+  const insert = `insert into journal_entries (session_id, seq, kind, role, body, result_id, tool_call_id,
+                                    settled, provider_usage)
        select $1::uuid, taken.first + t.n - 1, t.kind, t.role, t.body, t.result_id, t.tool_call_id, t.settled,
               t.usage::jsonb
          from taken,
               unnest($2::text[], $3::text[], $4::text[], $5::uuid[], $6::text[], $7::boolean[], $8::text[])
                 with ordinality as t(kind, role, body, result_id, tool_call_id, settled, usage, n)
-       returning session_id, seq, body, settled, created_at`,
+       returning session_id, seq, body, settled, created_at`;
+  try {
+    const inserted = await client.query<Row>(
+      `with taken as (
+         update sessions set next_seq = next_seq + $10
+                ${prompt ? ", system_prompt = coalesce(system_prompt, $11::text)" : ""}
+          where id = $1::uuid and principal_account_id = $9::uuid
+          returning next_seq - $10 as first, ${woke} as woke${prompt ? ", system_prompt" : ""}
+       )
+       ${prompt ? `, added as (${insert}) select added.*, taken.system_prompt from added, taken` : insert}`,
       [
         sessionId,
         rows.map((r) => r.kind),
@@ -122,10 +140,15 @@ export async function appendIn(
         rows.map((r) => r.usage),
         principalAccountId,
         rows.length,
+        ...(prompt ? [systemPrompt] : []),
       ],
     );
     if (inserted.rows.length === 0) throw notFound("session", { sessionId });
-    return inserted.rows.map(entryFromRow).sort((a, b) => a.seq - b.seq);
+    const stored = inserted.rows[0]?.system_prompt;
+    return {
+      entries: inserted.rows.map(entryFromRow).sort((a, b) => a.seq - b.seq),
+      systemPrompt: typeof stored === "string" ? stored : null,
+    };
   } catch (e) {
     if ((e as { code?: string }).code === "23505") {
       throw new DelegationDbError(
@@ -150,6 +173,17 @@ export function append(
   _options?: AppendOptions,
 ): Promise<JournalEntry[]> {
   return appendIn(pool, sessionId, principalAccountId, writes);
+}
+
+/** `append` that also stores the session's system prompt unless one is stored (see the repository). */
+export function appendWithSystemPrompt(
+  pool: pg.Pool,
+  sessionId: string,
+  principalAccountId: string,
+  writes: readonly JournalWrite[],
+  systemPrompt: string,
+): Promise<{ entries: JournalEntry[]; systemPrompt: string | null }> {
+  return appendRows(pool, sessionId, principalAccountId, writes, systemPrompt);
 }
 
 export async function readJournal(
@@ -251,17 +285,24 @@ export async function markSettlingWithReply(
   generation: number,
   childSessionId: string,
   principalAccountId: string,
-): Promise<{ marked: boolean; reply: AssistantRow | null }> {
+  options: { whenIdle?: boolean } = {},
+): Promise<{ marked: boolean; reply: AssistantRow | null; work?: SettlementWork }> {
   assertUuid("runId", runId);
   assertUuid("childSessionId", childSessionId);
+  // With whenIdle the child's inbox is counted in the same snapshot, and the mark waits for an idle inbox:
+  // no open call of the child, no pending steer, no unacknowledged result.
+  const idle = options.whenIdle === true;
   const { rows: found } = await pool.query<Row>(
-    `with mark as (
+    `with ${idle ? `work as (select ${workOf("$3::uuid", "$4::uuid")}),` : ""}
+     mark as (
        update subagent_runs set status = 'settling', updated_at = now()
         where id = $1::uuid and generation = $2 and status in ('running', 'settling')
+          ${idle ? "and (select runs + steers + queued from work) = 0" : ""}
         returning 1
      )
-     select j.seq, j.body, j.provider_usage, (select count(*) from mark)::int as marked
+     select j.seq, j.body, j.provider_usage, (select count(*) from mark)::int as marked${idle ? ", work.*" : ""}
        from sessions s
+       ${idle ? "cross join work" : ""}
        left join lateral (
          select seq, body, provider_usage from journal_entries
           where session_id = s.id and role = 'assistant' and not discarded and settled
@@ -271,7 +312,10 @@ export async function markSettlingWithReply(
     [runId, generation, childSessionId, principalAccountId],
   );
   const [reply] = assistantRowsOf(childSessionId, found);
-  return { marked: Number(found[0]?.marked) > 0, reply: reply ?? null };
+  const marked = Number(found[0]?.marked) > 0;
+  return idle
+    ? { marked, reply: reply ?? null, work: workFromRow(found[0] ?? {}) }
+    : { marked, reply: reply ?? null };
 }
 
 type AssistantRow = { seq: number; message: TranscriptMessage; usage?: ProviderUsage };

@@ -71,11 +71,11 @@ export class PgDelegationRepository implements DelegationRepository {
     clientSessions.childrenOf(this.pool, s, p, l);
   getChildSession: DelegationRepository["getChildSession"] = async (a, c, p) =>
     sessions.getChildSession(this.pool, a, c, p);
-  setSystemPrompt: DelegationRepository["setSystemPrompt"] = async (s, p, t) =>
-    sessions.setSystemPrompt(this.pool, s, p, t);
   ancestry: DelegationRepository["ancestry"] = async (s, p) => sessions.ancestry(this.pool, s, p);
 
   append: DelegationRepository["append"] = async (s, p, e, o) => journal.append(this.pool, s, p, e, o);
+  appendWithSystemPrompt: DelegationRepository["appendWithSystemPrompt"] = async (s, p, e, t) =>
+    journal.appendWithSystemPrompt(this.pool, s, p, e, t);
   latestTurn: DelegationRepository["latestTurn"] = async (s, p) => journal.latestTurn(this.pool, s, p);
   readJournal: DelegationRepository["readJournal"] = async (s, p, o) =>
     journal.readJournal(this.pool, s, p, o);
@@ -102,8 +102,8 @@ export class PgDelegationRepository implements DelegationRepository {
     runs.markRunStarted(this.pool, r, g, o);
   markRunSettling: DelegationRepository["markRunSettling"] = async (r, g) =>
     runs.markRunSettling(this.pool, r, g);
-  markSettlingWithReply: DelegationRepository["markSettlingWithReply"] = async (r, g, c, p) =>
-    journal.markSettlingWithReply(this.pool, r, g, c, p);
+  markSettlingWithReply: DelegationRepository["markSettlingWithReply"] = async (r, g, c, p, o) =>
+    journal.markSettlingWithReply(this.pool, r, g, c, p, o);
   startRun: DelegationRepository["startRun"] = async (r, g, o, c) => runs.startRun(this.pool, r, g, o, c);
   settleRun: DelegationRepository["settleRun"] = async (r, o) => runs.settleRun(this.pool, r, o);
   recordRunProgress: DelegationRepository["recordRunProgress"] = async (r, p, g, s, j) =>

@@ -256,7 +256,7 @@ export async function settlementWork(
  * The columns of settlementWork for `session` (SQL of a session id and its principal): its open child
  * runs, its pending steers, its unacknowledged results and whether it has a spilled output.
  */
-function workOf(session: string, principal: string, prefix = ""): string {
+export function workOf(session: string, principal: string, prefix = ""): string {
   return `(select count(*) from subagent_runs where parent_session_id = ${session}
              and principal_account_id = ${principal} and status in ${OPEN})::int as ${prefix}runs,
           (select count(*) from delegated_steers where child_session_id = ${session}
@@ -269,7 +269,7 @@ function workOf(session: string, principal: string, prefix = ""): string {
                     and principal_account_id = ${principal}) as ${prefix}spills`;
 }
 
-function workFromRow(row: Row, prefix = ""): SettlementWork {
+export function workFromRow(row: Row, prefix = ""): SettlementWork {
   return {
     openChildRuns: Number(row[`${prefix}runs`] ?? 0),
     pendingSteers: Number(row[`${prefix}steers`] ?? 0),

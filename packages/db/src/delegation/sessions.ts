@@ -115,28 +115,3 @@ export async function ancestry(
     throw new DelegationDbError("invalid_input", "session ancestry is too deep", { sessionId });
   return out;
 }
-
-/** First writer wins: a prompt once stored is the session's for good. */
-export async function setSystemPrompt(
-  pool: pg.Pool,
-  sessionId: string,
-  principalAccountId: string,
-  prompt: string,
-): Promise<string> {
-  assertUuid("sessionId", sessionId);
-  const set = await pool.query<{ system_prompt: string }>(
-    `update sessions set system_prompt = $3
-      where id = $1::uuid and principal_account_id = $2::uuid and system_prompt is null
-      returning system_prompt`,
-    [sessionId, principalAccountId, prompt],
-  );
-  if (set.rows[0]) return set.rows[0].system_prompt;
-  // Someone stored one first (a separate statement, so it sees that commit).
-  const { rows } = await pool.query<{ system_prompt: string | null }>(
-    "select system_prompt from sessions where id = $1::uuid and principal_account_id = $2::uuid",
-    [sessionId, principalAccountId],
-  );
-  const stored = rows[0]?.system_prompt;
-  if (stored === undefined || stored === null) throw notFound("session", { sessionId });
-  return stored;
-}

@@ -312,8 +312,6 @@ export interface DelegationRepository {
     childSessionId: string,
     principalAccountId: string,
   ): Promise<SessionRow>;
-  /** Stores the session's composed system prompt unless one is stored already; returns the stored one. */
-  setSystemPrompt(sessionId: string, principalAccountId: string, prompt: string): Promise<string>;
   /** Ancestors from the direct parent up to the root (cycle- and cross-account-checked). */
   ancestry(sessionId: string, principalAccountId: string): Promise<SessionRow[]>;
 
@@ -324,6 +322,17 @@ export interface DelegationRepository {
     entries: readonly JournalWrite[],
     options?: AppendOptions,
   ): Promise<JournalEntry[]>;
+  /**
+   * append, and the session's system prompt stored in the same statement unless one is stored already
+   * (first writer wins: a prompt once stored is the session's for good): a turn's first row and the prompt it ran with commit together.
+   * `systemPrompt` is the one stored after it (null only when `entries` is empty: nothing was written).
+   */
+  appendWithSystemPrompt(
+    sessionId: string,
+    principalAccountId: string,
+    entries: readonly JournalWrite[],
+    systemPrompt: string,
+  ): Promise<{ entries: JournalEntry[]; systemPrompt: string | null }>;
   /**
    * getLatestTurn: the newest turn's rows (provisional rows and custom events included, discarded never):
    * the rows after the newest settled answer, or, when none follow it, the turn that answer finished.
@@ -387,16 +396,20 @@ export interface DelegationRepository {
   markRunSettling(runId: string, generation: number): Promise<boolean>;
   /**
    * markRunSettling and the child's newest settled assistant message (recentAssistantMessages with limit 1)
-   * in one statement; `reply` is null when the child has none.
+   * in one statement; `reply` is null when the child has none. With `whenIdle`: also what settlementWork
+   * gives for the child (`work`), in the same snapshot, and the run is marked only when that inbox is idle
+   * (no open child run, pending steer or unacknowledged result).
    */
   markSettlingWithReply(
     runId: string,
     generation: number,
     childSessionId: string,
     principalAccountId: string,
+    options?: { whenIdle?: boolean },
   ): Promise<{
     marked: boolean;
     reply: { seq: number; message: TranscriptMessage; usage?: ProviderUsage } | null;
+    work?: SettlementWork;
   }>;
   /**
    * queued -> running and, for a run that had not started, the task's user message appended to the child's
