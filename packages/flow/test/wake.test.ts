@@ -308,6 +308,69 @@ describe("OwnerWaker wake ids", () => {
   });
 });
 
+describe("the owner's status between reads", () => {
+  it("is read again after a notification of the owner thread, after a poll interval and after a turn the waker starts; not in between", async () => {
+    const fake = await FakeAppServer.start();
+    const real = createAppServerHost({ transport: fake.url });
+    try {
+      const owner = fake.createOwnerThread({});
+      fake.startOwnerTurn(owner);
+      let reads = 0;
+      const host = {
+        ...real,
+        readStatus: (id: string) => {
+          reads++;
+          return real.readStatus?.(id) ?? Promise.reject(new Error("no readStatus"));
+        },
+      };
+      const rows: JournalRow[] = [];
+      const append = (batch: NewRow[]) => {
+        for (const b of batch)
+          rows.push({ ...b, seq: rows.length, at: new Date().toISOString() } as JournalRow);
+      };
+      let version = 0;
+      let clock = 0;
+      const ctx = {
+        ...{ runId: "r1", owner, host, rows: () => rows, append, nextCommand: "crw flow next r1" },
+        hostVersion: () => version,
+        statusFreshMs: 100,
+      };
+      const cfg = { wakeAfterMs: 3_600_000, renotifyMaxMs: 3_600_000, unresponsiveAfterMs: 3_600_000 };
+      const waker = new OwnerWaker(ctx, cfg, () => clock);
+      const publish = (marker: string) =>
+        waker.onEvent({ type: "step_published", call: marker.split("/")[0] ?? "", marker, action: "spawn" });
+      publish("a.1/t1-a1");
+      await waker.tick(); // the owner is busy: the wake waits for its turn
+      expect(reads).toBe(1);
+      publish("b.1/t1-a1");
+      clock = 50;
+      await waker.tick(); // no notification, within the interval: the status read holds
+      expect(reads).toBe(1);
+      version++;
+      await waker.tick(); // the owner thread changed
+      expect(reads).toBe(2);
+      clock = 160;
+      await waker.tick(); // a poll interval passed with no notification
+      expect(reads).toBe(3);
+      fake.completeTurn(owner);
+      version++;
+      const turns: string[] = [];
+      fake.onTurnStart((t, _id, text) => {
+        if (t === owner) turns.push(text);
+      });
+      await waker.tick(); // idle: the held wake goes out as a turn of the owner
+      expect(turns).toHaveLength(1);
+      expect(reads).toBe(4);
+      publish("c.1/t1-a1");
+      await waker.tick(); // the turn it started makes the owner busy again: read, not taken as idle
+      expect(reads).toBe(5);
+    } finally {
+      await real.close();
+      await fake.stop();
+    }
+  });
+});
+
 async function waitRow<T>(get: () => T | undefined, ms = 5_000): Promise<T> {
   const deadline = Date.now() + ms;
   for (;;) {

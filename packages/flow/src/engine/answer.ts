@@ -68,18 +68,25 @@ function tryObject(text: string): Record<string, unknown> | null {
   }
 }
 
+// A workflow's calls share a few schemas: each is turned into a validator once per process.
 const validators = new Map<string, z.ZodType>();
+const MAX_VALIDATORS = 256;
 
-/** Checks a value against a call's JSON Schema; answers the errors (empty when valid). */
-export function validateAgainst(schema: Record<string, unknown> | null, value: unknown): string[] {
-  if (!schema) return [];
+function validatorOf(schema: Record<string, unknown>): z.ZodType {
   const key = JSON.stringify(schema);
   let v = validators.get(key);
   if (!v) {
     v = z.fromJSONSchema(schema as Parameters<typeof z.fromJSONSchema>[0]);
+    if (validators.size >= MAX_VALIDATORS) validators.clear();
     validators.set(key, v);
   }
-  const r = v.safeParse(value);
+  return v;
+}
+
+/** Checks a value against a call's JSON Schema; answers the errors (empty when valid). */
+export function validateAgainst(schema: Record<string, unknown> | null, value: unknown): string[] {
+  if (!schema) return [];
+  const r = validatorOf(schema).safeParse(value);
   if (r.success) return [];
   return r.error.issues
     .slice(0, 20)
@@ -104,5 +111,5 @@ export function judgeAnswer(text: string | null, schema: Record<string, unknown>
 
 /** Throws when a workflow's schema is not one the validator can use. */
 export function checkSchema(schema: Record<string, unknown>): void {
-  z.fromJSONSchema(schema as Parameters<typeof z.fromJSONSchema>[0]);
+  validatorOf(schema);
 }

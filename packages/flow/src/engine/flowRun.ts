@@ -339,6 +339,8 @@ class FlowRun implements RunContext {
           rows: () => this.journal.rows,
           append: (rows) => this.append(rows),
           nextCommand: `crw flow next ${this.runId}${stateFlag} --wait 10 --json`,
+          hostVersion: (id) => this.waits.hostVersion(id),
+          statusFreshMs: this.pollMs,
         },
         {
           wakeAfterMs: opts.spec.wake_after_ms ?? DEFAULT_WAKE.wakeAfterMs,
@@ -374,6 +376,10 @@ class FlowRun implements RunContext {
 
   rowsOf(call: string): readonly JournalRow[] {
     return this.byCall.get(call) ?? [];
+  }
+
+  threadCountBefore(threadId: string, call: string): Tokens | undefined {
+    return this.tokens.threadCountBefore(threadId, call);
   }
 
   stop(reason: string): void {

@@ -197,7 +197,7 @@ async function evaluate(
   }
   // what the subagent's earlier turns counted: the step's (a send_input), else, for a subagent another
   // call was bound to first (a same-thread review), that call's count at its harvest
-  const seen = step.tokens_seen ?? sharedThreadCount(rc, call, thread.thread_id);
+  const seen = step.tokens_seen ?? rc.threadCountBefore(thread.thread_id, call);
   const delta = cumulative ? subtractTokens(cumulative, seen) : {};
   const threadTokens = cumulative
     ? { thread_tokens: { thread_id: thread.thread_id, tokens: addTokens(cumulative, undefined) } }
@@ -277,19 +277,6 @@ async function evaluate(
 }
 
 /** The newest count another call's terminal row recorded for this subagent (undefined: none did). */
-function sharedThreadCount(rc: RunContext, call: string, threadId: string): Tokens | undefined {
-  for (let i = rc.journal.rows.length - 1; i >= 0; i--) {
-    const r = rc.journal.rows[i];
-    if (
-      (r?.type === "completed" || r?.type === "null_model") &&
-      r.call !== call &&
-      r.thread_tokens?.thread_id === threadId
-    )
-      return r.thread_tokens.tokens;
-  }
-  return undefined;
-}
-
 /** The subagent is closed once the call has its terminal row: one close file for its newest subagent. */
 export async function closeAgent(rc: RunContext, call: string): Promise<void> {
   const fold = foldCall(rc.rowsOf(call));

@@ -1,6 +1,6 @@
 import type { HostThread, SessionHost } from "../host/sessionHost.js";
 import type { JournalWriter } from "../journal/journal.js";
-import type { JournalRow, NewRow, Pair } from "../journal/rows.js";
+import type { JournalRow, NewRow, Pair, Tokens } from "../journal/rows.js";
 import type { RunPaths } from "../run/paths.js";
 import type { RoleName, RoleTable } from "../run/roles.js";
 import type { RunSpec } from "../run/spec.js";
@@ -47,6 +47,8 @@ export interface RunContext {
   /** The same batch with its fdatasync off the event loop (shared with batches written meanwhile). */
   appendDurable(rows: NewRow[]): Promise<JournalRow[]>;
   rowsOf(call: string): readonly JournalRow[];
+  /** A subagent thread's whole count at the newest harvest of another call than `call` (durable rows). */
+  threadCountBefore(threadId: string, call: string): Tokens | undefined;
   stop(reason: string): void;
   emit(event: FlowEvent): void;
   /** The unanswered report names of the inbox, read again only after it changed (or a poll interval). */

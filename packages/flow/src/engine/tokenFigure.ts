@@ -46,14 +46,24 @@ export function tokenTotal(t: Tokens): number {
   return t.total ?? (t.input ?? 0) + (t.output ?? 0);
 }
 
+/** A harvest's record of its subagent's whole count: the thread and the call it was harvested for. */
+function threadCount(row: JournalRow | NewRow): { thread: string; call: string; tokens: Tokens } | null {
+  if (row.type !== "completed" && row.type !== "null_model") return null;
+  const t = row.thread_tokens;
+  return t ? { thread: t.thread_id, call: row.call, tokens: t.tokens } : null;
+}
+
 export class TokenFigure {
   private readonly base: Map<string, Tokens>;
   private readonly counted = new Map<string, Tokens>();
   private readonly start: Tokens;
+  /** Per subagent thread, its harvests' counts in journal order (a thread serves a call or two). */
+  private readonly threads = new Map<string, { call: string; tokens: Tokens }[]>();
 
   constructor(rows: readonly JournalRow[]) {
     this.base = terminalCounts(rows);
     this.start = runSpent(rows);
+    for (const row of rows) this.noteThread(row);
   }
 
   /** Called with every batch the process writes. */
@@ -61,7 +71,26 @@ export class TokenFigure {
     for (const row of rows) {
       const c = carried(row);
       if (c) this.counted.set(c.call, c.tokens);
+      this.noteThread(row);
     }
+  }
+
+  /**
+   * The thread's whole count at the newest harvest of a call other than `call`: what a subagent bound to
+   * an earlier call first (a same-thread review) had counted before this call's turns.
+   */
+  threadCountBefore(threadId: string, call: string): Tokens | undefined {
+    const list = this.threads.get(threadId) ?? [];
+    for (let i = list.length - 1; i >= 0; i--) if (list[i]?.call !== call) return list[i]?.tokens;
+    return undefined;
+  }
+
+  private noteThread(row: JournalRow | NewRow): void {
+    const t = threadCount(row);
+    if (!t) return;
+    const list = this.threads.get(t.thread);
+    if (list) list.push({ call: t.call, tokens: t.tokens });
+    else this.threads.set(t.thread, [{ call: t.call, tokens: t.tokens }]);
   }
 
   /** What this process counted (the process's spent()). */

@@ -25,6 +25,10 @@ export interface WakeContext {
   append(rows: NewRow[]): unknown;
   /** The command the owner takes the steps with, named in the message. */
   nextCommand: string;
+  /** The count of the host's notifications that changed the thread (none: the status is read each time). */
+  hostVersion?(threadId: string): number;
+  /** How long a status read stays good while the host notifies no change of the owner (the poll). */
+  statusFreshMs?: number;
 }
 
 /**
@@ -42,6 +46,8 @@ export interface WakeContext {
  */
 export class OwnerWaker {
   private readonly waiting = new Map<string, { call: string; op: string }>();
+  /** The owner's status as last read, and the owner thread's notification count then. */
+  private statusSeen: { at: number; version: number; status: string } | null = null;
   private firstAt: number | null = null;
   private lastAt = 0;
   private interval: number;
@@ -180,19 +186,32 @@ export class OwnerWaker {
     return Math.max(0, Math.round((now - (this.firstAt ?? now)) / 1000));
   }
 
-  /** The owner's status alone: its turns (every spawn the owner made) are not read for it. */
+  /**
+   * The owner's status alone: its turns (every spawn the owner made) are not read for it. A status read
+   * holds until the host notifies a change of the owner thread, for one poll interval at most (a host need
+   * not notify), and never past a turn this waker starts on the owner.
+   */
   private async ownerStatus(): Promise<string> {
+    const version = this.ctx.hostVersion?.(this.ctx.owner);
+    const now = this.now();
+    const seen = this.statusSeen;
+    if (seen && seen.version === version && now - seen.at < (this.ctx.statusFreshMs ?? 0)) return seen.status;
     const host = this.ctx.host;
     const r = host.readStatus
       ? await host.readStatus(this.ctx.owner)
       : await host
           .readThread(this.ctx.owner)
           .then((t) => (t.ok ? { ok: true as const, value: t.value.status } : t));
+    this.statusSeen = r.ok && version !== undefined ? { at: now, version, status: r.value.type } : null;
     return r.ok ? r.value.type : `unreadable:${r.reason}`;
   }
 
+  // The run's processes so far, this one last: only this process appends to the journal while it runs,
+  // so its started rows are counted once.
+  private processCount: number | null = null;
   private processN(): number {
-    return Math.max(1, this.ctx.rows().filter((r) => r.type === "started").length);
+    this.processCount ??= Math.max(1, this.ctx.rows().filter((r) => r.type === "started").length);
+    return this.processCount;
   }
 
   private async stage(ownerStatus: string, renotify: number, now: number): Promise<void> {
@@ -234,6 +253,7 @@ export class OwnerWaker {
       return;
     }
     const delivery = ownerStatus === "notLoaded" ? "resume_and_turn" : "new_turn";
+    this.statusSeen = null;
     const r = await this.ctx.host.startTurn(this.ctx.owner, text);
     if (r.ok) {
       this.staged.add(wakeId);
@@ -263,6 +283,7 @@ export class OwnerWaker {
     unwritten: (NewRow & { type: "session_wake" }) | null,
   ): Promise<void> {
     if (unwritten && this.staged?.has(wakeId)) return; // held already (the journal has it)
+    this.statusSeen = null;
     const r = await this.ctx.host.startTurn(this.ctx.owner, text);
     if (unwritten) this.staged?.add(wakeId);
     this.ctx.append([
