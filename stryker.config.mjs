@@ -76,22 +76,22 @@ const MODULES = {
     pkg: "brain",
     // each claimed run's recovery: terminalize, settle, charged or free continuation, the answer to a call
     // of unknown outcome
-    mutate: ["packages/brain/src/delegation/recovery.ts:294-450"],
+    mutate: ["packages/brain/src/delegation/recovery.ts:294-461"],
   },
   // the same range in six runs, each of which writes its own report: at about a minute a mutant the whole
   // range does not finish in one sitting, and a stopped run reports nothing
-  // a: recoverRun (never started, ended turn, the continuation and what it journals)
-  "brain-recovery-a": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:294-349"] },
-  // b: the child's inbox count and hasUnknownOutcome
-  "brain-recovery-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:350-377"] },
+  // a: recoverRun (never started, ended turn, the continuation and what it journals) and the tail's read
+  "brain-recovery-a": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:294-361"] },
+  // b: the child's inbox count read on its own and hasUnknownOutcome
+  "brain-recovery-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:362-388"] },
   // c: the charged continuation (the attempts bound, the generation fence)
-  "brain-recovery-c": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:378-395"] },
+  "brain-recovery-c": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:389-406"] },
   // e: the free continuation (its bound, the generation fence)
-  "brain-recovery-e": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:396-414"] },
+  "brain-recovery-e": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:407-425"] },
   // f: settleError (the error result and the parent's wake)
-  "brain-recovery-f": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:415-427"] },
+  "brain-recovery-f": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:426-438"] },
   // d: the answer to a call of unknown outcome
-  "brain-recovery-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:428-450"] },
+  "brain-recovery-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:439-461"] },
   // the scope a delegation captures from its parent
   "brain-capture": { pkg: "brain", mutate: ["packages/brain/src/scope/capture.ts"] },
   // the runner pool: slot leases (pump, dispatch, settle), the startup episode (fork, retry, adopt, terminal

@@ -119,6 +119,12 @@ try {
   daemon.kill("SIGTERM");
   await new Promise((r) => daemon.once("exit", r));
   const statements = Number(readFileSync(statementsFile, "utf8"));
+  if (process.env.CRW_BENCH_STATEMENTS === "list") {
+    for (const line of readFileSync(`${statementsFile}.list`, "utf8").split("\n").slice(0, 40)) {
+      const [count, text] = line.split("\t");
+      process.stderr.write(`${(Number(count) / n).toFixed(2).padStart(7)}  ${text}\n`);
+    }
+  }
   const continued = health?.recovery?.delegations?.continued?.length ?? null;
   const result = {
     interrupted: n,

@@ -236,3 +236,26 @@ describe("a turn's first rows and its system prompt in one statement", () => {
     expect(await promptOf(child.id)).toBeNull();
   });
 });
+
+describe("a journal's tail and the session's inbox in one statement", () => {
+  it("answers what readJournalTail and settlementWork answer, for an empty journal and one with a turn after its answer", async () => {
+    const { r, account, child } = await started();
+    const empty = await r.journalTailWithWork(child.id, account.id);
+    expect(empty.tail).toEqual(await r.readJournalTail(child.id, account.id));
+    expect(empty.work).toEqual(await r.settlementWork(child.id, account.id));
+    await r.append(child.id, account.id, [answer("one"), answer("two")]);
+    await r.enqueueSteer(child.id, account.id, "more");
+    await delegation(r, child.id, account.id, "helper");
+    const out = await r.journalTailWithWork(child.id, account.id);
+    expect(out.tail).toEqual(await r.readJournalTail(child.id, account.id));
+    expect(out.tail.length).toBeGreaterThan(0);
+    expect(out.work).toEqual({ openChildRuns: 1, pendingSteers: 1, queuedResults: 0, spills: false });
+    expect(out.work).toEqual(await r.settlementWork(child.id, account.id));
+  });
+
+  it("is not_found for another principal", async () => {
+    const { r, child } = await started();
+    const stranger = await r.createAccount({ name: `cr-t-${randomUUID().slice(0, 8)}` });
+    await expect(r.journalTailWithWork(child.id, stranger.id)).rejects.toMatchObject({ code: "not_found" });
+  });
+});

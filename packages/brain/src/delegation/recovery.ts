@@ -312,8 +312,7 @@ async function recoverRun(
   }
   // Only the newest turn decides: whether it ended with an answer, whether a tool call in it is of unknown
   // outcome, and (with no turn yet) whether the journal is empty.
-  const journal = await repo.readJournalTail(run.childSessionId, run.principalAccountId);
-  const pending = await inboxOf(repo, run.childSessionId, run.principalAccountId);
+  const { journal, pending } = await tailAndInboxOf(repo, run.childSessionId, run.principalAccountId);
   if (endsWithAnswer(journal) && pending === 0) {
     // The turn had ended: settle without a new turn and without charging an attempt.
     starts.push({ run, unanswered: false });
@@ -346,6 +345,18 @@ async function recoverRun(
   // not read the journal again to know that it does not end with an answer.
   starts.push({ run: next, unanswered: journal.length === 0 || !endsWithAnswer(journal) });
   return "continued";
+}
+
+/** The child's journal tail and its inbox (inboxOf), in one statement when the repository has it. */
+async function tailAndInboxOf(repo: DelegationService["repo"], childId: string, principalAccountId: string) {
+  if (repo.journalTailWithWork) {
+    const { tail, work } = await repo.journalTailWithWork(childId, principalAccountId);
+    return { journal: tail, pending: work.pendingSteers + work.queuedResults };
+  }
+  return {
+    journal: await repo.readJournalTail(childId, principalAccountId),
+    pending: await inboxOf(repo, childId, principalAccountId),
+  };
 }
 
 /** A child's text steers and queued results not yet taken, in one read when the repository has it. */

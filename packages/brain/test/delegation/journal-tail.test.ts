@@ -25,6 +25,11 @@ function recordingReads(repo: DelegationRepository) {
     reads.push({ sessionId: s, fromSeq: rows[0]?.seq ?? 1 });
     return rows;
   };
+  recording.journalTailWithWork = async (s, p) => {
+    const out = await (repo.journalTailWithWork?.(s, p) ?? Promise.reject(new Error("no combined read")));
+    reads.push({ sessionId: s, fromSeq: out.tail[0]?.seq ?? 1 });
+    return out;
+  };
   return { repo: recording, reads };
 }
 

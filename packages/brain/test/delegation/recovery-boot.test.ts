@@ -175,6 +175,25 @@ describe("the answer to a call of unknown outcome", () => {
   });
 });
 
+describe("a recorded call whose child is gone", () => {
+  it("is terminalized with an error result that says its child was discarded before it was ready", async () => {
+    const { service, repo } = makeService(db.pool);
+    const d = await delegation(service, "lost");
+    // a discarded child session: the run's reference to it is cleared with it
+    await db.pool.query("update subagent_runs set child_session_id = null where id = $1", [d.run.id]);
+    const report = await recoverDelegations(service);
+    expect(report.terminalized).toEqual([d.run.id]);
+    await settledRoots(service, d.parent.id, d.account.id);
+    const gone = "the child session was discarded before it was ready";
+    expect(await repo.resultForRun(d.run.id, d.account.id)).toMatchObject({ outcome: "error", body: gone });
+    expect(await repo.getRun(d.run.id, d.account.id)).toMatchObject({
+      status: "failed",
+      error: { code: "recovery_failed", message: gone },
+    });
+    await service.close();
+  });
+});
+
 describe("bounds of a boot pass", () => {
   it("claims no more runs than its claim batch; the next pass takes the rest", async () => {
     const { service } = makeService(db.pool);
@@ -236,10 +255,11 @@ describe("bounds of a boot pass", () => {
 });
 
 describe("a finished child with input waiting", () => {
-  /** The repository without its one-read count of a session's pending work (the method is optional). */
+  /** The repository without its one-read counts of a session's pending work (the methods are optional). */
   const withoutSettlementWork = (repo: PgDelegationRepository) =>
     new Proxy(repo, {
-      get: (t, key, receiver) => (key === "settlementWork" ? undefined : Reflect.get(t, key, receiver)),
+      get: (t, key, receiver) =>
+        key === "settlementWork" || key === "journalTailWithWork" ? undefined : Reflect.get(t, key, receiver),
     });
 
   for (const [what, bare] of [
@@ -342,7 +362,7 @@ describe("a run that cannot be recovered", () => {
   it("fails the boot with its own error, after starting the runs already recovered", async () => {
     const { repo: real } = makeService(db.pool);
     // the child's journal cannot be read (a lost connection), whichever read recovery uses
-    const failing = failingOnce(real, ["readJournal", "readJournalTail"], () =>
+    const failing = failingOnce(real, ["readJournal", "readJournalTail", "journalTailWithWork"], () =>
       Promise.reject(new Error("connection terminated unexpectedly")),
     );
     const { service } = makeService(db.pool, { repo: failing.repo });

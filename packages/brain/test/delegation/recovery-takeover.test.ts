@@ -208,7 +208,12 @@ describe("a takeover that cannot go on", () => {
     const repo = new Proxy(real, {
       get(t, key, receiver) {
         const value = Reflect.get(t, key, receiver) as unknown;
-        if (key === "readJournal" || key === "readJournalTail" || key === "handBackRun")
+        if (
+          key === "readJournal" ||
+          key === "readJournalTail" ||
+          key === "journalTailWithWork" ||
+          key === "handBackRun"
+        )
           return () => Promise.reject(new Error("connection terminated unexpectedly"));
         return value;
       },

@@ -91,7 +91,8 @@ describe("live takeover", () => {
     const repo = new Proxy(real, {
       get(target, key, receiver) {
         const value = Reflect.get(target, key, receiver) as unknown;
-        if (key !== "readJournalTail" || typeof value !== "function") return value;
+        if ((key !== "readJournalTail" && key !== "journalTailWithWork") || typeof value !== "function")
+          return value;
         return (...args: unknown[]) => {
           if (args[0] === failFor) {
             failFor = undefined;

@@ -217,16 +217,36 @@ export async function readJournalTail(
   sessionId: string,
   principalAccountId: string,
 ): Promise<JournalEntry[]> {
+  return (await tailRows(pool, sessionId, principalAccountId, false)).tail;
+}
+
+/** readJournalTail with the session's settlementWork counted in the same statement. */
+export async function journalTailWithWork(
+  pool: pg.Pool,
+  sessionId: string,
+  principalAccountId: string,
+): Promise<{ tail: JournalEntry[]; work: SettlementWork }> {
+  const { tail, first } = await tailRows(pool, sessionId, principalAccountId, true);
+  return { tail, work: workFromRow(first) };
+}
+
+async function tailRows(
+  pool: pg.Pool,
+  sessionId: string,
+  principalAccountId: string,
+  withWork: boolean,
+): Promise<{ tail: JournalEntry[]; first: Row }> {
   assertUuid("sessionId", sessionId);
   // As readJournal: a visible session with no rows gives one null row from the left join, an invisible one none.
   const { rows } = await pool.query<Row>(
-    `select j.session_id, j.seq, j.body, j.settled, j.created_at
+    `select j.session_id, j.seq, j.body, j.settled, j.created_at${withWork ? ", work.*" : ""}
        from sessions s
        cross join lateral (
          select coalesce((select seq from journal_entries
                            where session_id = s.id and role = 'assistant' and not discarded and settled
                            order by seq desc limit 1), 1) as from_seq
        ) newest
+       ${withWork ? `cross join (select ${workOf("$1::uuid", "$2::uuid")}) work` : ""}
        left join journal_entries j
          on j.session_id = s.id and not j.discarded and j.settled and j.seq >= newest.from_seq
       where s.id = $1::uuid and s.principal_account_id = $2::uuid and s.visibility = 'visible'
@@ -234,7 +254,7 @@ export async function readJournalTail(
     [sessionId, principalAccountId],
   );
   if (rows.length === 0) throw notFound("session", { sessionId });
-  return rows.filter((r) => r.seq !== null).map(entryFromRow);
+  return { tail: rows.filter((r) => r.seq !== null).map(entryFromRow), first: rows[0] ?? {} };
 }
 
 export async function assertVisible(

@@ -81,6 +81,8 @@ export class PgDelegationRepository implements DelegationRepository {
     journal.readJournal(this.pool, s, p, o);
   readJournalTail: DelegationRepository["readJournalTail"] = async (s, p) =>
     journal.readJournalTail(this.pool, s, p);
+  journalTailWithWork: NonNullable<DelegationRepository["journalTailWithWork"]> = async (s, p) =>
+    journal.journalTailWithWork(this.pool, s, p);
   readJournalAfter: DelegationRepository["readJournalAfter"] = async (s, p, a) =>
     journal.readJournalAfter(this.pool, s, p, a);
   forkPoint: DelegationRepository["forkPoint"] = async (s, p, t) => journal.forkPoint(this.pool, s, p, t);

@@ -349,6 +349,11 @@ export interface DelegationRepository {
    * one snapshot: whether the journal ends with an answer, and what its newest turn left open.
    */
   readJournalTail(sessionId: string, principalAccountId: string): Promise<JournalEntry[]>;
+  /** readJournalTail and settlementWork for the same session, in one snapshot (one statement). */
+  journalTailWithWork?(
+    sessionId: string,
+    principalAccountId: string,
+  ): Promise<{ tail: JournalEntry[]; work: SettlementWork }>;
   /**
    * The rows after `afterSeq` (all of them from 0) in one snapshot, settled and provisional, never
    * discarded, with what tells a reader that the rows it holds below `afterSeq` are still the journal's.
