@@ -36,9 +36,9 @@ const MODULES = {
     // re-placed workspace of a prepared one
     mutate: [
       "packages/flow/src/engine/flowRun.ts:110-138",
-      "packages/flow/src/engine/flowRun.ts:592-603",
-      "packages/flow/src/engine/flowRun.ts:611-611",
-      "packages/flow/src/engine/flowRun.ts:616-622",
+      "packages/flow/src/engine/flowRun.ts:598-609",
+      "packages/flow/src/engine/flowRun.ts:617-617",
+      "packages/flow/src/engine/flowRun.ts:622-628",
     ],
   },
   // a bound subagent's turn as harvest() reads it from the host: an unreachable host, an interrupt asked
@@ -61,11 +61,11 @@ const MODULES = {
   "brain-settlement": {
     pkg: "brain",
     mutate: [
-      "packages/brain/src/delegation/settlement.ts:125-137",
-      "packages/brain/src/delegation/settlement.ts:189-224",
-      "packages/brain/src/delegation/settlement.ts:259-293",
-      "packages/brain/src/delegation/settlement.ts:312-357",
-      "packages/brain/src/delegation/settlement.ts:504-505",
+      "packages/brain/src/delegation/settlement.ts:132-144",
+      "packages/brain/src/delegation/settlement.ts:196-234",
+      "packages/brain/src/delegation/settlement.ts:269-303",
+      "packages/brain/src/delegation/settlement.ts:323-375",
+      "packages/brain/src/delegation/settlement.ts:522-523",
     ],
   },
   // results carried into the parent's next turn

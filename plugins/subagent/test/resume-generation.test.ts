@@ -73,6 +73,7 @@ describe("explicit WorkflowResume of a cancelled workflow", () => {
     expect((refused[0] as PromiseRejectedResult).reason).toMatchObject({
       code: "not_resumable",
       message: `workflow ${id} changed meanwhile`,
+      context: { workflowId: id },
     });
     const run = engine.run(id);
     expect(run?.journal.cancelRequested).toBe(false);

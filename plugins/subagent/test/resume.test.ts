@@ -106,6 +106,38 @@ describe("explicit WorkflowResume", () => {
     expect(calls.map((r) => r.tool_call_id)).toEqual([ctx.toolCallId, "resume-call"]);
   });
 
+  it("a node that failed before it had a child is prepared afresh on resume: it never continues a child", async () => {
+    const w = await world(db.pool);
+    const runs: string[] = [];
+    const { engine } = await w.engine(({ task }) => {
+      runs.push(taskLine(task));
+      return `done ${taskLine(task)}`;
+    });
+    all.push(engine);
+    const ctx = w.ctx();
+    const budget = parseWorkflowDefinition(`
+name: budget
+maxDispatches: 1
+nodes:
+  - { id: a, task: "TASK a" }
+  - { id: b, task: "TASK b", dependsOn: [a] }
+`);
+    const started = await engine.start(ctx, { definition: budget });
+    expect((await engine.finished(started.workflowId)).status).toBe("failed");
+    const before = await journal(started.workflowId);
+    expect(before.nodes.b).toMatchObject({ status: "failed", error: { code: "dispatch_budget_exhausted" } });
+    expect(before.nodes.b?.childSessionId).toBeUndefined();
+    await engine.resume({ ...ctx, toolCallId: "resume-call" }, started.workflowId);
+    const outcome = await engine.finished(started.workflowId);
+    // b was reserved afresh (the budget is charged again and still spent), never continued as a retry
+    expect(outcome.status).toBe("failed");
+    const after = await journal(started.workflowId);
+    expect(after.nodes.b).toMatchObject({ status: "failed", error: { code: "dispatch_budget_exhausted" } });
+    expect(after.nodes.b?.childSessionId).toBeUndefined();
+    expect(after.nodes.b?.run).toBe(2);
+    expect(runs).toEqual(["TASK a"]);
+  });
+
   it("refuses to resume a running workflow or another session's workflow", async () => {
     const w = await world(db.pool);
     const gate = deferred();

@@ -15,6 +15,17 @@ const startArgs = z.strictObject({
 const addArgs = z.strictObject({ nodes: z.array(WorkflowNodeSchema).min(1).max(100) });
 const workflowArgs = z.strictObject({ workflowId: z.uuid() });
 
+// Each tool's JSON Schema is made once, on first use: every turn of every session offers these tools.
+const jsonSchemas = new Map<z.ZodType, Record<string, unknown>>();
+function parametersOf(schema: z.ZodType): Record<string, unknown> {
+  let json = jsonSchemas.get(schema);
+  if (!json) {
+    json = z.toJSONSchema(schema, { io: "input" }) as Record<string, unknown>;
+    jsonSchemas.set(schema, json);
+  }
+  return json;
+}
+
 function parse<T>(schema: z.ZodType<T>, args: unknown, tool: string): T {
   const parsed = schema.safeParse(args);
   if (!parsed.success) {
@@ -74,7 +85,7 @@ export function workflowTools(options: SubagentToolsOptions): MutatingTool[] {
       name: "WorkflowStart",
       description:
         "Start a workflow from a definition file of this project (YAML or JSON: nodes with id, task, dependsOn, agentType or role, model, cwd, tools, outputSchema).",
-      parameters: z.toJSONSchema(startArgs, { io: "input" }) as Record<string, unknown>,
+      parameters: parametersOf(startArgs),
       mutates: true,
       async execute(raw, ctx): Promise<ToolOutput> {
         const a = parse(startArgs, raw, "WorkflowStart");
@@ -110,7 +121,7 @@ export function workflowTools(options: SubagentToolsOptions): MutatingTool[] {
     {
       name: "WorkflowResume",
       description: "Resume a failed or cancelled workflow of this session under your current access.",
-      parameters: z.toJSONSchema(workflowArgs, { io: "input" }) as Record<string, unknown>,
+      parameters: parametersOf(workflowArgs),
       mutates: true,
       async execute(raw, ctx): Promise<ToolOutput> {
         const a = parse(workflowArgs, raw, "WorkflowResume");
@@ -122,7 +133,7 @@ export function workflowTools(options: SubagentToolsOptions): MutatingTool[] {
       name: "WorkflowCancel",
       description:
         "Stop a running workflow of this session: running nodes are interrupted, pending ones never start.",
-      parameters: z.toJSONSchema(workflowArgs, { io: "input" }) as Record<string, unknown>,
+      parameters: parametersOf(workflowArgs),
       async execute(raw): Promise<ToolOutput> {
         const a = parse(workflowArgs, raw, "WorkflowCancel");
         const row = await engine.store.getWorkflow(a.workflowId, principal);
@@ -151,7 +162,7 @@ export function workflowTools(options: SubagentToolsOptions): MutatingTool[] {
       name: "WorkflowAddNodes",
       description:
         "Add nodes to the workflow you are running in (they may depend on you or on existing nodes). Returns their ids once they are recorded.",
-      parameters: z.toJSONSchema(addArgs, { io: "input" }) as Record<string, unknown>,
+      parameters: parametersOf(addArgs),
       mutates: true,
       async execute(raw): Promise<ToolOutput> {
         const a = parse(addArgs, raw, "WorkflowAddNodes");
