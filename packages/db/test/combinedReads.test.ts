@@ -259,3 +259,44 @@ describe("a journal's tail and the session's inbox in one statement", () => {
     await expect(r.journalTailWithWork(child.id, stranger.id)).rejects.toMatchObject({ code: "not_found" });
   });
 });
+
+describe("a recovered call's start appends the row its turn answers", () => {
+  const interrupted: JournalWrite = {
+    body: { type: "message", message: { role: "custom", customType: "interrupted", content: "go on" } },
+  };
+  const bodies = async (r: PgDelegationRepository, child: string, account: string) =>
+    (await r.readJournal(child, account)).map((e) => e.body);
+
+  it("a run that had started gets `resumeWith` in the start's statement; one that had not gets its task", async () => {
+    const { r, account, run, child } = await started();
+    await r.append(child.id, account.id, [answer("half way")]);
+    const again = await r.startRun(run.id, run.generation, "owner-2", child.id, interrupted);
+    expect(again).toMatchObject({ started: true, appended: true });
+    const rows = await bodies(r, child.id, account.id);
+    expect(rows.at(-1)).toEqual(interrupted.body);
+    expect(rows).toHaveLength(3); // the task, the answer, the interrupted context
+
+    // a queued run starts with its task, whatever `resumeWith` says
+    const fresh = await queued();
+    const first = await fresh.r.startRun(
+      fresh.run.id,
+      fresh.run.generation,
+      "o",
+      fresh.child.id,
+      interrupted,
+    );
+    expect(first.appended).toBe(true);
+    expect(await bodies(fresh.r, fresh.child.id, fresh.account.id)).toEqual([
+      { type: "message", message: { role: "user", content: "the task" } },
+    ]);
+  });
+
+  it("a start that no longer holds the run appends nothing; without `resumeWith` a started run appends nothing", async () => {
+    const { r, account, run, child } = await started();
+    const fenced = await r.startRun(run.id, run.generation + 1, "owner-2", child.id, interrupted);
+    expect(fenced).toMatchObject({ started: false, appended: false });
+    const plain = await r.startRun(run.id, run.generation, "owner-2", child.id);
+    expect(plain).toMatchObject({ started: true, appended: false });
+    expect(await bodies(r, child.id, account.id)).toHaveLength(1);
+  });
+});

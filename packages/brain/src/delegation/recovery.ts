@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import type { JournalEntry, SessionRow, SubagentRun, TranscriptMessage } from "@crw/db";
+import type { JournalEntry, JournalWrite, SessionRow, SubagentRun, TranscriptMessage } from "@crw/db";
 import { type DelegationAuthority, parseDelegatedExecutionScope } from "../scope/index.js";
 import { danglingToolCalls, endsWithAnswer } from "./context.js";
 import { toError } from "./errors.js";
@@ -247,10 +247,14 @@ function drivenHere(service: DelegationService): Set<string> {
   return set;
 }
 
-/** A recovered run to execute; `unanswered`: recovery just journaled the row its turn answers. */
+/**
+ * A recovered run to execute; `unanswered`: its journal does not end with an answer, and `resumeWith`, the
+ * row its turn answers, which the call's start appends.
+ */
 interface RecoveredStart {
   readonly run: SubagentRun;
   readonly unanswered: boolean;
+  readonly resumeWith?: JournalWrite;
 }
 
 type Known = { parent: SessionRow; authority: DelegationAuthority };
@@ -265,9 +269,9 @@ function driveAll(service: DelegationService, wave: readonly RecoveredStart[]): 
   const set = drivenHere(service);
   for (const { run } of wave) set.add(run.id);
   const execute = (known: ReadonlyMap<string, Known>) => {
-    for (const { run, unanswered } of wave) {
+    for (const { run, unanswered, resumeWith } of wave) {
       const parent = known.get(`${run.principalAccountId}/${run.parentSessionId}`);
-      const opts = { unanswered, ...(parent && { known: parent }) };
+      const opts = { unanswered, ...(resumeWith && { resumeWith }), ...(parent && { known: parent }) };
       service.track(service.executeRun(run, opts).finally(() => set.delete(run.id)));
     }
   };
@@ -326,24 +330,21 @@ async function recoverRun(
     ? await chargedContinuation(service, run, maxAttempts)
     : await freeContinuation(service, run, maxAttempts * FREE_CONTINUATIONS_PER_ATTEMPT);
   if (next === "failed") return "failed";
-  if (journal.length === 0) {
-    // An empty transcript continues with the original task.
-    await repo.append(run.childSessionId, run.principalAccountId, [
-      { body: { type: "message", message: { role: "user", content: run.task } } },
-    ]);
-  } else if (!endsWithAnswer(journal)) {
-    const context: TranscriptMessage = {
-      role: "custom",
-      customType: "interrupted",
-      content: INTERRUPTED_CONTEXT,
-    };
-    await repo.append(run.childSessionId, run.principalAccountId, [
-      { body: { type: "message", message: context } },
-    ]);
-  }
-  // What was just journaled (the task or the interrupted context) is the newest row: the execution need
-  // not read the journal again to know that it does not end with an answer.
-  starts.push({ run: next, unanswered: journal.length === 0 || !endsWithAnswer(journal) });
+  // An empty transcript continues with the original task, an unanswered one with the interrupted context:
+  // the call's start appends it (only a start that still holds the run does), and it is then the newest
+  // row, so the execution need not read the journal again to know that it does not end with an answer.
+  const context: TranscriptMessage = {
+    role: "custom",
+    customType: "interrupted",
+    content: INTERRUPTED_CONTEXT,
+  };
+  const resumeWith: JournalWrite | undefined =
+    journal.length === 0
+      ? { body: { type: "message", message: { role: "user", content: run.task } } }
+      : !endsWithAnswer(journal)
+        ? { body: { type: "message", message: context } }
+        : undefined;
+  starts.push({ run: next, unanswered: resumeWith !== undefined, ...(resumeWith && { resumeWith }) });
   return "continued";
 }
 

@@ -122,6 +122,11 @@ export class DelegatedSettlement {
        * recovery's interrupted context): the journal cannot end with an answer, so it is not read for that.
        */
       unanswered?: boolean;
+      /**
+       * For a run that had started (boot recovery): the row its turn answers (the interrupted context, or
+       * the task again for an empty journal), appended by the call's start in the same statement.
+       */
+      resumeWith?: JournalWrite;
     } = {},
   ): Promise<string> {
     // The owning job's progress publication drains before the result is settled: no progress after it.
@@ -132,7 +137,13 @@ export class DelegatedSettlement {
     if (!run.childSessionId)
       return settle(run, "error", "the child session was discarded before it was ready", "child_missing");
     const start = await this.core.writes.capture("a call's start", () =>
-      this.core.repo.startRun(run.id, run.generation, this.core.owner, run.childSessionId ?? undefined),
+      this.core.repo.startRun(
+        run.id,
+        run.generation,
+        this.core.owner,
+        run.childSessionId ?? undefined,
+        opts.resumeWith,
+      ),
     );
     if (!start.started) {
       // The same call again (a retried tool call): its settled result is the answer, never a second run.

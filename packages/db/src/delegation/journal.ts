@@ -26,7 +26,7 @@ interface RowShape {
   usage: string | null;
 }
 
-function shape(sessionId: string, write: JournalWrite): RowShape {
+export function shape(sessionId: string, write: JournalWrite): RowShape {
   const parsed = journalBodySchema.safeParse(write.body);
   if (!parsed.success) {
     throw new DelegationDbError(

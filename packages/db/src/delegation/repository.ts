@@ -106,7 +106,8 @@ export class PgDelegationRepository implements DelegationRepository {
     runs.markRunSettling(this.pool, r, g);
   markSettlingWithReply: DelegationRepository["markSettlingWithReply"] = async (r, g, c, p, o) =>
     journal.markSettlingWithReply(this.pool, r, g, c, p, o);
-  startRun: DelegationRepository["startRun"] = async (r, g, o, c) => runs.startRun(this.pool, r, g, o, c);
+  startRun: DelegationRepository["startRun"] = async (r, g, o, c, w) =>
+    runs.startRun(this.pool, r, g, o, c, w);
   settleRun: DelegationRepository["settleRun"] = async (r, o) => runs.settleRun(this.pool, r, o);
   recordRunProgress: DelegationRepository["recordRunProgress"] = async (r, p, g, s, j) =>
     runs.recordRunProgress(this.pool, r, p, g, s, j);

@@ -10,7 +10,9 @@ import type {
   SettlementWork,
   SubagentRun,
 } from "../repositories/delegation.js";
+import type { JournalWrite } from "../repositories/journal.js";
 import { type Queryable, tx } from "../tx.js";
+import { shape } from "./journal.js";
 import { assertUuid, notFound, type Row, runFromRow, sessionFromRow } from "./rows.js";
 import { insertIsolatedWorktree } from "./worktrees.js";
 
@@ -309,8 +311,11 @@ export async function startRun(
   generation: number,
   owner: string,
   childSessionId?: string,
+  resumeWith?: JournalWrite,
 ): Promise<{ started: boolean; appended: boolean; run: SubagentRun | null; child?: SessionRow }> {
   assertUuid("runId", runId);
+  // A run that had started goes on with `resumeWith` (shaped here, as any append is), when given.
+  const resume = resumeWith && childSessionId ? shape(childSessionId, resumeWith) : null;
   const woke =
     childSessionId === undefined || wakeWanted("journal", childSessionId)
       ? `pg_notify('${JOURNAL_WAKE_CHANNEL}', s.id::text || ':' || (s.next_seq - 1)::text)`
@@ -327,13 +332,17 @@ export async function startRun(
      taken as (
        update sessions s set next_seq = s.next_seq + 1
          from upd
-        where upd.prev_status = 'queued' and s.id = upd.child_session_id
+        where (upd.prev_status = 'queued' or $6::text is not null) and s.id = upd.child_session_id
           and s.principal_account_id = upd.principal_account_id
         returning s.id, s.next_seq - 1 as seq, ${woke} as woke
      ),
      ins as (
        insert into journal_entries (session_id, seq, kind, role, body, settled)
-       select taken.id, taken.seq, 'message', 'user', ${TASK_BODY}, true from taken, upd
+       select taken.id, taken.seq,
+              case when upd.prev_status = 'queued' then 'message' else $4::text end,
+              case when upd.prev_status = 'queued' then 'user' else $5::text end,
+              case when upd.prev_status = 'queued' then ${TASK_BODY} else $6::text end, true
+         from taken, upd
        returning seq
      )
      select upd.*, (select count(*) from ins)::int as appended,
@@ -342,7 +351,7 @@ export async function startRun(
                 and s.visibility = 'visible') as child_row,
             ${workOf("upd.child_session_id", "upd.principal_account_id", "work_")}
        from upd`,
-    [runId, generation, owner],
+    [runId, generation, owner, resume?.kind ?? null, resume?.role ?? null, resume?.body ?? null],
   );
   const row = rows[0];
   if (!row) {

@@ -429,6 +429,12 @@ export interface DelegationRepository {
     owner: string,
     /** The run's child, when the caller knows it: whether its journal's wake is wanted. */
     childSessionId?: string,
+    /**
+     * For a run that had started (a recovered one), a row appended to its child's journal in the start's
+     * statement, as the task is for one that had not: the interrupted context, or the task again. Needs
+     * `childSessionId`.
+     */
+    resumeWith?: JournalWrite,
   ): Promise<{
     started: boolean;
     appended: boolean;
