@@ -61,13 +61,17 @@ const MODULES = {
   "brain-settlement": {
     pkg: "brain",
     mutate: [
-      "packages/brain/src/delegation/settlement.ts:132-144",
-      "packages/brain/src/delegation/settlement.ts:196-234",
-      "packages/brain/src/delegation/settlement.ts:269-303",
-      "packages/brain/src/delegation/settlement.ts:323-375",
-      "packages/brain/src/delegation/settlement.ts:522-523",
+      "packages/brain/src/delegation/settlement.ts:137-155",
+      "packages/brain/src/delegation/settlement.ts:207-245",
+      "packages/brain/src/delegation/settlement.ts:280-314",
+      "packages/brain/src/delegation/settlement.ts:334-386",
+      "packages/brain/src/delegation/settlement.ts:533-534",
     ],
   },
+  // two of those ranges in runs of their own (each writes its report): the first turn with the settling
+  // mark and its reply (b), the settlement drain's loop with its look (d)
+  "brain-settlement-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:207-245"] },
+  "brain-settlement-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:334-386"] },
   // results carried into the parent's next turn
   // narrowed to deliverQueued (the message format, lines 6-23, is left out: its tests are pure)
   "brain-delivery": { pkg: "brain", mutate: ["packages/brain/src/delegation/delivery.ts:91-147"] },
@@ -76,22 +80,22 @@ const MODULES = {
     pkg: "brain",
     // each claimed run's recovery: terminalize, settle, charged or free continuation, the answer to a call
     // of unknown outcome
-    mutate: ["packages/brain/src/delegation/recovery.ts:294-461"],
+    mutate: ["packages/brain/src/delegation/recovery.ts:298-462"],
   },
   // the same range in six runs, each of which writes its own report: at about a minute a mutant the whole
   // range does not finish in one sitting, and a stopped run reports nothing
   // a: recoverRun (never started, ended turn, the continuation and what it journals) and the tail's read
-  "brain-recovery-a": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:294-361"] },
+  "brain-recovery-a": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:298-362"] },
   // b: the child's inbox count read on its own and hasUnknownOutcome
-  "brain-recovery-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:362-388"] },
+  "brain-recovery-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:363-389"] },
   // c: the charged continuation (the attempts bound, the generation fence)
-  "brain-recovery-c": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:389-406"] },
+  "brain-recovery-c": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:390-407"] },
   // e: the free continuation (its bound, the generation fence)
-  "brain-recovery-e": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:407-425"] },
+  "brain-recovery-e": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:408-426"] },
   // f: settleError (the error result and the parent's wake)
-  "brain-recovery-f": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:426-438"] },
+  "brain-recovery-f": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:427-439"] },
   // d: the answer to a call of unknown outcome
-  "brain-recovery-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:439-461"] },
+  "brain-recovery-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:440-462"] },
   // the scope a delegation captures from its parent
   "brain-capture": { pkg: "brain", mutate: ["packages/brain/src/scope/capture.ts"] },
   // the runner pool: slot leases (pump, dispatch, settle), the startup episode (fork, retry, adopt, terminal
