@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // Engine overhead per session call (built code: run `npx tsup` in packages/flow first). A workflow of N
-// calls (default 500, 4 at a time) runs in this process against the fake app-server (the real JSON-RPC
+// calls (default 500, 4 at a time: in-flight) runs in this process against the fake app-server (the real JSON-RPC
 // protocol over ws on 127.0.0.1) with the scripted owner taking each step as soon as it is written and
 // its subagent answering at once. Per call: the time from ctx.call to its result (p50, p99), journal
 // bytes and fsyncs; next to this machine's fsync latency (4 KiB write + fdatasync) measured in the run.
@@ -13,7 +13,7 @@
 // The owner's side (fake host and scripted owner) shares the engine's event loop by default (`inline`);
 // `worker` gives it a worker thread, an event loop of its own as the host and the owner have in a real run
 // (on a machine with few cores the thread hops cost more than they save).
-// Usage: node bench/flow-engine.mjs [calls] [poll-ms] [watch|files] [worker|inline]
+// Usage: node bench/flow-engine.mjs [calls] [poll-ms] [watch|files] [worker|inline] [in-flight]
 import {
   closeSync,
   existsSync,
@@ -37,6 +37,8 @@ const sourceKind = process.argv[4] ?? "watch";
 if (sourceKind !== "watch" && sourceKind !== "files")
   throw new Error(`owner source ${sourceKind}: watch or files`);
 const placement = process.argv[5] ?? "inline";
+// calls in flight at once (the figures of the issue are taken at 4)
+const inFlight = Number(process.argv[6] ?? 4);
 if (placement !== "worker" && placement !== "inline")
   throw new Error(`owner side ${placement}: worker or inline`);
 const root = isMainThread ? mkdtempSync(join(tmpdir(), "crw-bench-engine-")) : workerData.root;
@@ -164,7 +166,7 @@ async function main() {
           perCall.push(performance.now() - t0);
         }
       };
-      await Promise.all([worker(), worker(), worker(), worker()]);
+      await Promise.all(Array.from({ length: inFlight }, worker));
       return perCall.length;
     },
   };
@@ -194,6 +196,7 @@ async function main() {
     bench: "flow-engine-overhead",
     calls,
     pool: 4,
+    in_flight: inFlight,
     poll_ms: pollMs,
     owner_source: sourceKind,
     owner_side: placement,
