@@ -41,8 +41,6 @@ interface SettlingSeen {
   idle?: Awaited<ReturnType<SettlementCore["repo"]["markSettlingWithReply"]>>;
 }
 
-const isIdle = (w: SettlementWork) => w.openChildRuns === 0 && w.pendingSteers === 0 && w.queuedResults === 0;
-
 /** Publishes a call's result (inline or spilled) and wakes its parent; returns the result id. */
 /** `dropSteers`: the reason the child's pending steers are dropped with, in the settlement's statement. */
 type Settle = (
@@ -349,7 +347,6 @@ export class DelegatedSettlement {
           )
         : undefined;
       const work = look?.work;
-      seen.idle = work && isIdle(work) ? look : undefined;
       const live =
         work?.openChildRuns ?? (await this.core.repo.openChildRuns(child.id, run.principalAccountId)).length;
       if (live > 0) {
@@ -370,7 +367,11 @@ export class DelegatedSettlement {
       const queued =
         work?.queuedResults ??
         (await this.core.repo.queuedResultIds(child.id, run.principalAccountId)).length;
-      if (steers === 0 && queued === 0) return last;
+      if (steers === 0 && queued === 0) {
+        // nothing open, nothing waiting: the look's mark (and its reply) stand for the settlement
+        seen.idle = look;
+        return last;
+      }
       // The bound is on turns taken: the last one it allows may take the last pending work and settle.
       if (turns >= bound) break;
       faultPoint("drain.during");
