@@ -63,7 +63,9 @@ try {
     process.execPath,
     [
       // CRW_BENCH_PROFILE=<dir>: the daemon writes a CPU profile there when it exits
-      ...(process.env.CRW_BENCH_PROFILE ? ["--cpu-prof", `--cpu-prof-dir=${process.env.CRW_BENCH_PROFILE}`] : []),
+      ...(process.env.CRW_BENCH_PROFILE
+        ? ["--cpu-prof", `--cpu-prof-dir=${process.env.CRW_BENCH_PROFILE}`]
+        : []),
       join(root, "apps/crw/bin/crw.mjs"),
       ...["daemon", "run", "--data-dir", dataDir, "--port", "0"],
     ],
