@@ -54,17 +54,18 @@ for (let p = 0; p < parents; p++) {
 // CRW_BENCH_WARMUP=N: N delegations per parent run and delivered before the measured burst (the figures
 // of a process that has run some already: statements prepared on its connections, code compiled)
 const warmup = Number(process.env.CRW_BENCH_WARMUP ?? 0);
+/** One background delegation of `parent`, answered at once by the scripted child. */
+const delegateFrom = ({ account, parent }, id) =>
+  service.delegate({
+    parentSessionId: parent.id,
+    principalAccountId: account.id,
+    toolCallId: id,
+    task: brain.scriptTask({ answer: `result of ${id}` }),
+    mode: "background",
+  });
 if (warmup > 0) {
-  const runs = sessions.flatMap(({ account, parent }) =>
-    Array.from({ length: warmup }, (_, i) =>
-      service.delegate({
-        parentSessionId: parent.id,
-        principalAccountId: account.id,
-        toolCallId: `warm-${i}`,
-        task: brain.scriptTask({ answer: `warm ${i}` }),
-        mode: "background",
-      }),
-    ),
+  const runs = sessions.flatMap((s) =>
+    Array.from({ length: warmup }, (_, i) => delegateFrom(s, `warm-${i}`)),
   );
   await Promise.all(runs);
   for (;;) {
@@ -79,18 +80,8 @@ const rowsBefore = await rowsWritten();
 const statementsBefore = counter.count();
 const started = performance.now();
 const cpuBefore = process.cpuUsage();
-const delegations = sessions.flatMap(({ account, parent }) =>
-  Array.from(
-    { length: perParent },
-    (_, i) => () =>
-      service.delegate({
-        parentSessionId: parent.id,
-        principalAccountId: account.id,
-        toolCallId: `bench-${i}`,
-        task: brain.scriptTask({ answer: `result ${i}` }),
-        mode: "background",
-      }),
-  ),
+const delegations = sessions.flatMap((s) =>
+  Array.from({ length: perParent }, (_, i) => () => delegateFrom(s, `bench-${i}`)),
 );
 const made = [];
 for (const [n, delegate] of delegations.entries()) {
