@@ -61,17 +61,17 @@ const MODULES = {
   "brain-settlement": {
     pkg: "brain",
     mutate: [
-      "packages/brain/src/delegation/settlement.ts:137-155",
-      "packages/brain/src/delegation/settlement.ts:207-245",
-      "packages/brain/src/delegation/settlement.ts:280-314",
-      "packages/brain/src/delegation/settlement.ts:334-386",
-      "packages/brain/src/delegation/settlement.ts:533-534",
+      "packages/brain/src/delegation/settlement.ts:133-151",
+      "packages/brain/src/delegation/settlement.ts:211-249",
+      "packages/brain/src/delegation/settlement.ts:284-318",
+      "packages/brain/src/delegation/settlement.ts:338-390",
+      "packages/brain/src/delegation/settlement.ts:537-538",
     ],
   },
   // two of those ranges in runs of their own (each writes its report): the first turn with the settling
   // mark and its reply (b), the settlement drain's loop with its look (d)
-  "brain-settlement-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:207-245"] },
-  "brain-settlement-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:334-386"] },
+  "brain-settlement-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:211-249"] },
+  "brain-settlement-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:338-390"] },
   // results carried into the parent's next turn
   // narrowed to deliverQueued (the message format, lines 6-23, is left out: its tests are pure)
   "brain-delivery": { pkg: "brain", mutate: ["packages/brain/src/delegation/delivery.ts:91-147"] },
@@ -80,22 +80,22 @@ const MODULES = {
     pkg: "brain",
     // each claimed run's recovery: terminalize, settle, charged or free continuation, the answer to a call
     // of unknown outcome
-    mutate: ["packages/brain/src/delegation/recovery.ts:298-462"],
+    mutate: ["packages/brain/src/delegation/recovery.ts:294-458"],
   },
   // the same range in six runs, each of which writes its own report: at about a minute a mutant the whole
   // range does not finish in one sitting, and a stopped run reports nothing
   // a: recoverRun (never started, ended turn, the continuation and what it journals) and the tail's read
-  "brain-recovery-a": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:298-362"] },
+  "brain-recovery-a": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:294-358"] },
   // b: the child's inbox count read on its own and hasUnknownOutcome
-  "brain-recovery-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:363-389"] },
+  "brain-recovery-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:359-385"] },
   // c: the charged continuation (the attempts bound, the generation fence)
-  "brain-recovery-c": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:390-407"] },
+  "brain-recovery-c": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:386-403"] },
   // e: the free continuation (its bound, the generation fence)
-  "brain-recovery-e": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:408-426"] },
+  "brain-recovery-e": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:404-422"] },
   // f: settleError (the error result and the parent's wake)
-  "brain-recovery-f": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:427-439"] },
+  "brain-recovery-f": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:423-435"] },
   // d: the answer to a call of unknown outcome
-  "brain-recovery-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:440-462"] },
+  "brain-recovery-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:436-458"] },
   // the scope a delegation captures from its parent
   "brain-capture": { pkg: "brain", mutate: ["packages/brain/src/scope/capture.ts"] },
   // the runner pool: slot leases (pump, dispatch, settle), the startup episode (fork, retry, adopt, terminal

@@ -247,13 +247,9 @@ function drivenHere(service: DelegationService): Set<string> {
   return set;
 }
 
-/**
- * A recovered run to execute; `unanswered`: its journal does not end with an answer, and `resumeWith`, the
- * row its turn answers, which the call's start appends.
- */
+/** A recovered run to execute; `resumeWith`: the row its turn answers, which the call's start appends. */
 interface RecoveredStart {
   readonly run: SubagentRun;
-  readonly unanswered: boolean;
   readonly resumeWith?: JournalWrite;
 }
 
@@ -269,9 +265,9 @@ function driveAll(service: DelegationService, wave: readonly RecoveredStart[]): 
   const set = drivenHere(service);
   for (const { run } of wave) set.add(run.id);
   const execute = (known: ReadonlyMap<string, Known>) => {
-    for (const { run, unanswered, resumeWith } of wave) {
+    for (const { run, resumeWith } of wave) {
       const parent = known.get(`${run.principalAccountId}/${run.parentSessionId}`);
-      const opts = { unanswered, ...(resumeWith && { resumeWith }), ...(parent && { known: parent }) };
+      const opts = { ...(resumeWith && { resumeWith }), ...(parent && { known: parent }) };
       service.track(service.executeRun(run, opts).finally(() => set.delete(run.id)));
     }
   };
@@ -319,7 +315,7 @@ async function recoverRun(
   const { journal, pending } = await tailAndInboxOf(repo, run.childSessionId, run.principalAccountId);
   if (endsWithAnswer(journal) && pending === 0) {
     // The turn had ended: settle without a new turn and without charging an attempt.
-    starts.push({ run, unanswered: false });
+    starts.push({ run });
     return "settled";
   }
   // A child that was waiting on its model (or whose tool calls had all answered) repeats no effect by
@@ -344,7 +340,7 @@ async function recoverRun(
       : !endsWithAnswer(journal)
         ? { body: { type: "message", message: context } }
         : undefined;
-  starts.push({ run: next, unanswered: resumeWith !== undefined, ...(resumeWith && { resumeWith }) });
+  starts.push({ run: next, ...(resumeWith && { resumeWith }) });
   return "continued";
 }
 

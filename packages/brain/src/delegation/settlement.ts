@@ -116,13 +116,9 @@ export class DelegatedSettlement {
       /** The parent and its authority, when the caller read them just now for this call (Delegate). */
       known?: { parent: SessionRow; authority: DelegationAuthority };
       /**
-       * The caller journaled the row this call's turn answers just now, under the run's claim (boot
-       * recovery's interrupted context): the journal cannot end with an answer, so it is not read for that.
-       */
-      unanswered?: boolean;
-      /**
        * For a run that had started (boot recovery): the row its turn answers (the interrupted context, or
-       * the task again for an empty journal), appended by the call's start in the same statement.
+       * the task again for an empty journal), appended by the call's start in the same statement; the
+       * journal then cannot end with an answer, so it is not read for that.
        */
       resumeWith?: JournalWrite;
     } = {},
@@ -176,8 +172,16 @@ export class DelegatedSettlement {
     const progress = opts.progress ?? NO_PROGRESS;
     this.#calls.set(child.id, { scope, progress, child });
     try {
-      const unanswered = start.appended || opts.unanswered === true;
-      return await this.#runCall(run, child, scope, progress, opts.signal, settle, unanswered, start.work);
+      return await this.#runCall(
+        run,
+        child,
+        scope,
+        progress,
+        opts.signal,
+        settle,
+        start.appended,
+        start.work,
+      );
     } finally {
       this.#calls.delete(child.id);
     }
@@ -203,7 +207,7 @@ export class DelegatedSettlement {
     work?: SettlementWork,
   ): Promise<string> {
     let outcome: TurnOutcome = { stopReason: "stop" };
-    // The start (or recovery) just journaled the newest row, the task or the interrupted context: under
+    // The start just journaled the newest row (the task, or a recovered run's interrupted context): under
     // this run's lease nothing else answers it, so the journal cannot end with an answer and is not read.
     const answered =
       !unanswered && endsWithAnswer(await this.core.repo.readJournalTail(child.id, run.principalAccountId));
