@@ -24,7 +24,7 @@ const isObject = (v: unknown): v is Record<string, unknown> =>
  * reason says why). Checked by hand: every frame of every thread passes here, and a schema union costs more
  * per frame than the rest of the frame's handling.
  */
-export function incomingFrame(raw: unknown): IncomingFrame | string {
+function incomingFrame(raw: unknown): IncomingFrame | string {
   if (!isObject(raw)) return "a frame is a JSON object";
   if (typeof raw.method === "string") return raw as IncomingFrame;
   if (typeof raw.id !== "number" && typeof raw.id !== "string")
