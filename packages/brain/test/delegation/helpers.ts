@@ -1,9 +1,10 @@
 import { randomUUID } from "node:crypto";
-import { mkdtempSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type JournalEntry, PgDelegationRepository, type TranscriptMessage } from "@crw/db";
 import type pg from "pg";
+import { afterAll } from "vitest";
 import {
   createScriptedTurnRunner,
   DelegationService,
@@ -18,9 +19,15 @@ import {
 
 export { scriptTask };
 
+// One spill directory per test file, removed when the file's tests end, so
+// runs leave nothing behind in the temporary directory.
+const spillBase = mkdtempSync(join(tmpdir(), "crw-spill-"));
+afterAll(() => rmSync(spillBase, { recursive: true, force: true }));
+
 export function makeService(pool: pg.Pool, overrides: Partial<DelegationServiceOptions> = {}) {
   const repo = new PgDelegationRepository(pool);
-  const spillRoot = mkdtempSync(join(tmpdir(), "crw-spill-"));
+  const spillRoot = join(spillBase, randomUUID());
+  mkdirSync(spillRoot);
   const service = new DelegationService({
     repo,
     runner: createScriptedTurnRunner(),
