@@ -7,6 +7,11 @@ const root = resolve(import.meta.dirname, "../..");
 export interface CrwVitestOptions {
   /** Start (or borrow from DATABASE_URL) one PostgreSQL for the run and migrate a template database. */
   postgres?: boolean;
+  /**
+   * Test files run at once. Vitest's default on two cores is one; a project whose files are long and mostly
+   * wait on child processes runs them side by side, so that it is not the one job left running at the end.
+   */
+  maxWorkers?: number;
 }
 
 /**
@@ -29,6 +34,7 @@ export function crwVitest(name: string, dir: string, options: CrwVitestOptions =
       reporters: ["default", "json"],
       outputFile: { json: resolve(dir, ".reports", "vitest.json") },
       pool: "forks",
+      ...(options.maxWorkers !== undefined && { maxWorkers: options.maxWorkers }),
       passWithNoTests: true,
       testTimeout: 30_000,
       hookTimeout: 120_000,

@@ -1,0 +1,100 @@
+import { execFileSync, spawnSync } from "node:child_process";
+import { cpSync, mkdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { stripVTControlCharacters } from "node:util";
+import type { TestUser } from "@crw/tools/users";
+import { afterAll, expect } from "vitest";
+
+// The README's commands from a fresh clone, as the two kinds of user that broke them: an ordinary user in
+// its own home, and root in a clone under a private (0700) directory. Each runs `npm ci && npm run demo`,
+// `crw daemon start` with the default data directory, and the PostgreSQL-backed suite of @crw/db. The two
+// kinds are two test files so that they run side by side: each is minutes of installing and building.
+const root = resolve(import.meta.dirname, "../../../..");
+const made: string[] = [];
+afterAll(() => {
+  for (const dir of made) rmSync(dir, { recursive: true, force: true });
+});
+
+/** Removed when the test file's tests end. */
+export function removeAfter(...dirs: string[]): void {
+  made.push(...dirs);
+}
+
+/** A clone of this checkout whose working tree is this one's (committed or not), owned by `user`. */
+export function freshClone(dest: string, user: TestUser | undefined): void {
+  execFileSync("git", ["clone", "-q", "--no-checkout", root, dest]);
+  const files = execFileSync("git", ["ls-files", "-co", "--exclude-standard", "-z"], {
+    cwd: root,
+    encoding: "utf8",
+  })
+    .split("\0")
+    .filter((f) => f !== "" && statSync(join(root, f), { throwIfNoEntry: false })?.isFile());
+  for (const f of files) {
+    mkdirSync(dirname(join(dest, f)), { recursive: true });
+    cpSync(join(root, f), join(dest, f));
+  }
+  if (user) execFileSync("chown", ["-R", `${user.uid}:${user.gid}`, dest]);
+}
+
+interface Ran {
+  code: number | null;
+  out: string;
+}
+
+/** A command as `user` would run it from a login shell: a plain environment, nothing of this test run's. */
+function runAs(
+  user: TestUser | undefined,
+  home: string,
+  cwd: string,
+  command: string,
+  timeoutMs: number,
+): Ran {
+  const r = spawnSync("/bin/sh", ["-c", `${command} 2>&1`], {
+    cwd,
+    encoding: "utf8",
+    timeout: timeoutMs,
+    env: {
+      PATH: process.env.PATH ?? "/usr/bin:/bin",
+      HOME: home,
+      USER: user?.name ?? process.env.USER ?? "",
+      LOGNAME: user?.name ?? process.env.USER ?? "",
+    },
+    ...(user && { uid: user.uid, gid: user.gid }),
+  });
+  // Colours are for terminals; the assertions read plain text.
+  return { code: r.status, out: stripVTControlCharacters(r.stdout) };
+}
+
+export const mode = (path: string) => statSync(path).mode & 0o777;
+const serverUid = (dataDir: string) => {
+  const pid = Number(readFileSync(join(dataDir, "postgres", "postmaster.pid"), "utf8").split("\n")[0]);
+  return statSync(`/proc/${pid}`).uid;
+};
+
+/** The README's two commands (the main job and the PostgreSQL tests) and the daemon's first command. */
+export function readmeCommands(user: TestUser | undefined, home: string, clone: string) {
+  const demo = runAs(user, home, clone, "npm ci --no-audit --no-fund && npm run demo", 420_000);
+  expect(demo.code, demo.out.slice(-4000)).toBe(0);
+  expect(demo.out).toMatch(/crw daemon ready at http:\/\/127\.0\.0\.1:\d+/);
+  expect(demo.out).toMatch(/Workflow "review-and-document" \([0-9a-f-]+\) completed/);
+  expect(demo.out).toMatch(/crw daemon \(pid \d+\) stopped/);
+
+  const crw = `node ${join(clone, "apps/crw/bin/crw.mjs")}`;
+  const start = runAs(user, home, home, `${crw} daemon start --port 0`, 120_000);
+  expect(start.code, start.out).toBe(0);
+  const dataDir = join(home, ".crw", "daemon");
+  expect(start.out).toContain(join(dataDir, "daemon.log"));
+  try {
+    expect(serverUid(dataDir)).not.toBe(0);
+    expect(mode(dataDir)).toBe(0o700);
+    expect(mode(join(home, ".crw")) & 0o077).toBe(0);
+    expect(runAs(user, home, home, `${crw} daemon status`, 30_000).out).toMatch(/: ok$/m);
+  } finally {
+    const stop = runAs(user, home, home, `${crw} daemon stop`, 90_000);
+    expect(stop.code, stop.out).toBe(0);
+  }
+
+  const tests = runAs(user, home, join(clone, "packages/db"), "npx vitest run", 300_000);
+  expect(tests.code, tests.out.slice(-4000)).toBe(0);
+  expect(tests.out).toMatch(/Tests\s+\d+ passed/);
+}
