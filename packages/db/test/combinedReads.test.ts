@@ -300,3 +300,33 @@ describe("a recovered call's start appends the row its turn answers", () => {
     expect(await bodies(r, child.id, account.id)).toHaveLength(1);
   });
 });
+
+describe("a fresh child's start answers its whole journal", () => {
+  it("the start of a queued call answers the journal as readJournalAfter(0) reads it: the task, row 1", async () => {
+    const { r, account, run, child } = await queued();
+    const start = await r.startRun(run.id, run.generation, "owner", child.id);
+    expect(start.journal).toEqual(await r.readJournalAfter(child.id, account.id, 0));
+    expect(start.journal?.entries.map((e) => [e.seq, e.settled, e.body])).toEqual([
+      [1, true, { type: "message", message: { role: "user", content: "the task" } }],
+    ]);
+  });
+
+  it("answers no journal when the appended row is not the first, nothing was appended, or the child holds reclaimed or inherited rows", async () => {
+    const interrupted: JournalWrite = {
+      body: { type: "message", message: { role: "custom", customType: "interrupted", content: "go on" } },
+    };
+    const { r, run, child } = await started();
+    expect(
+      (await r.startRun(run.id, run.generation, "owner-2", child.id, interrupted)).journal,
+    ).toBeUndefined();
+    expect((await r.startRun(run.id, run.generation, "owner-2", child.id)).journal).toBeUndefined();
+
+    for (const column of ["prefix_reclaimed_rows = 1", "inherited_through = 0"]) {
+      const fresh = await queued();
+      await db.pool.query(`update sessions set ${column} where id = $1`, [fresh.child.id]);
+      const start = await fresh.r.startRun(fresh.run.id, fresh.run.generation, "o", fresh.child.id);
+      expect(start).toMatchObject({ started: true, appended: true });
+      expect(start.journal, column).toBeUndefined();
+    }
+  });
+});

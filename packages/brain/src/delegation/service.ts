@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import type {
   Account,
   DelegationRepository,
+  JournalDelta,
   PrefixReclaim,
   SessionRow,
   SettlementWork,
@@ -358,6 +359,8 @@ export class DelegationService implements RestartCheckpoint {
       scope: DelegatedExecutionScope | null;
       /** What the drain just before this turn saw of the session's inbox. */
       inbox?: InboxLook;
+      /** The session's whole journal, when the caller has just read or written all of it. */
+      journal?: JournalDelta;
     },
   ): Promise<TurnOutcome> {
     this.#admit("a new turn");
@@ -386,6 +389,7 @@ export class DelegationService implements RestartCheckpoint {
       ...(prompt.stored ? {} : { promptStored: (stored: string) => this.#notePrompt(session.id, stored) }),
       progress: opts.progress,
       drainSteering: () => this.drainInto(session),
+      ...(opts.journal ? { journal: opts.journal } : {}),
     });
   }
 

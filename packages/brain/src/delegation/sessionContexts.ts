@@ -86,6 +86,11 @@ export class SessionContexts {
     return this.#refold(sessionId, whole);
   }
 
+  /** The context of a journal the caller holds whole (read or written just now): folded and kept, not read. */
+  adopt(sessionId: string, whole: JournalDelta): TranscriptMessage[] {
+    return this.#refold(sessionId, whole);
+  }
+
   #extend(sessionId: string, held: Held, delta: JournalDelta): TranscriptMessage[] | undefined {
     if (delta.anchorCreatedAt?.getTime() !== (held.anchor ?? undefined)) return undefined;
     if (delta.reclaimedRows !== held.reclaimedRows) return undefined;

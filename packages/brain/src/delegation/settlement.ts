@@ -3,6 +3,7 @@ import { resolve } from "node:path";
 import {
   type Account,
   type DelegationRepository,
+  type JournalDelta,
   type JournalWrite,
   OPEN_RUN_STATUSES,
   type SessionRow,
@@ -181,6 +182,7 @@ export class DelegatedSettlement {
         settle,
         start.appended,
         start.work,
+        start.journal,
       );
     } finally {
       this.#calls.delete(child.id);
@@ -205,13 +207,15 @@ export class DelegatedSettlement {
     settle: Settle,
     unanswered: boolean,
     work?: SettlementWork,
+    journal?: JournalDelta,
   ): Promise<string> {
     let outcome: TurnOutcome = { stopReason: "stop" };
     // The start just journaled the newest row (the task, or a recovered run's interrupted context): under
     // this run's lease nothing else answers it, so the journal cannot end with an answer and is not read.
     const answered =
       !unanswered && endsWithAnswer(await this.core.repo.readJournalTail(child.id, run.principalAccountId));
-    if (!answered) outcome = (await this.#childTurn(child, scope, progress, signal, false, work)).outcome;
+    if (!answered)
+      outcome = (await this.#childTurn(child, scope, progress, signal, false, work, journal)).outcome;
     const seen: SettlingSeen = {};
     const drained = await this.#settlementDrain(run, child, scope, progress, outcome, signal, seen);
     // Pausing for a restart: the call stays open and boot recovery continues it; nothing is settled here.
@@ -277,7 +281,8 @@ export class DelegatedSettlement {
    * `runChildTurn`; without `withReply` the reply is not read (the call's first turn: its settlement reads
    * it). `started`: the inbox as the call's start read it, standing for the drain's own look while nothing
    * can have run a turn of the child since: no turn of it waits here, and it has no open child run (a
-   * helper's result turn is the only other way one starts).
+   * helper's result turn is the only other way one starts). `journal`: the child's whole journal as the
+   * start left it, the turn's context while that look holds and the drain journals nothing.
    */
   #childTurn(
     child: SessionRow,
@@ -286,6 +291,7 @@ export class DelegatedSettlement {
     signal: AbortSignal | undefined,
     withReply: boolean,
     started?: SettlementWork,
+    journal?: JournalDelta,
   ): Promise<{ outcome: TurnOutcome; reply: string | undefined; delivered: string[] }> {
     const known =
       started && started.openChildRuns === 0 && !this.core.turns.isBusy(child.id) ? started : undefined;
@@ -307,6 +313,7 @@ export class DelegatedSettlement {
               progress: inheritSink(progress),
               scope,
               inbox,
+              ...(known && journal && pending.length === 0 ? { journal } : {}),
             });
       const reply = withReply
         ? await latestAssistantText(this.core.repo, child.id, child.principalAccountId)

@@ -1,6 +1,7 @@
 import type {
   AssistantMessage,
   DelegationRepository,
+  JournalDelta,
   JournalWrite,
   SessionRow,
   ToolCallContent,
@@ -43,6 +44,11 @@ export interface SessionTurnInput {
   readonly identity: DelegatedTurnIdentity;
   /** A host-minted purpose, passed to the runner as `TurnRequest.purpose` (absent for ordinary turns). */
   readonly purpose?: TurnPurpose;
+  /**
+   * The session's whole journal as the caller just read or wrote it (a fresh child's start): with no input
+   * of its own, the turn folds it instead of reading the journal.
+   */
+  readonly journal?: JournalDelta;
 }
 
 type Appender = (entries: readonly JournalWrite[]) => Promise<unknown>;
@@ -94,7 +100,10 @@ export class SessionTurns {
     const append = this.#appender(turn);
     if (turn.input.length > 0)
       await this.writes.capture("a turn's input", () => append(turn.input), session.id);
-    const context = await this.#contexts.contextOf(session.id, principal);
+    const context =
+      turn.journal && turn.input.length === 0
+        ? this.#contexts.adopt(session.id, turn.journal)
+        : await this.#contexts.contextOf(session.id, principal);
     const host: TurnHost = {
       record: (message, meta) =>
         this.writes.capture(

@@ -3,6 +3,7 @@ import { DelegationDbError } from "../errors.js";
 import { JOURNAL_WAKE_CHANNEL, wakeWanted } from "../listen.js";
 import type {
   AppendOptions,
+  JournalDelta,
   NewContinuation,
   NewDelegation,
   SessionRow,
@@ -13,7 +14,7 @@ import type {
 import type { JournalWrite } from "../repositories/journal.js";
 import { type Queryable, tx } from "../tx.js";
 import { shape } from "./journal.js";
-import { assertUuid, notFound, type Row, runFromRow, sessionFromRow } from "./rows.js";
+import { assertUuid, entryFromRow, notFound, type Row, runFromRow, sessionFromRow } from "./rows.js";
 import { insertIsolatedWorktree } from "./worktrees.js";
 
 export const OPEN = "('queued', 'running', 'settling')";
@@ -312,7 +313,13 @@ export async function startRun(
   owner: string,
   childSessionId?: string,
   resumeWith?: JournalWrite,
-): Promise<{ started: boolean; appended: boolean; run: SubagentRun | null; child?: SessionRow }> {
+): Promise<{
+  started: boolean;
+  appended: boolean;
+  run: SubagentRun | null;
+  child?: SessionRow;
+  journal?: JournalDelta;
+}> {
   assertUuid("runId", runId);
   // A run that had started goes on with `resumeWith` (shaped here, as any append is), when given.
   const resume = resumeWith && childSessionId ? shape(childSessionId, resumeWith) : null;
@@ -343,9 +350,10 @@ export async function startRun(
               case when upd.prev_status = 'queued' then 'user' else $5::text end,
               case when upd.prev_status = 'queued' then ${TASK_BODY} else $6::text end, true
          from taken, upd
-       returning seq
+       returning session_id, seq, body, settled, created_at
      )
      select upd.*, (select count(*) from ins)::int as appended,
+            (select to_jsonb(ins) from ins) as appended_row,
             (select to_jsonb(s) from sessions s
               where s.id = upd.child_session_id and s.principal_account_id = upd.principal_account_id
                 and s.visibility = 'visible') as child_row,
@@ -366,7 +374,26 @@ export async function startRun(
   }
   // The child's row as getSession reads it (taken with the start: the caller needs it next).
   const child = row.child_row ? sessionFromRow(row.child_row as Row) : undefined;
-  return { started: true, appended, run, ...(child ? { child, work: workFromRow(row, "work_") } : {}) };
+  const journal = child ? wholeJournalOf(row.child_row as Row, row.appended_row as Row | null) : undefined;
+  return {
+    started: true,
+    appended,
+    run,
+    ...(child ? { child, work: workFromRow(row, "work_") } : {}),
+    ...(journal ? { journal } : {}),
+  };
+}
+
+/**
+ * The child's whole journal when the row the start appended is its first and the child holds nothing
+ * else (a fresh child: no rows inherited from a parent, none reclaimed from its front): the call's first
+ * turn then has nothing more to read.
+ */
+function wholeJournalOf(child: Row, appended: Row | null): JournalDelta | undefined {
+  if (!appended || Number(appended.seq) !== 1) return undefined;
+  if (Number(child.prefix_reclaimed_rows ?? 0) !== 0 || (child.inherited_through ?? null) !== null)
+    return undefined;
+  return { entries: [entryFromRow(appended)], anchorCreatedAt: null, reclaimedRows: 0 };
 }
 
 export async function markRunSettling(pool: pg.Pool, runId: string, generation: number): Promise<boolean> {

@@ -422,6 +422,7 @@ export interface DelegationRepository {
    * the row moved on (another generation, terminal); `appended` says whether the task was written now.
    * `child`, when started: the child's session row as getSession reads it (absent when not visible), and
    * `work`: what settlementWork gives for the child, in the same snapshot (the first turn's inbox look).
+   * `journal`: the child's whole journal, when the row just appended is all it holds (a fresh child).
    */
   startRun(
     runId: string,
@@ -441,6 +442,7 @@ export interface DelegationRepository {
     run: SubagentRun | null;
     child?: SessionRow;
     work?: SettlementWork;
+    journal?: JournalDelta;
   }>;
   /** Writes the result into the inbox and terminalizes the run, in one transaction; idempotent. */
   settleRun(result: SettledResult, options?: AppendOptions): Promise<{ settled: boolean; resultId: string }>;
