@@ -61,17 +61,17 @@ const MODULES = {
   "brain-settlement": {
     pkg: "brain",
     mutate: [
-      "packages/brain/src/delegation/settlement.ts:133-151",
-      "packages/brain/src/delegation/settlement.ts:211-249",
-      "packages/brain/src/delegation/settlement.ts:284-318",
-      "packages/brain/src/delegation/settlement.ts:338-390",
-      "packages/brain/src/delegation/settlement.ts:537-538",
+      "packages/brain/src/delegation/settlement.ts:134-152",
+      "packages/brain/src/delegation/settlement.ts:214-253",
+      "packages/brain/src/delegation/settlement.ts:289-325",
+      "packages/brain/src/delegation/settlement.ts:345-397",
+      "packages/brain/src/delegation/settlement.ts:544-545",
     ],
   },
   // two of those ranges in runs of their own (each writes its report): the first turn with the settling
   // mark and its reply (b), the settlement drain's loop with its look (d)
-  "brain-settlement-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:211-249"] },
-  "brain-settlement-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:338-390"] },
+  "brain-settlement-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:214-253"] },
+  "brain-settlement-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:345-397"] },
   // results carried into the parent's next turn
   // narrowed to deliverQueued (the message format, lines 6-23, is left out: its tests are pure)
   "brain-delivery": { pkg: "brain", mutate: ["packages/brain/src/delegation/delivery.ts:91-147"] },
