@@ -1,4 +1,6 @@
 import { defineConfig } from "vitest/config";
 import { crwVitest } from "./vitest/preset.ts";
 
-export default defineConfig(crwVitest("tools", import.meta.dirname, { postgres: true }));
+// Two files at once: the README-commands tests are minutes each of installing and building in a clone,
+// mostly waiting on child processes.
+export default defineConfig(crwVitest("tools", import.meta.dirname, { postgres: true, maxWorkers: 2 }));

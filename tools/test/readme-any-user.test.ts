@@ -1,8 +1,8 @@
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ensureTestUser, isRoot } from "@crw/tools/users";
 import { describe, expect, it } from "vitest";
+import { ensureTestUser, isRoot } from "../src/users/index.js";
 import { freshClone, mode, readmeCommands, removeAfter } from "./support/readme.js";
 
 describe("the README's commands work for any user", () => {

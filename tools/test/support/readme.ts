@@ -2,14 +2,14 @@ import { execFileSync, spawnSync } from "node:child_process";
 import { cpSync, mkdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { stripVTControlCharacters } from "node:util";
-import type { TestUser } from "@crw/tools/users";
 import { afterAll, expect } from "vitest";
+import type { TestUser } from "../../src/users/index.js";
 
 // The README's commands from a fresh clone, as the two kinds of user that broke them: an ordinary user in
 // its own home, and root in a clone under a private (0700) directory. Each runs `npm ci && npm run demo`,
 // `crw daemon start` with the default data directory, and the PostgreSQL-backed suite of @crw/db. The two
 // kinds are two test files so that they run side by side: each is minutes of installing and building.
-const root = resolve(import.meta.dirname, "../../../..");
+const root = resolve(import.meta.dirname, "../../..");
 const made: string[] = [];
 afterAll(() => {
   for (const dir of made) rmSync(dir, { recursive: true, force: true });

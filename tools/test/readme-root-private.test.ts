@@ -1,8 +1,8 @@
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { isRoot } from "@crw/tools/users";
 import { describe, expect, it } from "vitest";
+import { isRoot } from "../src/users/index.js";
 import { freshClone, mode, readmeCommands, removeAfter } from "./support/readme.js";
 
 describe("the README's commands work for root in a private directory", () => {
