@@ -61,17 +61,17 @@ const MODULES = {
   "brain-settlement": {
     pkg: "brain",
     mutate: [
-      "packages/brain/src/delegation/settlement.ts:134-152",
-      "packages/brain/src/delegation/settlement.ts:214-253",
-      "packages/brain/src/delegation/settlement.ts:289-325",
-      "packages/brain/src/delegation/settlement.ts:345-397",
-      "packages/brain/src/delegation/settlement.ts:544-545",
+      "packages/brain/src/delegation/settlement.ts:140-158",
+      "packages/brain/src/delegation/settlement.ts:220-259",
+      "packages/brain/src/delegation/settlement.ts:295-331",
+      "packages/brain/src/delegation/settlement.ts:351-403",
+      "packages/brain/src/delegation/settlement.ts:550-551",
     ],
   },
   // two of those ranges in runs of their own (each writes its report): the first turn with the settling
   // mark and its reply (b), the settlement drain's loop with its look (d)
-  "brain-settlement-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:214-253"] },
-  "brain-settlement-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:345-397"] },
+  "brain-settlement-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:220-259"] },
+  "brain-settlement-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:351-403"] },
   // results carried into the parent's next turn
   // narrowed to deliverQueued (the message format, lines 6-23, is left out: its tests are pure)
   "brain-delivery": { pkg: "brain", mutate: ["packages/brain/src/delegation/delivery.ts:91-147"] },
@@ -80,22 +80,22 @@ const MODULES = {
     pkg: "brain",
     // each claimed run's recovery: terminalize, settle, charged or free continuation, the answer to a call
     // of unknown outcome
-    mutate: ["packages/brain/src/delegation/recovery.ts:294-458"],
+    mutate: ["packages/brain/src/delegation/recovery.ts:307-471"],
   },
   // the same range in six runs, each of which writes its own report: at about a minute a mutant the whole
   // range does not finish in one sitting, and a stopped run reports nothing
   // a: recoverRun (never started, ended turn, the continuation and what it journals) and the tail's read
-  "brain-recovery-a": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:294-358"] },
+  "brain-recovery-a": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:307-371"] },
   // b: the child's inbox count read on its own and hasUnknownOutcome
-  "brain-recovery-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:359-385"] },
+  "brain-recovery-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:372-398"] },
   // c: the charged continuation (the attempts bound, the generation fence)
-  "brain-recovery-c": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:386-403"] },
+  "brain-recovery-c": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:399-416"] },
   // e: the free continuation (its bound, the generation fence)
-  "brain-recovery-e": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:404-422"] },
+  "brain-recovery-e": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:417-435"] },
   // f: settleError (the error result and the parent's wake)
-  "brain-recovery-f": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:423-435"] },
+  "brain-recovery-f": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:436-448"] },
   // d: the answer to a call of unknown outcome
-  "brain-recovery-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:436-458"] },
+  "brain-recovery-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:449-471"] },
   // the scope a delegation captures from its parent
   "brain-capture": { pkg: "brain", mutate: ["packages/brain/src/scope/capture.ts"] },
   // the runner pool: slot leases (pump, dispatch, settle), the startup episode (fork, retry, adopt, terminal

@@ -330,3 +330,45 @@ describe("a fresh child's start answers its whole journal", () => {
     }
   });
 });
+
+describe("a short journal comes whole with its tail", () => {
+  const user = (text: string, settled = true): JournalWrite => ({
+    body: { type: "message", message: { role: "user", content: text } },
+    settled,
+  });
+
+  it("up to 64 rows: the tail as readJournalTail reads it, and the whole journal as readJournalAfter(0) does, with the next seq", async () => {
+    const { r, account, child } = await started();
+    // the task, an answer, 61 notes and a provisional row: 64 rows
+    const notes = Array.from({ length: 61 }, (_, i) => user(`note ${i}`));
+    await r.append(child.id, account.id, [answer("half way"), ...notes, user("cut", false)]);
+    const read = await r.journalTailWithWork(child.id, account.id);
+    expect(read.tail).toEqual(await r.readJournalTail(child.id, account.id));
+    expect(read.whole?.journal).toEqual(await r.readJournalAfter(child.id, account.id, 0));
+    expect(read.whole?.journal.entries).toHaveLength(64);
+    expect(read.whole?.journal.entries.at(-1)?.settled).toBe(false);
+    expect(read.whole?.nextSeq).toBe(65);
+    expect(read.tail.every((e) => e.settled)).toBe(true);
+  });
+
+  it("from 65 rows the tail alone, as readJournalTail reads it", async () => {
+    const { r, account, child } = await started();
+    const notes = Array.from({ length: 63 }, (_, i) => user(`note ${i}`));
+    await r.append(child.id, account.id, [answer("half way"), ...notes]);
+    const read = await r.journalTailWithWork(child.id, account.id);
+    expect(read.whole).toBeUndefined();
+    expect(read.tail).toEqual(await r.readJournalTail(child.id, account.id));
+    expect(read.tail).toHaveLength(64); // the answer and the notes after it
+  });
+
+  it("a started call's start answers the row it appended", async () => {
+    const { r, account, run, child } = await started();
+    const interrupted: JournalWrite = {
+      body: { type: "message", message: { role: "custom", customType: "interrupted", content: "go on" } },
+    };
+    const again = await r.startRun(run.id, run.generation, "owner-2", child.id, interrupted);
+    const rows = await r.readJournal(child.id, account.id);
+    expect(again.row).toEqual(rows.at(-1));
+    expect(again.row?.seq).toBe(2);
+  });
+});

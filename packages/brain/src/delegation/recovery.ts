@@ -1,5 +1,12 @@
 import { randomUUID } from "node:crypto";
-import type { JournalEntry, JournalWrite, SessionRow, SubagentRun, TranscriptMessage } from "@crw/db";
+import type {
+  JournalDelta,
+  JournalEntry,
+  JournalWrite,
+  SessionRow,
+  SubagentRun,
+  TranscriptMessage,
+} from "@crw/db";
 import { type DelegationAuthority, parseDelegatedExecutionScope } from "../scope/index.js";
 import { danglingToolCalls, endsWithAnswer } from "./context.js";
 import { toError } from "./errors.js";
@@ -251,6 +258,8 @@ function drivenHere(service: DelegationService): Set<string> {
 interface RecoveredStart {
   readonly run: SubagentRun;
   readonly resumeWith?: JournalWrite;
+  /** The child's journal read whole (a short one), handed to the call's first turn with the start's row. */
+  readonly journalBefore?: { journal: JournalDelta; nextSeq: number };
 }
 
 type Known = { parent: SessionRow; authority: DelegationAuthority };
@@ -265,9 +274,13 @@ function driveAll(service: DelegationService, wave: readonly RecoveredStart[]): 
   const set = drivenHere(service);
   for (const { run } of wave) set.add(run.id);
   const execute = (known: ReadonlyMap<string, Known>) => {
-    for (const { run, resumeWith } of wave) {
+    for (const { run, resumeWith, journalBefore } of wave) {
       const parent = known.get(`${run.principalAccountId}/${run.parentSessionId}`);
-      const opts = { ...(resumeWith && { resumeWith }), ...(parent && { known: parent }) };
+      const opts = {
+        ...(resumeWith && { resumeWith }),
+        ...(journalBefore && { journalBefore }),
+        ...(parent && { known: parent }),
+      };
       service.track(service.executeRun(run, opts).finally(() => set.delete(run.id)));
     }
   };
@@ -312,7 +325,7 @@ async function recoverRun(
   }
   // Only the newest turn decides: whether it ended with an answer, whether a tool call in it is of unknown
   // outcome, and (with no turn yet) whether the journal is empty.
-  const { journal, pending } = await tailAndInboxOf(repo, run.childSessionId, run.principalAccountId);
+  const { journal, pending, whole } = await tailAndInboxOf(repo, run.childSessionId, run.principalAccountId);
   if (endsWithAnswer(journal) && pending === 0) {
     // The turn had ended: settle without a new turn and without charging an attempt.
     starts.push({ run });
@@ -340,15 +353,15 @@ async function recoverRun(
       : !endsWithAnswer(journal)
         ? { body: { type: "message", message: context } }
         : undefined;
-  starts.push({ run: next, ...(resumeWith && { resumeWith }) });
+  starts.push({ run: next, ...(resumeWith && { resumeWith }), ...(whole && { journalBefore: whole }) });
   return "continued";
 }
 
 /** The child's journal tail and its inbox (inboxOf), in one statement when the repository has it. */
 async function tailAndInboxOf(repo: DelegationService["repo"], childId: string, principalAccountId: string) {
   if (repo.journalTailWithWork) {
-    const { tail, work } = await repo.journalTailWithWork(childId, principalAccountId);
-    return { journal: tail, pending: work.pendingSteers + work.queuedResults };
+    const { tail, work, whole } = await repo.journalTailWithWork(childId, principalAccountId);
+    return { journal: tail, pending: work.pendingSteers + work.queuedResults, ...(whole && { whole }) };
   }
   return {
     journal: await repo.readJournalTail(childId, principalAccountId),

@@ -4,6 +4,7 @@ import {
   type Account,
   type DelegationRepository,
   type JournalDelta,
+  type JournalEntry,
   type JournalWrite,
   OPEN_RUN_STATUSES,
   type SessionRow,
@@ -122,6 +123,11 @@ export class DelegatedSettlement {
        * journal then cannot end with an answer, so it is not read for that.
        */
       resumeWith?: JournalWrite;
+      /**
+       * The child's whole journal as the caller read it before the start (boot recovery, a short journal),
+       * with the seq its next row takes: with the row the start appends at that seq, the first turn's context.
+       */
+      journalBefore?: { journal: JournalDelta; nextSeq: number };
     } = {},
   ): Promise<string> {
     // The owning job's progress publication drains before the result is settled: no progress after it.
@@ -182,7 +188,7 @@ export class DelegatedSettlement {
         settle,
         start.appended,
         start.work,
-        start.journal,
+        start.journal ?? withStartRow(opts.journalBefore, start.row),
       );
     } finally {
       this.#calls.delete(child.id);
@@ -598,4 +604,16 @@ function inheritSink(sink: ProgressSink): ProgressSink {
   return (event: ProgressEvent) => {
     if (event.type !== "session") sink(event);
   };
+}
+
+/**
+ * A journal read whole before a call's start, with the row the start appended: the journal as it is now,
+ * when that row took the seq that came next (nothing else was written in between), else unknown.
+ */
+function withStartRow(
+  before: { journal: JournalDelta; nextSeq: number } | undefined,
+  row: JournalEntry | undefined,
+): JournalDelta | undefined {
+  if (!before || !row || row.seq !== before.nextSeq) return undefined;
+  return { ...before.journal, entries: [...before.journal.entries, row] };
 }

@@ -220,14 +220,27 @@ export async function readJournalTail(
   return (await tailRows(pool, sessionId, principalAccountId, false)).tail;
 }
 
-/** readJournalTail with the session's settlementWork counted in the same statement. */
+/**
+ * Journals of at most this many rows come whole with their tail in journalTailWithWork: a recovered call's
+ * turn then folds them instead of reading them again, and holding them until the call runs stays small.
+ */
+export const WHOLE_JOURNAL_ROWS = 64;
+
+/**
+ * readJournalTail with the session's settlementWork counted in the same statement; a journal of at most
+ * WHOLE_JOURNAL_ROWS rows also comes whole, as readJournalAfter(0) reads it, with the seq its next row takes.
+ */
 export async function journalTailWithWork(
   pool: pg.Pool,
   sessionId: string,
   principalAccountId: string,
-): Promise<{ tail: JournalEntry[]; work: SettlementWork }> {
-  const { tail, first } = await tailRows(pool, sessionId, principalAccountId, true);
-  return { tail, work: workFromRow(first) };
+): Promise<{
+  tail: JournalEntry[];
+  work: SettlementWork;
+  whole?: { journal: JournalDelta; nextSeq: number };
+}> {
+  const { tail, first, whole } = await tailRows(pool, sessionId, principalAccountId, true);
+  return { tail, work: workFromRow(first), ...(whole && { whole }) };
 }
 
 async function tailRows(
@@ -235,26 +248,37 @@ async function tailRows(
   sessionId: string,
   principalAccountId: string,
   withWork: boolean,
-): Promise<{ tail: JournalEntry[]; first: Row }> {
+): Promise<{ tail: JournalEntry[]; first: Row; whole?: { journal: JournalDelta; nextSeq: number } }> {
   assertUuid("sessionId", sessionId);
-  // As readJournal: a visible session with no rows gives one null row from the left join, an invisible one none.
+  // As readJournal: a visible session with no rows gives one null row from the left join, an invisible one
+  // none. A short journal (only asked with the work) comes with every row, provisional ones included, and
+  // its tail is taken from them here, by the same rule the join applies to a long one.
   const { rows } = await pool.query<Row>(
-    `select j.session_id, j.seq, j.body, j.settled, j.created_at${withWork ? ", work.*" : ""}
+    `select j.session_id, j.seq, j.body, j.settled, j.created_at, newest.from_seq, size.short,
+            s.next_seq, s.prefix_reclaimed_rows${withWork ? ", work.*" : ""}
        from sessions s
        cross join lateral (
          select coalesce((select seq from journal_entries
                            where session_id = s.id and role = 'assistant' and not discarded and settled
                            order by seq desc limit 1), 1) as from_seq
        ) newest
+       cross join lateral (select s.next_seq - 1 <= $3 as short) size
        ${withWork ? `cross join (select ${workOf("$1::uuid", "$2::uuid")}) work` : ""}
        left join journal_entries j
-         on j.session_id = s.id and not j.discarded and j.settled and j.seq >= newest.from_seq
+         on j.session_id = s.id and not j.discarded
+        and (size.short or (j.settled and j.seq >= newest.from_seq))
       where s.id = $1::uuid and s.principal_account_id = $2::uuid and s.visibility = 'visible'
       order by j.seq`,
-    [sessionId, principalAccountId],
+    [sessionId, principalAccountId, withWork ? WHOLE_JOURNAL_ROWS : 0],
   );
-  if (rows.length === 0) throw notFound("session", { sessionId });
-  return { tail: rows.filter((r) => r.seq !== null).map(entryFromRow), first: rows[0] ?? {} };
+  const first = rows[0];
+  if (!first) throw notFound("session", { sessionId });
+  const entries = rows.filter((r) => r.seq !== null).map(entryFromRow);
+  if (!first.short) return { tail: entries, first };
+  const fromSeq = Number(first.from_seq);
+  const tail = entries.filter((e) => e.settled && e.seq >= fromSeq);
+  const journal = { entries, anchorCreatedAt: null, reclaimedRows: Number(first.prefix_reclaimed_rows) };
+  return { tail, first, whole: { journal, nextSeq: Number(first.next_seq) } };
 }
 
 export async function assertVisible(

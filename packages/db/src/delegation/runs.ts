@@ -11,7 +11,7 @@ import type {
   SettlementWork,
   SubagentRun,
 } from "../repositories/delegation.js";
-import type { JournalWrite } from "../repositories/journal.js";
+import type { JournalEntry, JournalWrite } from "../repositories/journal.js";
 import { type Queryable, tx } from "../tx.js";
 import { shape } from "./journal.js";
 import { assertUuid, entryFromRow, notFound, type Row, runFromRow, sessionFromRow } from "./rows.js";
@@ -318,6 +318,7 @@ export async function startRun(
   appended: boolean;
   run: SubagentRun | null;
   child?: SessionRow;
+  row?: JournalEntry;
   journal?: JournalDelta;
 }> {
   assertUuid("runId", runId);
@@ -374,12 +375,14 @@ export async function startRun(
   }
   // The child's row as getSession reads it (taken with the start: the caller needs it next).
   const child = row.child_row ? sessionFromRow(row.child_row as Row) : undefined;
-  const journal = child ? wholeJournalOf(row.child_row as Row, row.appended_row as Row | null) : undefined;
+  const entry = row.appended_row ? entryFromRow(row.appended_row as Row) : undefined;
+  const journal = child && entry ? wholeJournalOf(row.child_row as Row, entry) : undefined;
   return {
     started: true,
     appended,
     run,
     ...(child ? { child, work: workFromRow(row, "work_") } : {}),
+    ...(entry ? { row: entry } : {}),
     ...(journal ? { journal } : {}),
   };
 }
@@ -389,11 +392,11 @@ export async function startRun(
  * else (a fresh child: no rows inherited from a parent, none reclaimed from its front): the call's first
  * turn then has nothing more to read.
  */
-function wholeJournalOf(child: Row, appended: Row | null): JournalDelta | undefined {
-  if (!appended || Number(appended.seq) !== 1) return undefined;
+function wholeJournalOf(child: Row, appended: JournalEntry): JournalDelta | undefined {
+  if (appended.seq !== 1) return undefined;
   if (Number(child.prefix_reclaimed_rows ?? 0) !== 0 || (child.inherited_through ?? null) !== null)
     return undefined;
-  return { entries: [entryFromRow(appended)], anchorCreatedAt: null, reclaimedRows: 0 };
+  return { entries: [appended], anchorCreatedAt: null, reclaimedRows: 0 };
 }
 
 export async function markRunSettling(pool: pg.Pool, runId: string, generation: number): Promise<boolean> {

@@ -349,11 +349,18 @@ export interface DelegationRepository {
    * one snapshot: whether the journal ends with an answer, and what its newest turn left open.
    */
   readJournalTail(sessionId: string, principalAccountId: string): Promise<JournalEntry[]>;
-  /** readJournalTail and settlementWork for the same session, in one snapshot (one statement). */
+  /**
+   * readJournalTail and settlementWork for the same session, in one snapshot (one statement). `whole`: a
+   * short journal as readJournalAfter(0) reads it, with the seq its next row will take.
+   */
   journalTailWithWork?(
     sessionId: string,
     principalAccountId: string,
-  ): Promise<{ tail: JournalEntry[]; work: SettlementWork }>;
+  ): Promise<{
+    tail: JournalEntry[];
+    work: SettlementWork;
+    whole?: { journal: JournalDelta; nextSeq: number };
+  }>;
   /**
    * The rows after `afterSeq` (all of them from 0) in one snapshot, settled and provisional, never
    * discarded, with what tells a reader that the rows it holds below `afterSeq` are still the journal's.
@@ -422,7 +429,8 @@ export interface DelegationRepository {
    * the row moved on (another generation, terminal); `appended` says whether the task was written now.
    * `child`, when started: the child's session row as getSession reads it (absent when not visible), and
    * `work`: what settlementWork gives for the child, in the same snapshot (the first turn's inbox look).
-   * `journal`: the child's whole journal, when the row just appended is all it holds (a fresh child).
+   * `row`: the row the start appended. `journal`: the child's whole journal, when that row is all it holds
+   * (a fresh child).
    */
   startRun(
     runId: string,
@@ -442,6 +450,7 @@ export interface DelegationRepository {
     run: SubagentRun | null;
     child?: SessionRow;
     work?: SettlementWork;
+    row?: JournalEntry;
     journal?: JournalDelta;
   }>;
   /** Writes the result into the inbox and terminalizes the run, in one transaction; idempotent. */
