@@ -73,7 +73,7 @@ const serverUid = (dataDir: string) => {
 
 /** The README's two commands (the main job and the PostgreSQL tests) and the daemon's first command. */
 export function readmeCommands(user: TestUser | undefined, home: string, clone: string) {
-  const demo = runAs(user, home, clone, "npm ci --no-audit --no-fund && npm run demo", 420_000);
+  const demo = runAs(user, home, clone, "npm ci --no-audit --no-fund && npm run demo", 600_000);
   expect(demo.code, demo.out.slice(-4000)).toBe(0);
   expect(demo.out).toMatch(/crw daemon ready at http:\/\/127\.0\.0\.1:\d+/);
   expect(demo.out).toMatch(/Workflow "review-and-document" \([0-9a-f-]+\) completed/);

@@ -221,7 +221,7 @@ export class DelegatedSettlement {
     const answered =
       !unanswered && endsWithAnswer(await this.core.repo.readJournalTail(child.id, run.principalAccountId));
     if (!answered)
-      outcome = (await this.#childTurn(child, scope, progress, signal, false, work, journal)).outcome;
+      outcome = (await this.#childTurn(child, scope, progress, signal, { first: { work, journal } })).outcome;
     const seen: SettlingSeen = {};
     const drained = await this.#settlementDrain(run, child, scope, progress, outcome, signal, seen);
     // Pausing for a restart: the call stays open and boot recovery continues it; nothing is settled here.
@@ -280,27 +280,27 @@ export class DelegatedSettlement {
     progress: ProgressSink,
     signal?: AbortSignal,
   ): Promise<{ outcome: TurnOutcome; reply: string | undefined; delivered: string[] }> {
-    return this.#childTurn(child, scope, progress, signal, true);
+    return this.#childTurn(child, scope, progress, signal, {});
   }
 
   /**
-   * `runChildTurn`; without `withReply` the reply is not read (the call's first turn: its settlement reads
-   * it). `started`: the inbox as the call's start read it, standing for the drain's own look while nothing
-   * can have run a turn of the child since: no turn of it waits here, and it has no open child run (a
-   * helper's result turn is the only other way one starts). `journal`: the child's whole journal as the
-   * start left it, the turn's context while that look holds and the drain journals nothing.
+   * `runChildTurn`. `first`, for a call's first turn: its reply is not read (its settlement reads it);
+   * `work` is the inbox as the call's start read it, standing for the drain's own look while nothing can
+   * have run a turn of the child since (no turn of it waits here, and it has no open child run: a helper's
+   * result turn is the only other way one starts); `journal` is the child's whole journal as the start left
+   * it, the turn's context while that look holds and the drain journals nothing.
    */
   #childTurn(
     child: SessionRow,
     scope: DelegatedExecutionScope,
     progress: ProgressSink,
     signal: AbortSignal | undefined,
-    withReply: boolean,
-    started?: SettlementWork,
-    journal?: JournalDelta,
+    { first }: { first?: { work: SettlementWork | undefined; journal: JournalDelta | undefined } },
   ): Promise<{ outcome: TurnOutcome; reply: string | undefined; delivered: string[] }> {
+    const started = first?.work;
     const known =
       started && started.openChildRuns === 0 && !this.core.turns.isBusy(child.id) ? started : undefined;
+    const journal = first?.journal;
     return this.core.turns.exclusive(child.id, async () => {
       const inbox: InboxLook = {};
       const pending = await this.core.writes.capture(
@@ -321,7 +321,7 @@ export class DelegatedSettlement {
               inbox,
               ...(known && journal && pending.length === 0 ? { journal } : {}),
             });
-      const reply = withReply
+      const reply = !first
         ? await latestAssistantText(this.core.repo, child.id, child.principalAccountId)
         : undefined;
       return { outcome, reply, delivered };

@@ -1,3 +1,4 @@
+import type { TranscriptMessage } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { createScriptedTurnRunner, type SessionTurnRunner } from "../../src/index.js";
@@ -12,6 +13,7 @@ const db = useTestDatabase();
  */
 function observed(duringTurn?: (sessionId: string) => Promise<void>) {
   const events: string[] = [];
+  const contexts: TranscriptMessage[][] = [];
   const watched = new Set<string>();
   const scripted = createScriptedTurnRunner();
   let turns = 0;
@@ -19,6 +21,7 @@ function observed(duringTurn?: (sessionId: string) => Promise<void>) {
     async runTurn(request, host) {
       if (watched.has(request.sessionId)) {
         events.push(`turn(${request.context.map((m) => m.role).join(",")})`);
+        contexts.push([...request.context]);
         if (turns++ === 0) await duringTurn?.(request.sessionId);
       }
       return scripted.runTurn(request, host);
@@ -30,7 +33,7 @@ function observed(duringTurn?: (sessionId: string) => Promise<void>) {
     if (watched.has(sessionId)) events.push(`read(${afterSeq})`);
     return read(sessionId, principal, afterSeq);
   };
-  return { ...made, events, watched };
+  return { ...made, events, contexts, watched };
 }
 
 describe("a fresh call's first turn folds the journal its start wrote", () => {
@@ -42,6 +45,7 @@ describe("a fresh call's first turn folds the journal its start wrote", () => {
     made.watched.add(run.childSessionId ?? "");
     await made.service.executeRun(run);
     expect(made.events).toEqual(["turn(user)"]);
+    expect(made.contexts[0]?.[0]).toEqual({ role: "user", content: task });
     const rows = await made.repo.readJournal(run.childSessionId ?? "", caller.account.id);
     expect(messages(rows).map((m) => m.role)).toEqual(["user", "assistant"]);
     await made.service.close();
