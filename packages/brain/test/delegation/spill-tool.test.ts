@@ -84,14 +84,16 @@ describe("Read for spilled results", () => {
   it("S004-240: Read reaches nothing but the session's own spilled results", async () => {
     const first = makeService(db.pool, { toolResultInlineBytes: () => 10 });
     const other = await newParent(first.service);
-    await first.service.delegate({
+    const receipt = await first.service.delegate({
       parentSessionId: other.parent.id,
       principalAccountId: other.account.id,
       toolCallId: "other",
       task: scriptTask({ answer: "another session's spilled output" }),
       mode: "foreground",
     });
-    const [foreign] = await first.repo.queuedResults(other.parent.id, other.account.id);
+    if (receipt.kind !== "result") throw new Error("expected the call's result");
+    // The result row, queued or already delivered to its idle parent: the spill path stays on it either way.
+    const foreign = await first.repo.resultForRun(receipt.runId, other.account.id);
     const foreignPath = foreign?.spillPath ?? "";
     expect(foreignPath).not.toBe("");
     await first.service.close();
