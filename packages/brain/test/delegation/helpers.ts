@@ -250,3 +250,33 @@ export function continueForeground(
     mode: "foreground",
   });
 }
+
+/**
+ * A service whose repository and runner record, for `watched` sessions, each journal read (with the seq it
+ * reads after) and each turn (with the roles of its context), in the order they happen. `duringTurn` runs
+ * inside the watched session's first turn.
+ */
+export function observeReads(pool: pg.Pool, duringTurn?: (sessionId: string) => Promise<void>) {
+  const events: string[] = [];
+  const contexts: TranscriptMessage[][] = [];
+  const watched = new Set<string>();
+  const scripted = createScriptedTurnRunner();
+  let turns = 0;
+  const runner: SessionTurnRunner = {
+    async runTurn(request, host) {
+      if (watched.has(request.sessionId)) {
+        events.push(`turn(${request.context.map((m) => m.role).join(",")})`);
+        contexts.push([...request.context]);
+        if (turns++ === 0) await duringTurn?.(request.sessionId);
+      }
+      return scripted.runTurn(request, host);
+    },
+  };
+  const made = makeService(pool, { runner });
+  const read = made.repo.readJournalAfter.bind(made.repo);
+  made.repo.readJournalAfter = (sessionId, principal, afterSeq) => {
+    if (watched.has(sessionId)) events.push(`read(${afterSeq})`);
+    return read(sessionId, principal, afterSeq);
+  };
+  return { ...made, events, contexts, watched };
+}

@@ -2,35 +2,14 @@ import type { JournalWrite } from "@crw/db";
 import { journalRows } from "@crw/tools/delegation";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
-import { createScriptedTurnRunner, recoverDelegations, type SessionTurnRunner } from "../../src/index.js";
-import { makeService, messages, newParent, scriptTask, waitFor } from "./helpers.js";
+import { recoverDelegations } from "../../src/index.js";
+import { messages, newParent, observeReads, scriptTask, waitFor } from "./helpers.js";
 
 /**
  * A recovered call's first turn and its journal: boot recovery reads a short journal whole with its tail,
  * and the call's start appends the row the turn answers; the turn folds both instead of reading the journal.
  */
 const db = useTestDatabase();
-
-/** A service whose repository and runner record each journal read and each turn of `watched` sessions. */
-function observed() {
-  const events: string[] = [];
-  const watched = new Set<string>();
-  const scripted = createScriptedTurnRunner();
-  const runner: SessionTurnRunner = {
-    runTurn(request, host) {
-      if (watched.has(request.sessionId))
-        events.push(`turn(${request.context.map((m) => m.role).join(",")})`);
-      return scripted.runTurn(request, host);
-    },
-  };
-  const made = makeService(db.pool, { runner });
-  const read = made.repo.readJournalAfter.bind(made.repo);
-  made.repo.readJournalAfter = (sessionId, principal, afterSeq) => {
-    if (watched.has(sessionId)) events.push(`read(${afterSeq})`);
-    return read(sessionId, principal, afterSeq);
-  };
-  return { ...made, events, watched };
-}
 
 /** A turn that asked for one tool call, recorded its intent and got its answer: it continues free. */
 const answeredCall: JournalWrite[] = [
@@ -54,7 +33,7 @@ const answeredCall: JournalWrite[] = [
 ];
 
 /** A call a dead process had started, whose child's journal holds `rows` after its task. */
-async function interrupted(made: ReturnType<typeof observed>, rows: JournalWrite[]) {
+async function interrupted(made: ReturnType<typeof observeReads>, rows: JournalWrite[]) {
   const { account, parent } = await newParent(made.service);
   const task = scriptTask({ answer: "went on" });
   const { run, child } = await made.repo.createDelegation({
@@ -73,7 +52,7 @@ async function interrupted(made: ReturnType<typeof observed>, rows: JournalWrite
   return { account, parent, run, child: child.id };
 }
 
-async function recovered(made: ReturnType<typeof observed>, d: Awaited<ReturnType<typeof interrupted>>) {
+async function recovered(made: ReturnType<typeof observeReads>, d: Awaited<ReturnType<typeof interrupted>>) {
   const report = await recoverDelegations(made.service);
   expect(report.continued).toEqual([d.run.id]);
   await waitFor(
@@ -86,7 +65,7 @@ async function recovered(made: ReturnType<typeof observed>, d: Awaited<ReturnTyp
 
 describe("a recovered call's first turn folds the journal recovery read", () => {
   it("reads no journal before its turn, whose context is the journal read at boot and the interrupted context", async () => {
-    const made = observed();
+    const made = observeReads(db.pool);
     const d = await interrupted(made, answeredCall);
     const msgs = await recovered(made, d);
     expect(made.events).toEqual(["turn(user,assistant,toolResult,custom)"]);
@@ -95,7 +74,7 @@ describe("a recovered call's first turn folds the journal recovery read", () => 
   });
 
   it("a journal longer than the rows read whole at boot is read by the turn", async () => {
-    const made = observed();
+    const made = observeReads(db.pool);
     // the task, 61 notes and the answered call: 65 rows, one more than a boot read takes whole
     const many = Array.from({ length: 61 }, (_, i) => journalRows.user(`note ${i}`));
     const d = await interrupted(made, [...many, ...answeredCall]);
@@ -106,7 +85,7 @@ describe("a recovered call's first turn folds the journal recovery read", () => 
   });
 
   it("a row written between recovery's read and the call's start makes the turn read the journal, that row included", async () => {
-    const made = observed();
+    const made = observeReads(db.pool);
     const d = await interrupted(made, answeredCall);
     const start = made.repo.startRun.bind(made.repo);
     made.repo.startRun = async (...args) => {
