@@ -123,9 +123,12 @@ describe("the run's recorded environment", () => {
       result = await finish("env-1", state);
       // The packets as the relaunched process left them: no owner ran before the resume, so a step the
       // killed process had already published was found nowhere and published again by its files.
+      // Only the relaunched process's rows: the killed one may have published a step between its started
+      // row and the kill, whose packet it wrote itself.
       const rows = readJournalFile(paths.journal).rows;
-      const relaunchedAt = Date.parse(rows.filter((x) => x.type === "started").at(-1)?.at ?? "");
-      packets = rows.flatMap((x) => {
+      const relaunch = rows.findLastIndex((x) => x.type === "started");
+      const relaunchedAt = Date.parse(rows[relaunch]?.type === "started" ? rows[relaunch].at : "");
+      packets = rows.slice(relaunch).flatMap((x) => {
         if (x.type !== "step_published") return [];
         expect(
           statSync(x.packet).mtimeMs,
