@@ -55,7 +55,7 @@ import {
   type TakeoverPass,
   type TakeoverSweep,
 } from "./takeover.js";
-import { WakeHub, wakeOnJournalWrites } from "./wake.js";
+import { inboxWakeKey, WakeHub, wakeOnJournalWrites } from "./wake.js";
 
 /** What boot recovery did, shown in /health. */
 export interface BootRecovery {
@@ -571,6 +571,8 @@ export async function assembleRuntime(
     return [...ids].map((sessionId) => ({ sessionId, ...executionFor(sessionId) }));
   };
 
+  // A result queued by this process wakes a client's take here at once; another process's, through NOTIFY.
+  service.notifier.listen((sessionId) => wake.wake(inboxWakeKey(sessionId)));
   // Last: a start that failed above leaves no listening connection holding the pool (and the process) open.
   wake.attach(pgPool, (e) => log.warn({ err: e }, "wake listener failed; it reconnects"));
   return {

@@ -23,6 +23,9 @@ const RELEARN_MS = 1_000;
 
 export const journalWakeKey = (sessionId: string) => `journal:${sessionId.toLowerCase()}`;
 export const workflowWakeKey = (workflowId: string) => `workflow:${workflowId.toLowerCase()}`;
+export const inboxWakeKey = (sessionId: string) => `inbox:${sessionId.toLowerCase()}`;
+
+const wakeKeyOf = { journal: journalWakeKey, workflow: workflowWakeKey, inbox: inboxWakeKey } as const;
 
 /** Why `Watch.next` returned. */
 export type WakeReason = "woken" | "fallback" | "aborted";
@@ -52,7 +55,8 @@ interface WatchState {
 }
 
 /**
- * Fan-out of wakes to live views in this process (`session.tap`, `workflow.follow`). Writes made here wake
+ * Fan-out of wakes to live views in this process (`session.tap`, `workflow.follow`, a client's `session.take`
+ * waiting for a result). Writes made here wake
  * their keys directly (`wake`); writes of other processes (another daemon sharing the database) arrive
  * through the process's one LISTEN connection, opened by `attach`. Nothing here is the truth: a wake only
  * makes a view re-read its rows now rather than at its fallback bound.
@@ -86,9 +90,7 @@ export class WakeHub {
     if (this.#pool || this.#closed) return;
     this.#pool = pool;
     this.#onError = onError;
-    this.#removeFilter = addWakeFilter((kind, id) =>
-      this.isWatched(kind === "journal" ? journalWakeKey(id) : workflowWakeKey(id)),
-    );
+    this.#removeFilter = addWakeFilter((kind, id) => this.isWatched(wakeKeyOf[kind](id)));
     this.#listener = this.listen(pool);
     this.#listener.catch(onError);
     this.#announcer = setInterval(() => {
@@ -209,6 +211,10 @@ export class WakeHub {
       onWorkflow: (workflowId) => {
         this.counts.notifications += 1;
         this.wake(workflowWakeKey(workflowId));
+      },
+      onInbox: (sessionId) => {
+        this.counts.notifications += 1;
+        this.wake(inboxWakeKey(sessionId));
       },
       onWatch: (keys) => {
         if (keys === "?") return this.#announce([...this.#watches.keys()]);

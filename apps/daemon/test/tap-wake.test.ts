@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { captureDelegatedExecutionScope } from "@crw/brain";
 import { announceWatches, JOURNAL_WAKE_CHANNEL, PgDelegationRepository } from "@crw/db";
 import { PgWorkflowStore } from "@crw/plugin-subagent";
 import { useTestDatabase } from "@crw/tools/pg";
@@ -11,9 +12,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Daemon, loadConfig, ownerTokenPath, startDaemon } from "../src/index.js";
 import { TestClient } from "./support/client.js";
 
-// session.tap wakes on commits, not on a timer. The hub's fallback bound is set to a minute here, so a row
-// reaches the tap within the asserted second only through a wake: a write of another process (here another
-// pool's connection, as another daemon's) only through PostgreSQL NOTIFY and the daemon's wake listener.
+// session.tap, workflow.follow and a client's session.take wake on commits, not on a timer. The hub's
+// fallback bound is set to a minute here, so a row reaches the view within the asserted time only through a
+// wake: a write of another process (here another pool's connection, as another daemon's) only through
+// PostgreSQL NOTIFY and the daemon's wake listener.
 const silent = pino({ level: "silent" });
 const db = useTestDatabase();
 const FALLBACK_MS = 60_000;
@@ -191,5 +193,114 @@ describe("session.tap wakes on commits", () => {
     } finally {
       await letGo();
     }
+  });
+});
+
+async function clientSession(): Promise<{ sessionId: string; accountId: string }> {
+  const { sessionId } = await client.ok<{ sessionId: string }>("session.open", { name: randomUUID() });
+  const { rows } = await db.pool.query<{ a: string }>(
+    "select principal_account_id::text as a from sessions where id = $1::uuid",
+    [sessionId],
+  );
+  return { sessionId, accountId: rows[0]?.a ?? "" };
+}
+
+/** A child's result settled into `sessionId`'s inbox by `repo`, returning its id. */
+async function settleInto(
+  repo: PgDelegationRepository,
+  sessionId: string,
+  accountId: string,
+  wakeFor: string = sessionId,
+): Promise<string> {
+  const { run } = await repo.createDelegation({
+    parentSessionId: sessionId,
+    principalAccountId: accountId,
+    toolCallId: `call-${randomUUID()}`,
+    task: "work",
+    mode: "background",
+    model: "scripted",
+    scope: JSON.stringify(captureDelegatedExecutionScope({ accountId, target: { kind: "host", ref: null } })),
+  });
+  const resultId = randomUUID();
+  const settled = await repo.settleRun({
+    runId: run.id,
+    generation: run.generation,
+    resultId,
+    outcome: "ok",
+    body: `answer ${resultId}`,
+    byteSize: 43,
+    parentSessionId: wakeFor,
+  });
+  expect(settled.settled).toBe(true);
+  return resultId;
+}
+
+/** A take waiting for the next result: resolves with the ids it answered and when. */
+async function waitingTake(sessionId: string) {
+  const watching = daemon.runtime.wake.watchCount;
+  const answered = client
+    .ok<{ results: Array<{ resultId: string }> }>("session.take", { sessionId, waitSeconds: 30 })
+    .then((r) => ({ ids: r.results.map((x) => x.resultId), at: performance.now() }));
+  // The take has looked once and waits; the listener is in place.
+  await until("take waiting", () => daemon.runtime.wake.watchCount > watching, 10_000);
+  await until("wake listener", () => daemon.runtime.wake.counts.listens > 0, 10_000);
+  return answered;
+}
+
+describe("a client's take waiting for a result wakes on its commit", () => {
+  it("a result another process settles reaches the waiting take through NOTIFY; the take does not look again meanwhile", async () => {
+    const { sessionId, accountId } = await clientSession();
+    const other = new PgDelegationRepository(elsewhere);
+    // Each look of a take at the inbox is one delivery of what waits there.
+    const repo = daemon.runtime.service.repo;
+    const deliver = repo.deliverQueuedResults;
+    let looks = 0;
+    repo.deliverQueuedResults = (id, ...rest) => {
+      if (id === sessionId) looks += 1;
+      return deliver.call(repo, id, ...rest);
+    };
+    try {
+      const notificationsBefore = daemon.runtime.wake.counts.notifications;
+      for (let i = 0; i < 2; i++) {
+        const looksBefore = looks;
+        const take = waitingTake(sessionId);
+        // Longer than two rechecks of a take that polled: one look, then a wait with none.
+        await new Promise((r) => setTimeout(r, 1_200));
+        expect(looks - looksBefore).toBe(1);
+        const resultId = await settleInto(other, sessionId, accountId);
+        const committedAt = performance.now();
+        const answer = await take;
+        expect(answer.ids).toEqual([resultId]);
+        expect(answer.at - committedAt).toBeLessThan(PROMPT_MS);
+        expect(looks - looksBefore).toBe(2);
+      }
+      // Woken by the notifications (one per result), not by this process's own settlements.
+      expect(daemon.runtime.wake.counts.notifications - notificationsBefore).toBeGreaterThanOrEqual(2);
+    } finally {
+      repo.deliverQueuedResults = deliver;
+    }
+  });
+
+  it("a result this daemon queues wakes the waiting take directly, without a notification", async () => {
+    // Past the daemon's relearning window after its listener came up (it notifies everything meanwhile).
+    await until("wake listener", () => daemon.runtime.wake.counts.listens > 0, 10_000);
+    await new Promise((r) => setTimeout(r, 1_100));
+    const { sessionId, accountId } = await clientSession();
+    const take = waitingTake(sessionId);
+    await new Promise((r) => setTimeout(r, 50));
+    // Settled naming another inbox, so no NOTIFY is sent for this one: only the in-process path can wake it.
+    const resultId = await settleInto(
+      new PgDelegationRepository(elsewhere),
+      sessionId,
+      accountId,
+      randomUUID(),
+    );
+    const notificationsBefore = daemon.runtime.wake.counts.notifications;
+    const queuedAt = performance.now();
+    await daemon.runtime.service.resultQueued(sessionId, accountId, resultId);
+    const answer = await take;
+    expect(answer.ids).toEqual([resultId]);
+    expect(answer.at - queuedAt).toBeLessThan(PROMPT_MS);
+    expect(daemon.runtime.wake.counts.notifications).toBe(notificationsBefore);
   });
 });

@@ -25,6 +25,7 @@ export {
   addWakeFilter,
   announceWatches,
   type ChannelListener,
+  INBOX_WAKE_CHANNEL,
   JOURNAL_WAKE_CHANNEL,
   listenForWakes,
   WATCH_CHANNEL,

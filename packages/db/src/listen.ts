@@ -105,7 +105,9 @@ export async function listenOnChannels(
  *   transaction into one notification.
  * - `crw_workflow`: `<workflow id>` from an orchestration journal write, snapshot publication, summary
  *   handoff or terminal status.
- * - `crw_watch`: which keys (`journal:<id>`, `workflow:<id>`) some process has a live view of, announced by
+ * - `crw_inbox`: `<session id>` from a result entering that session's inbox (a settled call, a workflow's
+ *   summary), for a client waiting to take its results.
+ * - `crw_watch`: which keys (`journal:<id>`, `workflow:<id>`, `inbox:<id>`) some process has a live view of, announced by
  *   that process when the view opens and again while it lasts; `?` asks every process to announce again.
  *
  * Why writers ask `wakeWanted` first: every transaction that notifies takes PostgreSQL's cluster-wide
@@ -114,9 +116,10 @@ export async function listenOnChannels(
  */
 export const JOURNAL_WAKE_CHANNEL = "crw_journal";
 export const WORKFLOW_WAKE_CHANNEL = "crw_workflow";
+export const INBOX_WAKE_CHANNEL = "crw_inbox";
 export const WATCH_CHANNEL = "crw_watch";
 
-export type WakeKind = "journal" | "workflow";
+export type WakeKind = "journal" | "workflow" | "inbox";
 export type WakeFilter = (kind: WakeKind, id: string) => boolean;
 const wakeFilters = new Set<WakeFilter>();
 
@@ -163,6 +166,8 @@ export interface WakeHandlers {
   /** A journal changed; `seq` is the last row written when the writer said so. */
   readonly onJournal: (sessionId: string, seq: number | null) => void;
   readonly onWorkflow: (workflowId: string) => void;
+  /** A result entered this session's inbox. */
+  readonly onInbox: (sessionId: string) => void;
   /** Some process announced live views of these keys, or (`"?"`) asks for announcements. */
   readonly onWatch: (keys: readonly string[] | "?") => void;
   /** The listener is (again) in place: whatever it missed meanwhile must be re-read. */
@@ -172,9 +177,11 @@ export interface WakeHandlers {
 
 /** One connection listening on the wake channels and the watch announcements. */
 export function listenForWakes(pool: pg.Pool, handlers: WakeHandlers): Promise<ChannelListener> {
-  return listenOnChannels(pool, [JOURNAL_WAKE_CHANNEL, WORKFLOW_WAKE_CHANNEL, WATCH_CHANNEL], {
+  const channels = [JOURNAL_WAKE_CHANNEL, WORKFLOW_WAKE_CHANNEL, INBOX_WAKE_CHANNEL, WATCH_CHANNEL];
+  return listenOnChannels(pool, channels, {
     onNotification: (channel, payload) => {
       if (channel === WORKFLOW_WAKE_CHANNEL) return handlers.onWorkflow(payload);
+      if (channel === INBOX_WAKE_CHANNEL) return handlers.onInbox(payload);
       if (channel === WATCH_CHANNEL)
         return handlers.onWatch(payload === "?" ? "?" : payload.split(" ").filter(Boolean));
       const [sessionId = "", seq] = payload.split(":");

@@ -4,6 +4,7 @@ import pg from "pg";
 import { describe, expect, it } from "vitest";
 import {
   addWakeFilter,
+  INBOX_WAKE_CHANNEL,
   JOURNAL_WAKE_CHANNEL,
   type NewDelegation,
   PgDelegationRepository,
@@ -551,6 +552,68 @@ describe("a run's lifetime: started, settling, settled", () => {
       // a round trip on the listener's connection: anything sent before it has arrived
       await listener.query("select 1");
       expect([...heard].sort()).toEqual([`${seen.child.id}:1`, `${blind.child.id}:1`].sort());
+    } finally {
+      remove();
+      await listener.end();
+    }
+  });
+
+  it("a result entering a parent's inbox wakes its takers when someone may watch that inbox, once, and not when nobody does", async () => {
+    const listener = new pg.Client({ connectionString: db.url });
+    await listener.connect();
+    const heard: string[] = [];
+    listener.on("notification", (n) => {
+      if (n.channel === INBOX_WAKE_CHANNEL && n.payload) heard.push(n.payload);
+    });
+    await listener.query(`listen ${INBOX_WAKE_CHANNEL}`);
+    const quietRoot = await root();
+    const seenRoot = await root();
+    const blindRoot = await root();
+    const watched = new Set<string>([seenRoot.parent.id]);
+    const remove = addWakeFilter((kind, id) => kind === "inbox" && watched.has(id));
+    const settle = async (
+      { r, account, parent }: Awaited<ReturnType<typeof root>>,
+      named: boolean,
+      toolCallId = "call",
+    ) => {
+      const { run } = await r.createDelegation(delegation(parent.id, account.id, { toolCallId }));
+      const result = {
+        runId: run.id,
+        generation: 1,
+        resultId: randomUUID(),
+        outcome: "ok" as const,
+        body: "done",
+        byteSize: 4,
+        ...(named && { parentSessionId: parent.id }),
+      };
+      expect((await r.settleRun(result)).settled).toBe(true);
+      // settled already: nothing enters the inbox, nothing wakes
+      expect((await r.settleRun({ ...result, resultId: randomUUID() })).settled).toBe(false);
+    };
+    try {
+      await settle(quietRoot, true);
+      await settle(seenRoot, true);
+      // a caller that does not name the parent cannot ask who watches it: the wake is sent
+      await settle(blindRoot, false);
+      // a workflow's summary wakes the same way
+      const summary = (parent: string, account: string, toolCallId: string) => ({
+        resultId: randomUUID(),
+        parentSessionId: parent,
+        principalAccountId: account,
+        toolCallId,
+        outcome: "ok" as const,
+        body: "summary",
+        byteSize: 7,
+      });
+      const { r } = quietRoot;
+      await r.enqueueWorkflowSummary(summary(quietRoot.parent.id, quietRoot.account.id, "wf"));
+      await r.enqueueWorkflowSummary(summary(seenRoot.parent.id, seenRoot.account.id, "wf"));
+      // the same summary again is no new result: no wake
+      await r.enqueueWorkflowSummary(summary(seenRoot.parent.id, seenRoot.account.id, "wf"));
+      await expect.poll(() => heard.length).toBe(3);
+      // a round trip on the listener's connection: anything sent before it has arrived
+      await listener.query("select 1");
+      expect([...heard].sort()).toEqual([seenRoot.parent.id, blindRoot.parent.id, seenRoot.parent.id].sort());
     } finally {
       remove();
       await listener.end();

@@ -4,6 +4,7 @@ import type { QueuedResult, TakenResult } from "@crw/db";
 import { z } from "zod";
 import type { RpcContext, RpcRegistry } from "../rpc.js";
 import type { DaemonRuntime } from "../runtime.js";
+import { inboxWakeKey } from "../wake.js";
 import { sessionWorkDir } from "./sessions.js";
 
 const sessionId = z.uuid();
@@ -82,12 +83,23 @@ export function registerClientSessionMethods(
       const before: TakenResult[] = p.includeTakenSince
         ? await rt.repo.takenResults(session.id, ctx.accountId, new Date(p.includeTakenSince), p.limit)
         : [];
-      const taken: Delivered[] = await takeResults(rt.service, session, {
-        waitMs: before.length > 0 ? 0 : (p.waitSeconds ?? 0) * 1000,
-        ...(p.limit && { limit: p.limit }),
-        ...(p.resultIds && { only: p.resultIds }),
-        signal: ctx.signal,
-      });
+      const waitMs = before.length > 0 ? 0 : (p.waitSeconds ?? 0) * 1000;
+      // Watched before the first take: a result any process queues meanwhile wakes the wait at its commit.
+      const news = waitMs > 0 ? rt.wake.watch(inboxWakeKey(session.id)) : undefined;
+      let taken: Delivered[];
+      try {
+        taken = await takeResults(rt.service, session, {
+          waitMs,
+          ...(p.limit && { limit: p.limit }),
+          ...(p.resultIds && { only: p.resultIds }),
+          signal: ctx.signal,
+          ...(news && {
+            news: { wait: (signal, maxMs) => news.next(signal, Math.min(rt.wake.fallbackMs, maxMs)) },
+          }),
+        });
+      } finally {
+        news?.close();
+      }
       return {
         sessionId: session.id,
         results: [

@@ -10,8 +10,20 @@ import type { DelegationService } from "./service.js";
  * result is taken once, and one not yet taken survives any restart.
  */
 
-/** Bound of one wait between takes: a result settled by another process wakes no waiter here. */
+/**
+ * Bound of one wait between takes without `news`: this process's settlements wake the wait, another
+ * process's only this bound.
+ */
 const TAKE_RECHECK_MS = 500;
+
+/**
+ * What wakes a take waiting for the next result, opened before the first take so that a result queued
+ * between a take and the wait is not missed: the daemon's hears every process's settlements.
+ */
+export interface ResultNews {
+  /** Resolves at news since the previous call, at its own bound, at `maxMs`, or on abort. */
+  wait(signal: AbortSignal | undefined, maxMs: number): Promise<unknown>;
+}
 
 /** The account's client session named `name`, placed in `cwd` when it is made (a found one keeps its own). */
 export async function openClientSession(
@@ -46,7 +58,13 @@ export function assertClientDriven(session: SessionRow): void {
 export async function takeResults(
   service: DelegationService,
   session: SessionRow,
-  options: { waitMs?: number; limit?: number; only?: readonly string[]; signal?: AbortSignal } = {},
+  options: {
+    waitMs?: number;
+    limit?: number;
+    only?: readonly string[];
+    signal?: AbortSignal;
+    news?: ResultNews;
+  } = {},
 ): Promise<Delivered[]> {
   assertClientDriven(session);
   const deadline = Date.now() + (options.waitMs ?? 0);
@@ -64,6 +82,7 @@ export async function takeResults(
     );
     const left = deadline - Date.now();
     if (taken.length > 0 || left <= 0 || options.signal?.aborted) return taken;
-    await service.notifier.wait(session.id, Math.min(TAKE_RECHECK_MS, left));
+    if (options.news) await options.news.wait(options.signal, left);
+    else await service.notifier.wait(session.id, Math.min(TAKE_RECHECK_MS, left));
   }
 }

@@ -4,7 +4,7 @@ export {
   type RestartCheckpoint,
   RestartCheckpointError,
 } from "./checkpoint.js";
-export { assertClientDriven, openClientSession, takeResults } from "./clientSessions.js";
+export { assertClientDriven, openClientSession, type ResultNews, takeResults } from "./clientSessions.js";
 export { contextFromJournal, danglingToolCalls, endsWithAnswer } from "./context.js";
 export {
   type DelegationEvent,

@@ -4,8 +4,21 @@
  */
 export class Notifier {
   readonly #waiters = new Map<string, Set<() => void>>();
+  readonly #listeners = new Set<(key: string) => void>();
+
+  /**
+   * Hears every wake-up (a host that carries them on to waiters of its own, such as a client's take
+   * waiting on other processes' settlements too). Returns the function that stops it.
+   */
+  listen(listener: (key: string) => void): () => void {
+    this.#listeners.add(listener);
+    return () => {
+      this.#listeners.delete(listener);
+    };
+  }
 
   notify(key: string): void {
+    for (const listener of this.#listeners) listener(key);
     const set = this.#waiters.get(key);
     if (!set) return;
     this.#waiters.delete(key);

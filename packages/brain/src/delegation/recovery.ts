@@ -443,6 +443,7 @@ async function settleError(service: DelegationService, run: SubagentRun, message
     body: message,
     byteSize: Buffer.byteLength(message),
     error: { code: "recovery_failed", message },
+    parentSessionId: run.parentSessionId,
   });
   await service.resultQueued(run.parentSessionId, run.principalAccountId, settled.resultId);
 }

@@ -582,6 +582,7 @@ export class DelegatedSettlement {
       ...(prepared.spillId ? { spillId: prepared.spillId } : {}),
       ...(error ? { error } : {}),
       ...(dropSteers !== undefined && { dropSteers }),
+      parentSessionId: run.parentSessionId,
     });
     faultPoint("child.settled");
     // The row's mode now, not when the call began: Ctrl+B may have moved a foreground call to the background.

@@ -1,5 +1,6 @@
 import type pg from "pg";
 import { DelegationDbError } from "../errors.js";
+import { INBOX_WAKE_CHANNEL, wakeWanted } from "../listen.js";
 import type {
   AppendOptions,
   DeliveredResult,
@@ -189,12 +190,21 @@ export function enqueueWorkflowSummary(
   assertUuid("parentSessionId", input.parentSessionId);
   return tx(pool, async (c) => {
     await assertVisible(c, input.parentSessionId, input.principalAccountId);
+    // A client waiting on the parent's inbox (in any process) hears of the summary at its commit.
+    const woke = wakeWanted("inbox", input.parentSessionId)
+      ? `pg_notify('${INBOX_WAKE_CHANNEL}', $2::uuid::text)`
+      : "null";
     const ins = await c.query<{ id: string }>(
-      `insert into delegation_results
-         (id, parent_session_id, principal_account_id, tool_call_id, kind, outcome, mode, body, byte_size, spill_id)
-       values ($1::uuid, $2::uuid, $3::uuid, $4, 'workflow_summary', $5, 'background', $6, $7, $8::uuid)
-       on conflict (parent_session_id, tool_call_id) where kind = 'workflow_summary' do nothing
-       returning id`,
+      `with ins as (
+         insert into delegation_results
+           (id, parent_session_id, principal_account_id, tool_call_id, kind, outcome, mode, body, byte_size, spill_id)
+         values ($1::uuid, $2::uuid, $3::uuid, $4, 'workflow_summary', $5, 'background', $6, $7, $8::uuid)
+         on conflict (parent_session_id, tool_call_id) where kind = 'workflow_summary' do nothing
+         returning id
+       ), woke as (
+         select ${woke} from ins
+       )
+       select id, (select count(*) from woke)::int as woke from ins`,
       [
         input.resultId,
         input.parentSessionId,

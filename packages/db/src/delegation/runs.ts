@@ -1,6 +1,6 @@
 import type pg from "pg";
 import { DelegationDbError } from "../errors.js";
-import { JOURNAL_WAKE_CHANNEL, wakeWanted } from "../listen.js";
+import { INBOX_WAKE_CHANNEL, JOURNAL_WAKE_CHANNEL, wakeWanted } from "../listen.js";
 import type {
   AppendOptions,
   JournalDelta,
@@ -422,6 +422,11 @@ export function settleRun(
   // One statement: lock the run, find a prior result, and only for an open run of this generation with none
   // insert the result, make the run terminal and (when asked) drop the child's pending steers. Atomic by itself, so the result and the terminal status
   // commit together without a transaction; a probe (a crash test's fault point before the commit) gets one.
+  // A client waiting on the parent's inbox (in any process) hears of the result at its commit.
+  const woke =
+    result.parentSessionId === undefined || wakeWanted("inbox", result.parentSessionId)
+      ? `pg_notify('${INBOX_WAKE_CHANNEL}', run.parent_session_id::text)`
+      : "null";
   const settle = async (c: Queryable): Promise<{ settled: boolean; resultId: string }> => {
     const { rows } = await c.query<Row>(
       `with run as (
@@ -449,9 +454,12 @@ export function settleRun(
           where $10::text is not null and d.child_session_id = run.child_session_id
             and d.principal_account_id = run.principal_account_id and d.status = 'pending'
          returning d.id
+       ), woke as (
+         select ${woke} from run, ins
        )
        select run.id, run.generation, run.status, (select id from prior) as prior_id,
-              (select id from ins) as inserted_id, (select count(*) from upd)::int as updated
+              (select id from ins) as inserted_id, (select count(*) from upd)::int as updated,
+              (select count(*) from woke)::int as woke
          from run`,
       [
         result.runId,

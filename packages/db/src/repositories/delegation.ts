@@ -145,6 +145,11 @@ export interface SettledResult {
    * settles): a follow-up the settled call can no longer take gets its dropped notice instead of waiting.
    */
   readonly dropSteers?: string;
+  /**
+   * The parent whose inbox takes the result, when the caller knows it: decides whether the inbox wake is
+   * sent (unknown: it is).
+   */
+  readonly parentSessionId?: string;
 }
 
 /** A whole-workflow summary for the parent's inbox (one per workflow tool call). */
