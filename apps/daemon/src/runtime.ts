@@ -20,7 +20,14 @@ import {
   takeOverDelegations,
   withToolCatalog,
 } from "@crw/brain";
-import { listenForOwnerReleases, PgDelegationRepository, type ProviderUsage, type SessionRow } from "@crw/db";
+import {
+  listenForOwnerReleases,
+  PgDelegationRepository,
+  type ProviderUsageReport,
+  recordProviderUsage,
+  type SessionRow,
+  sessionPrincipal,
+} from "@crw/db";
 import {
   boundedProjectFileReader,
   delegationNodeTurns,
@@ -296,12 +303,7 @@ export async function assembleRuntime(
   // "in-process". Each response is reported once, by the process that made the request. A row that cannot
   // be written is logged, never retried.
   const usage = { responses: 0, input: 0, output: 0, totalTokens: 0, cost: 0, unrecorded: 0 };
-  const recordProviderUsage = (report: {
-    runnerId: string;
-    sessionId: string;
-    turnId: string;
-    usage: ProviderUsage;
-  }): void => {
+  const recordUsage = (report: ProviderUsageReport): void => {
     const u = report.usage;
     const cost = u.cost ?? 0;
     usage.responses += 1;
@@ -310,36 +312,15 @@ export async function assembleRuntime(
     usage.totalTokens += u.totalTokens;
     usage.cost += cost;
     bus.publish(`session:${report.sessionId}`, { type: "provider_usage", ...report });
-    pgPool
-      .query(
-        `insert into provider_usage (session_id, turn_id, runner_id, api, provider, model, stop_reason,
-           input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, total_tokens, cost)
-         values ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
-        [
-          report.sessionId,
-          report.turnId,
-          report.runnerId,
-          u.api,
-          u.provider,
-          u.model,
-          u.stopReason,
-          u.input,
-          u.output,
-          u.cacheRead,
-          u.cacheWrite,
-          u.totalTokens,
-          cost,
-        ],
-      )
-      .catch((e: unknown) => {
-        usage.unrecorded += 1;
-        log.warn({ err: e, sessionId: report.sessionId }, "provider usage not recorded");
-      });
+    recordProviderUsage(pgPool, report).catch((e: unknown) => {
+      usage.unrecorded += 1;
+      log.warn({ err: e, sessionId: report.sessionId }, "provider usage not recorded");
+    });
   };
   const agentLoop = createAgentTurnRunner({
     ...catalog,
     onProviderUsage: ({ sessionId, turnId, usage: u }) =>
-      recordProviderUsage({ runnerId: IN_PROCESS_RUNNER_ID, sessionId, turnId, usage: u }),
+      recordUsage({ runnerId: IN_PROCESS_RUNNER_ID, sessionId, turnId, usage: u }),
   });
   const inProcess: SessionTurnRunner = {
     async runTurn(request, host) {
@@ -442,7 +423,7 @@ export async function assembleRuntime(
     log.info({ change }, "runner process changed");
     bus.publish("daemon:processes", { type: "process_changed", ...change });
   });
-  runnerPool.attachProviderUsageSink((report) => recordProviderUsage(report));
+  runnerPool.attachProviderUsageSink((report) => recordUsage(report));
   const steering = { settled: 0 };
   runnerPool.attachSteerSettledSink((settled) => {
     steering.settled += settled.count;
@@ -450,17 +431,10 @@ export async function assembleRuntime(
   });
 
   const reader = boundedProjectFileReader({ root: config.projectRoot });
-  const principalOf = async (sessionId: string): Promise<string | null> => {
-    const { rows } = await pgPool.query<{ principal: string }>(
-      "select principal_account_id::text as principal from sessions where id = $1::uuid",
-      [sessionId],
-    );
-    return rows[0]?.principal ?? null;
-  };
   const publishDelivery = async (delivery: DeliveryNotice): Promise<DeliveryNotice | null> => {
     // The acknowledgement is only as true as the journal: re-read the durable proof (settled, undiscarded
     // rows carrying details.resultId) and fan out only what it confirms.
-    const principal = await principalOf(delivery.parentSessionId);
+    const principal = await sessionPrincipal(pgPool, delivery.parentSessionId);
     if (principal === null) return null;
     const settled = new Set(await repo.settledResultIds(delivery.parentSessionId, principal));
     const results = delivery.results.filter((r) => settled.has(r.resultId));

@@ -7,6 +7,7 @@ export {
   type RevocationListener,
   TOKEN_REVOKED_CHANNEL,
 } from "./delegation/tokens.js";
+export { type ProviderUsageReport, recordProviderUsage, sessionPrincipal } from "./delegation/usage.js";
 export {
   DEFAULT_SERVER_USER,
   type EmbeddedCluster,

@@ -5,6 +5,8 @@ import {
   bearsUsage,
   PgDelegationRepository,
   type ProviderUsage,
+  recordProviderUsage,
+  sessionPrincipal,
   type TranscriptMessage,
 } from "../src/index.js";
 
@@ -114,5 +116,52 @@ describe("provider usage beside the journal", () => {
       false,
     );
     expect(bearsUsage(undefined)).toBe(false);
+  });
+});
+
+describe("provider usage per response", () => {
+  it("each response's report is a row of its own with every figure, a missing cost stored as 0", async () => {
+    const { session } = await root();
+    const turnId = `turn-${randomUUID()}`;
+    await recordProviderUsage(db.pool, { sessionId: session.id, turnId, runnerId: "r1", usage });
+    const { cost: _, ...free } = usage;
+    await recordProviderUsage(db.pool, { sessionId: session.id, turnId, runnerId: "r1", usage: free });
+    const { rows } = await db.pool.query(
+      `select runner_id, api, provider, model, stop_reason, input_tokens, output_tokens, cache_read_tokens,
+              cache_write_tokens, total_tokens, cost::float8 as cost
+         from provider_usage where session_id = $1::uuid and turn_id = $2 order by cost desc`,
+      [session.id, turnId],
+    );
+    const figures = {
+      runner_id: "r1",
+      api: usage.api,
+      provider: usage.provider,
+      model: usage.model,
+      stop_reason: usage.stopReason,
+      input_tokens: usage.input,
+      output_tokens: usage.output,
+      cache_read_tokens: usage.cacheRead,
+      cache_write_tokens: usage.cacheWrite,
+      total_tokens: usage.totalTokens,
+    };
+    expect(
+      rows.map((r) => ({
+        ...r,
+        input_tokens: Number(r.input_tokens),
+        output_tokens: Number(r.output_tokens),
+        cache_read_tokens: Number(r.cache_read_tokens),
+        cache_write_tokens: Number(r.cache_write_tokens),
+        total_tokens: Number(r.total_tokens),
+      })),
+    ).toEqual([
+      { ...figures, cost: usage.cost },
+      { ...figures, cost: 0 },
+    ]);
+  });
+
+  it("a session's account is read by its id alone; an unknown session has none", async () => {
+    const { account, session } = await root();
+    expect(await sessionPrincipal(db.pool, session.id)).toBe(account.id);
+    expect(await sessionPrincipal(db.pool, randomUUID())).toBeNull();
   });
 });
