@@ -626,3 +626,49 @@ describe("crw flow commands as real processes", () => {
     expect(readFileSync(paths.journal, "utf8")).toBe(rowsBefore);
   });
 });
+
+describe("dispatched's wait for the run's reply", () => {
+  it("waits --wait S seconds for a held run that gives no reply, then answers queued; without --wait it waits longer (S000-229)", async () => {
+    const { r, paths, state } = await start("run-wait");
+    expect(r.code, r.stderr).toBe(0);
+    const pid = Number(r.json().pid);
+    await waitFor(
+      "started row",
+      () =>
+        existsSync(paths.journal) && readJournalFile(paths.journal).rows.some((x) => x.type === "started"),
+    );
+    // Stopped, the run's process still holds the run but answers nothing.
+    process.kill(pid, "SIGSTOP");
+    onTestFinished(() => {
+      if (!pidAlive(pid)) return;
+      process.kill(pid, "SIGCONT");
+      process.kill(pid, "SIGKILL");
+    });
+    const dispatch = (agent: string, wait: string[]) =>
+      crwFlow(
+        ["dispatched", "run-wait", "explorer.1", "--agent", agent, "--k", "1", "--attempt", "1"]
+          .concat(wait)
+          .concat(["--state", state, "--json"]),
+        env,
+        root,
+      );
+    for (const seconds of [1, 2]) {
+      const t0 = performance.now();
+      const d = await dispatch(`agent-${seconds}`, ["--wait", String(seconds)]);
+      const took = performance.now() - t0;
+      expect(d.code).toBe(1);
+      expect(d.json()).toMatchObject({ reply: "queued", agent_id: `agent-${seconds}` });
+      expect(took).toBeGreaterThanOrEqual(seconds * 1000);
+      // the bound, plus a command's start and the last poll of the reply
+      expect(took).toBeLessThan(seconds * 1000 + 5_000);
+    }
+    // No --wait: still waiting well past both bounds; it answers queued once no process holds the run.
+    const unbounded = dispatch("agent-default", []);
+    const early = await Promise.race([unbounded, new Promise((res) => setTimeout(res, 4_000, "waiting"))]);
+    expect(early).toBe("waiting");
+    process.kill(pid, "SIGKILL");
+    const d = await unbounded;
+    expect(d.code).toBe(1);
+    expect(d.json()).toMatchObject({ reply: "queued", agent_id: "agent-default" });
+  }, 60_000);
+});
