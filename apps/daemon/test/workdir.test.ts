@@ -263,6 +263,59 @@ describe("workflows work in a directory too", () => {
   });
 });
 
+describe("Delegate and a workflow node place a working directory the same way", () => {
+  it("a directory through a symlink lands both at its real path, and every escape is refused by both with the same reason (S004-254)", async () => {
+    const repo = sampleRepo();
+    const outside = mkdtempSync(join(tmpdir(), "crw-workdir-both-outside-"));
+    made.push(outside);
+    mkdirSync(join(repo, "sub"));
+    symlinkSync(join(repo, "sub"), join(repo, "link-in"));
+    symlinkSync(outside, join(repo, "link-out"));
+    const { sessionId } = await owner.ok<{ sessionId: string }>("session.create", {
+      model: MODELS.completions,
+      cwd: repo,
+    });
+    const delegated = await owner.ok<{ body: string }>("session.delegate", {
+      sessionId,
+      task: "WRITE-FILE D.md as delegate",
+      cwd: "link-in",
+    });
+    expect(delegated.body).toContain("wrote D.md");
+    const node = await runWorkflow(
+      JSON.stringify({
+        name: "placed",
+        nodes: [{ id: "n", task: "WRITE-FILE N.md as node", cwd: "link-in", model: MODELS.completions }],
+      }),
+      repo,
+    );
+    expect(node.done.status).toBe("completed");
+    // Both children worked in the real directory behind the link.
+    expect(readFileSync(join(repo, "sub", "D.md"), "utf8")).toBe("D.md by delegate\n");
+    expect(readFileSync(join(repo, "sub", "N.md"), "utf8")).toBe("N.md by node\n");
+    const cwds = await db.pool.query<{ work_dir: string }>(
+      `select scope::jsonb ->> 'workDir' as work_dir from sessions
+        where kind = 'delegated' and scope is not null and scope::jsonb ->> 'workDir' like $1`,
+      [`${repo}/%`],
+    );
+    expect(new Set(cwds.rows.map((r) => r.work_dir))).toEqual(new Set([join(repo, "sub")]));
+    for (const cwd of ["..", "link-out", outside]) {
+      const refused = await owner.call("session.delegate", { sessionId, task: "WRITE-NOTE", cwd });
+      const error = refused.error as { message: string; data: { code: string } };
+      expect(error.data.code).toBe("work_dir_outside_project");
+      const escaped = await runWorkflow(
+        JSON.stringify({
+          name: "escape",
+          nodes: [{ id: "out", task: "WRITE-NOTE", cwd, model: MODELS.completions }],
+        }),
+        repo,
+      );
+      expect(escaped.done.status, cwd).not.toBe("completed");
+      expect(escaped.done.summary, cwd).toContain(error.message);
+    }
+    expect(existsSync(join(outside, "NOTE.md"))).toBe(false);
+  });
+});
+
 describe("isolated workflow nodes work on branches of their own, and the workflow lands", () => {
   const isolatedFlow = (name: string, a: string, b: string) =>
     JSON.stringify({

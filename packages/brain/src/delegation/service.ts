@@ -662,8 +662,7 @@ export class DelegationService implements RestartCheckpoint {
     const cwd = childCwd(parentScope, requested);
     if (!cwd) return null;
     const placement = await delegatedWorkDir(cwd, await this.workDirPolicyOf(parent, authority));
-    await assertInsideParentProject(parentScope, placement, this.options.projects);
-    assertNotHostPrivate(placement.workDir, this.options.hostPrivate);
+    await this.assertInsideProjectOf(parent, placement);
     return placement;
   }
 
@@ -673,10 +672,14 @@ export class DelegationService implements RestartCheckpoint {
     return landIsolatedWork(this.repo, child);
   }
 
-  /** Refuses a placement outside the project of `session` (a workflow node's, say). */
-  assertInsideProjectOf(session: SessionRow, placement: WorkDirPlacement): Promise<void> {
+  /**
+   * Refuses a placement of work under `session` outside its project or in the host's own data. A Delegate
+   * child's and a workflow node's placements pass this one check, in this order, so a directory both
+   * refuse is refused for the same reason.
+   */
+  async assertInsideProjectOf(session: SessionRow, placement: WorkDirPlacement): Promise<void> {
+    await assertInsideParentProject(scopeOf(session), placement, this.options.projects);
     assertNotHostPrivate(placement.workDir, this.options.hostPrivate);
-    return assertInsideParentProject(scopeOf(session), placement, this.options.projects);
   }
 
   /** Refuses a directory that holds, or lies inside, the host's own data (see `assertNotHostPrivate`). */
