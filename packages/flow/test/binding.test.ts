@@ -1,4 +1,6 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { tryLock, unlock } from "@crw/flow";
+import { afterEach, describe, expect, it, onTestFinished } from "vitest";
+import { crwFlow } from "./helpers/cli.js";
 import { defineWorkflow, type InProcessRun, inProcessRun, countSchema as schema } from "./helpers/harness.js";
 
 let run: InProcessRun | null = null;
@@ -34,6 +36,53 @@ describe("binding a reported subagent", () => {
     expect(ts).toMatchObject({ thread_id: right.threadId, model: "m-explore", effort: "high" });
     expect(ts).not.toHaveProperty("pair_unchecked");
     expect(ts).not.toHaveProperty("effort_unchecked");
+  });
+
+  it("crw flow dispatched prints a pair_mismatch reply with the role's pair and exits 1 (S000-230)", async () => {
+    run = await inProcessRun({ roles: { explorer: { model: "m-explore", effort: "high" } } });
+    run.background(one());
+    const step = await run.firstStep();
+    // The run goes on in this process: it holds the run's lock as a run's own process does.
+    const lock = run.paths.runLock;
+    expect(tryLock(lock)).toBe(true);
+    onTestFinished(() => unlock(lock));
+    const wrong = run.spawn(step, "explorer", { model: "other", reasoningEffort: "high" });
+    const d = await crwFlow([
+      "dispatched",
+      run.spec.run_id,
+      step.call,
+      "--agent",
+      wrong.threadId,
+      "--k",
+      String(step.k),
+      "--attempt",
+      String(step.attempt),
+      "--state",
+      run.paths.state,
+      "--wait",
+      "20",
+      "--json",
+    ]);
+    expect(d.code, d.stderr).toBe(1);
+    expect(d.json()).toMatchObject({ reply: "pair_mismatch", pair: { model: "m-explore", effort: "high" } });
+    // the right pair binds, and that reply exits 0
+    const right = run.spawn(step, "explorer", { model: "m-explore", reasoningEffort: "high" });
+    const bound = await crwFlow([
+      "dispatched",
+      run.spec.run_id,
+      step.call,
+      "--agent",
+      right.threadId,
+      "--k",
+      String(step.k),
+      "--attempt",
+      String(step.attempt),
+      "--state",
+      run.paths.state,
+      "--json",
+    ]);
+    expect(bound.code, bound.stderr).toBe(0);
+    expect(bound.json()).toMatchObject({ reply: "bound" });
   });
 
   it("S000-069 S000-067: a model with an undecided effort binds on the model alone (effort_unchecked, the host's effort recorded)", async () => {
