@@ -93,7 +93,12 @@ describe("run process settings", () => {
     expect(DEFAULT_LOST_AFTER_MS).toBe(600_000);
   });
 
-  it("S000-249 S000-248: an in-process run puts the spec's TMPDIR in place and puts back what the environment held", async () => {
+  /** holdRun of an ended run with `env` recorded, from a caller whose TMPDIR is /caller/tmp. */
+  async function holdEnded(options: {
+    token?: string;
+    prepare?: (r: InProcessRun) => void;
+    log: (l: Record<string, unknown>) => void;
+  }) {
     const { holdRun, JournalWriter } = await import("@crw/flow");
     const { mkdtempSync } = await import("node:fs");
     const { join } = await import("node:path");
@@ -102,25 +107,53 @@ describe("run process settings", () => {
     const w = JournalWriter.create(run.paths.journal, run.spec.run_id);
     w.append([{ type: "run_ended", status: "completed", result: 1 }]);
     w.close();
+    options.prepare?.(run);
     const saved = process.env.TMPDIR;
     process.env.TMPDIR = "/caller/tmp";
-    let during: string | undefined;
     try {
       const code = await holdRun({
         paths: run.paths,
         spec: { ...run.spec, env: { TMPDIR: recorded } },
         host: run.host,
-        log: () => {
-          during ??= process.env.TMPDIR;
-        },
+        ...(options.token && { token: options.token }),
+        log: options.log,
       });
-      expect(code).toBe(0);
-      expect(during).toBe(recorded);
-      expect(process.env.TMPDIR).toBe("/caller/tmp");
+      return { code, recorded, after: process.env.TMPDIR };
     } finally {
       if (saved === undefined) delete process.env.TMPDIR;
       else process.env.TMPDIR = saved;
     }
+  }
+
+  it("an in-process run puts back what the environment held when it is done (S000-249)", async () => {
+    let during: string | undefined;
+    const { code, recorded, after } = await holdEnded({
+      log: () => {
+        during ??= process.env.TMPDIR;
+      },
+    });
+    expect(code).toBe(0);
+    expect(during).toBe(recorded);
+    expect(after).toBe("/caller/tmp");
+  });
+
+  it("an in-process run has the spec's TMPDIR in its environment before it takes its first lock (S000-248)", async () => {
+    const { writeFileSync } = await import("node:fs");
+    const { join } = await import("node:path");
+    const seen: Array<{ msg: string; tmpdir: string | undefined }> = [];
+    // Another live process (pid 1) holds the process lock this run tries first: the run says so at once,
+    // before it tries the run lock, and that moment shows the environment the first lock was tried in.
+    const token = "beefbeefbeef";
+    const { recorded } = await holdEnded({
+      token,
+      prepare: (r) =>
+        writeFileSync(join(r.paths.dir, `process.${token}.lock`), JSON.stringify({ pid: 1, token })),
+      log: (l) => seen.push({ msg: String(l.msg), tmpdir: process.env.TMPDIR }),
+    });
+    expect(seen[0]).toEqual({
+      msg: "process lock not taken; the started row names no process",
+      tmpdir: recorded,
+    });
   });
 });
 
