@@ -126,6 +126,38 @@ describe("git workspaces of the engine's calls", () => {
     expect(sh(r.spec.repo, "ls-tree", "--name-only", String(stateB?.pending_tree))).toContain("new.txt");
   });
 
+  it("an executor call's pending tree is read from its P, never from the run's checkout (S000-013)", async () => {
+    run = await inProcessRun({});
+    const r = run;
+    gitRepo(r);
+    const wf = defineWorkflow({
+      name: "pending",
+      run: async (ctx) => ctx.call({ role: "executor", task: "change a", schema: answerSchema }),
+    });
+    const { done } = r.background(wf);
+    await r.steps(1);
+    const wt = String(prepared(r, "executor.1")?.allocation.workspace);
+    expect(wt).not.toBe(r.spec.repo);
+    // Uncommitted work in P, and other uncommitted work in the run's checkout (the owner's cwd).
+    writeFileSync(join(wt, "a.txt"), "changed in P\n");
+    writeFileSync(join(wt, "in-p.txt"), "P\n");
+    writeFileSync(join(r.spec.repo, "in-checkout.txt"), "checkout\n");
+    const agent = await answer(r, "executor.1", "executor");
+    r.fake.answer(agent, '{"summary":"s","score":1}');
+    expect(await done).toMatchObject({ state: "completed" });
+    const completed = r
+      .rows()
+      .find(
+        (x): x is Extract<JournalRow, { type: "completed" }> =>
+          x.type === "completed" && x.call === "executor.1",
+      );
+    const tree = String(completed?.executor_state?.pending_tree);
+    const names = sh(r.spec.repo, "ls-tree", "--name-only", tree).split("\n");
+    expect(names).toContain("in-p.txt");
+    expect(names).not.toContain("in-checkout.txt");
+    expect(sh(r.spec.repo, "cat-file", "-p", `${tree}:a.txt`)).toBe("changed in P");
+  });
+
   it("S000-011: a non-executor call's P is a call-private checkout at HEAD; no executor_head_moved for it", async () => {
     run = await inProcessRun({});
     const r = run;
