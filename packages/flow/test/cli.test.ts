@@ -672,3 +672,69 @@ describe("dispatched's wait for the run's reply", () => {
     expect(d.json()).toMatchObject({ reply: "queued", agent_id: "agent-default" });
   }, 60_000);
 });
+
+describe("a session run from its owner thread, with the commands alone", () => {
+  it("is started, stepped and, after its process is killed, resumed by next, each command reading the run's directory (S000-178)", async () => {
+    const { r, state, paths } = await start("run-driven");
+    expect(r.code, r.stderr).toBe(0);
+    const firstPid = Number(r.json().pid);
+    const resumed: number[] = [];
+    let killed = false;
+    const kit = new ScriptedOwner({
+      fake,
+      owner,
+      source: {
+        take: async () => {
+          const res = await crwFlow(["next", "run-driven", "--state", state, "--json"], env);
+          if (res.code !== 0) throw new Error(`crw flow next exited ${res.code}: ${res.stderr}`);
+          const a = res.json() as { state: string; steps: OwnerStep[]; resumed_pid?: number };
+          if (a.resumed_pid !== undefined) resumed.push(a.resumed_pid);
+          return { state: a.state, steps: a.steps };
+        },
+        report: async (step, agent) => {
+          const res = await crwFlow(
+            [
+              "dispatched",
+              "run-driven",
+              step.call,
+              "--agent",
+              agent,
+              "--k",
+              String(step.k),
+              "--attempt",
+              String(step.attempt),
+              "--wait",
+              "20",
+              "--state",
+              state,
+              "--json",
+            ],
+            env,
+          );
+          const reply = String(res.json().reply);
+          if (reply === "bound" && !killed) {
+            // Half-way: the run's process dies with a bound call; the owner's next command must resume it.
+            killed = true;
+            process.kill(firstPid, "SIGKILL");
+            await waitFor("the run process to die", () => !pidAlive(firstPid));
+          }
+          return reply;
+        },
+      },
+      behave: (step) => ({
+        kind: "answer",
+        messages: [
+          { text: JSON.stringify({ n: step.call === "explorer.1" ? 7 : 5 }), phase: "final_answer" },
+        ],
+      }),
+    });
+    expect(await kit.untilSettled(60_000)).toBe("ended");
+    expect(killed).toBe(true);
+    const rows = readJournalFile(paths.journal).rows;
+    expect(rows.at(-1)).toMatchObject({ type: "run_ended", status: "completed", result: { sum: 112 } });
+    // Two processes held the run: the one start launched, then the one next launched.
+    const started = rows.filter((x) => x.type === "started") as Array<{ pid: number }>;
+    expect(started.map((x) => x.pid)).toEqual([firstPid, resumed[0]]);
+    expect(resumed).toHaveLength(1);
+  }, 90_000);
+});
