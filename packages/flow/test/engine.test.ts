@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
-import type { JournalRow } from "@crw/flow";
+import { type JournalRow, readRoleTable, resolveTable } from "@crw/flow";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import {
   answerSchema,
@@ -192,7 +192,11 @@ describe("the rows of a session run whose role store pins the explorer's pair", 
 
   it("the holder's started row records the policy digest of the table it runs on (S000-210)", () => {
     const started = ofType(rows, "started")[0];
-    expect(started?.policy_digest).toMatch(/^sha256:[0-9a-f]{64}$/);
+    const table = readRoleTable(pinned.spec.repo);
+    expect(table.roles.explorer).toMatchObject({ model: "m-explore", effort: "high" });
+    expect(started?.policy_digest).toBe(table.policy_digest);
+    // the store's table, not the built-in one
+    expect(started?.policy_digest).not.toBe(resolveTable(undefined, null).policy_digest);
     // in process there is no process lock to name; the CLI's run names its own (crash suite)
     expect(started).toMatchObject({ process: null, process_n: 1 });
   });
