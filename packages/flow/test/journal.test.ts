@@ -8,7 +8,9 @@ import {
   parseFaultPoint,
   parseJournal,
   readJournalFile,
+  runSpent,
   startedBackend,
+  tokenTotal,
 } from "@crw/flow";
 import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
@@ -103,28 +105,55 @@ describe("the journal", () => {
     expect(startedBackend([])).toBeNull();
   });
 
-  it("S000-175 S000-096: an older journal's role_store_changed row and a terminal row without token parts still read", () => {
-    const rows = [
-      { type: "role_store_changed", pinned_digest: "sha256:a", store_digest: "sha256:b" },
-      {
-        type: "completed",
-        call: "c.1",
-        op: "c.1",
-        k: 1,
-        attempt: 1,
-        result: {},
-        result_digest: "d",
-        raw_text: "{}",
-        extracted: false,
-        tokens: {},
-      },
-    ].map((r, i) => JSON.stringify({ ...r, seq: i, at: "t" }));
-    const text = `${JSON.stringify({ format: "crw-flow-journal", version: 1, run_id: "r", created_at: "t" })}\n${rows.join("\n")}\n`;
-    const read = parseJournal(text);
-    expect(read.rows.map((r) => r.type)).toEqual(["role_store_changed", "completed"]);
-    const completed = read.rows[1];
-    if (completed?.type !== "completed") throw new Error("row");
-    expect(completed.tokens.input ?? 0).toBe(0);
+  /** A journal's text: the header, then `rows` numbered from 0. */
+  const journalText = (rows: object[]) =>
+    `${JSON.stringify({ format: "crw-flow-journal", version: 1, run_id: "r", created_at: "t" })}\n${rows
+      .map((r, i) => JSON.stringify({ ...r, seq: i, at: "t" }))
+      .join("\n")}\n`;
+  const completedRow = (call: string, tokens: object) => ({
+    type: "completed",
+    call,
+    op: call,
+    k: 1,
+    attempt: 1,
+    result: {},
+    result_digest: "d",
+    raw_text: "{}",
+    extracted: false,
+    tokens,
+  });
+
+  it("an older journal's role_store_changed row still reads, with its two digests (S000-175)", () => {
+    const read = parseJournal(
+      journalText([{ type: "role_store_changed", pinned_digest: "sha256:a", store_digest: "sha256:b" }]),
+    );
+    expect(read.rows[0]).toMatchObject({
+      type: "role_store_changed",
+      pinned_digest: "sha256:a",
+      store_digest: "sha256:b",
+    });
+  });
+
+  it("a terminal row written before its token parts existed reads them as 0 in the run's figures (S000-096)", () => {
+    const read = parseJournal(
+      journalText([
+        completedRow("old.1", {}),
+        completedRow("new.1", { input: 10, cached_input: 4, output: 3, reasoning_output: 1, total: 13 }),
+      ]),
+    );
+    expect(read.rows.map((r) => r.type)).toEqual(["completed", "completed"]);
+    const old = read.rows[0];
+    if (old?.type !== "completed") throw new Error("row");
+    // the old row adds nothing to any part of the run's spend, and its own total is 0
+    expect(runSpent(read.rows)).toEqual({
+      input: 10,
+      cached_input: 4,
+      output: 3,
+      reasoning_output: 1,
+      total: 13,
+    });
+    expect(tokenTotal(old.tokens)).toBe(0);
+    expect(runSpent(read.rows.slice(0, 1))).toEqual({});
   });
 
   it("reads the flow rows of the rest of the seed (session_wake, escalation, evidence_placed, flow_warning)", () => {
