@@ -216,18 +216,23 @@ describe("an attempt is lost only when its turn is not completed and its thread 
     async (status) => {
       const b = await boundRun({ lostAfterMs: 300 });
       run = b.r;
+      const changedAt = Date.now();
       run.fake.setThreadStatus(b.agent.threadId, status);
       await until("the lost row", () => lostRows(b.r).length === 1);
       expect(lostRows(run)[0]).toMatchObject({ host_status: status, turn_status: "inProgress" });
+      // not at once: the thread had to read so for LostAfter first
+      expect(Date.parse(lostRows(run)[0]?.at ?? "")).toBeGreaterThanOrEqual(changedAt + 300);
     },
   );
 
   it("a subagent the host no longer knows reads as unknown and loses its attempt after LostAfter (S000-126)", async () => {
     const b = await boundRun({ lostAfterMs: 300 });
     run = b.r;
+    const goneAt = Date.now();
     run.fake.state.threads.delete(b.agent.threadId);
     await until("the lost row", () => lostRows(b.r).length === 1);
     expect(lostRows(run)[0]).toMatchObject({ host_status: "unknown", turn_status: null });
+    expect(Date.parse(lostRows(run)[0]?.at ?? "")).toBeGreaterThanOrEqual(goneAt + 300);
   });
 
   it("a turn that ended interrupted without an error on an unloaded thread is lost at once, before LostAfter (S000-126)", async () => {
