@@ -105,7 +105,7 @@ describe("the daemon's JSON-RPC API", () => {
     expect(frame.error).toMatchObject({ code: -32602, data: { code: "invalid_params" } });
   });
 
-  it("S004-341: S004-066: a workflow runs parallel branches and a dynamic expansion through the runner pool; progress per node, then one summary", async () => {
+  it("a workflow runs parallel branches and a dynamic expansion through the runner pool; progress per node, then one summary (S004-341 S004-066)", async () => {
     const expand = steps(
       {
         toolCalls: [

@@ -18,7 +18,7 @@ const config = (dataDir: string, extra: object = {}) =>
   loadConfig({ env: { DATABASE_URL: db.url }, overrides: { dataDir, port: 0, ...extra } });
 
 describe("daemon lifecycle", () => {
-  it("S004-168: raising the restart-required alert again updates the same condition", async () => {
+  it("raising the restart-required alert again updates the same condition (S004-168)", async () => {
     const dir = mkdtempSync(join(tmpdir(), "crw-alerts-"));
     const alerts = await AlertService.open(dir);
     const { key, severity, audience, text } = restartRequiredAlert;
@@ -29,7 +29,7 @@ describe("daemon lifecycle", () => {
     expect((await AlertService.open(dir)).list()).toEqual([expect.objectContaining({ key, count: 2 })]);
   });
 
-  it("S004-169: on startup the daemon clears the old process's restart-required alert before attaching its sink; other alerts stay", async () => {
+  it("on startup the daemon clears the old process's restart-required alert before attaching its sink; other alerts stay (S004-169)", async () => {
     const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-alerts-"));
     const old = {
       version: 1,
@@ -114,7 +114,7 @@ describe("daemon lifecycle", () => {
     }
   });
 
-  it("S004-441: S004-518: with the switch off, or an operator maximum of zero runners, delegated turns run in the daemon", async () => {
+  it("with the switch off, or an operator maximum of zero runners, delegated turns run in the daemon (S004-441 S004-518)", async () => {
     for (const runtime of [{ subagentRunnerEnabled: false }, { maxRunners: 0 }]) {
       const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-local-"));
       const daemon = await startDaemon(config(dataDir, { runtime }), { log: silent });

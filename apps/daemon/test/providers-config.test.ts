@@ -7,7 +7,7 @@ import { ConfigError, loadConfig } from "../src/index.js";
 const dir = () => mkdtempSync(join(tmpdir(), "crw-config-models-"));
 
 describe("provider configuration", () => {
-  it("S004-440: defaults: the offline scripted provider, runners on", () => {
+  it("defaults: the offline scripted provider, runners on (S004-440)", () => {
     const c = loadConfig({ env: { CRW_DAEMON_DIR: dir() } });
     expect(c.models).toEqual({ default: "scripted", baseUrls: {}, apiKeyEnv: {} });
     expect(c.runtime).toMatchObject({ subagentRunnerEnabled: true, turnsPerRunner: 4 });

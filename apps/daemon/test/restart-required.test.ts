@@ -18,7 +18,7 @@ afterAll(() => {
 });
 
 describe("the restart-required alert of the daemon's own pool", { timeout: 120_000 }, () => {
-  it("S004-165: the daemon attaches the restart-required sink to the pool it constructs: a runner of another build raises the alert once", async () => {
+  it("the daemon attaches the restart-required sink to the pool it constructs: a runner of another build raises the alert once (S004-165)", async () => {
     const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-mismatch-"));
     // Its runners announce a build identity other than the daemon's (as after an upgrade in place).
     const daemon = await spawnDaemon({

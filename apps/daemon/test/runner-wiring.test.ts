@@ -118,7 +118,7 @@ describe("the daemon's runner pool wiring", () => {
     expect(daemon.runtime.executionFor(receipt.childSessionId)).toMatchObject({ location: "runner" });
   });
 
-  it("S004-507: the daemon's provider-usage sink: each provider response of a runner turn is recorded and published", async () => {
+  it("the daemon's provider-usage sink: each provider response of a runner turn is recorded and published (S004-507)", async () => {
     const { sessionId } = await owner.ok<{ sessionId: string }>("session.create");
     const usageBefore = daemon.runtime.health().providerUsage.responses;
     const published: { type: string; sessionId: string }[] = [];
@@ -178,7 +178,7 @@ describe("the daemon's runner pool wiring", () => {
     expect(none[0].n).toBe(0);
   });
 
-  it("S004-484: session.status and /health merge a child's execution location with its delegation and process projections", async () => {
+  it("session.status and /health merge a child's execution location with its delegation and process projections (S004-484)", async () => {
     const hold = gate();
     holds.set("HOLD-STATUS", hold);
     const { sessionId } = await owner.ok<{ sessionId: string }>("session.create");
@@ -257,7 +257,7 @@ describe("the daemon's runner pool wiring", () => {
     expect(other.error).toMatchObject({ data: { code: "not_found" } });
   });
 
-  it("S004-500: expansion is offered to a runner child when the pool has the host-call handler; workflow.addNodes from a forked runner extends the running node's workflow", async () => {
+  it("expansion is offered to a runner child when the pool has the host-call handler; workflow.addNodes from a forked runner extends the running node's workflow (S004-500)", async () => {
     const hold = gate();
     holds.set("HOLD-NODE-A", hold);
     const definition = JSON.stringify({
@@ -357,7 +357,7 @@ describe("the daemon's runner pool wiring", () => {
     expect(done.status).toBe("completed");
   });
 
-  it("S004-500: S004-501: the daemon's decision reads supportsHostRpc(): without the handler a runner child gets no expansion", () => {
+  it("the daemon's decision reads supportsHostRpc(): without the handler a runner child gets no expansion (S004-500 S004-501)", () => {
     const base = {
       sizing: () => ({ maxRunners: 1, turnsPerRunner: 1 }),
       retryPolicySource: () => {
@@ -375,7 +375,7 @@ describe("the daemon's runner pool wiring", () => {
     expect(daemon.runtime.runnerPool.supportsHostRpc()).toBe(true);
   });
 
-  it("S004-507: S004-510: S004-511: a runner's result-delivered host call reaches the daemon's publisher, which re-reads the journal before fanning out", async () => {
+  it("a runner's result-delivered host call reaches the daemon's publisher, which re-reads the journal before fanning out (S004-507 S004-510 S004-511)", async () => {
     // A parent with one delivered result (a foreground Delegate's tool result carries its resultId).
     const { sessionId: parent } = await owner.ok<{ sessionId: string }>("session.create");
     await owner.ok("session.send", {
@@ -434,7 +434,7 @@ describe("the daemon's runner pool wiring", () => {
     }
   });
 
-  it("S004-507: the daemon's steer-settled sink: steering a runner child consumed at its tool round is published and counted", async () => {
+  it("the daemon's steer-settled sink: steering a runner child consumed at its tool round is published and counted (S004-507)", async () => {
     const hold = gate();
     holds.set("STEER-GRAND", hold);
     const { sessionId: parent } = await owner.ok<{ sessionId: string }>("session.create");
@@ -481,7 +481,7 @@ describe("the daemon's runner pool wiring", () => {
     }
   });
 
-  it("S004-507: the daemon's process-changed sink counts its runners' starts and exits in /health", async () => {
+  it("the daemon's process-changed sink counts its runners' starts and exits in /health (S004-507)", async () => {
     const health = (await ownerHealth(daemon.state.url, daemon.config.dataDir)) as {
       processes: { started: number; exited: number };
       steering: { settled: number };
@@ -490,7 +490,7 @@ describe("the daemon's runner pool wiring", () => {
     expect(health.processes.exited).toBe(0);
   });
 
-  it("S004-507: the daemon's runner-exit-tokens sink: a SIGKILLed runner's contained processes are ended", async () => {
+  it("the daemon's runner-exit-tokens sink: a SIGKILLed runner's contained processes are ended (S004-507)", async () => {
     const sessionId = `spawner-${randomUUID()}`;
     const result = await daemon.runtime.runnerPool.runTurn({
       turnId: `t-${randomUUID()}`,

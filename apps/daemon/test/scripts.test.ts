@@ -97,7 +97,7 @@ const E2E = [
 ] as const;
 
 describe("the e2e scripts", () => {
-  it("S004-445: S004-443: test:e2e:subagent, :recovery, :parity, :parity:mcp and :parity:mcp:deferred exist, each runs existing test files, and those suites assert runner use unconditionally without reading a runner switch", () => {
+  it("test:e2e:subagent, :recovery, :parity, :parity:mcp and :parity:mcp:deferred exist, each runs existing test files, and those suites assert runner use unconditionally without reading a runner switch (S004-445 S004-443)", () => {
     for (const name of E2E) {
       const script = rootPackage.scripts[name];
       expect(script, `root package.json script ${name}`).toBeDefined();
@@ -117,7 +117,7 @@ describe("the e2e scripts", () => {
     }
   });
 
-  it("S004-444: no :runner script variants remain and no source reads ELOWEN_SUBAGENT_RUNNER", () => {
+  it("no :runner script variants remain and no source reads ELOWEN_SUBAGENT_RUNNER (S004-444)", () => {
     const scripts = [
       ...Object.keys(rootPackage.scripts),
       ...[...byName.values()].flatMap((dir) =>

@@ -147,7 +147,7 @@ const logIndex = (d: DaemonProcess, msg: string | RegExp) =>
   d.logs().findIndex((l) => (typeof msg === "string" ? l.msg === msg : msg.test(String(l.msg))));
 
 describe("the restart checkpoint on daemon exit", { timeout: 120_000 }, () => {
-  it("S004-136: S004-138: SIGTERM: the finished tool result queued behind the in-flight write commits before the pool closes; the held model turn is not waited for and boot recovery continues it", async () => {
+  it("SIGTERM: the finished tool result queued behind the in-flight write commits before the pool closes; the held model turn is not waited for and boot recovery continues it (S004-136 S004-138)", async () => {
     const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-checkpoint-"));
     const first = await start(dataDir);
     const c = await childWithBlockedToolResult("CP", first.client);
@@ -198,7 +198,7 @@ describe("the restart checkpoint on daemon exit", { timeout: 120_000 }, () => {
     }
   });
 
-  it("S004-137: SIGTERM while a child's model request is held: the checkpoint does not wait for the turn; the run stays open", async () => {
+  it("SIGTERM while a child's model request is held: the checkpoint does not wait for the turn; the run stays open (S004-137)", async () => {
     const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-checkpoint-held-"));
     const first = await start(dataDir);
     gates.set("M", { grandchild: gate(), resume: gate() });
@@ -224,7 +224,7 @@ describe("the restart checkpoint on daemon exit", { timeout: 120_000 }, () => {
     expect(rows[0].status).toBe("running");
   });
 
-  it("S004-139: a checkpoint whose captured write fails logs the shutdown failure and the process exits nonzero", async () => {
+  it("a checkpoint whose captured write fails logs the shutdown failure and the process exits nonzero (S004-139)", async () => {
     const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-checkpoint-fail-"));
     const first = await start(dataDir);
     const c = await childWithBlockedToolResult("FAIL", first.client);
@@ -241,7 +241,7 @@ describe("the restart checkpoint on daemon exit", { timeout: 120_000 }, () => {
     expect(logIndex(first.daemon, "shutdown checkpoint passed")).toBe(-1);
   });
 
-  it("S004-139: a checkpoint write blocked past shutdownCheckpointMs: the stop logs the failure naming the pending write, exits nonzero, and the next boot recovers the run", async () => {
+  it("a checkpoint write blocked past shutdownCheckpointMs: the stop logs the failure naming the pending write, exits nonzero, and the next boot recovers the run (S004-139)", async () => {
     const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-checkpoint-deadline-"));
     const first = await start(dataDir, { shutdownCheckpointMs: 1_500 });
     const c = await childWithBlockedToolResult("DL", first.client);

@@ -187,7 +187,7 @@ describe("provider usage of the daemon's own turns", () => {
 });
 
 describe("session.forkPrefix", () => {
-  it("S004-182: a root session's diagnostics page past responses without figures to the newest usage-bearing one; not a fork", async () => {
+  it("a root session's diagnostics page past responses without figures to the newest usage-bearing one; not a fork (S004-182)", async () => {
     const { sessionId } = await owner.ok<{ sessionId: string }>("session.create");
     await owner.ok("session.send", { sessionId, text: "first question" });
     await owner.ok("session.send", { sessionId, text: "ZERO second question" });

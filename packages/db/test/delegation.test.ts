@@ -10,7 +10,7 @@ const repo = () => new PgDelegationRepository(db.pool);
 const family = (children = 1) => familyOf(db.pool, children, "acct");
 
 describe("DelegationRepository on PostgreSQL", () => {
-  it("S004-025: a result's journal entry and its acknowledgement commit together or not at all", async () => {
+  it("a result's journal entry and its acknowledgement commit together or not at all (S004-025)", async () => {
     const { r, account, parent, runs } = await family(1);
     const id = await settle(r, runs[0] as never);
     await expect(
@@ -31,7 +31,7 @@ describe("DelegationRepository on PostgreSQL", () => {
     expect(journal[0]?.body).toMatchObject({ type: "message", message: { details: { resultId: id } } });
   });
 
-  it("S004-043: delivery is exactly once when many deliverers race; a committed result is never delivered again", async () => {
+  it("delivery is exactly once when many deliverers race; a committed result is never delivered again (S004-043)", async () => {
     const { r, account, parent, runs } = await family(12);
     const ids = await Promise.all(runs.map((run) => settle(r, run)));
     const outs = await Promise.all(
@@ -44,7 +44,7 @@ describe("DelegationRepository on PostgreSQL", () => {
     expect(new Set(settled).size).toBe(settled.length);
   });
 
-  it("S004-023: settledResultIds comes from settled, undiscarded entries carrying details.resultId", async () => {
+  it("settledResultIds comes from settled, undiscarded entries carrying details.resultId (S004-023)", async () => {
     const { r, account, parent, runs } = await family(3);
     const [a, b, c] = [
       await settle(r, runs[0] as never),
@@ -66,7 +66,7 @@ describe("DelegationRepository on PostgreSQL", () => {
     expect(await r.settledResultIds(parent.id, account.id)).toEqual([a, b, c]);
   });
 
-  it("S004-024: settledResultIds still counts results delivered before a compaction", async () => {
+  it("settledResultIds still counts results delivered before a compaction (S004-024)", async () => {
     const { r, account, parent, runs } = await family(2);
     const first = await settle(r, runs[0] as never);
     await r.deliverResults(parent.id, account.id, [first], asMessage);
@@ -81,7 +81,7 @@ describe("DelegationRepository on PostgreSQL", () => {
     expect(await r.settledResultIds(parent.id, account.id)).toEqual([first, second]);
   });
 
-  it("S004-035: the read decodes the original JSON and refuses a malformed row instead of skipping it", async () => {
+  it("the read decodes the original JSON and refuses a malformed row instead of skipping it (S004-035)", async () => {
     const { r, account, parent } = await family(0);
     await db.pool.query(
       `insert into journal_entries (session_id, seq, kind, body) values ($1, 1, 'custom_message', '{"type":"message"')`,
@@ -92,7 +92,7 @@ describe("DelegationRepository on PostgreSQL", () => {
     });
   });
 
-  it("S004-159: queuedResultIds is FIFO in settle order and scoped by parent and principal", async () => {
+  it("queuedResultIds is FIFO in settle order and scoped by parent and principal (S004-159)", async () => {
     const { r, account, parent, runs } = await family(4);
     const ids: string[] = [];
     for (const run of [runs[2], runs[0], runs[3], runs[1]]) ids.push(await settle(r, run as never));
@@ -196,7 +196,7 @@ describe("DelegationRepository on PostgreSQL", () => {
     expect(later.map((c) => c.id)).toContain(a.id);
   });
 
-  it("S004-246: a private fork copy is absent from readers until it commits", async () => {
+  it("a private fork copy is absent from readers until it commits (S004-246)", async () => {
     const { r, account, parent } = await family(0);
     await r.append(parent.id, account.id, [
       { body: { type: "message", message: { role: "user", content: "context" } } },
@@ -264,7 +264,7 @@ describe("DelegationRepository on PostgreSQL", () => {
     expect(await r.settledResultIds(fork.child.id, account.id)).toEqual([own]);
   });
 
-  it("S004-219: a progress update writes only the progress columns, in seq order, of an open row of its generation", async () => {
+  it("a progress update writes only the progress columns, in seq order, of an open row of its generation (S004-219)", async () => {
     const { r, account, parent, runs } = await family(1);
     const run = runs[0];
     if (!run?.childSessionId) throw new Error("expected a run");
@@ -301,7 +301,7 @@ describe("DelegationRepository on PostgreSQL", () => {
     expect(await r.recordRunProgress(cont.run.id, account.id, 1, 9, '{"seq":9}')).toBe(false);
   });
 
-  it("S004-247: boot discards unfinished private copies and S004-248: keeps the parent's run", async () => {
+  it("boot discards unfinished private copies and S004-248: keeps the parent's run (S004-247)", async () => {
     const { r, account, parent } = await family(0);
     const fork = await r.createDelegation({
       parentSessionId: parent.id,
@@ -320,7 +320,7 @@ describe("DelegationRepository on PostgreSQL", () => {
     expect(run.status).toBe("queued");
   });
 
-  it("S004-158: every DelegationRepository operation is asynchronous: bad input rejects, it never throws synchronously", async () => {
+  it("every DelegationRepository operation is asynchronous: bad input rejects, it never throws synchronously (S004-158)", async () => {
     const r = repo();
     const bad = "not-a-uuid";
     const calls: Array<() => Promise<unknown>> = [
@@ -355,7 +355,7 @@ describe("DelegationRepository on PostgreSQL", () => {
     }
   });
 
-  it("S004-245: a fork's context is copied in batches while the source journal keeps taking writes", async () => {
+  it("a fork's context is copied in batches while the source journal keeps taking writes (S004-245)", async () => {
     const { r, account, parent } = await family(0);
     const rows = 450;
     await r.append(
@@ -402,7 +402,7 @@ describe("DelegationRepository on PostgreSQL", () => {
     await expect(r.ancestry(child, account.id)).rejects.toMatchObject({ code: "invalid_input" });
   });
 
-  it("S004-034: settledResultIds reads in one repeatable-read, read-only snapshot", async () => {
+  it("settledResultIds reads in one repeatable-read, read-only snapshot (S004-034)", async () => {
     const { r, account, parent, runs } = await family(1);
     const id = await settle(r, runs[0] as never);
     await r.deliverResults(parent.id, account.id, [id], asMessage);

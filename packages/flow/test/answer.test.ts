@@ -11,7 +11,7 @@ const turn = (messages: Array<[string, "commentary" | "final_answer" | null]>): 
 });
 
 describe("answer extraction", () => {
-  it("S000-084: the answer is the turn's last final_answer message", () => {
+  it("the answer is the turn's last final_answer message (S000-084)", () => {
     expect(
       answerText(
         turn([
@@ -23,7 +23,7 @@ describe("answer extraction", () => {
     ).toBe("c");
   });
 
-  it("S000-085: with no phase, the last message without one when no commentary came before it", () => {
+  it("with no phase, the last message without one when no commentary came before it (S000-085)", () => {
     expect(
       answerText(
         turn([
@@ -42,11 +42,11 @@ describe("answer extraction", () => {
     ).toBeNull();
   });
 
-  it("S000-086: a commentary message is never the answer", () => {
+  it("a commentary message is never the answer (S000-086)", () => {
     expect(answerText(turn([["{}", "commentary"]]))).toBeNull();
   });
 
-  it("S000-087: prose before the JSON: the object that ends the message is extracted", () => {
+  it("prose before the JSON: the object that ends the message is extracted (S000-087)", () => {
     expect(parseAnswer('{"a":1}')).toEqual({ ok: true, value: { a: 1 }, extracted: false });
     expect(parseAnswer('Done. Result:\n{"a":{"b":[1,2]}}')).toEqual({
       ok: true,

@@ -27,7 +27,7 @@ const one = (role: "explorer" | "executor" = "explorer", task = "count") =>
   defineWorkflow({ name: "one", run: (ctx) => ctx.call({ role, task, schema }) });
 
 describe("attempts, holds and pauses", () => {
-  it("S000-130 S000-129: an active thread is waited for, and a host that cannot be asked judges nothing", async () => {
+  it("an active thread is waited for, and a host that cannot be asked judges nothing (S000-130 S000-129)", async () => {
     run = await inProcessRun({ lostAfterMs: 200 });
     const { done } = run.background(one());
     const s1 = await run.firstStep();

@@ -13,7 +13,7 @@ const one = (role: "explorer" | "executor" = "explorer") =>
   defineWorkflow({ name: "one", run: (ctx) => ctx.call({ role, task: "count", schema }) });
 
 describe("binding a reported subagent", () => {
-  it("S000-057 S000-059: a subagent on another pair gets pair_mismatch naming the role's pair; the step stays; the right pair binds", async () => {
+  it("a subagent on another pair gets pair_mismatch naming the role's pair; the step stays; the right pair binds (S000-057 S000-059)", async () => {
     run = await inProcessRun({ roles: { explorer: { model: "m-explore", effort: "high" } } });
     const { done } = run.background(one());
     const step = await run.firstStep();
@@ -85,7 +85,7 @@ describe("binding a reported subagent", () => {
     expect(bound.json()).toMatchObject({ reply: "bound" });
   });
 
-  it("S000-069 S000-067: a model with an undecided effort binds on the model alone (effort_unchecked, the host's effort recorded)", async () => {
+  it("a model with an undecided effort binds on the model alone (effort_unchecked, the host's effort recorded) (S000-069 S000-067)", async () => {
     run = await inProcessRun({ roles: { explorer: { model: "m-explore" } } });
     const { done } = run.background(one());
     const step = await run.firstStep();
@@ -99,7 +99,7 @@ describe("binding a reported subagent", () => {
     });
   });
 
-  it("S000-068: an agentRole other than the expected agent type is recorded session_agent_role_mismatch and bound", async () => {
+  it("an agentRole other than the expected agent type is recorded session_agent_role_mismatch and bound (S000-068)", async () => {
     run = await inProcessRun();
     const { done } = run.background(one());
     const step = await run.firstStep();
@@ -207,7 +207,7 @@ describe("binding a reported subagent", () => {
     });
   });
 
-  it("S000-064: a report for an attempt that was answered is told to close", async () => {
+  it("a report for an attempt that was answered is told to close (S000-064)", async () => {
     run = await inProcessRun();
     const wf = defineWorkflow({
       name: "two",

@@ -220,7 +220,7 @@ describe("crw flow commands as real processes", () => {
     process.kill(Number(again.json().pid), "SIGKILL");
   });
 
-  it("S000-264 S000-265 S000-266: the run process holds process.<token>.lock (named by its started row) and the run lock; a dead one's file stays, held by nobody", async () => {
+  it("the run process holds process.<token>.lock (named by its started row) and the run lock; a dead one's file stays, held by nobody (S000-264 S000-265 S000-266)", async () => {
     const { r, paths } = await start("run-locks");
     expect(r.code, r.stderr).toBe(0);
     const pid = Number(r.json().pid);
@@ -242,7 +242,7 @@ describe("crw flow commands as real processes", () => {
     expect(lockHolder(paths.runLock)).toBeNull();
   });
 
-  it("S000-187 S000-188: a TMPDIR that is missing or not absolute stops the start (exit 1) before the spec or a process", async () => {
+  it("a TMPDIR that is missing or not absolute stops the start (exit 1) before the spec or a process (S000-187 S000-188)", async () => {
     for (const bad of [join(root, "no-such-dir"), "relative/tmp"]) {
       const runId = `run-badtmp-${bad.startsWith("/") ? "missing" : "relative"}`;
       const { r, paths } = await start(runId, [], { ...env, TMPDIR: bad });
@@ -524,7 +524,7 @@ describe("crw flow commands as real processes", () => {
     });
   });
 
-  it("S000-231: dispatched to a run no process holds is queued and stays in the inbox; exit 1", async () => {
+  it("dispatched to a run no process holds is queued and stays in the inbox; exit 1 (S000-231)", async () => {
     const state = join(root, "state");
     const paths = runPaths(state, "run-unheld");
     mkdirSync(paths.dir, { recursive: true });
@@ -565,7 +565,7 @@ describe("crw flow commands as real processes", () => {
     expect(readdirSync(paths.inbox)).toEqual(["explorer.1.t1-a1.a-1.json"]);
   });
 
-  it("S000-007 S000-234: a resume on another backend than the started row records is refused (exit 2) before any row", async () => {
+  it("a resume on another backend than the started row records is refused (exit 2) before any row (S000-007 S000-234)", async () => {
     const state = join(root, "state");
     const paths = runPaths(state, "run-mixed");
     mkdirSync(paths.dir, { recursive: true });
@@ -602,7 +602,7 @@ describe("crw flow commands as real processes", () => {
     expect(readFileSync(paths.journal, "utf8")).toBe(before);
   });
 
-  it("S000-245 S000-247 S000-241: resume --detach with a recorded TMPDIR that is gone exits 1 naming it; the spec is not rewritten", async () => {
+  it("resume --detach with a recorded TMPDIR that is gone exits 1 naming it; the spec is not rewritten (S000-245 S000-247 S000-241)", async () => {
     const tmp = mkdtempSync(join(root, "gone-"));
     const { r, paths, state } = await start("run-gone", [], { ...env, TMPDIR: tmp });
     expect(r.code, r.stderr).toBe(0);

@@ -150,7 +150,7 @@ describe("continuations (resume: handle)", () => {
     });
   });
 
-  it("S000-072 S000-070: a continuation whose role decides a model other than the one the handle's subagent ran is refused pair_refused", async () => {
+  it("a continuation whose role decides a model other than the one the handle's subagent ran is refused pair_refused (S000-072 S000-070)", async () => {
     run = await inProcessRun({ roles: { reviewer: { model: "m-review", effort: "high" } } });
     const r = run;
     let refused: unknown = null;
@@ -176,7 +176,7 @@ describe("continuations (resume: handle)", () => {
 });
 
 describe("an explicit effort on a continuation", () => {
-  it("S000-073: with the role's effort undecided, an explicit effort is compared with the effort the handle's subagent ran: the same one runs (the step asks it, the bind checks it), another is pair_refused", async () => {
+  it("with the role's effort undecided, an explicit effort is compared with the effort the handle's subagent ran: the same one runs (the step asks it, the bind checks it), another is pair_refused (S000-073)", async () => {
     run = await inProcessRun({ roles: { explorer: { model: "m-x" } } });
     const r = run;
     let refused: unknown = null;
@@ -242,7 +242,7 @@ describe("an explicit effort on a continuation", () => {
     expect(t3?.effort_unchecked).toBeUndefined();
   });
 
-  it("S000-073: an explicit effort is a continuation's option; one that differs from an effort the role decides is pair_refused", async () => {
+  it("an explicit effort is a continuation's option; one that differs from an effort the role decides is pair_refused (S000-073)", async () => {
     run = await inProcessRun({ roles: { explorer: { model: "m-x", effort: "high" } } });
     const r = run;
     const errors: unknown[] = [];
@@ -281,7 +281,7 @@ describe("an explicit effort on a continuation", () => {
 });
 
 describe("continuing a call bound effort_unchecked", () => {
-  it("S000-071: a handle bound effort_unchecked continues on a new subagent whose bind records the pair it runs", async () => {
+  it("a handle bound effort_unchecked continues on a new subagent whose bind records the pair it runs (S000-071)", async () => {
     run = await inProcessRun({ roles: { explorer: { model: "m-x" } } });
     const r = run;
     const wf = defineWorkflow({
@@ -396,7 +396,7 @@ describe("the conversation list", () => {
 });
 
 describe("turns run again", () => {
-  it("S000-160 S000-158 S000-161: a held call's repair on a new subagent at the next k, and a lost turn's next attempt, record the replaced place and replaces_turn; the conversation (and a continuation's record) takes the newest", async () => {
+  it("a held call's repair on a new subagent at the next k, and a lost turn's next attempt, record the replaced place and replaces_turn; the conversation (and a continuation's record) takes the newest (S000-160 S000-158 S000-161)", async () => {
     run = await inProcessRun({ lostAfterMs: 200 });
     const r = run;
     const wf = defineWorkflow({

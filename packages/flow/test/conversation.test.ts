@@ -18,7 +18,7 @@ const of = <T extends JournalRow["type"]>(rows: JournalRow[], type: T) =>
   rows.filter((r): r is Extract<JournalRow, { type: T }> => r.type === type);
 
 describe("conversation places of a call's turns", () => {
-  it("S000-021 S000-022 S000-162: the task turn is 1 and the repair 2 whatever subagent and attempt; a lost turn run again on a new subagent records replaces_turn, at publish and at bind", async () => {
+  it("the task turn is 1 and the repair 2 whatever subagent and attempt; a lost turn run again on a new subagent records replaces_turn, at publish and at bind (S000-021 S000-022 S000-162)", async () => {
     run = await inProcessRun({ lostAfterMs: 300 });
     const r = run;
     const { done } = r.background(

@@ -34,7 +34,7 @@ const pair = defineWorkflow({
 });
 
 describe("a session run in process against the fake app-server", () => {
-  it("S000-001 S000-002 S000-003: every call runs as a session call the owner spawns; the engine starts no thread or turn", async () => {
+  it("every call runs as a session call the owner spawns; the engine starts no thread or turn (S000-001 S000-002 S000-003)", async () => {
     run = await inProcessRun();
     const { outcome } = await run.execute(pair, (step) =>
       json({ summary: `answer to ${step.call}`, score: step.k }),
@@ -57,7 +57,7 @@ describe("a session run in process against the fake app-server", () => {
     expect(types.at(-1)).toBe("run_ended");
   });
 
-  it("S000-087 S000-084 S000-086: prose before the JSON is extracted; commentary is never the answer", async () => {
+  it("prose before the JSON is extracted; commentary is never the answer (S000-087 S000-084 S000-086)", async () => {
     run = await inProcessRun();
     const one = defineWorkflow({
       name: "one",
@@ -81,7 +81,7 @@ describe("a session run in process against the fake app-server", () => {
     if (completed?.type === "completed") expect(completed.tokens).not.toHaveProperty("output"); // S000-095
   });
 
-  it("S000-095 S000-152: a second invalid answer ends the call null_model; the workflow sees a FlowCallError", async () => {
+  it("a second invalid answer ends the call null_model; the workflow sees a FlowCallError (S000-095 S000-152)", async () => {
     run = await inProcessRun();
     const one = defineWorkflow({
       name: "one",
@@ -102,7 +102,7 @@ describe("a session run in process against the fake app-server", () => {
     expect(nm).toMatchObject({ reason: "answer_invalid_after_repair" });
   });
 
-  it("S000-125 S000-028: the subagent is closed once the call has its terminal row (a close step per subagent)", async () => {
+  it("the subagent is closed once the call has its terminal row (a close step per subagent) (S000-125 S000-028)", async () => {
     run = await inProcessRun();
     const { ownerKit } = await run.execute(pair, () => json({ summary: "x", score: 1 }));
     const closes = ownerKit.taken.filter((s) => s.action === "close");
@@ -111,7 +111,7 @@ describe("a session run in process against the fake app-server", () => {
       expect(run.fake.state.get(c.agent_id as string).thread.status.type).toBe("notLoaded");
   });
 
-  it("S000-074: a spawn the owner never reports is bound by its marker on the host", async () => {
+  it("a spawn the owner never reports is bound by its marker on the host (S000-074)", async () => {
     run = await inProcessRun();
     const one = defineWorkflow({
       name: "one",
@@ -140,7 +140,7 @@ describe("a session run in process against the fake app-server", () => {
     expect(prepared).toMatchObject({ input: { schema: { type: "object", required: ["answer"] } } });
   });
 
-  it("S000-091: an exceeded context window is a null_model", async () => {
+  it("an exceeded context window is a null_model (S000-091)", async () => {
     run = await inProcessRun();
     const one = defineWorkflow({
       name: "one",

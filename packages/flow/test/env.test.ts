@@ -234,7 +234,7 @@ describe("the run's recorded environment", () => {
     });
   });
 
-  it("S000-240: a spec written before the env record leaves the launched process the caller's environment", async () => {
+  it("a spec written before the env record leaves the launched process the caller's environment (S000-240)", async () => {
     const recorded = mkdtempSync(join(root, "recorded-"));
     const other = mkdtempSync(join(root, "other-"));
     const { state, paths } = await startAndKill("env-2", recorded);
@@ -248,7 +248,7 @@ describe("the run's recorded environment", () => {
     expect(await finish("env-2", state)).toMatchObject({ tmp: other });
   });
 
-  it("S000-251: an in-process run (foreground resume) with an unusable recorded TMPDIR is refused with exit 2 before any lock or row", async () => {
+  it("an in-process run (foreground resume) with an unusable recorded TMPDIR is refused with exit 2 before any lock or row (S000-251)", async () => {
     const recorded = mkdtempSync(join(root, "recorded-"));
     const { state, paths } = await startAndKill("env-3", recorded);
     rmSync(recorded, { recursive: true });

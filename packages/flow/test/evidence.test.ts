@@ -157,7 +157,7 @@ describe("flow evidence records", () => {
     });
   });
 
-  it("S000-023: a later attempt's spawn step lists the cwds its record was written under before the row; the same cwd is not placed twice", async () => {
+  it("a later attempt's spawn step lists the cwds its record was written under before the row; the same cwd is not placed twice (S000-023)", async () => {
     run = await inProcessRun({ lostAfterMs: 200 });
     const r = run;
     r.spec.evidence = true;
@@ -198,7 +198,7 @@ describe("flow evidence records", () => {
     expect(existsSync(record)).toBe(false);
   });
 
-  it("S000-082: a record that cannot be placed leaves the subagent unbound and holds the call evidence_assignment_failed; the resume binds it once it can", async () => {
+  it("a record that cannot be placed leaves the subagent unbound and holds the call evidence_assignment_failed; the resume binds it once it can (S000-082)", async () => {
     run = await inProcessRun({});
     const r = run;
     r.spec.evidence = true;
@@ -233,7 +233,7 @@ describe("flow evidence records", () => {
     expect(await second.done).toMatchObject({ state: "completed" });
   });
 
-  it("S000-172: evidence_placed changes no reading of the call's state", async () => {
+  it("evidence_placed changes no reading of the call's state (S000-172)", async () => {
     run = await inProcessRun({});
     const r = run;
     r.spec.evidence = true;
@@ -277,7 +277,7 @@ describe("evidence copies from the rows", () => {
       marker: `executor.1/t1-a${attempt}`,
     }) as unknown as JournalRow;
 
-  it("S000-170 S000-171: the newest generation is the rows from the newest prepared row on; release finds every copy of every generation, restore writes the newest generation's", () => {
+  it("the newest generation is the rows from the newest prepared row on; release finds every copy of every generation, restore writes the newest generation's (S000-170 S000-171)", () => {
     const root = mkdtempSync(join(tmpdir(), "crw-flow-evidence-"));
     try {
       const [a, b, c] = ["a", "b", "c"].map((d) => join(root, d)) as [string, string, string];

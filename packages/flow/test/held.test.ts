@@ -26,7 +26,7 @@ async function until(what: string, check: () => boolean, ms = 10_000): Promise<v
 }
 
 describe("held calls", () => {
-  it("S000-153: a held call's step that was published and not bound is looked up by its marker before a new attempt", async () => {
+  it("a held call's step that was published and not bound is looked up by its marker before a new attempt (S000-153)", async () => {
     run = await inProcessRun();
     const first = run.background(two);
     const steps = await run.steps(2);
@@ -60,7 +60,7 @@ describe("held calls", () => {
     expect(await second.done).toEqual({ state: "completed", result: [{ n: 1 }, { n: 2 }] });
   });
 
-  it("S000-105: a send_input step whose subagent already took it has that turn bound (turn_started) before the interrupt", async () => {
+  it("a send_input step whose subagent already took it has that turn bound (turn_started) before the interrupt (S000-105)", async () => {
     run = await inProcessRun();
     const { done } = run.background(two);
     const steps = await run.steps(2);
@@ -88,7 +88,7 @@ describe("held calls", () => {
 });
 
 describe("run process settings", () => {
-  it("S000-127: SessionConfig.LostAfter is ten minutes unless the spec sets it", async () => {
+  it("SessionConfig.LostAfter is ten minutes unless the spec sets it (S000-127)", async () => {
     const { DEFAULT_LOST_AFTER_MS } = await import("@crw/flow");
     expect(DEFAULT_LOST_AFTER_MS).toBe(600_000);
   });
@@ -158,7 +158,7 @@ describe("run process settings", () => {
 });
 
 describe("the process lock", () => {
-  it("S000-267: a process lock that cannot be taken is warned about; the run goes on with a started row naming no process", async () => {
+  it("a process lock that cannot be taken is warned about; the run goes on with a started row naming no process (S000-267)", async () => {
     const { holdRun } = await import("@crw/flow");
     const { writeFileSync } = await import("node:fs");
     const { join } = await import("node:path");

@@ -96,7 +96,7 @@ describe("the journal", () => {
     }
   });
 
-  it("S000-006 S000-005: a started row without backend reads as an App Server run", () => {
+  it("a started row without backend reads as an App Server run (S000-006 S000-005)", () => {
     const { backend: _b, ...legacy } = started;
     const text = `${JSON.stringify({ format: "crw-flow-journal", version: 1, run_id: "r", created_at: "t" })}\n${JSON.stringify({ ...legacy, seq: 0, at: "t" })}\n`;
     const read = parseJournal(text);

@@ -9,7 +9,7 @@ afterEach(async () => {
 });
 
 describe("the ledger join", () => {
-  it("S000-289: the run joins the hook ledger's op with the owner's collabAgentToolCall spawn items to find a published step's subagent", async () => {
+  it("the run joins the hook ledger's op with the owner's collabAgentToolCall spawn items to find a published step's subagent (S000-289)", async () => {
     run = await inProcessRun({});
     const r = run;
     const { done } = r.background(

@@ -96,7 +96,7 @@ describe("more of the session call", () => {
     });
   });
 
-  it("S000-026 S000-018: a repair whose subagent is closed is a spawn on a new attempt, carrying the previous answer", async () => {
+  it("a repair whose subagent is closed is a spawn on a new attempt, carrying the previous answer (S000-026 S000-018)", async () => {
     run = await inProcessRun();
     const { done } = run.background(one());
     const s = await run.firstStep();
@@ -123,7 +123,7 @@ describe("more of the session call", () => {
     expect(await done).toEqual({ state: "completed", result: { n: 2 } });
   });
 
-  it("S000-077 S000-167: thread_started once per attempt; a later attempt on another pair records prior_pairs", async () => {
+  it("thread_started once per attempt; a later attempt on another pair records prior_pairs (S000-077 S000-167)", async () => {
     run = await inProcessRun({ lostAfterMs: 200 });
     const { done } = run.background(one());
     const s = await run.firstStep();
@@ -146,7 +146,7 @@ describe("more of the session call", () => {
     });
   });
 
-  it("S000-100: a turn whose rollout has no token count is left unmeasured (tokens_unmeasured, pauses: false)", async () => {
+  it("a turn whose rollout has no token count is left unmeasured (tokens_unmeasured, pauses: false) (S000-100)", async () => {
     run = await inProcessRun();
     const { done } = run.background(one());
     const s = await run.firstStep();
@@ -163,7 +163,7 @@ describe("more of the session call", () => {
     expect(of(run.rows(), "completed")[0]).toMatchObject({ tokens: {} });
   });
 
-  it("S000-174: two unreported subagents carrying one marker: session_host_warning several_spawns with the op", async () => {
+  it("two unreported subagents carrying one marker: session_host_warning several_spawns with the op (S000-174)", async () => {
     run = await inProcessRun();
     const { done } = run.background(one());
     const s = await run.firstStep();
@@ -180,7 +180,7 @@ describe("more of the session call", () => {
     expect(await done).toMatchObject({ state: "completed" });
   });
 
-  it("S000-062: a report that names no subagent is refused", async () => {
+  it("a report that names no subagent is refused (S000-062)", async () => {
     run = await inProcessRun();
     const { done } = run.background(one());
     const s = await run.firstStep();
@@ -206,7 +206,7 @@ describe("more of the session call", () => {
     await done;
   });
 
-  it("S000-034: a step still unwritten when its turn ends (the run pauses) gets a closing step_unwritten with written: false", async () => {
+  it("a step still unwritten when its turn ends (the run pauses) gets a closing step_unwritten with written: false (S000-034)", async () => {
     run = await inProcessRun({ pollMs: 5 });
     const wf = defineWorkflow({
       name: "two",
@@ -240,7 +240,7 @@ describe("more of the session call", () => {
     expect(of(run.rows(), "held").some((r) => (r as { call: string }).call === "reviewer.1")).toBe(true); // not ended unknown
   });
 
-  it("S000-148 S000-143: a resume after session_attempt_lost closes the old subagent and spawns the next; a bound subagent the host does not know is lost after LostAfter", async () => {
+  it("a resume after session_attempt_lost closes the old subagent and spawns the next; a bound subagent the host does not know is lost after LostAfter (S000-148 S000-143)", async () => {
     run = await inProcessRun({ lostAfterMs: 200 });
     const P = join(run.paths.workspaces, "explorer.1");
     mkdirSync(P, { recursive: true });
@@ -301,7 +301,7 @@ describe("more of the session call", () => {
     expect(await done).toEqual({ state: "completed", result: { n: 4 } });
   });
 
-  it("S000-144: resuming at thread_started, a host that cannot be asked judges nothing", async () => {
+  it("resuming at thread_started, a host that cannot be asked judges nothing (S000-144)", async () => {
     run = await inProcessRun({ lostAfterMs: 150 });
     const P = join(run.paths.workspaces, "explorer.1");
     mkdirSync(P, { recursive: true });
@@ -364,7 +364,7 @@ describe("more of the session call", () => {
     expect(await done).toEqual({ state: "completed", result: { n: 4 } });
   });
 
-  it("S000-225: a resume takes the role store's new pairs, records them in its started row and the change in policy_repinned", async () => {
+  it("a resume takes the role store's new pairs, records them in its started row and the change in policy_repinned (S000-225)", async () => {
     run = await inProcessRun();
     const first = run.background(one());
     const s = await run.firstStep();

@@ -300,7 +300,7 @@ describe("crw flow next", () => {
     expect(explorer?.arguments).toMatchObject({ model: "holder-model" });
   });
 
-  it("S000-213: with no process lock of the run held, a newest started row that names no process is the holder's", async () => {
+  it("with no process lock of the run held, a newest started row that names no process is the holder's (S000-213)", async () => {
     const { runId, state, paths } = fixture({ started: "none" });
     tryLock(paths.runLock, { pid: process.pid });
     const w = JournalWriter.open(paths.journal).writer;
@@ -324,18 +324,18 @@ describe("crw flow next", () => {
     expect(architect?.arguments).toMatchObject({ model: "old-crw" });
   });
 
-  it("S000-215: a started row that names no process while a process lock is held is starting", async () => {
+  it("a started row that names no process while a process lock is held is starting (S000-215)", async () => {
     const { runId, state } = fixture({ started: "no-process" });
     expect((await next(runId, state)).json().state).toBe("starting");
   });
 
-  it("S000-216: a start that holds its start lock is starting", async () => {
+  it("a start that holds its start lock is starting (S000-216)", async () => {
     const { runId, state, paths } = fixture({ started: "none" });
     tryLock(paths.startLock, { pid: process.pid });
     expect((await next(runId, state)).json().state).toBe("starting");
   });
 
-  it("S000-222 S000-227 S000-195: a paused run no process holds answers paused with the role store's formats and resumes nothing", async () => {
+  it("a paused run no process holds answers paused with the role store's formats and resumes nothing (S000-222 S000-227 S000-195)", async () => {
     const repo = mkdtempSync(join(root, "repo-"));
     mkdirSync(join(repo, ".crw"));
     writeFileSync(
@@ -511,7 +511,7 @@ describe("crw flow next", () => {
     });
   });
 
-  it("S000-226: for a run next resumed, next warns that the new process repinned the role store's pairs", async () => {
+  it("for a run next resumed, next warns that the new process repinned the role store's pairs (S000-226)", async () => {
     const fake = await FakeAppServer.start();
     try {
       const owner = fake.createOwnerThread({ cwd: root });

@@ -86,7 +86,7 @@ const next = (runId: string, state: string, e = env) =>
   crwFlow(["next", runId, "--state", state, "--json"], e);
 
 describe("the holder binds and closes the owner's line", () => {
-  it("S000-211 S000-261 S000-262: the run's process writes the line right after its started row with the pinned pairs, and closes it when the run ends", async () => {
+  it("the run's process writes the line right after its started row with the pinned pairs, and closes it when the run ends (S000-211 S000-261 S000-262)", async () => {
     const run = await inProcessRun({
       roles: { explorer: { model: "m-x", effort: "low" }, reviewer: { model: "m-r" } },
     });
@@ -264,7 +264,7 @@ describe("crw flow start binds the owner; a resume binds again", () => {
     }
   });
 
-  it("S000-271 S000-273 S000-307: a second start on the thread while the first lives warns and does not bind; an unwritable binding warns and the run starts", async () => {
+  it("a second start on the thread while the first lives warns and does not bind; an unwritable binding warns and the run starts (S000-271 S000-273 S000-307)", async () => {
     const state = join(root, "cli-state-2");
     const owner = fake.createOwnerThread({ cwd: root });
     const first = await start("cli-first", owner, state);
@@ -296,7 +296,7 @@ describe("crw flow start binds the owner; a resume binds again", () => {
     }
   });
 
-  it("S000-263 S000-237: a line missing while a process holds the run is reported and stays missing; the resumed process binds it after its own started row", async () => {
+  it("a line missing while a process holds the run is reported and stays missing; the resumed process binds it after its own started row (S000-263 S000-237)", async () => {
     const state = join(root, "cli-state-4");
     const owner = fake.createOwnerThread({ cwd: root });
     const r = await start("cli-resume", owner, state);
@@ -351,7 +351,7 @@ describe("only the holder writes the owner's line while it holds the run", () =>
     await fake?.stop();
   });
 
-  it("S000-260: next, show, dispatched, the spawn hook and a second start on the thread leave the line as it is; the holder alone closes it when the run ends", async () => {
+  it("next, show, dispatched, the spawn hook and a second start on the thread leave the line as it is; the holder alone closes it when the run ends (S000-260)", async () => {
     const state = join(root, "cli-state-holder");
     const wf = join(root, "holder.mjs");
     writeFileSync(
@@ -444,7 +444,7 @@ describe("only the holder writes the owner's line while it holds the run", () =>
 });
 
 describe("crw flow next reads the owner's line, never writes it", () => {
-  it("S000-209 S000-223 S000-263: next warns owner_line_missing and records nothing; the line stays missing", async () => {
+  it("next warns owner_line_missing and records nothing; the line stays missing (S000-209 S000-223 S000-263)", async () => {
     const { runId, owner, state, paths } = heldRun();
     const before = readFileSync(paths.journal, "utf8");
     const r = await next(runId, state);
@@ -457,7 +457,7 @@ describe("crw flow next reads the owner's line, never writes it", () => {
     expect(existsSync(bindingFile(state, owner))).toBe(false);
   });
 
-  it("S000-223: next warns when the owner's last line is another live run's, or another digest's; not when it is the holder's", async () => {
+  it("next warns when the owner's last line is another live run's, or another digest's; not when it is the holder's (S000-223)", async () => {
     const other = heldRun();
     const { runId, state, paths, digest } = heldRun();
     const owner = other.owner; // both runs name one owner: the other run holds the line
@@ -483,7 +483,7 @@ describe("crw flow next reads the owner's line, never writes it", () => {
     expect(c.warnings).toEqual([]);
   });
 
-  it("S000-221: a holder just past taking its process lock whose line is not yet bound is read again, then its line reported as is", async () => {
+  it("a holder just past taking its process lock whose line is not yet bound is read again, then its line reported as is (S000-221)", async () => {
     const slow = { ...env, CRW_FLOW_STARTING_MS: "5000" };
     const { runId, owner, state, digest } = heldRun();
     const pairs = rolePairs(readRoleTable(root));

@@ -59,11 +59,11 @@ describe("the spawn message and the packet", () => {
     });
   });
 
-  it("S000-039: a send_input message is the marker line and the turn's input", () => {
+  it("a send_input message is the marker line and the turn's input (S000-039)", () => {
     expect(sendInputMessage("review.1/t2-a1", "fix it")).toBe("crw-flow-op: review.1/t2-a1\nfix it");
   });
 
-  it("S000-040 S000-050: the packet is self-contained: workspace rules, no git writes, task, output contract with the schema", () => {
+  it("the packet is self-contained: workspace rules, no git writes, task, output contract with the schema (S000-040 S000-050)", () => {
     const p = buildPacket({ ...base, earlierAttempts: ["The previous attempt (1) was cut off."] });
     expect(p).toContain("Work only under this absolute path");
     expect(p).toContain("writes nothing: change nothing anywhere");
@@ -79,7 +79,7 @@ describe("the spawn message and the packet", () => {
     expect(p).toContain('"required": [\n    "ok"\n  ]');
   });
 
-  it("S000-049: the role's overlay goes in without its native-spawn section", () => {
+  it("the role's overlay goes in without its native-spawn section (S000-049)", () => {
     expect(overlayForPacket(base.overlay)).toBe("Review well.\n\n## Style\nBe short.");
     expect(buildPacket(base)).not.toContain("spawn helpers");
   });
@@ -131,7 +131,7 @@ describe("the spawn message and the packet", () => {
     });
   });
 
-  it("S000-046 S000-047 S000-048: no go gives the TMPDIR tool alone; a spec without env gives no TMPDIR fact", () => {
+  it("no go gives the TMPDIR tool alone; a spec without env gives no TMPDIR fact (S000-046 S000-047 S000-048)", () => {
     expect(repositoryTools({ dir: "/tmp/run", specPath: "/s/run.json" }, null)?.prefix).toBe(
       "TMPDIR=/tmp/run",
     );
@@ -140,7 +140,7 @@ describe("the spawn message and the packet", () => {
     expect(buildPacket(base)).not.toContain("Repository tools");
   });
 
-  it("S000-151: a repair packet names the task once, the answer repaired and the repair instruction", () => {
+  it("a repair packet names the task once, the answer repaired and the repair instruction (S000-151)", () => {
     const p = buildPacket({
       ...base,
       repair: { answer: "not json", errors: ["the answer holds no valid JSON object"] },
@@ -152,7 +152,7 @@ describe("the spawn message and the packet", () => {
 });
 
 describe("tmploc", () => {
-  it("S000-184 S000-187: answers TMPDIR as written, or the platform default; says why a directory cannot be used", () => {
+  it("answers TMPDIR as written, or the platform default; says why a directory cannot be used (S000-184 S000-187)", () => {
     const d = mkdtempSync(join(tmpdir(), "crw-tmploc-"));
     try {
       expect(dirFrom({ TMPDIR: d })).toEqual({ ok: true, dir: d, defaulted: false });

@@ -19,7 +19,7 @@ async function stepOf(r: InProcessRun, call: string) {
 }
 
 describe("same-thread review", () => {
-  it("S000-309: a review bound to the author's own subagent is observed as a warning, never refused", async () => {
+  it("a review bound to the author's own subagent is observed as a warning, never refused (S000-309)", async () => {
     run = await inProcessRun({});
     const r = run;
     const wf = defineWorkflow({

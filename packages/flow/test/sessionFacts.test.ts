@@ -49,7 +49,7 @@ const factsFor = (toml: string, roles: unknown = {}, extra: { verifier?: unknown
 };
 
 describe("the start preview's session facts", () => {
-  it("S000-190: agents.max_threads is read from <CODEX_HOME>/config.toml, default 6; [agents.<type>] tables are the configured agent types", () => {
+  it("agents.max_threads is read from <CODEX_HOME>/config.toml, default 6; [agents.<type>] tables are the configured agent types (S000-190)", () => {
     expect(readCodexSettings(codexHome("")).maxThreads).toBe(6);
     const s = readCodexSettings(
       codexHome(
@@ -188,7 +188,7 @@ describe("the start preview's session facts", () => {
     });
   });
 
-  it("S000-310: owner_state_writable names the run directory, the flow-bound directory and the repository", () => {
+  it("owner_state_writable names the run directory, the flow-bound directory and the repository (S000-310)", () => {
     const { facts } = factsFor("");
     const f = facts.find((x) => x.fact === "owner_state_writable");
     expect(f?.ok).toBe(true);
@@ -313,7 +313,7 @@ describe("crw flow start's preview", () => {
 });
 
 describe("the pool of every resume", () => {
-  it("S000-236: a run process allows at most agents.max_threads - 1 calls in flight whatever the spec's pool says", async () => {
+  it("a run process allows at most agents.max_threads - 1 calls in flight whatever the spec's pool says (S000-236)", async () => {
     const run = await inProcessRun({ pool: 8 });
     try {
       const env = codexHome("[agents]\nmax_threads = 3\n");

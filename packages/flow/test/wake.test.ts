@@ -27,7 +27,7 @@ const wakes = (r: InProcessRun) =>
   r.rows().filter((x): x is Extract<JournalRow, { type: "session_wake" }> => x.type === "session_wake");
 
 describe("the run wakes its owner", () => {
-  it("S000-290 S000-299 S000-173: a step published while the owner is idle stages session_step_waiting as a new owner turn; the wake is a session_wake row", async () => {
+  it("a step published while the owner is idle stages session_step_waiting as a new owner turn; the wake is a session_wake row (S000-290 S000-299 S000-173)", async () => {
     run = await inProcessRun({});
     const r = run;
     r.fake.completeTurn(r.owner); // the owner's turn ended: idle
@@ -172,7 +172,7 @@ describe("the run wakes its owner", () => {
     await finish(r, done);
   });
 
-  it("S000-291: a wake while the owner is busy is delivered after its current turn, as a new turn; the delivery is a message_delivery row", async () => {
+  it("a wake while the owner is busy is delivered after its current turn, as a new turn; the delivery is a message_delivery row (S000-291)", async () => {
     run = await inProcessRun({});
     const r = run;
     r.spec.wake_after_ms = 3_600_000;
@@ -215,7 +215,7 @@ describe("the run wakes its owner", () => {
 });
 
 describe("a held wake and a later one", () => {
-  it("S000-291: a renotification that goes out at once takes the place of the wake held for after the busy turn: the owner gets one turn", async () => {
+  it("a renotification that goes out at once takes the place of the wake held for after the busy turn: the owner gets one turn (S000-291)", async () => {
     run = await inProcessRun({});
     const r = run;
     Object.assign(r.spec, { wake_after_ms: 300, renotify_max_ms: 3_600_000 });
@@ -244,7 +244,7 @@ describe("a held wake and a later one", () => {
 });
 
 describe("OwnerWaker wake ids", () => {
-  it("S000-292 S000-293 S000-294: the id is (run, process, batch): the n-th process wakes under <batch>/e<n>; a wake the relay already held stages nothing", async () => {
+  it("the id is (run, process, batch): the n-th process wakes under <batch>/e<n>; a wake the relay already held stages nothing (S000-292 S000-293 S000-294)", async () => {
     const fake = await FakeAppServer.start();
     const host = createAppServerHost({ transport: fake.url });
     try {

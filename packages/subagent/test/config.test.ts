@@ -42,7 +42,7 @@ const childTurn = (): TurnRequest => ({
 });
 
 describe("runtime configuration", () => {
-  it("S004-440: runtime.subagentRunnerEnabled is true by default", () => {
+  it("runtime.subagentRunnerEnabled is true by default (S004-440)", () => {
     const config = parseSubagentConfig({});
     expect(config.subagentRunnerEnabled).toBe(true);
     expect(config).toMatchObject({
@@ -56,7 +56,7 @@ describe("runtime configuration", () => {
     expect(() => parseSubagentConfig({ unknownSwitch: true })).toThrow();
   });
 
-  it("S004-441: flipping the setting at run time moves the next turn between runner and daemon, no redeploy", async () => {
+  it("flipping the setting at run time moves the next turn between runner and daemon, no redeploy (S004-441)", async () => {
     let config: SubagentConfig = parseSubagentConfig({ runnerKind: "scripted", maxRunners: 1 });
     const events: PoolEvent[] = [];
     const { pool, dispatch } = createSubagentRuntime({
@@ -79,7 +79,7 @@ describe("runtime configuration", () => {
     expect(events.filter((e) => e.type === "turn_dispatched")).toHaveLength(2);
   });
 
-  it("S004-444: no environment switch selects runner use, and there are no duplicate runner script variants", async () => {
+  it("no environment switch selects runner use, and there are no duplicate runner script variants (S004-444)", async () => {
     const { readFile, readdir } = await import("node:fs/promises");
     const { join } = await import("node:path");
     const saved = { ...process.env };

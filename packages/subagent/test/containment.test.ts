@@ -21,7 +21,7 @@ const alive = (pid: number) => {
 };
 
 describe("runner process containment", () => {
-  it("S004-495: the heartbeat's memory figure covers the runner's whole process tree", async () => {
+  it("the heartbeat's memory figure covers the runner's whole process tree (S004-495)", async () => {
     const { host } = await startHost({ heartbeatIntervalMs: 100 });
     hosts.push(host);
     const result = await host.runTurn(turn({ script: [{ kind: "spawn", command: ["sleep", "30"] }] }));
@@ -33,7 +33,7 @@ describe("runner process containment", () => {
     stray.push(...(host.containment?.killTokens ?? []).map((t) => Number(t.slice(5))));
   });
 
-  it("S004-491: the newest kill-token state survives the runner's death and cleans up its processes", async () => {
+  it("the newest kill-token state survives the runner's death and cleans up its processes (S004-491)", async () => {
     const exits: { runnerId: string; killTokens: readonly string[] }[] = [];
     const { pool } = makePool({ heartbeatIntervalMs: 100 });
     pool.attachRunnerExitTokensSink((exit) => exits.push(exit));
@@ -69,7 +69,7 @@ describe("runner process containment", () => {
     expect(alive(shortLived)).toBe(false);
   });
 
-  it("S004-492: the host consumes containment frames: no event or health projection carries kill tokens", async () => {
+  it("the host consumes containment frames: no event or health projection carries kill tokens (S004-492)", async () => {
     const { host, events } = await startHost({ heartbeatIntervalMs: 100 });
     hosts.push(host);
     await host.runTurn(turn({ script: [{ kind: "spawn", command: ["sleep", "30"] }] }));

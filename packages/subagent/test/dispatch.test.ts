@@ -27,7 +27,7 @@ function inProcess() {
 }
 
 describe("SubagentDispatch placement", () => {
-  it("S004-440: runtime.subagentRunnerEnabled defaults to true: ordinary work runs in a forked runner", async () => {
+  it("runtime.subagentRunnerEnabled defaults to true: ordinary work runs in a forked runner (S004-440)", async () => {
     const { pool, events } = makePool();
     const local = inProcess();
     const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
@@ -38,7 +38,7 @@ describe("SubagentDispatch placement", () => {
     expect(events.filter((e) => e.type === "turn_dispatched")).toHaveLength(1);
   });
 
-  it("S004-441: an explicit false rolls back to in-process per call, without a new deployment", async () => {
+  it("an explicit false rolls back to in-process per call, without a new deployment (S004-441)", async () => {
     const { pool, events } = makePool();
     const local = inProcess();
     let enabled = false;
@@ -53,7 +53,7 @@ describe("SubagentDispatch placement", () => {
     expect(events.filter((e) => e.type === "turn_dispatched")).toHaveLength(1);
   });
 
-  it("S004-150: S004-518: dispatch is the one placement decision; only an operator maximum of zero or a false switch selects daemon-local execution", () => {
+  it("dispatch is the one placement decision; only an operator maximum of zero or a false switch selects daemon-local execution (S004-150 S004-518)", () => {
     const zero = makePool({ size: { maxRunners: 0 } });
     const memoryZero = makePool({ size: { maxRunners: 2, memoryBudgetBytes: 1, runnerMemoryBytes: 10 } });
     const local = inProcess();
@@ -72,14 +72,14 @@ describe("SubagentDispatch placement", () => {
     ).toBe("in-process");
   });
 
-  it("S004-516: predictsRunnerDispatch takes the optional usable capability and an explicit enabled boolean", () => {
+  it("predictsRunnerDispatch takes the optional usable capability and an explicit enabled boolean (S004-516)", () => {
     expect(predictsRunnerDispatch(undefined, true)).toBe(false);
     expect(predictsRunnerDispatch({ usable: () => true }, true)).toBe(true);
     expect(predictsRunnerDispatch({ usable: () => true }, false)).toBe(false);
     expect(predictsRunnerDispatch({ usable: () => false }, true)).toBe(false);
   });
 
-  it("S004-517: pool checks default enabled to true; statistics read the operator-disabled bit from one snapshot", () => {
+  it("pool checks default enabled to true; statistics read the operator-disabled bit from one snapshot (S004-517)", () => {
     const on = makePool();
     expect(on.pool.usable()).toBe(true);
     expect(on.pool.health()).toMatchObject({ mode: "runner", operatorDisabled: false });
@@ -90,7 +90,7 @@ describe("SubagentDispatch placement", () => {
 });
 
 describe("SubagentDispatch failure and fences", () => {
-  it("S004-161: the same remote-call fence is held for either mode, including the queue wait", async () => {
+  it("the same remote-call fence is held for either mode, including the queue wait (S004-161)", async () => {
     const { pool } = makePool();
     const local = inProcess();
     const held = new Set<string>();
@@ -125,7 +125,7 @@ describe("SubagentDispatch failure and fences", () => {
     expect(order).toEqual(["enter f1", "enter f2", "leave f1", "leave f2", "enter f3", "leave f3"]);
   });
 
-  it("S004-162: startup failures never replay delegated work in the daemon; S004-163: the caller gets the typed error", async () => {
+  it("startup failures never replay delegated work in the daemon; S004-163: the caller gets the typed error (S004-162)", async () => {
     const effects = await effectsFile();
     const { pool } = makePool({ env: { CRW_RUNNER_FAULT: "exit-before-hello" } });
     const local = inProcess();
@@ -138,7 +138,7 @@ describe("SubagentDispatch failure and fences", () => {
     expect(await effects.lines()).toEqual([]);
   });
 
-  it("S004-376: a build mismatch does not fall back to local execution either", async () => {
+  it("a build mismatch does not fall back to local execution either (S004-376)", async () => {
     const { pool } = makePool({ buildId: "crw-runner-not-this-one" });
     const local = inProcess();
     const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
@@ -147,7 +147,7 @@ describe("SubagentDispatch failure and fences", () => {
     expect(local.ran).toEqual([]);
   });
 
-  it("S004-523: a failed turn is not replayed in either mode", async () => {
+  it("a failed turn is not replayed in either mode (S004-523)", async () => {
     const effects = await effectsFile();
     const failing = (line: string) =>
       turn({
@@ -168,7 +168,7 @@ describe("SubagentDispatch failure and fences", () => {
     expect(await effects.lines()).toEqual(["runner", "local"]);
   });
 
-  it("S004-149: a Delegate call and a workflow node go through the same dispatch and the same runners", async () => {
+  it("a Delegate call and a workflow node go through the same dispatch and the same runners (S004-149)", async () => {
     const { pool, events } = makePool();
     const dispatch = new SubagentDispatch({ pool, inProcess: inProcess().executor });
     await dispatch.send(turn({ sessionId: "delegate-child", channelId: "parent" }));
@@ -179,7 +179,7 @@ describe("SubagentDispatch failure and fences", () => {
 });
 
 describe("read-only views through dispatch", () => {
-  it("S004-486: without a routed runner the same seam views the in-daemon child directly", async () => {
+  it("without a routed runner the same seam views the in-daemon child directly (S004-486)", async () => {
     const local = inProcess();
     const dispatch = new SubagentDispatch({ inProcess: local.executor, runnerEnabled: () => false });
     await dispatch.send(
@@ -194,7 +194,7 @@ describe("read-only views through dispatch", () => {
     expect(local.ran).toHaveLength(2);
   });
 
-  it("S004-481: a routed child is viewed through the runner's tap protocol", async () => {
+  it("a routed child is viewed through the runner's tap protocol (S004-481)", async () => {
     const { pool } = makePool();
     const dispatch = new SubagentDispatch({ pool, inProcess: inProcess().executor });
     await dispatch.send(turn({ sessionId: "routed", prompt: "p", script: [{ kind: "text", text: "t" }] }));
@@ -205,7 +205,7 @@ describe("read-only views through dispatch", () => {
 });
 
 describe("pool dependencies", () => {
-  it("S004-506: SubagentRunnerPoolDeps carries no host callbacks; the pool owns them and consumers attach sinks", () => {
+  it("SubagentRunnerPoolDeps carries no host callbacks; the pool owns them and consumers attach sinks (S004-506)", () => {
     type Keys = keyof SubagentRunnerPoolDeps;
     for (const k of [
       "onHeartbeat",

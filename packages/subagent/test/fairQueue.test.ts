@@ -3,7 +3,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 
 describe("FairQueue", () => {
-  it("S004-528: shift returns undefined only for an empty queue", () => {
+  it("shift returns undefined only for an empty queue (S004-528)", () => {
     const q = new FairQueue<number>();
     expect(q.shift()).toBeUndefined();
     q.push("a", 1);
@@ -12,7 +12,7 @@ describe("FairQueue", () => {
     expect(q.size).toBe(0);
   });
 
-  it("S004-529: serves producers in rotation and each lane FIFO", () => {
+  it("serves producers in rotation and each lane FIFO (S004-529)", () => {
     const q = new FairQueue<string>();
     for (const x of ["a1", "a2", "a3"]) q.push("a", x);
     for (const x of ["b1", "b2"]) q.push("b", x);
@@ -22,7 +22,7 @@ describe("FairQueue", () => {
     expect(out).toEqual(["a1", "b1", "c1", "a2", "b2", "a3"]);
   });
 
-  it("S004-529: rotation and FIFO hold for any interleaving of several producers (property)", () => {
+  it("rotation and FIFO hold for any interleaving of several producers (property) (S004-529)", () => {
     fc.assert(
       fc.property(
         fc.array(
@@ -62,7 +62,7 @@ describe("FairQueue", () => {
     );
   });
 
-  it("S004-529: no producer is served twice while another waits", () => {
+  it("no producer is served twice while another waits (S004-529)", () => {
     const q = new FairQueue<string>();
     for (let i = 0; i < 10; i++) q.push("busy", `busy${i}`);
     q.push("quiet", "quiet0");
@@ -70,7 +70,7 @@ describe("FairQueue", () => {
     expect(q.shift()).toBe("quiet0");
   });
 
-  it("S004-530: a missing or empty head lane throws instead of dropping state", () => {
+  it("a missing or empty head lane throws instead of dropping state (S004-530)", () => {
     const empty = new FairQueue<number>();
     empty.push("a", 1);
     empty.push("b", 2);

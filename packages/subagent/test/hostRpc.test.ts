@@ -39,7 +39,7 @@ const inTurn = <T>(signal: AbortSignal, work: () => T) =>
 const apiParams = { method: "GET" as const, path: "/sessions" };
 
 describe("HostRpcClient (runner side)", () => {
-  it("S004-097: the dispatched-call context (rpcTurn) names the turn a host call belongs to, and nothing outside it", async () => {
+  it("the dispatched-call context (rpcTurn) names the turn a host call belongs to, and nothing outside it (S004-097)", async () => {
     const { t, sent } = transport();
     const client = new HostRpcClient(t);
     const signal = new AbortController().signal;
@@ -57,7 +57,7 @@ describe("HostRpcClient (runner side)", () => {
     expect(await pending).toEqual({ fine: true });
   });
 
-  it("S004-505: a host call outside a dispatched turn is refused with an error, not dropped", async () => {
+  it("a host call outside a dispatched turn is refused with an error, not dropped (S004-505)", async () => {
     const { t, sent } = transport();
     const client = new HostRpcClient(t);
     const error = await client
@@ -68,7 +68,7 @@ describe("HostRpcClient (runner side)", () => {
     expect(sent).toEqual([]);
   });
 
-  it("S004-532: close() rejects pending calls with the fixed text and removes timers and abort listeners", async () => {
+  it("close() rejects pending calls with the fixed text and removes timers and abort listeners (S004-532)", async () => {
     const { t, sent } = transport();
     const client = new HostRpcClient(t);
     const controller = new AbortController();
@@ -90,7 +90,7 @@ describe("HostRpcClient (runner side)", () => {
     expect(client.settle(sent[0]?.requestId ?? "", { ok: 1 })).toBe(false);
   });
 
-  it("S004-533: rejected desktop calls keep the unknown-outcome, do-not-replay suffix", async () => {
+  it("rejected desktop calls keep the unknown-outcome, do-not-replay suffix (S004-533)", async () => {
     const { t } = transport();
     const client = new HostRpcClient(t);
     const pending = inTurn(new AbortController().signal, () =>
@@ -102,7 +102,7 @@ describe("HostRpcClient (runner side)", () => {
     expect(e.message).toMatch(/unknown, do not replay/);
   });
 
-  it("S004-534: close() with no pending calls does nothing", () => {
+  it("close() with no pending calls does nothing (S004-534)", () => {
     const { t, sent } = transport();
     const client = new HostRpcClient(t);
     expect(() => client.close()).not.toThrow();
@@ -110,7 +110,7 @@ describe("HostRpcClient (runner side)", () => {
     expect(client.pendingCount).toBe(0);
   });
 
-  it("S004-152: calls are bounded: a timeout rejects and cancels; an abort cancels with the original call id", async () => {
+  it("calls are bounded: a timeout rejects and cancels; an abort cancels with the original call id (S004-152)", async () => {
     const { t, sent } = transport();
     const client = new HostRpcClient(t, 50);
     const controller = new AbortController();
@@ -127,7 +127,7 @@ describe("HostRpcClient (runner side)", () => {
     expect(client.pendingCount).toBe(0);
   });
 
-  it("S004-513: delegation.resultDelivered has no idle deadline; channel loss rejects it, with no retry", async () => {
+  it("delegation.resultDelivered has no idle deadline; channel loss rejects it, with no retry (S004-513)", async () => {
     const { t, sent } = transport();
     const client = new HostRpcClient(t, 20);
     const signal = new AbortController().signal;
@@ -148,7 +148,7 @@ describe("HostRpcClient (runner side)", () => {
     ).toHaveLength(1);
   });
 
-  it("S004-504: params are validated against the method's schema before anything is sent", async () => {
+  it("params are validated against the method's schema before anything is sent (S004-504)", async () => {
     const { t, sent } = transport();
     const client = new HostRpcClient(t);
     const e = await inTurn(new AbortController().signal, () =>
@@ -163,7 +163,7 @@ describe("HostRpcClient (runner side)", () => {
 });
 
 describe("reverse host calls from a real runner", () => {
-  it("S004-503: a plugin change inside a runner goes as plugin.applyChange under the dispatched turn and settles on the daemon's answer", async () => {
+  it("a plugin change inside a runner goes as plugin.applyChange under the dispatched turn and settles on the daemon's answer (S004-503)", async () => {
     const calls: { method: string; params: unknown; turnId: string }[] = [];
     const order: string[] = [];
     const { pool } = makePool({
@@ -207,7 +207,7 @@ describe("reverse host calls from a real runner", () => {
     await view?.close();
   });
 
-  it("S004-502: the reverse methods are workflow.addNodes, crw.api, desktop.command, plugin.applyChange, delegation.resultDelivered", async () => {
+  it("the reverse methods are workflow.addNodes, crw.api, desktop.command, plugin.applyChange, delegation.resultDelivered (S004-502)", async () => {
     const methods: string[] = [];
     const { pool } = makePool({
       hostRpc: async (method) => {
@@ -243,13 +243,13 @@ describe("reverse host calls from a real runner", () => {
     expect(methods).toEqual(["workflow.addNodes", "crw.api", "desktop.command", "plugin.applyChange"]);
   });
 
-  it("S004-499: supportsHostRpc reports whether the shared handler exists, with no method argument", () => {
+  it("supportsHostRpc reports whether the shared handler exists, with no method argument (S004-499)", () => {
     expect(makePool().pool.supportsHostRpc()).toBe(false);
     expect(makePool({ hostRpc: async () => null }).pool.supportsHostRpc()).toBe(true);
     expect(SubagentDispatch.prototype.supportsHostRpc.length).toBe(0);
   });
 
-  it("S004-501: without the capability a runner's host call is refused through the typed request", async () => {
+  it("without the capability a runner's host call is refused through the typed request (S004-501)", async () => {
     const { pool } = makePool();
     const e = await pool
       .runTurn(
@@ -273,7 +273,7 @@ describe("reverse host calls from a real runner", () => {
 });
 
 describe("delegation.resultDelivered", () => {
-  it("S004-508: S004-512: S004-514: carries {resultId, toolCallId, kind}; answers after publication; the turn goes on", async () => {
+  it("carries {resultId, toolCallId, kind}; answers after publication; the turn goes on (S004-508 S004-512 S004-514)", async () => {
     const published: unknown[] = [];
     const order: string[] = [];
     const { pool } = makePool();
@@ -312,7 +312,7 @@ describe("delegation.resultDelivered", () => {
     await tap?.close();
   });
 
-  it("S004-509: the pool accepts delivery only from the parent session's routed runner", async () => {
+  it("the pool accepts delivery only from the parent session's routed runner (S004-509)", async () => {
     const published: unknown[] = [];
     const { pool } = makePool({ size: { maxRunners: 2, turnsPerRunner: 1 } });
     pool.attachResultDeliveredSink(async (d) => {
@@ -349,7 +349,7 @@ describe("delegation.resultDelivered", () => {
     expect((await parent).stopReason).toBe("aborted");
   });
 
-  it("S004-515: without a sink nothing is forwarded, while the runner's lifecycle stays active", async () => {
+  it("without a sink nothing is forwarded, while the runner's lifecycle stays active (S004-515)", async () => {
     const { pool } = makePool();
     const seen: string[] = [];
     const running = pool.runTurn(

@@ -34,7 +34,7 @@ const hostile = fc.oneof(
 );
 
 describe("a real runner under hostile frames", () => {
-  it("S004-151: fuzzed frames before and after boot are refused and logged; the runner keeps serving", async () => {
+  it("fuzzed frames before and after boot are refused and logged; the runner keeps serving (S004-151)", async () => {
     const r = forkRunner();
     await waitFor(() => r.frames.some((f) => f.type === "hello"));
     // What crosses the channel is the JSON form; keep the frames the protocol refuses in that form.
@@ -68,7 +68,7 @@ describe("a real runner under hostile frames", () => {
     expect(r.child.exitCode).toBeNull();
   });
 
-  it("S004-135: when the daemon's channel goes away the runner exits on its own and runs no further step of its turn", async () => {
+  it("when the daemon's channel goes away the runner exits on its own and runs no further step of its turn (S004-135)", async () => {
     const { readFile } = await import("node:fs/promises");
     const { join } = await import("node:path");
     const dir = tempDir("disconnect");

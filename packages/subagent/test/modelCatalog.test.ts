@@ -15,7 +15,7 @@ const v2: ModelCatalogPublication = {
 };
 
 describe("ModelCatalog (runner publication fence)", () => {
-  it("S004-153: a modelsChanged publication restores the public runtime and every prepared account runtime", () => {
+  it("a modelsChanged publication restores the public runtime and every prepared account runtime (S004-153)", () => {
     const catalog = new ModelCatalog(v1);
     expect(catalog.forAccount("alice")).toEqual([m("alice-a")]);
     expect(catalog.forAccount("bob")).toEqual([m("bob-a")]);
@@ -26,7 +26,7 @@ describe("ModelCatalog (runner publication fence)", () => {
     expect(catalog.preparedAccounts.sort()).toEqual(["alice", "bob"]);
   });
 
-  it("S004-154: a warm runner serves each account the catalog its own key was last allowed to see", () => {
+  it("a warm runner serves each account the catalog its own key was last allowed to see (S004-154)", () => {
     const catalog = new ModelCatalog(v1);
     catalog.forAccount("alice");
     catalog.publish(v2);
@@ -47,7 +47,7 @@ describe("modelsChanged over IPC", () => {
     await Promise.all(stops.splice(0).map((s) => s()));
   });
 
-  it("S004-153: a runner acknowledges a catalog publication and keeps serving turns", async () => {
+  it("a runner acknowledges a catalog publication and keeps serving turns (S004-153)", async () => {
     const { host } = await startHost();
     stops.push(() => host.shutdown(1_000));
     await host.publishCatalog(v2);

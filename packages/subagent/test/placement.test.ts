@@ -59,7 +59,7 @@ const dispatchedSessions = (events: { type: string }[]) =>
   events.flatMap((e) => (e.type === "turn_dispatched" ? [e] : [])).length;
 
 describe("optional skill-review children", () => {
-  it("S004-373: SubagentDispatch.send checks skill-review first, before a protected match", async () => {
+  it("SubagentDispatch.send checks skill-review first, before a protected match (S004-373)", async () => {
     const { pool, events } = makePool();
     const log: string[] = [];
     const local = inProcess(log);
@@ -76,7 +76,7 @@ describe("optional skill-review children", () => {
     expect(dispatchedSessions(events)).toBe(2);
   });
 
-  it("S004-442: with the runner disabled, optional skill reviews skip instead of running in the daemon", async () => {
+  it("with the runner disabled, optional skill reviews skip instead of running in the daemon (S004-442)", async () => {
     const effects = await effectsFile();
     const { pool, events } = makePool();
     const local = inProcess();
@@ -99,7 +99,7 @@ describe("optional skill-review children", () => {
     expect(local.ran).toEqual(["ordinary"]);
   });
 
-  it("S004-356: a full pool skips a skill review without queueing it; ordinary work still queues", async () => {
+  it("a full pool skips a skill review without queueing it; ordinary work still queues (S004-356)", async () => {
     const { pool } = makePool({ size: { maxRunners: 1, turnsPerRunner: 1 } });
     const local = inProcess();
     const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
@@ -124,7 +124,7 @@ describe("optional skill-review children", () => {
     expect(local.ran).toEqual([]);
   });
 
-  it("S004-356: startup failure keeps its typed error for ordinary work (no fallback) and makes a review skip as incompatible", async () => {
+  it("startup failure keeps its typed error for ordinary work (no fallback) and makes a review skip as incompatible (S004-356)", async () => {
     const { pool } = makePool({ buildId: "crw-runner-not-this-one" });
     const local = inProcess();
     const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
@@ -138,7 +138,7 @@ describe("optional skill-review children", () => {
 });
 
 describe("protected automatic missing-child placement", () => {
-  it("S004-374: an exact protected parent/child match is asserted, then runs in the daemon under the fence before runner mode", async () => {
+  it("an exact protected parent/child match is asserted, then runs in the daemon under the fence before runner mode (S004-374)", async () => {
     const { pool, events } = makePool({ env: { CRW_RUNNER_FAULT: "exit-before-hello" } });
     const log: string[] = [];
     const local = inProcess(log);
@@ -200,7 +200,7 @@ describe("protected automatic missing-child placement", () => {
     await running.catch(() => {});
   });
 
-  it("S004-374: a matched scope without its assertion callback fails loudly and runs nothing", async () => {
+  it("a matched scope without its assertion callback fails loudly and runs nothing (S004-374)", async () => {
     const { pool } = makePool();
     const local = inProcess();
     const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
@@ -211,7 +211,7 @@ describe("protected automatic missing-child placement", () => {
     expect(local.ran).toEqual([]);
   });
 
-  it("S004-375: mismatched or missing child, other parents and nested descendants keep their configured placement", async () => {
+  it("mismatched or missing child, other parents and nested descendants keep their configured placement (S004-375)", async () => {
     const { pool, events } = makePool({ size: { maxRunners: 1, turnsPerRunner: 4 } });
     const log: string[] = [];
     let dispatch!: SubagentDispatch;
@@ -239,7 +239,7 @@ describe("protected automatic missing-child placement", () => {
     expect(dispatchedSessions(events)).toBe(5);
   });
 
-  it("S004-356: with runners off, the protected match and ordinary calls both run in the daemon, unchanged", async () => {
+  it("with runners off, the protected match and ordinary calls both run in the daemon, unchanged (S004-356)", async () => {
     const { pool, events } = makePool();
     const log: string[] = [];
     const local = inProcess(log);
@@ -252,7 +252,7 @@ describe("protected automatic missing-child placement", () => {
     expect(events).toEqual([]);
   });
 
-  it("S004-377: no request field or RPC carries the authority, and no registry remembers it", async () => {
+  it("no request field or RPC carries the authority, and no registry remembers it (S004-377)", async () => {
     const { pool, events } = makePool();
     const log: string[] = [];
     const local = inProcess(log);
@@ -270,7 +270,7 @@ describe("protected automatic missing-child placement", () => {
     expect(dispatchedSessions(events)).toBe(2);
   });
 
-  it("S004-378: with no protected scope there is no assertion work", async () => {
+  it("with no protected scope there is no assertion work (S004-378)", async () => {
     const { pool } = makePool();
     const log: string[] = [];
     const scope = protectedScope(log);

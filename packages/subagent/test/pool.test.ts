@@ -7,14 +7,14 @@ import { turn, waitFor } from "./support/runners.js";
 closePoolsAfterEach();
 
 describe("runner pool admission", () => {
-  it("S004-479: with no requested capacity there is no startup episode", async () => {
+  it("with no requested capacity there is no startup episode (S004-479)", async () => {
     const { pool, events } = makePool();
     await new Promise((r) => setTimeout(r, 50));
     expect(events).toEqual([]);
     expect(pool.health()).toMatchObject({ runners: [], startupRetry: null, spawnFailure: null, queued: 0 });
   });
 
-  it("S004-184: when every runner is full a turn waits in the queue instead of being refused (S004-186: reported queued)", async () => {
+  it("when every runner is full a turn waits in the queue instead of being refused (S004-186: reported queued) (S004-184)", async () => {
     const { pool } = makePool({ size: { maxRunners: 1, turnsPerRunner: 1 } });
     const first = pool.runTurn(
       turn({
@@ -39,7 +39,7 @@ describe("runner pool admission", () => {
     expect(pool.health().runners).toHaveLength(1);
   });
 
-  it("S004-531: the admission queue is a FairQueue: several producers are served in rotation, FIFO each", async () => {
+  it("the admission queue is a FairQueue: several producers are served in rotation, FIFO each (S004-531)", async () => {
     const effects = await effectsFile();
     const { pool } = makePool({ size: { maxRunners: 1, turnsPerRunner: 1 } });
     const runs: Promise<unknown>[] = [];
@@ -63,7 +63,7 @@ describe("runner pool admission", () => {
     expect(await effects.lines()).toEqual(["a1", "b1", "c1", "a2", "b2", "c2", "a3", "c3", "a4"]);
   });
 
-  it("S004-187: aborting a channel removes its queued turns with DelegationAbortedError; they never run", async () => {
+  it("aborting a channel removes its queued turns with DelegationAbortedError; they never run (S004-187)", async () => {
     const effects = await effectsFile();
     const { pool } = makePool();
     const running = pool.runTurn(
@@ -93,7 +93,7 @@ describe("runner pool admission", () => {
     expect(await effects.lines()).toEqual(["keep"]);
   });
 
-  it("S004-519: a memory-derived zero capacity stays runner mode and refuses admission", async () => {
+  it("a memory-derived zero capacity stays runner mode and refuses admission (S004-519)", async () => {
     const { pool, events } = makePool({
       size: { maxRunners: 4, memoryBudgetBytes: 100, runnerMemoryBytes: 1_000 },
     });
@@ -105,7 +105,7 @@ describe("runner pool admission", () => {
     expect(pool.health()).toMatchObject({ mode: "runner", effectiveRunners: 0 });
   });
 
-  it("S004-493: nested child turns count toward placement; S004-494: only when parent and child share a runner", async () => {
+  it("nested child turns count toward placement; S004-494: only when parent and child share a runner (S004-493)", async () => {
     const { pool, events } = makePool({ size: { maxRunners: 2, turnsPerRunner: 3 } });
     const parent = pool.runTurn(turn({ sessionId: "parent", script: [{ kind: "wait", ms: 500 }] }));
     await waitFor(() => pool.sessionState("parent") === "running");
@@ -123,7 +123,7 @@ describe("runner pool admission", () => {
     expect(pool.health().nestedTurns).toBe(0);
   });
 
-  it("S004-489: health turn, session and nested counts come from the pool's own placement bookkeeping", async () => {
+  it("health turn, session and nested counts come from the pool's own placement bookkeeping (S004-489)", async () => {
     const { pool } = makePool({ size: { maxRunners: 1, turnsPerRunner: 2 } });
     const a = pool.runTurn(turn({ sessionId: "h1", script: [{ kind: "wait", ms: 300 }] }));
     const b = pool.runTurn(turn({ sessionId: "h2", script: [{ kind: "wait", ms: 300 }] }));
@@ -135,7 +135,7 @@ describe("runner pool admission", () => {
 });
 
 describe("routing and release", () => {
-  it("S004-526: a busy release keeps the route; S004-527: a released session's route is retired", async () => {
+  it("a busy release keeps the route; S004-527: a released session's route is retired (S004-526)", async () => {
     const { pool } = makePool();
     const running = pool.runTurn(turn({ sessionId: "r1", script: [{ kind: "wait", ms: 300 }] }));
     await waitFor(() => pool.sessionState("r1") === "running");
@@ -148,7 +148,7 @@ describe("routing and release", () => {
     expect(pool.routeOf("r1")).toBeUndefined();
   });
 
-  it("S004-523: S004-477: a runner killed mid-turn fails that turn at once; the next runner never replays it", async () => {
+  it("a runner killed mid-turn fails that turn at once; the next runner never replays it (S004-523 S004-477)", async () => {
     const effects = await effectsFile();
     const { pool, events } = makePool();
     const doomed = pool

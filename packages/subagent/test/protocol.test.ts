@@ -66,12 +66,12 @@ const validOutputs = [
 ];
 
 describe("protocol frames", () => {
-  it("S004-151: every valid frame in both directions parses, each with a request id", () => {
+  it("every valid frame in both directions parses, each with a request id (S004-151)", () => {
     for (const f of validInputs) expect(parseInputFrame(f)).toMatchObject({ ok: true });
     for (const f of validOutputs) expect(parseOutputFrame(f)).toMatchObject({ ok: true });
   });
 
-  it("S004-151: replies carry an ok/error envelope with name and code, never both", () => {
+  it("replies carry an ok/error envelope with name and code, never both (S004-151)", () => {
     const e = envelope(z.number());
     expect(e.safeParse({ ok: 1 }).success).toBe(true);
     expect(e.safeParse({ error: { name: "X", code: "y", message: "z" } }).success).toBe(true);
@@ -81,12 +81,12 @@ describe("protocol frames", () => {
     expect(remote).toEqual({ name: "RunnerStartupError", code: "runner_startup", message: "late" });
   });
 
-  it("S004-456: the boot frame's retryPolicy is required", () => {
+  it("the boot frame's retryPolicy is required (S004-456)", () => {
     const { retryPolicy: _, ...noPolicy } = validInputs[0] as Record<string, unknown>;
     expect(parseInputFrame(noPolicy).ok).toBe(false);
   });
 
-  it("S004-457: validation freezes boot and retryPolicyChanged values", () => {
+  it("validation freezes boot and retryPolicyChanged values (S004-457)", () => {
     const boot = bootFrameSchema.parse(validInputs[0]);
     expect(Object.isFrozen(boot)).toBe(true);
     expect(Object.isFrozen(boot.retryPolicy)).toBe(true);
@@ -97,7 +97,7 @@ describe("protocol frames", () => {
     }).toThrow();
   });
 
-  it("S004-497: a tap history.before cursor is 1 to 128 characters", () => {
+  it("a tap history.before cursor is 1 to 128 characters (S004-497)", () => {
     expect(tapCursorSchema.safeParse("a").success).toBe(true);
     expect(tapCursorSchema.safeParse("x".repeat(128)).success).toBe(true);
     expect(tapCursorSchema.safeParse("").success).toBe(false);
@@ -107,7 +107,7 @@ describe("protocol frames", () => {
     expect(parseInputFrame({ ...tap, history: { limit: 5, before: "y".repeat(129) } }).ok).toBe(false);
   });
 
-  it("S004-151: arbitrary values never throw and are refused unless they are valid frames (fuzz)", () => {
+  it("arbitrary values never throw and are refused unless they are valid frames (fuzz) (S004-151)", () => {
     fc.assert(
       fc.property(fc.anything({ withObjectString: true, withNullPrototype: true, maxDepth: 4 }), (raw) => {
         const i = parseInputFrame(raw);
@@ -119,7 +119,7 @@ describe("protocol frames", () => {
     );
   });
 
-  it("S004-151: mutated valid frames (dropped, retyped or extra members) are refused (fuzz)", () => {
+  it("mutated valid frames (dropped, retyped or extra members) are refused (fuzz) (S004-151)", () => {
     const frames = [
       ...validInputs.map((f) => ["in", f] as const),
       ...validOutputs.map((f) => ["out", f] as const),
@@ -153,7 +153,7 @@ describe("protocol frames", () => {
     );
   });
 
-  it("S004-151: oversized strings and out-of-range numbers are refused", () => {
+  it("oversized strings and out-of-range numbers are refused (S004-151)", () => {
     expect(parseOutputFrame({ ...validOutputs[8], text: "x".repeat(513) }).ok).toBe(false);
     expect(parseOutputFrame({ ...validOutputs[0], pid: -1 }).ok).toBe(false);
     expect(parseInputFrame({ ...validInputs[0], heartbeatIntervalMs: 1 }).ok).toBe(false);

@@ -22,7 +22,7 @@ const policy = (revision: number, maxRetries = 1): RetryPolicy => ({
 });
 
 describe("retry policy sources", () => {
-  it("S004-465: startup delays are deterministic exponential backoff capped at 60000 ms", () => {
+  it("startup delays are deterministic exponential backoff capped at 60000 ms (S004-465)", () => {
     const p = { revision: 1, maxRetries: 10, initialDelayMs: 1_000, multiplier: 2 };
     expect([1, 2, 3, 4, 5, 6, 7, 8].map((n) => startupRetryDelayMs(p, n))).toEqual([
       1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 60_000, 60_000,
@@ -32,7 +32,7 @@ describe("retry policy sources", () => {
     expect(() => startupRetryDelayMs(p, 0)).toThrow(RangeError);
   });
 
-  it("S004-454: reading the late-bound policy source before construction fails instead of supplying a default", async () => {
+  it("reading the late-bound policy source before construction fails instead of supplying a default (S004-454)", async () => {
     const late = new LateBoundRetryPolicySource();
     expect(() => late.get()).toThrow(RetryPolicyUnavailableError);
     expect(() => late.read()).toThrow(/before construction/);
@@ -41,7 +41,7 @@ describe("retry policy sources", () => {
     expect(() => late.bind(new MemoryRetryPolicySource(policy(1)))).toThrow(/already bound/);
   });
 
-  it("S004-453: the daemon's one source reaches runner hosts through the pool's late-bound getter", async () => {
+  it("the daemon's one source reaches runner hosts through the pool's late-bound getter (S004-453)", async () => {
     const late = new LateBoundRetryPolicySource();
     const { pool } = makePool({ retryPolicySource: () => late.get() });
     // Bootstrap binds the source after constructing the pool; only then does work need it.
@@ -49,7 +49,7 @@ describe("retry policy sources", () => {
     expect((await pool.runTurn(turn())).stopReason).toBe("end");
   });
 
-  it("S004-460: strictly older or duplicate revisions cannot rewind the mirror", async () => {
+  it("strictly older or duplicate revisions cannot rewind the mirror (S004-460)", async () => {
     const mirror = new RetryPolicyMirror(policy(5));
     const seen: number[] = [];
     mirror.subscribe((p) => seen.push(p.revision));
@@ -62,7 +62,7 @@ describe("retry policy sources", () => {
     expect(seen).toEqual([6]);
   });
 
-  it("S004-462: reads and subscriptions after mirror disposal reject", async () => {
+  it("reads and subscriptions after mirror disposal reject (S004-462)", async () => {
     const mirror = new RetryPolicyMirror(policy(1));
     mirror.dispose();
     await expect(mirror.read()).rejects.toBeInstanceOf(RetryPolicyUnavailableError);
@@ -77,7 +77,7 @@ describe("policy reaching a real runner", () => {
     await Promise.all(hosts.splice(0).map((h) => h.shutdown(1_000)));
   });
 
-  it("S004-455: a revision committed while the initial read is in flight wins over the older snapshot", async () => {
+  it("a revision committed while the initial read is in flight wins over the older snapshot (S004-455)", async () => {
     const listeners = new Set<(p: RetryPolicy) => void>();
     const racing: RetryPolicySource = {
       // The snapshot read returns revision 2, but revision 3 is committed while it is in flight.
@@ -97,7 +97,7 @@ describe("policy reaching a real runner", () => {
     expect(listeners.size).toBe(1);
   });
 
-  it("S004-480: one source subscription per live host, removed when the runner exits", async () => {
+  it("one source subscription per live host, removed when the runner exits (S004-480)", async () => {
     const source = new MemoryRetryPolicySource(policy(1));
     const a = await SubagentRunnerHost.start(hostDeps({ retryPolicySource: source }).deps);
     const b = await SubagentRunnerHost.start(hostDeps({ retryPolicySource: source }).deps);

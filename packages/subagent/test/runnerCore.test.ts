@@ -51,7 +51,7 @@ const boot = (buildId = "build-1"): InputFrame => ({
 });
 
 describe("RunnerCore", () => {
-  it("S004-459: a runner serves nothing before the daemon's boot frame carries its policy", async () => {
+  it("a runner serves nothing before the daemon's boot frame carries its policy (S004-459)", async () => {
     const c = channel();
     new RunnerCore(c.port, new ScriptedTurnExecutor(), "build-1", undefined).start();
     expect(c.out[0]).toMatchObject({ type: "hello", buildId: "build-1" });
@@ -135,7 +135,7 @@ describe("RunnerCore", () => {
     expect(c.out.map((f) => f.type)).toEqual(["hello", "bootReply"]);
   });
 
-  it("S004-458: the runner refuses a boot frame from a different build and exits", async () => {
+  it("the runner refuses a boot frame from a different build and exits (S004-458)", async () => {
     const c = channel();
     new RunnerCore(c.port, new ScriptedTurnExecutor(), "build-1", undefined).start();
     c.deliver(boot("build-2"));
@@ -144,7 +144,7 @@ describe("RunnerCore", () => {
     expect(c.exits).toEqual([1]);
   });
 
-  it("S004-535: on daemon disconnect the runner closes its host RPC client: a pending call fails with the fixed text", async () => {
+  it("on daemon disconnect the runner closes its host RPC client: a pending call fails with the fixed text (S004-535)", async () => {
     const c = channel();
     new RunnerCore(c.port, new ScriptedTurnExecutor(), "build-1", undefined).start();
     c.deliver(boot());
@@ -169,7 +169,7 @@ describe("RunnerCore", () => {
     await waitFor(() => c.exits.length === 1);
   });
 
-  it("S004-151: invalid frames are logged and never acted on", async () => {
+  it("invalid frames are logged and never acted on (S004-151)", async () => {
     const c = channel();
     new RunnerCore(c.port, new ScriptedTurnExecutor(), "build-1", undefined).start();
     c.deliver({ type: "boot", requestId: "b", buildId: "build-1" });
@@ -181,7 +181,7 @@ describe("RunnerCore", () => {
     expect(c.exits).toEqual([]);
   });
 
-  it("S004-487: full events cross IPC only while a view is subscribed; progress stays the narrow stream", async () => {
+  it("full events cross IPC only while a view is subscribed; progress stays the narrow stream (S004-487)", async () => {
     const c = channel();
     new RunnerCore(c.port, new ScriptedTurnExecutor(), "build-1", undefined).start();
     c.deliver(boot());

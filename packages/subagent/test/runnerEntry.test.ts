@@ -13,12 +13,12 @@ import { tempDir } from "./support/tmp.js";
 const pkg = join(import.meta.dirname, "..");
 
 describe("RUNNER_ENTRY", () => {
-  it("S004-536: resolves the packaged runner.js beside the built module", () => {
+  it("resolves the packaged runner.js beside the built module (S004-536)", () => {
     const fromDist = pathToFileURL(join(pkg, "dist/index.js")).href;
     expect(resolveRunnerEntry(fromDist, [])).toBe(join(pkg, "dist/runner.js"));
   });
 
-  it("S004-536: resolves the source runner.ts when the JavaScript sibling is absent and a loader runs TypeScript", async () => {
+  it("resolves the source runner.ts when the JavaScript sibling is absent and a loader runs TypeScript (S004-536)", async () => {
     const dir = tempDir("entry");
     await writeFile(join(dir, "runner.ts"), "export {};\n");
     const from = pathToFileURL(join(dir, "index.ts")).href;
@@ -27,12 +27,12 @@ describe("RUNNER_ENTRY", () => {
     expect(() => resolveRunnerEntry(from, [])).toThrow(RunnerEntryMissingError);
   });
 
-  it("S004-536: source modules on plain Node use the package's own build, never PATH", () => {
+  it("source modules on plain Node use the package's own build, never PATH (S004-536)", () => {
     const fromSrc = pathToFileURL(join(pkg, "src/runnerEntry.ts")).href;
     expect(resolveRunnerEntry(fromSrc, [])).toBe(join(pkg, "dist/runner.js"));
   });
 
-  it("S004-537: a fork inherits the parent's TypeScript loader flags for runner.ts; built JS never gets the source condition", () => {
+  it("a fork inherits the parent's TypeScript loader flags for runner.ts; built JS never gets the source condition (S004-537)", () => {
     const parent = ["--import", "tsx", "--conditions", "@crw/source", "--enable-source-maps"];
     expect(hasTypeScriptLoader(parent)).toBe(true);
     expect(runnerExecArgv("/x/runner.ts", parent)).toEqual(parent);

@@ -35,7 +35,7 @@ async function ready(overrides: Parameters<typeof startHost>[0] = {}) {
 }
 
 describe("SubagentRunnerHost handshake (real forked runner)", () => {
-  it("S004-463: one host is one fork + handshake that reaches ready and runs a scripted turn", async () => {
+  it("one host is one fork + handshake that reaches ready and runs a scripted turn (S004-463)", async () => {
     const { host } = await shared();
     expect(host.isReady).toBe(true);
     expect(host.pid).toBeGreaterThan(0);
@@ -51,7 +51,7 @@ describe("SubagentRunnerHost handshake (real forked runner)", () => {
     expect(result).toMatchObject({ text: "hello world", stopReason: "end" });
   });
 
-  it("S004-458: the build handshake refuses a cross-build daemon/runner pair", async () => {
+  it("the build handshake refuses a cross-build daemon/runner pair (S004-458)", async () => {
     const { deps } = hostDeps({ buildId: "crw-runner-some-other-build" });
     const error = await SubagentRunnerHost.start(deps).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(RunnerStartupError);
@@ -59,25 +59,25 @@ describe("SubagentRunnerHost handshake (real forked runner)", () => {
     expect((error as RunnerStartupError).retryable).toBe(false);
   });
 
-  it("S004-520: a runner that never says hello fails with boot_timeout and is killed", async () => {
+  it("a runner that never says hello fails with boot_timeout and is killed (S004-520)", async () => {
     const { deps } = hostDeps({ bootTimeoutMs: 1_500, env: { CRW_RUNNER_FAULT: "hang-before-hello" } });
     const error = await SubagentRunnerHost.start(deps).catch((e: unknown) => e);
     expect(error).toMatchObject({ name: "RunnerStartupError", category: "boot_timeout" });
   });
 
-  it("S004-520: a runner that exits during startup fails with boot_failed", async () => {
+  it("a runner that exits during startup fails with boot_failed (S004-520)", async () => {
     const { deps } = hostDeps({ env: { CRW_RUNNER_FAULT: "exit-before-hello" } });
     await expect(SubagentRunnerHost.start(deps)).rejects.toMatchObject({ category: "boot_failed" });
     const refused = hostDeps({ env: { CRW_RUNNER_FAULT: "fail-boot" } });
     await expect(SubagentRunnerHost.start(refused.deps)).rejects.toMatchObject({ category: "boot_failed" });
   });
 
-  it("S004-520: a node binary that cannot be started fails with fork_failed", async () => {
+  it("a node binary that cannot be started fails with fork_failed (S004-520)", async () => {
     const { deps } = hostDeps({ execPath: "/nonexistent/node" });
     await expect(SubagentRunnerHost.start(deps)).rejects.toMatchObject({ category: "fork_failed" });
   });
 
-  it("S004-521: an unexpected error while reading the policy propagates unchanged, not as a startup category", async () => {
+  it("an unexpected error while reading the policy propagates unchanged, not as a startup category (S004-521)", async () => {
     const boom = new TypeError("policy table is corrupt");
     const { deps } = hostDeps({
       retryPolicySource: { read: async () => Promise.reject(boom), subscribe: () => () => {} },
@@ -85,7 +85,7 @@ describe("SubagentRunnerHost handshake (real forked runner)", () => {
     await expect(SubagentRunnerHost.start(deps)).rejects.toBe(boom);
   });
 
-  it("S004-151: malformed and hostile frames from a runner are refused and logged, never acted on", async () => {
+  it("malformed and hostile frames from a runner are refused and logged, never acted on (S004-151)", async () => {
     const { host, events } = await ready({ env: { CRW_RUNNER_FAULT: "garbage-before-hello" } });
     expect(host.isReady).toBe(true);
     const refused = events.filter((e) => e.type === "frame_refused");
@@ -93,7 +93,7 @@ describe("SubagentRunnerHost handshake (real forked runner)", () => {
     expect((await host.runTurn(turn({ prompt: "x" }))).stopReason).toBe("end");
   });
 
-  it("S004-476: a lifetime replaced before fork or before ready rejects the attempt", async () => {
+  it("a lifetime replaced before fork or before ready rejects the attempt (S004-476)", async () => {
     const before = hostDeps({ isCurrent: () => false });
     await expect(SubagentRunnerHost.start(before.deps)).rejects.toMatchObject({
       name: "RunnerStartupCancelledError",
@@ -143,7 +143,7 @@ describe("SubagentRunnerHost lifecycle", () => {
     expect(await readFile(marker, "utf8")).toBe("started\n");
   });
 
-  it("S004-524: release waits for the runner's answer: busy while a turn runs, released when idle", async () => {
+  it("release waits for the runner's answer: busy while a turn runs, released when idle (S004-524)", async () => {
     const { host } = await shared();
     const sessionId = "s-release";
     const running = host.runTurn(
@@ -161,7 +161,7 @@ describe("SubagentRunnerHost lifecycle", () => {
     expect(await host.release(sessionId)).toBe("released");
   });
 
-  it("S004-525: runner exit resolves a pending release as released; a release after exit is released", async () => {
+  it("runner exit resolves a pending release as released; a release after exit is released (S004-525)", async () => {
     const { host } = await ready({ env: { CRW_RUNNER_FAULT: "stall-tap" } });
     const running = host
       .runTurn(turn({ sessionId: "s1", script: [{ kind: "wait", ms: 60_000 }] }))
@@ -208,7 +208,7 @@ describe("SubagentRunnerHost lifecycle", () => {
 });
 
 describe("heartbeat", () => {
-  it("S004-488: the heartbeat carries event-loop p99, RSS and counts; S004-490: absent before the first beat", async () => {
+  it("the heartbeat carries event-loop p99, RSS and counts; S004-490: absent before the first beat (S004-488)", async () => {
     const { host, events } = await ready({ heartbeatIntervalMs: 100 });
     expect(host.stats().load).toBeUndefined();
     await waitFor(() => events.some((e) => e.type === "heartbeat"));
@@ -219,7 +219,7 @@ describe("heartbeat", () => {
     expect(load?.memory.rssBytes).toBeGreaterThanOrEqual(load?.rssBytes ? load.rssBytes * 0.5 : 0);
   });
 
-  it("S004-495: the pool measures the memory of the runner's process tree", async () => {
+  it("the pool measures the memory of the runner's process tree (S004-495)", async () => {
     const { host, events } = await ready({ heartbeatIntervalMs: 100 });
     await waitFor(() => events.some((e) => e.type === "heartbeat"));
     const hb = events.find((e) => e.type === "heartbeat");
@@ -227,7 +227,7 @@ describe("heartbeat", () => {
     expect(host.stats().load?.memory.complete).toBe(true);
   });
 
-  it("S004-496: a failed measurement logs the fixed text and keeps the heartbeat RSS as incomplete", async () => {
+  it("a failed measurement logs the fixed text and keeps the heartbeat RSS as incomplete (S004-496)", async () => {
     const { host, events } = await ready({ heartbeatIntervalMs: 100, procRoot: "/nonexistent-proc" });
     await waitFor(() => events.some((e) => e.type === "heartbeat"));
     const failed = events.find((e) => e.type === "measure_failed");
@@ -239,7 +239,7 @@ describe("heartbeat", () => {
 });
 
 describe("tap", () => {
-  it("S004-482: a tap returns model identity and history, then forwards live events while subscribed", async () => {
+  it("a tap returns model identity and history, then forwards live events while subscribed (S004-482)", async () => {
     const { host } = await shared();
     const sessionId = "s-tap";
     await host.runTurn(
@@ -270,7 +270,7 @@ describe("tap", () => {
     expect(seen).toHaveLength(4);
   });
 
-  it("S004-482: a view that subscribes mid-turn gets the live replay so far, then the rest as it happens", async () => {
+  it("a view that subscribes mid-turn gets the live replay so far, then the rest as it happens (S004-482)", async () => {
     const { host } = await shared();
     const sessionId = "s-live";
     const running = host.runTurn(
@@ -296,7 +296,7 @@ describe("tap", () => {
     await view.close();
   });
 
-  it("S004-485: a tap starts no turn; closing the view releases the tap", async () => {
+  it("a tap starts no turn; closing the view releases the tap (S004-485)", async () => {
     const { host } = await shared();
     const view = await host.tap("s-never-ran", () => {});
     expect(view.snapshot).toEqual({ sessionId: "s-never-ran", model: null, history: [], live: [] });
@@ -306,7 +306,7 @@ describe("tap", () => {
     expect(host.tapCount).toBe(0);
   });
 
-  it("S004-497: history.before pages the history by cursor", async () => {
+  it("history.before pages the history by cursor (S004-497)", async () => {
     const { host } = await shared();
     const sessionId = "s-page";
     for (const p of ["a", "b", "c"])
@@ -321,7 +321,7 @@ describe("tap", () => {
     await expect(host.tap(sessionId, () => {}, { before: "x".repeat(129) })).rejects.toThrow(/128/);
   });
 
-  it("S004-498: a tap waits at most two seconds, then fails with the fixed text", async () => {
+  it("a tap waits at most two seconds, then fails with the fixed text (S004-498)", async () => {
     const { host } = await ready({ env: { CRW_RUNNER_FAULT: "stall-tap" } });
     const started = Date.now();
     const error = await host.tap("s", () => {}).catch((e) => e);
@@ -334,7 +334,7 @@ describe("tap", () => {
 });
 
 describe("retry policy over IPC", () => {
-  it("S004-455, S004-461: the host subscribes before its initial read and forwards newer revisions to the runner", async () => {
+  it("the host subscribes before its initial read and forwards newer revisions to the runner (S004-455 S004-461)", async () => {
     const source = policySource();
     const { host } = await ready({ retryPolicySource: source });
     expect(source.listenerCount).toBe(1);

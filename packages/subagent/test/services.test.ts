@@ -20,7 +20,7 @@ const bash = (args: Record<string, unknown>) => ({ kind: "tool" as const, name: 
 const SERVICE = { run_in_background: true, backgroundMode: "service" };
 
 describe("the Bash tool's background services in a runner", () => {
-  it("S004-104: Bash(run_in_background, backgroundMode service) uses the process registry for lifetime and cancellation", async () => {
+  it("Bash(run_in_background, backgroundMode service) uses the process registry for lifetime and cancellation (S004-104)", async () => {
     const box = sandbox();
     const { host } = await startHost({ localExec: box.handler });
     hosts.push(host);
@@ -53,7 +53,7 @@ describe("the Bash tool's background services in a runner", () => {
     await waitFor(() => host.serviceStreamCount === 0);
   });
 
-  it("S004-104: service mode without run_in_background is refused before anything starts", async () => {
+  it("service mode without run_in_background is refused before anything starts (S004-104)", async () => {
     const box = sandbox();
     const { host } = await startHost({ localExec: box.handler });
     hosts.push(host);
@@ -63,7 +63,7 @@ describe("the Bash tool's background services in a runner", () => {
     expect(box.started).toEqual([]);
   });
 
-  it("S004-111: a live service's stream does not heartbeat the settled dispatch: no turn, no progress, no slot held", async () => {
+  it("a live service's stream does not heartbeat the settled dispatch: no turn, no progress, no slot held (S004-111)", async () => {
     const box = sandbox();
     const { host, events } = await startHost({ localExec: box.handler, heartbeatIntervalMs: 50 });
     hosts.push(host);
@@ -97,7 +97,7 @@ describe("the Bash tool's background services in a runner", () => {
     expect(lastBusySeq()).toBeLessThan(Math.max(...beats().map((b) => b.seq)));
   });
 
-  it("S004-111: S004-114: a pool's only slot is free while a service started by a finished turn streams", async () => {
+  it("a pool's only slot is free while a service started by a finished turn streams (S004-111 S004-114)", async () => {
     const box = sandbox();
     const { pool, events } = makePool({ size: { maxRunners: 1, turnsPerRunner: 1 }, localExec: box.handler });
     await pool.runTurn(
@@ -113,7 +113,7 @@ describe("the Bash tool's background services in a runner", () => {
     expect(new Set(dispatched).size).toBe(1);
   });
 
-  it("S004-112: the service stream reports a lost transport as session.closed, on both sides, and is not replayed", async () => {
+  it("the service stream reports a lost transport as session.closed, on both sides, and is not replayed (S004-112)", async () => {
     const box = sandbox();
     const { host } = await startHost({ localExec: box.handler });
     hosts.push(host);

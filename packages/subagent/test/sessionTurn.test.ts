@@ -75,7 +75,7 @@ function request(task: string, tools: TurnTool[], signal = new AbortController()
 const task = scriptTask({ rounds: [[{ name: "Echo", arguments: { say: "hi" } }]], answer: "finished" });
 
 describe("the delegation core's session turn in a runner (brain's seam, unchanged)", () => {
-  it("S004-151: a session turn in a runner makes the same seam calls, in the same order, as in the daemon", async () => {
+  it("a session turn in a runner makes the same seam calls, in the same order, as in the daemon (S004-151)", async () => {
     const local = seam([[{ role: "custom", customType: "steer", content: "also do X" }]]);
     const inProcess: SessionTurnRunner = createScriptedTurnRunner();
     const localOutcome = await inProcess.runTurn(request(task, [local.echo()]), local.host);
@@ -114,7 +114,7 @@ describe("the delegation core's session turn in a runner (brain's seam, unchange
     expect(events).toEqual([]);
   });
 
-  it("S004-441: with runners off the same seam runs the turn in the daemon, without a fork", async () => {
+  it("with runners off the same seam runs the turn in the daemon, without a fork (S004-441)", async () => {
     const { pool, events } = makePool();
     const local = seam();
     const dispatch = new SubagentSessionDispatch({
@@ -187,7 +187,7 @@ describe("the delegation core's session turn in a runner (brain's seam, unchange
     expect(remote.calls.at(-1)).toBe("execute Echo in daemon");
   });
 
-  it("S004-187: aborting the turn's signal while it is queued removes it before it runs", async () => {
+  it("aborting the turn's signal while it is queued removes it before it runs (S004-187)", async () => {
     const { pool } = makePool();
     const dispatch = new SubagentSessionDispatch({
       pool,

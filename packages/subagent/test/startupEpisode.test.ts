@@ -30,7 +30,7 @@ async function driveEpisode(clock: ManualClock, waits: number): Promise<void> {
 }
 
 describe("startup episode (real forks, controllable clock in the pool only)", () => {
-  it("S004-464: the episode is the original attempt plus maxRetries; S004-465: exponential, deterministic timing", async () => {
+  it("the episode is the original attempt plus maxRetries; S004-465: exponential, deterministic timing (S004-464)", async () => {
     const { pool, events, clock } = failingPool(3);
     const result = pool.runTurn(turn()).catch((e: unknown) => e);
     await driveEpisode(clock, 3);
@@ -43,7 +43,7 @@ describe("startup episode (real forks, controllable clock in the pool only)", ()
     ).toEqual([0, 1, 2, 3]);
   });
 
-  it("S004-465: backoff is capped at 60000 ms", async () => {
+  it("backoff is capped at 60000 ms (S004-465)", async () => {
     const { pool, clock } = failingPool(3, 30_000, 10);
     const result = pool.runTurn(turn()).catch((e: unknown) => e);
     await driveEpisode(clock, 3);
@@ -51,7 +51,7 @@ describe("startup episode (real forks, controllable clock in the pool only)", ()
     expect(clock.requested).toEqual([30_000, 60_000, 60_000]);
   });
 
-  it("S004-472: health shows startupRetry progress while the episode waits, null once it ends", async () => {
+  it("health shows startupRetry progress while the episode waits, null once it ends (S004-472)", async () => {
     const { pool, clock } = failingPool(1, 5_000);
     const result = pool.runTurn(turn()).catch((e: unknown) => e);
     await waitFor(() => clock.pendingSleeps === 1);
@@ -69,7 +69,7 @@ describe("startup episode (real forks, controllable clock in the pool only)", ()
     expect(pool.health().spawnFailure).toEqual({ category: "boot_failed", state: "exhausted" });
   });
 
-  it("S004-470: S004-478: an exhausted startup stays terminal (finite, not an unlimited transport retry): later calls are refused with the same category and fork nothing", async () => {
+  it("an exhausted startup stays terminal (finite, not an unlimited transport retry): later calls are refused with the same category and fork nothing (S004-470 S004-478)", async () => {
     const { pool, events, clock } = failingPool(0);
     const first = await pool.runTurn(turn()).catch((e: unknown) => e);
     expect(first).toMatchObject({ category: "boot_failed" });
@@ -85,7 +85,7 @@ describe("startup episode (real forks, controllable clock in the pool only)", ()
     expect(pool.health().spawnFailure).toEqual({ category: "boot_failed", state: "exhausted" });
   });
 
-  it("S004-469: S004-467: application-ready startup ends the episode; a later request is new work, with no cooldown", async () => {
+  it("application-ready startup ends the episode; a later request is new work, with no cooldown (S004-469 S004-467)", async () => {
     const clock = new ManualClock();
     const { pool, events } = makePool({ size: { maxRunners: 2, turnsPerRunner: 1 }, clock });
     await pool.runTurn(turn());
@@ -102,7 +102,7 @@ describe("startup episode (real forks, controllable clock in the pool only)", ()
     expect(clock.requested).toEqual([]);
   });
 
-  it("S004-475: reset aborts a pending startup; S004-470: the cancelled episode stays terminal", async () => {
+  it("reset aborts a pending startup; S004-470: the cancelled episode stays terminal (S004-475)", async () => {
     const { pool, clock } = failingPool(5, 10_000);
     const result = pool.runTurn(turn()).catch((e: unknown) => e);
     await waitFor(() => clock.pendingSleeps === 1);
@@ -112,7 +112,7 @@ describe("startup episode (real forks, controllable clock in the pool only)", ()
     await expect(pool.runTurn(turn())).rejects.toMatchObject({ name: "RunnerStartupCancelledError" });
   });
 
-  it("S004-464: the episode pins one policy revision: a revision committed mid-episode changes neither budget nor timing", async () => {
+  it("the episode pins one policy revision: a revision committed mid-episode changes neither budget nor timing (S004-464)", async () => {
     const { pool, clock, source } = failingPool(2, 100);
     const result = pool.runTurn(turn()).catch((e: unknown) => e);
     await waitFor(() => clock.pendingSleeps === 1);
@@ -127,7 +127,7 @@ describe("startup episode (real forks, controllable clock in the pool only)", ()
 });
 
 describe("boot deadline inside the episode", () => {
-  it("S004-468: a boot timeout is one attempt of the episode, not a budget of its own", async () => {
+  it("a boot timeout is one attempt of the episode, not a budget of its own (S004-468)", async () => {
     const clock = new ManualClock();
     const source = new MemoryRetryPolicySource({
       revision: 1,
@@ -152,7 +152,7 @@ describe("boot deadline inside the episode", () => {
 });
 
 describe("build mismatch latch and restart-required alert", () => {
-  it("S004-522: a build mismatch latches and blocks further forks; S004-164: the alert sink is invoked once", async () => {
+  it("a build mismatch latches and blocks further forks; S004-164: the alert sink is invoked once (S004-522)", async () => {
     const alerts: RestartRequiredAlert[] = [];
     const clock = new ManualClock();
     const { pool, events } = makePool({ buildId: "crw-runner-older-build", clock });
@@ -175,7 +175,7 @@ describe("build mismatch latch and restart-required alert", () => {
     });
   });
 
-  it("S004-166: the alert is the warning core:subagent-restart-required for administrators; S004-167: en, cs, sk", () => {
+  it("the alert is the warning core:subagent-restart-required for administrators; S004-167: en, cs, sk (S004-166)", () => {
     expect(restartRequiredAlert).toMatchObject({
       key: RESTART_REQUIRED_ALERT_KEY,
       severity: "warning",
@@ -187,7 +187,7 @@ describe("build mismatch latch and restart-required alert", () => {
     expect(restartRequiredAlert.text.sk).toMatch(/Reštartujte/);
   });
 
-  it("S004-171: reset and runner-mode toggles neither clear the latch nor raise the alert again", async () => {
+  it("reset and runner-mode toggles neither clear the latch nor raise the alert again (S004-171)", async () => {
     const alerts: RestartRequiredAlert[] = [];
     let enabled = true;
     const { pool } = makePool({ buildId: "crw-runner-stale", enabled: () => enabled });
@@ -204,7 +204,7 @@ describe("build mismatch latch and restart-required alert", () => {
     expect(alerts).toHaveLength(1);
   });
 
-  it("S004-170: the runner process has no pool and no alert code: it cannot clear the daemon's alert", async () => {
+  it("the runner process has no pool and no alert code: it cannot clear the daemon's alert (S004-170)", async () => {
     const { readFile } = await import("node:fs/promises");
     const { runnerBuildFiles } = await import("./support/runners.js");
     // The entry and every chunk it imports after boot.
@@ -213,7 +213,7 @@ describe("build mismatch latch and restart-required alert", () => {
     expect(runnerCode).not.toContain("class SubagentRunnerPool");
   });
 
-  it("S004-172: startup failures other than build_mismatch never raise the restart warning", async () => {
+  it("startup failures other than build_mismatch never raise the restart warning (S004-172)", async () => {
     const alerts: unknown[] = [];
     const { pool, clock } = failingPool(0);
     pool.attachRestartRequiredSink((a) => {
@@ -225,7 +225,7 @@ describe("build mismatch latch and restart-required alert", () => {
     expect(pool.health().restartRequired).toBe(false);
   });
 
-  it("S004-174: an alert-persistence failure is logged and never replaces the startup error; S004-173: no sink keeps it typed", async () => {
+  it("an alert-persistence failure is logged and never replaces the startup error; S004-173: no sink keeps it typed (S004-174)", async () => {
     const { pool, events } = makePool({ buildId: "crw-runner-other" });
     pool.attachRestartRequiredSink(async () => {
       throw new Error("alerts table unavailable");
@@ -236,7 +236,7 @@ describe("build mismatch latch and restart-required alert", () => {
     await expect(bare.pool.runTurn(turn())).rejects.toBeInstanceOf(RunnerStartupError);
   });
 
-  it("S004-474: health carries typed categories only: no paths, pids or build ids", async () => {
+  it("health carries typed categories only: no paths, pids or build ids (S004-474)", async () => {
     const { pool } = makePool({ buildId: "crw-runner-secret-build" });
     await pool.runTurn(turn()).catch(() => {});
     const text = JSON.stringify(pool.health());
@@ -245,7 +245,7 @@ describe("build mismatch latch and restart-required alert", () => {
 });
 
 describe("build identity across an episode", () => {
-  it("S004-466: S004-471: the episode captures the build identity once: a runner file replaced mid-episode is refused as skew", async () => {
+  it("the episode captures the build identity once: a runner file replaced mid-episode is refused as skew (S004-466 S004-471)", async () => {
     const { copyFile, cp, mkdir, rm, writeFile } = await import("node:fs/promises");
     const { join, dirname } = await import("node:path");
     const { RUNNER_ENTRY } = await import("./support/runners.js");

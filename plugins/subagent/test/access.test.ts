@@ -42,7 +42,7 @@ async function rowCounts(): Promise<unknown> {
 }
 
 describe("journaledBoundaryCheck's current access", () => {
-  it("S004-316: S004-317: journal replay is verbatim: an allow entry merely overlapping a held one fails", async () => {
+  it("journal replay is verbatim: an allow entry merely overlapping a held one fails (S004-316 S004-317)", async () => {
     const acct = randomUUID();
     const check = boundaryAgainst({ accountId: acct, tools: { allow: ["Bash(git *)", "Read"] } });
     const scope = (allow: string[]) =>
@@ -63,7 +63,7 @@ describe("journaledBoundaryCheck's current access", () => {
     });
   });
 
-  it("S004-319: S004-320: an owner's delegated child keeps owner authority only while the account still proves it", async () => {
+  it("an owner's delegated child keeps owner authority only while the account still proves it (S004-319 S004-320)", async () => {
     const { repo, acct, root, delegate } = await setup({ isOwner: true });
     const child = await delegate(root.id, { operator: true });
     const now = await currentDelegatedAccess(repo, acct.id, child.id);
@@ -86,7 +86,7 @@ describe("journaledBoundaryCheck's current access", () => {
     });
   });
 
-  it("S004-321: malformed scopes, ancestry cycles, missing accounts and another account's session refuse", async () => {
+  it("malformed scopes, ancestry cycles, missing accounts and another account's session refuse (S004-321)", async () => {
     const { repo, acct, root, delegate } = await setup();
     const child = await delegate(root.id, {});
     await db.pool.query('update sessions set scope = \'{"version":1,"accountId":"x"}\' where id = $1::uuid', [

@@ -25,7 +25,7 @@ const later =
   };
 
 describe("the host's live accessors", () => {
-  it("S004-273: S004-274: S004-276: the engine awaits each accessor, stores the summary writer and completion sink, and uses them", async () => {
+  it("the engine awaits each accessor, stores the summary writer and completion sink, and uses them (S004-273 S004-274 S004-276)", async () => {
     const w = await world(db.pool);
     const log: string[] = [];
     const completions: string[] = [];
@@ -88,7 +88,7 @@ describe("the host's live accessors", () => {
     expect(rows[0].spill_id).not.toBeNull();
   });
 
-  it("S004-277: S004-276: a missing capability is the accessor's null: no sink or writer falls back, no RPC out of process means no expansion", async () => {
+  it("a missing capability is the accessor's null: no sink or writer falls back, no RPC out of process means no expansion (S004-277 S004-276)", async () => {
     const w = await world(db.pool);
     const gate = deferred();
     const sessions: string[] = [];

@@ -122,7 +122,7 @@ async function parked(
 }
 
 describe("the engine's node cap", () => {
-  it("S004-189: the plugin's cap on executing nodes applies across workflows, on top of any runner queue", async () => {
+  it("the plugin's cap on executing nodes applies across workflows, on top of any runner queue (S004-189)", async () => {
     const w = await world(db.pool);
     let inFlight = 0;
     let peak = 0;
@@ -350,7 +350,7 @@ describe("canonical continuation", () => {
 });
 
 describe("continuing an interrupted or foreign child", () => {
-  it("S004-336: an interrupted retry continues with verify-before-repeat, never a second retry task", async () => {
+  it("an interrupted retry continues with verify-before-repeat, never a second retry task (S004-336)", async () => {
     const w = await world(db.pool);
     const gate = deferred();
     let turns = 0;
@@ -401,7 +401,7 @@ describe("continuing an interrupted or foreign child", () => {
     expect(messages.map((m) => m.customType ?? m.role)).toEqual(["user", "user", "interrupted", "assistant"]);
   });
 
-  it("S004-328: S004-363: a child is continued only when it is durably a delegated child of the workflow's parent; no identity is no wildcard", async () => {
+  it("a child is continued only when it is durably a delegated child of the workflow's parent; no identity is no wildcard (S004-328 S004-363)", async () => {
     const w = await world(db.pool);
     let turns = 0;
     const dispatcher = new JournalNodeDispatcher(
@@ -742,7 +742,7 @@ nodes:
 });
 
 describe("an empty continuation", () => {
-  it("S004-348: S004-425: an empty continuation refuses: the node fails, no fresh dispatch bypasses the owner, no completion is inferred", async () => {
+  it("an empty continuation refuses: the node fails, no fresh dispatch bypasses the owner, no completion is inferred (S004-348 S004-425)", async () => {
     const w = await world(db.pool);
     let fresh = 0;
     const { engine, events, dispatcher } = await w.engine(() => "never", {
@@ -804,7 +804,7 @@ describe("an empty continuation", () => {
 });
 
 describe("waiting after a wake", () => {
-  it("S004-399: a continuation that parks again carries its actual committed prerequisite; acceptance proves nothing", async () => {
+  it("a continuation that parks again carries its actual committed prerequisite; acceptance proves nothing (S004-399)", async () => {
     const w = await world(db.pool);
     const { engine, events, started, wake } = await parked(w);
     const repark: RecoveryContinueNode = async () => ({
@@ -978,7 +978,7 @@ describe("a wake's live connection", () => {
 });
 
 describe("a wake's authorization", () => {
-  it("S004-385: S004-323: admission is rechecked after the wake's async authorization, and the journal's scope is only compared with current access", async () => {
+  it("admission is rechecked after the wake's async authorization, and the journal's scope is only compared with current access (S004-385 S004-323)", async () => {
     const w = await world(db.pool);
     const gate = deferred();
     const entered = deferred();
@@ -1029,7 +1029,7 @@ describe("a wake's authorization", () => {
 });
 
 describe("boot recovery declarations", () => {
-  it("S004-394: S004-403: boot adopts the native generation as recorded (never from the run number) and never calls the explicit-resume bridge", async () => {
+  it("boot adopts the native generation as recorded (never from the run number) and never calls the explicit-resume bridge (S004-394 S004-403)", async () => {
     const w = await world(db.pool);
     const chain = parseWorkflowDefinition(`
 name: chain
@@ -1065,7 +1065,7 @@ nodes:
     expect(row?.recovery).toEqual({ workflowGeneration: 7, recoveryAdmissionVersion: 4 });
   });
 
-  it("S004-401: opening an engine over interrupted workflows starts no turn, timer or write by itself", async () => {
+  it("opening an engine over interrupted workflows starts no turn, timer or write by itself (S004-401)", async () => {
     const w = await world(db.pool);
     const one = parseWorkflowDefinition(`
 name: one
@@ -1106,7 +1106,7 @@ nodes:
 });
 
 describe("preparation failures and narrowing", () => {
-  it("S004-371: a typed preparation failure reaches the node unchanged (same error as cause, same code), with no fallback or reattempt", async () => {
+  it("a typed preparation failure reaches the node unchanged (same error as cause, same code), with no fallback or reattempt (S004-371)", async () => {
     const w = await world(db.pool);
     class TargetOfflineError extends Error {
       override readonly name = "TargetOfflineError";
@@ -1163,7 +1163,7 @@ nodes:
     expect(outcome.summary).toContain("the target computer is offline");
   });
 
-  it("S004-372: node scopes only narrow the origin's access and grants, also for nodes a node adds", async () => {
+  it("node scopes only narrow the origin's access and grants, also for nodes a node adds (S004-372)", async () => {
     const w = await world(db.pool);
     const gate = deferred();
     const { engine } = await w.engine(async ({ task }) => {
@@ -1206,7 +1206,7 @@ nodes:
 });
 
 describe("output capture", () => {
-  it("S004-183: a node's stored output names every tool-result reference across its child's context, not only the final text", async () => {
+  it("a node's stored output names every tool-result reference across its child's context, not only the final text (S004-183)", async () => {
     const w = await world(db.pool);
     const spilled = randomUUID();
     const delegated = randomUUID();
@@ -1296,7 +1296,7 @@ nodes:
 });
 
 describe("minimal composition", () => {
-  it("S004-310: without shared artifacts no artifact is stored and no grant is minted; dependents get handovers only", async () => {
+  it("without shared artifacts no artifact is stored and no grant is minted; dependents get handovers only (S004-310)", async () => {
     const w = await world(db.pool);
     const prompts: Record<string, string> = {};
     const { engine } = await w.engine(
@@ -1329,7 +1329,7 @@ nodes:
 });
 
 describe("current access is rebuilt, never read from the journal", () => {
-  it("S004-314: identity, permission policy and tool grants are rebuilt from the account as it is now", async () => {
+  it("identity, permission policy and tool grants are rebuilt from the account as it is now (S004-314)", async () => {
     const { captureDelegatedExecutionScope } = await import("@crw/brain");
     const { boundaryAgainst, currentDelegatedAccess } = await import("../src/index.js");
     const w = await world(db.pool, { toolAllow: ["Read", "Bash"] });

@@ -70,7 +70,7 @@ async function setup() {
 }
 
 describe("the plugin's DelegateContinue passes model and promote through to the delegation core", () => {
-  it("S004-215: model runs this continuation on another model (stored on its call), promote re-mints the child's scope; both refused or absent where they must be", async () => {
+  it("model runs this continuation on another model (stored on its call), promote re-mints the child's scope; both refused or absent where they must be (S004-215)", async () => {
     const { repo, service, account, parent, tool, ctx, turns } = await setup();
     const first = await tool(parent, false, "Delegate").execute(
       { task: scriptTask({ answer: "first" }), readOnly: true },

@@ -42,7 +42,7 @@ nodes:
 `;
 
 describe("workflow definitions", () => {
-  it("S004-341: one DAG definition parses from YAML or JSON into the same validated shape", () => {
+  it("one DAG definition parses from YAML or JSON into the same validated shape (S004-341)", () => {
     const fromYaml = parseWorkflowDefinition(yaml);
     const fromJson = parseWorkflowDefinition(JSON.stringify(fromYaml), "json");
     expect(fromJson).toEqual(fromYaml);

@@ -18,7 +18,7 @@ import { until } from "./helpers.js";
 const db = useTestDatabase();
 
 describe("nodes through the delegation core", () => {
-  it("S004-416: S004-148: nodes run through DelegationService's child-turn bracket; the one summary is delivered and acknowledged in the parent's journal", async () => {
+  it("nodes run through DelegationService's child-turn bracket; the one summary is delivered and acknowledged in the parent's journal (S004-416 S004-148)", async () => {
     const repo = new PgDelegationRepository(db.pool);
     const service = new DelegationService({
       repo,

@@ -34,7 +34,7 @@ async function journalOf(workflowId: string): Promise<OrchestrationJournal> {
 }
 
 describe("running a workflow", () => {
-  it("S004-341: S004-300: ready nodes run (independent ones together) and each gets only its direct dependencies' handovers", async () => {
+  it("ready nodes run (independent ones together) and each gets only its direct dependencies' handovers (S004-341 S004-300)", async () => {
     const w = await world(db.pool);
     const prompts = new Map<string, string>();
     const bothRunning = deferred();
@@ -62,7 +62,7 @@ describe("running a workflow", () => {
     expect(d).not.toContain("answer of a"); // an indirect dependency's handover never reaches d
   });
 
-  it("S004-066: S004-132: the parent receives one whole-workflow summary and no node result; nodes have no run rows", async () => {
+  it("the parent receives one whole-workflow summary and no node result; nodes have no run rows (S004-066 S004-132)", async () => {
     const w = await world(db.pool);
     const { engine } = await w.engine(({ task }) => `done: ${taskLine(task)}`);
     all.push(engine);
@@ -88,7 +88,7 @@ describe("running a workflow", () => {
     expect(await w.repo.queuedResultIds(w.parentSessionId, w.accountId)).toEqual([results[0]?.id]);
   });
 
-  it("S004-301: the version-2 journal holds node access and model maps, type-model pins, the run number and a handover per completed node", async () => {
+  it("the version-2 journal holds node access and model maps, type-model pins, the run number and a handover per completed node (S004-301)", async () => {
     const w = await world(db.pool);
     const gate = deferred();
     const { engine } = await w.engine(async ({ task }) => {
@@ -118,7 +118,7 @@ describe("running a workflow", () => {
     await engine.finished(started.workflowId);
   });
 
-  it("S004-420: a failed node blocks its dependents while independent nodes go on", async () => {
+  it("a failed node blocks its dependents while independent nodes go on (S004-420)", async () => {
     const w = await world(db.pool);
     const def = parseWorkflowDefinition(`
 name: partial
@@ -163,7 +163,7 @@ nodes:
     expect(outcome.summary).toMatch(/- k: failed: the answer does not match the output schema at ok/);
   });
 
-  it("S004-284: S004-283: cancel interrupts a running node, never starts a pending one, and says which in the summary", async () => {
+  it("cancel interrupts a running node, never starts a pending one, and says which in the summary (S004-284 S004-283)", async () => {
     const w = await world(db.pool);
     const def = parseWorkflowDefinition(`
 name: stop-me
@@ -197,7 +197,7 @@ nodes:
 });
 
 describe("WorkflowAddNodes", () => {
-  it("S004-286: S004-293: S004-294: a running node adds nodes; they are journaled before the ids are reported and inherit its access", async () => {
+  it("a running node adds nodes; they are journaled before the ids are reported and inherit its access (S004-286 S004-293 S004-294)", async () => {
     const w = await world(db.pool);
     const def = parseWorkflowDefinition(`
 name: expand
@@ -291,7 +291,7 @@ nodes:
     await engine.finished(started.workflowId);
   });
 
-  it("S004-286: a runner's workflow.addNodes host call runs the same mutation, admitted only for the calling running node", async () => {
+  it("a runner's workflow.addNodes host call runs the same mutation, admitted only for the calling running node (S004-286)", async () => {
     const w = await world(db.pool);
     const gate = deferred();
     const sessions: string[] = [];

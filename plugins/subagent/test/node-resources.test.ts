@@ -58,7 +58,7 @@ async function loopbackProvider() {
 }
 
 describe("workflow work uses the selected model and the ordinary runner resources", () => {
-  it("S004-342: node turns go to the workflow's selected models with the account's provider credentials, through the same runner pool as an ordinary delegation", async () => {
+  it("node turns go to the workflow's selected models with the account's provider credentials, through the same runner pool as an ordinary delegation (S004-342)", async () => {
     process.env[KEY_ENV] = "account-key";
     const provider = await loopbackProvider();
     const catalog = {

@@ -8,7 +8,7 @@ const db = useTestDatabase();
 const all = closeEnginesAfterEach();
 
 describe("the live caller's origin binding", () => {
-  it("S004-427: the origin's completion sink and summary writer run in the origin's async context, whoever triggers the end", async () => {
+  it("the origin's completion sink and summary writer run in the origin's async context, whoever triggers the end (S004-427)", async () => {
     const als = new AsyncLocalStorage<string>();
     const seen: Array<{ what: string; context: string | undefined }> = [];
     const w = await world(db.pool);

@@ -20,7 +20,7 @@ async function scopes(
 }
 
 describe("node placement", () => {
-  it("S004-275: S004-292: S004-430: the engine awaits the origin's cwd, and every node cwd is validated and persisted through delegatedWorkDir", async () => {
+  it("the engine awaits the origin's cwd, and every node cwd is validated and persisted through delegatedWorkDir (S004-275 S004-292 S004-430)", async () => {
     const project = await realpath(await mkdtemp(join(tmpdir(), "crw-proj-")));
     await mkdir(join(project, "pkg", "db"), { recursive: true });
     const w = await world(db.pool);
@@ -84,7 +84,7 @@ nodes:
 });
 
 describe("publication ordering", () => {
-  it("S004-281: S004-282: S004-285: results reach dependents only after their snapshot; completion drains, then publishes, then summarizes; the journal stays until then", async () => {
+  it("results reach dependents only after their snapshot; completion drains, then publishes, then summarizes; the journal stays until then (S004-281 S004-282 S004-285)", async () => {
     const w = await world(db.pool);
     const store = new PgWorkflowStore(db.pool);
     const inner = pgWorkflowEmitter(store);

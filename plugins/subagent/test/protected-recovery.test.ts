@@ -58,7 +58,7 @@ async function interrupted(w: Awaited<ReturnType<typeof world>>) {
 }
 
 describe("the host-only workflow dispatch scope", () => {
-  it("S004-352: S004-355: S004-361: a boot continuation runs inside the scope (parent, channel, exact child, an assertion); fresh dispatches and the live WorkflowResume never do", async () => {
+  it("a boot continuation runs inside the scope (parent, channel, exact child, an assertion); fresh dispatches and the live WorkflowResume never do (S004-352 S004-355 S004-361)", async () => {
     const w = await world(db.pool);
     const started = await interrupted(w);
     const childA = (await journal(started.workflowId)).nodes.a?.childSessionId;
@@ -117,7 +117,7 @@ describe("the host-only workflow dispatch scope", () => {
     expect(live.map((l) => l.scope)).toEqual([undefined, undefined]);
   });
 
-  it("S004-353: concurrent continuations each see only their own child in the scope (async context, no shared store or callback map)", async () => {
+  it("concurrent continuations each see only their own child in the scope (async context, no shared store or callback map) (S004-353)", async () => {
     const w = await world(db.pool);
     const wide = parseWorkflowDefinition(`
 name: wide
@@ -154,7 +154,7 @@ nodes:
     for (const s of seen) expect(s.child).toBe(s.session);
   });
 
-  it("S004-365: S004-352: the assertion is awaited before the dispatcher prepares anything; a superseded admission refuses and prepares nothing", async () => {
+  it("the assertion is awaited before the dispatcher prepares anything; a superseded admission refuses and prepares nothing (S004-365 S004-352)", async () => {
     const w = await world(db.pool);
     const log: string[] = [];
     const host: RecoveryContinueNode = async (_input, h) => {
@@ -223,7 +223,7 @@ nodes:
     expect(log).toEqual(["assert", "continue", "startFresh:TASK a"]);
   });
 
-  it("S004-359: the continuation's outcome and thrown values pass through unchanged", async () => {
+  it("the continuation's outcome and thrown values pass through unchanged (S004-359)", async () => {
     const w = await world(db.pool);
     const started = await interrupted(w);
     const thrown = Object.assign(new Error("the host could not continue"), { code: "host_refused" });
@@ -259,7 +259,7 @@ nodes:
 });
 
 describe("host-proven recovery admission", () => {
-  it("S004-381: boot resume takes {workflowGeneration, recoveryAdmissionVersion} from the claimed native row: a journal claiming other numbers is overridden, and the protected continuation is admitted under the row's", async () => {
+  it("boot resume takes {workflowGeneration, recoveryAdmissionVersion} from the claimed native row: a journal claiming other numbers is overridden, and the protected continuation is admitted under the row's (S004-381)", async () => {
     const w = await world(db.pool);
     const started = await interrupted(w);
     await db.pool.query(
@@ -512,7 +512,7 @@ describe("the scope at the real placement (SubagentSessionDispatch with forked r
 });
 
 describe("a scope without its assertion at the real placement", () => {
-  it("S004-364: a continuation that re-enters the scope without its assertion fails loudly at the placement; nothing runs", async () => {
+  it("a continuation that re-enters the scope without its assertion fails loudly at the placement; nothing runs (S004-364)", async () => {
     const repo = new PgDelegationRepository(db.pool);
     const inProcess = createScriptedTurnRunner();
     let turns = 0;

@@ -52,7 +52,7 @@ function recording(
 }
 
 describe("awaited publication with generations", () => {
-  it("S004-406: a created result without a recovery proof throws, and nothing runs", async () => {
+  it("a created result without a recovery proof throws, and nothing runs (S004-406)", async () => {
     const w = await world(db.pool);
     class NoProof extends PgWorkflowStore {
       override async recoverableWorkflow() {
@@ -74,7 +74,7 @@ describe("awaited publication with generations", () => {
     expect(ran).toBe(0);
   });
 
-  it("S004-413: S004-408: a Stop before the first created receipt is queued under the expected generation and publishes after it", async () => {
+  it("a Stop before the first created receipt is queued under the expected generation and publishes after it (S004-413 S004-408)", async () => {
     const w = await world(db.pool);
     const store = new PgWorkflowStore(db.pool);
     const calls: Call[] = [];
@@ -124,7 +124,7 @@ describe("awaited publication with generations", () => {
     expect(outcome.summary).toContain("- a: cancelled before it started");
   });
 
-  it("S004-410: S004-411: a refused (stale) write publishes nothing and never releases the node", async () => {
+  it("a refused (stale) write publishes nothing and never releases the node (S004-410 S004-411)", async () => {
     const w = await world(db.pool);
     const store = new PgWorkflowStore(db.pool);
     const calls: Call[] = [];
@@ -162,7 +162,7 @@ describe("awaited publication with generations", () => {
     expect(await summaries(db.pool, w.parentSessionId)).toEqual([]);
   });
 
-  it("S004-415: S004-390: a stale terminal cancellation cannot publish completion over a newer explicit resume", async () => {
+  it("a stale terminal cancellation cannot publish completion over a newer explicit resume (S004-415 S004-390)", async () => {
     const w = await world(db.pool);
     const store = new PgWorkflowStore(db.pool);
     const afterTerminal = deferred();

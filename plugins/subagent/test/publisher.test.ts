@@ -23,7 +23,7 @@ function update(workflowId: string, label: string): WorkflowUpdate {
 }
 
 describe("snapshot publication", () => {
-  it("S004-278: S004-408: snapshots are captured immutably when queued and published one at a time, in order", async () => {
+  it("snapshots are captured immutably when queued and published one at a time, in order (S004-278 S004-408)", async () => {
     const emitted: Array<{ name: string; expected: number | undefined }> = [];
     const gates = [deferred(), deferred()];
     let inFlight = 0;
@@ -53,7 +53,7 @@ describe("snapshot publication", () => {
     expect(maxInFlight).toBe(1);
   });
 
-  it("S004-412: host forwarding is awaited and sees the same result; a stale write forwards nothing", async () => {
+  it("host forwarding is awaited and sees the same result; a stale write forwards nothing (S004-412)", async () => {
     const w = await world(db.pool);
     const store = new PgWorkflowStore(db.pool);
     const forwarded: Array<{ status: string; done: boolean }> = [];
@@ -86,7 +86,7 @@ describe("snapshot publication", () => {
     expect(forwarded.map((f) => f.status)).toEqual(["created", "updated"]);
   });
 
-  it("S004-404: S004-423: boot publishes through the same emitter contract, and a fresh reservation is published before the node's access is prepared", async () => {
+  it("boot publishes through the same emitter contract, and a fresh reservation is published before the node's access is prepared (S004-404 S004-423)", async () => {
     const w = await world(db.pool);
     const store = new PgWorkflowStore(db.pool);
     const inner = pgWorkflowEmitter(store);

@@ -94,7 +94,7 @@ describe("boot recovery", () => {
     expect(before.dispatches).toBe(1);
   });
 
-  it("S004-329: a child whose answer settled before the crash is reused, not run again", async () => {
+  it("a child whose answer settled before the crash is reused, not run again (S004-329)", async () => {
     const w = await world(db.pool);
     const first = await w.engine(({ task }) => `first answer of ${taskLine(task)}`, {
       wrap: (base): NodeDispatcher => ({
@@ -126,7 +126,7 @@ describe("boot recovery", () => {
     expect(outcome.summary).toContain("first answer of TASK a");
   });
 
-  it("S004-331: S004-422: a planned child with an empty transcript survives boot and runs the workflow's original task", async () => {
+  it("a planned child with an empty transcript survives boot and runs the workflow's original task (S004-331 S004-422)", async () => {
     const w = await world(db.pool);
     const first = await w.engine(() => "unused", {
       wrap: (base): NodeDispatcher => ({
@@ -150,7 +150,7 @@ describe("boot recovery", () => {
     expect(await childCount(w.parentSessionId)).toBe(2);
   });
 
-  it("S004-303: S004-304: S004-302: an old-format journal terminalizes only its workflow, with a report; others recover", async () => {
+  it("an old-format journal terminalizes only its workflow, with a report; others recover (S004-303 S004-304 S004-302)", async () => {
     const w = await world(db.pool);
     const first = await w.engine(async ({ signal }) => untilAborted(signal));
     all.push(first.engine);
@@ -255,7 +255,7 @@ describe("boot recovery", () => {
     expect(taker.engine.runIds()).not.toContain(kept.workflowId);
   });
 
-  it("S004-389: S004-312: S004-315: boot checks every journaled scope against current access and starts nothing when one exceeds it", async () => {
+  it("boot checks every journaled scope against current access and starts nothing when one exceeds it (S004-389 S004-312 S004-315)", async () => {
     const w = await world(db.pool);
     const def = parseWorkflowDefinition(`
 name: narrowed

@@ -54,7 +54,7 @@ async function failedOnce(w: Awaited<ReturnType<typeof world>>) {
 }
 
 describe("explicit WorkflowResume", () => {
-  it("S004-297: S004-298: S004-390: resume re-captures access, advances the generation and retries a failed node in its own child", async () => {
+  it("resume re-captures access, advances the generation and retries a failed node in its own child (S004-297 S004-298 S004-390)", async () => {
     const w = await world(db.pool);
     const { engine, ctx, started, runs } = await failedOnce(w);
     const before = await journal(started.workflowId);

@@ -53,7 +53,7 @@ function wiredWithWorkflowTools(project: string, spillRoot: string) {
 }
 
 describe("the Sub-agent plugin's tools", () => {
-  it("S004-287: S004-341: S004-286: a parent's WorkflowStart reads the project file; a node's WorkflowAddNodes expands the DAG from inside its turn", async () => {
+  it("a parent's WorkflowStart reads the project file; a node's WorkflowAddNodes expands the DAG from inside its turn (S004-287 S004-341 S004-286)", async () => {
     const project = await mkdtemp(join(tmpdir(), "crw-proj-"));
     const { repo, service, engine, reader } = wiredWithWorkflowTools(
       project,

@@ -183,7 +183,7 @@ describe("test:e2e:parity:mcp:deferred", () => {
       messagePrefixIdentical: true,
     });
   });
-  it("S004-447: the fingerprints move with the persona templates, the deferral policy and the context records", () => {
+  it("the fingerprints move with the persona templates, the deferral policy and the context records (S004-447)", () => {
     const base = pinnedOf([{ role: "user", content: "x" }]);
     expect(pinnedOf([{ role: "user", content: "x" }])).toEqual(base);
     expect(pinnedOf([{ role: "user", content: "y" }]).contextRecords).not.toBe(base.contextRecords);
@@ -200,7 +200,7 @@ describe("test:e2e:parity:mcp:deferred", () => {
     ]);
   });
 
-  it("S004-451: S004-452: a baseline migrates only with a reason naming the exact delta and a passing same-build fork proof; a new capture alone is refused", () => {
+  it("a baseline migrates only with a reason naming the exact delta and a passing same-build fork proof; a new capture alone is refused (S004-451 S004-452)", () => {
     const prefix: Prefix = { system: "s", tools: { Delegate: "d", ToolSearch: "t" }, context: "c" };
     const previous = {
       reason: "first",

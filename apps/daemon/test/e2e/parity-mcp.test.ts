@@ -100,11 +100,11 @@ function assertVariant(count: number, { runner, local }: Awaited<ReturnType<type
 }
 
 describe("test:e2e:parity:mcp", () => {
-  it("S004-450: two-tool MCP server: the unresolved catalog exceeds the threshold, the bridged names are deferred (root and child), every expected name reaches the child, runner = daemon", async () => {
+  it("two-tool MCP server: the unresolved catalog exceeds the threshold, the bridged names are deferred (root and child), every expected name reaches the child, runner = daemon (S004-450)", async () => {
     assertVariant(2, await variant(2));
   }, 120_000);
 
-  it("S004-450: twelve-tool MCP server: bridged names deferred in the child and in the root, every expected name reaches the child, runner = daemon", async () => {
+  it("twelve-tool MCP server: bridged names deferred in the child and in the root, every expected name reaches the child, runner = daemon (S004-450)", async () => {
     assertVariant(12, await variant(12));
   }, 120_000);
 

@@ -136,7 +136,7 @@ async function runSession(runnerEnabled: boolean) {
 }
 
 describe("test:e2e:parity", () => {
-  it("S004-446: S004-443: S004-451: the same scripted session through the runner and in process gives the same provider request prefixes, a same-build fork repeats its parent's prefix, checked against the stored baseline", async () => {
+  it("the same scripted session through the runner and in process gives the same provider request prefixes, a same-build fork repeats its parent's prefix, checked against the stored baseline (S004-446 S004-443 S004-451)", async () => {
     const runner = await runSession(true);
     const local = await runSession(false);
     const children = (r: typeof runner) => r.captured.filter((c) => c.key.startsWith("child:"));

@@ -96,7 +96,7 @@ async function settled(): Promise<boolean> {
 }
 
 describe("test:e2e:recovery", () => {
-  it(`S004-443: the daemon SIGKILLed ${KILLS} times at random points while workflows and delegations run; everything ends once (seed ${seed})`, async () => {
+  it(`the daemon SIGKILLed ${KILLS} times at random points while workflows and delegations run; everything ends once (seed ${seed}) (S004-443)`, async () => {
     const rand = random(seed);
     const dataDir = mkdtempSync(join(tmpdir(), "crw-e2e-recovery-"));
     const opts = { dataDir, databaseUrl: db.url, runtime: { maxRunners: 2, turnsPerRunner: 4 } };

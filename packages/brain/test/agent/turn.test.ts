@@ -435,7 +435,7 @@ describe("shell bounds", () => {
 });
 
 describe("scope as data", () => {
-  it("S004-209: only the serializable scope crosses the boundary; the tool policy is rebuilt from it on the other side", async () => {
+  it("only the serializable scope crosses the boundary; the tool policy is rebuilt from it on the other side (S004-209)", async () => {
     const dir = workDir();
     const captured = scope(dir, { tools: { allow: ["read", "shell(ls*)"], deny: ["read(secret*)"] } });
     // What a runner process receives: plain JSON text, no closures, Sets or identity objects.
@@ -465,7 +465,7 @@ describe("scope as data", () => {
     ]);
   });
 
-  it("S004-271: tool grants and read-only stay the ceiling wherever the working directory is placed", async () => {
+  it("tool grants and read-only stay the ceiling wherever the working directory is placed (S004-271)", async () => {
     const dir = workDir();
     const nested = join(dir, "deep", "er");
     mkdirSync(nested, { recursive: true });

@@ -99,7 +99,7 @@ async function writeIsWaiting(pool: pg.Pool): Promise<boolean> {
 }
 
 describe("pauseForRestart: the restart checkpoint", () => {
-  it("S004-137: a finished tool result queued behind an in-flight journal write commits; the blocked model turn is not waited for; new work is refused", async () => {
+  it("a finished tool result queued behind an in-flight journal write commits; the blocked model turn is not waited for; new work is refused (S004-137)", async () => {
     const r = overlappingRunner();
     const events: DelegationEvent[] = [];
     const { service, repo } = makeService(db.pool, { runner: r.runner, onEvent: (e) => events.push(e) });
@@ -206,7 +206,7 @@ describe("pauseForRestart: the restart checkpoint", () => {
     await service.close();
   });
 
-  it("S004-137: a background call's turn is left open for boot recovery; its progress publication drains", async () => {
+  it("a background call's turn is left open for boot recovery; its progress publication drains (S004-137)", async () => {
     const published: number[] = [];
     const model = latch();
     const inTurn = latch();

@@ -34,7 +34,7 @@ async function childWithAnswer(extra: MutatingTool[] = []) {
 }
 
 describe("DelegateContinue and the read-only clamp", () => {
-  it("S004-227: write access stays refused from a read-only turn; nothing is written", async () => {
+  it("write access stays refused from a read-only turn; nothing is written (S004-227)", async () => {
     const { service, account, parent, child } = await childWithAnswer();
     await expect(
       service.continueSubagent({
@@ -52,7 +52,7 @@ describe("DelegateContinue and the read-only clamp", () => {
     expect(rows.rowCount).toBe(0);
   });
 
-  it("S004-296: the ownership guard: another parent or principal cannot continue or read a child", async () => {
+  it("the ownership guard: another parent or principal cannot continue or read a child (S004-296)", async () => {
     const { service, account, child } = await childWithAnswer();
     const other = await service.createRootSession(account.id, "scripted");
     await expect(
@@ -70,7 +70,7 @@ describe("DelegateContinue and the read-only clamp", () => {
     });
   });
 
-  it("S004-295: a continuation under a different target is refused before dispatch; nothing is written", async () => {
+  it("a continuation under a different target is refused before dispatch; nothing is written (S004-295)", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent } = await newParent(service);
     const { child } = await repo.createDelegation({
@@ -91,7 +91,7 @@ describe("DelegateContinue and the read-only clamp", () => {
     expect((await db.pool.query("select 1 from subagent_runs where tool_call_id = 'c'")).rowCount).toBe(0);
   });
 
-  it("S004-250: a terminal host-owned dream run is not continuable", async () => {
+  it("a terminal host-owned dream run is not continuable (S004-250)", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent } = await newParent(service);
     const { child } = await repo.createDelegation({

@@ -16,7 +16,7 @@ const systemOf = (body: Record<string, unknown>): string => {
 };
 
 describe("worker prompt composition on the real wire", () => {
-  it("S004-020: S004-019: composing a fresh worker's prompt adds no provider request, and later turns reuse the stored bytes", async () => {
+  it("composing a fresh worker's prompt adds no provider request, and later turns reuse the stored bytes (S004-020 S004-019)", async () => {
     // Parent asks for a foreground child; the child answers; the parent answers; then one continuation.
     const server = await startFakeModelServer([
       { tool: { id: "call_p1", name: "Delegate", arguments: { task: "say hi", background: false } } },

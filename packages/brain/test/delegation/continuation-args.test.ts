@@ -45,7 +45,7 @@ async function childOf(service: ReturnType<typeof makeService>["service"], readO
 }
 
 describe("DelegateContinue's call id, onEvent, model and promote", () => {
-  it("S004-215: S004-208: a continuation's model belongs to its call: its turns (and their recovery) run on it, the session keeps its own", async () => {
+  it("a continuation's model belongs to its call: its turns (and their recovery) run on it, the session keeps its own (S004-215 S004-208)", async () => {
     const gate = latch();
     const entered = latch();
     const rec = recordingRunner({ model: "scripted:blocked", gate: gate.promise, entered: entered.open });
@@ -103,7 +103,7 @@ describe("DelegateContinue's call id, onEvent, model and promote", () => {
     expect(recovered?.status).toBe("succeeded");
   });
 
-  it("S004-215: promote mints the child's scope again from the caller's live access; refused from a read-only turn", async () => {
+  it("promote mints the child's scope again from the caller's live access; refused from a read-only turn (S004-215)", async () => {
     const rec = recordingRunner();
     const { service, repo } = makeService(db.pool, { runner: rec.runner });
     const { account, parent, child } = await childOf(service, true);
@@ -151,7 +151,7 @@ describe("DelegateContinue's call id, onEvent, model and promote", () => {
     await service.close();
   });
 
-  it("S004-215: a model change or a promotion never rides on a steer into a running call", async () => {
+  it("a model change or a promotion never rides on a steer into a running call (S004-215)", async () => {
     const gate = latch();
     const entered = latch();
     const rec = recordingRunner({ model: "scripted:slow", gate: gate.promise, entered: entered.open });

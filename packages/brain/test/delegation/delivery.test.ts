@@ -17,7 +17,7 @@ import {
 const db = useTestDatabase();
 
 describe("delivery of delegated results", () => {
-  it("S004-025: a foreground result is the parent's toolResult, appended and acknowledged together", async () => {
+  it("a foreground result is the parent's toolResult, appended and acknowledged together (S004-025)", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent } = await newParent(service);
     const outcome = await service.prompt(
@@ -39,7 +39,7 @@ describe("delivery of delegated results", () => {
     });
   });
 
-  it("S004-029: an idle parent gets its queued results in one batched follow-up turn", async () => {
+  it("an idle parent gets its queued results in one batched follow-up turn (S004-029)", async () => {
     const gates = new Map<string, Promise<void>>();
     const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
     const { account, parent } = await newParent(service);
@@ -108,7 +108,7 @@ describe("delivery of delegated results", () => {
     expect((await repo.settledResultIds(parent.id, account.id)).sort()).toEqual([...ids].sort());
   });
 
-  it("S004-033: S004-051: a failed parent answer does not requeue an already durable result", async () => {
+  it("a failed parent answer does not requeue an already durable result (S004-033 S004-051)", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent } = await newParent(service);
     // The follow-up request (the 2nd of this plan) fails at the provider.
@@ -123,7 +123,7 @@ describe("delivery of delegated results", () => {
     expect(await repo.settledResultIds(parent.id, account.id)).toHaveLength(1);
   });
 
-  it("S004-026: onResultDelivered publishes after the commit, with the committed result ids", async () => {
+  it("onResultDelivered publishes after the commit, with the committed result ids (S004-026)", async () => {
     const seen: Array<{ parent: string; ids: string[]; durable: number }> = [];
     const { service, repo } = makeService(db.pool, {
       onResultDelivered: async (e) => {
@@ -152,7 +152,7 @@ describe("delivery of delegated results", () => {
     expect(seen[0]?.durable).toBe(1);
   });
 
-  it("S004-072: each newly queued result emits delegation.result_steered", async () => {
+  it("each newly queued result emits delegation.result_steered (S004-072)", async () => {
     const events: string[] = [];
     const { service } = makeService(db.pool, { onEvent: (e) => events.push(e.type) });
     const { account, parent } = await newParent(service);
@@ -175,7 +175,7 @@ describe("delivery of delegated results", () => {
     await service.whenIdle();
   });
 
-  it("S004-068: S004-235: a workflow delivers one whole-workflow summary, prepared like a child result before the inbox", async () => {
+  it("a workflow delivers one whole-workflow summary, prepared like a child result before the inbox (S004-068 S004-235)", async () => {
     const { service, repo } = makeService(db.pool, { toolResultInlineBytes: () => 64 });
     const { account, parent } = await newParent(service);
     await service.prompt(parent.id, account.id, scriptTask({ answer: "started a workflow" }));

@@ -22,7 +22,7 @@ import {
 const db = useTestDatabase();
 
 describe("delivery and bracket edges", () => {
-  it("S004-041: a result that arrives as the parent's turn ends (after its last drain) is not stranded: one follow-up delivers it once", async () => {
+  it("a result that arrives as the parent's turn ends (after its last drain) is not stranded: one follow-up delivers it once (S004-041)", async () => {
     const scripted = createScriptedTurnRunner();
     const hook: { atTurnEnd?: (sessionId: string) => Promise<void> } = {};
     const runner: SessionTurnRunner = {
@@ -63,7 +63,7 @@ describe("delivery and bracket edges", () => {
     await service.close();
   });
 
-  it("S004-063: concurrent bracket callers and the owner's drain share one delivery authority: each result is journaled once", async () => {
+  it("concurrent bracket callers and the owner's drain share one delivery authority: each result is journaled once (S004-063)", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent } = await newParent(service);
     const first = await delegateForeground(
@@ -102,7 +102,7 @@ describe("delivery and bracket edges", () => {
     await service.close();
   });
 
-  it("S004-050: committing a workflow summary for a working child does not release its open call; the call returns after the turn", async () => {
+  it("committing a workflow summary for a working child does not release its open call; the call returns after the turn (S004-050)", async () => {
     const gates = new Map<string, Promise<void>>();
     const hold = latch();
     gates.set("hold", hold.promise);
@@ -159,7 +159,7 @@ describe("delivery and bracket edges", () => {
     await service.close();
   });
 
-  it("S004-567: no model input can name a dream: Delegate refuses a dream argument and a captured child never carries one", async () => {
+  it("no model input can name a dream: Delegate refuses a dream argument and a captured child never carries one (S004-567)", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent } = await newParent(service);
     const [delegate] = delegationTools(service, parent, false);
@@ -192,7 +192,7 @@ describe("delivery and bracket edges", () => {
 });
 
 describe("a workflow completion for a settling child", () => {
-  it("S004-048: starts the result turn itself, independently of the settlement drain; the call is held until that turn finishes", async () => {
+  it("starts the result turn itself, independently of the settlement drain; the call is held until that turn finishes (S004-048)", async () => {
     const gates = new Map<string, Promise<void>>();
     const helperGate = latch();
     gates.set("helper", helperGate.promise);

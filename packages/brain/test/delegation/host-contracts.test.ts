@@ -30,7 +30,7 @@ async function resultRows(runId: string): Promise<number> {
 }
 
 describe("asynchronous host contracts of a result's preparation", () => {
-  it("S004-232: background completion awaits the host's completion emitter before the inbox handoff", async () => {
+  it("background completion awaits the host's completion emitter before the inbox handoff (S004-232)", async () => {
     const gate = latch();
     const emitted: BackgroundCompletion[] = [];
     const { service, repo } = makeService(db.pool, {
@@ -72,7 +72,7 @@ describe("asynchronous host contracts of a result's preparation", () => {
     await service.close();
   });
 
-  it("S004-232: a rejecting completion emitter is a typed error; the call stays open and recovery settles it once", async () => {
+  it("a rejecting completion emitter is a typed error; the call stays open and recovery settles it once (S004-232)", async () => {
     const events: DelegationEvent[] = [];
     const first = makeService(db.pool, {
       completionEmitter: async () => {
@@ -112,7 +112,7 @@ describe("asynchronous host contracts of a result's preparation", () => {
     expect(messages(journal).find((m) => m.role === "custom")?.content).toContain("kept answer");
   });
 
-  it("S004-233: the inline-byte limit and the recipient's output-writer capture are awaited before anything is stored", async () => {
+  it("the inline-byte limit and the recipient's output-writer capture are awaited before anything is stored (S004-233)", async () => {
     const limitGate = latch();
     const writerGate = latch();
     const captured: OutputRecipient[] = [];
@@ -162,7 +162,7 @@ describe("asynchronous host contracts of a result's preparation", () => {
     await service.close();
   });
 
-  it("S004-233: a rejecting writer capture is a typed error for the caller; nothing is lost", async () => {
+  it("a rejecting writer capture is a typed error for the caller; nothing is lost (S004-233)", async () => {
     const first = makeService(db.pool, {
       toolResultInlineBytes: async () => 32,
       captureOutputWriter: async () => {

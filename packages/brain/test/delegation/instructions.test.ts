@@ -52,7 +52,7 @@ function layout() {
 }
 
 describe("instruction eligibility and worktree placement", () => {
-  it("S004-264: the owner-ancestor rule: the root's files and rules, then each directory down to the working directory", async () => {
+  it("the owner-ancestor rule: the root's files and rules, then each directory down to the working directory (S004-264)", async () => {
     const { repo, wt } = layout();
     const root = await instructionRootFor(join(wt, "sub"));
     // The worktree's own root, not the repository it was added from.
@@ -73,7 +73,7 @@ describe("instruction eligibility and worktree placement", () => {
     expect(await eligibleInstructionFiles(join(wt, "sub"), join(repo, "sub"))).toEqual([]);
   });
 
-  it("S004-265: S004-264: a worktree placement keeps its origin's ref, composes from its own instruction root, and read-only turns keep the placement", async () => {
+  it("a worktree placement keeps its origin's ref, composes from its own instruction root, and read-only turns keep the placement (S004-265 S004-264)", async () => {
     const { repo, wt } = layout();
     const scripted = createScriptedTurnRunner();
     const turns: { sessionId: string; workDir: string | null; readOnly: boolean }[] = [];

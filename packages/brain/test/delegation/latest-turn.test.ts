@@ -20,7 +20,7 @@ const texts = (entries: Awaited<ReturnType<DelegationRepository["latestTurn"]>>)
   );
 
 describe("getLatestTurn", () => {
-  it("S004-181: the newest turn's rows, provisional rows and custom events included; a finished turn back to the answer before it", async () => {
+  it("the newest turn's rows, provisional rows and custom events included; a finished turn back to the answer before it (S004-181)", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent } = await newParent(service);
     await repo.append(parent.id, account.id, [
@@ -52,7 +52,7 @@ describe("getLatestTurn", () => {
     await service.close();
   });
 
-  it("S004-181: boot recovery settles an interrupted tail from the newest turn only, never reading the whole journal", async () => {
+  it("boot recovery settles an interrupted tail from the newest turn only, never reading the whole journal (S004-181)", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent } = await newParent(service);
     const history: JournalWrite[] = [];
@@ -80,7 +80,7 @@ describe("getLatestTurn", () => {
     await service.close();
   });
 
-  it("S004-181: the dream error check reads the dream's newest turn", async () => {
+  it("the dream error check reads the dream's newest turn (S004-181)", async () => {
     const { service } = makeService(db.pool);
     const { account, parent } = await newParent(service);
     await service.prompt(parent.id, account.id, "something to dream about");

@@ -19,7 +19,7 @@ const scope = (allow?: string[]) =>
   );
 
 describe("per-call path checks", () => {
-  it("S004-272: a call's path authority comes from the scope's working directory, never from the process cwd", () => {
+  it("a call's path authority comes from the scope's working directory, never from the process cwd (S004-272)", () => {
     // The process runs elsewhere: its cwd is neither the working directory nor inside it.
     expect(process.cwd().startsWith(workDir)).toBe(false);
     const options = { workDir, scope: scope(["read(src/**)", "write(src/**)", "shell"]) };

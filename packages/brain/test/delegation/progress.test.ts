@@ -42,7 +42,7 @@ function recordingPublisher(delayMs = 15) {
 }
 
 describe("progress publication of a delegation's job", () => {
-  it("S004-229: S004-230: a foreground call's snapshots are taken per event, published one at a time in order, and drained before it settles", async () => {
+  it("a foreground call's snapshots are taken per event, published one at a time in order, and drained before it settles (S004-229 S004-230)", async () => {
     const gates = new Map<string, Promise<void>>();
     const pub = recordingPublisher();
     const { service, repo } = makeService(db.pool, {
@@ -80,7 +80,7 @@ describe("progress publication of a delegation's job", () => {
     await service.close();
   });
 
-  it("S004-230: a background call drains its publication before its result enters the inbox", async () => {
+  it("a background call drains its publication before its result enters the inbox (S004-230)", async () => {
     const gates = new Map<string, Promise<void>>();
     const pub = recordingPublisher(25);
     const steered: string[] = [];
@@ -111,7 +111,7 @@ describe("progress publication of a delegation's job", () => {
     await service.close();
   });
 
-  it("S004-219: the default publication writes only the run's progress columns; the host-owned scope column is kept", async () => {
+  it("the default publication writes only the run's progress columns; the host-owned scope column is kept (S004-219)", async () => {
     const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", new Map())] });
     const { account, parent } = await newParent(service, { isOwner: true });
     const first = await delegateForeground(
@@ -145,7 +145,7 @@ describe("progress publication of a delegation's job", () => {
     await service.close();
   });
 
-  it("S004-231: Ctrl+B persists the background row and snapshot before the foreground waiter is let go; the result arrives once, through the inbox", async () => {
+  it("Ctrl+B persists the background row and snapshot before the foreground waiter is let go; the result arrives once, through the inbox (S004-231)", async () => {
     const gates = new Map<string, Promise<void>>();
     const gate = latch();
     gates.set("hold", gate.promise);
@@ -196,7 +196,7 @@ describe("progress publication of a delegation's job", () => {
     await service.close();
   });
 
-  it("S004-231: S004-234: a failed background write is diagnosed and leaves the foreground waiter attached; outcomes stay typed", async () => {
+  it("a failed background write is diagnosed and leaves the foreground waiter attached; outcomes stay typed (S004-231 S004-234)", async () => {
     const gates = new Map<string, Promise<void>>();
     const gate = latch();
     gates.set("hold", gate.promise);
@@ -252,7 +252,7 @@ describe("progress publication of a delegation's job", () => {
     await service.close();
   });
 
-  it("S004-234: progress publication failures change no call outcome; each is diagnosed with its code", async () => {
+  it("progress publication failures change no call outcome; each is diagnosed with its code (S004-234)", async () => {
     const events: DelegationEvent[] = [];
     const { service } = makeService(db.pool, {
       tools: () => [gateTool("Gate", new Map())],
@@ -282,7 +282,7 @@ describe("progress publication of a delegation's job", () => {
     await service.close();
   });
 
-  it("S004-217: an admission refusal emits neither progress nor completion", async () => {
+  it("an admission refusal emits neither progress nor completion (S004-217)", async () => {
     const pub = recordingPublisher(0);
     const { service, repo } = makeService(db.pool, { publishProgress: pub.publish });
     const { account, parent } = await newParent(service);

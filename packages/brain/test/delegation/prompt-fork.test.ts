@@ -15,7 +15,7 @@ import {
 const db = useTestDatabase();
 
 describe("the prompt and context a child's turn gets", () => {
-  it("S004-001: an ordinary non-fork child takes the worker route, with a typed or a generic role", async () => {
+  it("an ordinary non-fork child takes the worker route, with a typed or a generic role (S004-001)", async () => {
     const { seen, runner } = recording();
     const { service } = makeService(db.pool, { runner });
     const { account, parent } = await newParent(service);
@@ -48,7 +48,7 @@ describe("the prompt and context a child's turn gets", () => {
     expect(typed?.tools.map((t) => t.name)).toEqual(["Delegate", "DelegateContinue", "DelegateRead"]);
   });
 
-  it("S004-017: S004-243: S004-244: a fork continues with its parent's byte-identical prompt, toolset and settled prefix", async () => {
+  it("a fork continues with its parent's byte-identical prompt, toolset and settled prefix (S004-017 S004-243 S004-244)", async () => {
     const { seen, runner } = recording();
     const { service, repo } = makeService(db.pool, { runner });
     const { account, parent } = await newParent(service);
@@ -77,7 +77,7 @@ describe("the prompt and context a child's turn gets", () => {
     expect(toolResult).toMatchObject({ content: "forked ok", isError: false });
   });
 
-  it("S004-221: a read-only continuation runs its turn under the clamp while the permanent scope keeps composing the prompt", async () => {
+  it("a read-only continuation runs its turn under the clamp while the permanent scope keeps composing the prompt (S004-221)", async () => {
     const { seen, runner } = recording();
     const { service } = makeService(db.pool, { runner });
     const { account, parent } = await newParent(service);
@@ -106,7 +106,7 @@ describe("the prompt and context a child's turn gets", () => {
     expect(turns[1]?.systemPrompt).toContain("# Role: analyst");
   });
 
-  it("S004-019: a child's prompt is composed once per spawn and reused by every later turn", async () => {
+  it("a child's prompt is composed once per spawn and reused by every later turn (S004-019)", async () => {
     const { seen, runner } = recording();
     let extra: MutatingTool[] = [];
     const { service } = makeService(db.pool, { runner, tools: () => extra });

@@ -48,7 +48,7 @@ async function appendInterruptedToolCall(
 }
 
 describe("boot recovery", () => {
-  it("S004-188: a Delegate that never started is terminalized with an error result, and S004-030: the parent wakes without user input", async () => {
+  it("a Delegate that never started is terminalized with an error result, and S004-030: the parent wakes without user input (S004-188)", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent, run } = await queuedRun(service, scriptTask({ answer: "never" }));
     const report = await recoverDelegations(service);
@@ -62,7 +62,7 @@ describe("boot recovery", () => {
     await service.close();
   });
 
-  it("S004-247: S004-248: boot discards an unfinished fork copy before claiming, and the parent's run settles through the missing-child path", async () => {
+  it("boot discards an unfinished fork copy before claiming, and the parent's run settles through the missing-child path (S004-247 S004-248)", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent, run, child } = await queuedRun(service, "forked task", true);
     const report = await recoverDelegations(service);
@@ -74,7 +74,7 @@ describe("boot recovery", () => {
     await service.close();
   });
 
-  it("S004-030: S004-031: a run beyond its recovery attempts gets an ordinary error result telling the parent to verify the last step", async () => {
+  it("a run beyond its recovery attempts gets an ordinary error result telling the parent to verify the last step (S004-030 S004-031)", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent, run } = await queuedRun(service, scriptTask({ answer: "x" }));
     await repo.startRun(run.id, run.generation, "dead-owner");
@@ -189,7 +189,7 @@ describe("boot recovery", () => {
     await service.close();
   });
 
-  it("S004-143: boot ownership and settling a turn that had finished charge no recovery attempt", async () => {
+  it("boot ownership and settling a turn that had finished charge no recovery attempt (S004-143)", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent, run } = await queuedRun(service, "finished before the crash");
     await repo.startRun(run.id, run.generation, "dead-owner");

@@ -22,7 +22,7 @@ const storedScopeText = async (id: string) =>
   (await db.pool.query<{ scope: string }>("select scope from sessions where id = $1", [id])).rows[0]?.scope;
 
 describe("one request for every path of a delegated call", () => {
-  it("S004-206: foreground, background, continuation, helper wake and recovery turns get the same request from the durable scope", async () => {
+  it("foreground, background, continuation, helper wake and recovery turns get the same request from the durable scope (S004-206)", async () => {
     const { seen, runner } = recording();
     // The helper answers only once the child's own turn has ended: its result then wakes the settling child
     // in a turn of its own (answering at once, it could be taken at the child's tool round instead).
@@ -112,7 +112,7 @@ describe("one request for every path of a delegated call", () => {
     await service.close();
   });
 
-  it("S004-207: current account denials narrow a turn without changing the durable scope", async () => {
+  it("current account denials narrow a turn without changing the durable scope (S004-207)", async () => {
     const { seen, runner } = recording();
     const { service, repo } = makeService(db.pool, { runner, tools: () => [writeTool] });
     const { account, parent } = await newParent(service);
@@ -157,7 +157,7 @@ describe("one request for every path of a delegated call", () => {
     await service.close();
   });
 
-  it("S004-191: Delegate and dreaming supply the authenticated account, permission boundary and project target to the capture", async () => {
+  it("Delegate and dreaming supply the authenticated account, permission boundary and project target to the capture (S004-191)", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent } = await newParent(service, { isOwner: true });
     const plain = await delegateForeground(service, { parent, account }, "d", scriptTask({ answer: "ok" }));

@@ -32,7 +32,7 @@ const storedScope = async (childId: string) =>
   );
 
 describe("scope capture and live access in delegation", () => {
-  it("S004-200: the captured operator flag comes from the account: owners and administrators, nobody else", async () => {
+  it("the captured operator flag comes from the account: owners and administrators, nobody else (S004-200)", async () => {
     const { service } = makeService(db.pool);
     const flags: boolean[] = [];
     for (const account of [{ isAdministrator: true }, { isOwner: true }, {}]) {
@@ -50,7 +50,7 @@ describe("scope capture and live access in delegation", () => {
     expect(flags).toEqual([true, true, false]);
   });
 
-  it("S004-210: S004-220: S004-318: live account grants narrow every later turn of the call and never widen the stored scope", async () => {
+  it("live account grants narrow every later turn of the call and never widen the stored scope (S004-210 S004-220 S004-318)", async () => {
     const { service, repo } = makeService(db.pool, { tools: () => [writeTool] });
     const { account, parent } = await newParent(service);
     const first = await delegateForeground(
@@ -76,7 +76,7 @@ describe("scope capture and live access in delegation", () => {
     expect(await storedScope(first.childSessionId)).toEqual(before);
   });
 
-  it("S004-211: S004-266: continuation and boot recovery replay the stored working directory", async () => {
+  it("continuation and boot recovery replay the stored working directory (S004-211 S004-266)", async () => {
     const { seen, runner } = recording();
     const { service, repo } = makeService(db.pool, { runner });
     const { account, parent } = await newParent(service, { isAdministrator: true });
@@ -114,7 +114,7 @@ describe("scope capture and live access in delegation", () => {
     await service.close();
   });
 
-  it("S004-064: S004-065: background delegation tells the model to keep working and offers no wait or sleep tool", async () => {
+  it("background delegation tells the model to keep working and offers no wait or sleep tool (S004-064 S004-065)", async () => {
     const { seen, runner } = recording();
     const { service, repo } = makeService(db.pool, { runner });
     const { account, parent } = await newParent(service);
@@ -135,7 +135,7 @@ describe("scope capture and live access in delegation", () => {
     expect(names.some((n) => n.includes("wait") || n.includes("sleep"))).toBe(false);
   });
 
-  it("S004-044: S004-055: S004-057: a text follow-up the call can no longer take gets its dropped notice; the failure persists only its reason", async () => {
+  it("a text follow-up the call can no longer take gets its dropped notice; the failure persists only its reason (S004-044 S004-055 S004-057)", async () => {
     let steered = false;
     const base = createScriptedTurnRunner();
     const { service, repo } = makeService(db.pool, {
@@ -172,7 +172,7 @@ describe("scope capture and live access in delegation", () => {
     expect(result.rows.map((r) => r.body)).toEqual(["provider down"]);
   });
 
-  it("S004-566: bad input to Delegate is refused with a typed error and nothing is written: a smuggled dream, a drive-relative cwd", async () => {
+  it("bad input to Delegate is refused with a typed error and nothing is written: a smuggled dream, a drive-relative cwd (S004-566)", async () => {
     const { service } = makeService(db.pool);
     const { account, parent } = await newParent(service);
     const before = (await db.pool.query("select count(*)::int as n from sessions")).rows[0]?.n;
@@ -206,7 +206,7 @@ describe("scope capture and live access in delegation", () => {
     ).toBe(0);
   });
 
-  it("S004-216: S004-218: progress starts only after admission committed; a refused admission emits nothing", async () => {
+  it("progress starts only after admission committed; a refused admission emits nothing (S004-216 S004-218)", async () => {
     const { service } = makeService(db.pool);
     const { account, parent } = await newParent(service);
     const refused: string[] = [];
@@ -243,7 +243,7 @@ describe("scope capture and live access in delegation", () => {
     await service.whenIdle();
   });
 
-  it("S004-257: a scoped caller places its children only inside its own project", async () => {
+  it("a scoped caller places its children only inside its own project (S004-257)", async () => {
     const root = realpathSync(mkdtempSync(join(tmpdir(), "crw-scoped-")));
     const inside = join(root, "sub");
     mkdirSync(inside);

@@ -34,7 +34,7 @@ async function childFailingNextTurn(service: ReturnType<typeof makeService>["ser
 }
 
 describe("settlement of a child's call", () => {
-  it("S004-046: S004-049: a call settles only after its helpers' results were processed, with the newest reply", async () => {
+  it("a call settles only after its helpers' results were processed, with the newest reply (S004-046 S004-049)", async () => {
     const gates = new Map<string, Promise<void>>();
     const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
     const { account, parent } = await newParent(service);
@@ -86,7 +86,7 @@ describe("settlement of a child's call", () => {
     });
   });
 
-  it("S004-052: S004-053: S004-051: a failed drain carries result id, reason and cause to every joined caller; nothing is requeued", async () => {
+  it("a failed drain carries result id, reason and cause to every joined caller; nothing is requeued (S004-052 S004-053 S004-051)", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, child, scope } = await childFailingNextTurn(service);
     // a helper result waits in the child's inbox
@@ -102,7 +102,7 @@ describe("settlement of a child's call", () => {
     expect(await repo.settledResultIds(child.id, account.id)).toEqual([resultId]);
   });
 
-  it("S004-054: an aborted drain keeps stop precedence over failure", async () => {
+  it("an aborted drain keeps stop precedence over failure (S004-054)", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, child, scope } = await childFailingNextTurn(service);
     await repo.enqueueSteer(child.id, account.id, "more");
@@ -122,7 +122,7 @@ describe("settlement of a child's call", () => {
     await service.close();
   });
 
-  it("S004-037: result steering writes no steer receipt and never stamps a steer id on a result", async () => {
+  it("result steering writes no steer receipt and never stamps a steer id on a result (S004-037)", async () => {
     const { service } = makeService(db.pool);
     const { account, parent } = await newParent(service);
     await delegateForeground(
@@ -146,7 +146,7 @@ describe("settlement of a child's call", () => {
     void PgDelegationRepository;
   });
 
-  it("S004-036: a nested helper's result is steered into its running parent child through the same queue read and journal proof", async () => {
+  it("a nested helper's result is steered into its running parent child through the same queue read and journal proof (S004-036)", async () => {
     const gates = new Map<string, Promise<void>>();
     const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
     const { account, parent } = await newParent(service);
@@ -188,7 +188,7 @@ describe("settlement of a child's call", () => {
     expect(await repo.settledResultIds(child, account.id)).toHaveLength(1);
   });
 
-  it("S004-047: S004-062: a text follow-up admitted while the call settles runs in the bracket and reports through the call's sink", async () => {
+  it("a text follow-up admitted while the call settles runs in the bracket and reports through the call's sink (S004-047 S004-062)", async () => {
     const gates = new Map<string, Promise<void>>();
     const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
     const { account, parent } = await newParent(service);

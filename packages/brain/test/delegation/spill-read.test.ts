@@ -37,7 +37,7 @@ async function backgroundResult(service: ReturnType<typeof makeService>["service
 }
 
 describe("spilled results", () => {
-  it("S004-242: spilling does not acknowledge delivery: the result waits in the inbox until the parent's journal commit", async () => {
+  it("spilling does not acknowledge delivery: the result waits in the inbox until the parent's journal commit (S004-242)", async () => {
     const { service, repo } = makeService(db.pool, { toolResultInlineBytes: () => 16 });
     const { account, parent } = await newParent(service);
     let release!: () => void;
@@ -65,7 +65,7 @@ describe("spilled results", () => {
     await service.whenIdle();
   });
 
-  it("S004-237: a body of exactly the limit (UTF-8 bytes) stays inline", async () => {
+  it("a body of exactly the limit (UTF-8 bytes) stays inline (S004-237)", async () => {
     const body = "é".repeat(50); // 100 bytes, 50 characters
     const { service } = makeService(db.pool, { toolResultInlineBytes: () => 100 });
     const { delivered } = await backgroundResult(service, body);
@@ -73,7 +73,7 @@ describe("spilled results", () => {
     expect(delivered.content.endsWith(`\n${body}`)).toBe(true);
   });
 
-  it("S004-241: a failed spill write is an explicit error result with a DelegateRead hint, never a truncated success", async () => {
+  it("a failed spill write is an explicit error result with a DelegateRead hint, never a truncated success (S004-241)", async () => {
     const broken: SpillStore = {
       write: async () => {
         throw new Error("disk full");
@@ -89,7 +89,7 @@ describe("spilled results", () => {
 });
 
 describe("readSubagent", () => {
-  it("S004-178: S004-252: the ownership guard runs before the read", async () => {
+  it("the ownership guard runs before the read (S004-178 S004-252)", async () => {
     const { service } = makeService(db.pool);
     const { account, parent } = await newParent(service);
     const stranger = await service.repo.createAccount({ name: `s-${randomUUID()}` });
@@ -103,7 +103,7 @@ describe("readSubagent", () => {
 });
 
 describe("the ordinary last-row reply reader", () => {
-  it("S004-180: a call's result reads one assistant row; an empty last answer never surfaces an older call's reply", async () => {
+  it("a call's result reads one assistant row; an empty last answer never surfaces an older call's reply (S004-180)", async () => {
     const base = makeService(db.pool);
     const limits: number[] = [];
     const counting = Object.create(base.repo) as typeof base.repo;

@@ -62,7 +62,7 @@ function readingRunner(extraReads: string[] = []) {
 }
 
 describe("Read for spilled results", () => {
-  it("S004-240: a root parent reads its spilled result's path with Read in its own namespace, page by page", async () => {
+  it("a root parent reads its spilled result's path with Read in its own namespace, page by page (S004-240)", async () => {
     const r = readingRunner();
     const { service, repo } = makeService(db.pool, { runner: r.runner, toolResultInlineBytes: () => 100 });
     const { account, parent } = await newParent(service);
@@ -81,7 +81,7 @@ describe("Read for spilled results", () => {
     await service.close();
   });
 
-  it("S004-240: Read reaches nothing but the session's own spilled results", async () => {
+  it("Read reaches nothing but the session's own spilled results (S004-240)", async () => {
     const first = makeService(db.pool, { toolResultInlineBytes: () => 10 });
     const other = await newParent(first.service);
     const receipt = await first.service.delegate({

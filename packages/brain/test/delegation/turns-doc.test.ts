@@ -89,7 +89,7 @@ async function situation(service: DelegationService, child: string) {
 }
 
 describe("docs/modules/brain/turns.md", () => {
-  it("S004-228: the plan-mode admission rule and clamp are documented, and every documented row is what the code does", async () => {
+  it("the plan-mode admission rule and clamp are documented, and every documented row is what the code does (S004-228)", async () => {
     const doc = readFileSync(DOC, "utf8");
     for (const term of [
       "read_only_scope",

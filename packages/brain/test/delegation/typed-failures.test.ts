@@ -57,7 +57,7 @@ describe("typed turn failures", () => {
     await service.close();
   });
 
-  it("S004-056: helper delivery that fails on a runner startup error keeps the native cause; payloads stay as they were", async () => {
+  it("helper delivery that fails on a runner startup error keeps the native cause; payloads stay as they were (S004-056)", async () => {
     const { runner, state } = switchableRunner();
     const { service, repo } = makeService(db.pool, { runner });
     const { account, parent } = await newParent(service);

@@ -55,7 +55,7 @@ async function forkScenario(cache: PromptCacheModel) {
 }
 
 describe("provider usage with the journal, and fork-prefix diagnostics", () => {
-  it("S004-182: fork-prefix diagnostics page assistant rows until a usage-bearing response appears and tell whether the fork read its parent's prefix from the cache", async () => {
+  it("fork-prefix diagnostics page assistant rows until a usage-bearing response appears and tell whether the fork read its parent's prefix from the cache (S004-182)", async () => {
     const cache = new PromptCacheModel();
     const { service, repo, account, parent, forkId, first, second, reports } = await forkScenario(cache);
 
@@ -136,7 +136,7 @@ describe("provider usage with the journal, and fork-prefix diagnostics", () => {
     expect(none).toEqual({ response: null, rowsRead: 0, pages: 1 });
   }, 60_000);
 
-  it("S004-182: a fork whose first request found nothing of its parent's prefix in the cache is reported as such", async () => {
+  it("a fork whose first request found nothing of its parent's prefix in the cache is reported as such (S004-182)", async () => {
     // The cache is evicted right before the fork's first request (the third request of the run).
     let n = 0;
     const cache = new (class extends PromptCacheModel {

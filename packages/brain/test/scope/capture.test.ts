@@ -29,7 +29,7 @@ function code(fn: () => unknown): string | undefined {
 }
 
 describe("captureDelegatedExecutionScope", () => {
-  it("S004-193: intersects the scope's tool allow-list with the current account grant", () => {
+  it("intersects the scope's tool allow-list with the current account grant (S004-193)", () => {
     const json = captureDelegatedExecutionScope(
       { ...base, tools: { allow: ["Read", "Write", "Bash"] } },
       { accountId: "acct-1", tools: { allow: ["Read", "Bash(git *)", "Edit"] } },
@@ -39,7 +39,7 @@ describe("captureDelegatedExecutionScope", () => {
     expect(scope.tools.allow).toEqual(["Bash(git *)", "Read"]);
   });
 
-  it("S004-194: unions denials of scope and authority", () => {
+  it("unions denials of scope and authority (S004-194)", () => {
     const scope = parseDelegatedExecutionScope(
       captureDelegatedExecutionScope(
         { ...base, tools: { deny: ["Bash(rm *)", "Write"] } },
@@ -49,7 +49,7 @@ describe("captureDelegatedExecutionScope", () => {
     expect(scope.tools.deny).toEqual(["Bash(curl *)", "Bash(rm *)", "Write"]);
   });
 
-  it("S004-195: returns detached canonical JSON", () => {
+  it("returns detached canonical JSON (S004-195)", () => {
     const input = { ...base, tools: { allow: ["Write", "Read"], deny: [] as string[] }, role: "reviewer" };
     const json = captureDelegatedExecutionScope(input);
     expect(typeof json).toBe("string");
@@ -74,7 +74,7 @@ describe("captureDelegatedExecutionScope", () => {
     expect(captureDelegatedExecutionScope(reordered)).toBe(json);
   });
 
-  it("S004-196: missing authority adds no restriction", () => {
+  it("missing authority adds no restriction (S004-196)", () => {
     const scope = parseDelegatedExecutionScope(captureDelegatedExecutionScope({ ...base, operator: true }));
     expect(scope.tools.allow).toBeUndefined();
     expect(scope.tools.deny).toEqual([]);
@@ -83,7 +83,7 @@ describe("captureDelegatedExecutionScope", () => {
     expect(scope.readOnly).toBe(false);
   });
 
-  it("S004-197: an explicit empty allow-list grants no tools, on either side", () => {
+  it("an explicit empty allow-list grants no tools, on either side (S004-197)", () => {
     const fromScope = parseDelegatedExecutionScope(
       captureDelegatedExecutionScope(
         { ...base, tools: { allow: [] } },
@@ -97,7 +97,7 @@ describe("captureDelegatedExecutionScope", () => {
     expect(fromGrant.tools.allow).toEqual([]);
   });
 
-  it("S004-198: an invalid scope throws a typed error naming the field", () => {
+  it("an invalid scope throws a typed error naming the field (S004-198)", () => {
     const cases: unknown[] = [
       undefined,
       "scope",
@@ -120,7 +120,7 @@ describe("captureDelegatedExecutionScope", () => {
     }
   });
 
-  it("S004-192: the capture is pure and validates the complete scope, nested members included", () => {
+  it("the capture is pure and validates the complete scope, nested members included (S004-192)", () => {
     const input = { ...base, tools: { allow: ["Read"], deny: ["Write"] }, sharedArtifacts: ["/a/b"] };
     const before = JSON.stringify(input);
     const first = captureDelegatedExecutionScope(input, { accountId: "acct-1", tools: { allow: ["Read"] } });
@@ -142,7 +142,7 @@ describe("captureDelegatedExecutionScope", () => {
     ).toBe("invalid_scope");
   });
 
-  it("S004-199: capture is bounded by the normalizer limits and does no I/O (synchronous)", () => {
+  it("capture is bounded by the normalizer limits and does no I/O (synchronous) (S004-199)", () => {
     const many = Array.from({ length: SCOPE_LIMITS.toolEntries + 1 }, (_, i) => `Tool${i}`);
     expect(code(() => captureDelegatedExecutionScope({ ...base, tools: { allow: many } }))).toBe(
       "scope_limit_exceeded",
@@ -160,7 +160,7 @@ describe("captureDelegatedExecutionScope", () => {
     expect(typeof result).toBe("string");
   });
 
-  it("S004-200: the operator flag is captured only with the authority's proof", () => {
+  it("the operator flag is captured only with the authority's proof (S004-200)", () => {
     const proven = parseDelegatedExecutionScope(
       captureDelegatedExecutionScope({ ...base, operator: true }, { accountId: "acct-1", operator: true }),
     );
@@ -188,7 +188,7 @@ describe("captureDelegatedExecutionScope", () => {
     expect(scope.readOnly).toBe(true);
   });
 
-  it("S004-205: the capture composes no prompt or tool catalog: its output holds only scope fields", () => {
+  it("the capture composes no prompt or tool catalog: its output holds only scope fields (S004-205)", () => {
     const scope = JSON.parse(
       captureDelegatedExecutionScope(
         { ...base, role: "reviewer" },
@@ -215,7 +215,7 @@ describe("captureDelegatedExecutionScope", () => {
 describe("dream marker", () => {
   const dream = { runId: "dream-1", accountUserId: "acct-1" };
 
-  it("S004-565: the host mints DelegatedExecutionScope.dream through its authority and it is stored durably", () => {
+  it("the host mints DelegatedExecutionScope.dream through its authority and it is stored durably (S004-565)", () => {
     const scope = parseDelegatedExecutionScope(
       captureDelegatedExecutionScope(base, { accountId: "acct-1", dream }),
     );
@@ -226,7 +226,7 @@ describe("dream marker", () => {
     expect(repeated.dream).toEqual(dream);
   });
 
-  it("S004-566: a scope naming a dream the host did not mint is refused; access descriptors cannot carry one", () => {
+  it("a scope naming a dream the host did not mint is refused; access descriptors cannot carry one (S004-566)", () => {
     expect(code(() => captureDelegatedExecutionScope({ ...base, dream }))).toBe("dream_not_host_minted");
     expect(code(() => captureDelegatedExecutionScope({ ...base, dream }, { accountId: "acct-1" }))).toBe(
       "dream_not_host_minted",
@@ -247,7 +247,7 @@ describe("dream marker", () => {
     expect(built.dream).toBeUndefined();
   });
 
-  it("S004-568: a malformed dream value fails the whole scope closed", () => {
+  it("a malformed dream value fails the whole scope closed (S004-568)", () => {
     for (const bad of [
       { runId: "", accountUserId: "acct-1" },
       { runId: "r" },
@@ -268,7 +268,7 @@ describe("dream marker", () => {
     }
   });
 
-  it("S004-569: dream survives a continuation's narrowing, read-only included", () => {
+  it("dream survives a continuation's narrowing, read-only included (S004-569)", () => {
     const stored = captureDelegatedExecutionScope(
       { ...base, tools: { allow: ["Read", "Bash"] } },
       { accountId: "acct-1", dream },
@@ -294,7 +294,7 @@ describe("continuations", () => {
     { accountId: "acct-1", operator: true },
   );
 
-  it("S004-213: readOnlyContinuationScope is minted from the caller's current access and the child's stored scope", () => {
+  it("readOnlyContinuationScope is minted from the caller's current access and the child's stored scope (S004-213)", () => {
     const scope = parseDelegatedExecutionScope(
       readOnlyContinuationScope(stored, {
         accountId: "acct-1",
@@ -309,14 +309,14 @@ describe("continuations", () => {
     expect(scope.workDir).toBe(base.workDir);
   });
 
-  it("S004-318: ordinary continuation clamps to the caller's grant instead of refusing like verbatim mode", () => {
+  it("ordinary continuation clamps to the caller's grant instead of refusing like verbatim mode (S004-318)", () => {
     const caller = { accountId: "acct-1", operator: true, tools: { allow: ["Read", "Bash(git status)"] } };
     expect(scopeExceedsCurrentAccess(stored, caller)?.field).toBe("tools");
     const clamped = parseDelegatedExecutionScope(continuationScope(stored, caller));
     expect(clamped.tools.allow).toEqual(["Bash(git status)", "Read"]);
   });
 
-  it("S004-211: a continuation keeps the captured working directory from the durable scope", () => {
+  it("a continuation keeps the captured working directory from the durable scope (S004-211)", () => {
     const cont = parseDelegatedExecutionScope(
       continuationScope(stored, { accountId: "acct-1", operator: true }),
     );
@@ -339,7 +339,7 @@ describe("scopeExceedsCurrentAccess", () => {
     undefined,
   );
 
-  it("S004-317: an allow-list entry that merely overlaps a held tool fails the check", () => {
+  it("an allow-list entry that merely overlaps a held tool fails the check (S004-317)", () => {
     expect(
       scopeExceedsCurrentAccess(stored, {
         accountId: "acct-1",
@@ -382,7 +382,7 @@ describe("scopeExceedsCurrentAccess", () => {
     expect(scopeExceedsCurrentAccess(op, { accountId: "acct-1", operator: false })?.field).toBe("operator");
   });
 
-  it("S004-269: an administrator's host child may carry another host ref than its host parent", () => {
+  it("an administrator's host child may carry another host ref than its host parent (S004-269)", () => {
     const admin = captureDelegatedExecutionScope({
       accountId: "acct-1",
       operator: true,
@@ -398,7 +398,7 @@ describe("scopeExceedsCurrentAccess", () => {
     ).toBeUndefined();
   });
 
-  it("S004-270: scoped and managed parents still require the same target", () => {
+  it("scoped and managed parents still require the same target (S004-270)", () => {
     expect(
       scopeExceedsCurrentAccess(stored, { accountId: "acct-1", target: { kind: "host", ref: "proj-b" } })
         ?.field,

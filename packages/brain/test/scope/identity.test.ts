@@ -20,7 +20,7 @@ const ownConversation = {
 } as const;
 
 describe("IdentityResolver.forDelegatedTurn", () => {
-  it("S004-571: memory identity only when the scope carries a dream AND the parent is the account's own top-level conversation", () => {
+  it("memory identity only when the scope carries a dream AND the parent is the account's own top-level conversation (S004-571)", () => {
     expect(forDelegatedTurn(dreamScope, ownConversation)).toEqual({
       principalAccountId: "acct-1",
       memoryIdentity: { elowenUserId: "acct-1", dreamRunId: "dream-7" },
@@ -28,7 +28,7 @@ describe("IdentityResolver.forDelegatedTurn", () => {
     expect(forDelegatedTurn(ordinary, ownConversation).memoryIdentity).toBeUndefined();
   });
 
-  it("S004-572: the parent proof: the named account's, not a continuation, not a delegated child, not a brain-ch-* room", () => {
+  it("the parent proof: the named account's, not a continuation, not a delegated child, not a brain-ch-* room (S004-572)", () => {
     expect(
       forDelegatedTurn(dreamScope, { ...ownConversation, accountId: "acct-2" }).memoryIdentity,
     ).toBeUndefined();
@@ -46,7 +46,7 @@ describe("IdentityResolver.forDelegatedTurn", () => {
     ).toBeDefined();
   });
 
-  it("S004-573: every ordinary delegated child gets no memory identity, whatever its parent", () => {
+  it("every ordinary delegated child gets no memory identity, whatever its parent (S004-573)", () => {
     for (const parent of [
       ownConversation,
       { ...ownConversation, kind: "delegated" as const },
@@ -56,7 +56,7 @@ describe("IdentityResolver.forDelegatedTurn", () => {
     }
   });
 
-  it("S004-574: the proof is re-derived on every rehydrate and never stored in the scope", () => {
+  it("the proof is re-derived on every rehydrate and never stored in the scope (S004-574)", () => {
     const stored = captureDelegatedExecutionScope(base, { accountId: "acct-1", dream });
     expect(stored).not.toContain("elowenUserId");
     expect(stored).not.toContain("memoryIdentity");
@@ -75,7 +75,7 @@ describe("IdentityResolver.forDelegatedTurn", () => {
     expect(dreamScope.operator).toBe(false);
   });
 
-  it("S004-201: dreaming supplies its host-only marker, imposed permission boundary and account principal to the capture", () => {
+  it("dreaming supplies its host-only marker, imposed permission boundary and account principal to the capture (S004-201)", () => {
     const scope = parseDelegatedExecutionScope(
       captureDelegatedExecutionScope(
         { ...base, permissionBoundary: "full-access" },

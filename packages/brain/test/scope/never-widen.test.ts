@@ -91,7 +91,7 @@ function assertNoWider(
 }
 
 describe("capture and continuation never widen a scope (property)", () => {
-  it("S004-210: live account grants intersect the captured scope and never widen it", () => {
+  it("live account grants intersect the captured scope and never widen it (S004-210)", () => {
     fc.assert(
       fc.property(scopeArb, authorityArb, calls, (s, a, sample) => {
         const requested = parseDelegatedExecutionScope(captureDelegatedExecutionScope(rawScope(s)));

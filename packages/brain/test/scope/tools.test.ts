@@ -10,7 +10,7 @@ describe("tool patterns", () => {
     expect(globMatches("a*b*c", "axxbyy")).toBe(false);
   });
 
-  it("S004-316: listCovers needs every allow-list entry fully covered by one held entry", () => {
+  it("listCovers needs every allow-list entry fully covered by one held entry (S004-316)", () => {
     expect(listCovers(["Read", "Bash(git *)"], ["Read", "Bash(git status)"])).toBe(true);
     expect(listCovers(["Read", "Bash(git *)"], ["Read", "Bash"])).toBe(false);
     expect(listCovers(["Bash(git *)", "Bash(ls *)"], ["Bash(* --help)"])).toBe(false);

@@ -34,7 +34,7 @@ async function refusal(promise: Promise<unknown>): Promise<string> {
 }
 
 describe("delegatedWorkDir", () => {
-  it("S004-257: scoped callers stay inside the selected host project", async () => {
+  it("scoped callers stay inside the selected host project (S004-257)", async () => {
     const placed = await delegatedWorkDir(join(project, "src"), {
       kind: "scoped",
       project: { ref: "proj", root: project },
@@ -58,7 +58,7 @@ describe("delegatedWorkDir", () => {
     ).toBe("work_dir_outside_project");
   });
 
-  it("S004-255: validates against the child's own live policy (the same path, different policies)", async () => {
+  it("validates against the child's own live policy (the same path, different policies) (S004-255)", async () => {
     const scoped = { kind: "scoped", project: { ref: "proj", root: project } } as const;
     expect(await refusal(delegatedWorkDir(outside, scoped))).toBe("work_dir_outside_project");
     expect((await delegatedWorkDir(outside, { kind: "admin", canExecuteHost: true })).workDir).toBe(outside);
@@ -67,7 +67,7 @@ describe("delegatedWorkDir", () => {
     );
   });
 
-  it("S004-259: an all-access administrator with canExecuteHost may select any existing readable host directory", async () => {
+  it("an all-access administrator with canExecuteHost may select any existing readable host directory (S004-259)", async () => {
     const placed = await delegatedWorkDir(outside, { kind: "admin", canExecuteHost: true });
     expect(placed.workDir).toBe(outside);
     expect(
@@ -79,7 +79,7 @@ describe("delegatedWorkDir", () => {
     ).toBe("work_dir_unavailable");
   });
 
-  it("S004-260: projectForPath resolves a registered host project", async () => {
+  it("projectForPath resolves a registered host project (S004-260)", async () => {
     const placed = await delegatedWorkDir(project, {
       kind: "admin",
       canExecuteHost: true,
@@ -89,7 +89,7 @@ describe("delegatedWorkDir", () => {
     expect(placed.projectRef).toBe("proj");
   });
 
-  it("S004-256: S004-262: records the project's host ref, or the nameless admin-only host target for an unregistered directory", async () => {
+  it("records the project's host ref, or the nameless admin-only host target for an unregistered directory (S004-256 S004-262)", async () => {
     const placed = await delegatedWorkDir(outside, {
       kind: "admin",
       canExecuteHost: true,
@@ -111,7 +111,7 @@ describe("delegatedWorkDir", () => {
     expect(scope.target).toEqual({ kind: "host", ref: null });
   });
 
-  it("S004-261: projectContextRoot proves a linked Git worktree through gitdir/commondir", async () => {
+  it("projectContextRoot proves a linked Git worktree through gitdir/commondir (S004-261)", async () => {
     // Written by hand exactly as Git lays a linked worktree out.
     const repo = join(root, "repo");
     const wt = join(root, "repo-feature");
@@ -126,7 +126,7 @@ describe("delegatedWorkDir", () => {
     expect(await projectContextRoot(join(repo))).toEqual({ root: repo, repositoryRoot: repo });
   });
 
-  it("S004-263: a node placed in a sibling worktree keeps its repository's ref but reads instructions from the worktree", async () => {
+  it("a node placed in a sibling worktree keeps its repository's ref but reads instructions from the worktree (S004-263)", async () => {
     const repo = join(root, "real-repo");
     mkdirSync(repo);
     const git = (...args: string[]) => execFileSync("git", args, { cwd: repo, stdio: "pipe" });
@@ -155,7 +155,7 @@ describe("delegatedWorkDir", () => {
     expect(placed.instructionRoot).toBe(sibling);
   });
 
-  it("S004-258: managed callers keep their guest mount and inherited narrower root", async () => {
+  it("managed callers keep their guest mount and inherited narrower root (S004-258)", async () => {
     const policy = { kind: "managed", ref: "guest-1", guestRoot: "/workspace/team" } as const;
     const placed = await delegatedWorkDir("/workspace/team/app/./src", policy);
     expect(placed).toEqual({
@@ -172,7 +172,7 @@ describe("delegatedWorkDir", () => {
 });
 
 describe("placement spelling", () => {
-  it("S004-077: drive and UNC placements are accepted only for local references, alongside POSIX", async () => {
+  it("drive and UNC placements are accepted only for local references, alongside POSIX (S004-077)", async () => {
     const local = { kind: "local", targetId: "laptop" } as const;
     expect((await delegatedWorkDir("C:\\Users\\owner\\repo", local)).workDir).toBe("C:\\Users\\owner\\repo");
     expect((await delegatedWorkDir("\\\\server\\share\\repo", local)).workDir).toBe(
@@ -186,7 +186,7 @@ describe("placement spelling", () => {
     }
   });
 
-  it("S004-080: a Windows placement survives persistence and continuation unchanged", () => {
+  it("a Windows placement survives persistence and continuation unchanged (S004-080)", () => {
     const json = captureDelegatedExecutionScope({
       accountId: "a",
       target: { kind: "local", targetId: "laptop" },
@@ -197,7 +197,7 @@ describe("placement spelling", () => {
     expect(scope.target).toEqual({ kind: "local", targetId: "laptop" });
   });
 
-  it("S004-081: ambiguous drive-relative and current-drive paths are refused", async () => {
+  it("ambiguous drive-relative and current-drive paths are refused (S004-081)", async () => {
     const local = { kind: "local", targetId: "laptop" } as const;
     expect(pathSpelling("C:repo")).toBe("drive-relative");
     expect(pathSpelling("\\Users\\owner")).toBe("current-drive");
@@ -213,7 +213,7 @@ describe("placement spelling", () => {
     ).toThrow(/drive-relative/);
   });
 
-  it("S004-083: host and managed scopes require POSIX paths", async () => {
+  it("host and managed scopes require POSIX paths (S004-083)", async () => {
     expect(await refusal(delegatedWorkDir("C:\\x", { kind: "admin", canExecuteHost: true }))).toBe(
       "invalid_work_dir",
     );
@@ -222,14 +222,14 @@ describe("placement spelling", () => {
     ).toBe("invalid_work_dir");
   });
 
-  it("S004-082: artifact grants use the canonical forward-slash spelling, drive and UNC included", () => {
+  it("artifact grants use the canonical forward-slash spelling, drive and UNC included (S004-082)", () => {
     for (const ok of ["/a/b", "C:/Users/o/out.json", "//server/share/out.json"])
       expect(isCanonicalArtifactPath(ok)).toBe(true);
     for (const bad of ["C:\\Users\\o", "/a//b", "/a/./b", "/a/../b", "a/b", "/a/b/", "C:out"])
       expect(isCanonicalArtifactPath(bad)).toBe(false);
   });
 
-  it("S004-078: the parser validates projectRef before workDir, and exact canonical sharedArtifacts", () => {
+  it("the parser validates projectRef before workDir, and exact canonical sharedArtifacts (S004-078)", () => {
     // Both are wrong: the projectRef issue is reported (and stops the check) before the workDir issue.
     expect(() =>
       captureDelegatedExecutionScope({
@@ -250,7 +250,7 @@ describe("placement spelling", () => {
 });
 
 describe("admission of a stored placement", () => {
-  it("S004-266: a continuation replays the stored cwd, not the parent's current directory", async () => {
+  it("a continuation replays the stored cwd, not the parent's current directory (S004-266)", async () => {
     const stored = parseDelegatedExecutionScope(
       captureDelegatedExecutionScope({
         accountId: "a",
@@ -267,7 +267,7 @@ describe("admission of a stored placement", () => {
     expect(admitted).not.toBe(parentNowIn);
   });
 
-  it("S004-267: channel admission refuses a vanished directory", async () => {
+  it("channel admission refuses a vanished directory (S004-267)", async () => {
     const gone = join(root, "gone");
     mkdirSync(gone);
     const stored = parseDelegatedExecutionScope(
@@ -278,7 +278,7 @@ describe("admission of a stored placement", () => {
     expect(await refusal(admitStoredWorkDir(stored))).toBe("work_dir_unavailable");
   });
 
-  it("S004-268: channel admission refuses a directory that no longer matches the stored host target", async () => {
+  it("channel admission refuses a directory that no longer matches the stored host target (S004-268)", async () => {
     const stored = parseDelegatedExecutionScope(
       captureDelegatedExecutionScope({
         accountId: "a",

@@ -112,7 +112,7 @@ describe("app-server backend: a pause stops every call", () => {
     expect(read.ok && read.value.turns[0]?.status).toBe("interrupted");
   });
 
-  it("S000-101: the token ceiling pauses an app-server run before a new call starts; a call in flight is interrupted and held", async () => {
+  it("the token ceiling pauses an app-server run before a new call starts; a call in flight is interrupted and held (S000-101)", async () => {
     const wf = defineWorkflow({
       name: "ceiling",
       run: async (ctx) => {

@@ -89,7 +89,7 @@ async function runWithoutRollouts(
 }
 
 describe("app-server backend tokens", () => {
-  it("S000-099: the completed row records the token parts of thread/tokenUsage/updated", async () => {
+  it("the completed row records the token parts of thread/tokenUsage/updated (S000-099)", async () => {
     const { outcome, rows, fake } = await runWithoutRollouts(true);
     expect(outcome).toEqual({ state: "completed", result: { ok: true } });
     expect(fake.requests.some((r) => r.method === "thread/start")).toBe(true);

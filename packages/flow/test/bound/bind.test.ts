@@ -51,7 +51,7 @@ const bind = (runId: string, digest = `d-${runId}`) =>
   bindOrchestrator({ state, owner, runId, policyDigest: digest, helperPairs: pairs });
 
 describe("BindOrchestrator / CloseOrchestrator", () => {
-  it("S000-269: a live run is one whose process holds its run lock or whose start holds its start lock", () => {
+  it("a live run is one whose process holds its run lock or whose start holds its start lock (S000-269)", () => {
     expect(runIsLive(state, "r1")).toBe(false);
     holdLock("r1", "startLock");
     expect(runIsLive(state, "r1")).toBe(true);
@@ -77,7 +77,7 @@ describe("BindOrchestrator / CloseOrchestrator", () => {
     expect(lines().map((l) => l.policyDigest)).toEqual(["d-r1", "d-r1-repinned"]);
   });
 
-  it("S000-271: a thread holds the line of one live run: a second start while the first lives does not bind", () => {
+  it("a thread holds the line of one live run: a second start while the first lives does not bind (S000-271)", () => {
     holdLock("r1", "startLock");
     holdLock("r2", "startLock");
     expect(bind("r1")).toMatchObject({ bound: true });
@@ -88,7 +88,7 @@ describe("BindOrchestrator / CloseOrchestrator", () => {
     expect(lines()).toHaveLength(1);
   });
 
-  it("S000-270: the open line of a run that is not live is closed before the new line is written", () => {
+  it("the open line of a run that is not live is closed before the new line is written (S000-270)", () => {
     holdLock("r1", "runLock", deadPid());
     expect(bind("r1")).toMatchObject({ bound: true });
     holdLock("r2", "startLock");
@@ -141,7 +141,7 @@ describe("BindOrchestrator / CloseOrchestrator", () => {
     });
   });
 
-  it("S000-288: an untrusted flow-bound directory or file reads as no binding, with a warning", () => {
+  it("an untrusted flow-bound directory or file reads as no binding, with a warning (S000-288)", () => {
     holdLock("r1", "runLock");
     bind("r1");
     chmodSync(boundDir(state), 0o777);
@@ -169,7 +169,7 @@ describe("two near-simultaneous starts of one thread (real processes)", () => {
     children.length = 0;
   });
 
-  it("S000-272: the read of the last line and the append are one step under the lock: exactly one binds", async () => {
+  it("the read of the last line and the append are one step under the lock: exactly one binds (S000-272)", async () => {
     const require = createRequire(import.meta.url);
     const jiti = join(dirname(require.resolve("jiti/package.json")), "lib", "jiti-cli.mjs");
     const fixture = join(import.meta.dirname, "fixtures", "bind-child.ts");

@@ -212,7 +212,7 @@ describe("the spawn hook in the real codex", () => {
     expect(JSON.parse(again.stdout)).toMatchObject({ added: false, trusted: false, restartNeeded: false });
   }, 60_000);
 
-  it("S000-277: the hook rewrites the spawn's model and effort from the reviewer's pair: the child runs mock-reviewer/high", async () => {
+  it("the hook rewrites the spawn's model and effort from the reviewer's pair: the child runs mock-reviewer/high (S000-277)", async () => {
     const agentId = (JSON.parse(outputs.review ?? "{}") as { agent_id?: string }).agent_id;
     expect(agentId).toBeTruthy();
     const child = await codex.client.request<{ thread: Record<string, unknown> }>("thread/read", {
@@ -248,7 +248,7 @@ describe("the spawn hook in the real codex", () => {
     expect(spawnsOfOp(readLedger(state, ownerId), items, "fork/t1-a1")).toEqual([]);
   });
 
-  it("S000-276: the hook refuses a full-history fork; the owner's model reads the refusal", async () => {
+  it("the hook refuses a full-history fork; the owner's model reads the refusal (S000-276)", async () => {
     expect(outputs.fork).toMatch(/blocked by PreToolUse hook: full_history_fork_refused/);
     expect(readLedger(state, ownerId).find((l) => l.op === "fork/t1-a1")).toMatchObject({
       decision: "deny",
@@ -256,7 +256,7 @@ describe("the spawn hook in the real codex", () => {
     });
   });
 
-  it("S000-275: the hook refuses the spawn a subagent of the bound owner tries (a leaf)", async () => {
+  it("the hook refuses the spawn a subagent of the bound owner tries (a leaf) (S000-275)", async () => {
     expect(outputs.wait).toMatch(/leaf_spawn_refused/);
     expect(readLedger(state, ownerId).find((l) => l.op === "deeper/t1-a1")).toMatchObject({
       decision: "deny",

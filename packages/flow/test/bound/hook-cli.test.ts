@@ -93,7 +93,7 @@ describe("crw flow hook pre-tool-use (a real process)", () => {
     expect(readLedger(state, owner)).toEqual([]);
   });
 
-  it("S000-283: a bound owner's spawn is rewritten and its ledger line records role, op and warnings", async () => {
+  it("a bound owner's spawn is rewritten and its ledger line records role, op and warnings (S000-283)", async () => {
     const bound = bindOrchestrator({
       state,
       owner,
@@ -147,7 +147,7 @@ describe("crw flow hook pre-tool-use (a real process)", () => {
     ]);
   });
 
-  it("S000-275: a spawn by a subagent of the bound owner (its transcript is a subagent's) is refused", async () => {
+  it("a spawn by a subagent of the bound owner (its transcript is a subagent's) is refused (S000-275)", async () => {
     const r = await hook(
       spawnCall(
         { message: "crw-flow-op: x/t1-a1\nCRW-ROLE: explorer\n\nsub" },
@@ -168,7 +168,7 @@ describe("crw flow hook pre-tool-use (a real process)", () => {
     });
   });
 
-  it("S000-276: a full-history fork is refused through the CLI too", async () => {
+  it("a full-history fork is refused through the CLI too (S000-276)", async () => {
     const r = await hook(spawnCall({ message: "CRW-ROLE: reviewer\n\nx", fork_context: true }));
     expect(JSON.parse(r.stdout).hookSpecificOutput).toMatchObject({
       permissionDecision: "deny",
@@ -188,7 +188,7 @@ describe("crw flow hook pre-tool-use (a real process)", () => {
     expect(bad.stderr).toMatch(/not JSON; the tool call is left to the host/);
   });
 
-  it("S000-287: a ledger that cannot be written allows the spawn and says so on stderr", async () => {
+  it("a ledger that cannot be written allows the spawn and says so on stderr (S000-287)", async () => {
     const ledger = ledgerFile(state, owner);
     const kept = readFileSync(ledger);
     rmSync(join(boundDir(state), "decisions"), { recursive: true });
@@ -205,7 +205,7 @@ describe("crw flow hook pre-tool-use (a real process)", () => {
     writeFileSync(ledger, kept);
   });
 
-  it("S000-288: an untrusted binding reads as none with a stderr warning; no spawn is refused for it", async () => {
+  it("an untrusted binding reads as none with a stderr warning; no spawn is refused for it (S000-288)", async () => {
     chmodSync(bindingFile(state, owner), 0o666);
     const r = await hook(spawnCall({ message: "CRW-ROLE: reviewer\n\nx", fork_context: true }));
     expect(r).toMatchObject({ code: 0, stdout: "" });

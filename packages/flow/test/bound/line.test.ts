@@ -11,7 +11,7 @@ const five = { architect: {}, executor: { model: "m" }, "executor-t1": {}, revie
 const base = { v: 1, kind: "orchestrator", run_id: "r1", policyDigest: "d1", at: "2026-01-01T00:00:00.000Z" };
 
 describe("orchestrator lines", () => {
-  it("S000-252: an orchestrator line carries kind, run_id, policyDigest and helperPairs", () => {
+  it("an orchestrator line carries kind, run_id, policyDigest and helperPairs (S000-252)", () => {
     const line = validateLine({ ...base, helperPairs: { ...five, critic: {} } });
     expect(line).toMatchObject({ kind: "orchestrator", run_id: "r1", policyDigest: "d1" });
     expect(line.kind === "orchestrator" && Object.keys(line.helperPairs).sort()).toEqual([
@@ -29,7 +29,7 @@ describe("orchestrator lines", () => {
     expect(() => validateLine({ ...base, kind: "other", helperPairs: five })).toThrow(/kind/);
   });
 
-  it("S000-253: helperPairs from a role table cover the six roles", () => {
+  it("helperPairs from a role table cover the six roles (S000-253)", () => {
     const pairs = helperPairsFrom({
       architect: { model: "a", effort: null },
       executor: { model: "e", effort: "high" },
@@ -48,7 +48,7 @@ describe("orchestrator lines", () => {
     });
   });
 
-  it("S000-254: Line.Validate refuses an orchestrator line without any of the first five roles", () => {
+  it("Line.Validate refuses an orchestrator line without any of the first five roles (S000-254)", () => {
     for (const role of Object.keys(five)) {
       const pairs: Record<string, unknown> = { ...five };
       delete pairs[role];
@@ -59,12 +59,12 @@ describe("orchestrator lines", () => {
     expect(() => validateLine({ ...base })).toThrow(/no helperPairs/);
   });
 
-  it("S000-255: the critic is optional: an earlier crw's line without it reads, and its critic pair is empty", () => {
+  it("the critic is optional: an earlier crw's line without it reads, and its critic pair is empty (S000-255)", () => {
     const line = validateLine({ ...base, helperPairs: five });
     expect(line.kind === "orchestrator" && line.helperPairs.critic).toBeUndefined();
   });
 
-  it("S000-256: a pair under the retired reviewerFinal key is read, kept, and is no role's pair", () => {
+  it("a pair under the retired reviewerFinal key is read, kept, and is no role's pair (S000-256)", () => {
     const line = validateLine({
       ...base,
       helperPairs: { ...five, "reviewer-final": { model: "old", effort: "high" } },
@@ -79,7 +79,7 @@ describe("orchestrator lines", () => {
     });
   });
 
-  it("S000-257: a pair carries only the decided parts: {} undecided, {model} with an undecided effort", () => {
+  it("a pair carries only the decided parts: {} undecided, {model} with an undecided effort (S000-257)", () => {
     expect(decidedPair(null, null)).toEqual({});
     expect(decidedPair("m", null)).toEqual({ model: "m" });
     expect(decidedPair("m", "high")).toEqual({ model: "m", effort: "high" });
@@ -90,7 +90,7 @@ describe("orchestrator lines", () => {
     ).toThrow();
   });
 
-  it("S000-258: an effort without a model is no role's pair", () => {
+  it("an effort without a model is no role's pair (S000-258)", () => {
     expect(() => decidedPair(null, "high")).toThrow(/effort without a model/);
     expect(() => validateLine({ ...base, helperPairs: { ...five, explorer: { effort: "high" } } })).toThrow(
       /effort without a model/,

@@ -39,7 +39,7 @@ const decide = (toolInput: Record<string, unknown>, leaf = false) =>
   decideSpawn(spawnInput(toolInput), line, { spawnedBySubagent: leaf });
 
 describe("the spawn hook's decision", () => {
-  it("S000-274: spawns are decided by the owner's orchestrator line (its pairs)", () => {
+  it("spawns are decided by the owner's orchestrator line (its pairs) (S000-274)", () => {
     const d = decide({
       message: msg("executor"),
       agent_type: "executor",
@@ -53,7 +53,7 @@ describe("the spawn hook's decision", () => {
     });
   });
 
-  it("S000-275: a spawn by a subagent (a leaf) is refused", () => {
+  it("a spawn by a subagent (a leaf) is refused (S000-275)", () => {
     const d = decide({ message: msg("executor"), agent_type: "executor" }, true);
     expect(d).toMatchObject({ decision: "deny", reason: "leaf_spawn_refused" });
     expect(hookOutput(d)).toEqual({
@@ -65,14 +65,14 @@ describe("the spawn hook's decision", () => {
     });
   });
 
-  it("S000-276: a full-history fork is refused with full_history_fork_refused", () => {
+  it("a full-history fork is refused with full_history_fork_refused (S000-276)", () => {
     const d = decide({ message: msg("reviewer"), fork_context: true, model: "m-rev" });
     expect(d).toMatchObject({ decision: "deny", reason: "full_history_fork_refused" });
     expect(d.message).toMatch(/keeps the parent's model/);
     expect(decide({ message: msg("reviewer"), fork_context: false }).decision).toBe("allow");
   });
 
-  it("S000-277: every other spawn is allowed with model and reasoning_effort overwritten from the role's pair", () => {
+  it("every other spawn is allowed with model and reasoning_effort overwritten from the role's pair (S000-277)", () => {
     const d = decide({
       message: msg("architect"),
       agent_type: "architect",
@@ -98,7 +98,7 @@ describe("the spawn hook's decision", () => {
     });
   });
 
-  it("S000-278: an undecided effort keeps the reasoning_effort the spawn was sent", () => {
+  it("an undecided effort keeps the reasoning_effort the spawn was sent (S000-278)", () => {
     const d = decide({
       message: msg("reviewer"),
       agent_type: "reviewer",
@@ -111,7 +111,7 @@ describe("the spawn hook's decision", () => {
     expect(none.updatedInput).toEqual({ message: msg("reviewer"), agent_type: "reviewer", model: "m-rev" });
   });
 
-  it("S000-279: an undecided role keeps the whole spawn, with role_undecided", () => {
+  it("an undecided role keeps the whole spawn, with role_undecided (S000-279)", () => {
     const d = decide({
       message: msg("explorer"),
       agent_type: "explorer",
@@ -128,7 +128,7 @@ describe("the spawn hook's decision", () => {
     expect(hookOutput(d)).toBeNull();
   });
 
-  it("S000-280: the role is the first CRW-ROLE: line of the header when it is exactly one of the six", () => {
+  it("the role is the first CRW-ROLE: line of the header when it is exactly one of the six (S000-280)", () => {
     expect(headerRole("crw-flow-op: a/t1-a1\nCRW-ROLE: executor-t1\nCRW-ROLE: architect\n\nbody")).toBe(
       "executor-t1",
     );
@@ -142,7 +142,7 @@ describe("the spawn hook's decision", () => {
     });
   });
 
-  it("S000-281: otherwise the agent_type's role (worker is executor), else explorer", () => {
+  it("otherwise the agent_type's role (worker is executor), else explorer (S000-281)", () => {
     expect(decide({ message: "do it", agent_type: "worker" })).toMatchObject({
       role: "executor",
       roleFrom: "agent_type",
@@ -161,7 +161,7 @@ describe("the spawn hook's decision", () => {
     expect(decide({ message: "do it" })).toMatchObject({ role: "explorer", roleFrom: "default" });
   });
 
-  it("S000-256: the retired reviewerFinal pair is never applied: such a header role is no role", () => {
+  it("the retired reviewerFinal pair is never applied: such a header role is no role (S000-256)", () => {
     const d = decide({ message: msg("reviewer-final"), agent_type: "reviewer", model: "x" });
     expect(d).toMatchObject({ role: "reviewer", roleFrom: "agent_type", applied: { model: "m-rev" } });
     expect(JSON.stringify(d)).not.toContain("m-retired");
@@ -176,7 +176,7 @@ describe("the spawn hook's decision", () => {
     });
   });
 
-  it("S000-284: role_agent_type_mismatch when the header role does not pair with the agent_type", () => {
+  it("role_agent_type_mismatch when the header role does not pair with the agent_type (S000-284)", () => {
     const warn = (role: string, agentType: string) =>
       decide({ message: msg(role), agent_type: agentType }).warnings.includes("role_agent_type_mismatch");
     expect(warn("executor-t1", "executor")).toBe(false);
@@ -191,14 +191,14 @@ describe("the spawn hook's decision", () => {
     expect(decide({ message: msg("executor") }).warnings).toEqual([]);
   });
 
-  it("S000-285: unrecorded_spawn when the spawn carries no step marker", () => {
+  it("unrecorded_spawn when the spawn carries no step marker (S000-285)", () => {
     expect(decide({ message: "CRW-ROLE: reviewer\n\nlook", agent_type: "reviewer" })).toMatchObject({
       op: null,
       warnings: ["unrecorded_spawn"],
     });
   });
 
-  it("S000-286: unrecorded_author when there is no marker and the type is an executor's or architect's", () => {
+  it("unrecorded_author when there is no marker and the type is an executor's or architect's (S000-286)", () => {
     for (const agentType of ["executor", "architect", "worker"])
       expect(decide({ message: "build it", agent_type: agentType }).warnings).toEqual(["unrecorded_author"]);
     expect(decide({ message: msg("executor"), agent_type: "executor" }).warnings).toEqual([]);

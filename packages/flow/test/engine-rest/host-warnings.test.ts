@@ -17,7 +17,7 @@ afterEach(async () => {
 });
 
 describe("the session host adapter's warnings", () => {
-  it("S000-301: what the marker search cannot tie with the hook's ledger (no_ledger_line, ledger_op_differs) is a session_host_warning row, before the bind", async () => {
+  it("what the marker search cannot tie with the hook's ledger (no_ledger_line, ledger_op_differs) is a session_host_warning row, before the bind (S000-301)", async () => {
     run = await inProcessRun();
     const r = run;
     const three = defineWorkflow({
@@ -94,7 +94,7 @@ describe("the session host adapter's warnings", () => {
     }
   });
 
-  it("S000-301: an owner whose spawns no hook decided (no ledger) gets no ledger warning; several spawns of one marker still warn", async () => {
+  it("an owner whose spawns no hook decided (no ledger) gets no ledger warning; several spawns of one marker still warn (S000-301)", async () => {
     run = await inProcessRun();
     const r = run;
     const one = defineWorkflow({

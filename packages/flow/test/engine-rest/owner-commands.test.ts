@@ -70,7 +70,7 @@ async function startRun(runId: string, tmp: string) {
 }
 
 describe("the owner's commands and the run's locks", () => {
-  it("S000-179: no owner command writes the journal; only the run process does (paused and ended runs)", async () => {
+  it("no owner command writes the journal; only the run process does (paused and ended runs) (S000-179)", async () => {
     // A paused run (a host failure held its call) and an ended one, no process holding either: whatever
     // an owner command does, the journal's bytes stay as the run process left them.
     // The seed is ambiguous here: `crw flow answer` is described as appending/storing a row. That command
@@ -127,7 +127,7 @@ describe("the owner's commands and the run's locks", () => {
     }
   });
 
-  it("S000-185: tmploc is asked once, at the start: later commands and relaunches never consult the caller's TMPDIR", async () => {
+  it("tmploc is asked once, at the start: later commands and relaunches never consult the caller's TMPDIR (S000-185)", async () => {
     const recorded = mkdtempSync(join(root, "recorded-"));
     const { state, paths, pid } = await startRun("rest-tmp", recorded);
     const spec = readFileSync(paths.spec, "utf8");
@@ -196,7 +196,7 @@ describe("the owner's commands and the run's locks", () => {
     });
   });
 
-  it("S000-268: start.lock is held from before the start binds until the run's process holds the run lock", async () => {
+  it("start.lock is held from before the start binds until the run's process holds the run lock (S000-268)", async () => {
     // The run process is made slow to come up (a preload that waits in `crw flow _run` only), so the
     // start's hand-over is long enough to watch: at no moment is the run live by neither lock.
     const slow = join(root, "slow-run.mjs");

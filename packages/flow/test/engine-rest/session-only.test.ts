@@ -21,7 +21,7 @@ afterEach(async () => {
 const TURN_MAKERS = ["thread/start", "thread/fork", "thread/resume", "turn/start", "turn/steer"];
 
 describe("a session call on its own path", () => {
-  it("S000-136: no App Server reconcile, no live resend, no worktree retirement: one allocation serves every attempt, and the engine starts no thread or turn", async () => {
+  it("no App Server reconcile, no live resend, no worktree retirement: one allocation serves every attempt, and the engine starts no thread or turn (S000-136)", async () => {
     // How the engine guarantees it: a session call moves only through the SessionHost reads
     // (thread/read, thread/list), turn/interrupt and the owner's step files; the call's turns are the
     // owner's spawn_agent / send_input. Its allocation is the prepared row's, made once after that row,

@@ -27,7 +27,7 @@ afterEach(async () => {
 });
 
 describe("the run's token figure", () => {
-  it("S000-098: recovered call tokens (in no terminal row) count when the resumed process takes them, ride on the terminal row, and are counted once", async () => {
+  it("recovered call tokens (in no terminal row) count when the resumed process takes them, ride on the terminal row, and are counted once (S000-098)", async () => {
     run = await inProcessRun();
     const one = defineWorkflow({
       name: "one",
@@ -91,7 +91,7 @@ describe("the run's token figure", () => {
     expect(runSpent(rowsB)).toEqual(completedB.tokens);
   });
 
-  it("S000-101: the token ceiling counts only the calls the run measured (tokens_unmeasured pauses: false); a resume keeps the journal's figure", async () => {
+  it("the token ceiling counts only the calls the run measured (tokens_unmeasured pauses: false); a resume keeps the journal's figure (S000-101)", async () => {
     run = await inProcessRun();
     const four = defineWorkflow({
       name: "four",
@@ -163,7 +163,7 @@ describe("the run's token figure", () => {
     rows = run.rows();
     expect(runSpent(rows)).toEqual({ input: 300, output: 60, total: 360 });
   });
-  it("S000-101: reaching the ceiling pauses the run like a usage limit: a call in flight is interrupted and held, and goes on in place at the resume", async () => {
+  it("reaching the ceiling pauses the run like a usage limit: a call in flight is interrupted and held, and goes on in place at the resume (S000-101)", async () => {
     run = await inProcessRun();
     const answer = { summary: "s", score: 1 };
     const wf = defineWorkflow({
@@ -208,7 +208,7 @@ describe("the run's token figure", () => {
     expect(of(rows, "prepared")).toHaveLength(3); // the held call went on in place, not prepared again
     expect(runSpent(rows)).toEqual({ input: 300, output: 60, total: 360 });
   });
-  it("S000-098: a call held with tokens and taken up by the next process is counted once by RunSpent and by spent()", () => {
+  it("a call held with tokens and taken up by the next process is counted once by RunSpent and by spent() (S000-098)", () => {
     const at = new Date().toISOString();
     const row = (seq: number, r: Record<string, unknown>) => ({ seq, at, ...r }) as unknown as JournalRow;
     // the first process: the task turn measured 110, the repair turn held (its row carries the 110)

@@ -47,7 +47,7 @@ async function answer(r: InProcessRun, call: string, role: string) {
 }
 
 describe("git workspaces of the engine's calls", () => {
-  it("S000-010 S000-122: an executor call's P is its own worktree at HEAD; a subagent's commit is kept on the stray ref and the completed row records executor_head_moved", async () => {
+  it("an executor call's P is its own worktree at HEAD; a subagent's commit is kept on the stray ref and the completed row records executor_head_moved (S000-010 S000-122)", async () => {
     run = await inProcessRun({});
     const r = run;
     const start = gitRepo(r);
@@ -76,7 +76,7 @@ describe("git workspaces of the engine's calls", () => {
     expect(sh(r.spec.repo, "rev-parse", ref)).toBe(head);
   });
 
-  it("S000-124: the proof takes the recorded stray HEAD whose tree is the pending tree as the call's state; a pending tree no stray HEAD has is its own state", async () => {
+  it("the proof takes the recorded stray HEAD whose tree is the pending tree as the call's state; a pending tree no stray HEAD has is its own state (S000-124)", async () => {
     run = await inProcessRun({});
     const r = run;
     gitRepo(r);
@@ -158,7 +158,7 @@ describe("git workspaces of the engine's calls", () => {
     expect(sh(r.spec.repo, "cat-file", "-p", `${tree}:a.txt`)).toBe("changed in P");
   });
 
-  it("S000-011: a non-executor call's P is a call-private checkout at HEAD; no executor_head_moved for it", async () => {
+  it("a non-executor call's P is a call-private checkout at HEAD; no executor_head_moved for it (S000-011)", async () => {
     run = await inProcessRun({});
     const r = run;
     const start = gitRepo(r);
@@ -179,7 +179,7 @@ describe("git workspaces of the engine's calls", () => {
     expect(r.rows().find((x) => x.type === "completed")).not.toHaveProperty("executor_head_moved");
   });
 
-  it("S000-114 S000-113: with Trace the run digests P, the owner's checkout and the shared state at bind and harvest; a read role that wrote, an executor that wrote outside P and a changed shared state are warned about, never refused", async () => {
+  it("with Trace the run digests P, the owner's checkout and the shared state at bind and harvest; a read role that wrote, an executor that wrote outside P and a changed shared state are warned about, never refused (S000-114 S000-113)", async () => {
     run = await inProcessRun({});
     const r = run;
     gitRepo(r);

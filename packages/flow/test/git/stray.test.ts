@@ -61,7 +61,7 @@ describe("executor worktrees", () => {
     expect(readFileSync(join(other, "keep.txt"), "utf8")).toBe("mine");
   }, 30_000);
 
-  it("S000-118: HEAD is compared with the expected commit: the last crw.commit after the allocation, else its start", async () => {
+  it("HEAD is compared with the expected commit: the last crw.commit after the allocation, else its start (S000-118)", async () => {
     expect(expectedHead(t.start, [])).toBe(t.start);
     expect(expectedHead(t.start, ["c1", "c2"])).toBe("c2");
     const path = join(t.root, "w1");
@@ -73,7 +73,7 @@ describe("executor worktrees", () => {
 });
 
 describe("stray refs", () => {
-  it("S000-119: a moved HEAD is kept on refs/crw/flow/<run>/stray/<node>/a<attempt>-<call>, one per call, with executor_head_moved's data", async () => {
+  it("a moved HEAD is kept on refs/crw/flow/<run>/stray/<node>/a<attempt>-<call>, one per call, with executor_head_moved's data (S000-119)", async () => {
     const path = join(t.root, "w1");
     await ensureWorktree({ repo: t.repo, path, commit: t.start });
     const head1 = subagentCommits(path, "x.txt", "build\n");
@@ -119,7 +119,7 @@ describe("stray refs", () => {
     expect(still).toEqual({ moved: null, kept: null });
   }, 30_000);
 
-  it("S000-120: the stray ref is created by a compare-and-swap against no ref", async () => {
+  it("the stray ref is created by a compare-and-swap against no ref (S000-120)", async () => {
     const ref = strayRef("run-1", "impl", 1, "build");
     const path = join(t.root, "w1");
     await ensureWorktree({ repo: t.repo, path, commit: t.start });
@@ -139,7 +139,7 @@ describe("stray refs", () => {
     });
   }, 30_000);
 
-  it("S000-121: the stray ref moves only by a fast-forward to a descendant, with the held commit as the old value", async () => {
+  it("the stray ref moves only by a fast-forward to a descendant, with the held commit as the old value (S000-121)", async () => {
     const ref = strayRef("run-1", "impl", 1, "build");
     const path = join(t.root, "w1");
     await ensureWorktree({ repo: t.repo, path, commit: t.start });
@@ -164,7 +164,7 @@ describe("stray refs", () => {
     expect(t.sh(t.repo, "rev-parse", ref)).toBe(later);
   }, 30_000);
 
-  it("S000-123: crw.commit commits the pending tree on start with the observed HEAD as the old value; the proof finds the stray HEAD of that tree", async () => {
+  it("crw.commit commits the pending tree on start with the observed HEAD as the old value; the proof finds the stray HEAD of that tree (S000-123)", async () => {
     const path = join(t.root, "w1");
     await ensureWorktree({ repo: t.repo, path, commit: t.start });
     const stray = subagentCommits(path, "x.txt", "work\n");

@@ -38,7 +38,7 @@ const digests = () =>
   takeTraceDigests({ workspace: P, ownerCwd: t.repo, repo: t.repo, runId, boundDir: boundDir(state) });
 
 describe("trace digests", () => {
-  it("S000-302: the workspace digest is P's status and HEAD: an edit, a new file, a commit and a second edit of a dirty file all change it", async () => {
+  it("the workspace digest is P's status and HEAD: an edit, a new file, a commit and a second edit of a dirty file all change it (S000-302)", async () => {
     const d0 = await checkoutDigest(P);
     expect(await checkoutDigest(P)).toBe(d0);
     writeFileSync(join(P, "a.txt"), "edited\n");
@@ -55,7 +55,7 @@ describe("trace digests", () => {
     expect(await checkoutDigest(P)).not.toBe(d3);
   }, 30_000);
 
-  it("S000-303: the outside digest is the owner's checkout's only when it is a git checkout other than P", async () => {
+  it("the outside digest is the owner's checkout's only when it is a git checkout other than P (S000-303)", async () => {
     expect(await outsideDigest(t.repo, P)).toBe(await checkoutDigest(t.repo));
     expect(await outsideDigest(P, P)).toBeNull(); // the owner works in P itself
     expect(await outsideDigest(join(P, "."), P)).toBeNull();
@@ -63,7 +63,7 @@ describe("trace digests", () => {
     expect(await outsideDigest(null, P)).toBeNull();
   }, 30_000);
 
-  it("S000-304: the shared digest covers refs/crw/ but the run's own refs, and the flow-bound binding files", async () => {
+  it("the shared digest covers refs/crw/ but the run's own refs, and the flow-bound binding files (S000-304)", async () => {
     const base = () => sharedDigest({ repo: t.repo, runId, boundDir: boundDir(state) });
     const d0 = await base();
     t.sh(t.repo, "update-ref", `refs/crw/flow/${runId}/stray/n/a1-c`, t.start);
@@ -82,7 +82,7 @@ describe("trace digests", () => {
     expect(await base()).not.toBe(d1);
   }, 30_000);
 
-  it("S000-305: the shared digest leaves out the hook's ledger and claims", async () => {
+  it("the shared digest leaves out the hook's ledger and claims (S000-305)", async () => {
     bindOrchestrator({
       state,
       owner: "owner-1",
@@ -118,7 +118,7 @@ describe("trace digests", () => {
 });
 
 describe("trace warnings between bind and harvest", () => {
-  it("S000-115: a role that changes nothing and changed P is read_role_wrote", async () => {
+  it("a role that changes nothing and changed P is read_role_wrote (S000-115)", async () => {
     const atBind = await digests();
     writeFileSync(join(P, "notes.md"), "a reviewer wrote this\n");
     const atHarvest = await digests();
@@ -134,7 +134,7 @@ describe("trace warnings between bind and harvest", () => {
     expect(traceWarnings({ writes: true, atBind, atHarvest })).toEqual([]);
   }, 30_000);
 
-  it("S000-116: an executor that changed the owner's checkout is executor_wrote_outside", async () => {
+  it("an executor that changed the owner's checkout is executor_wrote_outside (S000-116)", async () => {
     const atBind = await digests();
     writeFileSync(join(P, "impl.ts"), "ok\n");
     writeFileSync(join(t.repo, "oops.ts"), "written in the owner's checkout\n");
@@ -147,7 +147,7 @@ describe("trace warnings between bind and harvest", () => {
     ]);
   }, 30_000);
 
-  it("S000-117: a changed shared digest is shared_state_changed, for any role", async () => {
+  it("a changed shared digest is shared_state_changed, for any role (S000-117)", async () => {
     const atBind = await digests();
     t.sh(t.repo, "update-ref", "refs/crw/land/main", t.start);
     const atHarvest = await digests();

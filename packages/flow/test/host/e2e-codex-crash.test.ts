@@ -33,7 +33,7 @@ describe("crw flow killed after a bind and resumed, with the real codex as host"
     expect(bound).toBeLessThan(firstStarted);
   });
 
-  it("S000-147: the resumed process harvested the turn the dead one had bound, from the host, without a new step", () => {
+  it("the resumed process harvested the turn the dead one had bound, from the host, without a new step (S000-147)", () => {
     const architect = rows.filter((r) => r.call === "architect.1");
     expect(architect.filter((r) => r.type === "step_published")).toHaveLength(1);
     expect(architect.filter((r) => r.type === "thread_started")).toHaveLength(1);

@@ -334,7 +334,7 @@ afterAll(async () => {
 });
 
 describe("two near-simultaneous starts on one real codex owner thread", () => {
-  it("S000-271 S000-273: exactly one binds the thread; the other warns (owner_bound) and does not bind, and neither does its process", () => {
+  it("exactly one binds the thread; the other warns (owner_bound) and does not bind, and neither does its process (S000-271 S000-273)", () => {
     const bound = pair.answers.map((a) => {
       const facts = a.facts as Array<{ fact: string; ok: boolean; detail: string }>;
       return facts.find((f) => f.fact === "owner_bound");
@@ -368,7 +368,7 @@ describe("two near-simultaneous starts on one real codex owner thread", () => {
 });
 
 describe("an owner woken by the run on the real codex", () => {
-  it("S000-290 S000-291: the wake staged while the owner was busy is delivered after its turn, as a new turn on the owner thread; the owner then spawns the step", () => {
+  it("the wake staged while the owner was busy is delivered after its turn, as a new turn on the owner thread; the owner then spawns the step (S000-290 S000-291)", () => {
     expect(woken.played.failure).toBeNull();
     const run = woken.played.runId as string;
     const rows = rowsOf(woken.state, run);
@@ -411,7 +411,7 @@ describe("a continuation chain through real codex subagents", () => {
     expect(of("run_ended")).toMatchObject([{ status: "completed", result: [1, 2, 3] }]);
   });
 
-  it("S000-155 S000-157 S000-051: each continuation runs on a new subagent of the owner with its own thread_started; its input keeps the handle's thread chain", () => {
+  it("each continuation runs on a new subagent of the owner with its own thread_started; its input keeps the handle's thread chain (S000-155 S000-157 S000-051)", () => {
     const threads = of("thread_started");
     expect(threads.map((t) => t.call)).toEqual(["first.1", "second.1", "third.1"]);
     const ids = threads.map((t) => t.thread_id as string);
@@ -426,7 +426,7 @@ describe("a continuation chain through real codex subagents", () => {
     expect(of("step_published", "third.1").map((s) => s.action)).toEqual(["spawn"]);
   });
 
-  it("S000-158: for a session subagent the record holds the continued calls' turns before its own, then the call's conversation (the repair included)", () => {
+  it("for a session subagent the record holds the continued calls' turns before its own, then the call's conversation (the repair included) (S000-158)", () => {
     const step = of("step_published", "third.1")[0] as { packet: string; marker: string };
     // the real subagent got the spawn message naming that packet
     expect(subagentTexts.get(step.marker)).toContain(step.packet);
@@ -454,7 +454,7 @@ describe("a continuation chain through real codex subagents", () => {
 });
 
 describe("a flow evidence record on the real codex", () => {
-  it("S000-023 S000-076 S000-081: the executor's spawn step names its record; the bind places it under the cwd the host reports for the subagent, where its shell finds it; the run's end releases it", () => {
+  it("the executor's spawn step names its record; the bind places it under the cwd the host reports for the subagent, where its shell finds it; the run's end releases it (S000-023 S000-076 S000-081)", () => {
     expect(evidence.played.failure).toBeNull();
     const run = evidence.played.runId as string;
     const rows = rowsOf(evidence.state, run);

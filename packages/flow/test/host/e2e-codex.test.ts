@@ -45,7 +45,7 @@ describe("crw flow end to end with the real codex as host", () => {
     expect(rows.length).toBeGreaterThan(0);
   });
 
-  it("S000-005 S000-180: the started row records the session backend and the owner from CODEX_THREAD_ID", () => {
+  it("the started row records the session backend and the owner from CODEX_THREAD_ID (S000-005 S000-180)", () => {
     expect(ofType("started")[0]).toMatchObject({ backend: "session" });
     expect(readSpec(runPaths(state, owner.runId as string).spec)).toMatchObject({
       backend: "session",
@@ -62,7 +62,7 @@ describe("crw flow end to end with the real codex as host", () => {
     ]);
   });
 
-  it("S000-014 S000-075: each call bound the subagent the owner spawned under its thread; thread_started names P, the host's cwd and the rollout", () => {
+  it("each call bound the subagent the owner spawned under its thread; thread_started names P, the host's cwd and the rollout (S000-014 S000-075)", () => {
     const threads = ofType("thread_started");
     expect(threads).toHaveLength(3);
     for (const t of threads) {
@@ -94,7 +94,7 @@ describe("crw flow end to end with the real codex as host", () => {
     for (const r of owner.replies) if (r.reply !== "queued") expect(boundAgents).toContain(r.agent_id);
   });
 
-  it("S000-069: a role whose effort is undecided is bound on its model; thread_started records the host's effort with effort_unchecked", () => {
+  it("a role whose effort is undecided is bound on its model; thread_started records the host's effort with effort_unchecked (S000-069)", () => {
     const reviewer = ofType("thread_started").find((t) => t.model === "mock-reviewer");
     // gpt-5.5's catalog entry (cloned for the mock models) defaults to medium.
     expect(reviewer).toMatchObject({ effort: "medium", effort_unchecked: true });
@@ -103,7 +103,7 @@ describe("crw flow end to end with the real codex as host", () => {
     );
   });
 
-  it("S000-035 S000-039: the spawn message and the repair's send_input message reached the subagents as crw wrote them", () => {
+  it("the spawn message and the repair's send_input message reached the subagents as crw wrote them (S000-035 S000-039)", () => {
     const spawns = owner.hostCalls.filter((c) => c.tool === "spawn_agent");
     expect(spawns).toHaveLength(3);
     for (const spawn of spawns) {
@@ -118,7 +118,7 @@ describe("crw flow end to end with the real codex as host", () => {
     expect(text).toContain("I looked around but I am not sure.");
   });
 
-  it("S000-084 S000-086 S000-087: the answer is the final_answer message, never the commentary; prose before the JSON is taken out and recorded", () => {
+  it("the answer is the final_answer message, never the commentary; prose before the JSON is taken out and recorded (S000-084 S000-086 S000-087)", () => {
     const completed = ofType("completed");
     expect(completed).toHaveLength(3);
     const architect = completed.find((c) => JSON.stringify(c.result).includes("parse the input"));
@@ -131,7 +131,7 @@ describe("crw flow end to end with the real codex as host", () => {
     for (const c of completed) expect(c.raw_text).not.toContain("Reading the packet.");
   });
 
-  it("S000-027: the explorer's invalid answer was repaired once with send_input on its open subagent", () => {
+  it("the explorer's invalid answer was repaired once with send_input on its open subagent (S000-027)", () => {
     const published = ofType("step_published");
     const explorerSteps = published.filter((p) => p.role === "explorer");
     expect(explorerSteps.map((p) => p.action)).toEqual(["spawn", "send_input"]);

@@ -106,7 +106,7 @@ describe("crw flow answer", () => {
     expect(startedCount(run)).toBe(2);
   }, 60_000);
 
-  it("S000-242 S000-243: with the recorded TMPDIR gone the answer refuses run_env_unusable (nothing appended, no process); once made again it applies once and resumes once", async () => {
+  it("with the recorded TMPDIR gone the answer refuses run_env_unusable (nothing appended, no process); once made again it applies once and resumes once (S000-242 S000-243)", async () => {
     const run = await pausedRun("env");
     rmSync(run.runTmp, { recursive: true });
     const journal = run.journal();
@@ -125,7 +125,7 @@ describe("crw flow answer", () => {
     expect(startedCount(run)).toBe(2);
   }, 60_000);
 
-  it("S000-244: --no-resume starts nothing and does not check the TMPDIR; the later relaunch refuses", async () => {
+  it("--no-resume starts nothing and does not check the TMPDIR; the later relaunch refuses (S000-244)", async () => {
     const run = await pausedRun("nores");
     rmSync(run.runTmp, { recursive: true });
     const r = await crwFlow(
@@ -143,7 +143,7 @@ describe("crw flow answer", () => {
     expect(startedCount(run)).toBe(1);
   }, 60_000);
 
-  it("S000-217: the answer waits for the process holding the run to end, holds the lock until its row is stored, and the resume takes the lock after", async () => {
+  it("the answer waits for the process holding the run to end, holds the lock until its row is stored, and the resume takes the lock after (S000-217)", async () => {
     const run = await pausedRun("drain");
     // a process still holds the run (as the one that paused it would, for a moment)
     const holder = spawn(process.execPath, ["-e", "setTimeout(() => {}, 1500)"], { stdio: "ignore" });

@@ -32,7 +32,7 @@ async function sessionRun(): Promise<JournalRow[]> {
 }
 
 describe("crw flow shadow: a replay from the journal alone, no host", () => {
-  it("S000-008: a session run replays with no divergence and the report names the recorded backend", async () => {
+  it("a session run replays with no divergence and the report names the recorded backend (S000-008)", async () => {
     const rows = await sessionRun();
     const report = await shadowReplay("run-1", pair(), null, rows);
     expect(report).toMatchObject({
@@ -45,7 +45,7 @@ describe("crw flow shadow: a replay from the journal alone, no host", () => {
     });
   });
 
-  it("S000-008: a journal whose started row records no backend is reported as an App Server run", async () => {
+  it("a journal whose started row records no backend is reported as an App Server run (S000-008)", async () => {
     const rows = (await sessionRun()).map((r) => {
       if (r.type !== "started") return r;
       const { backend: _dropped, ...rest } = r;

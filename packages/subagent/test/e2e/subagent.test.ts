@@ -139,7 +139,7 @@ describe("test:e2e:subagent", () => {
     expect(events.filter((e) => e.type === "turn_dispatched").length).toBeGreaterThanOrEqual(n);
   });
 
-  it("S004-185: S004-186: a full pool queues the child turn; its session and run row are durable before the wait", async () => {
+  it("a full pool queues the child turn; its session and run row are durable before the wait (S004-185 S004-186)", async () => {
     let openGate: () => void = () => {};
     const gate = new Promise<void>((r) => {
       openGate = r;
@@ -201,7 +201,7 @@ describe("test:e2e:subagent", () => {
     expect(await repo.settledResultIds(parent.id, account.id)).toHaveLength(1);
   });
 
-  it("S004-493: S004-494: a nested delegation counts as a nested edge on the runner both sub-agent sessions share", async () => {
+  it("a nested delegation counts as a nested edge on the runner both sub-agent sessions share (S004-493 S004-494)", async () => {
     const { service, repo, events } = assemble({ maxRunners: 2, turnsPerRunner: 4 });
     const account = await repo.createAccount({ name: `acct-${randomUUID()}` });
     const parent = await service.createRootSession(account.id, "scripted");
@@ -225,7 +225,7 @@ describe("test:e2e:subagent", () => {
     expect(journal.find((m) => m.role === "toolResult")).toMatchObject({ content: "child relayed" });
   });
 
-  it("S004-379: S004-374: the real delegation core, dispatcher and context place an exact protected child in the daemon after its assertion; others stay in runners", async () => {
+  it("the real delegation core, dispatcher and context place an exact protected child in the daemon after its assertion; others stay in runners (S004-379 S004-374)", async () => {
     const { service, repo, placements, placed, events } = assemble();
     const account = await repo.createAccount({ name: `acct-${randomUUID()}` });
     const parent = await service.createRootSession(account.id, "scripted");
