@@ -12,6 +12,7 @@ import {
   type ResolvedDelegationAuthority,
   SCOPE_LIMITS,
 } from "./schema.js";
+import { frozenScope, isHandedOutScope, storedScopeOf } from "./storedScopes.js";
 import { entryCovers, globMatches, intersectAllow, listCovers, parseToolEntry, unionDeny } from "./tools.js";
 
 /** Canonical JSON text of a validated `DelegatedExecutionScope`, as stored in the session row. */
@@ -141,18 +142,26 @@ export function captureDelegatedExecutionScope(
   return toCanonical(resolvedAuthority ? narrow(parsed, resolvedAuthority) : parsed);
 }
 
-/** Reads a stored scope back; anything malformed throws instead of granting a default. */
+/**
+ * Reads a stored scope back; anything malformed throws instead of granting a default. The scope is deeply
+ * frozen and may be the same object another reader of the same text got (storedScopes.ts).
+ */
 export function parseDelegatedExecutionScope(
   stored: string | DelegatedExecutionScope,
 ): DelegatedExecutionScope {
-  let raw: unknown = stored;
-  if (typeof stored === "string") {
-    try {
-      raw = JSON.parse(stored);
-    } catch {
-      fail("invalid_scope", "stored scope is not JSON");
-    }
-  } else raw = structuredClone(stored);
+  if (typeof stored === "string") return storedScopeOf(stored, parseStoredText);
+  // A scope this function returned is parsed already, and frozen: it cannot have changed since.
+  if (isHandedOutScope(stored)) return stored;
+  return frozenScope(parseScope(structuredClone(stored), "stored scope"));
+}
+
+function parseStoredText(text: string): DelegatedExecutionScope {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    fail("invalid_scope", "stored scope is not JSON");
+  }
   return parseScope(raw, "stored scope");
 }
 

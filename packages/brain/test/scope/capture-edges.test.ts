@@ -253,7 +253,10 @@ describe("continuations and the access descriptor", () => {
   });
 
   it("a stored scope given as an object is read as a copy", () => {
-    const stored = scopeOf(captureDelegatedExecutionScope({ ...base, tools: { allow: ["Read"] } }));
+    // A caller's own object (a parsed scope itself is frozen, so no caller can change one).
+    const stored = structuredClone(
+      scopeOf(captureDelegatedExecutionScope({ ...base, tools: { allow: ["Read"] } })),
+    );
     const read = parseDelegatedExecutionScope(stored);
     expect(read).toEqual(stored);
     (stored.tools.allow as string[]).push("Write");
