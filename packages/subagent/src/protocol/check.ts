@@ -52,6 +52,8 @@ function codePoints(s: string): number {
 }
 
 function lengthIssue(s: string, min: number, max: number): string | undefined {
+  // A code point is one or two UTF-16 units: within these bounds the count cannot miss, so it is skipped.
+  if (s.length <= max && s.length >= 2 * min) return undefined;
   const n = codePoints(s);
   return n < min || n > max ? `expected ${min} to ${max} characters, got ${n}` : undefined;
 }
@@ -90,6 +92,32 @@ export function number(min: number, max: number, integer: boolean): Check<number
 
 export const integer = (min: number, max = Number.MAX_SAFE_INTEGER) => number(min, max, true);
 
+/** Any string, unbounded. */
+export const anyText: Check<string> = (value, path, issues) =>
+  typeof value === "string" ? value : refuse(issues, path, `expected a string, got ${kindOf(value)}`);
+
+export const boolean: Check<boolean> = (value, path, issues) =>
+  typeof value === "boolean" ? value : refuse(issues, path, `expected a boolean, got ${kindOf(value)}`);
+
+/** One of a fixed set of strings (the schema's enum). */
+export function oneOf<const T extends string>(values: readonly T[]): Check<T> {
+  const known = new Set<unknown>(values);
+  return (value, path, issues) =>
+    known.has(value) ? (value as T) : refuse(issues, path, `expected one of ${values.join(" | ")}`);
+}
+
+/** A string the pattern matches whole; `describe` names it in the refusal. */
+export function matching(pattern: RegExp, describe: string): Check<string> {
+  return (value, path, issues) => {
+    if (typeof value !== "string") return refuse(issues, path, `expected a string, got ${kindOf(value)}`);
+    return pattern.test(value) ? value : refuse(issues, path, `expected ${describe}`);
+  };
+}
+
+export function nullable<T>(check: Check<T>): Check<T | null> {
+  return (value, path, issues) => (value === null ? null : check(value, path, issues));
+}
+
 export function literal<const T extends string>(expected: T): Check<T> {
   return (value, path, issues) =>
     value === expected ? expected : refuse(issues, path, `expected "${expected}", got ${kindOf(value)}`);
@@ -125,11 +153,14 @@ export function strictObject<S extends Shape>(shape: S): Check<Parsed<S>> {
   };
 }
 
-export function array<T>(item: Check<T>, max: number): Check<T[]> {
+/** Every index is checked, holes of a sparse array too (read as undefined, as the schema reads them). */
+export function array<T>(item: Check<T>, max = Number.POSITIVE_INFINITY): Check<T[]> {
   return (value, path, issues) => {
     if (!Array.isArray(value)) return refuse(issues, path, `expected an array, got ${kindOf(value)}`);
     if (value.length > max) refuse(issues, path, `expected at most ${max} entries, got ${value.length}`);
-    return value.map((v, i) => item(v, [...path, i], issues));
+    const out: T[] = new Array(value.length);
+    for (let i = 0; i < value.length; i++) out[i] = item(value[i], [...path, i], issues);
+    return out;
   };
 }
 
@@ -165,6 +196,47 @@ export const oneOfKey =
   (keys: readonly string[]) =>
   (k: string): boolean =>
     keys.includes(k);
+
+/**
+ * An object whose `key` names which check applies (the schema's discriminated union): the value is read as
+ * the schema reads it, inherited too, and only the listed values select a check.
+ */
+export function byKey<O extends Record<string, Check<unknown>>>(
+  key: string,
+  options: O,
+): Check<O[keyof O] extends Check<infer T> ? T : never> {
+  type T = O[keyof O] extends Check<infer U> ? U : never;
+  const checks = new Map<unknown, Check<T>>(Object.entries(options) as [string, Check<T>][]);
+  return (value, path, issues) => {
+    if (!isObject(value)) return refuse(issues, path, `expected an object, got ${kindOf(value)}`);
+    const check = checks.get(value[key]);
+    if (!check) return refuse(issues, [...path, key], `expected one of ${[...checks.keys()].join(" | ")}`);
+    return check(value, path, issues);
+  };
+}
+
+/** The first of the checks that passes, as the schema's union takes its first option that parses. */
+export function firstOf<A, B>(first: Check<A>, second: Check<B>): Check<A | B> {
+  return (value, path, issues) => {
+    const ofFirst: Issue[] = [];
+    const a = first(value, path, ofFirst);
+    if (ofFirst.length === 0) return a;
+    const ofSecond: Issue[] = [];
+    const b = second(value, path, ofSecond);
+    if (ofSecond.length === 0) return b;
+    return refuse(issues, path, `no option matched (${summarizeIssues([...ofFirst, ...ofSecond])})`);
+  };
+}
+
+/** A further rule on a value the check accepted; it runs only when nothing else was wrong, as a refinement does. */
+export function refined<T>(check: Check<T>, holds: (value: T) => boolean, message: string): Check<T> {
+  return (value, path, issues) => {
+    const before = issues.length;
+    const out = check(value, path, issues);
+    if (issues.length === before && !holds(out)) refuse(issues, path, message);
+    return out;
+  };
+}
 
 /** Any value, undefined included. */
 export const unknownValue: Check<unknown> = (value) => value;
