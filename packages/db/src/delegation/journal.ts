@@ -26,6 +26,28 @@ interface RowShape {
   usage: string | null;
 }
 
+/**
+ * The rows an append's statement answers. A body that is one of the texts this append wrote is the JSON of a
+ * body the schema accepted (`shape`), so JSON.parse alone reads it back: decoding it with the schema again
+ * checked every row a turn writes twice. Any other text is decoded as a read would.
+ */
+function writtenEntries(returned: readonly Row[], written: readonly RowShape[]): JournalEntry[] {
+  const texts = new Set(written.map((w) => w.body));
+  return returned.map((r) => {
+    const text = String(r.body);
+    if (!texts.has(text)) return entryFromRow(r);
+    const createdAt = r.created_at instanceof Date ? r.created_at : new Date(String(r.created_at));
+    const body = JSON.parse(text) as JournalBody;
+    return {
+      sessionId: String(r.session_id),
+      seq: Number(r.seq),
+      body,
+      settled: Boolean(r.settled),
+      createdAt,
+    };
+  });
+}
+
 export function shape(sessionId: string, write: JournalWrite): RowShape {
   const parsed = journalBodySchema.safeParse(write.body);
   if (!parsed.success) {
@@ -146,7 +168,7 @@ async function appendRows(
     if (inserted.rows.length === 0) throw notFound("session", { sessionId });
     const stored = inserted.rows[0]?.system_prompt;
     return {
-      entries: inserted.rows.map(entryFromRow).sort((a, b) => a.seq - b.seq),
+      entries: writtenEntries(inserted.rows, rows).sort((a, b) => a.seq - b.seq),
       systemPrompt: typeof stored === "string" ? stored : null,
     };
   } catch (e) {
