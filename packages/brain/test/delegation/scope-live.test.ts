@@ -13,6 +13,8 @@ import {
   continueForeground,
   delegateCall,
   delegateForeground,
+  gateTool,
+  latch,
   makeService,
   messages,
   newParent,
@@ -426,7 +428,12 @@ describe("the memory identity of delegated turns", () => {
   let memory: unknown;
   beforeAll(async () => {
     const { seen, runner } = recording();
-    const { service, repo } = makeService(db.pool, { runner });
+    // The helper waits at a gate until the dream's own turn has answered, so its result comes to a later
+    // turn of the dream (delivered sooner, it would join the first turn's next provider request).
+    const gates = new Map<string, Promise<void>>();
+    const helperGate = latch();
+    gates.set("helper", helperGate.promise);
+    const { service, repo } = makeService(db.pool, { runner, tools: () => [gateTool("Gate", gates)] });
     const { account, parent } = await newParent(service);
     const dreamScope = captureDelegatedExecutionScope(
       { accountId: account.id, target: { kind: "host", ref: null } },
@@ -437,14 +444,27 @@ describe("the memory identity of delegated turns", () => {
       principalAccountId: account.id,
       toolCallId: "dream",
       task: scriptTask({
-        rounds: [[delegateCall({ answer: "helper" }, { background: true })]],
+        rounds: [
+          [
+            delegateCall(
+              { rounds: [[{ name: "Gate", arguments: { key: "helper" } }]], answer: "helper" },
+              { background: true },
+            ),
+          ],
+        ],
         answer: "dreamt",
       }),
       mode: "background",
       model: "scripted",
       scope: dreamScope,
     });
-    await service.executeRun(made.run);
+    const dreaming = service.executeRun(made.run);
+    await waitFor(async () => {
+      const last = messages(await repo.readJournal(made.child.id, account.id)).at(-1);
+      return last?.role === "assistant" && JSON.stringify(last.content).includes("dreamt");
+    }, "the dream's own turn answered");
+    helperGate.open();
+    await dreaming;
     const ordinary = await delegateForeground(
       service,
       { parent, account },
