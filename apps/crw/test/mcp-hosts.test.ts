@@ -72,6 +72,8 @@ function daemonEnv(): NodeJS.ProcessEnv {
     CRW_MODEL_BASE_URL: models.openaiBaseUrl,
     CRW_MODEL_API_KEY_ENV: KEY,
     [KEY]: "secret",
+    // Any free port: the files of this project run two at a time, each with daemons of its own.
+    CRW_DAEMON_PORT: "0",
   };
   return e;
 }

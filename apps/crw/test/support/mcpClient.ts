@@ -17,6 +17,8 @@ export function modelEnv(openaiBaseUrl: string, extra: Record<string, string> = 
     CRW_MODEL_BASE_URL: openaiBaseUrl,
     CRW_MODEL_API_KEY_ENV: KEY,
     [KEY]: "secret",
+    // Any free port: the files of this project run two at a time, each with daemons of its own.
+    CRW_DAEMON_PORT: "0",
     ...extra,
   };
 }
