@@ -65,7 +65,7 @@ const MODULES = {
       "packages/brain/src/delegation/settlement.ts:220-259",
       "packages/brain/src/delegation/settlement.ts:295-331",
       "packages/brain/src/delegation/settlement.ts:351-403",
-      "packages/brain/src/delegation/settlement.ts:550-551",
+      "packages/brain/src/delegation/settlement.ts:551-552",
     ],
   },
   // two of those ranges in runs of their own (each writes its report): the first turn with the settling
