@@ -80,7 +80,7 @@ const MODULES = {
     pkg: "brain",
     // each claimed run's recovery: terminalize, settle, charged or free continuation, the answer to a call
     // of unknown outcome
-    mutate: ["packages/brain/src/delegation/recovery.ts:307-471"],
+    mutate: ["packages/brain/src/delegation/recovery.ts:307-472"],
   },
   // the same range in six runs, each of which writes its own report: at about a minute a mutant the whole
   // range does not finish in one sitting, and a stopped run reports nothing
@@ -93,9 +93,9 @@ const MODULES = {
   // e: the free continuation (its bound, the generation fence)
   "brain-recovery-e": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:417-435"] },
   // f: settleError (the error result and the parent's wake)
-  "brain-recovery-f": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:436-448"] },
+  "brain-recovery-f": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:436-449"] },
   // d: the answer to a call of unknown outcome
-  "brain-recovery-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:449-471"] },
+  "brain-recovery-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:450-472"] },
   // the scope a delegation captures from its parent
   "brain-capture": { pkg: "brain", mutate: ["packages/brain/src/scope/capture.ts"] },
   // the runner pool: slot leases (pump, dispatch, settle), the startup episode (fork, retry, adopt, terminal
