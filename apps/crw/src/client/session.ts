@@ -35,9 +35,14 @@ async function textArg(parts: string[]): Promise<string> {
   return parts.join(" ");
 }
 
-function printProgress(client: DaemonClient, json: boolean): void {
+/**
+ * Prints the call's progress until the returned function is called: the command's answer is its last
+ * output, so a background child's progress arriving after it (follow that with `crw tap`) is not printed.
+ */
+function printProgress(client: DaemonClient, json: boolean): () => void {
+  let answered = false;
   client.onNotification((method, params) => {
-    if (method !== "session.progress") return;
+    if (method !== "session.progress" || answered) return;
     if (json) {
       out(JSON.stringify({ notification: method, ...params }));
       return;
@@ -47,6 +52,9 @@ function printProgress(client: DaemonClient, json: boolean): void {
     else if (e.type === "session")
       process.stderr.write(`  [${e.sessionId.slice(0, 8)}] child session started\n`);
   });
+  return () => {
+    answered = true;
+  };
 }
 
 export async function runSessionCli(args: string[]): Promise<number> {
@@ -108,7 +116,7 @@ export async function runSessionCli(args: string[]): Promise<number> {
         return inputError(PREFIX, "delegate needs SESSION and TASK; see 'crw session --help'");
       const task = await textArg(words);
       return withClient(PREFIX, values, async (client) => {
-        printProgress(client, json);
+        const answered = printProgress(client, json);
         const r = await client.call<{
           kind: string;
           childSessionId: string;
@@ -125,6 +133,7 @@ export async function runSessionCli(args: string[]): Promise<number> {
           ...(typeof values.cwd === "string" ? { cwd: values.cwd } : {}),
           ...(typeof values.isolation === "string" ? { isolation: values.isolation } : {}),
         });
+        answered();
         if (json) out(JSON.stringify({ ok: r.outcome !== "error", ...r }));
         else if (r.kind === "result") out(r.body ?? "");
         else
