@@ -13,7 +13,7 @@ import {
   type TranscriptMessage,
 } from "../repositories/journal.js";
 import { type Queryable, tx } from "../tx.js";
-import { assertUuid, decodeBody, entryFromRow, notFound, type Row } from "./rows.js";
+import { assertUuid, decodeBody, entryDecodedBy, entryFromRow, notFound, type Row } from "./rows.js";
 import { workFromRow, workOf } from "./runs.js";
 
 interface RowShape {
@@ -33,19 +33,9 @@ interface RowShape {
  */
 function writtenEntries(returned: readonly Row[], written: readonly RowShape[]): JournalEntry[] {
   const texts = new Set(written.map((w) => w.body));
-  return returned.map((r) => {
-    const text = String(r.body);
-    if (!texts.has(text)) return entryFromRow(r);
-    const createdAt = r.created_at instanceof Date ? r.created_at : new Date(String(r.created_at));
-    const body = JSON.parse(text) as JournalBody;
-    return {
-      sessionId: String(r.session_id),
-      seq: Number(r.seq),
-      body,
-      settled: Boolean(r.settled),
-      createdAt,
-    };
-  });
+  const decode = (sessionId: string, seq: number, text: string): JournalBody =>
+    texts.has(text) ? (JSON.parse(text) as JournalBody) : decodeBody(sessionId, seq, text);
+  return returned.map((r) => entryDecodedBy(r, decode));
 }
 
 export function shape(sessionId: string, write: JournalWrite): RowShape {

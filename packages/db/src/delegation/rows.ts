@@ -129,12 +129,20 @@ export function decodeBody(sessionId: string, seq: number, text: string): Journa
 }
 
 export function entryFromRow(r: Row): JournalEntry {
+  return entryDecodedBy(r, decodeBody);
+}
+
+/** A journal row as an entry, its body read by `decode`. */
+export function entryDecodedBy(
+  r: Row,
+  decode: (sessionId: string, seq: number, text: string) => JournalBody,
+): JournalEntry {
   const sessionId = str(r.session_id);
   const seq = num(r.seq);
   return {
     sessionId,
     seq,
-    body: decodeBody(sessionId, seq, str(r.body)),
+    body: decode(sessionId, seq, str(r.body)),
     settled: Boolean(r.settled),
     createdAt: date(r.created_at),
   };
