@@ -1,6 +1,6 @@
 import { tryLock, unlock } from "@crw/flow";
 import { afterEach, describe, expect, it, onTestFinished } from "vitest";
-import { crwFlow } from "./helpers/cli.js";
+import { crwFlow, dispatchedArgs } from "./helpers/cli.js";
 import { defineWorkflow, type InProcessRun, inProcessRun, countSchema as schema } from "./helpers/harness.js";
 
 let run: InProcessRun | null = null;
@@ -47,40 +47,14 @@ describe("binding a reported subagent", () => {
     expect(tryLock(lock)).toBe(true);
     onTestFinished(() => unlock(lock));
     const wrong = run.spawn(step, "explorer", { model: "other", reasoningEffort: "high" });
-    const d = await crwFlow([
-      "dispatched",
-      run.spec.run_id,
-      step.call,
-      "--agent",
-      wrong.threadId,
-      "--k",
-      String(step.k),
-      "--attempt",
-      String(step.attempt),
-      "--state",
-      run.paths.state,
-      "--wait",
-      "20",
-      "--json",
-    ]);
+    const d = await crwFlow(
+      dispatchedArgs(run.spec.run_id, step, wrong.threadId, run.paths.state, ["--wait", "20"]),
+    );
     expect(d.code, d.stderr).toBe(1);
     expect(d.json()).toMatchObject({ reply: "pair_mismatch", pair: { model: "m-explore", effort: "high" } });
     // the right pair binds, and that reply exits 0
     const right = run.spawn(step, "explorer", { model: "m-explore", reasoningEffort: "high" });
-    const bound = await crwFlow([
-      "dispatched",
-      run.spec.run_id,
-      step.call,
-      "--agent",
-      right.threadId,
-      "--k",
-      String(step.k),
-      "--attempt",
-      String(step.attempt),
-      "--state",
-      run.paths.state,
-      "--json",
-    ]);
+    const bound = await crwFlow(dispatchedArgs(run.spec.run_id, step, right.threadId, run.paths.state));
     expect(bound.code, bound.stderr).toBe(0);
     expect(bound.json()).toMatchObject({ reply: "bound" });
   });

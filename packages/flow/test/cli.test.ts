@@ -26,7 +26,7 @@ import {
 import type { FakeAppServer } from "@crw/tools/codex";
 import { type OwnerStep, ScriptedOwner } from "@crw/tools/flow";
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
-import { crwBin, crwFlow, ownerSession, waitFor } from "./helpers/cli.js";
+import { crwBin, crwFlow, dispatchedArgs, ownerSession, waitFor } from "./helpers/cli.js";
 
 const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
 const workflowSource = (extra = "") => `
@@ -279,25 +279,7 @@ describe("crw flow commands as real processes", () => {
       wait = "20",
     ): Promise<Dispatch> => {
       const t0 = Date.now();
-      const res = await crwFlow(
-        [
-          "dispatched",
-          "run-owner",
-          step.call,
-          "--agent",
-          agent,
-          "--k",
-          String(step.k),
-          "--attempt",
-          String(step.attempt),
-          "--wait",
-          wait,
-          "--state",
-          state,
-          "--json",
-        ],
-        env,
-      );
+      const res = await crwFlow(dispatchedArgs("run-owner", step, agent, state, ["--wait", wait]), env);
       const ms = Date.now() - t0;
       const rowsAtReply = readJournalFile(paths.journal).rows.filter(
         (x) =>
@@ -644,14 +626,9 @@ describe("dispatched's wait for the run's reply", () => {
       process.kill(pid, "SIGCONT");
       process.kill(pid, "SIGKILL");
     });
+    const step = { call: "explorer.1", k: 1, attempt: 1 };
     const dispatch = (agent: string, wait: string[]) =>
-      crwFlow(
-        ["dispatched", "run-wait", "explorer.1", "--agent", agent, "--k", "1", "--attempt", "1"]
-          .concat(wait)
-          .concat(["--state", state, "--json"]),
-        env,
-        root,
-      );
+      crwFlow(dispatchedArgs("run-wait", step, agent, state, wait), env, root);
     for (const seconds of [1, 2]) {
       const t0 = performance.now();
       const d = await dispatch(`agent-${seconds}`, ["--wait", String(seconds)]);
@@ -692,25 +669,7 @@ describe("a session run from its owner thread, with the commands alone", () => {
           return { state: a.state, steps: a.steps };
         },
         report: async (step, agent) => {
-          const res = await crwFlow(
-            [
-              "dispatched",
-              "run-driven",
-              step.call,
-              "--agent",
-              agent,
-              "--k",
-              String(step.k),
-              "--attempt",
-              String(step.attempt),
-              "--wait",
-              "20",
-              "--state",
-              state,
-              "--json",
-            ],
-            env,
-          );
+          const res = await crwFlow(dispatchedArgs("run-driven", step, agent, state, ["--wait", "20"]), env);
           const reply = String(res.json().reply);
           if (reply === "bound" && !killed) {
             // Half-way: the run's process dies with a bound call; the owner's next command must resume it.

@@ -92,3 +92,28 @@ export async function waitFor<T>(
     await new Promise((r) => setTimeout(r, 25));
   }
 }
+
+/** `crw flow dispatched`'s arguments reporting `agent` for `step` of run `runId` in `state`, as JSON. */
+export function dispatchedArgs(
+  runId: string,
+  step: { call: string; k: number; attempt: number },
+  agent: string,
+  state: string,
+  extra: string[] = [],
+): string[] {
+  return [
+    "dispatched",
+    runId,
+    step.call,
+    "--agent",
+    agent,
+    "--k",
+    String(step.k),
+    "--attempt",
+    String(step.attempt),
+    ...extra,
+    "--state",
+    state,
+    "--json",
+  ];
+}
