@@ -33,9 +33,14 @@ afterAll(async () => {
 type Step = Extract<JournalRow, { type: "step_published" }>;
 
 /** The step_published row the kill came after: the last one the dead process wrote. */
-function lastStep(rows: readonly JournalRow[]): Step {
-  const step = rowsOf(rows, "step_published").at(-1);
-  if (!step) throw new Error("the dead process published no step");
+/**
+ * The step the fault point killed after: the first step_published (of `action`, when given) the dead process
+ * wrote. Not the last row of its kind: a row written after it, still waiting for its fsync at the kill, can
+ * be in the file too.
+ */
+function killedStep(rows: readonly JournalRow[], action?: Step["action"]): Step {
+  const step = rowsOf(rows, "step_published").find((s) => action === undefined || s.action === action);
+  if (!step) throw new Error(`the dead process published no ${action ?? ""} step`);
   return step;
 }
 
@@ -87,7 +92,7 @@ describe.concurrent("resume of a call whose last row is step_published", { timeo
     let other = "";
     let name = "";
     const whileDead: WhileDead = async ({ fake, owner, paths, rows }) => {
-      const step = lastStep(rows);
+      const step = killedStep(rows);
       // two subagents carry the step's marker; the owner reported the second one
       other = spawnFor(fake, owner, step);
       reported = spawnFor(fake, owner, step);
@@ -107,7 +112,7 @@ describe.concurrent("resume of a call whose last row is step_published", { timeo
     expectSameEnd(out);
     expect(out.atKill?.unanswered).toEqual([]);
     expect(out.replies[name]).toBe("bound");
-    const call = threadOf(out, rowsOf(out.deadRows, "step_published").at(-1)?.call ?? "");
+    const call = threadOf(out, killedStep(out.deadRows).call);
     expect(call.map((t) => t.thread_id)).toEqual([reported]);
     expect(call.map((t) => t.thread_id)).not.toContain(other);
   });
@@ -116,14 +121,14 @@ describe.concurrent("resume of a call whose last row is step_published", { timeo
     let found = "";
     let marker = "";
     const whileDead: WhileDead = async ({ fake, owner, rows }) => {
-      const step = lastStep(rows);
+      const step = killedStep(rows);
       marker = step.marker;
       found = spawnFor(fake, owner, step);
       await answer(fake, found, step);
     };
     const out = await h.run("after:step_published:1", { whileDead });
     expectSameEnd(out);
-    const step = rowsOf(out.deadRows, "step_published").at(-1) as Step;
+    const step = killedStep(out.deadRows);
     expect(threadOf(out, step.call).map((t) => t.thread_id)).toEqual([found]);
     const carrying = out.host.subagents.filter((s) => s.markers.includes(marker));
     expect(carrying.map((s) => s.id)).toEqual([found]);
@@ -133,8 +138,7 @@ describe.concurrent("resume of a call whose last row is step_published", { timeo
     let turnId = "";
     let thread = "";
     const whileDead: WhileDead = async ({ fake, rows }) => {
-      const step = lastStep(rows);
-      if (step.action !== "send_input") throw new Error(`the last step is a ${step.action}`);
+      const step = killedStep(rows, "send_input");
       thread = step.agent_id as string;
       turnId = fake.sendInput(thread, sendInputMessage(step.marker, step.input));
       await answer(fake, thread, step);
@@ -152,7 +156,7 @@ describe.concurrent("resume of a call whose last row is step_published", { timeo
   it("publishes the same step again when the host shows nothing for it: one subagent, spawned after the resume (S000-141)", async () => {
     let marker = "";
     const whileDead: WhileDead = ({ rows }) => {
-      marker = lastStep(rows).marker;
+      marker = killedStep(rows).marker;
     };
     const out = await h.run("after:step_published:1", { whileDead });
     expectSameEnd(out);
