@@ -11,7 +11,7 @@ import { crwVitest } from "../../tools/vitest/preset.ts";
  * - Left out: `test/embedded.test.ts` (about 35 s: it starts and kills real PostgreSQL servers, imports the
  *   built dist, and reaches no delegation code).
  */
-const base = crwVitest("db", import.meta.dirname, { postgres: true });
+const base = crwVitest("db", import.meta.dirname, { postgres: true, isolate: true });
 const src = resolve(import.meta.dirname, "src");
 
 export default defineConfig({

@@ -12,7 +12,7 @@ import { crwVitest } from "../../tools/vitest/preset.ts";
  *   when the run starts (a rebuild of the real dist during the run does not change it). A forked runner never
  *   sees a mutant; the pool and the protocol checks that run in the test process do.
  */
-const base = crwVitest("subagent", import.meta.dirname, { postgres: true });
+const base = crwVitest("subagent", import.meta.dirname, { postgres: true, isolate: true });
 /**
  * The pool's run (MUTATION_MODULE=subagent-pool, inherited by Stryker's test runners) runs the pool's own
  * suites only. Every suite that makes a pool covers pump and dispatch, and a surviving mutant runs every test

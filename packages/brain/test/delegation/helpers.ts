@@ -4,7 +4,6 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type JournalEntry, PgDelegationRepository, type TranscriptMessage } from "@crw/db";
 import type pg from "pg";
-import { afterAll } from "vitest";
 import {
   createScriptedTurnRunner,
   DelegationService,
@@ -19,10 +18,10 @@ import {
 
 export { scriptTask };
 
-// One spill directory per test file, removed when the file's tests end, so
-// runs leave nothing behind in the temporary directory.
+// One spill directory per test process, removed when it exits, so runs leave nothing behind in the
+// temporary directory. Files that share the process (and this module) share it.
 const spillBase = mkdtempSync(join(tmpdir(), "crw-spill-"));
-afterAll(() => rmSync(spillBase, { recursive: true, force: true }));
+process.once("exit", () => rmSync(spillBase, { recursive: true, force: true }));
 
 export function makeService(pool: pg.Pool, overrides: Partial<DelegationServiceOptions> = {}) {
   const repo = new PgDelegationRepository(pool);
