@@ -6,7 +6,7 @@ import { afterAll, expect } from "vitest";
 import type { TestUser } from "../../src/users/index.js";
 
 // The README's commands from a fresh clone, as the two kinds of user that broke them: an ordinary user in
-// its own home, and root in a clone under a private (0700) directory. Each runs `npm ci && npm run demo`,
+// its own home, and root in a clone under a private (0700) directory. Each runs `npm ci && npm run demo` (what the demo shows is checked whole here),
 // `crw daemon start` with the default data directory, and the PostgreSQL-backed suite of @crw/db. The two
 // kinds are two test files so that they run side by side: each is minutes of installing and building.
 const root = resolve(import.meta.dirname, "../../..");
@@ -65,6 +65,41 @@ function runAs(
   return { code: r.status, out: stripVTControlCharacters(r.stdout) };
 }
 
+/**
+ * What `npm run demo` shows (its stdout and stderr together): the daemon workflow with an expansion, a
+ * delegation and a crw flow run, offline, the agents' changes landed, and the daemon stopped.
+ */
+function expectDemoOutput(text: string): void {
+  expect(text).toMatch(/crw daemon ready at http:\/\/127\.0\.0\.1:\d+/);
+  // the workflow: four declared nodes and the one added from inside plan's turn, all succeeded, one summary
+  expect(text).toMatch(/Workflow "review-and-document" \([0-9a-f-]+\) completed, run 1\./);
+  for (const node of ["plan", "api", "docs", "review", "release-notes"])
+    expect(text).toMatch(new RegExp(`^- ${node}: succeeded$`, "m"));
+  expect(text.match(/^Workflow "review-and-document"/gm)).toHaveLength(1);
+  // the delegation's result, read back from the child
+  expect(text).toContain("child session started");
+  expect(text).toMatch(/^Three risks: locks, long rewrites, no rollback path\.$/m);
+  // every delegated turn ran in a forked runner
+  expect(text).toMatch(/sub-agents: [1-9]\d*\/\d+ runners/);
+  // agents at work: the isolated child's fix, committed by crw on its branch and landed; the workflow's files
+  expect(text).toMatch(/committed on branch crw\/[0-9a-f]{12} at [0-9a-f]{12} \(1 file changed.*calc\.js\)/);
+  expect(text).toMatch(/^landed crw\/[0-9a-f]{12} into main at [0-9a-f]{12} \(fast-forward\)/m);
+  expect(text).toMatch(/^-export const add = \(a, b\) => a - b;\n\+export const add = \(a, b\) => a \+ b;$/m);
+  expect(text).toMatch(
+    /^check: landed crw\/[0-9a-f]{8} into main at [0-9a-f]{12} \(fast-forward\): CHANGELOG\.md, NOTES\.md$/m,
+  );
+  expect(text).toMatch(/^ CHANGELOG\.md \| 1 \+\n NOTES\.md {5}\| 1 \+$/m);
+  expect(text).toMatch(/\$ git status --short\n\(clean\)/);
+  expect(text).toMatch(/Workflow "notes-for-the-fix" \([0-9a-f-]+\) completed/);
+  expect(text).toMatch(/^- check: succeeded\n {2}Both files are there and the test passes\.$/m);
+  expect(text).toMatch(/\$ node test\.js\nPASS/);
+  // crw flow on the local backend
+  expect(text).toMatch(/^run release-notes-\S+ \(release-notes\): completed$/m);
+  for (const call of ["plan.1", "draft.1", "draft.2", "write.1", "review.1"])
+    expect(text).toMatch(new RegExp(`^  ${call.replace(".", "\\.")}\\s+\\w+\\s+completed`, "m"));
+  expect(text).toMatch(/crw daemon \(pid \d+\) stopped/);
+}
+
 export const mode = (path: string) => statSync(path).mode & 0o777;
 const serverUid = (dataDir: string) => {
   const pid = Number(readFileSync(join(dataDir, "postgres", "postmaster.pid"), "utf8").split("\n")[0]);
@@ -75,9 +110,7 @@ const serverUid = (dataDir: string) => {
 export function readmeCommands(user: TestUser | undefined, home: string, clone: string) {
   const demo = runAs(user, home, clone, "npm ci --no-audit --no-fund && npm run demo", 600_000);
   expect(demo.code, demo.out.slice(-4000)).toBe(0);
-  expect(demo.out).toMatch(/crw daemon ready at http:\/\/127\.0\.0\.1:\d+/);
-  expect(demo.out).toMatch(/Workflow "review-and-document" \([0-9a-f-]+\) completed/);
-  expect(demo.out).toMatch(/crw daemon \(pid \d+\) stopped/);
+  expectDemoOutput(demo.out);
 
   const crw = `node ${join(clone, "apps/crw/bin/crw.mjs")}`;
   const start = runAs(user, home, home, `${crw} daemon start --port 0`, 120_000);
