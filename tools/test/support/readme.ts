@@ -6,9 +6,10 @@ import { afterAll, expect } from "vitest";
 import type { TestUser } from "../../src/users/index.js";
 
 // The README's commands from a fresh clone, as the two kinds of user that broke them: an ordinary user in
-// its own home, and root in a clone under a private (0700) directory. Each runs `npm ci && npm run demo` (what the demo shows is checked whole here),
-// `crw daemon start` with the default data directory, and the PostgreSQL-backed suite of @crw/db. The two
-// kinds are two test files so that they run side by side: each is minutes of installing and building.
+// its own home, and root in a clone under a private (0700) directory. Each runs `npm ci && npm run demo`
+// (what the demo shows is checked whole here), `crw daemon start` with the default data directory, and the
+// PostgreSQL-backed suite of @crw/db. The two kinds are two test files so that they run side by side: each
+// is minutes of installing and building.
 const root = resolve(import.meta.dirname, "../../..");
 const made: string[] = [];
 afterAll(() => {
