@@ -1,6 +1,8 @@
+import { journalRows } from "@crw/tools/delegation";
 import { useTestDatabase } from "@crw/tools/pg";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { MutatingTool } from "../../src/delegation/scopedTools.js";
+import { readOnlyContinuationScope, recoverDelegations } from "../../src/index.js";
 import {
   continueForeground,
   delegateForeground,
@@ -10,6 +12,7 @@ import {
   messages,
   newParent,
   probeTool,
+  recording,
   scriptTask,
   waitFor,
   writeTool,
@@ -307,5 +310,56 @@ describe("callers of a child with an open call", () => {
 
   it("a running read-only call's row holds the read-only clamp", () => {
     expect(openReadOnly?.readOnlyScope).not.toBeNull();
+  });
+});
+
+describe("a read-only call a dead process left running", () => {
+  it("is recovered under its read-only clamp: the recovered turn is read-only and its Write is refused (S004-223)", async () => {
+    const { repo, account, parent, child } = await childWithAnswer();
+    const stored = await repo.getSession(child, account.id);
+    // the row as a process that died mid-turn leaves it: the clamp bound, the run started by that process,
+    // its turn's tool call asked and its intent journaled, nothing after
+    const { run } = await repo.createContinuation({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: child,
+      toolCallId: "c1",
+      task: scriptTask({
+        rounds: [[{ name: "Nothing", arguments: {} }], [{ name: "Write", arguments: {} }]],
+        answer: "tried",
+      }),
+      mode: "background",
+      readOnlyScope: readOnlyContinuationScope(stored.scope ?? "", { accountId: account.id }),
+    });
+    await repo.startRun(run.id, run.generation, "dead-owner");
+    await repo.append(child, account.id, [
+      journalRows.asking("x-1", "Nothing"),
+      journalRows.intent("x-1", "Nothing"),
+    ]);
+
+    // the next process: its own service, whose runner records what each turn is given
+    const { seen, runner } = recording();
+    const next = makeService(db.pool, { runner, tools: () => [writeTool] });
+    try {
+      const report = await recoverDelegations(next.service);
+      expect(report.continued).toContain(run.id);
+      await waitFor(
+        async () => (await repo.getRun(run.id, account.id)).status === "succeeded",
+        "the recovered call",
+      );
+
+      const recovered = seen.filter((r) => r.sessionId === child);
+      expect(recovered.length).toBeGreaterThan(0);
+      for (const request of recovered) expect(request.readOnly).toBe(true);
+      const msgs = messages(await repo.readJournal(child, account.id));
+      expect(msgs.find((m) => m.role === "toolResult" && m.toolName === "Write")).toMatchObject({
+        isError: true,
+        content: expect.stringMatching(/^tool_not_allowed: .*read-only/),
+      });
+      expect((await repo.getRun(run.id, account.id)).readOnlyScope).not.toBeNull();
+    } finally {
+      // a failed assertion must not leave the recovered call running into the next file
+      await next.service.close();
+    }
   });
 });
