@@ -43,10 +43,10 @@ const MODULES = {
   },
   // a bound subagent's turn as harvest() reads it from the host: an unreachable host, an interrupt asked
   // for, a completed turn, a failed one (narrowed: the whole file is 328 mutants, the judgement of a lost
-  // attempt, lines 57-88, alone about 90; at ≈30 s a mutant here they do not fit)
+  // attempt, lines 61-92, alone about 90; at ≈30 s a mutant here they do not fit)
   harvestTurn: {
     pkg: "flow",
-    mutate: ["packages/flow/src/engine/harvestTurn.ts:33-56"],
+    mutate: ["packages/flow/src/engine/harvestTurn.ts:33-60"],
   },
   // exactly-once delivery of results into the parent's journal
   "db-delivery": { pkg: "db", mutate: ["packages/db/src/delegation/delivery.ts"] },

@@ -15,7 +15,7 @@ const one = defineWorkflow({
   run: (ctx) => ctx.call({ role: "explorer", task: "count", schema }),
 });
 
-type End = "answered" | "failed";
+type End = "answered" | "failed" | "lost";
 
 interface Outcome {
   rows: JournalRow[];
@@ -27,10 +27,11 @@ interface Outcome {
 
 /**
  * A dead process asked to interrupt attempt 1's turn (usage_limit) and the turn then ended on the host as
- * `end` says; a process resumes the run, and attempt 2 is answered.
+ * `end` says (or, `lost`, its thread is gone from the host); a process resumes the run, and attempt 2 is
+ * answered.
  */
 async function interruptedThenResumed(end: End): Promise<Outcome> {
-  const run = await inProcessRun();
+  const run = await inProcessRun(end === "lost" ? { lostAfterMs: 300 } : {});
   const { paths } = run;
   const call = "explorer.1";
   const workspace = join(paths.workspaces, call);
@@ -44,7 +45,8 @@ async function interruptedThenResumed(end: End): Promise<Outcome> {
     agentRole: "explorer",
   });
   if (end === "answered") run.fake.answer(a.threadId, '{"n":1}');
-  else run.fake.failTurn(a.threadId, "internalServerError");
+  else if (end === "failed") run.fake.failTurn(a.threadId, "internalServerError");
+  else run.fake.setThreadStatus(a.threadId, "notLoaded");
   const input = { role: "explorer" as const, task: "count", schema, workspace: null };
   journalInterruptAsked(paths.journal, run.spec.run_id, input, {
     call,
@@ -58,7 +60,9 @@ async function interruptedThenResumed(end: End): Promise<Outcome> {
 
   runs.push(run);
   const { done } = run.background(one);
-  const [next] = await run.steps();
+  const [next] = await run.steps().catch((e) => {
+    throw new Error(`${e}\n${run.rows().map((r) => JSON.stringify(r)).join("\n")}`);
+  });
   if (!next) throw new Error("no next attempt");
   const b = run.spawn(next, "explorer");
   expect(await run.report(next, b.threadId)).toBe("bound");
@@ -68,11 +72,15 @@ async function interruptedThenResumed(end: End): Promise<Outcome> {
 }
 
 const runs: InProcessRun[] = [];
-const outcomes = {} as Record<End, Outcome>;
+/** The turn the interrupt named ended on the host, answered or failed. */
+const outcomes = {} as Record<Exclude<End, "lost">, Outcome>;
+/** The turn the interrupt named was lost with its thread. */
+let lost: Outcome;
 
 beforeAll(async () => {
   outcomes.answered = await interruptedThenResumed("answered");
   outcomes.failed = await interruptedThenResumed("failed");
+  lost = await interruptedThenResumed("lost");
 }, 60_000);
 
 afterAll(async () => {
@@ -130,5 +138,15 @@ describe("an interrupt goes with its turn across a restart", () => {
       expect((t2 as { turn_id: string }).turn_id).not.toBe(o.interruptedTurn);
       expect(o.rows.filter((r) => r.type === "held")).toHaveLength(1);
     }
+  });
+
+  it("a new attempt after a lost one starts with no intent: attempt 1 is lost, not held, and attempt 2 is answered and completes the call (S000-111)", () => {
+    const lostRows = ofCall(lost).filter((r) => r.type === "session_attempt_lost");
+    expect(lostRows).toEqual([expect.objectContaining({ attempt: 1 })]);
+    expect(lost.rows.filter((r) => r.type === "held")).toEqual([]);
+    expect(lost.result).toEqual({ state: "completed", result: { n: 2 } });
+    const t2 = seqOf(lost, (r) => r.type === "turn_started" && r.attempt === 2);
+    expect(seqOf(lost, (r) => r.type === "session_attempt_lost")).toBeLessThan(t2);
+    expect(ofCall(lost).some((r) => r.seq > t2 && r.type === "completed")).toBe(true);
   });
 });

@@ -37,11 +37,15 @@ export async function harvest(
   const hostThread = r.ok ? r.value : null;
   const t = hostThread?.turns.find((x) => x.id === turn.turn_id) ?? null;
   const threadStatus = hostThread ? hostThread.status.type : "unknown";
+  const badThread =
+    threadStatus === "notLoaded" || threadStatus === "systemError" || threadStatus === "unknown";
   if (intent && t && t.status !== "inProgress") {
     hold(rc, call, step, intent.reason, `the turn ${t.status} after the interrupt`);
     return;
   }
-  if (intent && t?.status === "inProgress") {
+  // A thread the host no longer holds never ends its turn, however often it is interrupted: such a turn is
+  // judged by the loss rules below, and the attempt after it starts with no intent.
+  if (intent && t?.status === "inProgress" && !badThread) {
     await rc.host.interruptTurn(thread.thread_id, turn.turn_id);
     await rc.hostNap(thread.thread_id, seen);
     return;
@@ -54,8 +58,6 @@ export async function harvest(
     await onFailedTurn(rc, call, step, t);
     return;
   }
-  const badThread =
-    threadStatus === "notLoaded" || threadStatus === "systemError" || threadStatus === "unknown";
   const endedWithoutError = t !== null && (t.status === "failed" || t.status === "interrupted");
   if (badThread || endedWithoutError) {
     const sig = `${threadStatus}:${t?.status ?? "none"}:${t?.items.length ?? 0}`;
