@@ -15,7 +15,11 @@ import { crwVitest } from "../../tools/vitest/preset.ts";
  * - Left out where bubblewrap (`bwrap`, or `CRW_BWRAP`) is missing: `test/agent/turn.test.ts` and
  *   `test/agent/tool-guards.test.ts` run real shell commands, which never run outside it.
  */
-const base = crwVitest("brain", import.meta.dirname, { postgres: true, isolate: true });
+const base = crwVitest("brain", import.meta.dirname, {
+  postgres: true,
+  isolate: true,
+  setupFiles: [resolve(import.meta.dirname, "test/setup.ts")],
+});
 const src = resolve(import.meta.dirname, "src");
 // The shell tool runs only inside bubblewrap: without it these suites fail in the dry run, before any mutant.
 const bwrap =

@@ -2,7 +2,10 @@ import { resolve } from "node:path";
 import { defineConfig } from "vitest/config";
 import { crwVitest } from "../../tools/vitest/preset.ts";
 
-const config = crwVitest("subagent", import.meta.dirname, { postgres: true });
+const config = crwVitest("subagent", import.meta.dirname, {
+  postgres: true,
+  setupFiles: [resolve(import.meta.dirname, "test/setup.ts")],
+});
 // Runner tests fork the built runner (plain Node cannot run .ts): build it first when sources are newer.
 config.test = {
   ...config.test,

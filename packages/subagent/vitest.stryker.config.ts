@@ -12,7 +12,11 @@ import { crwVitest } from "../../tools/vitest/preset.ts";
  *   when the run starts (a rebuild of the real dist during the run does not change it). A forked runner never
  *   sees a mutant; the pool and the protocol checks that run in the test process do.
  */
-const base = crwVitest("subagent", import.meta.dirname, { postgres: true, isolate: true });
+const base = crwVitest("subagent", import.meta.dirname, {
+  postgres: true,
+  isolate: true,
+  setupFiles: [resolve(import.meta.dirname, "test/setup.ts")],
+});
 /**
  * The pool's run (MUTATION_MODULE=subagent-pool, inherited by Stryker's test runners) runs the pool's own
  * suites only. Every suite that makes a pool covers pump and dispatch, and a surviving mutant runs every test

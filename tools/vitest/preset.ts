@@ -19,6 +19,11 @@ export interface CrwVitestOptions {
    * measured with.
    */
   isolate?: boolean;
+  /**
+   * Run before each test file, in its worker: where a file's scratch directories are removed when its
+   * tests end (a helper module loaded once per worker cannot register that for every file itself).
+   */
+  setupFiles?: string[];
 }
 
 /**
@@ -42,6 +47,7 @@ export function crwVitest(name: string, dir: string, options: CrwVitestOptions =
       outputFile: { json: resolve(dir, ".reports", "vitest.json") },
       pool: "forks",
       isolate: options.isolate ?? false,
+      setupFiles: options.setupFiles ?? [],
       ...(options.maxWorkers !== undefined && { maxWorkers: options.maxWorkers }),
       passWithNoTests: true,
       testTimeout: 30_000,

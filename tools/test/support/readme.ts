@@ -2,7 +2,7 @@ import { execFileSync, spawnSync } from "node:child_process";
 import { cpSync, mkdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { stripVTControlCharacters } from "node:util";
-import { afterAll, expect } from "vitest";
+import { expect } from "vitest";
 import type { TestUser } from "../../src/users/index.js";
 
 // The README's commands from a fresh clone, as the two kinds of user that broke them: an ordinary user in
@@ -12,9 +12,11 @@ import type { TestUser } from "../../src/users/index.js";
 // is minutes of installing and building.
 const root = resolve(import.meta.dirname, "../../..");
 const made: string[] = [];
-afterAll(() => {
-  for (const dir of made) rmSync(dir, { recursive: true, force: true });
-});
+
+/** Removes what `removeAfter` was given since the last call (test/setup.ts, after each test file). */
+export function removeMade(): void {
+  for (const dir of made.splice(0)) rmSync(dir, { recursive: true, force: true });
+}
 
 /** Removed when the test file's tests end. */
 export function removeAfter(...dirs: string[]): void {

@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type JournalEntry, PgDelegationRepository, type TranscriptMessage } from "@crw/db";
@@ -18,15 +18,22 @@ import {
 
 export { scriptTask };
 
-// One spill directory per test process, removed when it exits, so runs leave nothing behind in the
-// temporary directory. Files that share the process (and this module) share it.
-const spillBase = mkdtempSync(join(tmpdir(), "crw-spill-"));
-process.once("exit", () => rmSync(spillBase, { recursive: true, force: true }));
+/** The spill directories made since the last `removeSpillDirs()`. */
+const spillDirs: string[] = [];
+
+/**
+ * Removes the spill directories the current test file made (test/setup.ts, after each file): files run one
+ * after another in a worker that keeps this module, and the worker is stopped without an exit of its own,
+ * so nothing else would.
+ */
+export function removeSpillDirs(): void {
+  for (const dir of spillDirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+}
 
 export function makeService(pool: pg.Pool, overrides: Partial<DelegationServiceOptions> = {}) {
   const repo = new PgDelegationRepository(pool);
-  const spillRoot = join(spillBase, randomUUID());
-  mkdirSync(spillRoot);
+  const spillRoot = mkdtempSync(join(tmpdir(), "crw-spill-"));
+  spillDirs.push(spillRoot);
   const service = new DelegationService({
     repo,
     runner: createScriptedTurnRunner(),

@@ -1,7 +1,6 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll } from "vitest";
 
 const made: string[] = [];
 
@@ -12,6 +11,7 @@ export function tempDir(label: string): string {
   return dir;
 }
 
-afterAll(() => {
+/** Removes the directories made since the last call (test/setup.ts, after each test file). */
+export function removeTempDirs(): void {
   for (const dir of made.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
+}
