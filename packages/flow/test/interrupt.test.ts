@@ -61,7 +61,8 @@ async function interruptedThenResumed(end: End): Promise<Outcome> {
   runs.push(run);
   const { done } = run.background(one);
   const [next] = await run.steps().catch((e) => {
-    throw new Error(`${e}\n${run.rows().map((r) => JSON.stringify(r)).join("\n")}`);
+    const rows = run.rows().map((r) => JSON.stringify(r));
+    throw new Error(`${e}\n${rows.join("\n")}`);
   });
   if (!next) throw new Error("no next attempt");
   const b = run.spawn(next, "explorer");
