@@ -238,29 +238,53 @@ describe("settlement of a child's call", () => {
 
 /**
  * A foreground call's child delegates a helper in the background and answers; the helper's result then
- * arrives while the call is still open, and the child's result turn answers it ("C got it (1)").
+ * arrives while the call is still open, and the child's result turn answers it ("C got it (1)"). The
+ * helper waits at a gate until the child's own answer is journaled: delivered sooner, its result would
+ * join the child's own turn.
  */
 describe("the result turns of an open call", () => {
   let events: ProgressEvent[];
   let receipt: Awaited<ReturnType<ReturnType<typeof makeService>["service"]["delegate"]>>;
   let parentId: string;
   beforeAll(async () => {
-    const { service } = makeService(db.pool);
+    const gates = new Map<string, Promise<void>>();
+    const helperGate = latch();
+    gates.set("helper", helperGate.promise);
+    const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
     const { account, parent } = await newParent(service);
     parentId = parent.id;
     events = [];
-    receipt = await service.delegate({
+    const call = service.delegate({
       parentSessionId: parent.id,
       principalAccountId: account.id,
       toolCallId: "c",
       task: scriptTask({
-        rounds: [[delegateCall({ answer: "helper done" }, { background: true })]],
+        rounds: [
+          [
+            delegateCall(
+              { rounds: [[{ name: "Gate", arguments: { key: "helper" } }]], answer: "helper done" },
+              { background: true },
+            ),
+          ],
+        ],
         answer: "C done",
         followUp: "C got it",
       }),
       mode: "foreground",
       progress: (e) => events.push(e),
     });
+    const childOf = () => {
+      const e = events.find((x) => x.type === "session" && x.parentSessionId === parent.id);
+      return e?.type === "session" ? e.sessionId : undefined;
+    };
+    await waitFor(async () => {
+      const child = childOf();
+      if (!child) return false;
+      const last = messages(await repo.readJournal(child, account.id)).at(-1);
+      return last?.role === "assistant" && JSON.stringify(last.content).includes("C done");
+    }, "the child's own answer journaled");
+    helperGate.open();
+    receipt = await call;
     await service.whenIdle();
   });
 
