@@ -168,7 +168,6 @@ describe("session.tap wakes on commits", () => {
       const watching = daemon.runtime.wake.watchCount;
       void client.call("workflow.follow", { workflowId });
       await until("follow waiting", () => daemon.runtime.wake.watchCount > watching, 10_000);
-      await new Promise((r) => setTimeout(r, 50));
       const progressed = (status: string) =>
         client.notifications.some(
           (n) =>
@@ -177,7 +176,8 @@ describe("session.tap wakes on commits", () => {
             n.params.nodeId === "a" &&
             n.params.status === status,
         );
-      expect(progressed("pending")).toBe(true);
+      // the follow's first look, after its watch opened, reports the state as it is
+      await until("the first state", () => progressed("pending"), 10_000);
       for (const status of ["running", "succeeded"]) {
         expect(
           await store.publishSnapshot(
