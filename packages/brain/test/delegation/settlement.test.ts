@@ -150,6 +150,10 @@ describe("settlement of a child's call", () => {
     const gates = new Map<string, Promise<void>>();
     const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
     const { account, parent } = await newParent(service);
+    // The helper answers only once C waits in its Gate call, and C's Gate opens once the helper's result is
+    // in C's inbox: the result arrives while C's turn runs, between two of its tool rounds.
+    const cWaits = latch();
+    gates.set("h", cWaits.promise);
     const helperQueued = latch();
     gates.set("c", helperQueued.promise);
     const receipt = await service.delegate({
@@ -158,7 +162,12 @@ describe("settlement of a child's call", () => {
       toolCallId: "c",
       task: scriptTask({
         rounds: [
-          [delegateCall({ answer: "helper result" }, { background: true })],
+          [
+            delegateCall(
+              { rounds: [[{ name: "Gate", arguments: { key: "h" } }]], answer: "helper result" },
+              { background: true },
+            ),
+          ],
           [{ name: "Gate", arguments: { key: "c" } }],
         ],
         answer: "C answered",
@@ -167,6 +176,13 @@ describe("settlement of a child's call", () => {
     });
     if (receipt.kind !== "started") throw new Error("expected background");
     const child = receipt.childSessionId;
+    await waitFor(async () => {
+      const msgs = messages(await repo.readJournal(child, account.id));
+      return msgs.some(
+        (m) => m.role === "assistant" && m.content.some((c) => c.type === "toolCall" && c.name === "Gate"),
+      );
+    }, "C in its Gate call");
+    cWaits.open();
     await waitFor(async () => {
       const q = await db.pool.query("select 1 from delegation_results where parent_session_id = $1", [child]);
       return q.rowCount === 1;
