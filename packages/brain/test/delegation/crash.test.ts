@@ -1,5 +1,5 @@
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { PgDelegationRepository } from "@crw/db";
@@ -12,11 +12,14 @@ import { delegateCall, messages, resultIdsIn, scriptTask } from "./helpers.js";
 // Each drill gets its own database (cloned from the migrated template), so drills run concurrently without
 // one recovery claiming another drill's orphaned runs.
 const databases: Array<{ name: string; pool: pg.Pool }> = [];
+/** Each drill's directory (its effects log and spills), removed with its database. */
+const drillDirs: string[] = [];
 afterAll(async () => {
   for (const d of databases) {
     await d.pool.end();
     await dropDatabase(inject("crwPgAdminUrl"), d.name);
   }
+  for (const dir of drillDirs) rmSync(dir, { recursive: true, force: true });
 });
 const root = resolve(import.meta.dirname, "../../../..");
 
@@ -68,6 +71,7 @@ async function scenario() {
   const account = await repo.createAccount({ name: `crash-${Math.random().toString(36).slice(2)}` });
   const parent = await repo.createRootSession(account.id, "scripted");
   const dir = mkdtempSync(join(tmpdir(), "crw-crash-"));
+  drillDirs.push(dir);
   const effectsFile = join(dir, "effects.log");
   writeFileSync(effectsFile, "");
   const config: CrashChildConfig = {
