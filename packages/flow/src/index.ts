@@ -49,6 +49,12 @@ export {
   readJournalFile,
 } from "./journal/journal.js";
 export * from "./journal/rows.js";
+export {
+  type CancelRequest,
+  cancelRequestPath,
+  readCancelRequest,
+  writeCancelRequest,
+} from "./run/cancelRequest.js";
 export { BUILTIN_AGENT_TYPES, type CodexSettings, readCodexSettings } from "./run/codexConfig.js";
 export { heldProcessLocks, lockHolder, pidAlive, tryLock, unlock } from "./run/locks.js";
 export { checkRunId, type RunPaths, runPaths, stateDirFrom } from "./run/paths.js";

@@ -63,7 +63,12 @@ export async function runLocalCall(rc: RunContext, call: string): Promise<unknow
     const terminal = rows.findLast((r) => r.type === "completed" || r.type === "null_model");
     if (terminal?.type === "completed") return terminal.result;
     if (terminal?.type === "null_model") throw callFailed(terminal);
-    if (rc.stopping) throw new RunStopped(rc.stopping.reason);
+    if (rc.stopping) {
+      // a call the stop reached between turns (or one a dead process left open) is held for its reason
+      const lastOwn = rows.findLast((r) => r.type !== "run_paused");
+      if (lastOwn?.type !== "held") holdStopped(rc, call, {});
+      throw new RunStopped(rc.stopping.reason);
+    }
     const threads = rows.filter((r): r is RowOf<"thread_started"> => r.type === "thread_started");
     const turns = rows.filter((r): r is RowOf<"turn_started"> => r.type === "turn_started");
     const lastHeld = rows.findLast((r) => r.type === "held");
@@ -178,9 +183,15 @@ async function runAttempt(
       workDir: workspace,
       model,
       readOnly,
+      ...(rc.stopSignal ? { signal: rc.stopSignal } : {}),
     });
     tokens = addTokens(tokens, tokensOf(outcome.usage));
     transcript = [...transcript, ...outcome.messages];
+    if (rc.stopping && outcome.stopReason === "aborted") {
+      // the run stopped (a pause, a cancel): the turn in flight was aborted with it
+      holdStopped(rc, call, tokens);
+      return;
+    }
     if (outcome.stopReason === "error" || outcome.stopReason === "aborted") {
       const detail = providerFailureDetail(outcome.errorMessage ?? outcome.stopReason, rc.spec.local);
       rc.append([
@@ -228,9 +239,20 @@ async function runAttempt(
       rc.emit({ type: "call_ended", call, status: "null_model" });
       return;
     }
+    if (rc.stopping) {
+      holdStopped(rc, call, tokens);
+      return;
+    }
     // one repair, on the same conversation
     k++;
     rc.append([turnRow(k, 2)]);
     input = repairInput(text, verdict.errors);
   }
+}
+
+/** Holds a call the run's stop reached, for the stop's reason; the stopper writes the run's own row. */
+function holdStopped(rc: RunContext, call: string, tokens: Tokens): void {
+  const reason = rc.stopping?.reason ?? "stopped";
+  rc.append([{ type: "held", call, op: call, reason, tokens }]);
+  rc.emit({ type: "call_ended", call, status: `held (${reason})` });
 }

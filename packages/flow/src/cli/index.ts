@@ -22,6 +22,10 @@ const commands: Record<
     summary: "resume a run no process holds",
     load: async () => (await import("./resume.js")).resumeCommand,
   },
+  cancel: {
+    summary: "end a run: stop its calls (interrupting running turns) and end it cancelled",
+    load: async () => (await import("./cancel.js")).cancelCommand,
+  },
   show: {
     summary: "a readable timeline of a run",
     load: async () => (await import("./show.js")).showCommand,
@@ -56,6 +60,7 @@ export function flowHelp(): string {
     "  crw flow next RUN [--wait S]",
     "  crw flow dispatched RUN CALL --agent ID --k K --attempt N [--wait S]",
     "  crw flow resume RUN [--detach]",
+    "  crw flow cancel RUN [--reason TEXT] [--wait S]",
     "  crw flow show RUN",
     "  crw flow land RUN [--into BRANCH]",
     "  crw flow shadow RUN [--workflow FILE]",

@@ -290,7 +290,12 @@ function hintFor(
   const next = `${crw} flow next ${runId}${stateFlag} --wait 10 --json`;
   const parts: string[] = [];
   if (resumedPid !== null) parts.push(`No process held the run: it was resumed (resumed_pid ${resumedPid}).`);
-  if (kind === "ended") return `${parts.join(" ")}The run has ended; nothing more to do.`.trim();
+  if (kind === "ended") {
+    // a cancelled run leaves its stopped calls' subagents to close
+    if (closes.length > 0)
+      parts.push(`Close: ${closes.map((c) => `close_agent(${c.agent_id})`).join(", ")}.`);
+    return `${parts.join(" ")} The run has ended; nothing more to do.`.trim();
+  }
   if (kind === "waiting_decision")
     return `The run waits for a decision: read it with ${crw} flow show ${runId}${stateFlag}, then run ${crw} flow answer ${runId} DECISION ANSWER${stateFlag}.`;
   if (kind === "paused")

@@ -43,7 +43,11 @@ export async function showCommand(args: string[]): Promise<number> {
   function viewRow(r: JournalRow) {
     if (r.type === "run_ended") {
       status = r.status;
-      result = r.result ?? r.error;
+      result = r.result ?? r.error ?? r.reason;
+      return;
+    }
+    if (r.type === "cancel_requested") {
+      status = `cancelling (${r.reason})`;
       return;
     }
     if (r.type === "run_paused") {

@@ -9,6 +9,7 @@ import { worktreePath } from "../git/worktree.js";
 import type { HostThread, SessionHost } from "../host/sessionHost.js";
 import { type JournalStats, JournalWriter } from "../journal/journal.js";
 import type { JournalRow, NewRow, Pair, RowOf, Tokens } from "../journal/rows.js";
+import { cancelRequestPath, readCancelRequest } from "../run/cancelRequest.js";
 import { readCodexSettings } from "../run/codexConfig.js";
 import type { RunPaths } from "../run/paths.js";
 import { type RoleName, type RoleTable, readRoleTable, rolePairs } from "../run/roles.js";
@@ -17,10 +18,12 @@ import { markerInText } from "../steps/message.js";
 import { FileStepBus, type StepWriteHook } from "../steps/stepBus.js";
 import { digestOf } from "../util/canonical.js";
 import { FlowError } from "../util/errors.js";
+import { removeIfExists } from "../util/fsx.js";
 import { foldBranch } from "./branchFold.js";
 import { foldCall } from "./callFold.js";
 import { continuationOf } from "./continuation.js";
 import { releaseEvidence, restoreEvidence } from "./evidence.js";
+import { closeAgent } from "./harvestTurn.js";
 import { HostHealth } from "./hostHealth.js";
 import { ledgerSpawnsOf } from "./ledgerJoin.js";
 import { RefusalBound } from "./refusals.js";
@@ -67,7 +70,11 @@ export interface FlowRunOptions {
 export type FlowRunOutcome =
   | { state: "completed"; result: unknown }
   | { state: "failed"; error: string }
-  | { state: "paused"; reason: string };
+  | { state: "paused"; reason: string }
+  | { state: "cancelled"; reason: string };
+
+/** The stop reason of a run `crw flow cancel` ended. */
+export const CANCELLED = "cancelled";
 
 /** The backend a journal records: its newest started row's, and a started row with none is app-server. */
 export function startedBackend(rows: readonly JournalRow[]): "session" | "app-server" | "local" | null {
@@ -170,9 +177,7 @@ export async function executeRun(opts: FlowRunOptions): Promise<FlowRunOutcome> 
       }
       closeHolder(opts);
       releaseEvidence(journal.rows);
-      return ended.status === "completed"
-        ? { state: "completed", result: ended.result }
-        : { state: "failed", error: ended.error ?? "failed" };
+      return endedOutcome(ended);
     }
     const run = new FlowRun(opts, journal, table, pins);
     run.append(startRows);
@@ -181,6 +186,8 @@ export async function executeRun(opts: FlowRunOptions): Promise<FlowRunOutcome> 
     if (startedN > 1) restoreOpenEvidence(opts, journal.rows);
     const outcome = await run.execute();
     if (outcome.state !== "paused") {
+      // a cancel request that came too late for a run that ended otherwise is spent too
+      removeIfExists(cancelRequestPath(paths));
       closeHolder(opts);
       // the run is over: every flow evidence copy its rows name is released
       releaseEvidence(journal.rows);
@@ -190,6 +197,12 @@ export async function executeRun(opts: FlowRunOptions): Promise<FlowRunOutcome> 
     opts.onStats?.({ ...journal.stats });
     journal.close();
   }
+}
+
+function endedOutcome(ended: RowOf<"run_ended">): FlowRunOutcome {
+  if (ended.status === "completed") return { state: "completed", result: ended.result };
+  if (ended.status === "cancelled") return { state: "cancelled", reason: ended.reason ?? CANCELLED };
+  return { state: "failed", error: ended.error ?? "failed" };
 }
 
 function branchHost(opts: FlowRunOptions, journal: JournalWriter, run?: FlowRun) {
@@ -281,6 +294,9 @@ class FlowRun implements RunContext {
   private readonly pool: Pool;
   private ownerCache: { at: number; value: ReturnType<SessionHost["readThread"]> } | null = null;
   private stopWaiters: Array<() => void> = [];
+  private readonly stopController = new AbortController();
+  /** Set once the run takes a cancel request: it ends cancelled, whatever else stopped it. */
+  private cancelled: { reason: string } | null = null;
   private readonly waits: RunWaits;
   readonly tokens: TokenFigure;
 
@@ -382,11 +398,16 @@ class FlowRun implements RunContext {
     return this.tokens.threadCountBefore(threadId, call);
   }
 
+  get stopSignal(): AbortSignal {
+    return this.stopController.signal;
+  }
+
   stop(reason: string): void {
     if (this.stopping) return;
     this.stopping = { reason };
     this.emit({ type: "stopping", reason });
     this.waits.stopped();
+    this.stopController.abort();
     for (const w of this.stopWaiters.splice(0)) w();
   }
 
@@ -468,6 +489,7 @@ class FlowRun implements RunContext {
       while (pumping) {
         const since = this.waits.inboxVersion;
         try {
+          await this.takeCancelRequest();
           await answerStrayReports(this);
         } catch (e) {
           this.emit({ type: "warning", message: `inbox: ${(e as Error).message}` });
@@ -483,7 +505,13 @@ class FlowRun implements RunContext {
     const stopped = new Promise<"stopped">((r) => this.stopWaiters.push(() => r("stopped")));
     let outcome: FlowRunOutcome;
     try {
-      const result = await Promise.race([workflow.run(ctx, this.spec.input), stopped]);
+      // a request journaled by a process that died, or left for this one: no call starts
+      await this.takeCancelRequest();
+      const result = await Promise.race([
+        this.stopping ? ("stopped" as const) : workflow.run(ctx, this.spec.input),
+        stopped,
+      ]);
+      if (this.cancelled) throw new RunStopped(CANCELLED);
       if (result === "stopped" && this.stopping) throw new RunStopped(this.stopping.reason);
       if (this.fatal) throw this.fatal;
       outcome = { state: "completed", result };
@@ -496,6 +524,7 @@ class FlowRun implements RunContext {
       } else outcome = { state: "paused", reason: this.stopping?.reason ?? "stopped" };
     }
     await Promise.allSettled([...this.active]);
+    if (this.cancelled && !this.fatal) outcome = await this.endCancelled(this.cancelled.reason);
     // every call in flight has its row now: the branch's open heads are merged (or the conflict recorded)
     if (outcome.state !== "paused") await this.endBranch();
     if (this.fatal) {
@@ -505,10 +534,52 @@ class FlowRun implements RunContext {
     }
     if (outcome.state === "completed") {
       this.append([{ type: "run_ended", status: "completed", result: outcome.result }]);
+    } else if (outcome.state === "cancelled") {
+      this.append([{ type: "run_ended", status: "cancelled", reason: outcome.reason }]);
     }
     pumping = false;
     await pump;
     return outcome;
+  }
+
+  /**
+   * Takes a cancel request: the journal's (a process that died after it journaled one) or the request
+   * file's, journaled durably before the run stops. Once taken, the run stops with no new call and ends
+   * cancelled, even when something else stopped it first.
+   */
+  private async takeCancelRequest(): Promise<void> {
+    if (this.cancelled) return;
+    const row = this.journal.rows.findLast((r) => r.type === "cancel_requested");
+    let reason: string;
+    if (row?.type === "cancel_requested") reason = row.reason;
+    else {
+      const request = readCancelRequest(this.paths);
+      if (!request) return;
+      reason = request.reason;
+      await this.appendDurable([{ type: "cancel_requested", reason, requested_at: request.at }]);
+    }
+    this.cancelled = { reason };
+    this.stop(CANCELLED);
+  }
+
+  /**
+   * A cancelled run's end: every call still open (one this process never reached, as after a resume) is
+   * stopped the way its backend stops a call (a running turn interrupted, a waiting step retracted, the
+   * call held), and the subagents the stop left bound get close steps, since no resume will settle them.
+   */
+  private async endCancelled(reason: string): Promise<FlowRunOutcome> {
+    for (const [call, rows] of this.byCall) {
+      if (!rows.some((r) => r.type === "prepared")) continue;
+      if (foldCall(rows).position?.kind === "terminal") continue;
+      await this.backendCall()(this, call).catch(() => {});
+      if (this.spec.backend === "session") await closeAgent(this, call);
+    }
+    return { state: "cancelled", reason };
+  }
+
+  private backendCall(): (rc: RunContext, call: string) => Promise<unknown> {
+    if (this.spec.backend === "local") return runLocalCall;
+    return this.spec.backend === "app-server" ? runAppServerCall : runSessionCall;
   }
 
   /** A new call is not started once the run's figure has reached its token ceiling: the run pauses. */
@@ -607,12 +678,7 @@ class FlowRun implements RunContext {
       this.stop(`digest_mismatch:${call}`);
       throw this.fatal;
     }
-    const runCall =
-      this.spec.backend === "local"
-        ? runLocalCall
-        : this.spec.backend === "app-server"
-          ? runAppServerCall
-          : runSessionCall;
+    const runCall = this.backendCall();
     const outcome = async () => ({ op: call, answer: await runCall(this, call), work: this.workOf(call) });
     if (fold.position?.kind === "terminal") return outcome();
     const p = (async () => {

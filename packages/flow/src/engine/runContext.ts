@@ -50,6 +50,8 @@ export interface RunContext {
   /** A subagent thread's whole count at the newest harvest of another call than `call` (durable rows). */
   threadCountBefore(threadId: string, call: string): Tokens | undefined;
   stop(reason: string): void;
+  /** Aborted when the run stops: a turn this process runs itself (the local backend's) ends with it. */
+  readonly stopSignal?: AbortSignal;
   emit(event: FlowEvent): void;
   /** The unanswered report names of the inbox, read again only after it changed (or a poll interval). */
   unanswered(): string[];

@@ -370,12 +370,25 @@ export const RunPausedRow = z.object({
   call: z.string().optional(),
 });
 
+/**
+ * `crw flow cancel` asked the run to end: once this row is durable the run ends cancelled, also when the
+ * process that wrote it dies first (the next process stops the calls it finds open and ends the run).
+ */
+export const CancelRequestedRow = z.object({
+  ...base,
+  type: z.literal("cancel_requested"),
+  reason: z.string(),
+  requested_at: z.string(),
+});
+
 export const RunEndedRow = z.object({
   ...base,
   type: z.literal("run_ended"),
-  status: z.enum(["completed", "failed"]),
+  status: z.enum(["completed", "failed", "cancelled"]),
   result: z.unknown().optional(),
   error: z.string().optional(),
+  /** A cancelled run's reason, as its request gave it. */
+  reason: z.string().optional(),
 });
 
 export const JournalRowSchema = z.discriminatedUnion("type", [
@@ -403,6 +416,7 @@ export const JournalRowSchema = z.discriminatedUnion("type", [
   DecisionRequestedRow,
   DecisionAnsweredRow,
   RunPausedRow,
+  CancelRequestedRow,
   RunEndedRow,
   RunBranchRow,
   CommitIntendedRow,

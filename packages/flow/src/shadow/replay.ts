@@ -26,8 +26,11 @@ export interface ShadowReport {
   run_id: string;
   /** The backend the run's started row records (a started row with none is app-server); null: no started row. */
   backend: "session" | "app-server" | "local" | null;
-  /** How the run ended in its journal: completed, failed, or running when it has no run_ended row. */
-  recorded: "completed" | "failed" | "running";
+  /**
+   * How the run ended in its journal: completed, failed, cancelled, or running when it has no run_ended
+   * row. A cancelled run was stopped from outside the workflow: its replay's end is not compared.
+   */
+  recorded: "completed" | "failed" | "cancelled" | "running";
   /** How the replay ended: the workflow returned, threw, or stopped at a call the journal has not finished. */
   replay: "completed" | "failed" | "incomplete";
   ops_replayed: number;
@@ -135,7 +138,7 @@ export async function shadowReplay(
   }
   const ended = rows.findLast((r) => r.type === "run_ended");
   const recorded = ended?.type === "run_ended" ? ended.status : "running";
-  if (replay !== "incomplete" && recorded !== "running") {
+  if (replay !== "incomplete" && recorded !== "running" && recorded !== "cancelled") {
     if (replay !== recorded) {
       divergences.push({
         kind: "run_status_differs",
