@@ -57,6 +57,14 @@ export async function answerCommand(args: string[]): Promise<number> {
     const { JournalWriter } = await import("../journal/journal.js");
     const { writer } = JournalWriter.open(paths.journal, process.env);
     try {
+      const ended = writer.rows.find((r) => r.type === "run_ended");
+      if (ended?.type === "run_ended") {
+        throw new FlowError(
+          "input",
+          `run ${spec.run_id} has ended (${ended.status}); its decisions are not answered any more`,
+          EXIT_REFUSED,
+        );
+      }
       const requested = writer.rows.find((r) => r.type === "decision_requested" && r.decision === decision);
       if (requested?.type !== "decision_requested") {
         throw new FlowError("input", `run ${spec.run_id} waits for no decision '${decision}'`, EXIT_REFUSED);
