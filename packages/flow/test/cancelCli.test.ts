@@ -1,4 +1,4 @@
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import {
   cancelRequestPath,
@@ -14,6 +14,7 @@ import { startModelServer } from "@crw/tools/models";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tempRepo } from "./git/repo.js";
 import { crwFlow, dispatchedArgs, ownerSession, waitFor } from "./helpers/cli.js";
+import { commandsRunning } from "./helpers/procs.js";
 
 /** `crw flow cancel` as a user runs it, against runs in their own processes. */
 
@@ -262,16 +263,3 @@ describe("a local run whose subagent runs a long command when the run is cancell
     }
   }, 60_000);
 });
-
-/** Processes whose command line holds `text` (the sandboxed command the subagent runs). */
-function commandsRunning(text: string): number {
-  let n = 0;
-  for (const pid of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
-    try {
-      if (readFileSync(`/proc/${pid}/cmdline`, "utf8").replaceAll("\0", " ").includes(text)) n++;
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return n;
-}

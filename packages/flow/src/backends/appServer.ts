@@ -1,5 +1,6 @@
 import { answerText, judgeAnswer } from "../engine/answer.js";
 import { callRows } from "../engine/callFold.js";
+import { attemptDeadline, DEADLINE, pastDeadline, pauseForDeadline } from "../engine/deadline.js";
 import { type RunContext, RunStopped } from "../engine/runContext.js";
 import { callFailed } from "../engine/workflow.js";
 import { completionMembers } from "../engine/workspace.js";
@@ -169,6 +170,11 @@ export async function runAppServerCall(rc: RunContext, call: string): Promise<un
       }
       followed.add(thread.thread_id);
     }
+    if (pastDeadline(attemptDeadline(prepared, thread))) {
+      await stopAppServerCall(rc, host, call, rows, DEADLINE);
+      pauseForDeadline(rc, call);
+      continue;
+    }
     const turns = rows.filter(
       (r): r is RowOf<"turn_started"> => r.type === "turn_started" && r.attempt === thread.attempt,
     );
@@ -281,18 +287,18 @@ export async function runAppServerCall(rc: RunContext, call: string): Promise<un
 }
 
 /**
- * A pause (a held call elsewhere, a usage limit, the token ceiling) stops every call of the run: a turn the
- * call is running is interrupted (the interrupt_requested row is durable before turn/interrupt goes out)
- * and its thread read until the turn runs no more; then the call is held for the pause's reason, so the
- * resume goes on with a new attempt. A call that is already held stays as it is.
+ * A pause (a held call elsewhere, a usage limit, the token ceiling, a cancel) or the call's own deadline
+ * stops the call: a turn the call is running is interrupted (the interrupt_requested row is durable
+ * before turn/interrupt goes out) and its thread read until the turn runs no more; then the call is held
+ * for the reason, so a resume goes on with a new attempt. A call that is already held stays as it is.
  */
 async function stopAppServerCall(
   rc: RunContext,
   host: AppServerHost,
   call: string,
   rows: ReturnType<typeof callRows>,
+  reason: string = rc.stopping?.reason ?? "stopped",
 ): Promise<void> {
-  const reason = rc.stopping?.reason ?? "stopped";
   const lastOwn = rows.findLast((r) => r.type !== "run_paused");
   if (lastOwn?.type === "held") return;
   const thread = rows.findLast((r): r is RowOf<"thread_started"> => r.type === "thread_started");

@@ -1,5 +1,6 @@
 import { judgeAnswer } from "../engine/answer.js";
 import { callRows } from "../engine/callFold.js";
+import { DEADLINE, pauseForDeadline } from "../engine/deadline.js";
 import { type RunContext, RunStopped } from "../engine/runContext.js";
 import { callFailed } from "../engine/workflow.js";
 import { completionMembers } from "../engine/workspace.js";
@@ -173,6 +174,19 @@ async function runAttempt(
   let transcript: Parameters<typeof brain.runChildTurn>[0]["messages"] = [];
   let input = packet;
   let tokens: Tokens = {};
+  // the attempt's deadline counts from its first turn; the run's stop aborts the turn too
+  const deadlineMs = prepared.input.deadline_ms;
+  const late = deadlineMs ? AbortSignal.timeout(deadlineMs) : null;
+  const signal = late && rc.stopSignal ? AbortSignal.any([rc.stopSignal, late]) : (late ?? rc.stopSignal);
+  /** The attempt ends held when the run stopped or its deadline passed: true when it did. */
+  const heldByStop = (): boolean => {
+    if (rc.stopping) holdStopped(rc, call, tokens);
+    else if (late?.aborted) {
+      holdStopped(rc, call, tokens, DEADLINE);
+      pauseForDeadline(rc, call);
+    } else return false;
+    return true;
+  };
   for (let conversationTurn = 1; ; conversationTurn++) {
     const outcome = await brain.runChildTurn({
       sessionId: threadId,
@@ -183,15 +197,12 @@ async function runAttempt(
       workDir: workspace,
       model,
       readOnly,
-      ...(rc.stopSignal ? { signal: rc.stopSignal } : {}),
+      ...(signal ? { signal } : {}),
     });
     tokens = addTokens(tokens, tokensOf(outcome.usage));
     transcript = [...transcript, ...outcome.messages];
-    if (rc.stopping && outcome.stopReason === "aborted") {
-      // the run stopped (a pause, a cancel): the turn in flight was aborted with it
-      holdStopped(rc, call, tokens);
-      return;
-    }
+    // the run stopped (a pause, a cancel) or the deadline passed: the turn in flight was aborted with it
+    if (outcome.stopReason === "aborted" && heldByStop()) return;
     if (outcome.stopReason === "error" || outcome.stopReason === "aborted") {
       const detail = providerFailureDetail(outcome.errorMessage ?? outcome.stopReason, rc.spec.local);
       rc.append([
@@ -239,10 +250,7 @@ async function runAttempt(
       rc.emit({ type: "call_ended", call, status: "null_model" });
       return;
     }
-    if (rc.stopping) {
-      holdStopped(rc, call, tokens);
-      return;
-    }
+    if (heldByStop()) return;
     // one repair, on the same conversation
     k++;
     rc.append([turnRow(k, 2)]);
@@ -250,9 +258,13 @@ async function runAttempt(
   }
 }
 
-/** Holds a call the run's stop reached, for the stop's reason; the stopper writes the run's own row. */
-function holdStopped(rc: RunContext, call: string, tokens: Tokens): void {
-  const reason = rc.stopping?.reason ?? "stopped";
+/** Holds a call the run's stop (or its deadline) reached; the stopper writes the run's own row. */
+function holdStopped(
+  rc: RunContext,
+  call: string,
+  tokens: Tokens,
+  reason: string = rc.stopping?.reason ?? "stopped",
+): void {
   rc.append([{ type: "held", call, op: call, reason, tokens }]);
   rc.emit({ type: "call_ended", call, status: `held (${reason})` });
 }

@@ -39,6 +39,7 @@ import {
   type CallOptions,
   type CallOutcome,
   type CallWork,
+  callInput,
   type FlowContext,
   loadWorkflow,
   type NormalizedCall,
@@ -658,14 +659,7 @@ class FlowRun implements RunContext {
     const i = (this.counters.get(n.node) ?? 0) + 1;
     this.counters.set(n.node, i);
     const call = `${n.node}.${i}`;
-    const input = {
-      role: n.role,
-      task: n.task,
-      schema: n.schema,
-      workspace: n.workspace,
-      ...(n.resume ? { resume: continuationOf(this, call, n.role, n.resume, n.effort) } : {}),
-      ...(n.effort ? { effort: n.effort } : {}),
-    };
+    const input = callInput(n, n.resume ? continuationOf(this, call, n.role, n.resume, n.effort) : undefined);
     const inputDigest = digestOf(input);
     const fold = foldCall(this.rowsOf(call));
     if (fold.prepared && fold.prepared.input_digest !== inputDigest) {

@@ -1,11 +1,17 @@
 import { adopt, awaitBind, lookUp } from "./bindStep.js";
-import { foldCall } from "./callFold.js";
+import { type CallFold, foldCall } from "./callFold.js";
+import { attemptDeadline, DEADLINE, pastDeadline, pauseForDeadline } from "./deadline.js";
 import { harvest } from "./harvestTurn.js";
 import { closeUnwritten, publish, type StepFiles } from "./publishStep.js";
 import { settleOwnerDecision } from "./refusals.js";
 import { type RunContext, RunStopped } from "./runContext.js";
 import { settleHeldSubagents, stopCall } from "./stopCall.js";
 import { callFailed } from "./workflow.js";
+
+/** The attempt's first step: its deadline counts from there. */
+function attemptBegun(fold: CallFold, step: { attempt: number }): { at: string } | undefined {
+  return fold.steps.find((s) => s.attempt === step.attempt);
+}
 
 /**
  * Runs one session call to its terminal row: publish a step, bind the subagent the owner reports (or that
@@ -29,6 +35,14 @@ export async function runSessionCall(rc: RunContext, call: string): Promise<unkn
     if (rc.stopping) {
       await stopCall(rc, call, fold, pos, files);
       throw new RunStopped(rc.stopping.reason);
+    }
+    if (
+      pos.kind !== "publish" &&
+      pastDeadline(attemptDeadline(fold.prepared, attemptBegun(fold, pos.step)))
+    ) {
+      await stopCall(rc, call, fold, pos, files, DEADLINE);
+      pauseForDeadline(rc, call);
+      continue;
     }
     switch (pos.kind) {
       case "publish": {

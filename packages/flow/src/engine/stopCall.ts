@@ -6,9 +6,10 @@ import { closeUnwritten, type StepFiles } from "./publishStep.js";
 import type { RunContext } from "./runContext.js";
 
 /**
- * A pause, a held call elsewhere or a fatal error stops the call: a running turn is interrupted (the
- * interrupt_requested row is durable before the interrupt is sent) and its thread read until it is no
- * longer active; a step no subagent took is retracted; then the call is held for the reason.
+ * A pause, a cancellation, a held call elsewhere, a fatal error or the call's own deadline stops the call:
+ * a running turn is interrupted (the interrupt_requested row is durable before the interrupt is sent) and
+ * its thread read until it is no longer active; a step no subagent took is retracted; then the call is
+ * held for the reason (the run's stop reason unless one is given).
  */
 export async function stopCall(
   rc: RunContext,
@@ -16,8 +17,8 @@ export async function stopCall(
   _fold: CallFold,
   pos: CallPosition,
   files: Map<string, StepFiles>,
+  reason: string = rc.stopping?.reason ?? "stopped",
 ): Promise<void> {
-  const reason = rc.stopping?.reason ?? "stopped";
   if (pos.kind === "terminal") return;
   if (pos.kind === "publish") {
     const rows = rc.rowsOf(call);

@@ -1,5 +1,6 @@
 import { pathToFileURL } from "node:url";
 import { z } from "zod";
+import type { CallInput } from "../journal/rows.js";
 import { isRole, type RoleName } from "../run/roles.js";
 import { FlowError } from "../util/errors.js";
 import { checkSchema } from "./answer.js";
@@ -24,6 +25,13 @@ export interface CallOptions {
    * pair_refused. The continuation's step asks for it and its bind checks it.
    */
   effort?: string;
+  /**
+   * How long each attempt of the call may run, in milliseconds, counted from its first step (on the local
+   * backend, its first turn). Past it, the running turn is interrupted (read until it runs no more), the
+   * call is held for `deadline` and the run pauses: a resume gives the call a new attempt with a whole
+   * deadline, `crw flow cancel` ends the run. At most seven days.
+   */
+  deadlineMs?: number;
 }
 
 /**
@@ -134,8 +142,26 @@ export interface NormalizedCall {
   node: string;
   resume: string | null;
   effort: string | null;
+  deadlineMs: number | null;
 }
 
+/**
+ * The call's input as the journal records and digests it, the continued call's thread chain given by the
+ * caller (the run's from its continuation, a replay's from the journal).
+ */
+export function callInput(n: NormalizedCall, resume: CallInput["resume"] | undefined): CallInput {
+  return {
+    role: n.role,
+    task: n.task,
+    schema: n.schema,
+    workspace: n.workspace,
+    ...(resume ? { resume } : {}),
+    ...(n.effort ? { effort: n.effort } : {}),
+    ...(n.deadlineMs ? { deadline_ms: n.deadlineMs } : {}),
+  };
+}
+
+const MAX_DEADLINE_MS = 7 * 24 * 3600 * 1000;
 const NODE = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 
 /** Checks a call's options once; a bad call is the workflow's input error. */
@@ -177,6 +203,11 @@ export function normalizeCall(options: CallOptions): NormalizedCall {
       bad("effort is not an effort name (e.g. low, medium, high)");
     if (options.resume === undefined) bad("effort is a continuation's option (give it with resume)");
   }
+  if (
+    options.deadlineMs !== undefined &&
+    (!Number.isInteger(options.deadlineMs) || options.deadlineMs <= 0 || options.deadlineMs > MAX_DEADLINE_MS)
+  )
+    bad("deadlineMs is not a whole number of milliseconds from 1 to seven days");
   return {
     role: options.role,
     task: options.task,
@@ -185,5 +216,6 @@ export function normalizeCall(options: CallOptions): NormalizedCall {
     node,
     resume: options.resume ?? null,
     effort: options.effort ?? null,
+    deadlineMs: options.deadlineMs ?? null,
   };
 }

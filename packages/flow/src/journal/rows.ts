@@ -50,6 +50,8 @@ export const CallInputSchema = z.object({
   resume: z.object({ call: z.string(), chain: z.array(z.string()) }).optional(),
   /** A continuation's explicit effort (checked against the handle's subagent when the role leaves it open). */
   effort: z.string().optional(),
+  /** How long each attempt may run before its turn is interrupted and the call held (`deadline`). */
+  deadline_ms: z.number().int().positive().optional(),
 });
 export type CallInput = z.infer<typeof CallInputSchema>;
 

@@ -1,7 +1,7 @@
 import { parseAnswer, validateAgainst } from "../engine/answer.js";
 import { callRows } from "../engine/callFold.js";
 import { startedBackend } from "../engine/flowRun.js";
-import { type CallOptions, callFailed, normalizeCall, type Workflow } from "../engine/workflow.js";
+import { type CallOptions, callFailed, callInput, normalizeCall, type Workflow } from "../engine/workflow.js";
 import { traceWarnings } from "../git/trace.js";
 import type { JournalRow, RowOf } from "../journal/rows.js";
 import { WRITING_ROLES } from "../run/roles.js";
@@ -71,14 +71,9 @@ export async function shadowReplay(
     const op = `${n.node}.${i}`;
     asked.add(op);
     // the input as the run digested it: a continuation keeps its handle's thread chain from the journal
-    const digest = digestOf({
-      role: n.role,
-      task: n.task,
-      schema: n.schema,
-      workspace: n.workspace,
-      ...(n.resume ? { resume: { call: n.resume, chain: chainOf(rows, n.resume) } } : {}),
-      ...(n.effort ? { effort: n.effort } : {}),
-    });
+    const digest = digestOf(
+      callInput(n, n.resume ? { call: n.resume, chain: chainOf(rows, n.resume) } : undefined),
+    );
     const p = prepared.get(op);
     if (!p) {
       divergences.push({

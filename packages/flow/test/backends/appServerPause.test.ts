@@ -152,3 +152,27 @@ describe("app-server backend: a pause stops every call", () => {
     });
   });
 });
+
+describe("app-server backend: a call's deadline", () => {
+  it("a turn still running at the call's deadline is interrupted (the row first), the call held for it and the run paused", async () => {
+    const wf = defineWorkflow({
+      name: "deadline",
+      run: (ctx) => ctx.call({ role: "explorer", task: "slow", schema, deadlineMs: 600 }),
+    });
+    let thread = "";
+    const { outcome, rows, fake } = await appServerRun(wf, (_f, threadId) => {
+      thread = threadId; // never answers
+    });
+    expect(outcome).toEqual({ state: "paused", reason: "held:explorer.1" });
+    const started = rows.find((r) => r.type === "thread_started");
+    const intent = rows.find((r) => r.type === "interrupt_requested");
+    const held = rows.find((r) => r.type === "held");
+    expect(intent).toMatchObject({ call: "explorer.1", reason: "deadline" });
+    expect(Date.parse(intent?.at as string) - Date.parse(started?.at as string)).toBeGreaterThanOrEqual(600);
+    expect(held).toMatchObject({ call: "explorer.1", reason: "deadline" });
+    expect(intent?.seq).toBeLessThan(held?.seq as number);
+    expect(rows.find((r) => r.type === "run_paused")).toMatchObject({ reason: "held:explorer.1" });
+    const read = await createAppServerHost({ transport: fake.url }).readThread(thread);
+    expect(read.ok && read.value.turns[0]?.status).toBe("interrupted");
+  });
+});
