@@ -164,6 +164,7 @@ describe("runs no process holds, and runs that ended", () => {
     const rows = rowsOf(state, run);
     expect(rows.filter((r) => r.type === "started")).toHaveLength(2);
     expect(rows.slice(-2).map((r) => r.type)).toEqual(["cancel_requested", "run_ended"]);
+    expect(rows.filter((r) => r.type === "cancel_requested")).toHaveLength(1);
     // once its process let the run go, the request is spent
     await waitFor("the process let go", () => lockHolder(runPaths(state, run).runLock) === null, 10_000);
     expect(existsSync(cancelRequestPath(runPaths(state, run)))).toBe(false);

@@ -298,6 +298,7 @@ class FlowRun implements RunContext {
   private readonly stopController = new AbortController();
   /** Set once the run takes a cancel request: it ends cancelled, whatever else stopped it. */
   private cancelled: { reason: string } | null = null;
+  private cancelTaking: Promise<void> | null = null;
   private readonly waits: RunWaits;
   readonly tokens: TokenFigure;
 
@@ -548,8 +549,16 @@ class FlowRun implements RunContext {
    * file's, journaled durably before the run stops. Once taken, the run stops with no new call and ends
    * cancelled, even when something else stopped it first.
    */
-  private async takeCancelRequest(): Promise<void> {
-    if (this.cancelled) return;
+  private takeCancelRequest(): Promise<void> {
+    if (this.cancelled) return Promise.resolve();
+    // the run's loop and its start may look at once: one of them journals the request, both wait for it
+    this.cancelTaking ??= this.takeCancelRequestOnce().finally(() => {
+      this.cancelTaking = null;
+    });
+    return this.cancelTaking;
+  }
+
+  private async takeCancelRequestOnce(): Promise<void> {
     const row = this.journal.rows.findLast((r) => r.type === "cancel_requested");
     let reason: string;
     if (row?.type === "cancel_requested") reason = row.reason;
