@@ -1,4 +1,4 @@
-import { mkdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { writeFileAtomic } from "../util/fsx.js";
 import type { RunPaths } from "./paths.js";
@@ -40,6 +40,8 @@ export function writeCancelRequest(paths: Pick<RunPaths, "inbox">, reason: strin
  * (only the command writes it): its reason says it could not be read.
  */
 export function readCancelRequest(paths: Pick<RunPaths, "inbox">): CancelRequest | null {
+  // the run's loop looks on every round: no request must cost a stat, not a failed open and its error
+  if (!existsSync(cancelRequestPath(paths))) return null;
   let text: string;
   try {
     text = readFileSync(cancelRequestPath(paths), "utf8");
