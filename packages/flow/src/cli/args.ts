@@ -9,6 +9,8 @@ export function parseCommand<T extends OptionSpec>(
   args: string[],
   options: T,
   positionals: string[],
+  /** Positionals that may follow the required ones. */
+  optional: string[] = [],
 ): {
   values: { [K in keyof T]?: T[K]["type"] extends "boolean" ? boolean : string } & { json?: boolean };
   positionals: string[];
@@ -31,10 +33,10 @@ export function parseCommand<T extends OptionSpec>(
       2,
     );
   }
-  if (parsed.positionals.length > positionals.length) {
+  if (parsed.positionals.length > positionals.length + optional.length) {
     throw new FlowError(
       "input",
-      `crw flow ${command}: unexpected argument '${parsed.positionals[positionals.length]}'`,
+      `crw flow ${command}: unexpected argument '${parsed.positionals[positionals.length + optional.length]}'`,
       2,
     );
   }

@@ -59,7 +59,7 @@ export function flowHelp(): string {
     "                 [--model-base-url URL] [--model-api-key-env VAR] [--config FILE]   (local: your own provider server)",
     "  crw flow next RUN [--wait S]",
     "  crw flow dispatched RUN CALL --agent ID --k K --attempt N [--wait S]",
-    "  crw flow resume RUN [--detach]",
+    "  crw flow resume RUN [SCRIPT] [--detach]",
     "  crw flow cancel RUN [--reason TEXT] [--wait S]",
     "  crw flow show RUN",
     "  crw flow land RUN [--into BRANCH]",

@@ -16,6 +16,8 @@ export interface HoldRunOptions {
   log?: (line: Record<string, unknown>) => void;
   /** The process lock's token (a fresh random one by default). */
   token?: string;
+  /** The workflow module to run instead of the run's own (`crw flow resume RUN SCRIPT`). */
+  workflowPath?: string;
 }
 
 /**
@@ -96,6 +98,7 @@ async function holdRunGuarded(
         spec,
         host,
         processToken: heldToken,
+        ...(opts.workflowPath ? { workflowPath: opts.workflowPath } : {}),
         onEvent: (event) => log({ msg: "event", ...event }),
       });
       log({ msg: "run process ends", ...outcome });
@@ -110,8 +113,13 @@ async function holdRunGuarded(
 }
 
 export async function runProcessCommand(args: string[]): Promise<number> {
-  const { values, positionals } = parseCommand("_run", args, { state: { type: "string" } }, ["RUN"]);
+  const { values, positionals } = parseCommand(
+    "_run",
+    args,
+    { state: { type: "string" }, workflow: { type: "string" } },
+    ["RUN"],
+  );
   const paths = runPaths(stateDirFrom(values.state), positionals[0] as string);
   const spec = readSpec(paths.spec);
-  return holdRun({ paths, spec });
+  return holdRun({ paths, spec, ...(values.workflow ? { workflowPath: values.workflow } : {}) });
 }

@@ -44,6 +44,7 @@ import {
   loadWorkflow,
   type NormalizedCall,
   normalizeCall,
+  runWorkflowPath,
   type Workflow,
 } from "./workflow.js";
 import { placeWorktree } from "./workspace.js";
@@ -56,6 +57,8 @@ export interface FlowRunOptions {
   /** The process lock token this process holds, or null when it could not take one. */
   processToken: string | null;
   workflow?: Workflow;
+  /** The workflow module to run instead of the run's own (`crw flow resume RUN SCRIPT`). */
+  workflowPath?: string;
   onEvent?: (event: FlowEvent) => void;
   /** Test seam: a write of a step file that fails (a full disk). */
   stepWriteHook?: StepWriteHook;
@@ -148,6 +151,7 @@ export async function executeRun(opts: FlowRunOptions): Promise<FlowRunOutcome> 
     const pins = rolePairs(table) as Record<RoleName, Pair>;
     const previous = [...journal.rows].reverse().find((r) => r.type === "started");
     const startedN = journal.rows.filter((r) => r.type === "started").length + 1;
+    const workflowPath = opts.workflowPath ?? runWorkflowPath(journal.rows, spec);
     const startRows: NewRow[] = [
       {
         type: "started",
@@ -157,6 +161,7 @@ export async function executeRun(opts: FlowRunOptions): Promise<FlowRunOutcome> 
         process: opts.processToken,
         pid: process.pid,
         process_n: startedN,
+        ...(workflowPath !== spec.workflow ? { workflow: workflowPath } : {}),
       },
     ];
     if (previous?.type === "started" && previous.policy_digest !== table.policy_digest) {
@@ -180,7 +185,7 @@ export async function executeRun(opts: FlowRunOptions): Promise<FlowRunOutcome> 
       releaseEvidence(journal.rows);
       return endedOutcome(ended);
     }
-    const run = new FlowRun(opts, journal, table, pins);
+    const run = new FlowRun({ ...opts, workflowPath }, journal, table, pins);
     run.append(startRows);
     run.branch = await RunBranch.open(branchHost(opts, journal, run));
     bindHolder(opts, table.policy_digest, pins);
@@ -469,7 +474,7 @@ class FlowRun implements RunContext {
   }
 
   async execute(): Promise<FlowRunOutcome> {
-    const workflow = this.opts.workflow ?? (await loadWorkflow(this.spec.workflow));
+    const workflow = this.opts.workflow ?? (await loadWorkflow(this.opts.workflowPath ?? this.spec.workflow));
     const ctx: FlowContext = {
       runId: this.runId,
       call: (o) => handled(this.call(o).then((c) => c.answer)) as never,

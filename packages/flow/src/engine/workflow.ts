@@ -1,7 +1,8 @@
 import { pathToFileURL } from "node:url";
 import { z } from "zod";
-import type { CallInput } from "../journal/rows.js";
+import type { CallInput, JournalRow } from "../journal/rows.js";
 import { isRole, type RoleName } from "../run/roles.js";
+import type { RunSpec } from "../run/spec.js";
 import { FlowError } from "../util/errors.js";
 import { checkSchema } from "./answer.js";
 
@@ -108,6 +109,18 @@ export class FlowCallError extends Error {
 /** The workflow's error for a call whose terminal row is null_model. */
 export function callFailed(row: { op: string; reason: string; errors?: string[] }): FlowCallError {
   return new FlowCallError(row.op, row.reason, row.reason === "merge_conflict" ? (row.errors ?? []) : []);
+}
+
+/**
+ * The workflow module a run's processes run: the one its newest started row names (a resume given
+ * another module), else the one run.json names.
+ */
+export function runWorkflowPath(rows: readonly JournalRow[], spec: Pick<RunSpec, "workflow">): string {
+  for (let i = rows.length - 1; i >= 0; i--) {
+    const r = rows[i];
+    if (r?.type === "started") return r.workflow ?? spec.workflow;
+  }
+  return spec.workflow;
 }
 
 export async function loadWorkflow(path: string): Promise<Workflow> {

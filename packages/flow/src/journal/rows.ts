@@ -67,6 +67,11 @@ export const StartedRow = z.object({
   pid: z.number().int(),
   /** This is the run's n-th started row. */
   process_n: z.number().int().positive(),
+  /**
+   * The workflow module this process runs when it is not the one run.json names (`crw flow resume RUN
+   * SCRIPT`): later processes of the run run it too.
+   */
+  workflow: z.string().optional(),
 });
 
 export const PolicyRepinnedRow = z.object({

@@ -28,11 +28,15 @@ export function recordedTmpdirProblem(spec: RunSpec): string | null {
   return spec.env ? unusable(spec.env.TMPDIR) : null;
 }
 
-/** Starts `crw flow _run RUN --state DIR` detached; its output goes to the run's process.log. */
+/**
+ * Starts `crw flow _run RUN --state DIR` detached (with `--workflow FILE` when a resume names another
+ * module); its output goes to the run's process.log.
+ */
 export function launchRunProcess(
   paths: RunPaths,
   spec: RunSpec,
   env: NodeJS.ProcessEnv = process.env,
+  workflowPath?: string,
 ): number {
   const problem = recordedTmpdirProblem(spec);
   if (problem)
@@ -41,7 +45,15 @@ export function launchRunProcess(
   try {
     const child = spawn(
       process.execPath,
-      [cliEntry(env), "flow", "_run", paths.runId, "--state", paths.state],
+      [
+        cliEntry(env),
+        "flow",
+        "_run",
+        paths.runId,
+        "--state",
+        paths.state,
+        ...(workflowPath ? ["--workflow", workflowPath] : []),
+      ],
       {
         detached: true,
         stdio: ["ignore", log, log],

@@ -1,5 +1,5 @@
 import { parseCommand, print } from "../cli/args.js";
-import { loadWorkflow } from "../engine/workflow.js";
+import { loadWorkflow, runWorkflowPath } from "../engine/workflow.js";
 import { readJournalFile } from "../journal/journal.js";
 import { runPaths, stateDirFrom } from "../run/paths.js";
 import { readSpec } from "../run/spec.js";
@@ -21,7 +21,7 @@ export async function shadowCommand(args: string[]): Promise<number> {
   const paths = runPaths(stateDirFrom(values.state), positionals[0] as string);
   const spec = readSpec(paths.spec);
   const read = readJournalFile(paths.journal);
-  const workflow = await loadWorkflow(values.workflow ?? spec.workflow);
+  const workflow = await loadWorkflow(values.workflow ?? runWorkflowPath(read.rows, spec));
   const report = await shadowReplay(spec.run_id, workflow, spec.input, read.rows);
   const human = [
     `run ${report.run_id}: backend ${report.backend ?? "(no started row)"}, recorded ${report.recorded}, replay ${report.replay}, ${report.ops_replayed} of ${report.ops_recorded} ops replayed, trace digests of ${report.trace_calls_replayed} calls judged again`,
