@@ -126,9 +126,17 @@ export interface CodexScenario {
 /**
  * Runs the scenario until the owner's turn ends. `startPrefix` goes before the start command in the
  * owner's shell (e.g. `CRW_FLOW_FAULT=after:turn_started:1`: only the run's first process gets it; the
- * process `next` resumes inherits the owner's shell, which has no such variable).
+ * process `next` resumes inherits the owner's shell, which has no such variable). `subagent` answers the
+ * subagents' model requests in place of the scenario's answers (a reply that never comes keeps a turn
+ * running); `during` runs beside the owner's turn, with the run's id once the owner has started it.
  */
-export async function runCodexScenario(options: { startPrefix?: string } = {}): Promise<CodexScenario> {
+export async function runCodexScenario(
+  options: {
+    startPrefix?: string;
+    subagent?: (request: ModelRequest) => ModelReply | Promise<ModelReply>;
+    during?: (run: { state: string; runId: () => string | undefined }) => Promise<void>;
+  } = {},
+): Promise<CodexScenario> {
   ensureBuilt();
   const root = mkdtempSync(join(tmpdir(), "crw-e2e-codex-"));
   const repo = join(root, "repo");
@@ -169,7 +177,7 @@ export async function runCodexScenario(options: { startPrefix?: string } = {}): 
   const played = ownerModel({ startCommand: start, log: (l) => ownerLog.push(l) });
   model.on(
     (r) => r.parentThreadId !== null,
-    (r) => subagentReply(r, explorerTurns),
+    (r) => (options.subagent ? options.subagent(r) : subagentReply(r, explorerTurns)),
   );
   model.otherwise(played.handler);
   const started = await codex.client.request<{ thread: { id: string } }>("thread/start", { cwd: repo });
@@ -178,8 +186,17 @@ export async function runCodexScenario(options: { startPrefix?: string } = {}): 
     threadId: ownerThreadId,
     input: [{ type: "text", text: "Run the review workflow with crw flow.", text_elements: [] }],
   });
+  // held as a value until the owner's turn is over, so an early failure is never an unhandled rejection
+  const beside = (
+    options.during?.({ state, runId: () => played.state.runId ?? undefined }) ?? Promise.resolve()
+  ).then(
+    () => null,
+    (e: unknown) => e as Error,
+  );
   try {
     await codex.client.waitTurnCompleted(ownerThreadId, turn.turn.id, 150_000);
+    const failed = await beside;
+    if (failed) throw failed;
   } catch (e) {
     writeFileSync(join(root, "owner.log"), ownerLog.join("\n"));
     await codex.stop();
