@@ -120,7 +120,7 @@ describe("an interrupt goes with its turn across a restart", () => {
     }
   });
 
-  it("the next attempt's turn, after the interrupted one, starts with no intent: it is answered and completes the call", () => {
+  it("the step the resumed process publishes again, after the interrupted turn, starts with no intent: it is answered and completes the call (S000-111)", () => {
     for (const o of Object.values(outcomes)) {
       expect(o.result).toEqual({ state: "completed", result: { n: 2 } });
       const t2 = seqOf(o, (r) => r.type === "turn_started" && r.attempt === 2);
@@ -149,5 +149,91 @@ describe("an interrupt goes with its turn across a restart", () => {
     const t2 = seqOf(lost, (r) => r.type === "turn_started" && r.attempt === 2);
     expect(seqOf(lost, (r) => r.type === "session_attempt_lost")).toBeLessThan(t2);
     expect(ofCall(lost).some((r) => r.seq > t2 && r.type === "completed")).toBe(true);
+  });
+});
+
+/**
+ * The explorer's answer was not JSON, so the run published its repair as a send_input to the same
+ * subagent; before the owner took it, the reviewer's turn hit the usage limit and the run paused: the
+ * explorer's call was held with no turn to interrupt. The owner then took the send_input anyway, and the
+ * subagent answered. A process resumes the run.
+ */
+describe("a send_input the owner took after the run stopped", () => {
+  let r: InProcessRun;
+  let paused: unknown;
+  let rowsAtPause: JournalRow[];
+  let repair: StepFile;
+  let lateTurn: string;
+  let outcome: unknown;
+  let rows: JournalRow[];
+  const two = defineWorkflow({
+    name: "two",
+    run: (ctx) =>
+      Promise.all([
+        ctx.call({ role: "explorer", task: "count", schema }),
+        ctx.call({ role: "reviewer", task: "count", schema }),
+      ]),
+  });
+
+  beforeAll(async () => {
+    r = await inProcessRun();
+    const first = r.background(two);
+    const steps = await r.steps(2);
+    const ex = steps.find((s) => s.call === "explorer.1");
+    const rv = steps.find((s) => s.call === "reviewer.1");
+    if (!ex || !rv) throw new Error("no steps");
+    const a = r.spawn(ex, "explorer");
+    const b = r.spawn(rv, "reviewer");
+    expect(await r.report(ex, a.threadId)).toBe("bound");
+    expect(await r.report(rv, b.threadId)).toBe("bound");
+    r.fake.answer(a.threadId, "about five, I think");
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      const found = (await r.steps(1)).find((s) => s.call === "explorer.1" && s.k === 2);
+      if (found) {
+        repair = found;
+        break;
+      }
+      if (Date.now() > deadline) throw new Error("no repair step");
+      await new Promise((ok) => setTimeout(ok, 10));
+    }
+    expect(repair).toMatchObject({ action: "send_input", agent_id: a.threadId, attempt: 1 });
+    r.fake.failTurn(b.threadId, "usageLimitExceeded");
+    paused = await first.done;
+    rowsAtPause = r.rows();
+    // the owner takes the step late, and the subagent answers it
+    lateTurn = r.fake.sendInput(a.threadId, repair.message);
+    r.fake.answer(a.threadId, '{"n":5}');
+    const second = r.background(two);
+    const [again] = await r.steps(1);
+    if (!again || again.call !== "reviewer.1") throw new Error(`unexpected step ${again?.call}`);
+    const c = r.spawn(again, "reviewer");
+    expect(await r.report(again, c.threadId)).toBe("bound");
+    r.fake.answer(c.threadId, '{"n":1}');
+    outcome = await second.done;
+    rows = r.rows();
+  }, 60_000);
+  afterAll(() => r?.close());
+
+  const explorer = (list: JournalRow[]) => list.filter((x) => "call" in x && x.call === "explorer.1");
+
+  it("the stop found no turn for the untaken step: the call was held with no interrupt", () => {
+    expect(paused).toEqual({ state: "paused", reason: "usage_limit" });
+    expect(explorer(rowsAtPause).at(-1)).toMatchObject({ type: "held", reason: "usage_limit" });
+    expect(explorer(rowsAtPause).some((x) => x.type === "interrupt_requested")).toBe(false);
+  });
+
+  it("the turn the host started for that step after the stop starts with no intent: the resume binds it and harvests its answer (S000-111)", () => {
+    expect(outcome).toEqual({ state: "completed", result: [{ n: 5 }, { n: 1 }] });
+    const own = explorer(rows);
+    expect(own.find((x) => x.type === "turn_started" && x.k === 2)).toMatchObject({
+      turn_id: lateTurn,
+      attempt: 1,
+    });
+    expect(own.find((x) => x.type === "completed")).toMatchObject({ k: 2, attempt: 1, result: { n: 5 } });
+    // no new attempt was published for it, and nothing interrupted the late turn
+    expect(own.filter((x) => x.type === "step_published").map((x) => (x as { k: number }).k)).toEqual([1, 2]);
+    expect(own.some((x) => x.type === "interrupt_requested")).toBe(false);
+    expect(r.fake.state.turn(repair.agent_id as string, lateTurn).status).toBe("completed");
   });
 });
