@@ -27,7 +27,7 @@ const workflowSource = `
 export default {
   name: "as-e2e",
   async run(ctx) {
-    const schema = { type: "object", required: ["tmp"], properties: { tmp: { type: "string" } }, additionalProperties: false };
+    const schema = { type: "object", required: ["tmp"], properties: { tmp: { type: "string" }, server: { type: "string" } }, additionalProperties: false };
     const a = await ctx.call({ role: "architect", node: "a", task: "Report the run's temporary directory.", schema });
     const b = await ctx.call({ role: "explorer", node: "b", task: "Report it again.", schema });
     return { a: a.tmp, b: b.tmp };
@@ -53,7 +53,11 @@ beforeAll(async () => {
     if (last?.type === "function_call_output") {
       const out = functionOutputs(req).at(-1)?.output ?? "";
       const tmp = /x=(\S*)/.exec(out)?.[1] ?? "";
-      return { items: [{ type: "message", text: JSON.stringify({ tmp }), phase: "final_answer" }], usage };
+      const server = /y=(\S*)/.exec(out)?.[1] ?? "";
+      return {
+        items: [{ type: "message", text: JSON.stringify({ tmp, server }), phase: "final_answer" }],
+        usage,
+      };
     }
     const text = lastUserText(req);
     // the first call's task turn answers prose: the engine's repair turn then runs (after the restart)
@@ -61,7 +65,13 @@ beforeAll(async () => {
       return { items: [{ type: "message", text: "Not sure yet.", phase: "final_answer" }], usage };
     }
     return {
-      items: [{ type: "function_call", name: "exec_command", arguments: { cmd: 'echo "x=$TMPDIR"' } }],
+      items: [
+        {
+          type: "function_call",
+          name: "exec_command",
+          arguments: { cmd: 'echo "x=$TMPDIR y=$CRW_SERVER_POLICY"' },
+        },
+      ],
       usage,
     };
   });
@@ -79,6 +89,8 @@ beforeAll(async () => {
     baseUrl: model.baseUrl,
     models: ["mock-a", "mock-b"],
     listen: "ws",
+    // the server's own shell environment policy: the run's entries go beside it, key by key
+    extraToml: '\n[shell_environment_policy]\nset = { CRW_SERVER_POLICY = "kept" }\n',
   });
 }, 120_000);
 
@@ -246,9 +258,9 @@ describe("--backend app-server with the real codex binary", () => {
     });
   });
 
-  it("a thread the run starts runs its commands with the run's entries: b's shell saw the run's TMPDIR (S000-053)", () => {
+  it("a thread the run starts runs its commands with the run's entries beside the server's own policy: b's shell saw the run's TMPDIR and the server's set entry (S000-053)", () => {
     expect(all.find((r) => r.type === "completed" && r.call === "b.1")).toMatchObject({
-      result: { tmp: runTmp },
+      result: { tmp: runTmp, server: "kept" },
     });
   });
 
