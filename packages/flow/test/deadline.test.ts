@@ -16,7 +16,8 @@ import {
 } from "./helpers/harness.js";
 import { commandsRunning } from "./helpers/procs.js";
 
-const DEADLINE_MS = 800;
+/** Long enough for the test to bind the subagent on a loaded machine before the deadline. */
+const DEADLINE_MS = 2500;
 
 /**
  * The explorer's call has a deadline; its subagent is bound and its turn never ends by itself. The
@@ -109,6 +110,12 @@ describe("a deadline as the workflow gives it", () => {
   });
 });
 
+/**
+ * Long enough for the run's process to start, ask the model and start the command under a loaded
+ * machine (the test watches the command run before the deadline ends it).
+ */
+const LOCAL_DEADLINE_MS = 6000;
+
 describe("a local call whose subagent runs a long command past the deadline", () => {
   let root: string;
   beforeAll(() => {
@@ -127,7 +134,7 @@ describe("a local call whose subagent runs a long command past the deadline", ()
     const workflow = join(root, "wf.mjs");
     writeFileSync(
       workflow,
-      `export default { name: "slow", run: (ctx) => ctx.call({ role: "explorer", task: "count", deadlineMs: 1500, schema: { type: "object" } }) };\n`,
+      `export default { name: "slow", run: (ctx) => ctx.call({ role: "explorer", task: "count", deadlineMs: ${LOCAL_DEADLINE_MS}, schema: { type: "object" } }) };\n`,
     );
     const env: NodeJS.ProcessEnv = { ...process.env, DEADLINE_TEST_KEY: "sk-deadline" };
     for (const name of Object.keys(env))
@@ -170,7 +177,9 @@ describe("a local call whose subagent runs a long command past the deadline", ()
       const thread = rows.find((x) => x.type === "thread_started");
       const held = rows.find((x) => x.type === "held");
       expect(held).toMatchObject({ call: "explorer.1", reason: "deadline" });
-      expect(Date.parse(held?.at as string) - Date.parse(thread?.at as string)).toBeGreaterThanOrEqual(1500);
+      expect(Date.parse(held?.at as string) - Date.parse(thread?.at as string)).toBeGreaterThanOrEqual(
+        LOCAL_DEADLINE_MS,
+      );
       await waitFor("the command gone", () => commandsRunning(marker) === 0, 10_000);
       expect(server.requests).toHaveLength(1);
     } finally {
