@@ -7,7 +7,8 @@ import { noteHostNotification } from "../../src/backends/appServerTokens.js";
 import { createAppServerHost, defineWorkflow, executeRun, type Workflow } from "../../src/index.js";
 import { readJournalFile } from "../../src/journal/journal.js";
 import type { JournalRow } from "../../src/journal/rows.js";
-import { runPaths } from "../../src/run/paths.js";
+import { writeCancelRequest } from "../../src/run/cancelRequest.js";
+import { type RunPaths, runPaths } from "../../src/run/paths.js";
 import { type RunSpec, SPEC_FORMAT, writeSpec } from "../../src/run/spec.js";
 
 /**
@@ -26,7 +27,7 @@ type Row = JournalRow & Record<string, unknown>;
 
 async function appServerRun(
   workflow: Workflow,
-  onTurn: (fake: FakeAppServer, threadId: string, marker: string) => void,
+  onTurn: (fake: FakeAppServer, threadId: string, marker: string, paths: RunPaths) => void,
   extra: Partial<RunSpec> = {},
 ) {
   const root = mkdtempSync(join(tmpdir(), "crw-flow-as-pause-"));
@@ -44,7 +45,7 @@ async function appServerRun(
   });
   fake.onTurnStart((threadId, _turn, text) => {
     const marker = /^crw-flow-op: (\S+)/m.exec(text)?.[1] ?? "";
-    setTimeout(() => onTurn(fake, threadId, marker), 20);
+    setTimeout(() => onTurn(fake, threadId, marker, paths), 20);
   });
   const paths = runPaths(join(root, "state"), `p${++runs}`);
   mkdirSync(paths.dir, { recursive: true });
@@ -172,6 +173,29 @@ describe("app-server backend: a call's deadline", () => {
     expect(held).toMatchObject({ call: "explorer.1", reason: "deadline" });
     expect(intent?.seq).toBeLessThan(held?.seq as number);
     expect(rows.find((r) => r.type === "run_paused")).toMatchObject({ reason: "held:explorer.1" });
+    const read = await createAppServerHost({ transport: fake.url }).readThread(thread);
+    expect(read.ok && read.value.turns[0]?.status).toBe("interrupted");
+  });
+});
+
+describe("app-server backend: a cancelled run", () => {
+  it("the turn still running is interrupted (the row first), the call held and the run ended cancelled", async () => {
+    const wf = defineWorkflow({
+      name: "cancel",
+      run: (ctx) => ctx.call({ role: "explorer", task: "slow", schema }),
+    });
+    let thread = "";
+    const { outcome, rows, fake } = await appServerRun(wf, (_f, threadId, _marker, paths) => {
+      thread = threadId; // never answers: the user cancels the run meanwhile
+      writeCancelRequest(paths, "not needed");
+    });
+    expect(outcome).toEqual({ state: "cancelled", reason: "not needed" });
+    const intent = rows.find((r) => r.type === "interrupt_requested");
+    const held = rows.find((r) => r.type === "held");
+    expect(intent).toMatchObject({ call: "explorer.1", reason: "cancelled" });
+    expect(held).toMatchObject({ call: "explorer.1", reason: "cancelled" });
+    expect(intent?.seq).toBeLessThan(held?.seq as number);
+    expect(rows.at(-1)).toMatchObject({ type: "run_ended", status: "cancelled", reason: "not needed" });
     const read = await createAppServerHost({ transport: fake.url }).readThread(thread);
     expect(read.ok && read.value.turns[0]?.status).toBe("interrupted");
   });
