@@ -35,10 +35,10 @@ const MODULES = {
     // executeRun's open and backend check; FlowRun.call's digest check, replay of an ended call and the
     // re-placed workspace of a prepared one
     mutate: [
-      "packages/flow/src/engine/flowRun.ts:110-138",
-      "packages/flow/src/engine/flowRun.ts:598-609",
-      "packages/flow/src/engine/flowRun.ts:617-617",
-      "packages/flow/src/engine/flowRun.ts:622-628",
+      "packages/flow/src/engine/executeRun.ts:22-50",
+      "packages/flow/src/engine/flowRun.ts:510-521",
+      "packages/flow/src/engine/flowRun.ts:524-524",
+      "packages/flow/src/engine/flowRun.ts:529-535",
     ],
   },
   // a bound subagent's turn as harvest() reads it from the host: an unreachable host, an interrupt asked

@@ -20,9 +20,9 @@ export {
   stepEvidence,
   writeEvidenceRecord,
 } from "./engine/evidence.js";
+export { executeRun } from "./engine/executeRun.js";
 export {
   DEFAULT_LOST_AFTER_MS,
-  executeRun,
   type FlowRunOptions,
   type FlowRunOutcome,
   startedBackend,

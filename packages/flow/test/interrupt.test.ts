@@ -206,7 +206,7 @@ describe("a send_input the owner took after the run stopped", () => {
     r.fake.answer(a.threadId, '{"n":5}');
     const second = r.background(two);
     const [again] = await r.steps(1);
-    if (!again || again.call !== "reviewer.1") throw new Error(`unexpected step ${again?.call}`);
+    if (again?.call !== "reviewer.1") throw new Error(`unexpected step ${again?.call}`);
     const c = r.spawn(again, "reviewer");
     expect(await r.report(again, c.threadId)).toBe("bound");
     r.fake.answer(c.threadId, '{"n":1}');

@@ -92,7 +92,7 @@ async function holdRunGuarded(
         });
         ownHost = true;
       }
-      const { executeRun } = await import("../engine/flowRun.js");
+      const { executeRun } = await import("../engine/executeRun.js");
       const outcome = await executeRun({
         paths,
         spec,
