@@ -56,6 +56,14 @@ export type DelegationEvent =
       readonly code: string;
       readonly error: string;
     }
+  /** A foreground call's child showed no progress for `silentMs`: its caller was let go (`moved`) or not. */
+  | {
+      readonly type: "delegation.stalled";
+      readonly runId: string;
+      readonly silentMs: number;
+      readonly moved: boolean;
+      readonly error?: string;
+    }
   /** The restart checkpoint drained this process's captured writes (`failures` of them failed). */
   | { readonly type: "delegation.paused"; readonly failures: number }
   /** Background work (a call, a follow-up turn) failed outside any caller; its rows stay for recovery. */

@@ -50,6 +50,7 @@ import { readSubagent } from "./readSubagent.js";
 import { type MutatingTool, offeredTools } from "./scopedTools.js";
 import { DelegatedSettlement, type InboxLook } from "./settlement.js";
 import { spillReadTool } from "./spillRead.js";
+import { StallWatchdog } from "./stallWatchdog.js";
 import { delegationTools } from "./tools.js";
 import { NO_PROGRESS, type ProgressSink, type TurnOutcome, type TurnTool } from "./turn.js";
 import { SessionTurns } from "./turns.js";
@@ -63,6 +64,9 @@ import type {
   PendingResultDrainOutcome,
 } from "./types.js";
 import { type ForkPrefixDiagnostics, forkPrefixDiagnostics } from "./usage.js";
+
+/** How long a foreground call's child may show no progress before its caller is let go. */
+const DEFAULT_STALL_AFTER_MS = 10 * 60_000;
 
 export type {
   ContinueArgs,
@@ -738,7 +742,10 @@ export class DelegationService implements RestartCheckpoint {
         error: error.message,
       }),
     );
+    const watchdog = mode === "foreground" ? this.#stallWatchdog(run) : null;
     const sink: ProgressSink = (event) => {
+      // the child's own activity renews the watchdog, its result turns' too; identity events are none
+      if (event.type !== "session") watchdog?.renew();
       progress?.(event);
       job.sink(event);
     };
@@ -761,6 +768,7 @@ export class DelegationService implements RestartCheckpoint {
       release = () => resolve("background");
     });
     this.#foreground.set(run.id, { run, job, release });
+    watchdog?.start();
     let resultId: string;
     try {
       const first = await Promise.race([execution, released]);
@@ -770,6 +778,7 @@ export class DelegationService implements RestartCheckpoint {
       }
       resultId = first;
     } finally {
+      watchdog?.stop();
       this.#foreground.delete(run.id);
     }
     const result = await this.repo.getResult(resultId, run.principalAccountId);
@@ -781,6 +790,27 @@ export class DelegationService implements RestartCheckpoint {
       outcome: result.outcome,
       body: result.body,
     };
+  }
+
+  /**
+   * A foreground call whose child stays silent past the stall bound is let go as Ctrl+B lets it go: the
+   * parent's turn goes on, and the result arrives through its inbox, exactly once either way.
+   */
+  #stallWatchdog(run: SubagentRun): StallWatchdog | null {
+    const afterMs = this.options.stallAfterMs ?? DEFAULT_STALL_AFTER_MS;
+    if (afterMs <= 0) return null;
+    return new StallWatchdog(afterMs, async (silentMs) => {
+      if (!this.#foreground.has(run.id)) return true; // it ended meanwhile
+      const moved = await this.moveToBackground(run.id, run.principalAccountId);
+      this.emit({
+        type: "delegation.stalled",
+        runId: run.id,
+        silentMs,
+        moved: moved.ok,
+        ...(moved.ok ? {} : { error: moved.reason }),
+      });
+      return moved.ok;
+    });
   }
 
   /**

@@ -64,6 +64,12 @@ export interface DelegationServiceOptions {
   readonly helperWaitMs?: number;
   /** Bound on follow-up turns in one settlement drain. */
   readonly maxDrainTurns?: number;
+  /**
+   * The stall watchdog of a foreground call: once its child has shown no progress (text, a tool, a
+   * compaction; its result turns' included) for this long, the caller is let go as Ctrl+B lets it go (its
+   * Delegate answers "started"; the result comes through the inbox). Default 10 minutes; 0 turns it off.
+   */
+  readonly stallAfterMs?: number;
 }
 
 /** Whose inbox an above-limit result is written for. */
