@@ -137,6 +137,11 @@ export class FlowRun implements RunContext {
   /** Set once the run takes a cancel request: it ends cancelled, whatever else stopped it. */
   private cancelled: { reason: string } | null = null;
   private cancelTaking: Promise<void> | null = null;
+  /**
+   * A request an earlier process journaled (read once: the run's loop looks on every round, and the one
+   * this process journals sets `cancelled` itself).
+   */
+  private readonly cancelOnOpen: RowOf<"cancel_requested"> | null;
   private readonly waits: RunWaits;
   readonly tokens: TokenFigure;
 
@@ -206,6 +211,8 @@ export class FlowRun implements RunContext {
       );
     }
     this.tokens = new TokenFigure(journal.rows);
+    const journaled = journal.rows.findLast((r) => r.type === "cancel_requested");
+    this.cancelOnOpen = journaled?.type === "cancel_requested" ? journaled : null;
     journal.onDurable = (rows) => this.observe(rows);
   }
 
@@ -397,9 +404,8 @@ export class FlowRun implements RunContext {
   }
 
   private async takeCancelRequestOnce(): Promise<void> {
-    const row = this.journal.rows.findLast((r) => r.type === "cancel_requested");
     let reason: string;
-    if (row?.type === "cancel_requested") reason = row.reason;
+    if (this.cancelOnOpen) reason = this.cancelOnOpen.reason;
     else {
       const request = readCancelRequest(this.paths);
       if (!request) return;
