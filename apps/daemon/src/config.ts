@@ -58,6 +58,11 @@ const fileSchema = z
     projectRoot: z.string().min(1),
     /** Boot recovery's bound on continuation attempts per delegated call. */
     maxRecoveryAttempts: z.number().int().min(0).max(100),
+    /**
+     * How long a foreground delegation's child may show no progress before its caller is let go (moved to
+     * the background, its result delivered through the inbox); 0 never lets it go.
+     */
+    stallAfterMs: z.number().int().min(0).max(86_400_000),
   })
   .partial()
   .strict();
@@ -105,6 +110,7 @@ export interface DaemonConfig {
   };
   projectRoot: string;
   maxRecoveryAttempts: number;
+  stallAfterMs: number;
 }
 
 export class ConfigError extends Error {
@@ -230,6 +236,7 @@ export function loadConfig(options: LoadConfigOptions = {}): DaemonConfig {
     models: { default: models.default ?? "scripted", baseUrls: models.baseUrls, apiKeyEnv: models.apiKeyEnv },
     projectRoot: resolve(merged.projectRoot ?? process.cwd()),
     maxRecoveryAttempts: merged.maxRecoveryAttempts ?? 3,
+    stallAfterMs: merged.stallAfterMs ?? 600_000,
   };
 }
 

@@ -462,6 +462,7 @@ export async function assembleRuntime(
     runner: withToolCatalog(dispatch, catalogPolicy),
     spill: new FileSpillStore(join(config.dataDir, "spill")),
     owner,
+    stallAfterMs: config.stallAfterMs,
     projects: projectRegistry(repo),
     worktreesDir,
     hostPrivate: [{ path: realDataDir, agentsMayUse: [worktreesDir] }],

@@ -66,4 +66,13 @@ describe("daemon configuration", () => {
     writeFileSync(join(dataDir, "daemon.json"), JSON.stringify({ runtime: { maxActiveNodes: 0 } }));
     expect(() => loadConfig({ env: { CRW_DAEMON_DIR: dataDir } })).toThrow(ConfigError);
   });
+
+  it("a foreground delegation's stall bound is 10 minutes unless daemon.json's stallAfterMs says otherwise (0: never)", () => {
+    const dataDir = dir();
+    expect(loadConfig({ env: { CRW_DAEMON_DIR: dataDir } }).stallAfterMs).toBe(600_000);
+    writeFileSync(join(dataDir, "daemon.json"), JSON.stringify({ stallAfterMs: 0 }));
+    expect(loadConfig({ env: { CRW_DAEMON_DIR: dataDir } }).stallAfterMs).toBe(0);
+    writeFileSync(join(dataDir, "daemon.json"), JSON.stringify({ stallAfterMs: -1 }));
+    expect(() => loadConfig({ env: { CRW_DAEMON_DIR: dataDir } })).toThrow(ConfigError);
+  });
 });
