@@ -187,14 +187,16 @@ export class WorkflowEngine {
 
   /**
    * The outcome of a workflow driven here (resolves when its summary is in the parent's inbox); for one that
-   * already ended, what its native record says.
+   * already ended (also one that ended here before the caller asked), what its native record says, with
+   * the summary as its delivered result carries it (the spill placeholder when it was spilled).
    */
   async finished(workflowId: string): Promise<WorkflowOutcome> {
     const run = this.#runs.get(workflowId);
     if (run) return run.finished;
     const row = await this.store.getWorkflow(workflowId);
     if (row && row.status !== "running" && row.summaryResultId !== null) {
-      return { workflowId, status: row.status, summary: null, resultId: row.summaryResultId };
+      const delivered = await this.#repo.getResult(row.summaryResultId, row.principalAccountId);
+      return { workflowId, status: row.status, summary: delivered.body, resultId: row.summaryResultId };
     }
     throw new WorkflowStateError("not_running", `workflow ${workflowId} is not running in this process`, {
       workflowId,
