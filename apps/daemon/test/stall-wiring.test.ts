@@ -62,12 +62,13 @@ describe("a foreground delegation through the daemon whose child stays silent", 
   it("is moved to the background once daemon.json's stall bound passes, and its result reaches the parent once", async () => {
     const { sessionId } = await owner.ok<{ sessionId: string }>("session.create");
     const t0 = Date.now();
-    const receipt = await owner.ok<{ kind: string; runId: string }>("session.delegate", {
+    const receipt = await owner.ok<{ kind: string; runId: string; stalledMs?: number }>("session.delegate", {
       sessionId,
       task: "SILENT-CHILD work",
       model: MODEL,
     });
     expect(receipt.kind).toBe("started");
+    expect(receipt.stalledMs).toBeGreaterThanOrEqual(STALL_MS);
     expect(Date.now() - t0).toBeGreaterThanOrEqual(STALL_MS);
     held.open();
     const who = await owner.ok<{ accountId: string }>("daemon.whoami");

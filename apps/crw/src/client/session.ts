@@ -123,6 +123,7 @@ export async function runSessionCli(args: string[]): Promise<number> {
           outcome?: string;
           body?: string;
           runId?: string;
+          stalledMs?: number;
         }>("session.delegate", {
           sessionId,
           task,
@@ -138,7 +139,7 @@ export async function runSessionCli(args: string[]): Promise<number> {
         else if (r.kind === "result") out(r.body ?? "");
         else
           out(
-            `child ${r.childSessionId} started in the background; follow it with 'crw tap ${r.childSessionId}'; its result is delivered to session ${sessionId}`,
+            `child ${r.childSessionId} ${r.stalledMs ? `showed no progress for ${Math.round(r.stalledMs / 1000)} s and goes on` : "started"} in the background; follow it with 'crw tap ${r.childSessionId}'; its result is delivered to session ${sessionId}`,
           );
         return r.outcome === "error" ? 1 : 0;
       });

@@ -221,8 +221,13 @@ interface ChildrenView {
 
 type Receipt =
   | { kind: "result"; childSessionId: string; resultId: string; outcome: string; body: string }
-  | { kind: "started"; childSessionId: string; runId: string }
+  | { kind: "started"; childSessionId: string; runId: string; stalledMs?: number }
   | { kind: "steered"; childSessionId: string; steerId: string };
+
+/** Why a foreground call went to the background, when its stall watchdog moved it. */
+function stalledNote(stalledMs: number | undefined): string {
+  return stalledMs ? `showed no progress for ${Math.round(stalledMs / 1000)} s and now ` : "";
+}
 
 function whereItRuns(e: ChildrenView["children"][number]["execution"]): string {
   if (e.location === "runner") return `in runner ${e.runnerId ?? "?"} (${e.state ?? "?"})`;
@@ -257,7 +262,7 @@ async function followCall(
 async function receiptAnswer(receipt: Receipt, ctx: CallContext): Promise<ToolAnswer> {
   if (receipt.kind === "started")
     return answer(
-      `child ${receipt.childSessionId} works in the background; collect its answer with \`results\` (see it with \`read\`)`,
+      `child ${receipt.childSessionId} ${stalledNote(receipt.stalledMs)}works in the background; collect its answer with \`results\` (see it with \`read\`)`,
       receipt,
     );
   if (receipt.kind === "steered")

@@ -126,6 +126,8 @@ export class DelegationService implements RestartCheckpoint {
   readonly settlement: DelegatedSettlement;
   readonly #background = new Set<Promise<unknown>>();
   readonly #foreground = new Map<string, { run: SubagentRun; job: RunProgressJob; release: () => void }>();
+  /** Foreground calls the stall watchdog is letting go, with the silence it saw. */
+  readonly #stalled = new Map<string, number>();
   readonly #jobs = new Set<RunProgressJob>();
   /** An idle parent's row being read for its follow-up: results that arrive meanwhile join that read. */
   readonly #parentReads = new Map<string, Promise<void>>();
@@ -774,12 +776,14 @@ export class DelegationService implements RestartCheckpoint {
       const first = await Promise.race([execution, released]);
       if (first === "background") {
         this.track(execution);
-        return { kind: "started", runId: run.id, childSessionId };
+        const stalledMs = this.#stalled.get(run.id);
+        return { kind: "started", runId: run.id, childSessionId, ...(stalledMs ? { stalledMs } : {}) };
       }
       resultId = first;
     } finally {
       watchdog?.stop();
       this.#foreground.delete(run.id);
+      this.#stalled.delete(run.id);
     }
     const result = await this.repo.getResult(resultId, run.principalAccountId);
     return {
@@ -801,7 +805,9 @@ export class DelegationService implements RestartCheckpoint {
     if (afterMs <= 0) return null;
     return new StallWatchdog(afterMs, async (silentMs) => {
       if (!this.#foreground.has(run.id)) return true; // it ended meanwhile
+      this.#stalled.set(run.id, silentMs);
       const moved = await this.moveToBackground(run.id, run.principalAccountId);
+      if (!moved.ok) this.#stalled.delete(run.id);
       this.emit({
         type: "delegation.stalled",
         runId: run.id,

@@ -78,7 +78,9 @@ function receiptOutput(receipt: Awaited<ReturnType<DelegationService["delegate"]
       };
     case "started":
       return {
-        content: `Started child ${receipt.childSessionId} in the background (run ${receipt.runId}). ${BACKGROUND_CONTRACT}`,
+        content: receipt.stalledMs
+          ? `The child ${receipt.childSessionId} showed no progress for ${Math.round(receipt.stalledMs / 1000)} s, so it goes on in the background (run ${receipt.runId}). ${BACKGROUND_CONTRACT}`
+          : `Started child ${receipt.childSessionId} in the background (run ${receipt.runId}). ${BACKGROUND_CONTRACT}`,
       };
     case "steered":
       return {

@@ -178,7 +178,13 @@ export type DelegationReceipt =
       readonly outcome: "ok" | "error";
       readonly body: string;
     }
-  | { readonly kind: "started"; readonly runId: string; readonly childSessionId: string }
+  | {
+      readonly kind: "started";
+      readonly runId: string;
+      readonly childSessionId: string;
+      /** A foreground call its stall watchdog moved to the background: the silence it saw (ms). */
+      readonly stalledMs?: number;
+    }
   | { readonly kind: "steered"; readonly childSessionId: string; readonly steerId: string };
 
 /**

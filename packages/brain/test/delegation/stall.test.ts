@@ -64,8 +64,9 @@ describe("a foreground call whose child stays silent", () => {
     await service.close();
   });
 
-  it("is let go past the stall bound, as Ctrl+B lets it go: its Delegate answers started", () => {
-    expect(receipt).toMatchObject({ kind: "started" });
+  it("is let go past the stall bound, as Ctrl+B lets it go: its Delegate answers started, with the silence it saw", () => {
+    expect(receipt).toMatchObject({ kind: "started", stalledMs: expect.any(Number) });
+    expect((receipt as { stalledMs: number }).stalledMs).toBeGreaterThanOrEqual(STALL_MS);
     expect(silentFor).toBeGreaterThanOrEqual(STALL_MS);
     const stalled = events.filter((e) => e.type === "delegation.stalled");
     expect(stalled).toEqual([expect.objectContaining({ moved: true })]);
@@ -75,6 +76,40 @@ describe("a foreground call whose child stays silent", () => {
   it("its result arrives once, through the parent's inbox", () => {
     expect(delivered).toHaveLength(1);
     expect(deliveredAfterIdle).toEqual(delivered);
+  });
+});
+
+describe("the Delegate tool of a foreground call its watchdog let go", () => {
+  it("tells the delegating model the child showed no progress and goes on in the background", async () => {
+    const gates = new Map<string, Promise<void>>();
+    const gate = latch();
+    gates.set("d", gate.promise);
+    const { service, repo } = makeService(db.pool, {
+      tools: () => [gateTool("Gate", gates)],
+      stallAfterMs: STALL_MS,
+    });
+    const { account, parent } = await newParent(service);
+    const receipt = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "c",
+      task: scriptTask({
+        rounds: [[delegateCall({ rounds: [[{ name: "Gate", arguments: { key: "d" } }]], answer: "D late" })]],
+        answer: "C goes on",
+      }),
+      mode: "background",
+    });
+    if (receipt.kind !== "started") throw new Error("expected a background call");
+    const toolText = await waitFor(async () => {
+      const result = messages(await repo.readJournal(receipt.childSessionId, account.id)).find(
+        (m) => m.role === "toolResult",
+      );
+      return result?.role === "toolResult" ? JSON.stringify(result.content) : undefined;
+    }, "C's Delegate answered");
+    gate.open();
+    await service.whenIdle();
+    await service.close();
+    expect(toolText).toMatch(/showed no progress for \d+ s, so it goes on in the background/);
   });
 });
 
