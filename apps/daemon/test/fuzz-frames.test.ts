@@ -114,6 +114,25 @@ afterAll(async () => {
 
 const countRows = async (sql: string, params: unknown[] = []) =>
   (await db.pool.query(sql, params)).rows[0].n as number;
+const journalRows = (accountId: string) =>
+  countRows(
+    "select count(*)::int as n from journal_entries j join sessions s on s.id = j.session_id where s.principal_account_id = $1",
+    [accountId],
+  );
+
+/** Until the account's journal rows stop growing for a second (bounded by 15 s). */
+async function settledJournal(accountId: string): Promise<void> {
+  const until = Date.now() + 15_000;
+  let seen = await journalRows(accountId);
+  for (let quietSince = Date.now(); Date.now() - quietSince < 1_000 && Date.now() < until; ) {
+    await new Promise((r) => setTimeout(r, 100));
+    const now = await journalRows(accountId);
+    if (now !== seen) {
+      seen = now;
+      quietSince = Date.now();
+    }
+  }
+}
 const rootSessions = (accountId: string) =>
   countRows("select count(*)::int as n from sessions where principal_account_id = $1 and kind = 'root'", [
     accountId,
@@ -125,13 +144,15 @@ describe("fuzzing the daemon's API frames", () => {
   it("setup: the owner's work exists and every registered method is known", async () => {
     expect(world.methods.length).toBeGreaterThan(10);
     expect(ownerIds.size).toBeGreaterThanOrEqual(7);
+    // The owner's workflows delivered their summaries into its sessions, and those sessions answer them
+    // in follow-up turns after workflow.follow has seen the workflow complete: the counts below are taken
+    // once that work has settled (no new journal row for a second).
+    await daemon.runtime.service.whenIdle();
+    await settledJournal(who.owner.accountId);
     before = {
       other: await rootSessions(who.other.accountId),
       admin: await rootSessions(who.admin.accountId),
-      ownerJournal: await countRows(
-        "select count(*)::int as n from journal_entries j join sessions s on s.id = j.session_id where s.principal_account_id = $1",
-        [who.owner.accountId],
-      ),
+      ownerJournal: await journalRows(who.owner.accountId),
       ownerSessions: await countRows(
         "select count(*)::int as n from sessions where principal_account_id = $1",
         [who.owner.accountId],
@@ -191,12 +212,7 @@ describe("fuzzing the daemon's API frames", () => {
         who.owner.accountId,
       ]),
     ).toBe(before.ownerSessions);
-    expect(
-      await countRows(
-        "select count(*)::int as n from journal_entries j join sessions s on s.id = j.session_id where s.principal_account_id = $1",
-        [who.owner.accountId],
-      ),
-    ).toBe(before.ownerJournal);
+    expect(await journalRows(who.owner.accountId)).toBe(before.ownerJournal);
     if (process.env.CRW_FUZZ_SAMPLES)
       for (const [k, v] of samples)
         if (!/invalid_params|invalid_request|method_not_found/.test(k)) console.info(`${k}: ${v}`);
