@@ -13,7 +13,7 @@ import type { FakeAppServer } from "@crw/tools/codex";
 import { startModelServer } from "@crw/tools/models";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tempRepo } from "./git/repo.js";
-import { crwFlow, dispatchedArgs, ownerSession, waitFor } from "./helpers/cli.js";
+import { crwFlow, dispatchedArgs, ownerSession, plainEnv, waitFor } from "./helpers/cli.js";
 import { commandsRunning } from "./helpers/procs.js";
 
 /** `crw flow cancel` as a user runs it, against runs in their own processes. */
@@ -31,10 +31,7 @@ let plain: NodeJS.ProcessEnv;
 
 beforeAll(async () => {
   ({ fake, root, env } = await ownerSession("crw-flow-cancel-"));
-  plain = { ...env };
-  for (const name of Object.keys(plain))
-    if (/^(CODEX_THREAD_ID|CRW_FLOW_HOST|CRW_FLOW_FAULT|CRW_MODEL|OPENAI_|ANTHROPIC_)/.test(name))
-      delete plain[name];
+  plain = plainEnv({}, env);
 }, 120_000);
 
 afterAll(async () => {

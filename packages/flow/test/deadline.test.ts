@@ -6,7 +6,7 @@ import { startModelServer } from "@crw/tools/models";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { normalizeCall } from "../src/engine/workflow.js";
 import { tempRepo } from "./git/repo.js";
-import { crwFlow, ensureBuilt, waitFor } from "./helpers/cli.js";
+import { crwFlow, ensureBuilt, plainEnv, waitFor } from "./helpers/cli.js";
 import {
   defineWorkflow,
   type InProcessRun,
@@ -136,10 +136,7 @@ describe("a local call whose subagent runs a long command past the deadline", ()
       workflow,
       `export default { name: "slow", run: (ctx) => ctx.call({ role: "explorer", task: "count", deadlineMs: ${LOCAL_DEADLINE_MS}, schema: { type: "object" } }) };\n`,
     );
-    const env: NodeJS.ProcessEnv = { ...process.env, DEADLINE_TEST_KEY: "sk-deadline" };
-    for (const name of Object.keys(env))
-      if (/^(CODEX_THREAD_ID|CRW_FLOW_HOST|CRW_FLOW_FAULT|CRW_MODEL|OPENAI_|ANTHROPIC_)/.test(name))
-        delete env[name];
+    const env: NodeJS.ProcessEnv = plainEnv({ DEADLINE_TEST_KEY: "sk-deadline" });
     try {
       const start = await crwFlow(
         [

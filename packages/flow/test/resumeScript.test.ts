@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type JournalRow, lockHolder, readJournalFile, readSpec, runPaths, writeSpec } from "@crw/flow";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { crwFlow, ensureBuilt, waitFor } from "./helpers/cli.js";
+import { crwFlow, ensureBuilt, plainEnv, waitFor } from "./helpers/cli.js";
 
 /**
  * `crw flow resume RUN SCRIPT`: a local run that waits for two decisions, started from one copy of its
@@ -25,10 +25,7 @@ let env: NodeJS.ProcessEnv;
 beforeAll(() => {
   ensureBuilt();
   root = mkdtempSync(join(tmpdir(), "crw-flow-resume-script-"));
-  env = { ...process.env };
-  for (const name of Object.keys(env))
-    if (/^(CODEX_THREAD_ID|CRW_FLOW_HOST|CRW_FLOW_FAULT|CRW_MODEL|OPENAI_|ANTHROPIC_)/.test(name))
-      delete env[name];
+  env = plainEnv();
 }, 180_000);
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
@@ -83,7 +80,7 @@ describe("crw flow resume RUN SCRIPT", () => {
     expect(started(rows())[2]).toMatchObject({ backend: "local", workflow: b, process_n: 3 });
   }, 60_000);
 
-  it("a spec naming another backend than the started row's is refused (exit 2) with SCRIPT as without, nothing written (S000-232)", async () => {
+  it("a spec naming another backend than the started row's is refused (exit 2) with SCRIPT too, nothing written (S000-232)", async () => {
     const { state, paths } = await pausedRun("rs-2");
     const spec = readSpec(paths.spec);
     writeSpec(paths.spec, { ...spec, backend: "app-server", host: "ws://127.0.0.1:9" });

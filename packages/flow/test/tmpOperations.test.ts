@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { lockHolder, readJournalFile, runPaths } from "@crw/flow";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tempRepo } from "./git/repo.js";
-import { crwFlow, ensureBuilt, waitFor } from "./helpers/cli.js";
+import { crwFlow, ensureBuilt, plainEnv, waitFor } from "./helpers/cli.js";
 
 /**
  * A local run in a git checkout: it waits for a decision, then its executor writes a file that crw commits
@@ -48,10 +48,7 @@ describe("a run's own temporary files", () => {
     writeFileSync(scriptPath, JSON.stringify(script));
     const state = join(root, "state");
     const paths = runPaths(state, "tmp-ops");
-    const env: NodeJS.ProcessEnv = { ...process.env };
-    for (const name of Object.keys(env))
-      if (/^(CODEX_THREAD_ID|CRW_FLOW_HOST|CRW_FLOW_FAULT|CRW_MODEL|OPENAI_|ANTHROPIC_)/.test(name))
-        delete env[name];
+    const env: NodeJS.ProcessEnv = plainEnv();
     const seen: string[] = [];
     const watcher = watch(recorded, (_event, name) => {
       if (name) seen.push(String(name));

@@ -65,6 +65,11 @@ import type {
 } from "./types.js";
 import { type ForkPrefixDiagnostics, forkPrefixDiagnostics } from "./usage.js";
 
+/** Whether a foreground call was moved to the background, and why not. */
+type BackgroundMove =
+  | { readonly ok: true }
+  | { readonly ok: false; readonly reason: string; readonly code: string };
+
 /** How long a foreground call's child may show no progress before its caller is let go. */
 const DEFAULT_STALL_AFTER_MS = 10 * 60_000;
 
@@ -125,9 +130,10 @@ export class DelegationService implements RestartCheckpoint {
   readonly options: DelegationServiceOptions;
   readonly settlement: DelegatedSettlement;
   readonly #background = new Set<Promise<unknown>>();
-  readonly #foreground = new Map<string, { run: SubagentRun; job: RunProgressJob; release: () => void }>();
-  /** Foreground calls the stall watchdog is letting go, with the silence it saw. */
-  readonly #stalled = new Map<string, number>();
+  readonly #foreground = new Map<
+    string,
+    { run: SubagentRun; job: RunProgressJob; release: (stalledMs?: number) => void }
+  >();
   readonly #jobs = new Set<RunProgressJob>();
   /** An idle parent's row being read for its follow-up: results that arrive meanwhile join that read. */
   readonly #parentReads = new Map<string, Promise<void>>();
@@ -765,25 +771,24 @@ export class DelegationService implements RestartCheckpoint {
       this.track(execution);
       return { kind: "started", runId: run.id, childSessionId };
     }
-    let release!: () => void;
-    const released = new Promise<"background">((resolve) => {
-      release = () => resolve("background");
+    let release!: (stalledMs?: number) => void;
+    // let go to the background: by Ctrl+B, or by the stall watchdog with the silence it saw
+    const released = new Promise<{ readonly stalledMs?: number }>((resolve) => {
+      release = (stalledMs) => resolve(stalledMs ? { stalledMs } : {});
     });
     this.#foreground.set(run.id, { run, job, release });
     watchdog?.start();
     let resultId: string;
     try {
       const first = await Promise.race([execution, released]);
-      if (first === "background") {
+      if (typeof first !== "string") {
         this.track(execution);
-        const stalledMs = this.#stalled.get(run.id);
-        return { kind: "started", runId: run.id, childSessionId, ...(stalledMs ? { stalledMs } : {}) };
+        return { kind: "started", runId: run.id, childSessionId, ...first };
       }
       resultId = first;
     } finally {
       watchdog?.stop();
       this.#foreground.delete(run.id);
-      this.#stalled.delete(run.id);
     }
     const result = await this.repo.getResult(resultId, run.principalAccountId);
     return {
@@ -805,9 +810,7 @@ export class DelegationService implements RestartCheckpoint {
     if (afterMs <= 0) return null;
     return new StallWatchdog(afterMs, async (silentMs) => {
       if (!this.#foreground.has(run.id)) return true; // it ended meanwhile
-      this.#stalled.set(run.id, silentMs);
-      const moved = await this.moveToBackground(run.id, run.principalAccountId);
-      if (!moved.ok) this.#stalled.delete(run.id);
+      const moved = await this.#letGo(run.id, run.principalAccountId, silentMs);
       this.emit({
         type: "delegation.stalled",
         runId: run.id,
@@ -825,10 +828,12 @@ export class DelegationService implements RestartCheckpoint {
    * Delegate returns "started"; the result comes through the inbox). A failed write is diagnosed and leaves
    * the waiter attached; the result is still delivered exactly once (the journal proves which way).
    */
-  async moveToBackground(
-    runId: string,
-    principalAccountId: string,
-  ): Promise<{ readonly ok: true } | { readonly ok: false; readonly reason: string; readonly code: string }> {
+  moveToBackground(runId: string, principalAccountId: string): Promise<BackgroundMove> {
+    return this.#letGo(runId, principalAccountId);
+  }
+
+  /** Ctrl+B's move, also the stall watchdog's (which tells the waiter the silence it saw). */
+  async #letGo(runId: string, principalAccountId: string, stalledMs?: number): Promise<BackgroundMove> {
     const waiter = this.#foreground.get(runId);
     if (!waiter || waiter.run.principalAccountId !== principalAccountId) {
       return {
@@ -856,7 +861,7 @@ export class DelegationService implements RestartCheckpoint {
       });
       return { ok: false, code, reason: error.message };
     }
-    waiter.release();
+    waiter.release(stalledMs);
     return { ok: true };
   }
 

@@ -1,6 +1,7 @@
 import { answerText, judgeAnswer } from "../engine/answer.js";
 import { callRows } from "../engine/callFold.js";
-import { attemptDeadline, DEADLINE, pastDeadline, pauseForDeadline } from "../engine/deadline.js";
+import { attemptDeadline, DEADLINE, pastDeadline } from "../engine/deadline.js";
+import { hold, pauseForHeldCall } from "../engine/held.js";
 import { type RunContext, RunStopped } from "../engine/runContext.js";
 import { callFailed } from "../engine/workflow.js";
 import { completionMembers } from "../engine/workspace.js";
@@ -172,7 +173,7 @@ export async function runAppServerCall(rc: RunContext, call: string): Promise<un
     }
     if (pastDeadline(attemptDeadline(prepared, thread))) {
       await stopAppServerCall(rc, host, call, rows, DEADLINE);
-      pauseForDeadline(rc, call);
+      pauseForHeldCall(rc, call);
       continue;
     }
     const turns = rows.filter(
@@ -335,8 +336,7 @@ async function stopAppServerCall(
       }
     }
   }
-  rc.append([{ type: "held", call, op: call, reason }]);
-  rc.emit({ type: "call_ended", call, status: `held (${reason})` });
+  hold(rc, call, undefined, reason);
 }
 
 async function startTurn(

@@ -1,6 +1,7 @@
 import { judgeAnswer } from "../engine/answer.js";
 import { callRows } from "../engine/callFold.js";
-import { DEADLINE, pauseForDeadline } from "../engine/deadline.js";
+import { DEADLINE } from "../engine/deadline.js";
+import { hold, pauseForHeldCall } from "../engine/held.js";
 import { type RunContext, RunStopped } from "../engine/runContext.js";
 import { callFailed } from "../engine/workflow.js";
 import { completionMembers } from "../engine/workspace.js";
@@ -67,7 +68,7 @@ export async function runLocalCall(rc: RunContext, call: string): Promise<unknow
     if (rc.stopping) {
       // a call the stop reached between turns (or one a dead process left open) is held for its reason
       const lastOwn = rows.findLast((r) => r.type !== "run_paused");
-      if (lastOwn?.type !== "held") holdStopped(rc, call, {});
+      if (lastOwn?.type !== "held") hold(rc, call, undefined, rc.stopping.reason);
       throw new RunStopped(rc.stopping.reason);
     }
     const threads = rows.filter((r): r is RowOf<"thread_started"> => r.type === "thread_started");
@@ -180,10 +181,10 @@ async function runAttempt(
   const signal = late && rc.stopSignal ? AbortSignal.any([rc.stopSignal, late]) : (late ?? rc.stopSignal);
   /** The attempt ends held when the run stopped or its deadline passed: true when it did. */
   const heldByStop = (): boolean => {
-    if (rc.stopping) holdStopped(rc, call, tokens);
+    if (rc.stopping) hold(rc, call, tokens, rc.stopping.reason);
     else if (late?.aborted) {
-      holdStopped(rc, call, tokens, DEADLINE);
-      pauseForDeadline(rc, call);
+      hold(rc, call, tokens, DEADLINE);
+      pauseForHeldCall(rc, call);
     } else return false;
     return true;
   };
@@ -256,15 +257,4 @@ async function runAttempt(
     rc.append([turnRow(k, 2)]);
     input = repairInput(text, verdict.errors);
   }
-}
-
-/** Holds a call the run's stop (or its deadline) reached; the stopper writes the run's own row. */
-function holdStopped(
-  rc: RunContext,
-  call: string,
-  tokens: Tokens,
-  reason: string = rc.stopping?.reason ?? "stopped",
-): void {
-  rc.append([{ type: "held", call, op: call, reason, tokens }]);
-  rc.emit({ type: "call_ended", call, status: `held (${reason})` });
 }

@@ -4,7 +4,8 @@ import { sleep } from "../util/fsx.js";
 import { judgeBind, markerTurn } from "./bind.js";
 import { type CallFold, type CallPosition, foldCall } from "./callFold.js";
 import { placedCwds, writeEvidenceRecord } from "./evidence.js";
-import { clockRanOut, hold, loseAttempt } from "./harvestTurn.js";
+import { clockRanOut, loseAttempt } from "./harvestTurn.js";
+import { hold, pauseForHeldCall } from "./held.js";
 import { ledgerWarnings } from "./hostWarnings.js";
 import { packetTextOf, type Step, type StepFiles, writeStepFiles } from "./publishStep.js";
 import { answerReports, type BindHandler } from "./reports.js";
@@ -112,10 +113,9 @@ async function bind(
   if (step.action === "spawn" && step.evidence_assignment) {
     const placed = placeEvidence(rc, call, step, thread);
     if (!placed.ok) {
-      hold(rc, call, step, "evidence_assignment_failed", placed.error);
-      rc.append([{ type: "run_paused", reason: `held:${call}`, call }]);
+      hold(rc, call, step.call_tokens, "evidence_assignment_failed", placed.error);
       rc.bus.retractStep(call, step.k, step.attempt);
-      rc.stop(`held:${call}`);
+      pauseForHeldCall(rc, call);
       return { bound: false, reason: `evidence_assignment_failed: ${placed.error}` };
     }
     evidenceCwd = placed.cwd;

@@ -1,5 +1,4 @@
 import type { RowOf } from "../journal/rows.js";
-import type { RunContext } from "./runContext.js";
 
 /** The hold reason of a call whose attempt ran past the call's deadline. */
 export const DEADLINE = "deadline";
@@ -20,13 +19,4 @@ export function attemptDeadline(
 
 export function pastDeadline(at: number | null, now = Date.now()): boolean {
   return at !== null && now >= at;
-}
-
-/**
- * The call was held for its deadline: the run pauses, as for any held call, and its other calls stop
- * (a resume gives this call a new attempt).
- */
-export function pauseForDeadline(rc: RunContext, call: string): void {
-  rc.append([{ type: "run_paused", reason: `held:${call}`, call }]);
-  rc.stop(`held:${call}`);
 }

@@ -358,7 +358,6 @@ export class FlowRun implements RunContext {
         this.stopping ? ("stopped" as const) : workflow.run(ctx, this.spec.input),
         stopped,
       ]);
-      if (this.cancelled) throw new RunStopped(CANCELLED);
       if (result === "stopped" && this.stopping) throw new RunStopped(this.stopping.reason);
       if (this.fatal) throw this.fatal;
       outcome = { state: "completed", result };
@@ -371,7 +370,10 @@ export class FlowRun implements RunContext {
       } else outcome = { state: "paused", reason: this.stopping?.reason ?? "stopped" };
     }
     await Promise.allSettled([...this.active]);
-    if (this.cancelled && !this.fatal) outcome = await this.endCancelled(this.cancelled.reason);
+    // a cancel ends the run whatever else stopped it, or a workflow that went on past its stop; one that
+    // came after the workflow had failed (its run_ended row is written) is too late
+    if (this.cancelled && !this.fatal && outcome.state !== "failed")
+      outcome = await this.endCancelled(this.cancelled.reason);
     // every call in flight has its row now: the branch's open heads are merged (or the conflict recorded)
     if (outcome.state !== "paused") await this.endBranch();
     if (this.fatal) {

@@ -11,6 +11,7 @@ import {
   type NextStep,
   subtractTokens,
 } from "./callFold.js";
+import { hold, pauseForHeldCall } from "./held.js";
 import { publish, type Step } from "./publishStep.js";
 import type { RunContext } from "./runContext.js";
 import { completionMembers } from "./workspace.js";
@@ -40,7 +41,7 @@ export async function harvest(
   const badThread =
     threadStatus === "notLoaded" || threadStatus === "systemError" || threadStatus === "unknown";
   if (intent && t && t.status !== "inProgress") {
-    hold(rc, call, step, intent.reason, `the turn ${t.status} after the interrupt`);
+    hold(rc, call, step.call_tokens, intent.reason, `the turn ${t.status} after the interrupt`);
     return;
   }
   // A thread the host no longer holds never ends its turn, however often it is interrupted: such a turn is
@@ -135,7 +136,7 @@ async function onFailedTurn(rc: RunContext, call: string, step: Step, t: HostTur
   const info = t.error?.codexErrorInfo ?? null;
   const message = t.error?.message ?? "";
   if (info && /usage|rate/i.test(info)) {
-    hold(rc, call, step, "usage_limit", `${info}: ${message}`);
+    hold(rc, call, step.call_tokens, "usage_limit", `${info}: ${message}`);
     rc.append([{ type: "run_paused", reason: "usage_limit", call }]);
     rc.stop("usage_limit");
     return;
@@ -153,23 +154,8 @@ async function onFailedTurn(rc: RunContext, call: string, step: Step, t: HostTur
     await closeAgent(rc, call);
     return;
   }
-  hold(rc, call, step, "host_failure", `${info ?? "failed"}: ${message}`);
-  rc.append([{ type: "run_paused", reason: `held:${call}`, call }]);
-  rc.stop(`held:${call}`);
-}
-
-export function hold(rc: RunContext, call: string, step: Step | null, reason: string, detail?: string): void {
-  rc.append([
-    {
-      type: "held",
-      call,
-      op: call,
-      reason,
-      ...(detail ? { detail } : {}),
-      ...(step?.call_tokens ? { tokens: step.call_tokens } : {}),
-    },
-  ]);
-  rc.emit({ type: "call_ended", call, status: `held (${reason})` });
+  hold(rc, call, step.call_tokens, "host_failure", `${info ?? "failed"}: ${message}`);
+  pauseForHeldCall(rc, call);
 }
 
 async function evaluate(

@@ -1,7 +1,8 @@
 import { adopt, awaitBind, lookUp } from "./bindStep.js";
 import { type CallFold, foldCall } from "./callFold.js";
-import { attemptDeadline, DEADLINE, pastDeadline, pauseForDeadline } from "./deadline.js";
+import { attemptDeadline, DEADLINE, pastDeadline } from "./deadline.js";
 import { harvest } from "./harvestTurn.js";
+import { pauseForHeldCall } from "./held.js";
 import { closeUnwritten, publish, type StepFiles } from "./publishStep.js";
 import { settleOwnerDecision } from "./refusals.js";
 import { type RunContext, RunStopped } from "./runContext.js";
@@ -41,7 +42,7 @@ export async function runSessionCall(rc: RunContext, call: string): Promise<unkn
       pastDeadline(attemptDeadline(fold.prepared, attemptBegun(fold, pos.step)))
     ) {
       await stopCall(rc, call, fold, pos, files, DEADLINE);
-      pauseForDeadline(rc, call);
+      pauseForHeldCall(rc, call);
       continue;
     }
     switch (pos.kind) {

@@ -1,7 +1,7 @@
 import { markerTurn } from "./bind.js";
 import { turnStartedRow } from "./bindStep.js";
 import type { CallFold, CallPosition } from "./callFold.js";
-import { hold } from "./harvestTurn.js";
+import { hold } from "./held.js";
 import { closeUnwritten, type StepFiles } from "./publishStep.js";
 import type { RunContext } from "./runContext.js";
 
@@ -23,7 +23,7 @@ export async function stopCall(
   if (pos.kind === "publish") {
     const rows = rc.rowsOf(call);
     const last = rows.findLast((r) => r.type !== "run_paused");
-    if (last?.type !== "held") hold(rc, call, null, reason);
+    if (last?.type !== "held") hold(rc, call, undefined, reason);
     return;
   }
   const step = pos.step;
@@ -61,7 +61,7 @@ export async function stopCall(
       await untilInactive(rc, agent);
     }
   }
-  hold(rc, call, step, reason);
+  hold(rc, call, step.call_tokens, reason);
 }
 
 /** Reads the thread until it is no longer active and runs no turn, for at most LostAfter. */

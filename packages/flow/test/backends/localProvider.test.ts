@@ -10,7 +10,7 @@ import { readJournalFile } from "../../src/journal/journal.js";
 import type { JournalRow } from "../../src/journal/rows.js";
 import { checkSpec } from "../../src/run/spec.js";
 import { tempRepo } from "../git/repo.js";
-import { crwFlow, ensureBuilt, waitFor } from "../helpers/cli.js";
+import { crwFlow, ensureBuilt, plainEnv, waitFor } from "../helpers/cli.js";
 
 /**
  * The local backend against a user's own model server: the real provider clients of brain talk to the
@@ -26,15 +26,6 @@ let repo: string;
 
 /** The server answers every packet with the JSON the one-call workflow asks for, naming its protocol. */
 const answerOf = (q: ModelRequest) => ({ answer: `from the ${q.protocol} server`, model: q.model });
-
-/** A plain terminal: no Codex thread, no provider settings of the caller's own. */
-function plainEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = { ...process.env };
-  for (const name of Object.keys(env))
-    if (/^(CRW_MODEL|CRW_FLOW_CONFIG|CRW_FLOW_FAULT|CODEX_THREAD_ID|OPENAI_|ANTHROPIC_)/.test(name))
-      delete env[name];
-  return { ...env, ...extra };
-}
 
 function rowsOf(state: string, run: string): JournalRow[] {
   return readJournalFile(join(state, "flow", run, "journal.jsonl")).rows;

@@ -55,6 +55,25 @@ export async function ownerSession(
   return { fake, root, owner, env };
 }
 
+/**
+ * A plain terminal's environment (`base`, by default this process's): no Codex owner thread or host, no
+ * fault point, no model or provider settings of the caller's own; then `extra`.
+ */
+export function plainEnv(
+  extra: NodeJS.ProcessEnv = {},
+  base: NodeJS.ProcessEnv = process.env,
+): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...base };
+  for (const name of Object.keys(env))
+    if (
+      /^(CODEX_THREAD_ID|CRW_FLOW_HOST|CRW_FLOW_FAULT|CRW_FLOW_CONFIG|CRW_MODEL|OPENAI_|ANTHROPIC_)/.test(
+        name,
+      )
+    )
+      delete env[name];
+  return { ...env, ...extra };
+}
+
 export interface CliResult {
   code: number;
   stdout: string;
