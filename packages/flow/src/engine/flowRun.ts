@@ -370,10 +370,8 @@ export class FlowRun implements RunContext {
       } else outcome = { state: "paused", reason: this.stopping?.reason ?? "stopped" };
     }
     await Promise.allSettled([...this.active]);
-    // a cancel ends the run whatever else stopped it, or a workflow that went on past its stop; one that
-    // came after the workflow had failed (its run_ended row is written) is too late
-    if (this.cancelled && !this.fatal && outcome.state !== "failed")
-      outcome = await this.endCancelled(this.cancelled.reason);
+    // a cancel ends the run whatever else stopped it, or a workflow that went on past its stop
+    if (this.cancelled && !this.fatal) outcome = await this.endCancelled(this.cancelled.reason);
     // every call in flight has its row now: the branch's open heads are merged (or the conflict recorded)
     if (outcome.state !== "paused") await this.endBranch();
     if (this.fatal) {
@@ -411,6 +409,8 @@ export class FlowRun implements RunContext {
     else {
       const request = readCancelRequest(this.paths);
       if (!request) return;
+      // too late for a run whose workflow has failed meanwhile: its end is written
+      if (this.journal.rows.some((r) => r.type === "run_ended")) return;
       reason = request.reason;
       await this.appendDurable([{ type: "cancel_requested", reason, requested_at: request.at }]);
     }
