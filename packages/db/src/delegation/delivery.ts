@@ -133,11 +133,16 @@ export function deliverQueuedResults(
   });
 }
 
-/** The visibility check and the session's row lock in one statement (checked under the lock, not before). */
+/**
+ * The visibility check and the session's row lock in one statement (checked under the lock, not before).
+ * `for no key update` excludes every other deliverer and journal append of the session, but not the key
+ * share lock a child's settlement takes on it (its result's foreign key): a settlement never waits for a
+ * delivery to commit, and the result it queues meanwhile is the next delivery's.
+ */
 async function lockVisible(c: Queryable, sessionId: string, principalAccountId: string): Promise<void> {
   const locked = await c.query(
     `select 1 from sessions where id = $1::uuid and principal_account_id = $2::uuid and visibility = 'visible'
-        for update`,
+        for no key update`,
     [sessionId, principalAccountId],
   );
   if (!locked.rowCount) throw notFound("session", { sessionId });
