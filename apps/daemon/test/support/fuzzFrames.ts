@@ -257,6 +257,22 @@ const REQUIRED: Record<string, string[]> = {
  * over-long string, a negative or huge number, another account's uuid), an extra key, or anything at all.
  */
 function paramsFor(method: string, account: Account): fc.Arbitrary<unknown> {
+  const key = `${account} ${method}`;
+  let arb = paramsArbs.get(key);
+  if (!arb) {
+    arb = buildParams(method, account);
+    paramsArbs.set(key, arb);
+  }
+  return arb;
+}
+/**
+ * Each method's params arbitrary, built once: frames choose their method as they are generated, and
+ * building one anew per frame (a `stringMatching` among its fields tokenizes fast-check's whole list of
+ * dangerous strings each time) cost more than sending the frames. An arbitrary keeps no state: the same
+ * one generates the same values from the same seed.
+ */
+const paramsArbs = new Map<string, fc.Arbitrary<unknown>>();
+function buildParams(method: string, account: Account): fc.Arbitrary<unknown> {
   const shape = shapeOf(method, account);
   if (!shape) return fc.oneof(fc.constant({}), wrongValue);
   const keys = Object.keys(shape);

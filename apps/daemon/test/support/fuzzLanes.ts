@@ -250,8 +250,9 @@ async function runNull(lane: Lane, frames: FuzzFrame[], problems: string[]) {
       continue;
     }
     await sleep(0);
+    const sent = chunk.map((f) => f.text ?? "").join("\n");
     for (const reply of lane.nullReplies.slice(start)) {
-      const problem = replyProblem(reply, chunk.map((f) => f.text ?? "").join("\n"), lane.account);
+      const problem = replyProblem(reply, sent, lane.account);
       if (problem)
         problems.push(
           `${problem} (${clip(reply.text)}) among ${chunk.map((f) => clip(f.text ?? "(binary)", 80)).join(" | ")}`,
@@ -262,6 +263,32 @@ async function runNull(lane: Lane, frames: FuzzFrame[], problems: string[]) {
   }
 }
 
+let barriers = 0;
+/**
+ * One request through the whole path, a database read included, on the connection: true once its result
+ * is back. The server decides any reply a notification can get (an id-null error) before a handler runs,
+ * without I/O, and one connection's replies arrive in the order they were sent: once this result is back,
+ * every reply to the frames sent before it is too. Its id (a letter first, no U+0000) is none the
+ * generator makes.
+ */
+async function roundTrip(lane: Lane): Promise<boolean> {
+  const id = `barrier-${++barriers}`;
+  const key = keyOf(id);
+  const answered = new Promise<boolean>((resolve) => {
+    const timer = setTimeout(() => resolve(false), REPLY_TIMEOUT_MS);
+    lane.waiters.set(key, () => {
+      clearTimeout(timer);
+      resolve(true);
+    });
+  });
+  lane.ws.send(JSON.stringify({ jsonrpc: "2.0", id, method: "daemon.whoami" }));
+  const ok = await answered;
+  const reply = lane.byKey.get(key)?.[0];
+  lane.waiters.delete(key);
+  lane.byKey.delete(key);
+  return ok && reply !== undefined && "result" in reply.frame;
+}
+
 /** Requests without an id: the server answers at most an id-null error; they are paced, not counted. */
 async function runNotifications(lane: Lane, frames: FuzzFrame[], problems: string[]) {
   const start = lane.nullReplies.length;
@@ -269,7 +296,9 @@ async function runNotifications(lane: Lane, frames: FuzzFrame[], problems: strin
     lane.ws.send(f.text as string);
     await sleep(3);
   }
-  await sleep(200);
+  // Every reply they can get is in once a request sent after them has its result (a refused one, say
+  // too_many_requests, may overtake them: then the fixed wait as before).
+  if (!(await roundTrip(lane))) await sleep(200);
   const replies = lane.nullReplies.slice(start);
   if (replies.length > frames.length)
     problems.push(`${replies.length} replies to ${frames.length} notifications`);
