@@ -26,6 +26,11 @@ const fileSchema = z
     shutdownGraceMs: z.number().int().min(0).max(600_000),
     /** How long the shutdown's restart checkpoint may take before the stop fails (nonzero exit). */
     shutdownCheckpointMs: z.number().int().min(100).max(3_600_000),
+    /**
+     * How long a runtime closed without its checkpoint (past the deadline, or on a lost database or lease)
+     * waits for each of its parts (runner pool, engine, service, database pool) before it goes on.
+     */
+    abandonedCloseMs: z.number().int().min(100).max(60_000),
     /** MCP servers whose tools are bridged into every session's catalog (`mcp__<server>__<tool>`). */
     mcp: mcpConfigSchema,
     /** The whole-catalog deferral policy shared by every session and placement. */
@@ -42,6 +47,8 @@ const fileSchema = z
          * pass only when it finds some). 0 turns the sweep off (boot recovery alone then takes it).
          */
         takeoverSweepMs: z.number().int().min(0).max(60_000),
+        /** The longest wait between two probes of a lost database (doubling from 250 ms up to it). */
+        databaseRetryMaxMs: z.number().int().min(250).max(60_000),
       })
       .partial()
       .strict(),
@@ -87,6 +94,8 @@ export interface DaemonConfig {
    * the stop logs what was still pending and the process exits nonzero (boot recovery takes the rest).
    */
   shutdownCheckpointMs: number;
+  /** The bound on each part of a runtime's close once its checkpoint is abandoned. */
+  abandonedCloseMs: number;
   /** MCP servers bridged into every session's tools; a server that cannot start fails the daemon's start. */
   mcp: McpConfig;
   /** The tool catalog policy (threshold for deferral, extra core names). */
@@ -98,6 +107,8 @@ export interface DaemonConfig {
     maxActiveNodes: number | undefined;
     /** The takeover sweep's period; 0: no live takeover. */
     takeoverSweepMs: number;
+    /** The longest wait between two probes while the database is lost. */
+    databaseRetryMaxMs: number;
   };
   /**
    * Providers: a session's model is `scripted` (the offline provider) or `<api>:<model id>`; a base URL and
@@ -223,6 +234,7 @@ export function loadConfig(options: LoadConfigOptions = {}): DaemonConfig {
     logLevel: merged.logLevel ?? "info",
     shutdownGraceMs: merged.shutdownGraceMs ?? 10_000,
     shutdownCheckpointMs: merged.shutdownCheckpointMs ?? 30_000,
+    abandonedCloseMs: merged.abandonedCloseMs ?? 5_000,
     mcp: merged.mcp ?? { servers: {} },
     tools: merged.tools ?? {},
     runtime: {
@@ -232,6 +244,7 @@ export function loadConfig(options: LoadConfigOptions = {}): DaemonConfig {
       maxActiveNodes: runtime.maxActiveNodes,
       // A peer's death is noticed within about a second; the check is one indexed query.
       takeoverSweepMs: runtime.takeoverSweepMs ?? 1_000,
+      databaseRetryMaxMs: runtime.databaseRetryMaxMs ?? 5_000,
     },
     models: { default: models.default ?? "scripted", baseUrls: models.baseUrls, apiKeyEnv: models.apiKeyEnv },
     projectRoot: resolve(merged.projectRoot ?? process.cwd()),

@@ -26,6 +26,8 @@ export interface DatabaseWatchOptions {
   readonly probeTimeoutMs?: number;
   /** Probes that timed out in a row before the database counts as lost (a refused connection counts at once). */
   readonly lostAfterTimeouts?: number;
+  /** The longest wait between two probes while the database is lost (it doubles from 250 ms up to this). */
+  readonly retryMaxMs?: number;
   /** The database has just been found lost. */
   readonly onLost: (cause: Error) => void;
 }
@@ -122,7 +124,7 @@ export class DatabaseWatch {
     }
     await this.#revive();
     this.#schedule(this.#retryMs);
-    this.#retryMs = Math.min(this.#retryMs * 2, MAX_RETRY_MS);
+    this.#retryMs = Math.min(this.#retryMs * 2, this.options.retryMaxMs ?? MAX_RETRY_MS);
   }
 
   #lost(cause: Error): void {

@@ -671,7 +671,7 @@ export async function assembleRuntime(
       // checkpoint past its deadline is abandoned: its blocked writes are left to the database and to the
       // next boot's recovery, and no part waits for them beyond a short bound.
       if (!abandon) await service.pauseForRestart().catch(() => {});
-      const bound = (work: Promise<unknown>) => (abandon ? within(work, 5_000) : work);
+      const bound = (work: Promise<unknown>) => (abandon ? within(work, config.abandonedCloseMs) : work);
       // New statements are refused from here on; the ones in flight complete (the journal writes drain).
       const ended = early ?? endPool();
       await bound(runnerPool.close().catch((e: unknown) => log.warn({ err: e }, "runner pool close failed")));

@@ -75,6 +75,7 @@ export class RuntimeCycle {
       pool: controlPool,
       db: options.db,
       log: options.log,
+      retryMaxMs: options.config.runtime.databaseRetryMaxMs,
       onLost: (cause) => void this.restart(`the database stopped answering: ${cause.message}`),
     });
   }

@@ -61,7 +61,10 @@ async function daemonOn(dataDir: string, databaseUrl: string): Promise<DaemonPro
   const d = await spawnDaemon({
     dataDir,
     databaseUrl,
-    runtime: { maxRunners: 1, turnsPerRunner: 8 },
+    // While the database is lost the daemon probes it with a doubling wait, 5 s at most by default: each
+    // failed /health read of the test probes at once and doubles it, so by the time the database is back
+    // the next probe could be 5 s away. A 250 ms cap keeps every retry and finds it back within a beat.
+    runtime: { maxRunners: 1, turnsPerRunner: 8, databaseRetryMaxMs: 250 },
     env: {
       CRW_MODEL: "openai-completions:loopback",
       CRW_MODEL_BASE_URL: models.openaiBaseUrl,

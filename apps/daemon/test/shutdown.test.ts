@@ -243,7 +243,9 @@ describe("the restart checkpoint on daemon exit", { timeout: 120_000 }, () => {
 
   it("a checkpoint write blocked past shutdownCheckpointMs: the stop logs the failure naming the pending write, exits nonzero, and the next boot recovers the run (S004-139)", async () => {
     const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-checkpoint-deadline-"));
-    const first = await start(dataDir, { shutdownCheckpointMs: 1_500 });
+    // Past the deadline the runtime's close waits on its blocked database pool for abandonedCloseMs
+    // (5 s by default) before the process ends: a second here, the same stop sooner.
+    const first = await start(dataDir, { shutdownCheckpointMs: 1_500, abandonedCloseMs: 1_000 });
     const c = await childWithBlockedToolResult("DL", first.client);
     first.client.close();
     first.daemon.child.kill("SIGTERM");
