@@ -78,24 +78,32 @@ const MODULES = {
   // boot recovery of a daemon's interrupted calls
   "brain-recovery": {
     pkg: "brain",
-    // each claimed run's recovery: terminalize, settle, charged or free continuation, the answer to a call
-    // of unknown outcome
-    mutate: ["packages/brain/src/delegation/recovery.ts:307-472"],
+    // each claimed run's recovery: the batch (terminalize, tails, the generations), settle, charged or free
+    // continuation, the answer to a call of unknown outcome
+    mutate: [
+      "packages/brain/src/delegation/recovery.ts:191-239",
+      "packages/brain/src/delegation/recovery.ts:311-536",
+    ],
   },
   // the same range in six runs, each of which writes its own report: at about a minute a mutant the whole
   // range does not finish in one sitting, and a stopped run reports nothing
-  // a: recoverRun (never started, ended turn, the continuation and what it journals) and the tail's read
-  "brain-recovery-a": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:307-371"] },
-  // b: the child's inbox count read on its own and hasUnknownOutcome
-  "brain-recovery-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:372-398"] },
-  // c: the charged continuation (the attempts bound, the generation fence)
-  "brain-recovery-c": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:399-416"] },
-  // e: the free continuation (its bound, the generation fence)
-  "brain-recovery-e": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:417-435"] },
+  // a: recoverRuns and recoverBatch (never started, the batch's errors, the generations and the starts)
+  "brain-recovery-a": {
+    pkg: "brain",
+    mutate: [
+      "packages/brain/src/delegation/recovery.ts:191-239",
+      "packages/brain/src/delegation/recovery.ts:311-378",
+    ],
+  },
+  // b: the tails of a batch read together, the child's inbox count read on its own and hasUnknownOutcome
+  "brain-recovery-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:435-498"] },
+  // c and e: the continuation decided (settled, the charged and the free bounds, the row to answer)
+  "brain-recovery-c": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:393-416"] },
+  "brain-recovery-e": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:417-433"] },
   // f: settleError (the error result and the parent's wake)
-  "brain-recovery-f": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:436-449"] },
+  "brain-recovery-f": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:500-513"] },
   // d: the answer to a call of unknown outcome
-  "brain-recovery-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:450-472"] },
+  "brain-recovery-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:514-536"] },
   // the scope a delegation captures from its parent
   "brain-capture": { pkg: "brain", mutate: ["packages/brain/src/scope/capture.ts"] },
   // the runner pool: slot leases (pump, dispatch, settle), the startup episode (fork, retry, adopt, terminal

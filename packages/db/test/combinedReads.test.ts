@@ -258,6 +258,37 @@ describe("a journal's tail and the session's inbox in one statement", () => {
     const stranger = await r.createAccount({ name: `cr-t-${randomUUID().slice(0, 8)}` });
     await expect(r.journalTailWithWork(child.id, stranger.id)).rejects.toMatchObject({ code: "not_found" });
   });
+
+  it("for many sessions at once answers what it answers for each alone, and leaves out one it cannot see", async () => {
+    const a = await started();
+    const b = await started();
+    const { r } = a;
+    // a: a long journal (its tail only), b: a short one with its inbox busy, c: empty, d: another principal's
+    const long = Array.from({ length: 70 }, (_, i) => answer(`row ${i}`));
+    await r.append(a.child.id, a.account.id, [
+      ...long,
+      { body: { type: "message", message: { role: "user", content: "go on" } } },
+    ]);
+    await r.append(b.child.id, b.account.id, [answer("one"), answer("provisional", false)]);
+    await r.enqueueSteer(b.child.id, b.account.id, "more");
+    await delegation(r, b.child.id, b.account.id, "helper");
+    const c = await started();
+    const stranger = await r.createAccount({ name: `cr-t-${randomUUID().slice(0, 8)}` });
+    const asked = [
+      { sessionId: a.child.id, principalAccountId: a.account.id },
+      { sessionId: b.child.id, principalAccountId: b.account.id },
+      { sessionId: c.child.id, principalAccountId: c.account.id },
+      { sessionId: a.child.id, principalAccountId: stranger.id },
+    ];
+    const many = await r.journalTailsWithWork(asked.slice(0, 3).concat(asked[3] as (typeof asked)[0]));
+    expect([...many.keys()]).toEqual([a.child.id, b.child.id, c.child.id]);
+    for (const { sessionId, principalAccountId } of asked.slice(0, 3)) {
+      expect(many.get(sessionId)).toEqual(await r.journalTailWithWork(sessionId, principalAccountId));
+    }
+    expect(many.get(a.child.id)?.whole).toBeUndefined();
+    expect(many.get(b.child.id)?.whole?.journal.entries).toHaveLength(3);
+    expect((await r.journalTailsWithWork([])).size).toBe(0);
+  });
 });
 
 describe("a recovered call's start appends the row its turn answers", () => {

@@ -325,17 +325,19 @@ describe("the orphan check", () => {
 
 describe("a continuation's new generation", () => {
   it("a charged continuation counts a recovery attempt, a free one a free continuation; each fences the old generation", async () => {
-    const { r, account, runs } = await openRuns(1);
-    const run = runs[0] as SubagentRun;
-    expect(await r.chargeRecoveryAttempt(run.id, run.generation)).toEqual({
+    const { r, account, runs } = await openRuns(2);
+    const [run, other] = runs as [SubagentRun, SubagentRun];
+    const next = async (runId: string, generation: number, charged: boolean) =>
+      (await r.nextGenerations([{ runId, generation, charged }])).get(runId) ?? null;
+    expect(await next(run.id, run.generation, true)).toEqual({
       generation: 2,
       recoveryAttempts: 1,
       freeContinuations: 0,
     });
     // the old generation is fenced: neither kind of continuation moves it again
-    expect(await r.chargeRecoveryAttempt(run.id, 1)).toBeNull();
-    expect(await r.continueWithoutCharge(run.id, 1)).toBeNull();
-    expect(await r.continueWithoutCharge(run.id, 2)).toEqual({
+    expect(await next(run.id, 1, true)).toBeNull();
+    expect(await next(run.id, 1, false)).toBeNull();
+    expect(await next(run.id, 2, false)).toEqual({
       generation: 3,
       recoveryAttempts: 1,
       freeContinuations: 1,
@@ -351,14 +353,19 @@ describe("a continuation's new generation", () => {
       body: "",
       byteSize: 0,
     });
-    expect(await r.chargeRecoveryAttempt(run.id, 3)).toBeNull();
-    expect(await r.continueWithoutCharge(run.id, 3)).toBeNull();
-    for (const next of [r.chargeRecoveryAttempt, r.continueWithoutCharge]) {
-      await expect(next("bad", 1)).rejects.toMatchObject({
-        code: "invalid_input",
-        message: "runId is not a uuid",
-        context: { runId: "bad" },
-      });
-    }
+    expect(await next(run.id, 3, true)).toBeNull();
+    expect(await next(run.id, 3, false)).toBeNull();
+    await expect(next("bad", 1, true)).rejects.toMatchObject({
+      code: "invalid_input",
+      message: "runId is not a uuid",
+      context: { runId: "bad" },
+    });
+    // one statement for many: each run as it asked, the one that moved on left out, nothing for none
+    const both = await r.nextGenerations([
+      { runId: other.id, generation: other.generation, charged: false },
+      { runId: run.id, generation: 3, charged: true },
+    ]);
+    expect([...both]).toEqual([[other.id, { generation: 2, recoveryAttempts: 0, freeContinuations: 1 }]]);
+    expect((await r.nextGenerations([])).size).toBe(0);
   });
 });

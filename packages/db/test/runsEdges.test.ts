@@ -689,7 +689,7 @@ describe("a run's lifetime: started, settling, settled", () => {
   it("a stale generation, or a run ended without a result, refuses the settlement as stale_generation", async () => {
     const { r, account, parent } = await root();
     const { run } = await r.createDelegation(delegation(parent.id, account.id));
-    await r.chargeRecoveryAttempt(run.id, 1);
+    await r.nextGenerations([{ runId: run.id, generation: 1, charged: true }]);
     const stale = {
       runId: run.id,
       generation: 1,

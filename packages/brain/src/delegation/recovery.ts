@@ -30,12 +30,10 @@ const UNKNOWN_OUTCOME =
   "interrupted: this call may or may not have taken effect before a restart; its outcome is unknown. " +
   "Verify its effect before repeating it.";
 
-/** How many claimed runs boot recovery works on at once. */
-export const RECOVERY_CONCURRENCY = 8;
-/** How many charged runs boot recovery gathers before it starts their executions together. */
-const RECOVERY_WAVE = 64;
-/** The first wave is one round of the workers: the first continued turn does not wait for 64 charges. */
-const FIRST_WAVE = RECOVERY_CONCURRENCY;
+/** How many claimed runs boot recovery decides together (two statements a batch), then starts. */
+const RECOVERY_BATCH = 64;
+/** The first batch is small: the first continued turn does not wait for a whole batch. */
+const FIRST_BATCH = 8;
 
 /**
  * Boot recovery, in order: discard unfinished private fork copies; settle every journal's interrupted tail
@@ -48,7 +46,7 @@ const FIRST_WAVE = RECOVERY_CONCURRENCY;
  */
 export async function recoverDelegations(
   service: DelegationService,
-  options: { maxRecoveryAttempts?: number; claimBatch?: number; concurrency?: number } = {},
+  options: { maxRecoveryAttempts?: number; claimBatch?: number; batch?: number } = {},
 ): Promise<RecoveryReport> {
   const repo = service.repo;
   await service.start();
@@ -78,7 +76,7 @@ export async function recoverDelegations(
  */
 export async function takeOverDelegations(
   service: DelegationService,
-  options: { maxRecoveryAttempts?: number; claimBatch?: number; concurrency?: number } = {},
+  options: { maxRecoveryAttempts?: number; claimBatch?: number; batch?: number } = {},
 ): Promise<RecoveryReport & { roots: readonly string[]; handedBack: readonly string[] }> {
   const repo = service.repo;
   const nothing = { discardedForks: [], unknownToolCalls: 0, roots: [], handedBack: [], ...noRuns() };
@@ -193,51 +191,52 @@ const noRuns = (): RunOutcome => ({ continued: [], settledWithoutTurn: [], termi
 async function recoverRuns(
   service: DelegationService,
   runs: readonly SubagentRun[],
-  options: { maxRecoveryAttempts?: number; concurrency?: number },
+  options: { maxRecoveryAttempts?: number; batch?: number },
   /** Without it, a run's failure fails the whole pass (boot: the daemon does not start). */
   onRunError?: (run: SubagentRun, e: Error) => Promise<void>,
 ): Promise<RunOutcome> {
   const out = noRuns();
-  const { continued, settledWithoutTurn, terminalized, failed } = out;
   const max = options.maxRecoveryAttempts ?? 3;
-  // Claimed runs are independent (one child each, every write in its own transaction), so a few are
-  // recovered at a time: one at a time kept the daemon's port closed for minutes with a thousand runs.
-  // Their executions start in waves of RECOVERY_WAVE charged runs: one at a time as they go, the continued
-  // turns competed with every remaining charge for the database and the CPU; all at the end, the first
-  // continued turn waited for the last charge.
-  const starts: RecoveredStart[] = [];
-  let startedUpTo = 0;
-  const driveWave = (all: boolean) => {
-    if (!all && starts.length - startedUpTo < (startedUpTo === 0 ? FIRST_WAVE : RECOVERY_WAVE)) return;
-    driveAll(service, starts.slice(startedUpTo));
-    startedUpTo = starts.length;
-  };
-  let nextRun = 0;
-  const worker = async () => {
-    while (nextRun < runs.length) {
-      const run = runs[nextRun++] as SubagentRun;
-      let action: Awaited<ReturnType<typeof recoverRun>>;
-      try {
-        // A run is queued to start only by recoverRun's last step: one that threw never starts.
-        action = await recoverRun(service, run, max, starts);
-      } catch (e) {
-        if (!onRunError) throw e;
-        await onRunError(run, toError(e));
-        continue;
+  // Claimed runs are recovered in batches: one statement reads every child's journal tail, one more
+  // gives every continuation its generation (one commit for the batch, not one per run). Each batch's
+  // executions start as soon as it is decided; the first batch is small, so the first continued turn does
+  // not wait for a whole batch of reads and charges.
+  let next = 0;
+  while (next < runs.length) {
+    const size = options.batch ?? (next === 0 ? FIRST_BATCH : RECOVERY_BATCH);
+    const batch = runs.slice(next, next + size);
+    next += batch.length;
+    const starts: RecoveredStart[] = [];
+    let failure: Error | undefined;
+    try {
+      for (const [run, action] of await recoverBatch(service, batch, max, starts)) {
+        if (action instanceof Error) {
+          if (!onRunError) {
+            failure ??= action;
+            continue;
+          }
+          await onRunError(run, action);
+          continue;
+        }
+        service.emit({ type: "delegation.recovered", runId: run.id, action });
+        out[OUTCOME_OF[action]].push(run.id);
       }
-      service.emit({ type: "delegation.recovered", runId: run.id, action });
-      ({ continued, settled: settledWithoutTurn, terminalized, failed })[action].push(run.id);
-      driveWave(false);
+    } finally {
+      driveAll(service, starts);
     }
-  };
-  const width = Math.max(1, Math.min(options.concurrency ?? RECOVERY_CONCURRENCY, runs.length));
-  try {
-    await Promise.all(Array.from({ length: width }, worker));
-  } finally {
-    driveWave(true);
+    if (failure) throw failure;
   }
   return out;
 }
+
+const OUTCOME_OF = {
+  continued: "continued",
+  settled: "settledWithoutTurn",
+  terminalized: "terminalized",
+  failed: "failed",
+} as const satisfies Record<RecoveryAction, keyof RunOutcome>;
+
+type RecoveryAction = "continued" | "settled" | "terminalized" | "failed";
 
 /**
  * The runs whose recovered execution this process is driving now, per service: a later pass (a takeover
@@ -305,40 +304,113 @@ async function parentsOf(
   return known;
 }
 
-async function recoverRun(
+/**
+ * Decides a batch of claimed runs, in their order: what each one's recovery did, or the error that kept
+ * it from being recovered now. A run that is to execute is queued on `starts` by its last step.
+ */
+async function recoverBatch(
   service: DelegationService,
-  run: SubagentRun,
+  batch: readonly SubagentRun[],
   maxAttempts: number,
   starts: RecoveredStart[],
-): Promise<"continued" | "settled" | "terminalized" | "failed"> {
-  const repo = service.repo;
-  if (run.status === "queued" || !run.childSessionId) {
-    // Never started: nothing ran, so nothing is replayed; the parent learns through an ordinary error result.
-    await settleError(
-      service,
-      run,
-      run.childSessionId
+): Promise<Map<SubagentRun, RecoveryAction | Error>> {
+  const actions = new Map<SubagentRun, RecoveryAction | Error>();
+  const attempt = async (run: SubagentRun, step: () => Promise<RecoveryAction>) => {
+    try {
+      actions.set(run, await step());
+    } catch (e) {
+      actions.set(run, toError(e));
+    }
+  };
+  const started: SubagentRun[] = [];
+  for (const run of batch) {
+    if (run.status === "queued" || !run.childSessionId) {
+      // Never started: nothing ran, so nothing is replayed; the parent learns through an ordinary error result.
+      const why = run.childSessionId
         ? "the delegated call never started before a restart"
-        : "the child session was discarded before it was ready",
-    );
-    return "terminalized";
+        : "the child session was discarded before it was ready";
+      await attempt(run, async () => {
+        await settleError(service, run, why);
+        return "terminalized";
+      });
+    } else started.push(run);
   }
-  // Only the newest turn decides: whether it ended with an answer, whether a tool call in it is of unknown
-  // outcome, and (with no turn yet) whether the journal is empty.
-  const { journal, pending, whole } = await tailAndInboxOf(repo, run.childSessionId, run.principalAccountId);
-  if (endsWithAnswer(journal) && pending === 0) {
-    // The turn had ended: settle without a new turn and without charging an attempt.
-    starts.push({ run });
-    return "settled";
+  const tails = await tailsOf(service.repo, started);
+  const continuing: Continuation[] = [];
+  for (const run of started) {
+    const tail = tails.get(run) as ChildTail | Error;
+    if (tail instanceof Error) {
+      actions.set(run, tail);
+      continue;
+    }
+    await attempt(run, async () => {
+      const c = await continuationOf(service, run, tail, maxAttempts);
+      if (c === "settled") starts.push({ run });
+      else if (c !== "failed") continuing.push(c);
+      return c === "settled" || c === "failed" ? c : "continued";
+    });
   }
+  // one statement (one commit) for the batch; a run another generation took meanwhile is not in it
+  const moved =
+    continuing.length === 0
+      ? new Map<string, Partial<SubagentRun>>()
+      : await service.repo
+          .nextGenerations(
+            continuing.map(({ run, charged }) => ({ runId: run.id, generation: run.generation, charged })),
+          )
+          .catch(toError);
+  for (const c of continuing) {
+    const next = moved instanceof Error ? moved : moved.get(c.run.id);
+    if (next instanceof Error || !next) {
+      actions.set(c.run, next ?? "failed");
+      continue;
+    }
+    const { resumeWith, whole } = c;
+    starts.push({
+      run: { ...c.run, ...next },
+      ...(resumeWith && { resumeWith }),
+      ...(whole && { journalBefore: whole }),
+    });
+  }
+  // in the batch's order
+  return new Map(batch.map((run) => [run, actions.get(run) as RecoveryAction | Error]));
+}
+
+type ChildTail = Awaited<ReturnType<typeof tailAndInboxOf>>;
+
+/** A run that goes on in a new generation, charged or not, with the row its turn is to answer. */
+interface Continuation {
+  readonly run: SubagentRun;
+  readonly charged: boolean;
+  readonly resumeWith?: JournalWrite;
+  readonly whole?: { journal: JournalDelta; nextSeq: number };
+}
+
+/**
+ * Only the newest turn decides: whether it ended with an answer, whether a tool call in it is of unknown
+ * outcome, and (with no turn yet) whether the journal is empty.
+ */
+async function continuationOf(
+  service: DelegationService,
+  run: SubagentRun,
+  { journal, pending, whole }: ChildTail,
+  maxAttempts: number,
+): Promise<Continuation | "settled" | "failed"> {
+  // The turn had ended: settle without a new turn and without charging an attempt.
+  if (endsWithAnswer(journal) && pending === 0) return "settled";
   // A child that was waiting on its model (or whose tool calls had all answered) repeats no effect by
   // going on: that costs no recovery attempt, so restarts in a row do not use up its work. Only a
   // continuation after a tool call of unknown outcome is charged and bounded.
-  const uncertain = hasUnknownOutcome(journal);
-  const next = uncertain
-    ? await chargedContinuation(service, run, maxAttempts)
-    : await freeContinuation(service, run, maxAttempts * FREE_CONTINUATIONS_PER_ATTEMPT);
-  if (next === "failed") return "failed";
+  const charged = hasUnknownOutcome(journal);
+  const refusal = charged
+    ? run.recoveryAttempts >= maxAttempts &&
+      `recovery failed after ${run.recoveryAttempts} attempts; verify the child's last step before using DelegateContinue`
+    : (run.freeContinuations ?? 0) >= maxAttempts * FREE_CONTINUATIONS_PER_ATTEMPT &&
+      `recovery failed: the call was interrupted ${run.freeContinuations ?? 0} times while it waited on its model; delegate it again if it is still needed`;
+  if (refusal) {
+    await settleError(service, run, refusal);
+    return "failed";
+  }
   // An empty transcript continues with the original task, an unanswered one with the interrupted context:
   // the call's start appends it (only a start that still holds the run does), and it is then the newest
   // row, so the execution need not read the journal again to know that it does not end with an answer.
@@ -353,8 +425,36 @@ async function recoverRun(
       : !endsWithAnswer(journal)
         ? { body: { type: "message", message: context } }
         : undefined;
-  starts.push({ run: next, ...(resumeWith && { resumeWith }), ...(whole && { journalBefore: whole }) });
-  return "continued";
+  return { run, charged, ...(resumeWith && { resumeWith }), ...(whole && { whole }) };
+}
+
+/**
+ * Each started run's child tail and inbox, in one statement. A child it does not find is read alone, and
+ * that read says why (a session not found).
+ */
+async function tailsOf(
+  repo: DelegationService["repo"],
+  runs: readonly SubagentRun[],
+): Promise<Map<SubagentRun, ChildTail | Error>> {
+  const out = new Map<SubagentRun, ChildTail | Error>();
+  if (runs.length === 0) return out;
+  const all = await repo
+    .journalTailsWithWork(
+      runs.map((r) => ({ sessionId: r.childSessionId as string, principalAccountId: r.principalAccountId })),
+    )
+    .catch(toError);
+  for (const run of runs) {
+    const found = all instanceof Error ? all : all.get(run.childSessionId as string);
+    if (found instanceof Error) out.set(run, found);
+    else if (found) {
+      const pending = found.work.pendingSteers + found.work.queuedResults;
+      out.set(run, { journal: found.tail, pending, ...(found.whole && { whole: found.whole }) });
+    } else {
+      const child = run.childSessionId as string;
+      out.set(run, await tailAndInboxOf(repo, child, run.principalAccountId).catch(toError));
+    }
+  }
+  return out;
 }
 
 /** The child's journal tail and its inbox (inboxOf), in one statement when the repository has it. */
@@ -395,43 +495,6 @@ function hasUnknownOutcome(journal: readonly JournalEntry[]): boolean {
       return true;
   }
   return false;
-}
-
-async function chargedContinuation(
-  service: DelegationService,
-  run: SubagentRun,
-  maxAttempts: number,
-): Promise<SubagentRun | "failed"> {
-  if (run.recoveryAttempts >= maxAttempts) {
-    await settleError(
-      service,
-      run,
-      `recovery failed after ${run.recoveryAttempts} attempts; verify the child's last step before using DelegateContinue`,
-    );
-    return "failed";
-  }
-  const charged = await service.repo.chargeRecoveryAttempt(run.id, run.generation);
-  if (!charged) return "failed";
-  return { ...run, generation: charged.generation, recoveryAttempts: charged.recoveryAttempts };
-}
-
-async function freeContinuation(
-  service: DelegationService,
-  run: SubagentRun,
-  maxFree: number,
-): Promise<SubagentRun | "failed"> {
-  const free = run.freeContinuations ?? 0;
-  if (free >= maxFree) {
-    await settleError(
-      service,
-      run,
-      `recovery failed: the call was interrupted ${free} times while it waited on its model; delegate it again if it is still needed`,
-    );
-    return "failed";
-  }
-  const next = await service.repo.continueWithoutCharge(run.id, run.generation);
-  if (!next) return "failed";
-  return { ...run, generation: next.generation, freeContinuations: next.freeContinuations };
 }
 
 async function settleError(service: DelegationService, run: SubagentRun, message: string): Promise<void> {

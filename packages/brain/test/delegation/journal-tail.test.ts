@@ -30,6 +30,12 @@ function recordingReads(repo: DelegationRepository) {
     reads.push({ sessionId: s, fromSeq: out.tail[0]?.seq ?? 1 });
     return out;
   };
+  recording.journalTailsWithWork = async (sessions) => {
+    const out = await repo.journalTailsWithWork(sessions);
+    for (const { sessionId } of sessions)
+      reads.push({ sessionId, fromSeq: out.get(sessionId)?.tail[0]?.seq ?? 1 });
+    return out;
+  };
   return { repo: recording, reads };
 }
 

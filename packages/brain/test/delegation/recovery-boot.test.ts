@@ -348,7 +348,11 @@ describe("a run that cannot be recovered", () => {
         const value = Reflect.get(t, key, receiver) as unknown;
         if (typeof key !== "string" || !methods.includes(key) || typeof value !== "function") return value;
         return (...args: unknown[]) => {
-          if (target !== undefined && args[0] === target) {
+          // a batched method's first argument lists the sessions or runs it is for
+          const of = (x: unknown) =>
+            x === target ||
+            (Array.isArray(x) && x.some((e) => e?.sessionId === target || e?.runId === target));
+          if (target !== undefined && of(args[0])) {
             target = undefined;
             return answer();
           }
@@ -362,8 +366,10 @@ describe("a run that cannot be recovered", () => {
   it("fails the boot with its own error, after starting the runs already recovered", async () => {
     const { repo: real } = makeService(db.pool);
     // the child's journal cannot be read (a lost connection), whichever read recovery uses
-    const failing = failingOnce(real, ["readJournal", "readJournalTail", "journalTailWithWork"], () =>
-      Promise.reject(new Error("connection terminated unexpectedly")),
+    const failing = failingOnce(
+      real,
+      ["readJournal", "readJournalTail", "journalTailWithWork", "journalTailsWithWork"],
+      () => Promise.reject(new Error("connection terminated unexpectedly")),
     );
     const { service } = makeService(db.pool, { repo: failing.repo });
     const done = await startedDelegation(service, "finished");
@@ -373,7 +379,7 @@ describe("a run that cannot be recovered", () => {
     ]);
     const broken = await startedDelegation(service, scriptTask({ answer: "later" }));
     failing.failFor(broken.child);
-    await expect(recoverDelegations(service, { concurrency: 1 })).rejects.toThrow(
+    await expect(recoverDelegations(service, { batch: 1 })).rejects.toThrow(
       "connection terminated unexpectedly",
     );
     // the finished child recovered before the failure still settles and reaches its parent
@@ -393,9 +399,22 @@ describe("a run that cannot be recovered", () => {
 
   it("a run moved on by another generation meanwhile is reported failed and left open, charged or free", async () => {
     const { repo: real } = makeService(db.pool);
-    const noCharge = failingOnce(real, ["chargeRecoveryAttempt"], async () => null);
-    const noFree = failingOnce(noCharge.repo, ["continueWithoutCharge"], async () => null);
-    const { service } = makeService(db.pool, { repo: noFree.repo });
+    // another process takes the two runs' next generation just before this recovery's statement does
+    const movedOn = new Set<string>();
+    const repo = new Proxy(real, {
+      get(t, key, receiver) {
+        const value = Reflect.get(t, key, receiver) as unknown;
+        if (key !== "nextGenerations" || typeof value !== "function") return value;
+        return async (...args: unknown[]) => {
+          await db.pool.query(
+            "update subagent_runs set generation = generation + 1 where id = any($1::uuid[])",
+            [[...movedOn]],
+          );
+          return (value as (...a: unknown[]) => unknown).apply(t, args);
+        };
+      },
+    });
+    const { service } = makeService(db.pool, { repo });
     const charged = await startedDelegation(service, scriptTask({ answer: "c" }));
     await real.append(charged.child, charged.account.id, [
       journalRows.user("task"),
@@ -403,8 +422,7 @@ describe("a run that cannot be recovered", () => {
     ]);
     const free = await startedDelegation(service, scriptTask({ answer: "f" }));
     await real.append(free.child, free.account.id, [journalRows.user("task")]);
-    noCharge.failFor(charged.run.id);
-    noFree.failFor(free.run.id);
+    movedOn.add(charged.run.id).add(free.run.id);
     const report = await recoverDelegations(service);
     expect(report.failed.slice().sort()).toEqual([charged.run.id, free.run.id].sort());
     await service.whenIdle();
@@ -418,37 +436,39 @@ describe("a run that cannot be recovered", () => {
     await next.service.close();
   });
 
-  it("recovers several runs at a time, one at a time when asked", async () => {
-    const inFlight = { now: 0, most: 0 };
+  it("decides the claimed runs in batches: one journal read and one generation statement a batch", async () => {
     const { repo: real } = makeService(db.pool);
-    // counts the recoveries taking their run's next generation at once (only recovery does, slowly here)
+    const calls: Record<string, number[]> = { journalTailsWithWork: [], nextGenerations: [] };
+    // records how many runs each batched statement was for
     const counting = new Proxy(real, {
       get(t, key, receiver) {
         const value = Reflect.get(t, key, receiver) as unknown;
-        if (key !== "continueWithoutCharge" || typeof value !== "function") return value;
-        return async (...args: unknown[]) => {
-          inFlight.now++;
-          inFlight.most = Math.max(inFlight.most, inFlight.now);
-          await new Promise((r) => setTimeout(r, 150));
-          inFlight.now--;
+        if (typeof key !== "string" || !(key in calls) || typeof value !== "function") return value;
+        return (...args: unknown[]) => {
+          calls[key]?.push((args[0] as unknown[]).length);
           return (value as (...a: unknown[]) => unknown).apply(t, args);
         };
       },
     });
-    for (const concurrency of [undefined, 1]) {
-      inFlight.most = 0;
+    for (const [batch, sizes] of [
+      [undefined, [8, 2]],
+      [3, [3, 3, 3, 1]],
+    ] as const) {
+      calls.journalTailsWithWork = [];
+      calls.nextGenerations = [];
       const { service } = makeService(db.pool, { repo: counting });
       const ds = [];
-      for (const i of [1, 2, 3]) {
+      for (let i = 0; i < 10; i++) {
         const d = await startedDelegation(service, `waiting ${i}`);
         await real.append(d.child, d.account.id, [journalRows.user(`waiting ${i}`)]);
         ds.push(d);
       }
-      const report = await recoverDelegations(service, concurrency ? { concurrency } : {});
-      expect(report.continued).toHaveLength(3);
-      if (concurrency) expect(inFlight.most).toBe(1);
-      else expect(inFlight.most).toBeGreaterThan(1);
+      const report = await recoverDelegations(service, batch ? { batch } : {});
+      expect(report.continued).toHaveLength(10);
+      expect(calls.journalTailsWithWork).toEqual(sizes);
+      expect(calls.nextGenerations).toEqual(sizes);
       for (const d of ds) await settledRoots(service, d.parent.id, d.account.id);
+      for (const d of ds) expect(await runRow(d.run.id)).toMatchObject({ free_continuations: 1 });
       await service.close();
     }
   });

@@ -212,6 +212,7 @@ describe("a takeover that cannot go on", () => {
           key === "readJournal" ||
           key === "readJournalTail" ||
           key === "journalTailWithWork" ||
+          key === "journalTailsWithWork" ||
           key === "handBackRun"
         )
           return () => Promise.reject(new Error("connection terminated unexpectedly"));

@@ -91,10 +91,13 @@ describe("live takeover", () => {
     const repo = new Proxy(real, {
       get(target, key, receiver) {
         const value = Reflect.get(target, key, receiver) as unknown;
-        if ((key !== "readJournalTail" && key !== "journalTailWithWork") || typeof value !== "function")
-          return value;
+        const reads = ["readJournalTail", "journalTailWithWork", "journalTailsWithWork"];
+        if (typeof key !== "string" || !reads.includes(key) || typeof value !== "function") return value;
         return (...args: unknown[]) => {
-          if (args[0] === failFor) {
+          const first = args[0];
+          // the batched read lists the sessions it reads
+          const of = Array.isArray(first) ? first.some((s) => s.sessionId === failFor) : first === failFor;
+          if (failFor !== undefined && of) {
             failFor = undefined;
             return Promise.reject(new Error("connection terminated unexpectedly"));
           }

@@ -238,6 +238,13 @@ export async function readJournalTail(
  */
 export const WHOLE_JOURNAL_ROWS = 64;
 
+/** A journal's tail with its session's settlement work (and, for a short journal, all of it). */
+export type TailWithWork = {
+  tail: JournalEntry[];
+  work: SettlementWork;
+  whole?: { journal: JournalDelta; nextSeq: number };
+};
+
 /**
  * readJournalTail with the session's settlementWork counted in the same statement; a journal of at most
  * WHOLE_JOURNAL_ROWS rows also comes whole, as readJournalAfter(0) reads it, with the seq its next row takes.
@@ -246,11 +253,7 @@ export async function journalTailWithWork(
   pool: pg.Pool,
   sessionId: string,
   principalAccountId: string,
-): Promise<{
-  tail: JournalEntry[];
-  work: SettlementWork;
-  whole?: { journal: JournalDelta; nextSeq: number };
-}> {
+): Promise<TailWithWork> {
   const { tail, first, whole } = await tailRows(pool, sessionId, principalAccountId, true);
   return { tail, work: workFromRow(first), ...(whole && { whole }) };
 }
@@ -266,31 +269,79 @@ async function tailRows(
   // none. A short journal (only asked with the work) comes with every row, provisional ones included, and
   // its tail is taken from them here, by the same rule the join applies to a long one.
   const { rows } = await pool.query<Row>(
-    `select j.session_id, j.seq, j.body, j.settled, j.created_at, newest.from_seq, size.short,
-            s.next_seq, s.prefix_reclaimed_rows${withWork ? ", work.*" : ""}
+    `select ${TAIL_COLUMNS}${withWork ? ", work.*" : ""}
        from sessions s
-       cross join lateral (
+       ${tailJoins(withWork ? "$3" : "0")}
+       ${withWork ? `cross join (select ${workOf("$1::uuid", "$2::uuid")}) work` : ""}
+       left join journal_entries j ${TAIL_ROWS}
+      where s.id = $1::uuid and s.principal_account_id = $2::uuid and s.visibility = 'visible'
+      order by j.seq`,
+    withWork ? [sessionId, principalAccountId, WHOLE_JOURNAL_ROWS] : [sessionId, principalAccountId],
+  );
+  const first = rows[0];
+  if (!first) throw notFound("session", { sessionId });
+  return { ...tailOf(rows), first };
+}
+
+const TAIL_COLUMNS = `j.session_id, j.seq, j.body, j.settled, j.created_at, newest.from_seq, size.short,
+            s.next_seq, s.prefix_reclaimed_rows`;
+
+/** The newest settled assistant row's seq, and whether the journal is short (`whole` rows at most). */
+const tailJoins = (whole: string) => `cross join lateral (
          select coalesce((select seq from journal_entries
                            where session_id = s.id and role = 'assistant' and not discarded and settled
                            order by seq desc limit 1), 1) as from_seq
        ) newest
-       cross join lateral (select s.next_seq - 1 <= $3 as short) size
-       ${withWork ? `cross join (select ${workOf("$1::uuid", "$2::uuid")}) work` : ""}
-       left join journal_entries j
-         on j.session_id = s.id and not j.discarded
-        and (size.short or (j.settled and j.seq >= newest.from_seq))
-      where s.id = $1::uuid and s.principal_account_id = $2::uuid and s.visibility = 'visible'
-      order by j.seq`,
-    [sessionId, principalAccountId, withWork ? WHOLE_JOURNAL_ROWS : 0],
-  );
-  const first = rows[0];
-  if (!first) throw notFound("session", { sessionId });
+       cross join lateral (select s.next_seq - 1 <= ${whole} as short) size`;
+
+/** A short journal's every row, a long one's settled rows from its newest assistant row. */
+const TAIL_ROWS = `on j.session_id = s.id and not j.discarded
+        and (size.short or (j.settled and j.seq >= newest.from_seq))`;
+
+/** One session's rows of a tail read: its tail, and the whole journal when it is short. */
+function tailOf(rows: readonly Row[]): {
+  tail: JournalEntry[];
+  whole?: { journal: JournalDelta; nextSeq: number };
+} {
+  const first = rows[0] as Row;
   const entries = rows.filter((r) => r.seq !== null).map(entryFromRow);
-  if (!first.short) return { tail: entries, first };
+  if (!first.short) return { tail: entries };
   const fromSeq = Number(first.from_seq);
   const tail = entries.filter((e) => e.settled && e.seq >= fromSeq);
   const journal = { entries, anchorCreatedAt: null, reclaimedRows: Number(first.prefix_reclaimed_rows) };
-  return { tail, first, whole: { journal, nextSeq: Number(first.next_seq) } };
+  return { tail, whole: { journal, nextSeq: Number(first.next_seq) } };
+}
+
+/**
+ * journalTailWithWork for many sessions in one statement (boot recovery reads every claimed child so). A
+ * session that is not visible is missing from the map.
+ */
+export async function journalTailsWithWork(
+  pool: pg.Pool,
+  sessions: readonly { sessionId: string; principalAccountId: string }[],
+): Promise<Map<string, TailWithWork>> {
+  for (const s of sessions) assertUuid("sessionId", s.sessionId);
+  const out = new Map<string, TailWithWork>();
+  if (sessions.length === 0) return out;
+  const { rows } = await pool.query<Row>(
+    `select s.id as tail_of, ${TAIL_COLUMNS}, work.*
+       from unnest($1::uuid[], $2::uuid[]) with ordinality as c(id, principal, ord)
+       join sessions s on s.id = c.id and s.principal_account_id = c.principal and s.visibility = 'visible'
+       ${tailJoins("$3")}
+       cross join lateral (select ${workOf("s.id", "s.principal_account_id")}) work
+       left join journal_entries j ${TAIL_ROWS}
+      order by c.ord, j.seq`,
+    [sessions.map((s) => s.sessionId), sessions.map((s) => s.principalAccountId), WHOLE_JOURNAL_ROWS],
+  );
+  const bySession = new Map<string, Row[]>();
+  for (const r of rows) {
+    const id = String(r.tail_of);
+    const list = bySession.get(id);
+    if (list) list.push(r);
+    else bySession.set(id, [r]);
+  }
+  for (const [id, list] of bySession) out.set(id, { ...tailOf(list), work: workFromRow(list[0] as Row) });
+  return out;
 }
 
 export async function assertVisible(

@@ -147,40 +147,37 @@ export async function handBackRun(pool: pg.Pool, runId: string, owner: string): 
 }
 
 /**
- * A continuation's new generation, which fences the old lifetime's writes. Charged (one recovery attempt)
- * when it is actually dispatched after a tool call of unknown outcome; free (counted apart) when it repeats
- * no effect.
+ * Continuations' new generations, which fence the old lifetimes' writes, in one statement (one commit for a
+ * whole batch of a boot's continuations). Charged (one recovery attempt) when it is actually dispatched
+ * after a tool call of unknown outcome; free (counted apart) when it repeats no effect. The runs no longer
+ * open in that generation are left out of the map.
  */
-async function nextGeneration(
+export async function nextGenerations(
   pool: pg.Pool,
-  runId: string,
-  generation: number,
-  charged: boolean,
-): Promise<{ generation: number; recoveryAttempts: number; freeContinuations: number } | null> {
-  assertUuid("runId", runId);
+  runs: readonly { runId: string; generation: number; charged: boolean }[],
+): Promise<Map<string, { generation: number; recoveryAttempts: number; freeContinuations: number }>> {
+  for (const r of runs) assertUuid("runId", r.runId);
+  const out = new Map<string, { generation: number; recoveryAttempts: number; freeContinuations: number }>();
+  if (runs.length === 0) return out;
   const { rows } = await pool.query<Row>(
-    `update subagent_runs
-        set recovery_attempts = recovery_attempts + $3::int, free_continuations = free_continuations + 1 - $3::int,
-            generation = generation + 1, updated_at = now()
-      where id = $1::uuid and generation = $2 and status in ('queued', 'running', 'settling')
-      returning generation, recovery_attempts, free_continuations`,
-    [runId, generation, charged ? 1 : 0],
+    `update subagent_runs r
+        set recovery_attempts = r.recovery_attempts + c.charged,
+            free_continuations = r.free_continuations + 1 - c.charged,
+            generation = r.generation + 1, updated_at = now()
+       from unnest($1::uuid[], $2::bigint[], $3::int[]) as c(id, generation, charged)
+      where r.id = c.id and r.generation = c.generation and r.status in ('queued', 'running', 'settling')
+      returning r.id, r.generation, r.recovery_attempts, r.free_continuations`,
+    [runs.map((r) => r.runId), runs.map((r) => r.generation), runs.map((r) => (r.charged ? 1 : 0))],
   );
-  const r = rows[0];
-  return r
-    ? {
-        generation: Number(r.generation),
-        recoveryAttempts: Number(r.recovery_attempts),
-        freeContinuations: Number(r.free_continuations),
-      }
-    : null;
+  for (const r of rows) {
+    out.set(String(r.id), {
+      generation: Number(r.generation),
+      recoveryAttempts: Number(r.recovery_attempts),
+      freeContinuations: Number(r.free_continuations),
+    });
+  }
+  return out;
 }
-
-export const chargeRecoveryAttempt = (pool: pg.Pool, runId: string, generation: number) =>
-  nextGeneration(pool, runId, generation, true);
-
-export const continueWithoutCharge = (pool: pg.Pool, runId: string, generation: number) =>
-  nextGeneration(pool, runId, generation, false);
 
 /**
  * Whether another process holds an owner lease on this database now (any owner but `own`): a booting

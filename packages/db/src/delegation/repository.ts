@@ -83,6 +83,8 @@ export class PgDelegationRepository implements DelegationRepository {
     journal.readJournalTail(this.pool, s, p);
   journalTailWithWork: NonNullable<DelegationRepository["journalTailWithWork"]> = async (s, p) =>
     journal.journalTailWithWork(this.pool, s, p);
+  journalTailsWithWork: DelegationRepository["journalTailsWithWork"] = async (s) =>
+    journal.journalTailsWithWork(this.pool, s);
   readJournalAfter: DelegationRepository["readJournalAfter"] = async (s, p, a) =>
     journal.readJournalAfter(this.pool, s, p, a);
   forkPoint: DelegationRepository["forkPoint"] = async (s, p, t) => journal.forkPoint(this.pool, s, p, t);
@@ -157,12 +159,10 @@ export class PgDelegationRepository implements DelegationRepository {
     recovery.holdOwnerLease(this.pool, o, (e) => this.hooks.onLeaseLost?.(o, e));
   releaseRun: DelegationRepository["releaseRun"] = async (r, o) => recovery.releaseRun(this.pool, r, o);
   handBackRun: DelegationRepository["handBackRun"] = async (r, o) => recovery.handBackRun(this.pool, r, o);
-  chargeRecoveryAttempt: DelegationRepository["chargeRecoveryAttempt"] = async (r, g) =>
-    recovery.chargeRecoveryAttempt(this.pool, r, g);
   otherOwnersLive: DelegationRepository["otherOwnersLive"] = async (o) =>
     recovery.otherOwnersLive(this.pool, o);
-  continueWithoutCharge: DelegationRepository["continueWithoutCharge"] = async (r, g) =>
-    recovery.continueWithoutCharge(this.pool, r, g);
+  nextGenerations: DelegationRepository["nextGenerations"] = async (r) =>
+    recovery.nextGenerations(this.pool, r);
   sessionsWithDanglingToolCalls: DelegationRepository["sessionsWithDanglingToolCalls"] = async (ids) =>
     recovery.sessionsWithDanglingToolCalls(this.pool, ids);
   sessionsWithQueuedResults: DelegationRepository["sessionsWithQueuedResults"] = async () =>

@@ -366,6 +366,15 @@ export interface DelegationRepository {
     work: SettlementWork;
     whole?: { journal: JournalDelta; nextSeq: number };
   }>;
+  /** journalTailWithWork for many sessions in one statement; a session that is not visible is missing. */
+  journalTailsWithWork(
+    sessions: readonly { sessionId: string; principalAccountId: string }[],
+  ): Promise<
+    Map<
+      string,
+      { tail: JournalEntry[]; work: SettlementWork; whole?: { journal: JournalDelta; nextSeq: number } }
+    >
+  >;
   /**
    * The rows after `afterSeq` (all of them from 0) in one snapshot, settled and provisional, never
    * discarded, with what tells a reader that the rows it holds below `afterSeq` are still the journal's.
@@ -562,18 +571,16 @@ export interface DelegationRepository {
   releaseRun(runId: string, owner: string): Promise<void>;
   /** Hands a claimed run back to the next takeover sweep (its lease then names no live owner). */
   handBackRun(runId: string, owner: string): Promise<void>;
-  /** One durable recovery attempt, charged when a continuation is actually dispatched. */
-  chargeRecoveryAttempt(
-    runId: string,
-    generation: number,
-  ): Promise<{ generation: number; recoveryAttempts: number } | null>;
   /** Whether a process other than these owners holds an owner lease on the database now. */
   otherOwnersLive(own: readonly string[]): Promise<boolean>;
-  /** A new generation for a continuation that repeats no effect of unknown outcome; not charged. */
-  continueWithoutCharge(
-    runId: string,
-    generation: number,
-  ): Promise<{ generation: number; freeContinuations: number } | null>;
+  /**
+   * The next generation of each run that goes on after a restart, in one statement: charged one recovery
+   * attempt when it is dispatched after a tool call of unknown outcome, else counted as a free
+   * continuation. A run no longer open in its generation is missing from the map.
+   */
+  nextGenerations(
+    runs: readonly { runId: string; generation: number; charged: boolean }[],
+  ): Promise<Map<string, { generation: number; recoveryAttempts: number; freeContinuations: number }>>;
   /**
    * Copies the source's settled rows up to `uptoSeq` into a private fork child in batches, each its own
    * transaction, outside any writer transaction of the source.
