@@ -10,13 +10,19 @@
 // The floor, on the same server in the same run: a durable PostgreSQL commit. Statements: every one the daemon
 // sends (boot and migrations included), per recovered call.
 // Prints one JSON object, then a one-line summary. Usage: node bench/daemon-recovery.mjs [interrupted]
+// (CRW_BENCH_SERVER_STATEMENTS=1: the server's time by statement, to stderr; see lib/postgres.mjs)
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import pg from "pg";
-import { commitFloor } from "./lib/postgres.mjs";
+import {
+  commitFloor,
+  reportServerStatements,
+  resetServerStatements,
+  serverStatementFlags,
+} from "./lib/postgres.mjs";
 
 const n = Number(process.argv[2] ?? 1000);
 const root = resolve(import.meta.dirname, "..");
@@ -24,7 +30,11 @@ const db = await import("../packages/db/dist/index.js");
 const brain = await import("../packages/brain/dist/index.js");
 
 const work = mkdtempSync(join(tmpdir(), "crw-bench-recovery-"));
-const cluster = await db.startEmbeddedCluster({ dataDir: join(work, "pg"), persistent: false });
+const cluster = await db.startEmbeddedCluster({
+  dataDir: join(work, "pg"),
+  persistent: false,
+  postgresFlags: serverStatementFlags(),
+});
 // the daemon reaches this server as it reaches its own embedded one: through the Unix socket
 const url = cluster.localUrl("postgres");
 let daemon;
@@ -55,6 +65,7 @@ try {
   const seedMs = performance.now() - seedStart;
 
   const floor = await commitFloor(url);
+  await resetServerStatements(pool);
   const statementsFile = join(work, "statements");
   const dataDir = join(work, "daemon");
   const t0 = performance.now();
@@ -123,6 +134,7 @@ try {
     }
   }
   const { rows: acks } = await pool.query("select count(*)::int as n from delegation_result_acks");
+  await reportServerStatements(pool, n);
   daemon.kill("SIGTERM");
   await new Promise((r) => daemon.once("exit", r));
   const statements = Number(readFileSync(statementsFile, "utf8"));

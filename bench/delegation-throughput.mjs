@@ -13,9 +13,16 @@
 // CRW_BENCH_WAKE=all makes every write notify (notifying commits are serialized by PostgreSQL).
 // DATABASE_URL, when set, is used instead of the embedded server. Prints one JSON object, then a summary.
 // Usage: node bench/delegation-throughput.mjs [parents] [delegations-per-parent] [rate-per-second]
+// (CRW_BENCH_SERVER_STATEMENTS=1: the server's time by statement, to stderr; see lib/postgres.mjs)
 import pg from "pg";
 import { measuredDelegationService } from "./lib/delegation.mjs";
-import { commitFloor, countStatements, startBenchPostgres } from "./lib/postgres.mjs";
+import {
+  commitFloor,
+  countStatements,
+  reportServerStatements,
+  resetServerStatements,
+  startBenchPostgres,
+} from "./lib/postgres.mjs";
 
 const parents = Number(process.argv[2] ?? 8);
 const perParent = Number(process.argv[3] ?? 25);
@@ -77,6 +84,7 @@ if (warmup > 0) {
   latencies.length = 0;
 }
 const rowsBefore = await rowsWritten();
+await resetServerStatements(admin);
 const statementsBefore = counter.count();
 const started = performance.now();
 const cpuBefore = process.cpuUsage();
@@ -107,6 +115,7 @@ const elapsedMs = performance.now() - started;
 const cpu = process.cpuUsage(cpuBefore);
 const statementsUsed = counter.count() - statementsBefore;
 counter.report?.(total);
+await reportServerStatements(admin, total);
 const rowsUsed = (await rowsWritten()) - rowsBefore;
 
 const dup = await admin.query(

@@ -16,7 +16,11 @@ export async function startBenchPostgres(prefix, migrate) {
   const external = Boolean(url);
   if (!url) {
     const { startEmbeddedCluster } = await import("../../packages/db/dist/index.js");
-    const cluster = await startEmbeddedCluster({ dataDir: join(work, "pg"), persistent: false });
+    const cluster = await startEmbeddedCluster({
+      dataDir: join(work, "pg"),
+      persistent: false,
+      postgresFlags: serverStatementFlags(),
+    });
     stopServer = () => cluster.stop();
     url = cluster.localUrl();
   }
@@ -85,4 +89,46 @@ export async function commitFloor(url, n = 200) {
   ms.sort((a, b) => a - b);
   const at = (q) => Math.round(ms[Math.min(ms.length - 1, Math.floor(q * ms.length))] * 100) / 100;
   return { p50: at(0.5), p99: at(0.99) };
+}
+
+/**
+ * CRW_BENCH_SERVER_STATEMENTS=1: the embedded server loads pg_stat_statements (planning time included), so
+ * a bench can print where the server's time goes (`reportServerStatements`). Off by default: it costs the
+ * server a little on every statement.
+ */
+export function serverStatementFlags() {
+  if (!process.env.CRW_BENCH_SERVER_STATEMENTS) return [];
+  return ["-c", "shared_preload_libraries=pg_stat_statements", "-c", "pg_stat_statements.track_planning=on"];
+}
+
+/** Starts counting anew (after a bench's setup); nothing without CRW_BENCH_SERVER_STATEMENTS. */
+export async function resetServerStatements(client) {
+  if (!process.env.CRW_BENCH_SERVER_STATEMENTS) return;
+  await client.query("create extension if not exists pg_stat_statements");
+  await client.query("select pg_stat_statements_reset()");
+}
+
+/**
+ * Prints to stderr the statements that took the most server time since the reset: per `unit` of work its
+ * calls, then its execution and planning ms in all and ms per call.
+ */
+export async function reportServerStatements(client, unit) {
+  if (!process.env.CRW_BENCH_SERVER_STATEMENTS) return;
+  const { rows } = await client.query(
+    `select calls, total_exec_time as exec, total_plan_time as plan,
+            left(regexp_replace(query, '\\s+', ' ', 'g'), 100) as q
+       from pg_stat_statements where query not like '%pg_stat_statements%'
+      order by total_exec_time + total_plan_time desc limit 20`,
+  );
+  process.stderr.write("calls/unit  exec ms  plan ms  ms/call  statement\n");
+  for (const r of rows) {
+    const per = (Number(r.exec) + Number(r.plan)) / Math.max(1, Number(r.calls));
+    const cells = [
+      (Number(r.calls) / unit).toFixed(2).padStart(10),
+      Number(r.exec).toFixed(0).padStart(8),
+      Number(r.plan).toFixed(0).padStart(8),
+      per.toFixed(3).padStart(8),
+    ];
+    process.stderr.write(`${cells.join(" ")}  ${r.q}\n`);
+  }
 }
