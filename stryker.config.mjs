@@ -81,8 +81,8 @@ const MODULES = {
     // each claimed run's recovery: the batch (terminalize, tails, the generations), settle, charged or free
     // continuation, the answer to a call of unknown outcome
     mutate: [
-      "packages/brain/src/delegation/recovery.ts:191-239",
-      "packages/brain/src/delegation/recovery.ts:311-536",
+      "packages/brain/src/delegation/recovery.ts:191-236",
+      "packages/brain/src/delegation/recovery.ts:308-533",
     ],
   },
   // the same range in six runs, each of which writes its own report: at about a minute a mutant the whole
@@ -91,19 +91,19 @@ const MODULES = {
   "brain-recovery-a": {
     pkg: "brain",
     mutate: [
-      "packages/brain/src/delegation/recovery.ts:191-239",
-      "packages/brain/src/delegation/recovery.ts:311-378",
+      "packages/brain/src/delegation/recovery.ts:191-236",
+      "packages/brain/src/delegation/recovery.ts:308-375",
     ],
   },
   // b: the tails of a batch read together, the child's inbox count read on its own and hasUnknownOutcome
-  "brain-recovery-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:435-498"] },
-  // c and e: the continuation decided (settled, the charged and the free bounds, the row to answer)
-  "brain-recovery-c": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:393-416"] },
-  "brain-recovery-e": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:417-433"] },
+  "brain-recovery-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:432-496"] },
+  // c: a continuation decided (settled, the charged and the free bounds); e: the row it is to answer
+  "brain-recovery-c": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:390-409"] },
+  "brain-recovery-e": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:410-430"] },
   // f: settleError (the error result and the parent's wake)
-  "brain-recovery-f": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:500-513"] },
+  "brain-recovery-f": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:497-515"] },
   // d: the answer to a call of unknown outcome
-  "brain-recovery-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:514-536"] },
+  "brain-recovery-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:516-533"] },
   // the scope a delegation captures from its parent
   "brain-capture": { pkg: "brain", mutate: ["packages/brain/src/scope/capture.ts"] },
   // the runner pool: slot leases (pump, dispatch, settle), the startup episode (fork, retry, adopt, terminal

@@ -211,11 +211,8 @@ async function recoverRuns(
     try {
       for (const [run, action] of await recoverBatch(service, batch, max, starts)) {
         if (action instanceof Error) {
-          if (!onRunError) {
-            failure ??= action;
-            continue;
-          }
-          await onRunError(run, action);
+          if (onRunError) await onRunError(run, action);
+          else failure ??= action;
           continue;
         }
         service.emit({ type: "delegation.recovered", runId: run.id, action });
