@@ -590,6 +590,7 @@ export async function assembleRuntime(
         log.info({ peersLive: true, ...counts(pass) }, "boot recovery took the work of dead daemons only");
         return done;
       }
+      await wake.aloneOnDatabase();
       // Delegations first: it settles every interrupted journal tail (node children's included) before a
       // workflow node is continued from its journal.
       const delegations = await recoverDelegations(service, {

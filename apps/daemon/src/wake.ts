@@ -115,6 +115,18 @@ export class WakeHub {
     return false;
   }
 
+  /**
+   * No other process is live on the database (the boot's own check): none has a view this process could
+   * have missed while it was not listening, so the relearning window after its listener came up ends now,
+   * and writes notify only what is announced from here on. Without it, every write of the boot's first
+   * second notifies, and each such commit waits its turn for the server's notification queue.
+   */
+  async aloneOnDatabase(): Promise<void> {
+    await this.#listener?.catch(() => undefined);
+    if (this.#hearingSince !== null)
+      this.#hearingSince = Math.min(this.#hearingSince, Date.now() - RELEARN_MS);
+  }
+
   /** Ends the listener (before the pool ends: it holds one of its connections). Views keep their bound. */
   async close(): Promise<void> {
     this.#closed = true;

@@ -23,6 +23,7 @@ const PROMPT_MS = 1_000;
 let daemon: Daemon;
 let client: TestClient;
 let elsewhere: pg.Pool;
+let unwatchedAtBoot: boolean | undefined;
 
 beforeAll(async () => {
   const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-tapwake-"));
@@ -35,6 +36,8 @@ beforeAll(async () => {
     { log: silent },
   );
   daemon.runtime.wake.fallbackMs = FALLBACK_MS;
+  // The boot found no other daemon on the database: its writes notify only announced views at once.
+  unwatchedAtBoot = daemon.runtime.wake.isWatched(`journal:${randomUUID()}`);
   client = await TestClient.connect(daemon.state.url, readFileSync(ownerTokenPath(dataDir), "utf8").trim());
   elsewhere = new pg.Pool({ connectionString: db.url, max: 2 });
 });
@@ -110,6 +113,10 @@ describe("session.tap wakes on commits", () => {
     expect(tapped(sessionId, entry?.seq ?? -1)).toBe(false);
     expect(await other.settleProvisional(sessionId, accountId, "settled")).toBe(1);
     await until("settled row tapped", () => tapped(sessionId, entry?.seq ?? -1), PROMPT_MS);
+  });
+
+  it("a daemon alone on its database notifies no unwatched journal from the end of its boot, not a second later", () => {
+    expect(unwatchedAtBoot).toBe(false);
   });
 
   it("a write notifies only a journal some process watches: unwatched appends send none, another daemon's announced view gets them", async () => {

@@ -1,3 +1,4 @@
+import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { journalWakeKey, WakeHub } from "../src/wake.js";
 
@@ -54,5 +55,32 @@ describe("WakeHub", () => {
   it("without a listener it cannot tell who watches, so every key counts as watched", () => {
     const hub = new WakeHub();
     expect(hub.isWatched(key)).toBe(true);
+  });
+});
+
+describe("WakeHub on a database", () => {
+  const db = useTestDatabase();
+  const unwatched = journalWakeKey("0190a5c2-0000-7000-8000-0000000000ff");
+
+  it("notifies every write for a second after its listener comes up, unless the boot found it alone on the database", async () => {
+    const relearning = new WakeHub();
+    const alone = new WakeHub();
+    try {
+      relearning.attach(db.pool, () => {});
+      alone.attach(db.pool, () => {});
+      await alone.aloneOnDatabase();
+      await expect.poll(() => relearning.counts.listens).toBe(1);
+      // both listen now; only the one that cannot know who else watches counts an unwatched key as watched
+      expect(alone.counts.listens).toBe(1);
+      expect(relearning.isWatched(unwatched)).toBe(true);
+      expect(alone.isWatched(unwatched)).toBe(false);
+      // a view opened anywhere is still heard, and counts at once
+      const view = relearning.watch(unwatched);
+      await expect.poll(() => alone.isWatched(unwatched), { timeout: 2_000 }).toBe(true);
+      view.close();
+    } finally {
+      await relearning.close();
+      await alone.close();
+    }
   });
 });
