@@ -2,8 +2,9 @@
 // `crw flow next RUN --json` as a cold process, next to `node -e 0` in the same run (built code: run
 // `npx tsup` in packages/flow and apps/crw first). The owner runs `next` once per step, so its start must
 // stay close to bare node: the fixture is a live run (this process holds its run and process locks and its
-// started row names them) with a journal of 200 calls and 4 waiting steps.
-// Prints one JSON object, then a one-line summary. Usage: node bench/flow-next.mjs [rounds]
+// started row names them) with a journal of 200 calls (second argument) and 4 waiting steps: `next` reads
+// only what was appended since the fold it keeps, so its time should not grow with the calls.
+// Prints one JSON object, then a one-line summary. Usage: node bench/flow-next.mjs [rounds] [calls]
 import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -11,6 +12,7 @@ import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 
 const rounds = Number(process.argv[2] ?? 20);
+const calls = Number(process.argv[3] ?? 200);
 const flow = await import("../packages/flow/dist/index.js");
 const crw = new URL("../apps/crw/bin/crw.mjs", import.meta.url).pathname;
 
@@ -53,7 +55,7 @@ w.append([
     process_n: 1,
   },
 ]);
-for (let i = 1; i <= 200; i++) {
+for (let i = 1; i <= calls; i++) {
   const call = `explorer.${i}`;
   const input = { role: "explorer", task: `task ${i}`, schema: null, workspace: null };
   w.append([
@@ -138,9 +140,9 @@ const result = {
   node_e0_median_ms: Math.round(median(bare) * 10) / 10,
   next_json_median_ms: Math.round(median(next) * 10) / 10,
   ratio: Math.round((median(next) / median(bare)) * 100) / 100,
-  fixture: { calls: 200, waiting_steps: 4 },
+  fixture: { calls, waiting_steps: 4 },
 };
 process.stdout.write(`${JSON.stringify(result)}\n`);
 process.stdout.write(
-  `crw flow next --json cold: ${result.next_json_median_ms} ms median vs node -e 0 ${result.node_e0_median_ms} ms (${result.ratio}x)\n`,
+  `crw flow next --json cold, ${calls} calls in the journal: ${result.next_json_median_ms} ms median vs node -e 0 ${result.node_e0_median_ms} ms (${result.ratio}x)\n`,
 );

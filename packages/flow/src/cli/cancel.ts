@@ -1,6 +1,5 @@
 import { writeCancelRequest } from "../run/cancelRequest.js";
 import { launchRunProcess } from "../run/launch.js";
-import { newest } from "../run/lightJournal.js";
 import { type RunPaths, runPaths, stateDirFrom } from "../run/paths.js";
 import { type RunState, readRunState } from "../run/runState.js";
 import { readSpec } from "../run/spec.js";
@@ -77,7 +76,7 @@ function answerEnded(
   resumedPid: number | null,
   already: boolean,
 ): number {
-  const ended = newest(state.rows, "run_ended");
+  const ended = state.view.ended;
   const status = state.endedStatus ?? "ended";
   if (status === "cancelled") {
     const reason = typeof ended?.reason === "string" ? ended.reason : null;

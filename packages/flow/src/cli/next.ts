@@ -4,6 +4,7 @@ import { ownerLineWarning } from "../bound/run.js";
 import { readCodexSettings } from "../run/codexConfig.js";
 import { launchRunProcess, recordedTmpdirProblem } from "../run/launch.js";
 import type { LightRow } from "../run/lightJournal.js";
+import { openCallAgents } from "../run/ownerView.js";
 import { type RunPaths, runPaths, stateDirFrom } from "../run/paths.js";
 import { ROLE_NAMES, type RoleName, type RoleTable, readRoleTable, spawnFormat } from "../run/roles.js";
 import { type RunState, readRunState } from "../run/runState.js";
@@ -54,7 +55,7 @@ async function next(
     since = watch.version;
     const listed = listStepFiles(paths.steps);
     const state = readRunState(paths, listed.steps.length > 0);
-    watch.follow(state.rows);
+    watch.follow(state.view);
     return { listed, state };
   };
   let { listed, state } = look();
@@ -116,10 +117,8 @@ async function next(
     );
   }
   if (resumedPid !== null && state.holderStarted) {
-    const repinned = state.rows.find(
-      (r) => r.type === "policy_repinned" && r.seq > (state.holderStarted?.seq ?? 0),
-    );
-    if (repinned)
+    const repinned = state.view.repinnedSeq;
+    if (repinned !== null && repinned > state.holderStarted.seq)
       warnings.push("the resumed process repinned the role pairs: it runs on the role store as it reads now");
   }
   for (const bad of listed.bad) warnings.push(`a step file cannot be read and is not handed out: ${bad}`);
@@ -128,7 +127,7 @@ async function next(
   const stateFlag = values.state ? ` --state ${paths.state}` : "";
   // a step whose marker already has a turn_started row was taken (a process that died right after the
   // bind leaves its file until the resumed process retracts it): never handed out twice
-  const turned = new Set(state.rows.filter((r) => r.type === "turn_started").map((r) => String(r.marker)));
+  const turned = new Set(state.view.turned);
   const steps = listed.steps
     .filter((s) => s.run_id === spec.run_id && !turned.has(s.marker))
     .map((s) => stepOut(s, crw, spec.run_id, stateFlag));
@@ -139,10 +138,8 @@ async function next(
     agent_id: c.agent_id,
     host_call: { tool: "close_agent", arguments: { target: c.agent_id } },
   }));
-  const open = openAgents(
-    state.rows,
-    listed.closes.map((c) => c.agent_id),
-  );
+  // the subagents of calls not ended (bound, not lost, not closed) and the close steps not taken
+  const open = [...new Set([...listed.closes.map((c) => c.agent_id), ...openCallAgents(state.view)])];
   const slots = { limit: codex.maxThreads, open: open.length, agents: open };
   const full = open.length >= codex.maxThreads;
   // A close file is handed out once.
@@ -154,9 +151,9 @@ async function next(
   const kind =
     state.kind === "unheld" ? "starting" : decision !== undefined ? "waiting_decision" : state.kind;
   let hint = hintFor(kind, steps.length, closes, open, full, resumedPid, crw, spec.run_id, stateFlag, waitMs);
-  const waiting = decision !== undefined ? decisionOf(state.rows, decision) : null;
+  const waiting = decision !== undefined ? decisionOf(state.view, decision) : null;
   if (waiting) hint = `${waiting.question} ${hint}`;
-  const host = kind === "ended" ? null : hostDown(state.rows);
+  const host = kind === "ended" ? null : hostDown(state.view);
   // a host that went down (or came back) is a change: the ask that first tells it is no repeat
   const seen = [
     kind,
@@ -255,24 +252,6 @@ function stepOut(s: StepFile, crw: string, runId: string, stateFlag: string) {
       after: `${crw} flow dispatched ${runId} ${s.call} --agent ${agent} --k ${s.k} --attempt ${s.attempt}${stateFlag} --json`,
     },
   };
-}
-
-/** Subagents of calls not ended (bound, not lost, not closed) plus the close steps not taken. */
-function openAgents(rows: LightRow[], closing: string[]): string[] {
-  const ended = new Set<string>();
-  const gone = new Set<string>();
-  for (const r of rows) {
-    if ((r.type === "completed" || r.type === "null_model") && r.call) ended.add(r.call);
-    if (r.type === "session_attempt_lost" && typeof r.agent_id === "string") gone.add(r.agent_id);
-  }
-  const open = new Set<string>(closing);
-  let threads: LightRow[] = rows.filter((r) => r.type === "thread_started");
-  threads = threads.filter((t) => t.call && !ended.has(t.call) && !gone.has(String(t.thread_id)));
-  // a held call's earlier subagents are closed by a close step; count the newest per call
-  const newestByCall = new Map<string, string>();
-  for (const t of threads) newestByCall.set(String(t.call), String(t.thread_id));
-  for (const id of newestByCall.values()) open.add(id);
-  return [...open];
 }
 
 function hintFor(

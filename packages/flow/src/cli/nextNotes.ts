@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import type { LightRow } from "../run/lightJournal.js";
+import type { OwnerView } from "../run/ownerView.js";
 import { writeFileAtomic } from "../util/fsx.js";
 
 /**
@@ -16,22 +16,8 @@ export interface HostDown {
 }
 
 /** The run's newest host_unreachable warning when no host_reachable came after it. */
-export function hostDown(rows: readonly LightRow[]): HostDown | null {
-  for (let i = rows.length - 1; i >= 0; i--) {
-    const r = rows[i];
-    if (r?.type !== "flow_warning") continue;
-    if (r.warning === "host_reachable") return null;
-    if (r.warning === "host_unreachable") {
-      const d = (r.detail ?? {}) as Record<string, unknown>;
-      return {
-        reachable: false,
-        host: String(d.host ?? ""),
-        why: String(d.why ?? ""),
-        fix: String(d.fix ?? ""),
-      };
-    }
-  }
-  return null;
+export function hostDown(view: OwnerView): HostDown | null {
+  return view.hostDown ? { reachable: false, ...view.hostDown } : null;
 }
 
 export interface Decision {
@@ -40,10 +26,9 @@ export interface Decision {
   options?: unknown;
 }
 
-export function decisionOf(rows: readonly LightRow[], id: string): Decision | null {
-  const r = rows.find((x) => x.type === "decision_requested" && x.decision === id);
-  if (!r) return null;
-  return { id, question: String(r.question ?? ""), ...(r.options ? { options: r.options } : {}) };
+export function decisionOf(view: OwnerView, id: string): Decision | null {
+  const d = view.decisions[id];
+  return d ? { id, ...d } : null;
 }
 
 /** How many asks in a row (without --wait) saw this same answer; after 3 the hint says so. */

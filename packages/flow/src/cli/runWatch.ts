@@ -1,5 +1,5 @@
 import { join } from "node:path";
-import type { LightRow } from "../run/lightJournal.js";
+import type { OwnerView } from "../run/ownerView.js";
 import type { RunPaths } from "../run/paths.js";
 import { DirWatch } from "../util/wakeups.js";
 
@@ -16,16 +16,10 @@ export class RunWatch {
     this.watch = new DirWatch([paths.dir, paths.steps]);
   }
 
-  /** Watches the directories of the calls the rows leave open (a prepared row, no terminal row). */
-  follow(rows: readonly LightRow[]): void {
-    const open = new Set<string>();
-    for (const r of rows) {
-      if (typeof r.call !== "string") continue;
-      if (r.type === "prepared") open.add(r.call);
-      else if (r.type === "completed" || r.type === "null_model") open.delete(r.call);
-    }
+  /** Watches the directories of the calls the run leaves open (a prepared row, no terminal row). */
+  follow(view: OwnerView): void {
     this.watch.add(this.paths.steps); // made by the run's process after this watch began
-    for (const call of open) this.watch.add(join(this.paths.steps, call));
+    for (const call of Object.keys(view.calls)) this.watch.add(join(this.paths.steps, call));
   }
 
   get version(): number {

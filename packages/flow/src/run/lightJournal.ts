@@ -22,6 +22,11 @@ export function readLightRows(path: string): LightRow[] {
   const lines = text.split("\n");
   lines.pop(); // the part after the last newline: empty, or a torn write
   lines.shift(); // the header
+  return lightRowsOf(lines);
+}
+
+/** The rows of whole journal lines (no header): a line that is not a row is skipped. */
+export function lightRowsOf(lines: readonly string[]): LightRow[] {
   const rows: LightRow[] = [];
   for (const line of lines) {
     try {
@@ -32,9 +37,4 @@ export function readLightRows(path: string): LightRow[] {
     }
   }
   return rows;
-}
-
-export function newest(rows: LightRow[], type: string): LightRow | null {
-  for (let i = rows.length - 1; i >= 0; i--) if (rows[i]?.type === type) return rows[i] ?? null;
-  return null;
 }

@@ -1,5 +1,6 @@
-import { type LightRow, newest, readLightRows } from "./lightJournal.js";
+import type { LightRow } from "./lightJournal.js";
 import { heldProcessLocks, lockHolder } from "./locks.js";
+import { type OwnerView, readOwnerView } from "./ownerView.js";
 import type { RunPaths } from "./paths.js";
 
 /**
@@ -16,7 +17,8 @@ export type RunStateKind = "ended" | "starting" | "paused" | "running" | "waitin
 
 export interface RunState {
   kind: RunStateKind;
-  rows: LightRow[];
+  /** What the owner's commands read of the journal (folded, not its rows). */
+  view: OwnerView;
   /** The started row of the process that holds the run (when it recorded it). */
   holderStarted: LightRow | null;
   endedStatus: string | null;
@@ -25,10 +27,9 @@ export interface RunState {
 }
 
 export function readRunState(paths: RunPaths, stepsWaiting: boolean): RunState {
-  const rows = readLightRows(paths.journal);
-  const ended = newest(rows, "run_ended");
-  const started = newest(rows, "started");
-  const base = { rows, holderStarted: null, endedStatus: null, pausedReason: null, holderPid: null };
+  const view = readOwnerView(paths);
+  const { ended, started, paused } = view;
+  const base = { view, holderStarted: null, endedStatus: null, pausedReason: null, holderPid: null };
   if (ended) return { ...base, kind: "ended", endedStatus: String(ended.status) };
   if (lockHolder(paths.startLock)) return { ...base, kind: "starting" };
   const runHolder = lockHolder(paths.runLock);
@@ -47,7 +48,6 @@ export function readRunState(paths: RunPaths, stepsWaiting: boolean): RunState {
       holderPid: runHolder.pid,
     };
   }
-  const paused = newest(rows, "run_paused");
   if (paused && (!started || paused.seq > started.seq)) {
     return { ...base, kind: "paused", pausedReason: String(paused.reason) };
   }
