@@ -7,10 +7,12 @@ import type { LightRow } from "../src/run/lightJournal.js";
 import { emptyOwnerView, foldOwnerView, openCallAgents, readOwnerView } from "../src/run/ownerView.js";
 import { runPaths } from "../src/run/paths.js";
 
+// a header with text of several bytes a character: offsets are in bytes
 const freshRun = () => {
   const paths = runPaths(mkdtempSync(join(tmpdir(), "crw-owner-view-")), "r1");
   mkdirSync(paths.dir, { recursive: true });
-  writeFileSync(paths.journal, `${JSON.stringify({ journal: "crw-flow", run_id: "r1" })}\n`);
+  const header = { journal: "crw-flow", run_id: "r1", workflow: "/tmp/é/wörk.mjs" };
+  writeFileSync(paths.journal, `${JSON.stringify(header)}\n`);
   return paths;
 };
 const line = (r: LightRow) => `${JSON.stringify(r)}\n`;

@@ -133,10 +133,10 @@ export function readOwnerView(paths: RunPaths): OwnerView {
     const size = fstatSync(fd).size;
     const header = readHeader(fd, size);
     if (header === null) return foldOwnerView(emptyOwnerView(), readLightRows(paths.journal));
+    const headerEnd = Buffer.byteLength(header) + 1;
     const kept = readKept(paths);
-    const usable =
-      kept !== null && kept.header === header && kept.offset <= size && kept.offset > header.length;
-    const from = usable ? kept.offset : header.length + 1;
+    const usable = kept !== null && kept.header === header && kept.offset <= size && kept.offset >= headerEnd;
+    const from = usable ? kept.offset : headerEnd;
     const view = usable ? kept.view : emptyOwnerView();
     if (from >= size) return view;
     const tail = Buffer.alloc(size - from);
