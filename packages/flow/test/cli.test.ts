@@ -629,19 +629,24 @@ describe("dispatched's wait for the run's reply", () => {
     const step = { call: "explorer.1", k: 1, attempt: 1 };
     const dispatch = (agent: string, wait: string[]) =>
       crwFlow(dispatchedArgs("run-wait", step, agent, state, wait), env, root);
-    for (const seconds of [1, 2]) {
-      const t0 = performance.now();
-      const d = await dispatch(`agent-${seconds}`, ["--wait", String(seconds)]);
-      const took = performance.now() - t0;
-      expect(d.code).toBe(1);
-      expect(d.json()).toMatchObject({ reply: "queued", agent_id: `agent-${seconds}` });
-      expect(took).toBeGreaterThanOrEqual(seconds * 1000);
-      // the bound, plus a command's start and the last poll of the reply
-      expect(took).toBeLessThan(seconds * 1000 + 5_000);
-    }
-    // No --wait: still waiting well past both bounds; it answers queued once no process holds the run.
+    // The three reports wait side by side: each bound is timed from its own command's start, and the
+    // unbounded one's window below runs from its start too, past both bounds.
     const unbounded = dispatch("agent-default", []);
-    const early = await Promise.race([unbounded, new Promise((res) => setTimeout(res, 4_000, "waiting"))]);
+    const window = new Promise((res) => setTimeout(res, 4_000, "waiting"));
+    await Promise.all(
+      [1, 2].map(async (seconds) => {
+        const t0 = performance.now();
+        const d = await dispatch(`agent-${seconds}`, ["--wait", String(seconds)]);
+        const took = performance.now() - t0;
+        expect(d.code).toBe(1);
+        expect(d.json()).toMatchObject({ reply: "queued", agent_id: `agent-${seconds}` });
+        expect(took).toBeGreaterThanOrEqual(seconds * 1000);
+        // the bound, plus a command's start and the last poll of the reply
+        expect(took).toBeLessThan(seconds * 1000 + 5_000);
+      }),
+    );
+    // No --wait: still waiting well past both bounds; it answers queued once no process holds the run.
+    const early = await Promise.race([unbounded, window]);
     expect(early).toBe("waiting");
     process.kill(pid, "SIGKILL");
     const d = await unbounded;
