@@ -144,6 +144,9 @@ describe("crw flow answer", () => {
   }, 60_000);
 
   it("the answer waits for the process holding the run to end, holds the lock until its row is stored, and the resume takes the lock after (S000-217)", async () => {
+    // the second run (a holder that never lets go, below) pauses while the first one is answered
+    const paused2 = pausedRun("stuck");
+    paused2.catch(() => {}); // awaited below, where a failure is reported
     const run = await pausedRun("drain");
     // a process still holds the run (as the one that paused it would, for a moment)
     const holder = spawn(process.execPath, ["-e", "setTimeout(() => {}, 1500)"], { stdio: "ignore" });
@@ -166,7 +169,7 @@ describe("crw flow answer", () => {
     const resumed = run.rows().filter((x) => x.type === "started")[1];
     expect(resumed?.seq ?? -1).toBeGreaterThan(answered.seq);
     // a holder that never lets go: the answer gives up after --wait, appending nothing
-    const run2 = await pausedRun("stuck");
+    const run2 = await paused2;
     const stuck = spawn(process.execPath, ["-e", "setTimeout(() => {}, 20000)"], { stdio: "ignore" });
     expect(tryLock(join(run2.dir, "run.lock"), { pid: stuck.pid as number })).toBe(true);
     const journal = run2.journal();
