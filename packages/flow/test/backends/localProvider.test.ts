@@ -21,7 +21,7 @@ const KEY = "sk-local-provider-test";
 let server: ModelServer;
 let root: string;
 let workflow: string;
-/** The runs' repository: a throw-away one, so their branches and worktrees land nowhere else. */
+/** A throw-away repository, so the refused starts' runs, had they been made, land nowhere else. */
 let repo: string;
 
 /** The server answers every packet with the JSON the one-call workflow asks for, naming its protocol. */
@@ -83,9 +83,13 @@ afterAll(async () => {
   await server?.close();
 });
 
-/** Starts the workflow on the local backend in a fresh state directory; `setup` may write into it first. */
+/**
+ * Starts the workflow on the local backend in a fresh state directory and a throw-away repository of its
+ * own (the runs of this file's tests run side by side); `setup` may write into the state directory first.
+ */
 async function start(run: string, args: string[], env: NodeJS.ProcessEnv, setup?: (state: string) => void) {
   const state = mkdtempSync(join(root, `${run}-`));
+  const repo = tempRepo("crw-flow-provider-repo-").repo;
   setup?.(state);
   const r = await crwFlow(
     [
@@ -107,7 +111,7 @@ async function start(run: string, args: string[], env: NodeJS.ProcessEnv, setup?
   return { state, r };
 }
 
-describe("the local backend with the user's own model server", () => {
+describe.concurrent("the local backend with the user's own model server", () => {
   const cases = [
     {
       protocol: "openai-completions",
