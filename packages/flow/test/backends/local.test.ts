@@ -62,7 +62,7 @@ const expected = {
 
 beforeAll(() => ensureBuilt(), 180_000);
 
-describe("the local backend through the built CLI", () => {
+describe.concurrent("the local backend through the built CLI", () => {
   it("the demo workflow runs offline from a plain terminal: local is the default without an owner thread; show and shadow read it", async () => {
     const state = mkdtempSync(join(tmpdir(), "crw-flow-local-"));
     const repo = sampleRepo(state);
