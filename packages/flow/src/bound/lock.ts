@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { closeSync, linkSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from "node:fs";
 import { join } from "node:path";
+import { pidAlive } from "../run/locks.js";
 import { BoundError } from "./errors.js";
 
 /**
@@ -16,16 +17,6 @@ const sleeper = new Int32Array(new SharedArrayBuffer(4));
 
 function sleepSync(ms: number): void {
   Atomics.wait(sleeper, 0, 0, ms);
-}
-
-function pidAlive(pid: number): boolean {
-  if (!Number.isInteger(pid) || pid <= 0) return false;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "EPERM";
-  }
 }
 
 function holderOf(path: string): { pid: number; nonce: string } | null {

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { closeSync, openSync, readdirSync, readFileSync, writeSync } from "node:fs";
+import { closeSync, existsSync, openSync, readdirSync, readFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { removeIfExists } from "../util/fsx.js";
 
@@ -15,13 +15,31 @@ export interface LockInfo {
   token?: string;
 }
 
+/**
+ * Whether `pid` runs. A zombie (a process that exited and that its parent has not reaped yet: a run
+ * process SIGKILLed under an init that reaps late) does not, though `kill(pid, 0)` still succeeds on it:
+ * where there is a procfs its state says which.
+ */
 export function pidAlive(pid: number): boolean {
   if (!Number.isInteger(pid) || pid <= 0) return false;
   try {
     process.kill(pid, 0);
-    return true;
   } catch (e) {
     return (e as NodeJS.ErrnoException).code === "EPERM";
+  }
+  return !exited(pid);
+}
+
+const procfs = existsSync("/proc/self/stat");
+
+function exited(pid: number): boolean {
+  if (!procfs) return false;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const state = stat.slice(stat.lastIndexOf(")") + 1).trim()[0];
+    return state === "Z" || state === "X";
+  } catch {
+    return true; // gone between the two looks
   }
 }
 
