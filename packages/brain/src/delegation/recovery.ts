@@ -344,7 +344,8 @@ async function recoverBatch(
       const c = await continuationOf(service, run, tail, maxAttempts);
       if (c === "settled") starts.push({ run });
       else if (c !== "failed") continuing.push(c);
-      return c === "settled" || c === "failed" ? c : "continued";
+      // a continuation's action is its generation statement's, below
+      return c === "settled" || c === "failed" ? c : "failed";
     });
   }
   // one statement (one commit) for the batch; a run another generation took meanwhile is not in it
@@ -363,6 +364,7 @@ async function recoverBatch(
       continue;
     }
     const { resumeWith, whole } = c;
+    actions.set(c.run, "continued");
     starts.push({
       run: { ...c.run, ...next },
       ...(resumeWith && { resumeWith }),
