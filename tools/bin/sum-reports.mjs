@@ -18,6 +18,7 @@ const projects = workspaces.flatMap((w) =>
 let passed = 0;
 let failed = 0;
 let skipped = 0;
+const failures = [];
 for (const dir of projects) {
   const file = join(dir, ".reports", "vitest.json");
   if (!existsSync(file)) continue;
@@ -30,7 +31,10 @@ for (const dir of projects) {
   failed += f;
   skipped += (r.numPendingTests ?? 0) + (r.numTodoTests ?? 0);
   process.stdout.write(`${relative(root, dir)}: ${r.numPassedTests ?? 0} passed, ${f} failed\n`);
+  failures.push(...failuresOf(r, dir));
 }
+// The failures are named again here, last: a log cut to its tail still says what failed and why.
+for (const line of failures) process.stdout.write(`${line}\n`);
 if (status !== 0 && failed === 0) {
   process.stdout.write(
     "the test command failed outside any test (lint, typecheck or build): counted as 1 failure\n",
@@ -40,3 +44,21 @@ if (status !== 0 && failed === 0) {
 process.stdout.write(`${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ""}\n`);
 // A failed test fails the run even when a runner exited 0.
 if (failed > 0) process.exitCode = 1;
+
+function failuresOf(report, dir) {
+  const lines = [];
+  for (const file of report.testResults ?? []) {
+    const where = relative(root, file.name ?? dir);
+    const failedCases = (file.assertionResults ?? []).filter((a) => a.status === "failed");
+    if (file.status === "failed" && failedCases.length === 0)
+      lines.push(`FAILED ${where}: ${firstLine(file.message)}`);
+    for (const a of failedCases)
+      lines.push(`FAILED ${where} > ${a.fullName ?? a.title}: ${firstLine(a.failureMessages?.[0])}`);
+  }
+  return lines;
+}
+
+function firstLine(text) {
+  const line = String(text ?? "").split("\n").find((l) => l.trim() !== "") ?? "";
+  return line.length > 300 ? `${line.slice(0, 300)}…` : line;
+}

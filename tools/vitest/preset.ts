@@ -24,6 +24,8 @@ export interface CrwVitestOptions {
    * tests end (a helper module loaded once per worker cannot register that for every file itself).
    */
   setupFiles?: string[];
+  /** A test's bound (30 s by default): a hang ends as a failure, never a slow test. */
+  testTimeout?: number;
 }
 
 /**
@@ -50,7 +52,7 @@ export function crwVitest(name: string, dir: string, options: CrwVitestOptions =
       setupFiles: options.setupFiles ?? [],
       ...(options.maxWorkers !== undefined && { maxWorkers: options.maxWorkers }),
       passWithNoTests: true,
-      testTimeout: 30_000,
+      testTimeout: options.testTimeout ?? 30_000,
       hookTimeout: 120_000,
     },
   };
