@@ -59,6 +59,9 @@ function failuresOf(report, dir) {
 }
 
 function firstLine(text) {
-  const line = String(text ?? "").split("\n").find((l) => l.trim() !== "") ?? "";
+  const line =
+    String(text ?? "")
+      .split("\n")
+      .find((l) => l.trim() !== "") ?? "";
   return line.length > 300 ? `${line.slice(0, 300)}…` : line;
 }
