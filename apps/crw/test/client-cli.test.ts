@@ -195,7 +195,7 @@ describe("crw workflow | session | tap against a running daemon", () => {
       const doc = JSON.parse(read.stdout) as { messages: { role: string; text: string }[] };
       return doc.messages.some((m) => m.role === "custom" && m.text.includes("child says hi"));
     };
-    const until = Date.now() + 20_000;
+    const until = Date.now() + 60_000;
     while (!(await delivered())) {
       if (Date.now() > until) throw new Error("the foreground result never reached the parent's journal");
       await new Promise((r) => setTimeout(r, 200));
