@@ -31,6 +31,11 @@ let releaseHeld: () => void = () => {};
 const held = new Promise<void>((r) => {
   releaseHeld = r;
 });
+let heldAsked: () => void = () => {};
+/** The held node's model request has reached the model server: its turn is running. */
+const heldRunning = new Promise<void>((r) => {
+  heldAsked = r;
+});
 
 /**
  * A child asked to "write FILE: TEXT" writes it with its write tool, then answers; "follow up: X" is
@@ -41,6 +46,7 @@ async function answer(request: ModelRequest): Promise<ModelReply> {
   const follow = /^follow up: (.*)/.exec(request.userTexts.at(-1) ?? "");
   if (follow) return { text: `followed up: ${follow[1]}` };
   if (task.includes("hold the node")) {
+    heldAsked();
     await held;
     return { text: "held no more" };
   }
@@ -239,18 +245,24 @@ describe("crw mcp", () => {
     expect((await call(first, "results")).structuredContent?.results).toEqual([]);
   });
 
-  it("workflow_cancel stops a running workflow, and its cancelled summary comes through results", async () => {
+  it("workflow_cancel stops a running workflow, its node's turn interrupted mid-request, and its cancelled summary comes through results", async () => {
     const definition = JSON.stringify({ name: "held", nodes: [{ id: "slow", task: "hold the node" }] });
     const started = await call(first, "workflow_start", { definition, format: "json" });
     const workflow = started.structuredContent?.workflowId as string;
+    // The node's turn is waiting on its model, which never answers until the file ends: only an abort of
+    // that turn ends the node and lets the workflow's cancellation finish.
+    await heldRunning;
     const cancelled = await call(first, "workflow_cancel", { workflow });
     expect(cancelled.isError, text(cancelled)).toBeFalsy();
     const got = await call(first, "results", { wait_seconds: 60 });
     expect(got.structuredContent?.results).toEqual([
       expect.objectContaining({ kind: "workflow_summary", outcome: "error" }),
     ]);
+    const [summary] = (got.structuredContent?.results ?? []) as { body: string }[];
+    expect(summary?.body).toContain("- slow: interrupted while running");
     expect((await call(first, "workflow_status", { workflow })).structuredContent).toMatchObject({
       status: "cancelled",
+      nodes: [expect.objectContaining({ id: "slow", status: "interrupted" })],
     });
   });
 

@@ -373,6 +373,8 @@ export class DelegationService implements RestartCheckpoint {
       inbox?: InboxLook;
       /** The session's whole journal, when the caller has just read or written all of it. */
       journal?: JournalDelta;
+      /** Aborts the turn wherever it is: queued for a runner, in a runner, or in this process. */
+      signal?: AbortSignal;
     },
   ): Promise<TurnOutcome> {
     this.#admit("a new turn");
@@ -402,6 +404,7 @@ export class DelegationService implements RestartCheckpoint {
       progress: opts.progress,
       drainSteering: () => this.drainInto(session),
       ...(opts.journal ? { journal: opts.journal } : {}),
+      ...(opts.signal ? { signal: opts.signal } : {}),
     });
   }
 

@@ -79,6 +79,8 @@ export interface SettlementCore {
       progress: ProgressSink;
       scope: DelegatedExecutionScope | null;
       inbox?: InboxLook;
+      /** Aborts the turn wherever it is: queued for a runner, in a runner, or in this process. */
+      signal?: AbortSignal;
     },
   ): Promise<TurnOutcome>;
   /** `known`: the session's settlementWork already read (not read again). */
@@ -319,6 +321,7 @@ export class DelegatedSettlement {
               progress: inheritSink(progress),
               scope,
               inbox,
+              ...(signal ? { signal } : {}),
               ...(known && journal && pending.length === 0 ? { journal } : {}),
             });
       const reply = !first

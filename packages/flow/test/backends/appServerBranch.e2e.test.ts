@@ -15,9 +15,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readJournalFile } from "../../src/journal/journal.js";
 import type { JournalRow, RowOf } from "../../src/journal/rows.js";
 import { tempRepo } from "../git/repo.js";
-import { crwFlow, waitFor } from "../helpers/cli.js";
 // the build serialized by a lock with every other test file that builds so (two tsup builds must not overlap)
-import { ensureBuilt } from "../host/codexScenario.js";
+import { crwFlow, ensureBuilt, waitFor } from "../helpers/cli.js";
 
 /**
  * The run's branch on `--backend app-server` with the real codex app-server and the mock model: crw opens

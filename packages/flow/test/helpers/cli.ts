@@ -7,15 +7,21 @@ import { FakeAppServer } from "@crw/tools/codex";
 export const repoRoot = resolve(import.meta.dirname, "../../../..");
 export const crwBin = join(repoRoot, "apps/crw/bin/crw.mjs");
 
+let checked = false;
+
 /**
  * The run process is the built CLI: build flow and crw when a source is newer than the build. Test files
- * run in parallel: one lock file serializes the builds, so two tsup runs of a package never overlap.
+ * run in parallel: one lock file serializes the builds, so two tsup runs of a package never overlap. A
+ * worker checks once: the sources do not change while the tests run, and the check (a process walking
+ * both source trees) was called a few hundred times a run.
  */
 export function ensureBuilt(): void {
+  if (checked) return;
   const lock = join(tmpdir(), "crw-flow-dist-build.lock");
   execFileSync("flock", [lock, process.execPath, join(import.meta.dirname, "../host/buildIfStale.mjs")], {
     stdio: "ignore",
   });
+  checked = true;
 }
 
 /**

@@ -1,4 +1,3 @@
-import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -13,6 +12,7 @@ import {
   startRealCodex,
   subagentTurn,
 } from "@crw/tools/codex";
+import { ensureBuilt } from "../helpers/cli.js";
 
 /**
  * The scenario of the end-to-end tests with the real `codex app-server` as host: a workflow with one call
@@ -28,15 +28,6 @@ const repoRoot = resolve(here, "../../../..");
 export const codexThreadIdOf = (rolloutPath: string) =>
   /-([0-9a-f-]{36})\.jsonl$/.exec(rolloutPath)?.[1] ?? "";
 const crwBin = join(repoRoot, "apps/crw/bin/crw.mjs");
-
-/**
- * Builds the CLI (flow, then crw) when a source is newer than its build: the run process is the built one.
- * Serialized across test files (and with any other test that builds the same way) by one lock file.
- */
-export function ensureBuilt(): void {
-  const lock = join(tmpdir(), "crw-flow-dist-build.lock");
-  execFileSync("flock", [lock, process.execPath, join(here, "buildIfStale.mjs")], { stdio: "ignore" });
-}
 
 const workflowSource = `
 export default {

@@ -20,8 +20,7 @@ import { readJournalFile } from "../../src/journal/journal.js";
 import type { JournalRow, RowOf } from "../../src/journal/rows.js";
 import { runPaths } from "../../src/run/paths.js";
 import { tempRepo } from "../git/repo.js";
-import { crwBin, crwFlow } from "../helpers/cli.js";
-import { ensureBuilt } from "./codexScenario.js";
+import { crwBin, crwFlow, ensureBuilt } from "../helpers/cli.js";
 
 /**
  * The run's branch on the session backend with the real `codex app-server` as host, offline. The mock

@@ -23,8 +23,7 @@ import {
 } from "@crw/tools/codex";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { evidenceRecordPath, type JournalRow, readJournalFile, runPaths } from "../../src/index.js";
-import { crwBin } from "../helpers/cli.js";
-import { ensureBuilt } from "./codexScenario.js";
+import { crwBin, ensureBuilt } from "../helpers/cli.js";
 
 /**
  * Issue 4 with the real `codex app-server` as host, offline (the mock Responses model plays the owners and
