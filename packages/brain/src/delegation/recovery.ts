@@ -312,9 +312,11 @@ async function recoverBatch(
   starts: RecoveredStart[],
 ): Promise<Map<SubagentRun, RecoveryAction | Error>> {
   const actions = new Map<SubagentRun, RecoveryAction | Error>();
-  const attempt = async (run: SubagentRun, step: () => Promise<RecoveryAction>) => {
+  // A step that answers nothing leaves the run's action to a later step of the batch.
+  const attempt = async (run: SubagentRun, step: () => Promise<RecoveryAction | undefined>) => {
     try {
-      actions.set(run, await step());
+      const action = await step();
+      if (action !== undefined) actions.set(run, action);
     } catch (e) {
       actions.set(run, toError(e));
     }
@@ -345,7 +347,7 @@ async function recoverBatch(
       if (c === "settled") starts.push({ run });
       else if (c !== "failed") continuing.push(c);
       // a continuation's action is its generation statement's, below
-      return c === "settled" || c === "failed" ? c : "failed";
+      return c === "settled" || c === "failed" ? c : undefined;
     });
   }
   // one statement (one commit) for the batch; a run another generation took meanwhile is not in it
