@@ -97,7 +97,9 @@ describe("a startup that fails", () => {
     await pool.runTurn(turn({ sessionId: "first" }));
     // The runner file on disk can no longer start: the next episode fails.
     await writeFile(entry, "process.exit(3);\n");
-    const busy = pool.runTurn(turn({ sessionId: "a", script: [{ kind: "wait", ms: 800 }] }));
+    // Busy long enough for the failed episode to be seen while b waits: on a loaded machine the failing
+    // runner's spawn and exit took longer than 800 ms, and b had the runner by then.
+    const busy = pool.runTurn(turn({ sessionId: "a", script: [{ kind: "wait", ms: 3_000 }] }));
     const queued = pool.runTurn(
       turn({ sessionId: "b", channelId: "ch-b", script: [{ kind: "text", text: "B" }] }),
     );
