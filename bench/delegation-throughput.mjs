@@ -141,6 +141,8 @@ const out = {
   // this process's own CPU (the delegation core and the pg client; the server's is not in it)
   floor: { commitMs: floor },
   clientCpuMsPerDelegation: Math.round(((cpu.user + cpu.system) / 1000 / total) * 100) / 100,
+  // of it in the kernel (socket writes and reads to the server, file writes of the spill store)
+  clientSystemCpuMsPerDelegation: Math.round((cpu.system / 1000 / total) * 100) / 100,
 };
 for (const k of ["p50", "p99"])
   if (out.settleToDeliveredMs[k] !== null)

@@ -1,6 +1,6 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { executeRun, type JournalRow, JournalWriter, readReply, type StepFile } from "@crw/flow";
+import { executeRun, type JournalRow, JournalWriter, readReply, runFlowCli, type StepFile } from "@crw/flow";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import {
   appendStartedPrepared,
@@ -143,6 +143,51 @@ describe("more of the session call", () => {
       model: "m-two",
       effort: "high",
       prior_pairs: [{ model: "m-one", effort: "low" }],
+    });
+  });
+
+  it("crw flow show reads a call's pair from its newest thread_started row and the earlier pairs from its prior_pairs (S000-080)", async () => {
+    run = await inProcessRun({ lostAfterMs: 200 });
+    const { done } = run.background(one());
+    const pairs = [
+      { model: "m-one", reasoningEffort: "low" },
+      { model: "m-two", reasoningEffort: "high" },
+      { model: "m-three", reasoningEffort: "medium" },
+    ];
+    let last = "";
+    for (const [i, pair] of pairs.entries()) {
+      const attempt = i + 1;
+      await until(`attempt ${attempt}`, () => of(run?.rows() ?? [], "step_published").length === attempt);
+      const s = (await run.steps()).find((x) => x.attempt === attempt);
+      if (!s) throw new Error(`no attempt ${attempt}`);
+      const a = run.spawn(s, "explorer", pair);
+      expect(await run.report(s, a.threadId)).toBe("bound");
+      // the first two attempts are lost (their threads gone from the host), the third answers
+      if (attempt < pairs.length) run.fake.setThreadStatus(a.threadId, "notLoaded");
+      last = a.threadId;
+    }
+    run.fake.answer(last, '{"n":3}');
+    await done;
+    expect(of(run.rows(), "thread_started")).toHaveLength(3);
+    const out: string[] = [];
+    const spy = vi.spyOn(process.stdout, "write").mockImplementation((chunk) => {
+      out.push(String(chunk));
+      return true;
+    });
+    try {
+      expect(await runFlowCli(["show", run.spec.run_id, "--state", run.paths.state, "--json"])).toBe(0);
+    } finally {
+      spy.mockRestore();
+    }
+    const call = (JSON.parse(out.join("")) as { calls: Array<Record<string, unknown>> }).calls[0];
+    expect(call).toMatchObject({
+      call: "explorer.1",
+      attempts: 3,
+      pair: { model: "m-three", effort: "medium" },
+      prior_pairs: [
+        { model: "m-one", effort: "low" },
+        { model: "m-two", effort: "high" },
+      ],
     });
   });
 

@@ -76,6 +76,55 @@ describe("git workspaces of the engine's calls", () => {
     expect(sh(r.spec.repo, "rev-parse", ref)).toBe(head);
   });
 
+  it("around a session call's turns the engine keeps the whole call machinery: prepared row and worktree, the gate's evidence record, one schema repair, the terminal row with the pending tree and its proof (S000-004)", async () => {
+    run = await inProcessRun({});
+    const r = run;
+    r.spec.evidence = true;
+    const start = gitRepo(r);
+    const wf = defineWorkflow({
+      name: "machinery",
+      run: async (ctx) => ctx.call({ role: "executor", task: "write b", schema: answerSchema }),
+    });
+    const { done } = r.background(wf);
+    // the owner's part is only to spawn a subagent for each step and report it
+    const [first] = await r.steps(1);
+    if (!first) throw new Error("no first step");
+    const p = prepared(r, "executor.1");
+    expect(p?.allocation).toMatchObject({ kind: "worktree", start });
+    const types = () => r.rows().map((x) => x.type);
+    expect(types().indexOf("prepared")).toBeLessThan(types().indexOf("step_published"));
+    const wt = String(p?.allocation.workspace);
+    writeFileSync(join(wt, "b.txt"), "b\n");
+    const a = r.spawn(first, "executor");
+    expect(await r.report(first, a.threadId)).toBe("bound");
+    // the gate: the executor's bind placed its evidence record before its thread_started row
+    expect(types().indexOf("evidence_placed")).toBeGreaterThan(-1);
+    expect(types().indexOf("evidence_placed")).toBeLessThan(types().indexOf("thread_started"));
+    // an answer the schema refuses: the engine asks for one repair
+    r.fake.answer(a.threadId, '{"summary":"no score"}');
+    const repair = (await r.steps(1)).find((s) => s.k === 2);
+    if (!repair) throw new Error("no repair step");
+    // the repair goes to the same subagent (send_input)
+    expect(repair).toMatchObject({ action: "send_input", agent_id: a.threadId });
+    r.fake.sendInput(a.threadId, repair.message);
+    expect(await r.report(repair, a.threadId)).toBe("bound");
+    r.fake.answer(a.threadId, '{"summary":"wrote b","score":1}');
+    expect(await done).toMatchObject({ state: "completed" });
+    const published = r.rows().filter((x) => x.type === "step_published");
+    expect(published.map((x) => x.k)).toEqual([1, 2]);
+    expect(published[1]).toMatchObject({ repair: { answer: '{"summary":"no score"}' } });
+    const ended = r.rows().filter((x) => x.type === "completed" || x.type === "null_model");
+    expect(ended).toHaveLength(1);
+    const completed = ended[0] as Extract<JournalRow, { type: "completed" }>;
+    expect(completed).toMatchObject({ call: "executor.1", k: 2, result: { summary: "wrote b", score: 1 } });
+    // the pending tree P left (b.txt in it), proven as the call's state, and the work committed from it
+    const tree = String(completed.executor_state?.pending_tree);
+    expect(sh(r.spec.repo, "ls-tree", "--name-only", tree)).toContain("b.txt");
+    expect(completed.executor_state?.stray_head).toBeNull();
+    expect(completed.work?.paths).toEqual(["b.txt"]);
+    expect(sh(r.spec.repo, "rev-parse", `${completed.work?.commit}^{tree}`)).toBe(tree);
+  });
+
   it("the proof takes the recorded stray HEAD whose tree is the pending tree as the call's state; a pending tree no stray HEAD has is its own state (S000-124)", async () => {
     run = await inProcessRun({});
     const r = run;
