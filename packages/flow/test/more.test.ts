@@ -1,6 +1,6 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { executeRun, type JournalRow, JournalWriter, readReply, runFlowCli, type StepFile } from "@crw/flow";
+import { executeRun, type JournalRow, JournalWriter, readReply, type StepFile } from "@crw/flow";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import {
   appendStartedPrepared,
@@ -9,6 +9,7 @@ import {
   inProcessRun,
   rowsOfType as of,
   countSchema as schema,
+  showRun,
   until,
 } from "./helpers/harness.js";
 
@@ -169,17 +170,8 @@ describe("more of the session call", () => {
     run.fake.answer(last, '{"n":3}');
     await done;
     expect(of(run.rows(), "thread_started")).toHaveLength(3);
-    const out: string[] = [];
-    const spy = vi.spyOn(process.stdout, "write").mockImplementation((chunk) => {
-      out.push(String(chunk));
-      return true;
-    });
-    try {
-      expect(await runFlowCli(["show", run.spec.run_id, "--state", run.paths.state, "--json"])).toBe(0);
-    } finally {
-      spy.mockRestore();
-    }
-    const call = (JSON.parse(out.join("")) as { calls: Array<Record<string, unknown>> }).calls[0];
+    const shown = await showRun(run);
+    const call = shown.calls[0];
     expect(call).toMatchObject({
       call: "explorer.1",
       attempts: 3,

@@ -1,6 +1,12 @@
-import { type JournalRow, runFlowCli } from "@crw/flow";
-import { afterEach, describe, expect, it, vi } from "vitest";
-import { defineWorkflow, type InProcessRun, inProcessRun, countSchema as schema } from "./helpers/harness.js";
+import type { JournalRow } from "@crw/flow";
+import { afterEach, describe, expect, it } from "vitest";
+import {
+  defineWorkflow,
+  type InProcessRun,
+  inProcessRun,
+  countSchema as schema,
+  showRun,
+} from "./helpers/harness.js";
 
 let run: InProcessRun | null = null;
 afterEach(async () => {
@@ -72,17 +78,7 @@ describe("same-thread review", () => {
     expect(tokensOf("executor.1")).toEqual({ input: 100, output: 10, total: 110 });
     expect(tokensOf("reviewer.1")).toEqual({ input: 50, output: 5, total: 55 });
     // crw flow show names the warning on the call, with the pair its subagent runs
-    const out: string[] = [];
-    const spy = vi.spyOn(process.stdout, "write").mockImplementation((chunk) => {
-      out.push(String(chunk));
-      return true;
-    });
-    try {
-      expect(await runFlowCli(["show", r.spec.run_id, "--state", r.paths.state, "--json"])).toBe(0);
-    } finally {
-      spy.mockRestore();
-    }
-    const shown = JSON.parse(out.join("")) as { calls: Array<Record<string, unknown>> };
+    const shown = await showRun(r);
     expect(shown.calls.find((c) => c.call === "reviewer.1")).toMatchObject({
       warnings: expect.arrayContaining(["same_thread_review"]),
       subagents: [author.threadId],

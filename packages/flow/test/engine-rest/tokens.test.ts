@@ -4,20 +4,20 @@ import {
   executeRun,
   type JournalRow,
   readJournalFile,
-  runFlowCli,
   runPaths,
   runSpent,
   TokenFigure,
   type Tokens,
   writeSpec,
 } from "@crw/flow";
-import { afterEach, describe, expect, it, vi } from "vitest";
+import { afterEach, describe, expect, it } from "vitest";
 import {
   answerSchema,
   defineWorkflow,
   type InProcessRun,
   inProcessRun,
   rowsOfType as of,
+  showRun,
 } from "../helpers/harness.js";
 
 let run: InProcessRun | null = null;
@@ -135,17 +135,8 @@ describe("the run's token figure", () => {
     expect(runSpent(rows)).toEqual({ input: 200, output: 40, total: 240 });
     expect(of(rows, "run_ended")).toHaveLength(0);
     // crw flow show reports the run's figure (RunSpent) next to its ceiling
-    const out: string[] = [];
-    const spy = vi.spyOn(process.stdout, "write").mockImplementation((chunk) => {
-      out.push(String(chunk));
-      return true;
-    });
-    try {
-      expect(await runFlowCli(["show", run.spec.run_id, "--state", run.paths.state, "--json"])).toBe(0);
-    } finally {
-      spy.mockRestore();
-    }
-    expect(JSON.parse(out.join(""))).toMatchObject({
+    const shown = await showRun(run);
+    expect(shown).toMatchObject({
       status: "paused (token_ceiling)",
       tokens: { total: 240 },
       token_ceiling: 200,

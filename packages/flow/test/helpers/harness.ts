@@ -16,6 +16,7 @@ import {
   readJournalFile,
   readReply,
   reportName,
+  runFlowCli,
   runPaths,
   SPEC_FORMAT,
   type StepFile,
@@ -24,6 +25,7 @@ import {
   writeSpec,
 } from "@crw/flow";
 import { FakeAppServer } from "@crw/tools/codex";
+import { expect, vi } from "vitest";
 
 type SpawnInput = Parameters<FakeAppServer["spawnSubagent"]>[0];
 
@@ -373,3 +375,21 @@ export function journalInterruptAsked(
 }
 
 export { defineWorkflow };
+
+/** What `crw flow show RUN --json` prints for a run (its stdout, parsed). */
+export async function showRun(r: Pick<InProcessRun, "spec" | "paths">): Promise<{
+  calls: Array<Record<string, unknown>>;
+  [member: string]: unknown;
+}> {
+  const out: string[] = [];
+  const spy = vi.spyOn(process.stdout, "write").mockImplementation((chunk) => {
+    out.push(String(chunk));
+    return true;
+  });
+  try {
+    expect(await runFlowCli(["show", r.spec.run_id, "--state", r.paths.state, "--json"])).toBe(0);
+  } finally {
+    spy.mockRestore();
+  }
+  return JSON.parse(out.join(""));
+}
