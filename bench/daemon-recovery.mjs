@@ -17,6 +17,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import pg from "pg";
+import { machineSpan } from "./lib/machine.mjs";
 import {
   commitFloor,
   reportServerStatements,
@@ -69,6 +70,7 @@ try {
   const statementsFile = join(work, "statements");
   const dataDir = join(work, "daemon");
   const t0 = performance.now();
+  const machine = machineSpan();
   const started = Date.now();
   daemon = spawn(
     process.execPath,
@@ -98,6 +100,8 @@ try {
   let recoveryStartMs;
   let recoveryMs;
   let allSettledMs;
+  /** Every process's CPU (daemon, runners, PostgreSQL) per recovered call, from the daemon's start. */
+  let machineCpuMs = null;
   const deadline = Date.now() + 180_000;
   while (Date.now() < deadline) {
     await new Promise((r) => setTimeout(r, 20));
@@ -129,6 +133,7 @@ try {
       );
       if (rows[0].open === 0) {
         allSettledMs = performance.now() - t0;
+        machineCpuMs = machine.perUnit(n);
         break;
       }
     }
@@ -157,6 +162,7 @@ try {
     placements: health?.placements ?? null,
     runners: health?.pool?.runners?.length ?? null,
     statementsPerRecoveredCall: Math.round((statements / n) * 10) / 10,
+    machineCpuMsPerRecoveredCall: machineCpuMs,
     commitFloorMs: floor,
   };
   process.stdout.write(`${JSON.stringify(result)}\n`);

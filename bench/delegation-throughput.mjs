@@ -13,9 +13,11 @@
 // CRW_BENCH_WAKE=all makes every write notify (notifying commits are serialized by PostgreSQL).
 // DATABASE_URL, when set, is used instead of the embedded server. Prints one JSON object, then a summary.
 // Usage: node bench/delegation-throughput.mjs [parents] [delegations-per-parent] [rate-per-second]
+// The machine's CPU per delegation is every process's (this one and PostgreSQL's backends) over the burst.
 // (CRW_BENCH_SERVER_STATEMENTS=1: the server's time by statement, to stderr; see lib/postgres.mjs)
 import pg from "pg";
 import { measuredDelegationService } from "./lib/delegation.mjs";
+import { machineSpan } from "./lib/machine.mjs";
 import {
   commitFloor,
   countStatements,
@@ -88,6 +90,7 @@ await resetServerStatements(admin);
 const statementsBefore = counter.count();
 const started = performance.now();
 const cpuBefore = process.cpuUsage();
+const machine = machineSpan();
 const delegations = sessions.flatMap((s) =>
   Array.from({ length: perParent }, (_, i) => () => delegateFrom(s, `bench-${i}`)),
 );
@@ -143,6 +146,8 @@ const out = {
   clientCpuMsPerDelegation: Math.round(((cpu.user + cpu.system) / 1000 / total) * 100) / 100,
   // of it in the kernel (socket writes and reads to the server, file writes of the spill store)
   clientSystemCpuMsPerDelegation: Math.round((cpu.system / 1000 / total) * 100) / 100,
+  // every process's CPU on the machine over the same span (this process, PostgreSQL's, anything else)
+  machineCpuMsPerDelegation: machine.perUnit(total),
 };
 for (const k of ["p50", "p99"])
   if (out.settleToDeliveredMs[k] !== null)
