@@ -85,6 +85,10 @@ if (warmup > 0) {
   }
   latencies.length = 0;
 }
+// CRW_BENCH_IDLE_MS=N: the process idles that long between the warm-up and the measured burst, as a daemon
+// does between bursts of work (what its pool keeps over the pause is what the burst finds)
+const idleMs = Number(process.env.CRW_BENCH_IDLE_MS ?? 0);
+if (idleMs > 0) await new Promise((r) => setTimeout(r, idleMs));
 const rowsBefore = await rowsWritten();
 await resetServerStatements(admin);
 const statementsBefore = counter.count();
@@ -133,6 +137,7 @@ const out = {
   delegationsPerParent: perParent,
   ratePerSecond: rate ?? "burst",
   warmupPerParent: warmup,
+  idleBeforeMs: idleMs,
   wake,
   delegations: total,
   elapsedMs: Math.round(elapsedMs),

@@ -44,7 +44,17 @@ function preparingClientClass(): typeof pg.Client {
   return preparingClient;
 }
 
-/** A pool of preparing clients: what crw's repositories run on. */
+/**
+ * A pool of preparing clients: what crw's repositories run on. An idle connection is kept (pg closes it after
+ * 10 s by default): a connection is its server backend with its catalog caches and this pool's prepared
+ * statements, so a burst of work after a quiet spell would otherwise pay for new backends, their
+ * authentication and every statement's preparation again. Kept connections do not hold a process open.
+ */
 export function createPool(config: pg.PoolConfig): pg.Pool {
-  return new pg.Pool({ ...config, Client: preparingClientClass() });
+  return new pg.Pool({
+    idleTimeoutMillis: 0,
+    allowExitOnIdle: true,
+    ...config,
+    Client: preparingClientClass(),
+  });
 }

@@ -1,5 +1,5 @@
 import { useTestDatabase } from "@crw/tools/pg";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it, vi } from "vitest";
 import { createPool } from "../src/index.js";
 
 const db = useTestDatabase();
@@ -54,6 +54,30 @@ describe("the repositories' pool prepares its statements", () => {
       expect(await preparedOn(client)).toHaveLength(512);
     } finally {
       client.release();
+    }
+  });
+
+  it("an idle connection is kept past pg's 10 s idle bound: the same server backend, its statements still prepared", async () => {
+    const pool = createPool({ connectionString: db.url, max: 1 });
+    pools.push(pool);
+    const client = await pool.connect();
+    const backend = (await client.query("select pg_backend_pid() as pid, $1::int as n", [1])).rows[0].pid;
+    // the idle bound's timer is set as the client goes back to the pool: pg's own clock, moved on 11 s
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+    try {
+      client.release();
+      vi.advanceTimersByTime(11_000);
+    } finally {
+      vi.useRealTimers();
+    }
+    expect(pool.totalCount).toBe(1);
+    const again = await pool.connect();
+    try {
+      const { rows } = await again.query("select pg_backend_pid() as pid, $1::int as n", [2]);
+      expect(rows[0]).toEqual({ pid: backend, n: 2 });
+      expect(await preparedOn(again)).toHaveLength(1);
+    } finally {
+      again.release();
     }
   });
 });
