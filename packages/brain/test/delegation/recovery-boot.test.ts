@@ -349,9 +349,11 @@ describe("a run that cannot be recovered", () => {
         if (typeof key !== "string" || !methods.includes(key) || typeof value !== "function") return value;
         return (...args: unknown[]) => {
           // a batched method's first argument lists the sessions or runs it is for
+          const names = (e: { sessionId?: string; runId?: string } | undefined) =>
+            e?.sessionId === target || e?.runId === target;
           const of = (x: unknown) =>
             x === target ||
-            (Array.isArray(x) && x.some((e) => e?.sessionId === target || e?.runId === target));
+            (Array.isArray(x) ? x.some(names) : typeof x === "object" && x !== null && names(x));
           if (target !== undefined && of(args[0])) {
             target = undefined;
             return answer();
@@ -397,6 +399,34 @@ describe("a run that cannot be recovered", () => {
     await next.service.close();
   });
 
+  it("a run whose own recovery step fails fails the boot with that error; the rest of its batch goes on", async () => {
+    const { repo: real } = makeService(db.pool);
+    // the error result of a call that never started cannot be settled (a lost connection), once
+    const failing = failingOnce(real, ["settleRun"], () =>
+      Promise.reject(new Error("connection terminated while settling")),
+    );
+    const { service } = makeService(db.pool, { repo: failing.repo });
+    const never = await delegation(service, "never started");
+    const waiting = await startedDelegation(service, scriptTask({ answer: "went on" }));
+    await real.append(waiting.child, waiting.account.id, [journalRows.user("went on")]);
+    failing.failFor(never.run.id);
+    await expect(recoverDelegations(service)).rejects.toThrow("connection terminated while settling");
+    // the other run of the same batch was continued and settles
+    await waitFor(
+      async () => (await real.getRun(waiting.run.id, waiting.account.id)).status === "succeeded",
+      "the continued run",
+      10_000,
+    );
+    expect((await runRow(never.run.id)).status).toBe("queued");
+    await settledRoots(service, waiting.parent.id, waiting.account.id);
+    await service.close();
+    // the next boot settles the call that never started, with its error result
+    const next = makeService(db.pool);
+    expect((await recoverDelegations(next.service)).terminalized).toEqual([never.run.id]);
+    await settledRoots(next.service, never.parent.id, never.account.id);
+    await next.service.close();
+  });
+
   it("a run moved on by another generation meanwhile is reported failed and left open, charged or free", async () => {
     const { repo: real } = makeService(db.pool);
     // another process takes the two runs' next generation just before this recovery's statement does
@@ -436,7 +466,7 @@ describe("a run that cannot be recovered", () => {
     await next.service.close();
   });
 
-  it("decides the claimed runs in batches: one journal read and one generation statement a batch", async () => {
+  it("decides the claimed runs in batches, 8 first and then 64: one journal read a batch, and a generation statement only when some run of it goes on", async () => {
     const { repo: real } = makeService(db.pool);
     const calls: Record<string, number[]> = { journalTailsWithWork: [], nextGenerations: [] };
     // records how many runs each batched statement was for
@@ -450,27 +480,47 @@ describe("a run that cannot be recovered", () => {
         };
       },
     });
-    for (const [batch, sizes] of [
-      [undefined, [8, 2]],
-      [3, [3, 3, 3, 1]],
+    // by default a first batch of 8, then batches of 64; or the batch asked for
+    for (const [batch, runs, sizes] of [
+      [undefined, 20, [8, 12]],
+      [3, 10, [3, 3, 3, 1]],
     ] as const) {
       calls.journalTailsWithWork = [];
       calls.nextGenerations = [];
       const { service } = makeService(db.pool, { repo: counting });
       const ds = [];
-      for (let i = 0; i < 10; i++) {
+      for (let i = 0; i < runs; i++) {
         const d = await startedDelegation(service, `waiting ${i}`);
         await real.append(d.child, d.account.id, [journalRows.user(`waiting ${i}`)]);
         ds.push(d);
       }
       const report = await recoverDelegations(service, batch ? { batch } : {});
-      expect(report.continued).toHaveLength(10);
+      expect(report.continued).toHaveLength(runs);
       expect(calls.journalTailsWithWork).toEqual(sizes);
       expect(calls.nextGenerations).toEqual(sizes);
       for (const d of ds) await settledRoots(service, d.parent.id, d.account.id);
       for (const d of ds) expect(await runRow(d.run.id)).toMatchObject({ free_continuations: 1 });
       await service.close();
     }
+    // a batch whose runs all settle from their journals (finished children) takes no generation
+    calls.journalTailsWithWork = [];
+    calls.nextGenerations = [];
+    const { service } = makeService(db.pool, { repo: counting });
+    const finished = [];
+    for (let i = 0; i < 2; i++) {
+      const d = await startedDelegation(service, `finished ${i}`);
+      await real.append(d.child, d.account.id, [
+        journalRows.user(`finished ${i}`),
+        journalRows.answer("done"),
+      ]);
+      finished.push(d);
+    }
+    const report = await recoverDelegations(service);
+    expect(report.settledWithoutTurn).toHaveLength(2);
+    expect(calls.journalTailsWithWork).toEqual([2]);
+    expect(calls.nextGenerations).toEqual([]);
+    for (const d of finished) await settledRoots(service, d.parent.id, d.account.id);
+    await service.close();
   });
 });
 
