@@ -292,8 +292,20 @@ async function evidenceRun(): Promise<ChainOutcome> {
   await codex.client.waitTurnCompleted(owner, turn, 150_000);
   if (played.state.failure) throw new Error(`the owner gave up: ${played.state.failure}`);
   const run = played.state.runId as string;
-  await until("the run's process to let it go", async () => !existsSync(runPaths(state, run).runLock));
+  await until("the run's process to let it go", async () => !existsSync(runPaths(state, run).runLock)).catch(
+    (e: Error) => {
+      throw new Error(`${e.message}\n${runDiagnosis(state, run)}`);
+    },
+  );
   return { owner, state, played: played.state };
+}
+
+/** Where a run stands, for a failure's message: its journal's last rows and its process's log. */
+function runDiagnosis(state: string, run: string): string {
+  const paths = runPaths(state, run);
+  const rows = existsSync(paths.journal) ? rowsOf(state, run).slice(-8) : [];
+  const log = existsSync(paths.log) ? readFileSync(paths.log, "utf8").slice(-3000) : "(no process.log)";
+  return `last rows: ${rows.map((r) => `${r.type}${"call" in r ? ` ${r.call}` : ""}`).join(", ")}\nprocess.log:\n${log}`;
 }
 
 let pair: PairOutcome;
