@@ -1,3 +1,4 @@
+import { execFileSync } from "node:child_process";
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -12,6 +13,7 @@ import {
   unusable,
 } from "@crw/flow";
 import { describe, expect, it } from "vitest";
+import { ensureBuilt, repoRoot } from "./helpers/cli.js";
 
 const base = {
   marker: "review.1/t1-a1",
@@ -171,6 +173,32 @@ describe("tmploc", () => {
         chmodSync(d, 0o500);
         expect(unusable(d)).toContain("not writable");
         chmodSync(d, 0o700);
+      } else {
+        // root writes through any mode bits: here the directory is made read-only by a read-only mount of
+        // it (bubblewrap), and the built check runs under that mount
+        ensureBuilt();
+        const check = `import { unusable } from ${JSON.stringify(join(repoRoot, "packages/flow/dist/index.js"))};
+          process.stdout.write(String(unusable(${JSON.stringify(d)})));`;
+        const out = execFileSync(
+          "bwrap",
+          [
+            "--bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--ro-bind",
+            d,
+            d,
+            process.execPath,
+            "--input-type=module",
+            "-e",
+            check,
+          ],
+          { encoding: "utf8" },
+        );
+        expect(out).toBe(`TMPDIR '${d}' is not writable`);
+        expect(unusable(d)).toBeNull();
       }
     } finally {
       rmSync(d, { recursive: true, force: true });
