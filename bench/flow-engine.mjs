@@ -12,8 +12,10 @@
 // Prints one JSON object, then a one-line summary.
 // The owner's side (fake host and scripted owner) shares the engine's event loop by default (`inline`);
 // `worker` gives it a worker thread, an event loop of its own as the host and the owner have in a real run
-// (on a machine with few cores the thread hops cost more than they save).
-// Usage: node bench/flow-engine.mjs [calls] [poll-ms] [watch|files] [worker|inline] [in-flight]
+// (on a machine with few cores the thread hops cost more than they save); `process` a process of its own,
+// as the host and the owner are in a real run (the figures of this process are then the engine's alone).
+// Usage: node bench/flow-engine.mjs [calls] [poll-ms] [watch|files] [inline|worker|process] [in-flight]
+import { fork } from "node:child_process";
 import {
   closeSync,
   existsSync,
@@ -28,6 +30,7 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
+import { fileURLToPath } from "node:url";
 import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads";
 import { loadFlowKits, watchedStepSource, writeSessionRun } from "./lib/flow-kits.mjs";
 
@@ -37,11 +40,17 @@ const sourceKind = process.argv[4] ?? "watch";
 if (sourceKind !== "watch" && sourceKind !== "files")
   throw new Error(`owner source ${sourceKind}: watch or files`);
 const placement = process.argv[5] ?? "inline";
+// the owner's side in a process of its own: this script again, told so (and where the run lives) by env
+const ownerProcess = process.env.CRW_BENCH_OWNER_SIDE ? JSON.parse(process.env.CRW_BENCH_OWNER_SIDE) : null;
 // calls in flight at once (the figures of the issue are taken at 4)
 const inFlight = Number(process.argv[6] ?? 4);
-if (placement !== "worker" && placement !== "inline")
-  throw new Error(`owner side ${placement}: worker or inline`);
-const root = isMainThread ? mkdtempSync(join(tmpdir(), "crw-bench-engine-")) : workerData.root;
+if (placement !== "worker" && placement !== "inline" && placement !== "process")
+  throw new Error(`owner side ${placement}: worker, process or inline`);
+const root = ownerProcess
+  ? ownerProcess.root
+  : isMainThread
+    ? mkdtempSync(join(tmpdir(), "crw-bench-engine-"))
+    : workerData.root;
 const flow = await import("../packages/flow/dist/index.js");
 
 const pct = (values, p) => {
@@ -107,7 +116,14 @@ async function ownerSide({ root, ownerSource }) {
   };
 }
 
-if (!isMainThread) {
+if (ownerProcess) {
+  const side = await ownerSide(ownerProcess);
+  process.send({ url: side.url, owner: side.owner });
+  process.once("message", async () => {
+    await side.stop();
+    process.send("stopped", () => process.disconnect());
+  });
+} else if (!isMainThread) {
   const side = await ownerSide(workerData);
   parentPort.postMessage({ url: side.url, owner: side.owner });
   parentPort.once("message", async () => {
@@ -123,6 +139,7 @@ if (!isMainThread) {
 // in a real run), or inline on the engine's own loop.
 async function startOwnerSide(opts) {
   if (placement === "inline") return ownerSide(opts);
+  if (placement === "process") return ownerSideProcess(opts);
   const worker = new Worker(new URL(import.meta.url), { workerData: opts, argv: process.argv.slice(2) });
   const ready = await new Promise((resolve, reject) => {
     worker.once("message", resolve);
@@ -135,6 +152,27 @@ async function startOwnerSide(opts) {
       worker.postMessage("stop");
       await stopped;
       await worker.terminate();
+    },
+  };
+}
+
+// The owner's side in a child process, as the host and the owner are in a real run (Codex's own process).
+async function ownerSideProcess(opts) {
+  const child = fork(fileURLToPath(import.meta.url), process.argv.slice(2), {
+    env: { ...process.env, CRW_BENCH_OWNER_SIDE: JSON.stringify(opts) },
+  });
+  const ready = await new Promise((resolve, reject) => {
+    child.once("message", resolve);
+    child.once("error", reject);
+    child.once("exit", (code) => reject(new Error(`the owner's side exited (${code})`)));
+  });
+  return {
+    ...ready,
+    // its CPU is not in this process's figures
+    async stop() {
+      const exited = new Promise((resolve) => child.once("exit", resolve));
+      child.send("stop");
+      await exited;
     },
   };
 }
