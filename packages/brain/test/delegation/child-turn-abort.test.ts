@@ -5,7 +5,7 @@ import {
   parseDelegatedExecutionScope,
   type SessionTurnRunner,
 } from "../../src/index.js";
-import { delegateForeground, makeService, newParent, scriptTask } from "./helpers.js";
+import { answeredChild, makeService, newParent } from "./helpers.js";
 
 const db = useTestDatabase();
 
@@ -35,14 +35,10 @@ describe("a child turn's caller can stop it", () => {
     const { runner, state } = holdingRunner();
     const { service, repo } = makeService(db.pool, { runner });
     const { account, parent } = await newParent(service);
-    const first = await delegateForeground(
-      service,
-      { parent, account },
-      "c",
-      scriptTask({ answer: "ready" }),
+    const child = await repo.getSession(
+      await answeredChild(service, { parent, account }, "c", "ready"),
+      account.id,
     );
-    if (first.kind !== "result") throw new Error("expected a result");
-    const child = await repo.getSession(first.childSessionId, account.id);
     state.held = child.id;
     const running = new Promise<void>((r) => {
       state.running = r;

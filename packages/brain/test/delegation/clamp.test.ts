@@ -4,8 +4,8 @@ import { beforeAll, describe, expect, it } from "vitest";
 import type { MutatingTool } from "../../src/delegation/scopedTools.js";
 import { readOnlyContinuationScope, recoverDelegations } from "../../src/index.js";
 import {
+  answeredChild,
   continueForeground,
-  delegateForeground,
   gateTool,
   latch,
   makeService,
@@ -26,14 +26,8 @@ async function childWithAnswer(extra: MutatingTool[] = []) {
     tools: () => [gateTool("Gate", gates), writeTool, ...extra],
   });
   const { account, parent } = await newParent(service);
-  const first = await delegateForeground(
-    service,
-    { parent, account },
-    "d1",
-    scriptTask({ answer: "first answer" }),
-  );
-  if (first.kind !== "result") throw new Error("expected a result");
-  return { service, repo, account, parent, child: first.childSessionId, gates };
+  const child = await answeredChild(service, { parent, account }, "d1", "first answer");
+  return { service, repo, account, parent, child, gates };
 }
 
 describe("DelegateContinue and the read-only clamp", () => {

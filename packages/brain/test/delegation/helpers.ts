@@ -192,9 +192,8 @@ export async function queuedCall(
   toolCallId: string,
   task: string,
 ) {
-  const first = await delegateForeground(service, caller, `${toolCallId}-scope`, scriptTask({ answer: "x" }));
-  if (first.kind !== "result") throw new Error("expected a result");
-  const scope = (await service.repo.getSession(first.childSessionId, caller.account.id)).scope ?? "";
+  const child = await answeredChild(service, caller, `${toolCallId}-scope`, "x");
+  const scope = (await service.repo.getSession(child, caller.account.id)).scope ?? "";
   const { run } = await service.repo.createDelegation({
     parentSessionId: caller.parent.id,
     principalAccountId: caller.account.id,
@@ -221,6 +220,18 @@ export function delegateForeground(
     task,
     mode: "foreground",
   });
+}
+
+/** A child of `caller`'s parent that a foreground delegation ran and answered with `answer`: its session id. */
+export async function answeredChild(
+  service: DelegationService,
+  caller: Caller,
+  toolCallId: string,
+  answer: string,
+): Promise<string> {
+  const first = await delegateForeground(service, caller, toolCallId, scriptTask({ answer }));
+  if (first.kind !== "result") throw new Error("expected a result");
+  return first.childSessionId;
 }
 
 /** A background delegation from `caller`'s parent session. */

@@ -5,7 +5,14 @@ import {
   parseDelegatedExecutionScope,
   type SessionTurnRunner,
 } from "../../src/index.js";
-import { delegateForeground, makeService, newParent, scriptTask, settledHelperResult } from "./helpers.js";
+import {
+  answeredChild,
+  delegateForeground,
+  makeService,
+  newParent,
+  scriptTask,
+  settledHelperResult,
+} from "./helpers.js";
 
 const db = useTestDatabase();
 
@@ -61,14 +68,10 @@ describe("typed turn failures", () => {
     const { runner, state } = switchableRunner();
     const { service, repo } = makeService(db.pool, { runner });
     const { account, parent } = await newParent(service);
-    const first = await delegateForeground(
-      service,
-      { parent, account },
-      "c",
-      scriptTask({ answer: "first" }),
+    const child = await repo.getSession(
+      await answeredChild(service, { parent, account }, "c", "first"),
+      account.id,
     );
-    if (first.kind !== "result") throw new Error("expected a result");
-    const child = await repo.getSession(first.childSessionId, account.id);
     const resultId = await settledHelperResult(repo, child, account.id, "h", "helper says");
     state.failing = true;
     const scope = parseDelegatedExecutionScope(child.scope ?? "");
