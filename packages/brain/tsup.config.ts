@@ -1,4 +1,5 @@
 import { defineConfig } from "tsup";
+import { inlinedDependencies } from "../../tools/build/inlined.ts";
 
 export default defineConfig({
   entry: ["src/index.ts"],
@@ -7,6 +8,9 @@ export default defineConfig({
   platform: "node",
   sourcemap: true,
   clean: true,
-  // Dependencies load from node_modules at run time; only this package's own code is bundled.
+  // Dependencies load from node_modules at run time, except those inlined (see there); the agent loop's
+  // libraries are imported on a child turn's first use, so they stay in chunks of their own.
   skipNodeModulesBundle: true,
+  noExternal: inlinedDependencies,
+  splitting: true,
 });

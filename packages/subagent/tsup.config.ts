@@ -1,4 +1,5 @@
 import { defineConfig } from "tsup";
+import { inlinedDependencies } from "../../tools/build/inlined.ts";
 
 const common = {
   format: ["esm" as const],
@@ -33,13 +34,15 @@ export default defineConfig([
     },
     esbuildPlugins: [
       {
-        // Every npm dependency of those packages stays an import resolved from node_modules at run time,
-        // marked free of side effects so an import the runner never uses (the db package's migration
-        // runner) is dropped instead of being loaded at every boot.
+        // Every npm dependency of those packages but the inlined ones (see there) stays an import resolved
+        // from node_modules at run time, marked free of side effects so an import the runner never uses
+        // (the db package's migration runner) is dropped instead of being loaded at every boot.
         name: "external-npm-without-side-effects",
         setup(build) {
           build.onResolve({ filter: /^[^./]/ }, (args) =>
-            args.path.startsWith("@crw/") || args.path.startsWith("node:")
+            args.path.startsWith("@crw/") ||
+            args.path.startsWith("node:") ||
+            inlinedDependencies.some((d) => d.test(args.path))
               ? undefined
               : { path: args.path, external: true, sideEffects: false },
           );
