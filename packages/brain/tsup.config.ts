@@ -1,16 +1,11 @@
 import { defineConfig } from "tsup";
-import { inlinedDependencies } from "../../tools/build/inlined.ts";
+import { packageBuild } from "../../tools/build/tsup.ts";
 
-export default defineConfig({
-  entry: ["src/index.ts"],
-  format: ["esm"],
-  target: "node20",
-  platform: "node",
-  sourcemap: true,
-  clean: true,
-  // Dependencies load from node_modules at run time, except those inlined (see there); the agent loop's
-  // libraries are imported on a child turn's first use, so they stay in chunks of their own.
-  skipNodeModulesBundle: true,
-  noExternal: inlinedDependencies,
-  splitting: true,
-});
+export default defineConfig(
+  packageBuild({
+    entry: ["src/index.ts"],
+    clean: true,
+    // The agent loop's libraries are imported on a child turn's first use: they stay in chunks of their own.
+    splitting: true,
+  }),
+);

@@ -1,12 +1,14 @@
 import { defineConfig } from "tsup";
+import { inlinedDependencies, packageBuild } from "../../tools/build/tsup.ts";
 
-export default defineConfig({
-  entry: ["src/index.ts"],
-  format: ["esm"],
-  target: "node20",
-  platform: "node",
-  sourcemap: true,
-  clean: true,
-  // Dependencies load from node_modules at run time; only this package's own code is bundled.
-  skipNodeModulesBundle: true,
-});
+// Two builds write into dist at once: neither may clean it under the other.
+export default defineConfig([
+  packageBuild({ entry: ["src/index.ts"], clean: false }),
+  // The one copy of zod every crw build imports (`@crw/db/zod`), zod itself bundled into it.
+  packageBuild({
+    entry: { zod: "src/zod.ts" },
+    clean: false,
+    noExternal: [...inlinedDependencies, /^zod(\/|$)/],
+    esbuildPlugins: [],
+  }),
+]);

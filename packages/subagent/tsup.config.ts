@@ -1,5 +1,5 @@
 import { defineConfig } from "tsup";
-import { inlinedDependencies } from "../../tools/build/inlined.ts";
+import { inlinedDependencies, packageBuild } from "../../tools/build/tsup.ts";
 
 const common = {
   format: ["esm" as const],
@@ -12,17 +12,15 @@ const common = {
 };
 
 export default defineConfig([
-  {
-    ...common,
-    entry: ["src/index.ts"],
-  },
+  packageBuild({ ...common, entry: ["src/index.ts"] }),
   {
     ...common,
     // The forked runner process (RUNNER_ENTRY). It carries the workspace packages it runs (the delegation
     // core's turn runners) inside its one file, built from their sources: its build identity is the digest
     // of exactly what it runs, and it never depends on another package's build state.
     entry: ["src/runner.ts"],
-    noExternal: [/^@crw\//],
+    // zod is a dependency of this package, which tsup would keep external: the runner carries its copy.
+    noExternal: [/^@crw\//, /^zod(\/|$)/],
     // What the runner imports only after boot (its request handling, the executors, the delegation core) is
     // split into chunks, so the fork reaches ready having loaded the handshake alone. Chunks are named by
     // content hash and the entry names the chunks it imports, so the entry's digest (the build identity)
@@ -34,14 +32,16 @@ export default defineConfig([
     },
     esbuildPlugins: [
       {
-        // Every npm dependency of those packages but the inlined ones (see there) stays an import resolved
-        // from node_modules at run time, marked free of side effects so an import the runner never uses
-        // (the db package's migration runner) is dropped instead of being loaded at every boot.
+        // Every npm dependency of those packages but the inlined ones (see there) and zod stays an import
+        // resolved from node_modules at run time, marked free of side effects so an import the runner never
+        // uses (the db package's migration runner) is dropped instead of being loaded at every boot. zod is
+        // bundled: the runner carries its one copy itself, as it carries everything else it runs.
         name: "external-npm-without-side-effects",
         setup(build) {
           build.onResolve({ filter: /^[^./]/ }, (args) =>
             args.path.startsWith("@crw/") ||
             args.path.startsWith("node:") ||
+            /^zod(\/|$)/.test(args.path) ||
             inlinedDependencies.some((d) => d.test(args.path))
               ? undefined
               : { path: args.path, external: true, sideEffects: false },

@@ -11,7 +11,7 @@ import { BUILD_ID, runnerBuildFiles, waitFor } from "./support/runners.js";
 const npmFreeBoot = new URL("./support/npm-free-boot.mjs", import.meta.url).href;
 
 describe("the runner's boot path", () => {
-  it("reaches ready while every npm import is refused; the first one comes after the boot reply", async () => {
+  it("reaches ready while every npm import and zod are refused; the first one comes after the boot reply", async () => {
     const r = forkRunner(["--import", npmFreeBoot]);
     await waitFor(() => r.frames.length > 0 || r.hasExited(), 20_000);
     expect(r.frames[0]?.type, r.stderr()).toBe("hello");
