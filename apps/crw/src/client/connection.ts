@@ -185,7 +185,7 @@ async function resolveEndpoint(options: ConnectOptions): Promise<{ urls: string[
       .filter(Boolean);
     return { urls, token };
   }
-  const { defaultDataDir, readState, ownerTokenPath } = await import("@crw/daemon");
+  const { defaultDataDir, readState, ownerTokenPath } = await import("@crw/daemon/control");
   const dataDir = options.dataDir ?? defaultDataDir();
   const state = await readState(dataDir);
   if (!state)

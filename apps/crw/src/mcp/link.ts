@@ -139,7 +139,7 @@ export class DaemonLink {
 
   /** Whether a daemon was ever recorded on the data directory (alive or not). */
   async #recorded(): Promise<boolean> {
-    const { defaultDataDir, readState } = await import("@crw/daemon");
+    const { defaultDataDir, readState } = await import("@crw/daemon/control");
     return (await readState(this.options.dataDir ?? defaultDataDir(), { includeDead: true })) !== undefined;
   }
 
