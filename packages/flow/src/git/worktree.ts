@@ -52,12 +52,29 @@ export function ensureWorktree(options: {
   return next;
 }
 
+/**
+ * Commits found in each repository by this process. The calls of a run mostly start at the same commit, and
+ * each git command is a process spawned (several ms of the run process's CPU): a commit verified once is
+ * not asked for again, since it stays in the repository while the run's branch refers to it.
+ */
+const knownCommits = new Map<string, Set<string>>();
+
+async function verifiedCommit(repo: string, commit: string): Promise<string> {
+  const key = resolve(repo);
+  const known = knownCommits.get(key) ?? new Set<string>();
+  if (known.has(commit)) return commit;
+  const sha = await git(repo, ["rev-parse", "--verify", `${commit}^{commit}`]);
+  known.add(sha);
+  knownCommits.set(key, known);
+  return sha;
+}
+
 async function makeWorktree(options: {
   repo: string;
   path: string;
   commit: string;
 }): Promise<WorktreeAllocation> {
-  const start = await git(options.repo, ["rev-parse", "--verify", `${options.commit}^{commit}`]);
+  const start = await verifiedCommit(options.repo, options.commit);
   if (existsSync(options.path)) {
     const inside = await gitRun(options.path, ["rev-parse", "--show-toplevel"]);
     if (inside.code === 0 && resolve(inside.stdout.trim()) === resolve(options.path)) {
