@@ -34,8 +34,8 @@ export default defineConfig([
       {
         // Every npm dependency of those packages but the inlined ones (see there) and zod stays an import
         // resolved from node_modules at run time, marked free of side effects so an import the runner never
-        // uses (the db package's migration runner) is dropped instead of being loaded at every boot. zod is
-        // bundled: the runner carries its one copy itself, as it carries everything else it runs.
+        // uses is dropped instead of being loaded at every boot. zod is bundled: the runner carries its one
+        // copy itself, as it carries everything else it runs.
         name: "external-npm-without-side-effects",
         setup(build) {
           build.onResolve({ filter: /^[^./]/ }, (args) =>

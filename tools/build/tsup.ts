@@ -11,15 +11,20 @@ import type { Options } from "tsup";
  * own, and the runner's) holds the one copy its process loads; pi-ai keeps registries at module level, so
  * pi-agent-core must reach the same copy, which it does when both are bundled together.
  *
- * The vendor SDKs behind pi-ai's providers stay in node_modules: pi-ai imports each on first use only.
+ * The vendor SDKs behind pi-ai's providers stay in node_modules: pi-ai imports each on first use only, now
+ * from the bundle's place, so they must stay where npm hoists them (no version of ours that differs from
+ * pi-ai's). Its Bedrock provider, loaded by a computed path, is left out of the bundle and cannot load from
+ * it: crw offers no Bedrock API.
  */
 export const inlinedDependencies: RegExp[] = [/^typebox(\/|$)/, /^@mariozechner\/pi-(ai|agent-core)(\/|$)/];
 
 /**
  * Points a build's `zod` imports at `@crw/db/zod`, @crw/db's bundled copy of zod: one file instead of zod's
- * ~95 modules, and one copy per process however many of crw's packages the process loads (a copy bundled
- * into each package's build would load once per package). `zod` must also be in the build's noExternal, or
- * tsup marks it external before this plugin sees it.
+ * ~95 modules, and one copy for crw's code however many of crw's packages the process loads (a copy bundled
+ * into each package's build would load once per package). A library that imports zod itself (the MCP SDK)
+ * still loads its own from node_modules; zod keeps its global configuration on globalThis, and crw's schemas
+ * never pass into the SDK's validation. Only `zod` itself is redirected: crw's sources import no subpath of
+ * it. `zod` must also be in the build's noExternal, or tsup marks it external before this plugin sees it.
  */
 const sharedZod: Plugin = {
   name: "shared-zod",
