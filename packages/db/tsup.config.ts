@@ -1,5 +1,5 @@
 import { defineConfig } from "tsup";
-import { inlinedDependencies, packageBuild } from "../../tools/build/tsup.ts";
+import { inlinedDependencies, packageBuild, zodModules } from "../../tools/build/tsup.ts";
 
 // Two builds write into dist at once: neither may clean it under the other.
 export default defineConfig([
@@ -8,7 +8,7 @@ export default defineConfig([
   packageBuild({
     entry: { zod: "src/zod.ts" },
     clean: false,
-    noExternal: [...inlinedDependencies, /^zod(\/|$)/],
+    noExternal: [...inlinedDependencies, zodModules],
     esbuildPlugins: [],
   }),
 ]);

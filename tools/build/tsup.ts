@@ -18,6 +18,9 @@ import type { Options } from "tsup";
  */
 export const inlinedDependencies: RegExp[] = [/^typebox(\/|$)/, /^@mariozechner\/pi-(ai|agent-core)(\/|$)/];
 
+/** zod and its subpaths: bundled where a build carries its own copy (@crw/db's shared one, the runner's). */
+export const zodModules = /^zod(\/|$)/;
+
 /**
  * Points a build's `zod` imports at `@crw/db/zod`, @crw/db's bundled copy of zod: one file instead of zod's
  * ~95 modules, and one copy for crw's code however many of crw's packages the process loads (a copy bundled

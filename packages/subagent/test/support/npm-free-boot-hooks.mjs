@@ -1,9 +1,6 @@
 // Module hooks (see npm-free-boot.mjs): any import that resolves into node_modules fails, and so does loading
 // a module that carries zod (the runner's build bundles its own copy), so a runner preloaded with them can
 // only say hello and boot if its boot path imports no npm package and no schema library.
-import { readFile } from "node:fs/promises";
-import { fileURLToPath } from "node:url";
-
 export async function resolve(specifier, context, nextResolve) {
   const resolved = await nextResolve(specifier, context);
   if (resolved.url.includes("/node_modules/")) {
@@ -16,8 +13,9 @@ export async function resolve(specifier, context, nextResolve) {
 const zodMark = '$constructor("$ZodType"';
 
 export async function load(url, context, nextLoad) {
-  if (url.startsWith("file:") && (await readFile(fileURLToPath(url), "utf8")).includes(zodMark)) {
+  const loaded = await nextLoad(url, context);
+  if (loaded.source && String(loaded.source).includes(zodMark)) {
     throw new Error(`refused by the npm-free boot hook: ${url} carries zod`);
   }
-  return nextLoad(url, context);
+  return loaded;
 }
