@@ -61,20 +61,20 @@ const MODULES = {
   "brain-settlement": {
     pkg: "brain",
     mutate: [
-      "packages/brain/src/delegation/settlement.ts:140-158",
-      "packages/brain/src/delegation/settlement.ts:220-259",
-      "packages/brain/src/delegation/settlement.ts:295-331",
-      "packages/brain/src/delegation/settlement.ts:351-403",
-      "packages/brain/src/delegation/settlement.ts:551-552",
+      "packages/brain/src/delegation/settlement.ts:142-160",
+      "packages/brain/src/delegation/settlement.ts:222-261",
+      "packages/brain/src/delegation/settlement.ts:297-334",
+      "packages/brain/src/delegation/settlement.ts:354-406",
+      "packages/brain/src/delegation/settlement.ts:554-555",
     ],
   },
   // two of those ranges in runs of their own (each writes its report): the first turn with the settling
   // mark and its reply (b), the settlement drain's loop with its look (d)
-  "brain-settlement-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:220-259"] },
-  "brain-settlement-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:351-403"] },
+  "brain-settlement-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:222-261"] },
+  "brain-settlement-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:354-406"] },
   // results carried into the parent's next turn
   // narrowed to deliverQueued (the message format, lines 6-23, is left out: its tests are pure)
-  "brain-delivery": { pkg: "brain", mutate: ["packages/brain/src/delegation/delivery.ts:91-147"] },
+  "brain-delivery": { pkg: "brain", mutate: ["packages/brain/src/delegation/delivery.ts:99-155"] },
   // boot recovery of a daemon's interrupted calls
   "brain-recovery": {
     pkg: "brain",
@@ -82,7 +82,7 @@ const MODULES = {
     // continuation, the answer to a call of unknown outcome
     mutate: [
       "packages/brain/src/delegation/recovery.ts:191-236",
-      "packages/brain/src/delegation/recovery.ts:308-533",
+      "packages/brain/src/delegation/recovery.ts:308-537",
     ],
   },
   // the same range in six runs, each of which writes its own report: at about a minute a mutant the whole
@@ -92,18 +92,18 @@ const MODULES = {
     pkg: "brain",
     mutate: [
       "packages/brain/src/delegation/recovery.ts:191-236",
-      "packages/brain/src/delegation/recovery.ts:308-375",
+      "packages/brain/src/delegation/recovery.ts:308-378",
     ],
   },
   // b: the tails of a batch read together, the child's inbox count read on its own and hasUnknownOutcome
-  "brain-recovery-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:432-496"] },
+  "brain-recovery-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:432-499"] },
   // c: a continuation decided (settled, the charged and the free bounds); e: the row it is to answer
-  "brain-recovery-c": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:390-409"] },
-  "brain-recovery-e": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:410-430"] },
+  "brain-recovery-c": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:394-414"] },
+  "brain-recovery-e": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:415-430"] },
   // f: settleError (the error result and the parent's wake)
-  "brain-recovery-f": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:497-515"] },
+  "brain-recovery-f": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:501-513"] },
   // d: the answer to a call of unknown outcome
-  "brain-recovery-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:516-533"] },
+  "brain-recovery-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:520-537"] },
   // the scope a delegation captures from its parent
   "brain-capture": { pkg: "brain", mutate: ["packages/brain/src/scope/capture.ts"] },
   // the runner pool: slot leases (pump, dispatch, settle), the startup episode (fork, retry, adopt, terminal
@@ -182,7 +182,9 @@ export default {
   // a static mutant (a module-level constant) reruns every test: too slow on 2 cores; they are reported as ignored
   ignoreStatic: true,
   concurrency: 1,
-  timeoutMS: 30_000,
+  // added to each test's own time: a mutant that hangs a recovery costs this and a restart of the runner;
+  // 10 s is still far above any covering test's spread
+  timeoutMS: 10_000,
   incremental: true,
   incrementalFile: `${out}.incremental.json`,
   reporters: ["clear-text", "progress", "html", "json"],
