@@ -1,6 +1,8 @@
 import { createHash } from "node:crypto";
-import { readFileSync } from "node:fs";
-import { type JournalRow, readRoleTable, resolveTable } from "@crw/flow";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { FileStepBus, type JournalRow, listStepFiles, readRoleTable, resolveTable } from "@crw/flow";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import {
   answerSchema,
@@ -34,7 +36,7 @@ const pair = defineWorkflow({
 });
 
 describe("a session run in process against the fake app-server", () => {
-  it("every call runs as a session call the owner spawns; the engine starts no thread or turn (S000-001 S000-002 S000-003)", async () => {
+  it("every call runs on a subagent the owner thread spawned for its role; the engine starts no thread or turn (S000-001 S000-002 S000-003)", async () => {
     run = await inProcessRun();
     const { outcome } = await run.execute(pair, (step) =>
       json({ summary: `answer to ${step.call}`, score: step.k }),
@@ -51,6 +53,15 @@ describe("a session run in process against the fake app-server", () => {
     expect(methods.has("thread/start")).toBe(false);
     expect(methods.has("turn/start")).toBe(false);
     const rows = run.rows();
+    // each call's turns ran on a subagent the owner thread spawned for the call's role
+    const threads = rows.flatMap((r) => (r.type === "thread_started" ? [r] : []));
+    expect(threads.map((t) => t.call).sort()).toEqual(["architect.1", "explorer.1", "reviewer.1"]);
+    for (const t of threads) {
+      expect(t).toMatchObject({ via: "session", parent_thread_id: run.owner });
+      const host = run.fake.state.get(t.thread_id).thread;
+      expect(host.parentThreadId).toBe(run.owner);
+      expect(host.agentRole).toBe(t.call.split(".")[0]);
+    }
     const types = rows.map((r) => r.type);
     expect(types[0]).toBe("started");
     expect(types.filter((t) => t === "completed")).toHaveLength(3);
@@ -102,13 +113,36 @@ describe("a session run in process against the fake app-server", () => {
     expect(nm).toMatchObject({ reason: "answer_invalid_after_repair" });
   });
 
-  it("the subagent is closed once the call has its terminal row (a close step per subagent) (S000-125 S000-028)", async () => {
+  it("the subagent is closed once the call has its terminal row, by a close step naming that subagent (S000-125 S000-028)", async () => {
     run = await inProcessRun();
     const { ownerKit } = await run.execute(pair, () => json({ summary: "x", score: 1 }));
     const closes = ownerKit.taken.filter((s) => s.action === "close");
     expect(closes.map((c) => c.call).sort()).toEqual(["architect.1", "explorer.1", "reviewer.1"]);
     for (const c of closes)
       expect(run.fake.state.get(c.agent_id as string).thread.status.type).toBe("notLoaded");
+    // each close names the call's own subagent and attempt
+    const threads = run.rows().flatMap((r) => (r.type === "thread_started" ? [r] : []));
+    for (const c of closes)
+      expect(threads).toContainEqual(
+        expect.objectContaining({ call: c.call, attempt: c.attempt, thread_id: c.agent_id }),
+      );
+  });
+
+  it("two closes of one attempt are two files steps/<call>/close-a<n>-<agent>.json, neither overwriting the other (S000-028)", () => {
+    const steps = mkdtempSync(join(tmpdir(), "crw-flow-closes-"));
+    const bus = new FileStepBus(steps);
+    for (const agent of ["agent-a", "agent-b"])
+      bus.writeClose({ run_id: "r", call: "explorer.1", attempt: 1, action: "close", agent_id: agent });
+    const closes = listStepFiles(steps).closes;
+    expect(closes.map((c) => [c.attempt, c.agent_id])).toEqual([
+      [1, "agent-a"],
+      [1, "agent-b"],
+    ]);
+    expect(readdirSync(join(steps, "explorer.1")).sort()).toEqual([
+      "close-a1-agent-a.json",
+      "close-a1-agent-b.json",
+    ]);
+    rmSync(steps, { recursive: true, force: true });
   });
 
   it("a spawn the owner never reports is bound by its marker on the host (S000-074)", async () => {
