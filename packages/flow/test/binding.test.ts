@@ -13,7 +13,7 @@ const one = (role: "explorer" | "executor" = "explorer") =>
   defineWorkflow({ name: "one", run: (ctx) => ctx.call({ role, task: "count", schema }) });
 
 describe("binding a reported subagent", () => {
-  it("a subagent on another pair gets pair_mismatch naming the role's pair; the step stays; the right pair binds (S000-057 S000-059)", async () => {
+  it("a subagent on another model or effort gets pair_mismatch naming the role's pair and saying close it and spawn again; the step stays; the right pair binds (S000-057 S000-059)", async () => {
     run = await inProcessRun({ roles: { explorer: { model: "m-explore", effort: "high" } } });
     const { done } = run.background(one());
     const step = await run.firstStep();
@@ -27,7 +27,12 @@ describe("binding a reported subagent", () => {
       ),
     );
     expect(reply.pair).toEqual({ model: "m-explore", effort: "high" });
+    expect(reply.reason).toContain("close it and spawn again");
     expect(await run.steps()).toHaveLength(1); // the step stays
+    // the right model on another effort is another pair too
+    const lowEffort = run.spawn(step, "explorer", { model: "m-explore", reasoningEffort: "low" });
+    expect(await run.report(step, lowEffort.threadId)).toBe("pair_mismatch");
+    expect(await run.steps()).toHaveLength(1);
     const right = run.spawn(step, "explorer", { model: "m-explore", reasoningEffort: "high" });
     expect(await run.report(step, right.threadId)).toBe("bound");
     run.fake.answer(right.threadId, '{"n":1}', { input: 1, output: 1 });
