@@ -213,10 +213,21 @@ describe("fresh-worker prompt composition", () => {
     expect(personaTemplatesFor("dream")).not.toContain("delegated/worker");
   });
 
-  it("with no role append the worker contract still supplies scope, evidence, reporting and blockers (S004-022)", () => {
-    const prompt = composeWorkerPrompt({ model: { id: "m" }, tools: [] });
-    for (const part of ["Scope:", "Evidence:", "Reporting:", "Blockers:"]) expect(prompt).toContain(part);
-    expect(prompt).not.toContain("# Role");
+  it("a delegated worker with no role append still gets the contract's scope, evidence, parent reporting and blocker rules (S004-022)", () => {
+    const scope = parseDelegatedExecutionScope(
+      captureDelegatedExecutionScope({ accountId: "a", target: { kind: "host", ref: "p" }, workDir: "/w" }),
+    );
+    const prompts = [
+      composeWorkerPrompt({ model: { id: "m" }, tools: [] }),
+      sessionSystemPrompt({ scope, model: { id: "m" } }),
+    ];
+    for (const prompt of prompts) {
+      expect(prompt).toContain("do not widen it");
+      expect(prompt).toContain("base every claim on what you read or ran");
+      expect(prompt).toContain("end with a concise report for the parent");
+      expect(prompt).toContain("stop and report the blocker instead of guessing");
+      expect(prompt).not.toContain("# Role");
+    }
   });
 
   it("minimal harness guidance comes from the tool declarations and the worker contract (S004-004)", () => {
