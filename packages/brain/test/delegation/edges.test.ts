@@ -63,8 +63,19 @@ describe("delivery and bracket edges", () => {
     await service.close();
   });
 
-  it("concurrent bracket callers and the owner's drain share one delivery authority: each result is journaled once (S004-063)", async () => {
-    const { service, repo } = makeService(db.pool);
+  it("concurrent bracket callers and the owner's drain share one delivery authority and the session lock: each result is journaled once, the turns run one after another, nothing is left for later (S004-063)", async () => {
+    const scripted = createScriptedTurnRunner();
+    const spans: Array<{ session: string; from: number; to: number }> = [];
+    let clock = 0;
+    const runner: SessionTurnRunner = {
+      async runTurn(request, host) {
+        const from = ++clock;
+        const outcome = await scripted.runTurn(request, host);
+        spans.push({ session: request.sessionId, from, to: ++clock });
+        return outcome;
+      },
+    };
+    const { service, repo } = makeService(db.pool, { runner });
     const { account, parent } = await newParent(service);
     const first = await delegateForeground(
       service,
@@ -98,7 +109,12 @@ describe("delivery and bracket edges", () => {
     expect(claimed.filter(Boolean).sort()).toEqual([...resultIds].sort());
     // The bracket callers each ran one turn, one after another (the session lock is the only queue).
     const turns = outs.filter((o) => o.outcome !== null);
+    expect(turns).toHaveLength(3);
     expect(turns.every((o) => o.outcome?.stopReason === "stop")).toBe(true);
+    const childTurns = spans.filter((t) => t.session === child.id);
+    expect(childTurns.length).toBeGreaterThanOrEqual(3);
+    for (const [i, t] of childTurns.entries())
+      if (i > 0) expect(t.from).toBeGreaterThan(childTurns[i - 1]?.to ?? 0);
     await service.close();
   });
 
