@@ -125,7 +125,7 @@ describe("SubagentDispatch failure and fences", () => {
     expect(order).toEqual(["enter f1", "enter f2", "leave f1", "leave f2", "enter f3", "leave f3"]);
   });
 
-  it("startup failures never replay delegated work in the daemon; S004-163: the caller gets the typed error (S004-162)", async () => {
+  it("startup failures never replay delegated work in the daemon; the caller gets the typed error (S004-162)", async () => {
     const effects = await effectsFile();
     const { pool } = makePool({ env: { CRW_RUNNER_FAULT: "exit-before-hello" } });
     const local = inProcess();

@@ -6,11 +6,13 @@ import {
   DelegationService,
   type DelegationServiceOptions,
   FileSpillStore,
+  type SessionTurnRunner,
   scriptTask,
 } from "@crw/brain";
 import { PgDelegationRepository, type TranscriptMessage } from "@crw/db";
 import {
   type Placement,
+  RunnerStartupError,
   runWithWorkflowNodeDispatch,
   type SubagentRunnerPoolDeps,
   SubagentSessionDispatch,
@@ -47,7 +49,12 @@ afterAll(async () => {
 function assemble(
   size: { maxRunners: number; turnsPerRunner: number } = { maxRunners: 2, turnsPerRunner: 4 },
   tools?: DelegationServiceOptions["tools"],
-  runner: { kind?: "agent" | "scripted"; pool?: Partial<SubagentRunnerPoolDeps> } = {},
+  runner: {
+    kind?: "agent" | "scripted";
+    pool?: Partial<SubagentRunnerPoolDeps>;
+    /** Collects what the dispatch throws at the delegation core. */
+    thrown?: Error[];
+  } = {},
 ) {
   const { pool, events } = makePool({ size, ...runner.pool });
   const placements: Placement[] = [];
@@ -69,9 +76,16 @@ function assemble(
         : { channelId: row.id };
     },
   });
+  const seam: SessionTurnRunner = {
+    runTurn: (request, host) =>
+      dispatch.runTurn(request, host).catch((e: Error) => {
+        runner.thrown?.push(e);
+        throw e;
+      }),
+  };
   const service = new DelegationService({
     repo,
-    runner: dispatch,
+    runner: runner.thrown ? seam : dispatch,
     spill: new FileSpillStore(tempDir("spill")),
     helperWaitMs: 200,
     ...(tools && { tools }),
@@ -112,6 +126,44 @@ describe("test:e2e:subagent", () => {
     // Runner use, unconditionally: the parent (a root session) ran in the daemon, the child in a runner.
     expect(placements).toEqual(["in-process", "runner"]);
     expect(events.filter((e) => e.type === "turn_dispatched")).toHaveLength(1);
+  });
+
+  it("a child whose runner cannot start fails the parent's Delegate call with an error result naming the typed startup failure; it never runs in the daemon (S004-163)", async () => {
+    const thrown: Error[] = [];
+    const { service, repo, placed } = assemble(undefined, undefined, {
+      pool: { env: { CRW_RUNNER_FAULT: "exit-before-hello" } },
+      thrown,
+    });
+    const account = await repo.createAccount({ name: `acct-${randomUUID()}` });
+    const parent = await service.createRootSession(account.id, "scripted");
+    const outcome = await service.prompt(
+      parent.id,
+      account.id,
+      scriptTask({
+        rounds: [[{ name: "Delegate", arguments: { task: scriptTask({ answer: "never" }) } }]],
+        answer: "parent done",
+      }),
+    );
+    expect(outcome.stopReason).toBe("stop");
+    await service.whenIdle();
+    const journal = messagesOf(await repo.readJournal(parent.id, account.id));
+    const result = journal.find((m) => m.role === "toolResult");
+    expect(result).toMatchObject({ toolName: "Delegate", isError: true });
+    const run = await repo.runForToolCall(
+      parent.id,
+      (result as { toolCallId: string }).toolCallId,
+      account.id,
+    );
+    expect(run).toMatchObject({ status: "failed", error: { code: "child_failed" } });
+    expect((result as { content: string }).content).toBe(thrown[0]?.message);
+    // what the delegation core caught from the child's turn: the typed startup failure, nothing generic
+    expect(thrown).toHaveLength(1);
+    expect(thrown[0]).toBeInstanceOf(RunnerStartupError);
+    expect(thrown[0]).toMatchObject({ code: "runner_startup", category: expect.any(String) });
+    // the child's turn was placed in a runner only: no fallback ran it in the daemon
+    expect(placed.filter((p) => p.sessionId === run?.childSessionId).map((p) => p.placement)).toEqual([
+      "runner",
+    ]);
   });
 
   it("background children run in runners while the parent continues; each result is delivered exactly once", async () => {
