@@ -14,7 +14,11 @@ import { join } from "node:path";
 import type { TranscriptMessage } from "@crw/db";
 import { afterAll, describe, expect, it } from "vitest";
 import { type ChildTurnInput, runChildTurn, type ScriptStep } from "../../src/agent/index.js";
-import { captureDelegatedExecutionScope } from "../../src/scope/index.js";
+import {
+  captureDelegatedExecutionScope,
+  forDelegatedTurn,
+  parseDelegatedExecutionScope,
+} from "../../src/scope/index.js";
 
 const root = realpathSync(mkdtempSync(join(tmpdir(), "crw-turn-")));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -435,7 +439,7 @@ describe("shell bounds", () => {
 });
 
 describe("scope as data", () => {
-  it("only the serializable scope crosses the boundary; the tool policy is rebuilt from it on the other side (S004-209)", async () => {
+  it("only the serializable scope crosses the boundary; the tool policy and the identity are rebuilt from it on the other side (S004-209)", async () => {
     const dir = workDir();
     const captured = scope(dir, { tools: { allow: ["read", "shell(ls*)"], deny: ["read(secret*)"] } });
     // What a runner process receives: plain JSON text, no closures, Sets or identity objects.
@@ -463,6 +467,11 @@ describe("scope as data", () => {
       "ran",
       "tool_not_allowed",
     ]);
+    // the identity the turn acts for is derived again from the crossed text, not carried beside it
+    const parent = { sessionId: "p", accountId: "acct", kind: "root", continuation: false } as const;
+    expect(forDelegatedTurn(parseDelegatedExecutionScope(overIpc.scope), parent)).toEqual({
+      principalAccountId: "acct",
+    });
   });
 
   it("tool grants and read-only stay the ceiling wherever the working directory is placed (S004-271)", async () => {
