@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs";
 import { useTestDatabase } from "@crw/tools/pg";
 import { beforeAll, describe, expect, it } from "vitest";
 import {
@@ -175,7 +176,42 @@ describe("delivery of delegated results", () => {
     await service.whenIdle();
   });
 
-  it("a workflow delivers one whole-workflow summary, prepared like a child result before the inbox (S004-068 S004-235)", async () => {
+  it("a background child's result and a workflow summary are both prepared (spilled) before they enter the inbox (S004-235)", async () => {
+    const { service, repo } = makeService(db.pool, { toolResultInlineBytes: () => 64 });
+    const { account, parent } = await newParent(service);
+    const answer = `child finished: ${"line ok; ".repeat(20)}`;
+    await service.prompt(
+      parent.id,
+      account.id,
+      scriptTask({ rounds: [[delegateCall({ answer }, { background: true })]], answer: "started" }),
+    );
+    await service.whenIdle();
+    const summary = `workflow finished: ${"node ok; ".repeat(20)}`;
+    await service.emitDelegationCompletion({
+      kind: "workflow_summary",
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "wf-1",
+      outcome: "ok",
+      summary,
+    });
+    await waitFor(
+      async () => (await repo.settledResultIds(parent.id, account.id)).length === 2,
+      "both delivered",
+    );
+    await service.whenIdle();
+    const ids = await repo.settledResultIds(parent.id, account.id);
+    const full = [answer, summary];
+    for (const [i, id] of ids.entries()) {
+      // the inbox row holds the prepared placeholder, never the raw body: it was prepared before the handoff
+      const row = await repo.getResult(id, account.id);
+      expect(row.body).toMatch(/^\[full result: \d+ bytes at (\S+); read that path with Read\]/);
+      const path = /at (\S+); read/.exec(row.body)?.[1] ?? "";
+      expect(readFileSync(path, "utf8")).toBe(full[i]);
+    }
+  });
+
+  it("a workflow delivers one whole-workflow summary, prepared like a child result before the inbox (S004-068)", async () => {
     const { service, repo } = makeService(db.pool, { toolResultInlineBytes: () => 64 });
     const { account, parent } = await newParent(service);
     await service.prompt(parent.id, account.id, scriptTask({ answer: "started a workflow" }));
