@@ -163,7 +163,7 @@ nodes:
     expect(outcome.summary).toMatch(/- k: failed: the answer does not match the output schema at ok/);
   });
 
-  it("cancel interrupts a running node, never starts a pending one, and says which in the summary (S004-284 S004-283)", async () => {
+  it("cancel interrupts a running node, never starts a pending one, and says which in the summary (S004-284)", async () => {
     const w = await world(db.pool);
     const def = parseWorkflowDefinition(`
 name: stop-me
