@@ -86,13 +86,16 @@ describe("journaledBoundaryCheck's current access", () => {
     });
   });
 
-  it("malformed scopes, ancestry cycles, missing accounts and another account's session refuse (S004-321)", async () => {
+  it("malformed scopes, ancestry cycles, missing accounts and another account's session refuse; a parent link across accounts cannot be stored (S004-321)", async () => {
     const { repo, acct, root, delegate } = await setup();
     const child = await delegate(root.id, {});
     await db.pool.query('update sessions set scope = \'{"version":1,"accountId":"x"}\' where id = $1::uuid', [
       child.id,
     ]);
-    expect(await currentDelegatedAccess(repo, acct.id, child.id)).toMatchObject({ ok: false });
+    expect(await currentDelegatedAccess(repo, acct.id, child.id)).toMatchObject({
+      ok: false,
+      reason: expect.stringContaining("stored scope is invalid"),
+    });
     const a = await delegate(root.id, {});
     const b = await delegate(a.id, {});
     await db.pool.query("update sessions set parent_session_id = $2::uuid where id = $1::uuid", [a.id, b.id]);
@@ -101,6 +104,15 @@ describe("journaledBoundaryCheck's current access", () => {
     expect(!cyc.ok && cyc.reason).toContain("cycle");
     const other = await setup();
     expect(await currentDelegatedAccess(repo, other.acct.id, root.id)).toMatchObject({ ok: false });
+    // a parent link into another account's conversation cannot even be stored, so no chain crosses accounts
+    const linked = await delegate(root.id, {});
+    await expect(
+      db.pool.query("update sessions set parent_session_id = $2::uuid where id = $1::uuid", [
+        linked.id,
+        other.root.id,
+      ]),
+    ).rejects.toMatchObject({ code: "23503" });
+    expect(await currentDelegatedAccess(repo, acct.id, linked.id)).toMatchObject({ ok: true });
     expect(await currentDelegatedAccess(repo, randomUUID(), root.id)).toMatchObject({ ok: false });
   });
 });
