@@ -1,4 +1,11 @@
 import {
+  captureDelegatedExecutionScope,
+  createScriptedTurnRunner,
+  parseDelegatedExecutionScope,
+  type TurnHost,
+  type TurnRequest,
+} from "@crw/brain";
+import {
   type ChildTurnExecutor,
   type DelegatedTurnRequest,
   delegatedTurnRequestSchema,
@@ -10,6 +17,7 @@ import {
   ScriptedTurnExecutor,
   SkillReviewSkippedError,
   SubagentDispatch,
+  SubagentSessionDispatch,
 } from "@crw/subagent";
 import { describe, expect, it } from "vitest";
 import { closePoolsAfterEach, effectsFile, makePool } from "./support/pools.js";
@@ -54,6 +62,29 @@ function protectedScope(
 
 const child = (partial: Partial<DelegatedTurnRequest> = {}) =>
   turn({ channelId: "parent-1", sessionId: "child-1", ...partial });
+
+/** A delegated child's session turn (it carries its durable scope), as the delegation core hands it over. */
+const sessionTurn = (sessionId: string): TurnRequest => ({
+  sessionId,
+  principalAccountId: "acct-1",
+  model: "scripted",
+  systemPrompt: "You are a worker.",
+  context: [{ role: "user", content: "hi" }],
+  tools: [],
+  scope: parseDelegatedExecutionScope(
+    captureDelegatedExecutionScope({ accountId: "acct-1", target: { kind: "host", ref: null } }),
+  ),
+  readOnly: false,
+  workDir: null,
+  signal: new AbortController().signal,
+});
+
+const quietHost: TurnHost = {
+  record: async () => {},
+  beforeToolCall: async () => {},
+  drainSteering: async () => [],
+  progress: () => {},
+};
 
 const dispatchedSessions = (events: { type: string }[]) =>
   events.flatMap((e) => (e.type === "turn_dispatched" ? [e] : [])).length;
@@ -270,15 +301,25 @@ describe("protected automatic missing-child placement", () => {
     expect(dispatchedSessions(events)).toBe(2);
   });
 
-  it("with no protected scope there is no assertion work (S004-378)", async () => {
-    const { pool } = makePool();
+  it("with no protected scope, or one for another child, a session turn makes no assertion and no placement read (S004-378)", async () => {
     const log: string[] = [];
     const scope = protectedScope(log);
-    const local = inProcess(log);
-    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
-    await dispatch.send(child());
-    await dispatch.send(child({ sessionId: "child-2" }));
+    let reads = 0;
+    const dispatch = new SubagentSessionDispatch({
+      inProcess: createScriptedTurnRunner(),
+      runnerEnabled: () => false,
+      placementOf: () => {
+        reads++;
+        return { channelId: "parent-1", parentSessionId: "parent-1" };
+      },
+    });
+    await dispatch.runTurn(sessionTurn("child-1"), quietHost);
+    await runWithWorkflowNodeDispatch(scope, () => dispatch.runTurn(sessionTurn("child-2"), quietHost));
+    expect(reads).toBe(0);
     expect(scope.asserted).toEqual([]);
-    expect(log).toEqual([]);
+    // the protected child itself is read and asserted: the knobs above do see that work when it happens
+    await runWithWorkflowNodeDispatch(scope, () => dispatch.runTurn(sessionTurn("child-1"), quietHost));
+    expect(reads).toBe(1);
+    expect(scope.asserted).toEqual(["child-1"]);
   });
 });
