@@ -51,7 +51,7 @@ const boot = (buildId = "build-1"): InputFrame => ({
 });
 
 describe("RunnerCore", () => {
-  it("a runner serves nothing before the daemon's boot frame carries its policy (S004-459)", async () => {
+  it("a runner serves nothing before the daemon's boot frame carries its policy", async () => {
     const c = channel();
     new RunnerCore(c.port, new ScriptedTurnExecutor(), "build-1", undefined).start();
     expect(c.out[0]).toMatchObject({ type: "hello", buildId: "build-1" });
