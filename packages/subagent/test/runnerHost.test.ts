@@ -219,7 +219,7 @@ describe("heartbeat", () => {
     expect(load?.memory.rssBytes).toBeGreaterThanOrEqual(load?.rssBytes ? load.rssBytes * 0.5 : 0);
   });
 
-  it("the pool measures the memory of the runner's process tree (S004-495)", async () => {
+  it("a heartbeat carries a complete memory measurement that counts the runner itself", async () => {
     const { host, events } = await ready({ heartbeatIntervalMs: 100 });
     await waitFor(() => events.some((e) => e.type === "heartbeat"));
     const hb = events.find((e) => e.type === "heartbeat");
