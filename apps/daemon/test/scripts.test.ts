@@ -88,6 +88,16 @@ const RUNNER_USE_ASSERTED = [
   /expect\([^;]*placement === "runner"\)\)\.toBe\(true\)/,
 ];
 
+/** Whether a suite asserts runner use on a statement of its own, not under an `if` that may skip it. */
+function assertsRunnerUse(text: string): boolean {
+  const lines = text.split("\n");
+  return lines.some((line, i) => {
+    if (!RUNNER_USE_ASSERTED.some((re) => re.test(line))) return false;
+    const before = (lines[i - 1] ?? "").trim();
+    return !/^\s*(?:if|else|\}\s*else)\b/.test(line) && !/^(?:if|else|\}\s*else)\b.*[^;{]$/.test(before);
+  });
+}
+
 const E2E = [
   "test:e2e:subagent",
   "test:e2e:recovery",
@@ -109,10 +119,7 @@ describe("the e2e scripts", () => {
         for (const text of sources)
           expect(RUNNER_ENV_READ.test(text), `${where} reads a runner switch`).toBe(false);
         for (const text of sources) expect(text, where).not.toContain("ELOWEN_SUBAGENT_RUNNER");
-        expect(
-          RUNNER_USE_ASSERTED.some((re) => re.test(sources[0] as string)),
-          `${where} asserts that a runner was used`,
-        ).toBe(true);
+        expect(assertsRunnerUse(sources[0] as string), `${where} asserts that a runner was used`).toBe(true);
       }
     }
   });
@@ -141,7 +148,7 @@ describe("the e2e scripts", () => {
     expect(offenders).toEqual([]);
   });
 
-  it("the source checks catch a suite that reads a runner switch or asserts no runner use", () => {
+  it("the source checks catch a suite that reads a runner switch, asserts no runner use or asserts it only conditionally", () => {
     expect(RUNNER_ENV_READ.test('if (process.env.CRW_SUBAGENT_RUNNER === "1")')).toBe(true);
     expect(RUNNER_ENV_READ.test('const on = process.env["ELOWEN_SUBAGENT_RUNNER"]')).toBe(true);
     expect(RUNNER_ENV_READ.test("process.env[FAKE_KEY_ENV] = 'k'")).toBe(false);
@@ -149,5 +156,13 @@ describe("the e2e scripts", () => {
       RUNNER_USE_ASSERTED.some((re) => re.test("expect(run.placements.runner).toBeGreaterThan(0);")),
     ).toBe(true);
     expect(RUNNER_USE_ASSERTED.some((re) => re.test("expect(run.placements.runner).toBe(0);"))).toBe(false);
+    expect(assertsRunnerUse("    expect(run.placements.runner).toBeGreaterThan(0);")).toBe(true);
+    // an assertion an `if` may skip is no unconditional runner use
+    expect(
+      assertsRunnerUse("    if (resumed > 0)\n      expect(after.placements.runner).toBeGreaterThan(0);"),
+    ).toBe(false);
+    expect(assertsRunnerUse("    if (resumed > 0) expect(after.placements.runner).toBeGreaterThan(0);")).toBe(
+      false,
+    );
   });
 });
