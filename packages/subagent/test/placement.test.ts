@@ -213,6 +213,46 @@ describe("protected automatic missing-child placement", () => {
     expect(pool.routeOf("child-1")).toBeUndefined();
   });
 
+  it("the pool hands a channel back through release: a protected session turn asks the runner first (busy refuses, released drops the route), and a reset releases the idle routes (S004-527)", async () => {
+    const { pool } = makePool({ size: { maxRunners: 1, turnsPerRunner: 2 } });
+    const log: string[] = [];
+    const scope = protectedScope(log);
+    const dispatch = new SubagentSessionDispatch({
+      pool,
+      inProcess: createScriptedTurnRunner(),
+      runnerKind: "scripted",
+      placementOf: () => ({ channelId: "parent-1", parentSessionId: "parent-1" }),
+    });
+    const running = pool.runTurn(child({ script: [{ kind: "wait", ms: 60_000 }] })).catch(() => {});
+    await waitFor(() => pool.sessionState("child-1") === "running");
+    // only the runner knows the child is busy: the refusal is its answer to the release
+    const refused = await runWithWorkflowNodeDispatch(scope, () =>
+      dispatch.runTurn(sessionTurn("child-1"), quietHost),
+    ).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(ProtectedDispatchBusyError);
+    expect(pool.routeOf("child-1")).toBeDefined();
+    pool.abortChannel("parent-1");
+    await running;
+    const outcome = await runWithWorkflowNodeDispatch(scope, () =>
+      dispatch.runTurn(sessionTurn("child-1"), quietHost),
+    );
+    expect(outcome.stopReason).toBe("stop");
+    expect(pool.routeOf("child-1")).toBeUndefined();
+    // a reset (the mode toggle) hands every routed session back the same way, on a runner kept alive by a
+    // busy session: the idle one is released, the busy one keeps its route
+    const busy = pool
+      .runTurn(turn({ sessionId: "busy", channelId: "parent-2", script: [{ kind: "wait", ms: 60_000 }] }))
+      .catch(() => {});
+    await waitFor(() => pool.sessionState("busy") === "running");
+    await pool.runTurn(turn({ sessionId: "idle", channelId: "parent-2" }));
+    expect(pool.routeOf("idle")).toBe(pool.routeOf("busy"));
+    await pool.reset();
+    expect(pool.routeOf("idle")).toBeUndefined();
+    expect(pool.routeOf("busy")).toBeDefined();
+    pool.abortChannel("parent-2");
+    await busy;
+  });
+
   it("a protected child still running a turn in its runner is refused (busy), not run twice; its route stays", async () => {
     const { pool } = makePool({ size: { maxRunners: 1, turnsPerRunner: 2 } });
     const log: string[] = [];

@@ -135,7 +135,7 @@ describe("runner pool admission", () => {
 });
 
 describe("routing and release", () => {
-  it("a busy release keeps the route; S004-527: a released session's route is retired (S004-526)", async () => {
+  it("a busy release keeps the route; a released session's route is retired (S004-526)", async () => {
     const { pool } = makePool();
     const running = pool.runTurn(turn({ sessionId: "r1", script: [{ kind: "wait", ms: 300 }] }));
     await waitFor(() => pool.sessionState("r1") === "running");
