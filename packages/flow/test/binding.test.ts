@@ -13,7 +13,7 @@ const one = (role: "explorer" | "executor" = "explorer") =>
   defineWorkflow({ name: "one", run: (ctx) => ctx.call({ role, task: "count", schema }) });
 
 describe("binding a reported subagent", () => {
-  it("a subagent on another model or effort gets pair_mismatch naming the role's pair and saying close it and spawn again; the step stays; the right pair binds (S000-057 S000-059)", async () => {
+  it("a subagent on another model or effort gets pair_mismatch naming the role's pair and saying close it and spawn again; the step stays; the right pair binds (S000-059)", async () => {
     run = await inProcessRun({ roles: { explorer: { model: "m-explore", effort: "high" } } });
     const { done } = run.background(one());
     const step = await run.firstStep();
@@ -41,6 +41,42 @@ describe("binding a reported subagent", () => {
     expect(ts).toMatchObject({ thread_id: right.threadId, model: "m-explore", effort: "high" });
     expect(ts).not.toHaveProperty("pair_unchecked");
     expect(ts).not.toHaveProperty("effort_unchecked");
+  });
+
+  it("only the owner's subagent whose turn opens with the marker and that runs the role's pair is bound (S000-057)", async () => {
+    run = await inProcessRun({ roles: { explorer: { model: "m-explore", effort: "high" } } });
+    const r = run;
+    const { done } = r.background(one());
+    const step = await r.firstStep();
+    const pair = { model: "m-explore", reasoningEffort: "high", agentRole: "explorer" };
+    const threads = () => r.rows().filter((x) => x.type === "thread_started");
+    // each of the three lacks exactly one of the conditions
+    const stranger = r.fake.createOwnerThread();
+    r.fake.startOwnerTurn(stranger);
+    const foreign = r.fake.spawnSubagent({ ownerThreadId: stranger, message: step.message, ...pair });
+    expect(await r.report(step, foreign.threadId)).toBe("refused");
+    const unmarked = r.fake.spawnSubagent({
+      ownerThreadId: r.owner,
+      message: `read this first\n${step.message}`,
+      ...pair,
+    });
+    expect(await r.report(step, unmarked.threadId)).toBe("retry");
+    const otherPair = r.spawn(step, "explorer", { model: "m-explore", reasoningEffort: "low" });
+    expect(await r.report(step, otherPair.threadId)).toBe("pair_mismatch");
+    expect(threads()).toHaveLength(0);
+    expect(await r.steps()).toHaveLength(1);
+    const right = r.spawn(step, "explorer", pair);
+    expect(await r.report(step, right.threadId)).toBe("bound");
+    r.fake.answer(right.threadId, '{"n":1}');
+    expect(await done).toEqual({ state: "completed", result: { n: 1 } });
+    expect(threads()).toEqual([
+      expect.objectContaining({
+        thread_id: right.threadId,
+        parent_thread_id: r.owner,
+        model: "m-explore",
+        effort: "high",
+      }),
+    ]);
   });
 
   it("crw flow dispatched prints a pair_mismatch reply with the role's pair and exits 1 (S000-230)", async () => {
