@@ -242,7 +242,7 @@ describe("an explicit effort on a continuation", () => {
     expect(t3?.effort_unchecked).toBeUndefined();
   });
 
-  it("an explicit effort is a continuation's option; one that differs from an effort the role decides is pair_refused (S000-073)", async () => {
+  it("an explicit effort is a continuation's option; one that differs from an effort the role decides is pair_refused", async () => {
     run = await inProcessRun({ roles: { explorer: { model: "m-x", effort: "high" } } });
     const r = run;
     const errors: unknown[] = [];
