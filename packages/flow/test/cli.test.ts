@@ -1,3 +1,4 @@
+import { execFile } from "node:child_process";
 import {
   chmodSync,
   existsSync,
@@ -56,6 +57,20 @@ afterAll(async () => {
   await fake?.stop();
   rmSync(root, { recursive: true, force: true });
 });
+
+/** Runs a command line as the owner would paste it (the test's paths hold no spaces). */
+function runCommand(
+  line: string,
+  e: NodeJS.ProcessEnv,
+): Promise<{ code: number; stdout: string; stderr: string; json: () => unknown }> {
+  const [file, ...args] = line.split(" ");
+  return new Promise((done) => {
+    execFile(String(file), args, { env: e, cwd: root }, (err, stdout, stderr) => {
+      const code = err ? Number((err as { code?: number }).code ?? 1) : 0;
+      done({ code, stdout, stderr, json: () => JSON.parse(stdout) });
+    });
+  });
+}
 
 function workflow(name: string, extra = ""): string {
   const path = join(root, `${name}.mjs`);
@@ -164,7 +179,7 @@ describe("crw flow commands as real processes", () => {
       expect(specText).not.toContain(String(env.PATH));
     });
 
-    it("the start's answer names next as the command the steps are taken with (S000-193)", () => {
+    it("the start's answer names crw flow next for the run", () => {
       expect(String(answer.next)).toContain(`${crwBin} flow next run-start`);
     });
   });
@@ -267,6 +282,7 @@ describe("crw flow commands as real processes", () => {
     let state: string;
     let paths: ReturnType<typeof runPaths>;
     const seen: Array<Record<string, unknown>> = [];
+    let takes = 0;
     const dispatches: Dispatch[] = [];
     const others: Record<string, Dispatch> = {};
     const inboxEvents: Array<{ event: string; name: string }> = [];
@@ -301,8 +317,10 @@ describe("crw flow commands as real processes", () => {
         owner,
         source: {
           take: async () => {
-            const res = await crwFlow(["next", "run-owner", "--state", state, "--json"], env);
-            if (res.code !== 0) throw new Error(`crw flow next exited ${res.code}: ${res.stderr}`);
+            // the owner takes its steps with the very command the start's answer named
+            const res = await runCommand(String(r.json().next), env);
+            takes++;
+            if (res.code !== 0) throw new Error(`${r.json().next} exited ${res.code}: ${res.stderr}`);
             const a = res.json() as { state: string; steps: OwnerStep[] };
             seen.push(...(a.steps as unknown as Array<Record<string, unknown>>));
             const spawn = a.steps.find((x) => x.action === "spawn");
@@ -355,6 +373,14 @@ describe("crw flow commands as real processes", () => {
 
     it("the run ends with the owner's answers", () => {
       expect(rows.at(-1)).toMatchObject({ type: "run_ended", status: "completed", result: { sum: 112 } });
+    });
+
+    it("the start's answer names next as the command the steps are taken with: the owner ran it for every step (S000-193)", () => {
+      expect(r.json().next).toBe(
+        `${process.execPath} ${crwBin} flow next run-owner --state ${state} --wait 10 --json`,
+      );
+      expect(takes).toBeGreaterThan(0);
+      expect(seen.filter((x) => x.action !== "close").length).toBeGreaterThanOrEqual(3);
     });
 
     it("each step next hands out carries call, k, attempt, op, role, action, agent_type, model, reasoning_effort, message, packet, workspace and agent_id (S000-199)", () => {
