@@ -124,6 +124,25 @@ describe("the start preview's session facts", () => {
         rolePairs: pairs,
       });
       expect(of("r2", "owner-b", second)).toMatchObject({ ok: false, detail: expect.stringContaining("r1") });
+      // another run of the thread is still starting: no process yet, its start holds the start lock
+      const starting = runPaths(state, "r3");
+      mkdirSync(starting.dir, { recursive: true });
+      const bindOf = (owner: string, runId: string, at = state) =>
+        bindRunOwner({ state: at, owner, runId, policyDigest: table.policy_digest, rolePairs: pairs });
+      bindOf("owner-c", "r3");
+      tryLock(starting.startLock, { pid: process.pid });
+      expect(of("r4", "owner-c", bindOf("owner-c", "r4"))).toMatchObject({
+        ok: false,
+        detail: expect.stringContaining("live run r3"),
+      });
+      // a binding that cannot be read back: a flow-bound directory others may write is not trusted
+      const open = mkdtempSync(join(root, "state-"));
+      mkdirSync(join(open, "flow-bound"), { recursive: true });
+      chmodSync(join(open, "flow-bound"), 0o777);
+      expect(of("r5", "owner-d", bindOf("owner-d", "r5", open))).toMatchObject({
+        ok: false,
+        detail: expect.stringContaining("cannot be written"),
+      });
     });
 
     it("role_models lists the six pairs and flags a role without a model, and a role with a model but no effort (S000-308)", () => {
