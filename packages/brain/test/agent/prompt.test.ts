@@ -207,10 +207,14 @@ describe("fresh-worker prompt composition", () => {
   });
 
   it("scheduled, memory-dreaming and skill-review paths stay separate from the worker route (S004-018)", () => {
-    expect(selectPromptRoute({ purpose: "scheduled" })).toBe("scheduled");
-    expect(selectPromptRoute({ purpose: "dream" })).toBe("dream");
-    expect(selectPromptRoute({ purpose: "skill-review" })).toBe("skill-review");
-    expect(personaTemplatesFor("dream")).not.toContain("delegated/worker");
+    for (const purpose of ["scheduled", "dream", "skill-review"] as const) {
+      // a role on the spawn does not turn them into a fresh worker either
+      expect(selectPromptRoute({ purpose, role: "auditor" })).toBe(purpose);
+      const personas = personaTemplatesFor(selectPromptRoute({ purpose }));
+      expect(personas).not.toContain("delegated/worker");
+      expect(personas).toContain("crw-engineering");
+    }
+    expect(personaTemplatesFor(selectPromptRoute({ purpose: "delegate" }))).toContain("delegated/worker");
   });
 
   it("a delegated worker with no role append still gets the contract's scope, evidence, parent reporting and blocker rules (S004-022)", () => {
