@@ -97,6 +97,20 @@ describe("DelegationRepository on PostgreSQL", () => {
     const ids: string[] = [];
     for (const run of [runs[2], runs[0], runs[3], runs[1]]) ids.push(await settle(r, run as never));
     expect(await r.queuedResultIds(parent.id, account.id)).toEqual(ids);
+    // another parent of the same account: each parent's queue holds only its own children's results
+    const sibling = await r.createRootSession(account.id, "scripted");
+    const { run } = await r.createDelegation({
+      parentSessionId: sibling.id,
+      principalAccountId: account.id,
+      toolCallId: "call-s",
+      task: "sibling's task",
+      mode: "background",
+      model: "scripted",
+      scope: "{}",
+    });
+    const siblings = await settle(r, run);
+    expect(await r.queuedResultIds(parent.id, account.id)).toEqual(ids);
+    expect(await r.queuedResultIds(sibling.id, account.id)).toEqual([siblings]);
     const other = await r.createAccount({ name: `other-${randomUUID()}` });
     await expect(r.queuedResultIds(parent.id, other.id)).resolves.toEqual([]);
     await expect(r.readJournal(parent.id, other.id)).rejects.toMatchObject({ code: "not_found" });
