@@ -103,6 +103,51 @@ describe("DelegateContinue's call id, onEvent, model and promote", () => {
     expect(recovered?.status).toBe("succeeded");
   });
 
+  it("a continuation's delivery and read-only clamp belong to its call: the next continuation has neither (S004-208)", async () => {
+    const rec = recordingRunner();
+    const { service, repo } = makeService(db.pool, { runner: rec.runner });
+    const { account, parent, child } = await childOf(service);
+    const started = await service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: child,
+      toolCallId: "c-bg",
+      text: scriptTask({ answer: "in the background" }),
+      mode: "background",
+      callerReadOnly: true,
+    });
+    expect(started.kind).toBe("started");
+    await service.whenIdle();
+    const background = await repo.runForToolCall(parent.id, "c-bg", account.id);
+    expect(background).toMatchObject({ mode: "background", status: "succeeded" });
+    expect(background?.readOnlyScope).not.toBeNull();
+    expect(await repo.resultForRun(background?.id as string, account.id)).toMatchObject({
+      mode: "background",
+      body: "in the background",
+    });
+    // the child's session took neither: a plain continuation is answered inline and runs writable
+    const plain = await continueForeground(
+      service,
+      { parent, account },
+      child,
+      "c-fg",
+      scriptTask({ answer: "inline" }),
+    );
+    expect(plain).toMatchObject({ kind: "result", body: "inline" });
+    expect(await repo.runForToolCall(parent.id, "c-fg", account.id)).toMatchObject({
+      mode: "foreground",
+      readOnlyScope: null,
+    });
+    expect(rec.turns.filter((t) => t.sessionId === child).map((t) => t.readOnly)).toEqual([
+      false,
+      true,
+      false,
+    ]);
+    const scope = parseDelegatedExecutionScope((await repo.getSession(child, account.id)).scope ?? "");
+    expect(scope.readOnly).not.toBe(true);
+    await service.close();
+  });
+
   it("promote mints the child's scope again from the caller's live access; refused from a read-only turn (S004-215)", async () => {
     const rec = recordingRunner();
     const { service, repo } = makeService(db.pool, { runner: rec.runner });
