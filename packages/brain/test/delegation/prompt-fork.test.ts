@@ -1,3 +1,4 @@
+import { PgDelegationRepository } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { type MutatingTool, PERSONA_TEMPLATES } from "../../src/index.js";
@@ -48,7 +49,7 @@ describe("the prompt and context a child's turn gets", () => {
     expect(typed?.tools.map((t) => t.name)).toEqual(["Delegate", "DelegateContinue", "DelegateRead"]);
   });
 
-  it("a fork continues with its parent's byte-identical prompt, toolset and settled prefix (S004-017 S004-243 S004-244)", async () => {
+  it("a fork continues with its parent's byte-identical prompt, toolset and settled prefix (S004-017 S004-243)", async () => {
     const { seen, runner } = recording();
     const { service, repo } = makeService(db.pool, { runner });
     const { account, parent } = await newParent(service);
@@ -75,6 +76,61 @@ describe("the prompt and context a child's turn gets", () => {
       (m) => m.role === "toolResult",
     );
     expect(toolResult).toMatchObject({ content: "forked ok", isError: false });
+  });
+
+  it("a fork child stays private until its copied context has committed: no reader finds it before, its turn runs after (S004-244)", async () => {
+    const repo = new PgDelegationRepository(db.pool);
+    const log: string[] = [];
+    const whileCopying: string[] = [];
+    const codeOf = (p: Promise<unknown>) =>
+      p.then(
+        () => "found",
+        (e: { code?: string }) => e.code ?? "error",
+      );
+    const copy = repo.copyJournalBranch;
+    repo.copyJournalBranch = async (source, target, principal, upto) => {
+      const rows = await copy(source, target, principal, upto);
+      // a long copy: anything that does not wait for it shows up before it ends
+      await new Promise((r) => setTimeout(r, 300));
+      log.push("copied");
+      whileCopying.push(
+        await codeOf(repo.getSession(target, principal)),
+        await codeOf(repo.readJournal(target, principal)),
+        await codeOf(repo.getChildSession(source, target, principal)),
+      );
+      return rows;
+    };
+    const commit = repo.commitFork;
+    repo.commitFork = async (sessionId, principal) => {
+      await commit(sessionId, principal);
+      log.push("committed");
+    };
+    const { seen, runner } = recording();
+    const { service } = makeService(db.pool, {
+      repo,
+      runner: {
+        runTurn: (request, host) => {
+          log.push(`turn ${request.sessionId}`);
+          return runner.runTurn(request, host);
+        },
+      },
+    });
+    const { account, parent } = await newParent(service);
+    await service.prompt(parent.id, account.id, "some earlier conversation");
+    await service.prompt(
+      parent.id,
+      account.id,
+      scriptTask({
+        rounds: [[delegateCall({ answer: "forked ok" }, { fork: true })]],
+        answer: "parent done",
+      }),
+    );
+    const fork = seen.find((r) => r.sessionId !== parent.id)?.sessionId as string;
+    expect(fork).toBeDefined();
+    expect(whileCopying).toEqual(["not_found", "not_found", "not_found"]);
+    const forkLog = log.filter((l) => !l.startsWith("turn ") || l === `turn ${fork}`);
+    expect(forkLog.slice(0, 3)).toEqual(["copied", "committed", `turn ${fork}`]);
+    expect((await repo.getSession(fork, account.id)).id).toBe(fork);
   });
 
   it("a read-only continuation runs its turn under the clamp while the permanent scope keeps composing the prompt (S004-221)", async () => {
