@@ -84,7 +84,7 @@ nodes:
 });
 
 describe("publication ordering", () => {
-  it("results reach dependents only after their snapshot; completion drains, then publishes, then summarizes; the journal stays until then (S004-281 S004-282 S004-285)", async () => {
+  it("results reach dependents only after their snapshot; completion drains, then publishes, then summarizes; the journal stays until then (S004-281 S004-285)", async () => {
     const w = await world(db.pool);
     const store = new PgWorkflowStore(db.pool);
     const inner = pgWorkflowEmitter(store);
@@ -142,5 +142,43 @@ nodes:
       [started.workflowId],
     );
     expect(rows[0].n).toBe(0); // removed with the summary handoff, after terminal publication settled
+  });
+
+  it("normal completion waits for the publication still pending, then prepares the summary and returns it (S004-282)", async () => {
+    const w = await world(db.pool);
+    const inner = pgWorkflowEmitter(new PgWorkflowStore(db.pool));
+    const log: string[] = [];
+    const { engine } = await w.engine(({ task }) => `ok ${taskLine(task)}`, {
+      emitter: async (update, expected) => {
+        const what = `${update.status} ${update.snapshot.nodes.map((n) => `${n.id}:${n.status}`).join(",")}`;
+        // the last node's snapshot is slow: it is still being written when the workflow completes
+        if (update.status === "running" && what.endsWith("b:succeeded"))
+          await new Promise((r) => setTimeout(r, 300));
+        const result = await inner(update, expected);
+        log.push(`published ${what}`);
+        return result;
+      },
+    });
+    all.push(engine);
+    const writer = async (summary: string) => {
+      log.push("summary prepared");
+      return { body: summary, byteSize: Buffer.byteLength(summary) };
+    };
+    const def = parseWorkflowDefinition(`
+name: drained
+nodes:
+  - { id: a, task: "TASK a" }
+  - { id: b, task: "TASK b", dependsOn: [a] }
+`);
+    const started = await engine.start(w.ctx({ captureToolOutputWriter: async () => writer }), {
+      definition: def,
+    });
+    const outcome = await engine.finished(started.workflowId);
+    expect(outcome.status).toBe("completed");
+    expect(outcome.summary).toContain("- b: succeeded");
+    const prepared = log.indexOf("summary prepared");
+    expect(log.slice(0, prepared)).toContain("published running a:succeeded,b:succeeded");
+    expect(log[prepared - 1]).toBe("published completed a:succeeded,b:succeeded");
+    expect(log.slice(prepared)).toEqual(["summary prepared"]);
   });
 });
