@@ -34,7 +34,7 @@ async function journalOf(workflowId: string): Promise<OrchestrationJournal> {
 }
 
 describe("running a workflow", () => {
-  it("ready nodes run (independent ones together) and each gets only its direct dependencies' handovers (S004-341 S004-300)", async () => {
+  it("ready nodes run (independent ones together) and each gets only its direct dependencies' short handovers, never their turns (S004-341 S004-300)", async () => {
     const w = await world(db.pool);
     const prompts = new Map<string, string>();
     const bothRunning = deferred();
@@ -47,7 +47,8 @@ describe("running a workflow", () => {
         if (running === 2) bothRunning.resolve();
         await bothRunning.promise; // b and c are in flight at the same time
       }
-      return `answer of ${id}`;
+      // b answers at length: its dependents get the head of it and the artifact's address, not all of it
+      return id === "b" ? `answer of b\n${"detail ".repeat(500)}\nEND OF B` : `answer of ${id}`;
     });
     all.push(engine);
     const started = await engine.start(w.ctx(), { definition: diamond });
@@ -60,6 +61,12 @@ describe("running a workflow", () => {
     expect(d).toContain("answer of b");
     expect(d).toContain("answer of c");
     expect(d).not.toContain("answer of a"); // an indirect dependency's handover never reaches d
+    expect(d).not.toContain("END OF B");
+    expect(d).toMatch(/--- b \(full result: [^)]+\)\nanswer of b\n/);
+    expect(d).toContain("(truncated; the full result is in the shared artifact)");
+    expect(d.length).toBeLessThan(3000);
+    // the dependencies' own turns (their tasks) are no part of it
+    expect(d).not.toMatch(/TASK [abc]/);
   });
 
   it("the parent receives one whole-workflow summary and no node result; nodes have no run rows (S004-066 S004-132)", async () => {
