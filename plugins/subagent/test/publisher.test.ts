@@ -1,7 +1,11 @@
 import { randomUUID } from "node:crypto";
+import { mkdtemp, realpath } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import {
+  type NodeDispatcher,
   PgWorkflowStore,
   parseWorkflowDefinition,
   pgWorkflowEmitter,
@@ -9,7 +13,7 @@ import {
   type WorkflowEmitter,
   type WorkflowUpdate,
 } from "../src/index.js";
-import { closeEnginesAfterEach, deferred, until, untilAborted, world } from "./helpers.js";
+import { closeEnginesAfterEach, deferred, until, untilAborted, workflowJournal, world } from "./helpers.js";
 
 const db = useTestDatabase();
 const all = closeEnginesAfterEach();
@@ -86,7 +90,7 @@ describe("snapshot publication", () => {
     expect(forwarded.map((f) => f.status)).toEqual(["created", "updated"]);
   });
 
-  it("boot publishes through the same emitter contract, and a fresh reservation is published before the node's access is prepared (S004-404 S004-423)", async () => {
+  it("boot publishes through the same emitter contract, and a fresh reservation is published before the node's access is prepared (S004-404)", async () => {
     const w = await world(db.pool);
     const store = new PgWorkflowStore(db.pool);
     const inner = pgWorkflowEmitter(store);
@@ -118,5 +122,61 @@ describe("snapshot publication", () => {
     const reservation = calls.find((c) => c.nodes === "a:succeeded,b:reserved");
     expect(reservation).toMatchObject({ expected: 1, accessPrepared: false });
     expect(calls.every((c) => c.expected === 1)).toBe(true);
+  });
+
+  it("a fresh reservation is journaled and its snapshot published before the node's placement, model and child are prepared (S004-423)", async () => {
+    const project = await realpath(await mkdtemp(join(tmpdir(), "crw-proj-")));
+    const w = await world(db.pool);
+    const inner = pgWorkflowEmitter(new PgWorkflowStore(db.pool));
+    const log: string[] = [];
+    const { engine } = await w.engine(() => "ok", {
+      emitter: async (u, expected) => {
+        const b = u.snapshot.nodes.find((n) => n.id === "b")?.status;
+        // the reservation's snapshot is slow to publish: whatever does not wait for it shows up first
+        if (b === "reserved") await new Promise((r) => setTimeout(r, 200));
+        const result = await inner(u, expected);
+        if (b === "reserved") {
+          const stored = await workflowJournal(db.pool, u.workflowId);
+          log.push(
+            `b reserved: journaled ${stored.nodes.b?.status}, model ${stored.nodeModels.b ?? "none"}, child ${stored.nodes.b?.childSessionId ?? "none"}`,
+          );
+        }
+        return result;
+      },
+      workDirPolicy: async () => ({ kind: "scoped", project: { ref: "proj", root: project } }),
+      // the node's placement is checked asynchronously, after its reservation is published
+      admitNodeWorkDir: async () => {
+        log.push("b placed");
+      },
+      wrap: (base): NodeDispatcher => ({
+        ...base,
+        createChild: (r) => {
+          log.push(`${r.nodeId} child`);
+          return base.createChild(r);
+        },
+        runNode: (r) => base.runNode(r),
+        continueNode: (i, h) => base.continueNode(i, h),
+      }),
+    });
+    all.push(engine);
+    const def = parseWorkflowDefinition(`
+name: reserve
+nodes:
+  - { id: a, task: "TASK a" }
+  - { id: b, task: "TASK b", dependsOn: [a], cwd: "." }
+`);
+    const started = await engine.start(
+      w.ctx({
+        access: { target: { kind: "host", ref: "proj" }, projectRef: "proj" },
+        currentWorkDir: async () => project,
+      }),
+      { definition: def },
+    );
+    expect((await engine.finished(started.workflowId)).status).toBe("completed");
+    expect(log.filter((l) => !l.startsWith("a "))).toEqual([
+      "b reserved: journaled reserved, model none, child none",
+      "b placed",
+      "b child",
+    ]);
   });
 });
