@@ -3,6 +3,7 @@ import {
   envelope,
   errorToRemote,
   inputFrameSchema,
+  parseBootFrame,
   parseInputFrame,
   parseOutputFrame,
   RunnerStartupError,
@@ -95,6 +96,22 @@ describe("protocol frames", () => {
     expect(() => {
       (boot.retryPolicy as { maxRetries: number }).maxRetries = 99;
     }).toThrow();
+    // what the runner reads them with: its own boot parser, and the input frame parser for later frames
+    const read = [
+      parseBootFrame(validInputs[0]),
+      parseInputFrame(validInputs[0]),
+      parseInputFrame(validInputs[6]),
+    ];
+    for (const r of read) {
+      if (!r.ok) throw new Error("a valid frame was refused");
+      const frame = r.frame as { retryPolicy: { maxRetries: number } };
+      expect(Object.isFrozen(frame)).toBe(true);
+      expect(Object.isFrozen(frame.retryPolicy)).toBe(true);
+      expect(() => {
+        frame.retryPolicy.maxRetries = 99;
+      }).toThrow();
+      expect(frame.retryPolicy).toEqual(policy);
+    }
   });
 
   it("a tap history.before cursor is 1 to 128 characters (S004-497)", () => {
