@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import {
+  HEARTBEAT_INTERVAL_MS,
   MEASURE_FAILED_TEXT,
   RemoteTurnError,
   RunnerExitedError,
@@ -208,7 +209,7 @@ describe("SubagentRunnerHost lifecycle", () => {
 });
 
 describe("heartbeat", () => {
-  it("the heartbeat carries event-loop p99, RSS and counts; S004-490: absent before the first beat (S004-488)", async () => {
+  it("the heartbeat carries event-loop p99, RSS and counts (S004-488)", async () => {
     const { host, events } = await ready({ heartbeatIntervalMs: 100 });
     expect(host.stats().load).toBeUndefined();
     await waitFor(() => events.some((e) => e.type === "heartbeat"));
@@ -218,6 +219,23 @@ describe("heartbeat", () => {
     expect(load?.memory.complete).toBe(true);
     expect(load?.memory.rssBytes).toBeGreaterThanOrEqual(load?.rssBytes ? load.rssBytes * 0.5 : 0);
   });
+
+  it("a runner started with no interval beats every HEARTBEAT_INTERVAL_MS; before its first beat no load is measured (S004-490)", async () => {
+    const beats: number[] = [];
+    const { host } = await ready({
+      onEvent: (e) => {
+        if (e.type === "heartbeat") beats.push(Date.now());
+      },
+    });
+    const readyAt = Date.now();
+    expect(host.stats().load).toBeUndefined();
+    await new Promise((r) => setTimeout(r, HEARTBEAT_INTERVAL_MS - 1_000));
+    expect(beats).toEqual([]);
+    expect(host.stats().load).toBeUndefined();
+    await waitFor(() => beats.length > 0, 4_000);
+    expect((beats[0] as number) - readyAt).toBeLessThan(HEARTBEAT_INTERVAL_MS + 2_000);
+    expect(host.stats().load?.rssBytes).toBeGreaterThan(0);
+  }, 20_000);
 
   it("a heartbeat carries a complete memory measurement that counts the runner itself", async () => {
     const { host, events } = await ready({ heartbeatIntervalMs: 100 });
