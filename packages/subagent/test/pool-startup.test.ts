@@ -134,6 +134,26 @@ describe("a startup that fails", () => {
     expect((await pool.runTurn(turn())).stopReason).toBe("end");
   });
 
+  it("an unexpected error inside a runner's startup reaches the turn as it is: no startup category, no retry (S004-521)", async () => {
+    const boom = new TypeError("policy table is corrupt");
+    let reads = 0;
+    // the episode's own read pins the policy; the runner's startup reads it again and meets the error
+    const source = {
+      read: async () => {
+        reads++;
+        if (reads > 1) throw boom;
+        return { revision: 1, maxRetries: 2, initialDelayMs: 0, multiplier: 1 };
+      },
+      subscribe: () => () => {},
+    };
+    const { pool, events } = makePool({ retryPolicySource: () => source });
+    const error = await pool.runTurn(turn()).catch((e: unknown) => e);
+    expect(error).toBe(boom);
+    expect(reads).toBe(2); // one startup attempt: an unexpected error is not retried
+    expect(categories(events)).toEqual([]);
+    expect(pool.health()).toMatchObject({ spawnFailure: null, restartRequired: false });
+  });
+
   it("on a build mismatch with no alert sink attached: nothing is reported as a failed alert", async () => {
     const { pool, events } = makePool({ buildId: "crw-runner-not-this-one" });
     await expect(pool.runTurn(turn())).rejects.toMatchObject({ category: "build_mismatch" });
