@@ -60,4 +60,45 @@ describe("conversation places of a call's turns", () => {
       [2, 2, undefined],
     ]);
   });
+  it("a held task turn run again at k 2 is still turn 1, and its repair at k 3 is turn 2 (S000-021)", async () => {
+    run = await inProcessRun();
+    const r = run;
+    const one = defineWorkflow({
+      name: "conv",
+      run: (ctx) => ctx.call({ role: "explorer", task: "count", schema }),
+    });
+    const first = r.background(one);
+    const s1 = await r.firstStep();
+    const a = r.spawn(s1, "explorer");
+    expect(await r.report(s1, a.threadId)).toBe("bound");
+    r.fake.failTurn(a.threadId, "internalServerError"); // the call is held and the run pauses
+    expect(await first.done).toMatchObject({ state: "paused" });
+    const second = r.background(one);
+    await until("the held call's next step", () => of(r.rows(), "step_published").length === 2);
+    const s2 = (await r.steps()).find((s) => s.k === 2);
+    if (!s2) throw new Error("no step at k 2");
+    const b = r.spawn(s2, "explorer");
+    expect(await r.report(s2, b.threadId)).toBe("bound");
+    r.fake.answer(b.threadId, "not json at all");
+    await until("the repair's step", () => of(r.rows(), "step_published").length === 3);
+    const s3 = (await r.steps()).find((s) => s.k === 3);
+    if (!s3) throw new Error("no repair step at k 3");
+    r.fake.sendInput(b.threadId, s3.message);
+    expect(await r.report(s3, b.threadId)).toBe("bound");
+    r.fake.answer(b.threadId, '{"n":4}');
+    expect(await second.done).toEqual({ state: "completed", result: { n: 4 } });
+
+    const published = of(r.rows(), "step_published").map((p) => [p.k, p.attempt, p.conversation_turn]);
+    expect(published).toEqual([
+      [1, 1, 1],
+      [2, 2, 1],
+      [3, 2, 2],
+    ]);
+    const turns = of(r.rows(), "turn_started").map((t) => [t.k, t.attempt, t.conversation_turn]);
+    expect(turns).toEqual([
+      [1, 1, 1],
+      [2, 2, 1],
+      [3, 2, 2],
+    ]);
+  });
 });
