@@ -280,42 +280,63 @@ describe("an explicit effort on a continuation", () => {
   });
 });
 
-describe("continuing a call bound effort_unchecked", () => {
-  it("a handle bound effort_unchecked continues on a new subagent whose bind records the pair it runs (S000-071)", async () => {
-    run = await inProcessRun({ roles: { explorer: { model: "m-x" } } });
-    const r = run;
-    const wf = defineWorkflow({
-      name: "unchecked",
-      run: async (ctx) => {
-        await ctx.call({ role: "explorer", task: "look", schema });
-        return ctx.call({ role: "explorer", task: "look again", schema, resume: "explorer.1" });
-      },
-    });
-    const { done } = r.background(wf);
-    const spawnWith = async (call: string, effort: string) => {
-      const deadline = Date.now() + 10_000;
-      for (;;) {
-        const step = (await r.steps(1)).find((s) => s.call === call);
-        if (step) {
-          const a = r.spawn(step, "explorer", { model: "m-x", reasoningEffort: effort });
-          expect(await r.report(step, a.threadId)).toBe("bound");
-          r.fake.answer(a.threadId, '{"n":1}');
-          return a.threadId;
+describe("continuing a call bound pair_unchecked or effort_unchecked", () => {
+  const cases = [
+    {
+      unchecked: "effort_unchecked",
+      roles: { explorer: { model: "m-x" } },
+      pairs: [
+        ["m-x", "low"],
+        ["m-x", "medium"],
+      ],
+    },
+    {
+      unchecked: "pair_unchecked",
+      roles: undefined,
+      pairs: [
+        ["m-x", "low"],
+        ["m-y", "medium"],
+      ],
+    },
+  ] as const;
+  it.each(cases)(
+    "a handle bound $unchecked continues on a new subagent whose bind records the pair it runs (S000-071)",
+    async ({ unchecked, roles, pairs }) => {
+      run = await inProcessRun(roles ? { roles } : {});
+      const r = run;
+      const wf = defineWorkflow({
+        name: "unchecked",
+        run: async (ctx) => {
+          await ctx.call({ role: "explorer", task: "look", schema });
+          return ctx.call({ role: "explorer", task: "look again", schema, resume: "explorer.1" });
+        },
+      });
+      const { done } = r.background(wf);
+      const spawnWith = async (call: string, [model, effort]: readonly [string, string]) => {
+        const deadline = Date.now() + 10_000;
+        for (;;) {
+          const step = (await r.steps(1)).find((s) => s.call === call);
+          if (step) {
+            const a = r.spawn(step, "explorer", { model, reasoningEffort: effort });
+            expect(await r.report(step, a.threadId)).toBe("bound");
+            r.fake.answer(a.threadId, '{"n":1}');
+            return a.threadId;
+          }
+          if (Date.now() > deadline) throw new Error(`no step of ${call}`);
+          await new Promise((res) => setTimeout(res, 20));
         }
-        if (Date.now() > deadline) throw new Error(`no step of ${call}`);
-        await new Promise((res) => setTimeout(res, 20));
-      }
-    };
-    const first = await spawnWith("explorer.1", "low");
-    const second = await spawnWith("explorer.2", "medium");
-    expect(await done).toMatchObject({ state: "completed" });
-    expect(second).not.toBe(first);
-    const threads = of(r.rows(), "thread_started");
-    expect(threads.map((t) => [t.call, t.model, t.effort, t.effort_unchecked])).toEqual([
-      ["explorer.1", "m-x", "low", true],
-      ["explorer.2", "m-x", "medium", true],
-    ]);
-  });
+      };
+      const first = await spawnWith("explorer.1", pairs[0]);
+      const second = await spawnWith("explorer.2", pairs[1]);
+      expect(await done).toMatchObject({ state: "completed" });
+      expect(second).not.toBe(first);
+      const threads = of(r.rows(), "thread_started");
+      expect(threads.map((t) => [t.call, t.thread_id, t.model, t.effort, t[unchecked]])).toEqual([
+        ["explorer.1", first, ...pairs[0], true],
+        ["explorer.2", second, ...pairs[1], true],
+      ]);
+    },
+  );
 });
 
 describe("the conversation list", () => {
