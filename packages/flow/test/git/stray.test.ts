@@ -73,7 +73,7 @@ describe("executor worktrees", () => {
 });
 
 describe("stray refs", () => {
-  it("a moved HEAD is kept on refs/crw/flow/<run>/stray/<node>/a<attempt>-<call>, one per call, with executor_head_moved's data (S000-119)", async () => {
+  it("a moved HEAD is kept on refs/crw/flow/<run>/stray/<node>/a<attempt>-<call>, one per call and attempt, with executor_head_moved's data (S000-119)", async () => {
     const path = join(t.root, "w1");
     await ensureWorktree({ repo: t.repo, path, commit: t.start });
     const head1 = subagentCommits(path, "x.txt", "build\n");
@@ -117,6 +117,20 @@ describe("stray refs", () => {
       call: "fix-2",
     });
     expect(still).toEqual({ moved: null, kept: null });
+    // the build call's next attempt on the allocation keeps its own ref; the first attempt's stays
+    const head3 = subagentCommits(path, "z.txt", "again\n");
+    const again = await recordExecutorHead({
+      repo: t.repo,
+      worktree: path,
+      expected: head2,
+      run: "run-1",
+      node: "impl",
+      attempt: 2,
+      call: "build",
+    });
+    expect(again.moved?.ref).toBe("refs/crw/flow/run-1/stray/impl/a2-build");
+    expect(t.sh(t.repo, "rev-parse", "refs/crw/flow/run-1/stray/impl/a2-build")).toBe(head3);
+    expect(t.sh(t.repo, "rev-parse", "refs/crw/flow/run-1/stray/impl/a1-build")).toBe(head1);
   }, 30_000);
 
   it("the stray ref is created by a compare-and-swap against no ref (S000-120)", async () => {
