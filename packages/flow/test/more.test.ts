@@ -22,6 +22,54 @@ afterEach(async () => {
 const one = (role: "explorer" | "executor" = "explorer") =>
   defineWorkflow({ name: "one", run: (ctx) => ctx.call({ role, task: "count", schema }) });
 
+/** A journal whose last row of explorer.1 is the thread_started of a subagent the host does not know. */
+function journalAtGoneThread(r: InProcessRun): void {
+  const P = join(r.paths.workspaces, "explorer.1");
+  mkdirSync(P, { recursive: true });
+  const input = { role: "explorer" as const, task: "count", schema, workspace: null };
+  const w = JournalWriter.create(r.paths.journal, "run-1");
+  appendStartedPrepared(w, "explorer.1", input, P);
+  w.append([
+    {
+      type: "step_published",
+      call: "explorer.1",
+      op: "explorer.1/t1",
+      k: 1,
+      marker: "explorer.1/t1-a1",
+      attempt: 1,
+      action: "spawn",
+      input: "count",
+      input_digest: "sha256:i",
+      packet: join(r.paths.steps, "explorer.1", "packet-t1-a1.md"),
+      packet_digest: "sha256:p",
+      role: "explorer",
+      agent_type: "explorer",
+      model: null,
+      effort: null,
+      workspace: P,
+      conversation_turn: 1,
+    },
+  ]);
+  w.append([
+    {
+      type: "thread_started",
+      call: "explorer.1",
+      thread_id: "gone-thread",
+      model: null,
+      effort: null,
+      cwd: P,
+      host_cwd: null,
+      parent_thread_id: r.owner,
+      agent_role: "explorer",
+      attempt: 1,
+      via: "session",
+      rollout_path: null,
+      marker: "explorer.1/t1-a1",
+    },
+  ]);
+  w.close();
+}
+
 describe("more of the session call", () => {
   describe("one session call, start to end", () => {
     let r: InProcessRun;
@@ -338,66 +386,51 @@ describe("more of the session call", () => {
     expect(await done).toEqual({ state: "completed", result: { n: 4 } });
   });
 
-  it("resuming at thread_started, a host that cannot be asked judges nothing (S000-144)", async () => {
-    run = await inProcessRun({ lostAfterMs: 150 });
-    const P = join(run.paths.workspaces, "explorer.1");
-    mkdirSync(P, { recursive: true });
-    const input = { role: "explorer" as const, task: "count", schema, workspace: null };
-    const w = JournalWriter.create(run.paths.journal, "run-1");
-    appendStartedPrepared(w, "explorer.1", input, P);
-    w.append([
-      {
-        type: "step_published",
-        call: "explorer.1",
-        op: "explorer.1/t1",
-        k: 1,
-        marker: "explorer.1/t1-a1",
-        attempt: 1,
-        action: "spawn",
-        input: "count",
-        input_digest: "sha256:i",
-        packet: join(run.paths.steps, "explorer.1", "packet-t1-a1.md"),
-        packet_digest: "sha256:p",
-        role: "explorer",
-        agent_type: "explorer",
-        model: null,
-        effort: null,
-        workspace: P,
-        conversation_turn: 1,
-      },
-    ]);
-    w.append([
-      {
-        type: "thread_started",
-        call: "explorer.1",
-        thread_id: "gone-thread",
-        model: null,
-        effort: null,
-        cwd: P,
-        host_cwd: null,
-        parent_thread_id: run.owner,
-        agent_role: "explorer",
-        attempt: 1,
-        via: "session",
-        rollout_path: null,
-        marker: "explorer.1/t1-a1",
-      },
-    ]);
-    w.close();
+  it("resuming at thread_started, a host that cannot be asked judges nothing and starts no LostAfter clock (S000-144)", async () => {
+    run = await inProcessRun({ lostAfterMs: 300 });
+    journalAtGoneThread(run);
     await run.fake.setUnreachable();
     const { done } = run.background(one());
     await new Promise((r) => setTimeout(r, 800)); // well past LostAfter, the host unreachable all along
     expect(of(run.rows(), "session_attempt_lost")).toHaveLength(0);
+    const reachable = Date.now();
     await run.fake.setReachable();
     await until(
       "the attempt to be lost once the host answers",
       () => of(run?.rows() ?? [], "session_attempt_lost").length === 1,
+    );
+    // the clock starts at the first answer: the attempt is lost a full LostAfter after the host is back
+    expect(Date.parse(of(run.rows(), "session_attempt_lost")[0]?.at ?? "")).toBeGreaterThanOrEqual(
+      reachable + 300,
     );
     const s2 = (await run.steps()).find((x) => x.attempt === 2);
     if (!s2) throw new Error("no attempt 2");
     const b = run.spawn(s2, "explorer");
     expect(await run.report(s2, b.threadId)).toBe("bound");
     run.fake.answer(b.threadId, '{"n":4}');
+    expect(await done).toEqual({ state: "completed", result: { n: 4 } });
+  });
+
+  it("a host that cannot be asked leaves a running LostAfter clock running: the attempt is lost at the first answer after it ran out (S000-144)", async () => {
+    run = await inProcessRun({ lostAfterMs: 1_500 });
+    const r = run;
+    journalAtGoneThread(r);
+    const reads = () => r.fake.requests.filter((q) => q.method === "thread/read").length;
+    const { done } = r.background(one());
+    await until("the host to answer a read of the subagent", () => reads() > 0);
+    await r.fake.setUnreachable(); // the clock runs from that answer
+    await new Promise((res) => setTimeout(res, 2_000));
+    expect(of(r.rows(), "session_attempt_lost")).toHaveLength(0);
+    const reachable = Date.now();
+    await r.fake.setReachable();
+    await until("the attempt to be lost", () => of(r.rows(), "session_attempt_lost").length === 1);
+    // a clock started again by the unanswered reads would hold the loss a full LostAfter after this
+    expect(Date.parse(of(r.rows(), "session_attempt_lost")[0]?.at ?? "")).toBeLessThan(reachable + 1_500);
+    const s2 = (await r.steps()).find((x) => x.attempt === 2);
+    if (!s2) throw new Error("no attempt 2");
+    const b = r.spawn(s2, "explorer");
+    expect(await r.report(s2, b.threadId)).toBe("bound");
+    r.fake.answer(b.threadId, '{"n":4}');
     expect(await done).toEqual({ state: "completed", result: { n: 4 } });
   });
 
