@@ -172,6 +172,49 @@ describe("crw flow next", () => {
     });
   });
 
+  it("the spawn formats are the newest started row's pairs while its process lock is held, and no started row's once none is (S000-212)", async () => {
+    const held = fixture({ started: "mine" });
+    const w = JournalWriter.open(held.paths.journal).writer;
+    w.append([
+      {
+        type: "started",
+        backend: "session",
+        role_pairs: { ...undecided, explorer: { model: "newest-model", effort: "low" } },
+        policy_digest: "sha256:pinned",
+        process: "aaaaaaaaaaaa",
+        pid: process.pid,
+        process_n: 2,
+      },
+    ]);
+    w.close();
+    // a process pinned earlier-model, then paused the run and let its locks go
+    const paused = fixture({ started: "none" });
+    const pw = JournalWriter.open(paused.paths.journal).writer;
+    pw.append([
+      {
+        type: "started",
+        backend: "session",
+        role_pairs: { ...undecided, explorer: { model: "earlier-model", effort: "low" } },
+        policy_digest: "sha256:pinned",
+        process: "aaaaaaaaaaaa",
+        pid: 999_999,
+        process_n: 1,
+      },
+    ]);
+    pw.append([{ type: "run_paused", reason: "usage_limit" }]);
+    pw.close();
+    const [h, p] = (await Promise.all([next(held.runId, held.state), next(paused.runId, paused.state)])).map(
+      (r) => r.json(),
+    );
+    const explorerOf = (a: Record<string, unknown> | undefined) =>
+      (a?.spawn_formats as Array<{ role: string; arguments: Record<string, unknown> }>).find(
+        (f) => f.role === "explorer",
+      )?.arguments;
+    expect(explorerOf(h)).toMatchObject({ model: "newest-model", reasoning_effort: "low" });
+    expect(p?.state).toBe("paused");
+    expect(explorerOf(p)).toMatchObject({ model: "<host default>" });
+  });
+
   it("answers each state: running, waiting_session, waiting_decision, paused, ended with its status, starting (S000-195)", async () => {
     const runs = {
       running: fixture({ started: "mine" }),
