@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import {
   decidedPair,
+  decideSpawn,
   helperPairsFrom,
   parseBoundFile,
   serializeLine,
@@ -59,9 +60,38 @@ describe("orchestrator lines", () => {
     expect(() => validateLine({ ...base })).toThrow(/no helperPairs/);
   });
 
-  it("the critic is optional: an earlier crw's line without it reads, and its critic pair is empty (S000-255)", () => {
-    const line = validateLine({ ...base, helperPairs: five });
-    expect(line.kind === "orchestrator" && line.helperPairs.critic).toBeUndefined();
+  it("the critic is optional: an earlier crw's line without it reads, and a critic spawn under it is kept as sent, undecided (S000-255)", () => {
+    // the reviewer decides a pair: a critic (spawned as a reviewer) must not borrow it
+    const line = validateLine({
+      ...base,
+      helperPairs: { ...five, reviewer: { model: "m-rev", effort: "high" } },
+    });
+    if (line.kind !== "orchestrator") throw new Error("not an orchestrator line");
+    expect(line.helperPairs.critic).toBeUndefined();
+    const d = decideSpawn(
+      {
+        session_id: "owner-1",
+        hook_event_name: "PreToolUse",
+        tool_name: "spawn_agent",
+        tool_input: {
+          message: "crw-flow-op: crit/t1-a1\nCRW-ROLE: critic\n\nYour shell starts in …",
+          agent_type: "reviewer",
+          model: "sent-model",
+          reasoning_effort: "low",
+        },
+        tool_use_id: "call_1",
+      },
+      line,
+      { spawnedBySubagent: false },
+    );
+    expect(d).toMatchObject({
+      decision: "allow",
+      role: "critic",
+      pair: {},
+      applied: { model: "sent-model", effort: "low" },
+      updatedInput: null,
+    });
+    expect(d.warnings).toContain("role_undecided");
   });
 
   it("a pair under the retired reviewerFinal key is read, kept, and is no role's pair (S000-256)", () => {
