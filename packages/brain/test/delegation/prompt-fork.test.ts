@@ -133,7 +133,7 @@ describe("the prompt and context a child's turn gets", () => {
     expect((await repo.getSession(fork, account.id)).id).toBe(fork);
   });
 
-  it("a read-only continuation runs its turn under the clamp while the permanent scope keeps composing the prompt (S004-221)", async () => {
+  it("a read-only continuation runs its turn under the clamp while the permanent scope keeps composing the prompt and the next call (S004-221)", async () => {
     const { seen, runner } = recording();
     const { service } = makeService(db.pool, { runner });
     const { account, parent } = await newParent(service);
@@ -155,10 +155,21 @@ describe("the prompt and context a child's turn gets", () => {
       mode: "foreground",
       callerReadOnly: true,
     });
+    // the clamp is the call's only: the next continuation runs on the child's permanent scope again
+    await service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: first.childSessionId,
+      toolCallId: "c2",
+      text: "now build",
+      mode: "foreground",
+    });
     const turns = seen.filter((r) => r.sessionId === first.childSessionId);
-    expect(turns.map((r) => r.readOnly)).toEqual([false, true]);
-    expect(turns[1]?.scope?.permissionBoundary).toBe("read-only");
+    expect(turns.map((r) => r.readOnly)).toEqual([false, true, false]);
+    expect(turns.map((r) => r.scope?.permissionBoundary === "read-only")).toEqual([false, true, false]);
+    expect(turns[2]?.scope).toEqual(turns[0]?.scope);
     expect(turns[1]?.systemPrompt).toBe(turns[0]?.systemPrompt);
+    expect(turns[2]?.systemPrompt).toBe(turns[0]?.systemPrompt);
     expect(turns[1]?.systemPrompt).toContain("# Role: analyst");
   });
 
