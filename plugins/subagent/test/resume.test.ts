@@ -34,7 +34,7 @@ nodes:
 
 const journal = (workflowId: string) => workflowJournal(db.pool, workflowId);
 
-async function failedOnce(w: Awaited<ReturnType<typeof world>>) {
+async function failedOnce(w: Awaited<ReturnType<typeof world>>, access?: { tools: { deny: string[] } }) {
   let fail = true;
   const runs: string[] = [];
   const { engine } = await w.engine(({ task, sessionId }) => {
@@ -46,7 +46,7 @@ async function failedOnce(w: Awaited<ReturnType<typeof world>>) {
     return `done ${taskLine(task)}`;
   });
   all.push(engine);
-  const ctx = w.ctx();
+  const ctx = w.ctx(access ? { access } : {});
   const started = await engine.start(ctx, { definition: def });
   const outcome = await engine.finished(started.workflowId);
   expect(outcome.status).toBe("failed");
@@ -54,9 +54,10 @@ async function failedOnce(w: Awaited<ReturnType<typeof world>>) {
 }
 
 describe("explicit WorkflowResume", () => {
-  it("resume re-captures access, advances the generation and retries a failed node in its own child (S004-297 S004-298 S004-390)", async () => {
+  it("resume re-captures access and cwd, on which a fresh node runs, advances the generation and retries a failed node in its own child (S004-297 S004-298 S004-390)", async () => {
     const w = await world(db.pool);
-    const { engine, ctx, started, runs } = await failedOnce(w);
+    // the workflow started under an access denying Write; by the resume the origin turn's access allows it
+    const { engine, ctx, started, runs } = await failedOnce(w, { tools: { deny: ["Write"] } });
     const before = await journal(started.workflowId);
     const flakyChild = before.nodes.flaky?.childSessionId as string;
     let accessCaptured = 0;
@@ -67,7 +68,7 @@ describe("explicit WorkflowResume", () => {
         toolCallId: "resume-call",
         currentAccess: async () => {
           accessCaptured++;
-          return ctx.currentAccess();
+          return { ...(await ctx.currentAccess()), tools: { deny: [] } };
         },
         currentWorkDir: async () => {
           cwdCaptured++;
@@ -96,6 +97,12 @@ describe("explicit WorkflowResume", () => {
     const workDirs = rows.map((r) => JSON.parse(r.scope).workDir);
     expect(workDirs).toContain("/srv/new-place");
     expect(workDirs.filter((d) => d === null)).toHaveLength(2); // ok and flaky kept their first placement
+    // the fresh node runs on the access captured again; the nodes made before keep theirs
+    const scopes = rows.map((r) => JSON.parse(r.scope));
+    const deniesWrite = (workDir: string | null) =>
+      scopes.filter((sc) => sc.workDir === workDir).map((sc) => sc.tools?.deny?.includes("Write") ?? false);
+    expect(deniesWrite("/srv/new-place")).toEqual([false]);
+    expect(deniesWrite(null)).toEqual([true, true]);
     const results = await summaries(db.pool, w.parentSessionId);
     expect(results.map((r) => r.outcome)).toEqual(["error", "ok"]);
     // One summary per tool call: the resumed run's answers the WorkflowResume call.
