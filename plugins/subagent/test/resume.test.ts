@@ -113,6 +113,31 @@ describe("explicit WorkflowResume", () => {
     expect(calls.map((r) => r.tool_call_id)).toEqual([ctx.toolCallId, "resume-call"]);
   });
 
+  it("each boundary, the parent's then each node's, is answered one at a time before any node runs (S004-326)", async () => {
+    const w = await world(db.pool);
+    const { engine, ctx, started, runs } = await failedOnce(w);
+    const ranBefore = runs.length;
+    const answered: Array<[string, number]> = [];
+    let checking = 0;
+    let most = 0;
+    await engine.resume({ ...ctx, toolCallId: "resume-call" }, started.workflowId, async ({ subject }) => {
+      most = Math.max(most, ++checking);
+      // slow enough that a node launched before this answer would have reached its runner
+      await new Promise((r) => setTimeout(r, 30));
+      answered.push([subject, runs.length]);
+      checking--;
+      return { ok: true };
+    });
+    expect((await engine.finished(started.workflowId)).status).toBe("completed");
+    expect(answered).toEqual([
+      ["parent", ranBefore],
+      ["ok", ranBefore],
+      ["flaky", ranBefore],
+    ]);
+    expect(most).toBe(1);
+    expect(runs.length).toBeGreaterThan(ranBefore);
+  });
+
   it("a node that failed before it had a child is prepared afresh on resume: it never continues a child", async () => {
     const w = await world(db.pool);
     const runs: string[] = [];
