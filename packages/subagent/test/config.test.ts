@@ -59,24 +59,34 @@ describe("runtime configuration", () => {
   it("flipping the setting at run time moves the next turn between runner and daemon, no redeploy (S004-441)", async () => {
     let config: SubagentConfig = parseSubagentConfig({ runnerKind: "scripted", maxRunners: 1 });
     const events: PoolEvent[] = [];
+    const scripted = createScriptedTurnRunner();
+    let ranHere = 0;
     const { pool, dispatch } = createSubagentRuntime({
       config: () => config,
       retryPolicySource: () =>
         new MemoryRetryPolicySource({ revision: 1, maxRetries: 0, initialDelayMs: 0, multiplier: 1 }),
-      inProcess: createScriptedTurnRunner(),
+      inProcess: {
+        runTurn: (request, turnHost) => {
+          ranHere++;
+          return scripted.runTurn(request, turnHost);
+        },
+      },
       onEvent: (e) => events.push(e),
     });
     closers.push(() => pool.close());
     expect(await dispatch.runTurn(childTurn(), host)).toEqual({ stopReason: "stop" });
     expect(events.filter((e) => e.type === "turn_dispatched")).toHaveLength(1);
+    expect(ranHere).toBe(0);
     config = { ...config, subagentRunnerEnabled: false };
     expect(dispatch.placement()).toBe("in-process");
     expect(await dispatch.runTurn(childTurn(), host)).toEqual({ stopReason: "stop" });
     expect(events.filter((e) => e.type === "turn_dispatched")).toHaveLength(1);
+    expect(ranHere).toBe(1);
     expect(pool.health()).toMatchObject({ mode: "in-process", operatorDisabled: true });
     config = { ...config, subagentRunnerEnabled: true };
     await dispatch.runTurn(childTurn(), host);
     expect(events.filter((e) => e.type === "turn_dispatched")).toHaveLength(2);
+    expect(ranHere).toBe(1);
   });
 
   it("no environment switch selects runner use, and there are no duplicate runner script variants (S004-444)", async () => {

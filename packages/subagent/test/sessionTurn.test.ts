@@ -125,6 +125,16 @@ describe("the delegation core's session turn in a runner (brain's seam, unchange
     });
     expect(await dispatch.runTurn(request(task, [local.echo()]), local.host)).toEqual({ stopReason: "stop" });
     expect(events).toEqual([]);
+    // the whole turn ran here: the model loop's records and the tool, on this process
+    expect(local.calls).toEqual([
+      "record assistant call Echo",
+      'intent Echo {"say":"hi"}',
+      "execute Echo in daemon",
+      "record toolResult Echo=echo:hi",
+      "drain",
+      "record assistant finished",
+    ]);
+    expect(local.toolPids).toEqual([process.pid]);
   });
 
   it("the agent loop (pi-agent-core with the scripted provider) runs a turn inside a runner", async () => {
