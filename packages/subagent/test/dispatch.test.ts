@@ -1,6 +1,8 @@
 import {
   type ChildTurnExecutor,
   type DelegatedTurnRequest,
+  ManualClock,
+  MemoryRetryPolicySource,
   predictsRunnerDispatch,
   RunnerStartupError,
   ScriptedTurnExecutor,
@@ -134,6 +136,37 @@ describe("SubagentDispatch failure and fences", () => {
       .send(turn({ script: [{ kind: "appendFile", path: effects.path, line: "ran" }] }))
       .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(RunnerStartupError);
+    expect(local.ran).toEqual([]);
+    expect(await effects.lines()).toEqual([]);
+  });
+
+  it("a startup that retries and runs out never falls back to the daemon nor runs the turn twice (S004-477)", async () => {
+    const effects = await effectsFile();
+    const clock = new ManualClock();
+    const source = new MemoryRetryPolicySource({
+      revision: 1,
+      maxRetries: 2,
+      initialDelayMs: 10,
+      multiplier: 1,
+    });
+    const { pool, events } = makePool({
+      clock,
+      env: { CRW_RUNNER_FAULT: "exit-before-hello" },
+      retryPolicySource: () => source,
+    });
+    const local = inProcess();
+    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
+    const sent = dispatch
+      .send(turn({ script: [{ kind: "appendFile", path: effects.path, line: "ran" }] }))
+      .catch((e: unknown) => e);
+    for (let retry = 0; retry < 2; retry++) {
+      await waitFor(() => clock.pendingSleeps === 1);
+      clock.advance(10);
+    }
+    expect(await sent).toBeInstanceOf(RunnerStartupError);
+    const attempts = events.filter((e) => e.type === "startup_failed");
+    expect(attempts.map((e) => e.type === "startup_failed" && e.attempt)).toEqual([0, 1, 2]);
+    expect(events.filter((e) => e.type === "turn_dispatched")).toEqual([]);
     expect(local.ran).toEqual([]);
     expect(await effects.lines()).toEqual([]);
   });
