@@ -349,12 +349,13 @@ describe("delegation.resultDelivered", () => {
     expect((await parent).stopReason).toBe("aborted");
   });
 
-  it("without a sink nothing is forwarded, while the runner's lifecycle stays active (S004-515)", async () => {
-    const { pool } = makePool();
+  it("without a sink nothing is forwarded, while the runner's lifecycle and the routing check stay active (S004-515)", async () => {
+    const { pool } = makePool({ size: { maxRunners: 2, turnsPerRunner: 1 } });
     const seen: string[] = [];
     const running = pool.runTurn(
       turn({
         sessionId: "nosink",
+        channelId: "ch-n",
         script: [
           { kind: "wait", ms: 100 },
           {
@@ -365,6 +366,8 @@ describe("delegation.resultDelivered", () => {
               results: [{ resultId: "r", toolCallId: "c", kind: "result" }],
             },
           },
+          // holds its runner, so the intruder below lands on the other one
+          { kind: "wait", ms: 60_000 },
         ],
       }),
     );
@@ -372,8 +375,31 @@ describe("delegation.resultDelivered", () => {
     const tap = await pool.tap("nosink", (e) => {
       if (e.kind === "tool" && e.phase === "end") seen.push(e.result ?? "");
     });
-    await running;
+    // a runner the parent is not routed to is still refused, sink or none
+    const intruder = await pool
+      .runTurn(
+        turn({
+          sessionId: "intruder",
+          channelId: "ch-x",
+          script: [
+            {
+              kind: "hostRpc",
+              method: "delegation.resultDelivered",
+              params: {
+                parentSessionId: "nosink",
+                results: [{ resultId: "r", toolCallId: "c", kind: "result" }],
+              },
+            },
+          ],
+        }),
+      )
+      .catch((x: unknown) => x);
+    expect(pool.routeOf("intruder")).not.toBe(pool.routeOf("nosink"));
+    expect(intruder).toBeInstanceOf(RemoteTurnError);
+    expect((intruder as RemoteTurnError).message).toMatch(/not routed to this runner/);
     expect(seen).toEqual(['{"published":false}']);
+    pool.abortChannel("ch-n");
+    expect((await running).stopReason).toBe("aborted");
     expect((await pool.runTurn(turn())).stopReason).toBe("end");
     await tap?.close();
   });
