@@ -127,7 +127,7 @@ describe("captureDelegatedExecutionScope", () => {
     const second = captureDelegatedExecutionScope(input, { accountId: "acct-1", tools: { allow: ["Read"] } });
     expect(first).toBe(second);
     expect(JSON.stringify(input)).toBe(before);
-    // A bad value deep inside (the third artifact, the managed root, the dream) refuses the whole scope.
+    // A bad value deep inside (the third artifact, the managed root) refuses the whole scope.
     expect(
       code(() => captureDelegatedExecutionScope({ ...base, sharedArtifacts: ["/a", "/b", "/c/../d"] })),
     ).toBe("invalid_scope");
