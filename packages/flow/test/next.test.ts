@@ -207,7 +207,7 @@ describe("crw flow next", () => {
       (r) => r.json(),
     );
     const explorerOf = (a: Record<string, unknown> | undefined) =>
-      (a?.spawn_formats as Array<{ role: string; arguments: Record<string, unknown> }>).find(
+      (a?.spawn_formats as Array<{ role: string; arguments: Record<string, unknown> }> | undefined)?.find(
         (f) => f.role === "explorer",
       )?.arguments;
     expect(explorerOf(h)).toMatchObject({ model: "newest-model", reasoning_effort: "low" });
