@@ -1,77 +1,101 @@
+import { scriptTask, type TurnTool } from "@crw/brain";
 import {
-  type ChildTurnExecutor,
-  type DelegatedTurnRequest,
+  createSubagentRuntime,
   ManualClock,
   MemoryRetryPolicySource,
+  type Placement,
+  type PoolEvent,
+  parseSubagentConfig,
   predictsRunnerDispatch,
+  RunnerExitedError,
   RunnerStartupError,
-  ScriptedTurnExecutor,
-  SubagentDispatch,
+  RunnerUnavailableError,
+  type SubagentConfig,
   type SubagentRunnerPoolDeps,
+  SubagentSessionDispatch,
 } from "@crw/subagent";
-import { describe, expect, expectTypeOf, it } from "vitest";
-import { closePoolsAfterEach, effectsFile, makePool } from "./support/pools.js";
-import { turn, waitFor } from "./support/runners.js";
+import { afterEach, describe, expect, expectTypeOf, it } from "vitest";
+import { killChildRunners } from "./support/kill.js";
+import { closePoolsAfterEach, makePool } from "./support/pools.js";
+import { waitFor } from "./support/runners.js";
+import { childTurn, daemonRunner, quietHost } from "./support/sessionTurns.js";
 
 closePoolsAfterEach();
+const closers: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  await Promise.all(closers.splice(0).map((c) => c()));
+});
 
-/** The daemon's own executor (the rollback path), counting the turns it ran. */
-function inProcess() {
-  const ran: string[] = [];
-  const scripted = new ScriptedTurnExecutor();
-  const executor: ChildTurnExecutor = {
-    runTurn: (request, ctx) => {
-      ran.push(request.turnId);
-      return scripted.runTurn(request, ctx);
-    },
+/** The pool and dispatch as the daemon builds them, with settings the test may change between turns. */
+function runtime(settings: Record<string, unknown> = {}) {
+  const current = { config: parseSubagentConfig({ runnerKind: "scripted", ...settings }) };
+  const events: PoolEvent[] = [];
+  const placed: Placement[] = [];
+  const local = daemonRunner();
+  const { pool, dispatch } = createSubagentRuntime({
+    config: () => current.config,
+    retryPolicySource: () =>
+      new MemoryRetryPolicySource({ revision: 1, maxRetries: 0, initialDelayMs: 0, multiplier: 1 }),
+    inProcess: local.runner,
+    onEvent: (e) => events.push(e),
+    onPlaced: (_request, placement) => placed.push(placement),
+  });
+  closers.push(() => pool.close());
+  const set = (change: Partial<SubagentConfig>) => {
+    current.config = { ...current.config, ...change };
   };
-  return { executor, ran };
+  const dispatched = () => events.filter((e) => e.type === "turn_dispatched").length;
+  return { pool, dispatch, events, placed, local, set, dispatched };
 }
 
-describe("SubagentDispatch placement", () => {
-  it("runtime.subagentRunnerEnabled defaults to true: ordinary work runs in a forked runner (S004-440)", async () => {
-    const { pool, events } = makePool();
-    const local = inProcess();
-    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
+describe("the daemon's session dispatch: placement", () => {
+  it("with the default settings a delegated child's turn runs in a forked runner, not in the daemon (S004-440)", async () => {
+    const { dispatch, placed, local, dispatched } = runtime();
     expect(dispatch.placement()).toBe("runner");
-    const result = await dispatch.send(turn({ script: [{ kind: "text", text: "from runner" }] }));
-    expect(result.text).toBe("from runner");
+    expect(await dispatch.runTurn(childTurn(), quietHost())).toEqual({ stopReason: "stop" });
+    expect(placed).toEqual(["runner"]);
+    expect(dispatched()).toBe(1);
     expect(local.ran).toEqual([]);
-    expect(events.filter((e) => e.type === "turn_dispatched")).toHaveLength(1);
   });
 
-  it("an explicit false rolls back to in-process per call, without a new deployment (S004-441)", async () => {
-    const { pool, events } = makePool();
-    const local = inProcess();
-    let enabled = false;
-    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor, runnerEnabled: () => enabled });
-    const inDaemon = await dispatch.send(turn({ script: [{ kind: "text", text: "local" }] }));
-    expect(inDaemon.text).toBe("local");
-    expect(local.ran).toHaveLength(1);
-    expect(events).toEqual([]);
-    enabled = true;
-    await dispatch.send(turn());
-    expect(local.ran).toHaveLength(1);
-    expect(events.filter((e) => e.type === "turn_dispatched")).toHaveLength(1);
+  it("only an operator maximum of zero or a false switch runs a child in the daemon; a memory budget with room for no runner keeps runner mode and refuses (S004-518)", async () => {
+    const zero = runtime({ maxRunners: 0 });
+    await zero.dispatch.runTurn(childTurn("max-zero"), quietHost());
+    expect(zero.local.ran).toEqual(["max-zero"]);
+    expect(zero.dispatched()).toBe(0);
+
+    const off = runtime({ subagentRunnerEnabled: false });
+    await off.dispatch.runTurn(childTurn("switch-off"), quietHost());
+    expect(off.local.ran).toEqual(["switch-off"]);
+    expect(off.dispatched()).toBe(0);
+
+    const memory = runtime({ maxRunners: 2, memoryBudgetBytes: 1, runnerMemoryBytes: 10 });
+    const refused = await memory.dispatch.runTurn(childTurn("no-memory"), quietHost()).catch((e) => e);
+    expect(refused).toBeInstanceOf(RunnerUnavailableError);
+    expect(refused).toMatchObject({ reason: "no_capacity" });
+    expect(memory.placed).toEqual(["runner"]);
+    expect(memory.local.ran).toEqual([]);
   });
 
-  it("dispatch is the one placement decision; only an operator maximum of zero or a false switch selects daemon-local execution (S004-150 S004-518)", () => {
-    const zero = makePool({ size: { maxRunners: 0 } });
-    const memoryZero = makePool({ size: { maxRunners: 2, memoryBudgetBytes: 1, runnerMemoryBytes: 10 } });
-    const local = inProcess();
-    expect(new SubagentDispatch({ pool: zero.pool, inProcess: local.executor }).placement()).toBe(
-      "in-process",
-    );
-    expect(new SubagentDispatch({ pool: memoryZero.pool, inProcess: local.executor }).placement()).toBe(
-      "runner",
-    );
-    expect(
-      new SubagentDispatch({
-        pool: memoryZero.pool,
-        inProcess: local.executor,
-        runnerEnabled: () => false,
-      }).placement(),
-    ).toBe("in-process");
+  it("the placement the daemon reads is the one decision each turn follows, as the settings change between turns (S004-150)", async () => {
+    const { dispatch, placed, local, set, dispatched } = runtime();
+    const predicted: Placement[] = [];
+    const run = async (sessionId: string) => {
+      predicted.push(dispatch.placement());
+      await dispatch.runTurn(childTurn(sessionId), quietHost());
+    };
+    await run("default");
+    set({ maxRunners: 0 });
+    await run("max-zero");
+    set({ maxRunners: 2, subagentRunnerEnabled: false });
+    await run("switch-off");
+    set({ subagentRunnerEnabled: true });
+    await run("back-on");
+    expect(predicted).toEqual(["runner", "in-process", "in-process", "runner"]);
+    expect(placed).toEqual(predicted);
+    // Where each turn actually ran agrees with it: two in forked runners, two in the daemon.
+    expect(dispatched()).toBe(2);
+    expect(local.ran).toEqual(["max-zero", "switch-off"]);
   });
 
   it("predictsRunnerDispatch takes the optional usable capability and an explicit enabled boolean (S004-516)", () => {
@@ -81,67 +105,39 @@ describe("SubagentDispatch placement", () => {
     expect(predictsRunnerDispatch({ usable: () => false }, true)).toBe(false);
   });
 
-  it("pool checks default enabled to true; statistics read the operator-disabled bit from one snapshot (S004-517)", () => {
+  it("pool checks default enabled to true; statistics read the operator-disabled bit from one sizing snapshot (S004-517)", () => {
     const on = makePool();
     expect(on.pool.usable()).toBe(true);
     expect(on.pool.health()).toMatchObject({ mode: "runner", operatorDisabled: false });
     const off = makePool({ enabled: () => false });
     expect(off.pool.usable()).toBe(false);
     expect(off.pool.health()).toMatchObject({ mode: "in-process", operatorDisabled: true });
+    // Sizing that changes on every read: each health report agrees with the one snapshot it took.
+    let reads = 0;
+    const flapping = makePool({
+      sizing: () => ({ maxRunners: reads++ % 2 === 0 ? 0 : 2, turnsPerRunner: 1 }),
+    });
+    for (let i = 0; i < 4; i++) {
+      const health = flapping.pool.health();
+      expect(health.operatorDisabled).toBe(health.maxRunners === 0);
+      expect(health.mode).toBe(health.maxRunners === 0 ? "in-process" : "runner");
+    }
   });
 });
 
-describe("SubagentDispatch failure and fences", () => {
-  it("the same remote-call fence is held for either mode, including the queue wait (S004-161)", async () => {
-    const { pool } = makePool();
-    const local = inProcess();
-    const held = new Set<string>();
-    const order: string[] = [];
-    let enabled = true;
-    const dispatch = new SubagentDispatch({
-      pool,
-      inProcess: local.executor,
-      runnerEnabled: () => enabled,
-      fence: async (request: DelegatedTurnRequest, work) => {
-        held.add(request.turnId);
-        order.push(`enter ${request.sessionId}`);
-        try {
-          return await work();
-        } finally {
-          held.delete(request.turnId);
-          order.push(`leave ${request.sessionId}`);
-        }
-      },
-    });
-    const first = turn({ sessionId: "f1", script: [{ kind: "wait", ms: 300 }] });
-    const queued = turn({ sessionId: "f2", channelId: "other" });
-    const a = dispatch.send(first);
-    const b = dispatch.send(queued);
-    await waitFor(() => pool.sessionState("f1") === "running");
-    expect(pool.sessionState("f2")).toBe("queued");
-    expect(held.has(queued.turnId)).toBe(true);
-    await Promise.all([a, b]);
-    expect(held.size).toBe(0);
-    enabled = false;
-    await dispatch.send(turn({ sessionId: "f3" }));
-    expect(order).toEqual(["enter f1", "enter f2", "leave f1", "leave f2", "enter f3", "leave f3"]);
-  });
-
-  it("startup failures never replay delegated work in the daemon; the caller gets the typed error (S004-162)", async () => {
-    const effects = await effectsFile();
+describe("the daemon's session dispatch: failures are never replayed", () => {
+  it("a runner startup failure reaches the caller typed; the turn never runs in the daemon (S004-162)", async () => {
     const { pool } = makePool({ env: { CRW_RUNNER_FAULT: "exit-before-hello" } });
-    const local = inProcess();
-    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
-    const error = await dispatch
-      .send(turn({ script: [{ kind: "appendFile", path: effects.path, line: "ran" }] }))
-      .catch((e: unknown) => e);
+    const local = daemonRunner();
+    const dispatch = new SubagentSessionDispatch({ pool, inProcess: local.runner, runnerKind: "scripted" });
+    const host = quietHost();
+    const error = await dispatch.runTurn(childTurn(), host).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(RunnerStartupError);
     expect(local.ran).toEqual([]);
-    expect(await effects.lines()).toEqual([]);
+    expect(host.recorded).toBe(0);
   });
 
   it("a startup that retries and runs out never falls back to the daemon nor runs the turn twice (S004-477)", async () => {
-    const effects = await effectsFile();
     const clock = new ManualClock();
     const source = new MemoryRetryPolicySource({
       revision: 1,
@@ -154,11 +150,10 @@ describe("SubagentDispatch failure and fences", () => {
       env: { CRW_RUNNER_FAULT: "exit-before-hello" },
       retryPolicySource: () => source,
     });
-    const local = inProcess();
-    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
-    const sent = dispatch
-      .send(turn({ script: [{ kind: "appendFile", path: effects.path, line: "ran" }] }))
-      .catch((e: unknown) => e);
+    const local = daemonRunner();
+    const dispatch = new SubagentSessionDispatch({ pool, inProcess: local.runner, runnerKind: "scripted" });
+    const host = quietHost();
+    const sent = dispatch.runTurn(childTurn(), host).catch((e: unknown) => e);
     for (let retry = 0; retry < 2; retry++) {
       await waitFor(() => clock.pendingSleeps === 1);
       clock.advance(10);
@@ -168,72 +163,83 @@ describe("SubagentDispatch failure and fences", () => {
     expect(attempts.map((e) => e.type === "startup_failed" && e.attempt)).toEqual([0, 1, 2]);
     expect(events.filter((e) => e.type === "turn_dispatched")).toEqual([]);
     expect(local.ran).toEqual([]);
-    expect(await effects.lines()).toEqual([]);
+    expect(host.recorded).toBe(0);
   });
 
-  it("a build mismatch does not fall back to local execution either (S004-376)", async () => {
+  it("a build mismatch is refused typed on every turn, never run in the daemon instead (S004-376)", async () => {
     const { pool } = makePool({ buildId: "crw-runner-not-this-one" });
-    const local = inProcess();
-    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
-    await expect(dispatch.send(turn())).rejects.toMatchObject({ category: "build_mismatch" });
-    await expect(dispatch.send(turn())).rejects.toMatchObject({ category: "build_mismatch" });
+    const local = daemonRunner();
+    const dispatch = new SubagentSessionDispatch({ pool, inProcess: local.runner, runnerKind: "scripted" });
+    await expect(dispatch.runTurn(childTurn(), quietHost())).rejects.toMatchObject({
+      category: "build_mismatch",
+    });
+    await expect(dispatch.runTurn(childTurn(), quietHost())).rejects.toMatchObject({
+      category: "build_mismatch",
+    });
     expect(local.ran).toEqual([]);
   });
 
-  it("a failed turn is not replayed in either mode (S004-523)", async () => {
-    const effects = await effectsFile();
-    const failing = (line: string) =>
-      turn({
-        script: [
-          { kind: "appendFile", path: effects.path, line },
-          { kind: "fail", message: "provider error", code: "provider_failed" },
-        ],
-      });
-    const { pool } = makePool();
-    const local = inProcess();
-    let enabled = true;
-    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor, runnerEnabled: () => enabled });
-    await expect(dispatch.send(failing("runner"))).rejects.toMatchObject({
-      remote: { code: "provider_failed" },
+  it("a failed turn is not replayed in either placement (S004-523)", async () => {
+    // In a runner: the runner is killed while the turn's host tool runs.
+    let executed = 0;
+    let release: () => void = () => {};
+    const blocked = new Promise<void>((r) => {
+      release = r;
     });
-    enabled = false;
-    await expect(dispatch.send(failing("local"))).rejects.toMatchObject({ code: "provider_failed" });
-    expect(await effects.lines()).toEqual(["runner", "local"]);
-  });
-
-  it("a Delegate call and a workflow node go through the same dispatch and the same runners (S004-149)", async () => {
+    const echo: TurnTool = {
+      name: "Echo",
+      description: "echo",
+      parameters: { type: "object", properties: {} },
+      execute: async () => {
+        executed++;
+        await blocked;
+        return { content: "echo" };
+      },
+    };
     const { pool, events } = makePool();
-    const dispatch = new SubagentDispatch({ pool, inProcess: inProcess().executor });
-    await dispatch.send(turn({ sessionId: "delegate-child", channelId: "parent" }));
-    await dispatch.send(turn({ sessionId: "workflow-node-1", channelId: "parent" }));
-    const runners = new Set(events.flatMap((e) => (e.type === "turn_dispatched" ? [e.runnerId] : [])));
-    expect(runners.size).toBe(1);
-  });
-});
-
-describe("read-only views through dispatch", () => {
-  it("without a routed runner the same seam views the in-daemon child directly (S004-486)", async () => {
-    const local = inProcess();
-    const dispatch = new SubagentDispatch({ inProcess: local.executor, runnerEnabled: () => false });
-    await dispatch.send(
-      turn({ sessionId: "inproc", prompt: "q", model: "scripted-1", script: [{ kind: "text", text: "a" }] }),
+    const local = daemonRunner();
+    let enabled = true;
+    const dispatch = new SubagentSessionDispatch({
+      pool,
+      inProcess: local.runner,
+      runnerKind: "scripted",
+      runnerEnabled: () => enabled,
+    });
+    const task = scriptTask({ rounds: [[{ name: "Echo", arguments: {} }]], answer: "done" });
+    let outcome: unknown;
+    const running = dispatch.runTurn(childTurn("c1", { task, tools: [echo] }), quietHost()).then(
+      (o) => {
+        outcome = o;
+      },
+      (e: unknown) => {
+        outcome = e;
+      },
     );
-    const seen: string[] = [];
-    const view = await dispatch.tap("inproc", (e) => seen.push(e.kind));
-    expect(view.snapshot).toMatchObject({ model: "scripted-1", history: [{ text: "q" }, { text: "a" }] });
-    await dispatch.send(turn({ sessionId: "inproc", script: [{ kind: "reasoning", text: "r" }] }));
-    expect(seen).toEqual(["reasoning"]);
-    await view.close();
-    expect(local.ran).toHaveLength(2);
-  });
-
-  it("a routed child is viewed through the runner's tap protocol (S004-481)", async () => {
-    const { pool } = makePool();
-    const dispatch = new SubagentDispatch({ pool, inProcess: inProcess().executor });
-    await dispatch.send(turn({ sessionId: "routed", prompt: "p", script: [{ kind: "text", text: "t" }] }));
-    const view = await dispatch.tap("routed", () => {});
-    expect(view.snapshot.history.map((h) => h.text)).toEqual(["p", "t"]);
-    await view.close();
+    await waitFor(() => executed === 1);
+    expect(await killChildRunners()).toBe(1);
+    await waitFor(() => outcome !== undefined || executed > 1);
+    expect(executed).toBe(1);
+    expect(outcome).toBeInstanceOf(RunnerExitedError);
+    release();
+    await running;
+    await new Promise((r) => setTimeout(r, 300));
+    expect(executed).toBe(1);
+    expect(events.filter((e) => e.type === "turn_dispatched")).toHaveLength(1);
+    expect(local.ran).toEqual([]);
+    // In the daemon: the daemon's own runner throws; it is asked once.
+    enabled = false;
+    let asked = 0;
+    const failing = new SubagentSessionDispatch({
+      inProcess: {
+        runTurn: async () => {
+          asked++;
+          throw new Error("provider error");
+        },
+      },
+      runnerEnabled: () => enabled,
+    });
+    await expect(failing.runTurn(childTurn(), quietHost())).rejects.toThrow("provider error");
+    expect(asked).toBe(1);
   });
 });
 

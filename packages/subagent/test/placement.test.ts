@@ -1,44 +1,22 @@
+import { createScriptedTurnRunner, type TurnRequest } from "@crw/brain";
 import {
-  captureDelegatedExecutionScope,
-  createScriptedTurnRunner,
-  parseDelegatedExecutionScope,
-  type TurnHost,
-  type TurnRequest,
-} from "@crw/brain";
-import {
-  type ChildTurnExecutor,
   type DelegatedTurnRequest,
-  delegatedTurnRequestSchema,
   type HostWorkflowNodeDispatch,
+  type Placement,
   ProtectedDispatchBusyError,
   ProtectedDispatchError,
   RunnerStartupError,
   runWithWorkflowNodeDispatch,
-  ScriptedTurnExecutor,
-  SkillReviewSkippedError,
-  SubagentDispatch,
+  type SubagentRunnerPool,
   SubagentSessionDispatch,
+  sessionTurnSchema,
 } from "@crw/subagent";
 import { describe, expect, it } from "vitest";
-import { closePoolsAfterEach, effectsFile, makePool } from "./support/pools.js";
+import { closePoolsAfterEach, makePool } from "./support/pools.js";
 import { turn, waitFor } from "./support/runners.js";
+import { childTurn, daemonRunner, quietHost } from "./support/sessionTurns.js";
 
 closePoolsAfterEach();
-
-/** The daemon's own executor, recording which child turns ran in the daemon and in what order. */
-function inProcess(log: string[] = [], nested?: (request: DelegatedTurnRequest) => Promise<void>) {
-  const ran: string[] = [];
-  const scripted = new ScriptedTurnExecutor();
-  const executor: ChildTurnExecutor = {
-    runTurn: async (request, ctx) => {
-      ran.push(request.sessionId);
-      log.push(`run ${request.sessionId}`);
-      await nested?.(request);
-      return scripted.runTurn(request, ctx);
-    },
-  };
-  return { executor, ran };
-}
 
 /** A protected scope whose assertion (the controlled native boundary) records when it is awaited. */
 function protectedScope(
@@ -60,155 +38,82 @@ function protectedScope(
   };
 }
 
-const child = (partial: Partial<DelegatedTurnRequest> = {}) =>
+type Where = { channelId: string; parentSessionId?: string };
+
+/**
+ * The session dispatch as the daemon builds it, over a test's pool and daemon runner. Each turn belongs to
+ * parent-1's channel unless the test says where (the daemon reads that from the session row).
+ */
+function sessionDispatch(pool: SubagentRunnerPool | undefined, local: ReturnType<typeof daemonRunner>) {
+  const where = new WeakMap<TurnRequest, Where>();
+  const placed: { sessionId: string; placement: Placement }[] = [];
+  let enabled = true;
+  const dispatch = new SubagentSessionDispatch({
+    ...(pool && { pool }),
+    inProcess: local.runner,
+    runnerKind: "scripted",
+    runnerEnabled: () => enabled,
+    placementOf: (request) => where.get(request) ?? { channelId: "parent-1", parentSessionId: "parent-1" },
+    onPlaced: (request, placement) => placed.push({ sessionId: request.sessionId, placement }),
+  });
+  const child = (sessionId = "child-1", at?: Where): TurnRequest => {
+    const request = childTurn(sessionId);
+    if (at) where.set(request, at);
+    return request;
+  };
+  const run = (request: TurnRequest) => dispatch.runTurn(request, quietHost());
+  const inRunner = () => placed.filter((p) => p.placement === "runner").map((p) => p.sessionId);
+  const setEnabled = (on: boolean) => {
+    enabled = on;
+  };
+  return { dispatch, child, run, placed, inRunner, setEnabled };
+}
+
+/** A scripted child turn of parent-1 for the pool's own turn protocol (a runner kept busy by it). */
+const scriptedChild = (partial: Partial<DelegatedTurnRequest> = {}) =>
   turn({ channelId: "parent-1", sessionId: "child-1", ...partial });
 
-/** A delegated child's session turn (it carries its durable scope), as the delegation core hands it over. */
-const sessionTurn = (sessionId: string): TurnRequest => ({
-  sessionId,
-  principalAccountId: "acct-1",
-  model: "scripted",
-  systemPrompt: "You are a worker.",
-  context: [{ role: "user", content: "hi" }],
-  tools: [],
-  scope: parseDelegatedExecutionScope(
-    captureDelegatedExecutionScope({ accountId: "acct-1", target: { kind: "host", ref: null } }),
-  ),
-  readOnly: false,
-  workDir: null,
-  signal: new AbortController().signal,
-});
-
-const quietHost: TurnHost = {
-  record: async () => {},
-  beforeToolCall: async () => {},
-  drainSteering: async () => [],
-  progress: () => {},
-};
-
-const dispatchedSessions = (events: { type: string }[]) =>
-  events.flatMap((e) => (e.type === "turn_dispatched" ? [e] : [])).length;
-
-describe("optional skill-review children", () => {
-  it("SubagentDispatch.send checks skill-review first, before a protected match (S004-373)", async () => {
-    const { pool, events } = makePool();
-    const log: string[] = [];
-    const local = inProcess(log);
-    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
-    await dispatch.send(turn({ sessionId: "warm" })); // a ready runner with a free slot
-    const scope = protectedScope(log);
-    // The same exact parent/child as the protected scope, but a skill review: it is runner-only.
-    const review = await runWithWorkflowNodeDispatch(scope, () =>
-      dispatch.send(child({ purpose: "skill-review", script: [{ kind: "text", text: "review notes" }] })),
-    );
-    expect(review.text).toBe("review notes");
-    expect(scope.asserted).toEqual([]);
-    expect(local.ran).toEqual([]);
-    expect(dispatchedSessions(events)).toBe(2);
-  });
-
-  it("with the runner disabled, optional skill reviews skip instead of running in the daemon (S004-442)", async () => {
-    const effects = await effectsFile();
-    const { pool, events } = makePool();
-    const local = inProcess();
-    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor, runnerEnabled: () => false });
-    const error = await dispatch
-      .send(
-        turn({
-          purpose: "skill-review",
-          script: [{ kind: "appendFile", path: effects.path, line: "review" }],
-        }),
-      )
-      .catch((e: unknown) => e);
-    expect(error).toBeInstanceOf(SkillReviewSkippedError);
-    expect(error).toMatchObject({ reason: "runner_disabled", code: "skill_review_skipped" });
-    expect(local.ran).toEqual([]);
-    expect(await effects.lines()).toEqual([]);
-    expect(events).toEqual([]);
-    // Ordinary work with the runner off is the in-process rollback, as before.
-    await dispatch.send(turn({ sessionId: "ordinary" }));
-    expect(local.ran).toEqual(["ordinary"]);
-  });
-
-  it("a full pool skips a skill review without queueing it; ordinary work still queues (S004-356)", async () => {
-    const { pool } = makePool({ size: { maxRunners: 1, turnsPerRunner: 1 } });
-    const local = inProcess();
-    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
-    // No runner started yet: a review does not start one for itself.
-    await expect(dispatch.send(turn({ purpose: "skill-review" }))).rejects.toMatchObject({
-      reason: "runner_unavailable",
-    });
-    expect(pool.health().runners).toHaveLength(0);
-    const busy = dispatch.send(turn({ sessionId: "busy", script: [{ kind: "wait", ms: 400 }] }));
-    await waitFor(() => pool.sessionState("busy") === "running");
-    await expect(dispatch.send(turn({ purpose: "skill-review" }))).rejects.toMatchObject({
-      reason: "runner_full",
-    });
-    expect(pool.health().queued).toBe(0);
-    const queued = dispatch.send(turn({ sessionId: "interactive" }));
-    await waitFor(() => pool.sessionState("interactive") === "queued");
-    // A queued interactive turn is never overtaken, even when a slot frees up.
-    await expect(dispatch.send(turn({ purpose: "skill-review" }))).rejects.toMatchObject({
-      reason: "runner_full",
-    });
-    await Promise.all([busy, queued]);
-    expect(local.ran).toEqual([]);
-  });
-
-  it("startup failure keeps its typed error for ordinary work (no fallback) and makes a review skip as incompatible (S004-356)", async () => {
-    const { pool } = makePool({ buildId: "crw-runner-not-this-one" });
-    const local = inProcess();
-    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
-    await expect(dispatch.send(turn())).rejects.toBeInstanceOf(RunnerStartupError);
-    await expect(dispatch.send(turn({ purpose: "skill-review" }))).rejects.toMatchObject({
-      name: "SkillReviewSkippedError",
-      reason: "runner_incompatible",
-    });
-    expect(local.ran).toEqual([]);
-  });
-});
+const dispatchedTurns = (events: { type: string }[]) =>
+  events.filter((e) => e.type === "turn_dispatched").length;
 
 describe("protected automatic missing-child placement", () => {
-  it("an exact protected parent/child match is asserted, then runs in the daemon under the fence before runner mode (S004-374)", async () => {
+  it("an exact protected parent/child match is asserted, then runs in the daemon before runner mode: no runner startup is tried (S004-374)", async () => {
+    // Runners of this pool cannot start: any attempt would show in its events and spawnFailure.
     const { pool, events } = makePool({ env: { CRW_RUNNER_FAULT: "exit-before-hello" } });
     const log: string[] = [];
-    const local = inProcess(log);
-    const dispatch = new SubagentDispatch({
-      pool,
-      inProcess: local.executor,
-      fence: async (request, work) => {
-        log.push(`fence ${request.sessionId}`);
-        try {
-          return await work();
-        } finally {
-          log.push(`unfence ${request.sessionId}`);
-        }
-      },
-    });
+    const local = daemonRunner(log);
+    const { dispatch, child, run, placed } = sessionDispatch(pool, local);
     expect(dispatch.placement()).toBe("runner");
-    const scope = protectedScope(log);
-    const result = await runWithWorkflowNodeDispatch(scope, () =>
-      dispatch.send(child({ script: [{ kind: "text", text: "recovered in the daemon" }] })),
-    );
-    expect(result.text).toBe("recovered in the daemon");
-    expect(log).toEqual(["assert child-1", "fence child-1", "run child-1", "unfence child-1"]);
-    // Runner mode was never entered: no startup was attempted, though this pool's runners cannot start.
+    const outcome = await runWithWorkflowNodeDispatch(protectedScope(log), () => run(child()));
+    expect(outcome).toEqual({ stopReason: "stop" });
+    expect(log).toEqual(["assert child-1", "run child-1"]);
+    expect(placed).toEqual([{ sessionId: "child-1", placement: "in-process" }]);
     expect(events).toEqual([]);
     expect(pool.health().spawnFailure).toBeNull();
+  });
+
+  it("a matched scope without its assertion callback fails loudly and runs nothing (S004-374)", async () => {
+    const { pool, events } = makePool();
+    const local = daemonRunner();
+    const { child, run, placed } = sessionDispatch(pool, local);
+    const { assertDispatch: _none, ...scope } = protectedScope([]);
+    await expect(runWithWorkflowNodeDispatch(scope, () => run(child()))).rejects.toBeInstanceOf(
+      ProtectedDispatchError,
+    );
+    expect(local.ran).toEqual([]);
+    expect(placed).toEqual([]);
+    expect(dispatchedTurns(events)).toBe(0);
   });
 
   it("a protected child with a runner route from an earlier turn: the route is released before it runs in the daemon", async () => {
     const { pool } = makePool();
     const log: string[] = [];
-    const local = inProcess(log);
-    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
+    const local = daemonRunner(log);
+    const { child, run } = sessionDispatch(pool, local);
     // An earlier ordinary turn of the child ran in a runner and left its route.
-    await dispatch.send(child({ script: [{ kind: "text", text: "first turn in a runner" }] }));
+    await run(child());
     expect(pool.routeOf("child-1")).toBeDefined();
-    const result = await runWithWorkflowNodeDispatch(protectedScope(log), () =>
-      dispatch.send(child({ script: [{ kind: "text", text: "continued in the daemon" }] })),
-    );
-    expect(result.text).toBe("continued in the daemon");
+    await runWithWorkflowNodeDispatch(protectedScope(log), () => run(child()));
     expect(local.ran).toEqual(["child-1"]);
     expect(pool.routeOf("child-1")).toBeUndefined();
   });
@@ -223,18 +128,18 @@ describe("protected automatic missing-child placement", () => {
       runnerKind: "scripted",
       placementOf: () => ({ channelId: "parent-1", parentSessionId: "parent-1" }),
     });
-    const running = pool.runTurn(child({ script: [{ kind: "wait", ms: 60_000 }] })).catch(() => {});
+    const running = pool.runTurn(scriptedChild({ script: [{ kind: "wait", ms: 60_000 }] })).catch(() => {});
     await waitFor(() => pool.sessionState("child-1") === "running");
     // only the runner knows the child is busy: the refusal is its answer to the release
     const refused = await runWithWorkflowNodeDispatch(scope, () =>
-      dispatch.runTurn(sessionTurn("child-1"), quietHost),
+      dispatch.runTurn(childTurn("child-1"), quietHost()),
     ).catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(ProtectedDispatchBusyError);
     expect(pool.routeOf("child-1")).toBeDefined();
     pool.abortChannel("parent-1");
     await running;
     const outcome = await runWithWorkflowNodeDispatch(scope, () =>
-      dispatch.runTurn(sessionTurn("child-1"), quietHost),
+      dispatch.runTurn(childTurn("child-1"), quietHost()),
     );
     expect(outcome.stopReason).toBe("stop");
     expect(pool.routeOf("child-1")).toBeUndefined();
@@ -253,92 +158,93 @@ describe("protected automatic missing-child placement", () => {
     await busy;
   });
 
-  it("a protected child still running a turn in its runner is refused (busy), not run twice; its route stays", async () => {
-    const { pool } = makePool({ size: { maxRunners: 1, turnsPerRunner: 2 } });
-    const log: string[] = [];
-    const local = inProcess(log);
-    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
-    const running = dispatch.send(child({ script: [{ kind: "wait", ms: 60_000 }] }));
-    await waitFor(() => pool.sessionState("child-1") === "running");
-    const refused = await runWithWorkflowNodeDispatch(protectedScope(log), () =>
-      dispatch.send(child({ script: [{ kind: "text", text: "must not run" }] })),
-    ).catch((e: unknown) => e);
-    expect(refused).toBeInstanceOf(ProtectedDispatchBusyError);
-    expect(refused).toMatchObject({ code: "session_busy" });
-    expect(local.ran).toEqual([]);
-    expect(pool.routeOf("child-1")).toBeDefined();
-    pool.abortChannel("parent-1");
-    await running.catch(() => {});
-  });
-
-  it("a matched scope without its assertion callback fails loudly and runs nothing (S004-374)", async () => {
-    const { pool } = makePool();
-    const local = inProcess();
-    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
-    const { assertDispatch: _none, ...scope } = protectedScope([]);
-    await expect(runWithWorkflowNodeDispatch(scope, () => dispatch.send(child()))).rejects.toBeInstanceOf(
-      ProtectedDispatchError,
-    );
-    expect(local.ran).toEqual([]);
-  });
-
-  it("mismatched or missing child, other parents and nested descendants keep their configured placement (S004-375)", async () => {
+  it("ordinary, mismatched and missing-child turns and a nested descendant keep their configured placement (S004-375)", async () => {
     const { pool, events } = makePool({ size: { maxRunners: 1, turnsPerRunner: 4 } });
     const log: string[] = [];
-    let dispatch!: SubagentDispatch;
+    let nested!: (request: TurnRequest) => Promise<unknown>;
     // The protected child delegates a grandchild from inside its own (in-daemon) turn.
-    const local = inProcess(log, async (request) => {
-      if (request.sessionId !== "child-1") return;
-      await dispatch.send(
-        turn({ channelId: "parent-1", sessionId: "grandchild-1", parentSessionId: "child-1" }),
-      );
+    const local = daemonRunner(log, async (request) => {
+      if (request.sessionId === "child-1") await nested(request);
     });
-    dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
+    const { child, run, inRunner } = sessionDispatch(pool, local);
+    nested = () => run(child("grandchild-1", { channelId: "parent-1", parentSessionId: "child-1" }));
+    await run(child("ordinary")); // no protected scope at all
     const scope = protectedScope(log);
     await runWithWorkflowNodeDispatch(scope, async () => {
-      await dispatch.send(child({ sessionId: "child-2" })); // another child of the same parent
-      await dispatch.send(child({ channelId: "parent-2" })); // the same child id under another channel
-      await dispatch.send(child({ parentSessionId: "someone-else" })); // another parent
-      await dispatch.send(child()); // the exact match, whose turn delegates a grandchild
+      await run(child("child-2")); // another child of the same parent
+      await run(child("child-1", { channelId: "parent-2", parentSessionId: "parent-1" })); // another channel
+      await run(child("child-1", { channelId: "parent-1", parentSessionId: "someone-else" })); // another parent
+      await run(child()); // the exact match, whose turn delegates a grandchild
     });
     const noChild = protectedScope(log, { childSessionId: undefined });
-    await runWithWorkflowNodeDispatch(noChild, () => dispatch.send(child()));
+    await runWithWorkflowNodeDispatch(noChild, () => run(child()));
     expect(local.ran).toEqual(["child-1"]);
     expect(scope.asserted).toEqual(["child-1"]);
     expect(noChild.asserted).toEqual([]);
-    // Three mismatches, the grandchild and the missing-child scope's call all ran in the runner.
-    expect(dispatchedSessions(events)).toBe(5);
+    expect(inRunner()).toEqual(["ordinary", "child-2", "child-1", "child-1", "grandchild-1", "child-1"]);
+    expect(dispatchedTurns(events)).toBe(6);
   });
 
-  it("with runners off, the protected match and ordinary calls both run in the daemon, unchanged (S004-356)", async () => {
+  it("with runners off, the protected match and ordinary turns both run in the daemon, unchanged (S004-356)", async () => {
     const { pool, events } = makePool();
     const log: string[] = [];
-    const local = inProcess(log);
-    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor, runnerEnabled: () => false });
+    const local = daemonRunner(log);
+    const { child, run, setEnabled } = sessionDispatch(pool, local);
+    setEnabled(false);
     const scope = protectedScope(log);
-    await runWithWorkflowNodeDispatch(scope, () => dispatch.send(child()));
-    await dispatch.send(turn({ sessionId: "ordinary" }));
+    await runWithWorkflowNodeDispatch(scope, () => run(child()));
+    await run(child("ordinary"));
     expect(local.ran).toEqual(["child-1", "ordinary"]);
     expect(scope.asserted).toEqual(["child-1"]);
     expect(events).toEqual([]);
   });
 
-  it("no request field or RPC carries the authority, and no registry remembers it (S004-377)", async () => {
+  it("beside a protected scope, ordinary turns keep runner mode and a startup failure stays typed, with no fallback (S004-356)", async () => {
+    const { pool } = makePool({ env: { CRW_RUNNER_FAULT: "exit-before-hello" } });
+    const log: string[] = [];
+    const local = daemonRunner(log);
+    const { child, run, placed } = sessionDispatch(pool, local);
+    const scope = protectedScope(log);
+    const inScope = await runWithWorkflowNodeDispatch(scope, () => run(child("child-2"))).catch((e) => e);
+    expect(inScope).toBeInstanceOf(RunnerStartupError);
+    await expect(run(child("ordinary"))).rejects.toBeInstanceOf(RunnerStartupError);
+    expect(placed.map((p) => p.placement)).toEqual(["runner", "runner"]);
+    expect(local.ran).toEqual([]);
+    expect(scope.asserted).toEqual([]);
+  });
+
+  it("no request field or frame carries the authority, and nothing remembers it after the scope (S004-377)", async () => {
+    const { signal: _local, ...request } = childTurn("child-1");
+    const frame = {
+      turnId: "t-1",
+      channelId: "parent-1",
+      parentSessionId: "parent-1",
+      runner: "scripted",
+      request,
+    };
+    expect(sessionTurnSchema.safeParse(frame).success).toBe(true);
+    // The proof cannot be named in a session-turn frame, at its top or in its request.
+    const forged = { childSessionId: "child-1", parentSessionId: "parent-1", channelId: "parent-1" };
+    expect(sessionTurnSchema.safeParse({ ...frame, workflowNodeDispatch: forged }).success).toBe(false);
+    expect(
+      sessionTurnSchema.safeParse({ ...frame, request: { ...frame.request, workflowNodeDispatch: forged } })
+        .success,
+    ).toBe(false);
     const { pool, events } = makePool();
     const log: string[] = [];
-    const local = inProcess(log);
-    const dispatch = new SubagentDispatch({ pool, inProcess: local.executor });
-    // The proof cannot be named in a request: the frame schema refuses any such field.
-    const forged = { ...child(), workflowNodeDispatch: { childSessionId: "child-1" } };
-    expect(delegatedTurnRequestSchema.safeParse(forged).success).toBe(false);
+    const local = daemonRunner(log);
+    const { child, run, inRunner } = sessionDispatch(pool, local);
+    // A request claiming the proof in a field of its own is ordinary work.
+    await run({ ...child(), workflowNodeDispatch: forged } as TurnRequest);
     const scope = protectedScope(log);
-    await runWithWorkflowNodeDispatch(scope, () => dispatch.send(child()));
+    await runWithWorkflowNodeDispatch(scope, () => run(child()));
     // Outside the scope the very same parent/child is ordinary work again: nothing was recorded.
-    await dispatch.send(child());
+    await run(child());
     // A mismatched child under the same scope is ordinary work too: it goes to the runner.
-    await runWithWorkflowNodeDispatch(scope, () => dispatch.send(child({ sessionId: "child-2" })));
+    await runWithWorkflowNodeDispatch(scope, () => run(child("child-2")));
     expect(local.ran).toEqual(["child-1"]);
-    expect(dispatchedSessions(events)).toBe(2);
+    expect(inRunner()).toEqual(["child-1", "child-1", "child-2"]);
+    expect(dispatchedTurns(events)).toBe(3);
   });
 
   it("with no protected scope, or one for another child, a session turn makes no assertion and no placement read (S004-378)", async () => {
@@ -353,12 +259,12 @@ describe("protected automatic missing-child placement", () => {
         return { channelId: "parent-1", parentSessionId: "parent-1" };
       },
     });
-    await dispatch.runTurn(sessionTurn("child-1"), quietHost);
-    await runWithWorkflowNodeDispatch(scope, () => dispatch.runTurn(sessionTurn("child-2"), quietHost));
+    await dispatch.runTurn(childTurn("child-1"), quietHost());
+    await runWithWorkflowNodeDispatch(scope, () => dispatch.runTurn(childTurn("child-2"), quietHost()));
     expect(reads).toBe(0);
     expect(scope.asserted).toEqual([]);
     // the protected child itself is read and asserted: the knobs above do see that work when it happens
-    await runWithWorkflowNodeDispatch(scope, () => dispatch.runTurn(sessionTurn("child-1"), quietHost));
+    await runWithWorkflowNodeDispatch(scope, () => dispatch.runTurn(childTurn("child-1"), quietHost()));
     expect(reads).toBe(1);
     expect(scope.asserted).toEqual(["child-1"]);
   });
