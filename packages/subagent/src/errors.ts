@@ -127,30 +127,6 @@ export class RunnerStartupCancelledError extends SubagentError {
   readonly retryable = false;
 }
 
-/**
- * Why an optional skill review did not run. It is runner-only and opportunistic: a disabled, full,
- * unavailable or incompatible pool skips it before any inference, never queues it ahead of interactive work
- * and never runs it in the daemon.
- */
-export type SkillReviewSkipReason =
-  | "runner_disabled"
-  | "runner_full"
-  | "runner_unavailable"
-  | "runner_incompatible";
-
-export class SkillReviewSkippedError extends SubagentError {
-  override readonly name = "SkillReviewSkippedError";
-  readonly code = "skill_review_skipped" as const;
-  readonly retryable = false;
-  constructor(
-    readonly reason: SkillReviewSkipReason,
-    message: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-  }
-}
-
 /** The event name a local execution stream reports when its transport is lost. */
 export const SESSION_CLOSED = "session.closed";
 

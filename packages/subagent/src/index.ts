@@ -10,13 +10,6 @@ export {
   subagentConfigSchema,
 } from "./config.js";
 export { killContainedProcesses, ProcessContainment } from "./containment.js";
-export {
-  type Placement,
-  predictsRunnerDispatch,
-  type RemoteCallFence,
-  SubagentDispatch,
-  type SubagentDispatchDeps,
-} from "./dispatch.js";
 export * from "./errors.js";
 export { FairQueue, FairQueueInvariantError } from "./fairQueue.js";
 export { EventLoopSampler, HEARTBEAT_INTERVAL_MS, measureProcessTree, type TreeMemory } from "./heartbeat.js";
@@ -115,5 +108,10 @@ export {
 } from "./runnerHost.js";
 export { ScriptedTurnError, ScriptedTurnExecutor } from "./scriptedExecutor.js";
 export { loadBrainSessionBackend, type SessionTurnBackend } from "./sessionBackend.js";
-export { type SessionDispatchDeps, SubagentSessionDispatch } from "./sessionDispatch.js";
+export {
+  type Placement,
+  predictsRunnerDispatch,
+  type SessionDispatchDeps,
+  SubagentSessionDispatch,
+} from "./sessionDispatch.js";
 export { ExecutionAuthorityError, SessionViews } from "./sessionViews.js";

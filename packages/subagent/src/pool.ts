@@ -193,55 +193,6 @@ export class SubagentRunnerPool {
   }
 
   /**
-   * Opportunistic admission (optional skill reviews): the turn runs now, in a free slot of a ready runner, or
-   * is refused before any work. It never waits in the queue (so never ahead of interactive turns queued
-   * there), never starts a runner for itself and is never replayed.
-   */
-  tryRunTurn(
-    request: DelegatedTurnRequest,
-    options: { signal?: AbortSignal; onProgress?: (text: string) => void } = {},
-  ):
-    | { refused: "full" | "unavailable" | "incompatible"; error: Error }
-    | { result: Promise<DelegatedTurnResult> } {
-    const refusal = this.#admissionRefusal();
-    if (refusal) {
-      const incompatible = refusal instanceof RunnerStartupError && refusal.category === "build_mismatch";
-      return { refused: incompatible ? "incompatible" : "unavailable", error: refusal };
-    }
-    const perRunner = Math.max(1, this.deps.sizing().turnsPerRunner);
-    const free = [...this.#slots.values()].filter((s) => s.host.isReady && s.turns < perRunner);
-    const slot = free.reduce<Slot | undefined>(
-      (a, b) => (a === undefined || b.turns < a.turns ? b : a),
-      undefined,
-    );
-    if (this.#queue.size > 0 || !slot) {
-      const refused = this.#slots.size === 0 ? "unavailable" : "full";
-      return {
-        refused,
-        error: new RunnerUnavailableError("no_capacity", `no free sub-agent runner slot (${refused})`),
-      };
-    }
-    if (options.signal?.aborted) {
-      return { result: Promise.reject(new DelegationAbortedError(request.channelId)) };
-    }
-    const result = new Promise<DelegatedTurnResult>((resolve, reject) => {
-      const controller = new AbortController();
-      const onAbort = () => controller.abort();
-      options.signal?.addEventListener("abort", onAbort, { once: true });
-      this.#dispatch(slot, {
-        request,
-        controller,
-        run: (host, signal) =>
-          host.runTurn(request, { signal, ...(options.onProgress && { onProgress: options.onProgress }) }),
-        resolve: resolve as (result: unknown) => void,
-        reject,
-        detach: () => options.signal?.removeEventListener("abort", onAbort),
-      });
-    });
-    return { result };
-  }
-
-  /**
    * Run a delegation-core session turn (brain's SessionTurnRunner seam) in a runner, with the same
    * admission, queueing, routing and failure rules as any delegated turn.
    */

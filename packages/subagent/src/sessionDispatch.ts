@@ -1,6 +1,5 @@
 import { randomUUID } from "node:crypto";
 import type { SessionTurnRunner, TurnHost, TurnOutcome, TurnRequest } from "@crw/brain";
-import { type Placement, predictsRunnerDispatch } from "./dispatch.js";
 import type { SubagentRunnerPool } from "./pool.js";
 import {
   assertProtectedDispatch,
@@ -10,6 +9,16 @@ import {
   retireRunnerRoute,
 } from "./protectedPlacement.js";
 import type { SessionRunnerKind } from "./protocol/sessionTurn.js";
+
+/**
+ * Whether ordinary delegated work would run in a runner: the explicit switch and the runner's optional
+ * usable capability (absent pool, or an operator maximum of zero, is not usable).
+ */
+export function predictsRunnerDispatch(runner: { usable(): boolean } | undefined, enabled: boolean): boolean {
+  return enabled && (runner?.usable() ?? false);
+}
+
+export type Placement = "runner" | "in-process";
 
 export interface SessionDispatchDeps {
   readonly pool?: SubagentRunnerPool;

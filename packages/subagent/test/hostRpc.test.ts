@@ -11,7 +11,7 @@ import {
   outsideDispatchedTurn,
   RemoteTurnError,
   runInDispatchedTurn,
-  SubagentDispatch,
+  SubagentRunnerPool,
 } from "@crw/subagent";
 import { describe, expect, it } from "vitest";
 import { closePoolsAfterEach, makePool } from "./support/pools.js";
@@ -246,7 +246,7 @@ describe("reverse host calls from a real runner", () => {
   it("supportsHostRpc reports whether the shared handler exists, with no method argument (S004-499)", () => {
     expect(makePool().pool.supportsHostRpc()).toBe(false);
     expect(makePool({ hostRpc: async () => null }).pool.supportsHostRpc()).toBe(true);
-    expect(SubagentDispatch.prototype.supportsHostRpc.length).toBe(0);
+    expect(SubagentRunnerPool.prototype.supportsHostRpc.length).toBe(0);
   });
 
   it("without the capability a runner's host call is refused through the typed request (S004-501)", async () => {

@@ -65,11 +65,6 @@ export const delegatedTurnRequestSchema = z
     sessionId: idSchema,
     /** Set for nested delegation: the parent is itself a sub-agent session. */
     parentSessionId: idSchema.optional(),
-    /**
-     * Host-minted internal purpose, never a Delegate tool argument. "skill-review": an optional one-shot
-     * review child, runner-only and opportunistic (see SubagentDispatch.send).
-     */
-    purpose: z.literal("skill-review").optional(),
     accountId: idSchema.optional(),
     model: z.string().min(1).max(256).optional(),
     prompt: z.string().max(1_000_000),
