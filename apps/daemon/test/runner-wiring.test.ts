@@ -328,6 +328,42 @@ describe("the daemon's runner pool wiring", () => {
     ]);
   });
 
+  it("a Delegate call's child and a workflow node's child go through the daemon's one dispatch into the same runner pool (S004-149)", async () => {
+    const hold = gate();
+    holds.set("HOLD-SAME-NODE", hold);
+    const { sessionId } = await owner.ok<{ sessionId: string }>("session.create");
+    const delegated = await owner.ok<{ childSessionId: string }>("session.delegate", {
+      sessionId,
+      task: "same dispatch delegate work",
+      model: MODEL,
+    });
+    const definition = JSON.stringify({
+      name: "same-dispatch",
+      defaults: { model: MODEL },
+      nodes: [{ id: "n", task: "HOLD-SAME-NODE node work" }],
+    });
+    const started = await owner.ok<{ workflowId: string }>("workflow.start", { definition, format: "json" });
+    await waitFor(
+      () => provider.requests.some((r) => lastUserText(r).includes("HOLD-SAME-NODE")),
+      "the node's request",
+    );
+    const nodeChild = daemon.runtime
+      .executions()
+      .find((e) => daemon.runtime.engine.nodeOfSession(e.sessionId)?.workflowId === started.workflowId);
+    expect(nodeChild).toMatchObject({ location: "runner", state: "running" });
+    const nodeSession = nodeChild?.sessionId as string;
+    // The dispatch's own placement decision saw both children, and the one pool routes both.
+    const placementsOf = (id: string) => placed.filter((p) => p.sessionId === id).map((p) => p.placement);
+    expect(placementsOf(delegated.childSessionId)).toEqual(["runner"]);
+    expect(placementsOf(nodeSession)).toEqual(["runner"]);
+    const pool = daemon.runtime.runnerPool;
+    expect(pool.routeOf(nodeSession)).toEqual(expect.stringMatching(/^runner-/));
+    expect(pool.routeOf(delegated.childSessionId)).toEqual(expect.stringMatching(/^runner-/));
+    hold.open();
+    const done = await owner.ok<{ status: string }>("workflow.follow", { workflowId: started.workflowId });
+    expect(done.status).toBe("completed");
+  });
+
   it("runtime.maxActiveNodes reaches the workflow engine: with a cap of one, independent nodes run one at a time", async () => {
     const gx = gate();
     const gy = gate();
