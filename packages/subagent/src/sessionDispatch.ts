@@ -26,8 +26,6 @@ export interface SessionDispatchDeps {
   readonly inProcess: SessionTurnRunner;
   /** runtime.subagentRunnerEnabled, read per turn; default true. */
   readonly runnerEnabled?: () => boolean;
-  /** The remote-call fence, held around either mode including the queue wait. */
-  readonly fence?: <T>(request: TurnRequest, work: () => Promise<T>) => Promise<T>;
   /** Which SessionTurnRunner runners use; default the agent loop. */
   readonly runnerKind?: SessionRunnerKind;
   /**
@@ -82,19 +80,15 @@ export class SubagentSessionDispatch implements SessionTurnRunner {
     const root = request.scope === null || request.rootSession === true;
     const placement = root || protectedMatch ? "in-process" : this.placement();
     this.deps.onPlaced?.(request, placement);
-    const fence = this.deps.fence ?? ((_r, work) => work());
     const pool = this.deps.pool;
-    return fence(request, async () => {
-      if (protectedMatch)
-        return outsideWorkflowNodeDispatch(() => this.deps.inProcess.runTurn(request, host));
-      if (placement === "in-process" || !pool) return this.deps.inProcess.runTurn(request, host);
-      where ??= await this.#where(request);
-      return pool.runSessionTurn(request, host, {
-        turnId: randomUUID(),
-        channelId: where.channelId,
-        ...(where.parentSessionId !== undefined && { parentSessionId: where.parentSessionId }),
-        runner: this.deps.runnerKind ?? "agent",
-      });
+    if (protectedMatch) return outsideWorkflowNodeDispatch(() => this.deps.inProcess.runTurn(request, host));
+    if (placement === "in-process" || !pool) return this.deps.inProcess.runTurn(request, host);
+    where ??= await this.#where(request);
+    return pool.runSessionTurn(request, host, {
+      turnId: randomUUID(),
+      channelId: where.channelId,
+      ...(where.parentSessionId !== undefined && { parentSessionId: where.parentSessionId }),
+      runner: this.deps.runnerKind ?? "agent",
     });
   }
 
