@@ -308,6 +308,64 @@ describe("OwnerWaker wake ids", () => {
   });
 });
 
+describe("a session_wake row's outcome", () => {
+  it("a wake the host refuses is staged: false with the host's error; one the relay already holds is staged: false with reason already_held (S000-173)", async () => {
+    const fake = await FakeAppServer.start();
+    const real = createAppServerHost({ transport: fake.url });
+    try {
+      const owner = fake.createOwnerThread({});
+      const rows: JournalRow[] = [];
+      const append = (batch: NewRow[]) => {
+        for (const b of batch)
+          rows.push({ ...b, seq: rows.length, at: new Date().toISOString() } as JournalRow);
+      };
+      append([{ type: "started", process_n: 1 } as unknown as NewRow]);
+      const cfg = { wakeAfterMs: 3_600_000, renotifyMaxMs: 3_600_000, unresponsiveAfterMs: 3_600_000 };
+      const base = { runId: "r1", owner, rows: () => rows, append, nextCommand: "crw flow next r1" };
+      const refusing = {
+        ...real,
+        startTurn: async () => ({
+          ok: false as const,
+          reason: "unreachable" as const,
+          message: "socket closed",
+        }),
+      };
+      const wakeOnce = async (host: typeof real) => {
+        const w = new OwnerWaker({ ...base, host }, cfg);
+        w.onEvent({ type: "step_published", call: "a.1", marker: "a.1/t1-a1", action: "spawn" });
+        await w.tick();
+        const all = rows.filter((x) => x.type === "session_wake");
+        return all.at(-1) as Extract<JournalRow, { type: "session_wake" }>;
+      };
+      const common = { renotify: 0, ops: ["a.1/t1"], owner, owner_status: "idle" };
+
+      const failed = await wakeOnce(refusing);
+      expect(failed).toMatchObject({ ...common, staged: false, error: "unreachable: socket closed" });
+      expect(failed.batch).toMatch(/\S/);
+      expect(failed.wake_id).toBe(`run:r1/${failed.batch}`);
+      expect(failed.waiting_seconds).toBeGreaterThanOrEqual(0);
+      expect("reason" in failed).toBe(false);
+
+      const staged = await wakeOnce(real);
+      expect(staged).toMatchObject({ ...common, staged: true, wake_id: failed.wake_id });
+      expect("error" in staged || "reason" in staged).toBe(false);
+      fake.completeTurn(owner);
+
+      const held = await wakeOnce(real);
+      expect(held).toMatchObject({
+        ...common,
+        staged: false,
+        reason: "already_held",
+        wake_id: failed.wake_id,
+      });
+      expect("error" in held).toBe(false);
+    } finally {
+      await real.close();
+      await fake.stop();
+    }
+  });
+});
+
 describe("the owner's status between reads", () => {
   it("is read again after a notification of the owner thread, after a poll interval and after a turn the waker starts; not in between", async () => {
     const fake = await FakeAppServer.start();
