@@ -82,7 +82,11 @@ describe("local execution and background services across the runner boundary", (
 
   it("a start needs an active admitted turn; one retained controller per live service (S004-113 S004-115)", async () => {
     const box = sandbox();
-    const host = await ready(box.handler);
+    const handled: string[] = [];
+    const host = await ready((request, ctx) => {
+      handled.push(request.op);
+      return box.handler(request, ctx);
+    });
     const out = await host.runTurn(
       turn({ script: [{ kind: "localExec", command: ["sh", "-c", "echo hi"], service: false }] }),
     );
@@ -98,6 +102,40 @@ describe("local execution and background services across the runner boundary", (
     });
     const outside = client.call({ op: "start", command: ["true"], service: false });
     await expect(outside.final).rejects.toMatchObject({ reason: "outside_turn" });
+    const stdin = client.call({ op: "stdin", processId: "1", data: "x" });
+    await expect(stdin.final).rejects.toMatchObject({ reason: "outside_turn" });
     expect(sent).toEqual([]);
+    expect(handled).toEqual(["start", "start"]);
+  });
+
+  it("the daemon side refuses a start or stdin naming a turn that has ended, and never runs it (S004-113)", async () => {
+    const box = sandbox();
+    const handled: string[] = [];
+    const host = await ready((request, ctx) => {
+      handled.push(request.op);
+      return box.handler(request, ctx);
+    });
+    const ended = turn({ script: [{ kind: "localExec", command: ["sh", "-c", "true"], service: false }] });
+    await host.runTurn(ended);
+    expect(handled).toEqual(["start"]);
+    // What a runner would send after its turn ended, straight into the host's channel.
+    const child = (host as unknown as { child: import("node:child_process").ChildProcess }).child;
+    const posted: Array<{ type: string; requestId?: string; result?: unknown }> = [];
+    const send = child.send.bind(child);
+    child.send = ((frame: (typeof posted)[number], ...rest: never[]) => {
+      posted.push(frame);
+      return send(frame, ...rest);
+    }) as typeof child.send;
+    const late = [
+      { requestId: "late-start", request: { op: "start", command: ["true"], service: false } },
+      { requestId: "late-stdin", request: { op: "stdin", processId: "1", data: "x" } },
+    ];
+    for (const frame of late) child.emit("message", { type: "localExec", turnId: ended.turnId, ...frame });
+    await waitFor(() => posted.filter((f) => f.type === "localExecResult").length === 2);
+    for (const { requestId } of late)
+      expect(posted.find((f) => f.requestId === requestId)).toMatchObject({
+        result: { error: { code: "outside_turn" } },
+      });
+    expect(handled).toEqual(["start"]);
   });
 });
