@@ -12,6 +12,7 @@ import {
   TapTimeoutError,
 } from "@crw/subagent";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { closePoolsAfterEach, makePool } from "./support/pools.js";
 import { hostDeps, policySource, startHost, turn, waitFor } from "./support/runners.js";
 import { tempDir } from "./support/tmp.js";
 
@@ -361,5 +362,21 @@ describe("retry policy over IPC", () => {
     hosts.pop();
     // S004-461: shutdown removes the host's policy subscription.
     expect(source.listenerCount).toBe(0);
+  });
+});
+
+describe("a failed measurement in the daemon's pool", () => {
+  closePoolsAfterEach();
+
+  it("the pool passes the failed measurement on with the fixed text, and its health keeps the runner's heartbeat RSS as incomplete (S004-496)", async () => {
+    const { pool, events } = makePool({ heartbeatIntervalMs: 100, procRoot: "/nonexistent-proc" });
+    await pool.runTurn(turn({ script: [{ kind: "wait", ms: 300 }] }));
+    await waitFor(() => events.some((e) => e.type === "measure_failed"));
+    expect(events.find((e) => e.type === "measure_failed")).toMatchObject({
+      message: "could not measure runner descendants",
+    });
+    const [runner] = pool.health().runners;
+    expect(runner?.memoryComplete).toBe(false);
+    expect(runner?.memoryBytes).toBeGreaterThan(1_000_000);
   });
 });
