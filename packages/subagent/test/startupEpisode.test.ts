@@ -87,19 +87,49 @@ describe("startup episode (real forks, controllable clock in the pool only)", ()
 
   it("application-ready startup ends the episode; a later request is new work, with no cooldown (S004-469 S004-467)", async () => {
     const clock = new ManualClock();
-    const { pool, events } = makePool({ size: { maxRunners: 2, turnsPerRunner: 1 }, clock });
-    await pool.runTurn(turn());
+    const source = new MemoryRetryPolicySource({
+      revision: 1,
+      maxRetries: 1,
+      initialDelayMs: 100,
+      multiplier: 2,
+    });
+    // The runners' environment is read at each fork: the fault is switched on and off between attempts.
+    const env: Record<string, string> = { ...failingEnv };
+    const { pool, events } = makePool({
+      size: { maxRunners: 2, turnsPerRunner: 1 },
+      clock,
+      env,
+      retryPolicySource: () => source,
+    });
+    const attempts = () =>
+      events.flatMap(
+        (e): Array<number | "ready"> =>
+          e.type === "startup_failed" ? [e.attempt] : e.type === "runner_ready" ? ["ready"] : [],
+      );
+    // The first episode spends its one retry: attempt 0 fails, attempt 1 is application-ready.
+    const first = pool.runTurn(turn());
+    await waitFor(() => clock.pendingSleeps === 1);
+    delete env.CRW_RUNNER_FAULT;
+    clock.advance(100);
+    await first;
     expect(pool.health()).toMatchObject({ startupRetry: null, spawnFailure: null });
-    expect(events.filter((e) => e.type === "runner_ready")).toHaveLength(1);
-    // Two turns at once need a second runner: a new episode, not a continuation of the first.
-    await Promise.all([
+    expect(attempts()).toEqual([0, "ready"]);
+    // Two turns at once need a second runner. Were the first episode still open, its budget would be spent
+    // and this failure final; as new work it starts at attempt 0 with the first delay, and its retry is ready.
+    env.CRW_RUNNER_FAULT = failingEnv.CRW_RUNNER_FAULT;
+    const both = Promise.all([
       pool.runTurn(turn({ script: [{ kind: "wait", ms: 200 }] })),
       pool.runTurn(turn({ script: [{ kind: "wait", ms: 200 }] })),
     ]);
-    // The second episode is new work; it may finish after both turns did (the first runner freed up first).
+    await waitFor(() => clock.pendingSleeps === 1);
+    delete env.CRW_RUNNER_FAULT;
+    clock.advance(100);
+    await both;
     await waitFor(() => events.filter((e) => e.type === "runner_ready").length === 2);
-    // No boot cooldown: the second episode waited on nothing.
-    expect(clock.requested).toEqual([]);
+    expect(attempts()).toEqual([0, "ready", 0, "ready"]);
+    // No boot cooldown: the only waits were each episode's own first backoff.
+    expect(clock.requested).toEqual([100, 100]);
+    expect(pool.health().spawnFailure).toBeNull();
   });
 
   it("reset aborts a pending startup; S004-470: the cancelled episode stays terminal (S004-475)", async () => {
