@@ -1,6 +1,8 @@
 import { readFileSync } from "node:fs";
+import type { TranscriptMessage } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
 import { beforeAll, describe, expect, it } from "vitest";
+import { createScriptedTurnRunner, type SessionTurnRunner } from "../../src/index.js";
 import {
   delegateBackground,
   delegateCall,
@@ -257,24 +259,57 @@ describe("delivery of delegated results", () => {
 
 /**
  * A streaming parent delegates six children in the background in one tool round, then runs a tool (Gate)
- * that lasts until all six results have settled.
+ * that lasts until all six results have settled. Each child waits at a gate of its own, opened one at a
+ * time in an order unlike the order of delegation, so the results settle in that order.
  */
 describe("a streaming parent receiving results", () => {
+  const settleOrder = [3, 0, 5, 1, 4, 2];
   let msgs: ReturnType<typeof messages>;
   let fifo: string[];
+  /** What each steering drain handed the parent's running turn, in order. */
+  const steered: TranscriptMessage[] = [];
   beforeAll(async () => {
     const gates = new Map<string, Promise<void>>();
-    const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
+    let parentId = "";
+    const scripted = createScriptedTurnRunner();
+    const runner: SessionTurnRunner = {
+      runTurn: (request, host) =>
+        scripted.runTurn(
+          request,
+          request.sessionId !== parentId
+            ? host
+            : {
+                ...host,
+                drainSteering: async () => {
+                  const drained = await host.drainSteering();
+                  steered.push(...drained);
+                  return drained;
+                },
+              },
+        ),
+    };
+    const { service, repo } = makeService(db.pool, { runner, tools: () => [gateTool("Gate", gates)] });
     const { account, parent } = await newParent(service);
+    parentId = parent.id;
     const n = 6;
     const queuedAll = latch();
     gates.set("parent", queuedAll.promise);
+    const childGates = Array.from({ length: n }, (_, i) => {
+      const gate = latch();
+      gates.set(`child ${i}`, gate.promise);
+      return gate;
+    });
     const run = service.prompt(
       parent.id,
       account.id,
       scriptTask({
         rounds: [
-          Array.from({ length: n }, (_, i) => delegateCall({ answer: `child ${i}` }, { background: true })),
+          Array.from({ length: n }, (_, i) =>
+            delegateCall(
+              { rounds: [[{ name: "Gate", arguments: { key: `child ${i}` } }]], answer: `ANSWER-${i}` },
+              { background: true },
+            ),
+          ),
           [{ name: "Gate", arguments: { key: "parent" } }],
         ],
         answer: "all in",
@@ -287,7 +322,10 @@ describe("a streaming parent receiving results", () => {
           [parent.id],
         )
       ).rows.map((r) => r.id);
-    await waitFor(async () => (await fifoOrder()).length === n, "all results settled");
+    for (const [settled, i] of settleOrder.entries()) {
+      childGates[i]?.open();
+      await waitFor(async () => (await fifoOrder()).length === settled + 1, `child ${i} settled`);
+    }
     queuedAll.open();
     await run;
     await service.whenIdle();
@@ -295,10 +333,13 @@ describe("a streaming parent receiving results", () => {
     fifo = await fifoOrder();
   });
 
-  it("gets every result in the order the results settled (S004-027)", () => {
-    const delivered = msgs.flatMap((m) => (m.role === "custom" ? [m.details?.resultId] : []));
-    expect(delivered).toHaveLength(6);
-    expect(delivered).toEqual(fifo);
+  it("its running turn is steered every result in the order the results settled, not the order they were delegated (S004-027)", () => {
+    const answerOf = (m: TranscriptMessage) => /ANSWER-\d/.exec(String(m.content))?.[0];
+    expect(steered.map(answerOf)).toEqual(settleOrder.map((i) => `ANSWER-${i}`));
+    // The parent's journal keeps them in the same order, the inbox's own.
+    const delivered = msgs.filter((m) => m.role === "custom");
+    expect(delivered.map((m) => m.details?.resultId)).toEqual(fifo);
+    expect(delivered.map(answerOf)).toEqual(steered.map(answerOf));
   });
 
   it("gets results only after a tool round and before its next provider request (S004-028)", () => {
