@@ -171,11 +171,17 @@ describe("crash injection at every journal boundary", () => {
     const markersOf = (out: CrashOutcome) => out.host.subagents.flatMap((s) => s.markers);
     const referenceMarkers = markersOf(reference).sort();
     expect(referenceMarkers).toHaveLength(4);
-    // the runs where the killed process had published the repair: the resume had to decide on it
-    const afterRepair = outcomes.filter((o) =>
-      rowsOf(o.deadRows, "step_published").some((s) => s.action === "send_input"),
-    );
-    expect(afterRepair.length).toBeGreaterThan(0);
+    // the runs killed right after the repair's row, before anything answered it: the resume decided on it
+    const atRepair = callsLastAt("step_published").filter(({ row }) => row.action === "send_input");
+    expect(atRepair.length).toBeGreaterThan(0);
+    for (const { out, row } of atRepair) {
+      const carrying = markersOf(out).filter((m) => m === row.marker);
+      expect(carrying, `${out.point}: the repair's turns`).toHaveLength(1);
+      expect(
+        rowsOf(resumedOf(out, row.call), "step_published"),
+        `${out.point}: the repair published again`,
+      ).toEqual([]);
+    }
     for (const out of outcomes) {
       const markers = markersOf(out);
       expect(new Set(markers).size, `${out.point}: ${markers.join(" ")}`).toBe(markers.length);

@@ -134,12 +134,14 @@ describe.concurrent("resume of a call whose last row is step_published", { timeo
     expect(carrying.map((s) => s.id)).toEqual([found]);
   });
 
-  it("looks a send_input step up as the marker turn on its subagent and binds that turn, sent once (S000-139)", async () => {
+  it("looks a send_input step up as the marker turn on its subagent and binds that turn: the repair the owner sent is never sent again (S000-139 S000-140)", async () => {
     let turnId = "";
     let thread = "";
+    let marker = "";
     const whileDead: WhileDead = async ({ fake, rows }) => {
       const step = killedStep(rows, "send_input");
       thread = step.agent_id as string;
+      marker = step.marker;
       turnId = fake.sendInput(thread, sendInputMessage(step.marker, step.input));
       await answer(fake, thread, step);
     };
@@ -151,6 +153,7 @@ describe.concurrent("resume of a call whose last row is step_published", { timeo
     expect(repair.map((t) => t.turn_id)).toEqual([turnId]);
     const explorer = out.host.subagents.find((s) => s.id === thread);
     expect(explorer?.markers).toHaveLength(2);
+    expect(out.host.subagents.flatMap((s) => s.markers).filter((m) => m === marker)).toHaveLength(1);
   });
 
   it("publishes the same step again when the host shows nothing for it: one subagent, spawned after the resume (S000-141)", async () => {
