@@ -47,7 +47,7 @@ async function answer(r: InProcessRun, call: string, role: string) {
 }
 
 describe("git workspaces of the engine's calls", () => {
-  it("an executor call's P is its own worktree at HEAD; a subagent's commit is kept on the stray ref and the completed row records executor_head_moved (S000-010 S000-122)", async () => {
+  it("an executor call's P is its own worktree at HEAD, where its step sends the subagent; a subagent's commit is kept on the stray ref and the completed row records executor_head_moved (S000-010 S000-122)", async () => {
     run = await inProcessRun({});
     const r = run;
     const start = gitRepo(r);
@@ -56,18 +56,23 @@ describe("git workspaces of the engine's calls", () => {
       run: async (ctx) => ctx.call({ role: "executor", task: "change a", schema: answerSchema }),
     });
     const { done } = r.background(wf);
-    await r.steps(1);
+    const [step] = await r.steps(1);
     const p = prepared(r, "executor.1");
     expect(p?.allocation).toMatchObject({ kind: "worktree", start });
     const wt = String(p?.allocation.workspace);
     expect(existsSync(join(wt, "a.txt"))).toBe(true);
     expect(sh(wt, "rev-parse", "HEAD")).toBe(start);
     expect(sh(wt, "rev-parse", "--git-common-dir")).toBe(join(r.spec.repo, ".git"));
+    // the subagent is sent to work there: the step, its row and its message name the worktree
+    expect(step?.workspace).toBe(wt);
+    expect(step?.message).toContain(wt);
+    expect(r.rows().find((x) => x.type === "step_published")).toMatchObject({ workspace: wt });
     // the subagent commits on its own (which it should not): HEAD moves
     writeFileSync(join(wt, "a.txt"), "changed\n");
     sh(wt, "commit", "-q", "-am", "stray");
     const head = sh(wt, "rev-parse", "HEAD");
     const agent = await answer(r, "executor.1", "executor");
+    expect(r.rows().find((x) => x.type === "thread_started")).toMatchObject({ cwd: wt });
     r.fake.answer(agent, '{"summary":"s","score":1}');
     expect(await done).toMatchObject({ state: "completed" });
     const completed = r.rows().find((x) => x.type === "completed");
