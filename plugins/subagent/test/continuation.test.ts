@@ -511,6 +511,7 @@ describe("recovery hooks", () => {
   let bootFirstMessage: unknown;
   let bootOutcome: string | null;
   const resumeCalls: HookCall[] = [];
+  const resumeResults: unknown[] = [];
   let resumeRowAtCall: { generation: number; status: string; locked_by: string | null } | undefined;
   let resumeOwner: string;
   let failedJournal: Awaited<ReturnType<typeof journal>>;
@@ -610,7 +611,9 @@ nodes:
               input.workflowId,
             ])
           ).rows[0];
-          return live.continueNode(input, host);
+          const result = await live.continueNode(input, host);
+          resumeResults.push(result);
+          return result;
         },
       },
     });
@@ -717,6 +720,14 @@ nodes:
     expect(resumeCall().host?.startFresh).toBeUndefined();
     expect(runnerRequestsOfResume.length).toBe(1);
     expect(runnerRequestsOfResume.every((r) => !("startFresh" in r))).toBe(true);
+    expect(resumedOutcome).toBe("completed");
+  });
+
+  it("the live WorkflowResume hands continueNode the one input object the recovery hook takes, its retry task added, and takes one outcome back as data (S004-427)", () => {
+    const recoveryKeys = Object.keys(wakeCall().input);
+    expect(Object.keys(resumeCall().input).sort()).toEqual([...recoveryKeys, "fallbackPrompt"].sort());
+    expect(resumeCall().input.childSessionId).toBe(failedJournal.nodes.a?.childSessionId);
+    expect(resumeResults).toEqual([{ status: "continued", reply: "done TASK a" }]);
     expect(resumedOutcome).toBe("completed");
   });
 
