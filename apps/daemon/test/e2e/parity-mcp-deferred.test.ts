@@ -183,23 +183,6 @@ describe("test:e2e:parity:mcp:deferred", () => {
       messagePrefixIdentical: true,
     });
   });
-  it("the fingerprints move with the persona templates, the deferral policy and the context records (S004-447)", () => {
-    const base = pinnedOf([{ role: "user", content: "x" }]);
-    expect(pinnedOf([{ role: "user", content: "x" }])).toEqual(base);
-    expect(pinnedOf([{ role: "user", content: "y" }]).contextRecords).not.toBe(base.contextRecords);
-    expect(
-      pinnedOf(
-        [{ role: "user", content: "x" }],
-        catalogPolicyFingerprint(catalogPolicyFrom({ maxDirectTools: 8 })).digest,
-      ).catalogPolicy,
-    ).not.toBe(base.catalogPolicy);
-    expect(digestOf({ ...PERSONA_TEMPLATES, "crw-engineering": "changed" })).not.toBe(base.personaTemplates);
-    const previous = { prefixes: {}, pinned: base };
-    expect(prefixDelta(previous, { prefixes: {}, pinned: { ...base, personaTemplates: "other" } })).toEqual([
-      "pinned personaTemplates",
-    ]);
-  });
-
   it("a baseline migrates only with a reason naming the exact delta and a passing same-build fork proof; a new capture alone is refused (S004-451 S004-452)", () => {
     const prefix: Prefix = { system: "s", tools: { Delegate: "d", ToolSearch: "t" }, context: "c" };
     const previous = {
@@ -265,5 +248,32 @@ describe("test:e2e:parity:mcp:deferred", () => {
     });
     expect(next.delta).toEqual(["tool Delegate @ child:0", "pinned catalogPolicy"]);
     expect(next.forkProof).toBe(proof);
+  });
+});
+
+describe("the parity fingerprints", () => {
+  it("move with the persona templates, every member of the deferral policy and the context records (S004-447)", () => {
+    const base = pinnedOf([{ role: "user", content: "x" }]);
+    expect(pinnedOf([{ role: "user", content: "x" }])).toEqual(base);
+    expect(pinnedOf([{ role: "user", content: "y" }]).contextRecords).not.toBe(base.contextRecords);
+    const policy = DEFAULT_CATALOG_POLICY;
+    const changed = {
+      version: { ...policy, version: policy.version + 1 },
+      maxDirectTools: catalogPolicyFrom({ maxDirectTools: 8 }),
+      core: catalogPolicyFrom({ core: ["Read"] }),
+      modelOnly: { ...policy, modelOnly: policy.modelOnly.slice(1) },
+    };
+    for (const [member, other] of Object.entries(changed)) {
+      expect(other, member).not.toEqual(policy);
+      expect(
+        pinnedOf([{ role: "user", content: "x" }], catalogPolicyFingerprint(other).digest).catalogPolicy,
+        member,
+      ).not.toBe(base.catalogPolicy);
+    }
+    expect(digestOf({ ...PERSONA_TEMPLATES, "crw-engineering": "changed" })).not.toBe(base.personaTemplates);
+    const previous = { prefixes: {}, pinned: base };
+    expect(prefixDelta(previous, { prefixes: {}, pinned: { ...base, personaTemplates: "other" } })).toEqual([
+      "pinned personaTemplates",
+    ]);
   });
 });
