@@ -145,15 +145,25 @@ describe("progress publication of a delegation's job", () => {
     await service.close();
   });
 
-  it("Ctrl+B persists the background row and snapshot before the foreground waiter is let go; the result arrives once, through the inbox (S004-231)", async () => {
+  it("Ctrl+B persists the background row, then its snapshot, and only then lets the foreground waiter go; the result arrives once, through the inbox (S004-231)", async () => {
     const gates = new Map<string, Promise<void>>();
     const gate = latch();
     gates.set("hold", gate.promise);
     const pub = recordingPublisher(5);
+    const order: string[] = [];
     const { service, repo } = makeService(db.pool, {
       tools: () => [gateTool("Gate", gates)],
-      publishProgress: pub.publish,
+      publishProgress: async (snapshot) => {
+        await pub.publish(snapshot);
+        if (snapshot.mode === "background") order.push("background snapshot published");
+      },
     });
+    const move = repo.moveRunToBackground.bind(repo);
+    repo.moveRunToBackground = async (...args) => {
+      const moved = await move(...args);
+      order.push("row moved");
+      return moved;
+    };
     const { account, parent } = await newParent(service);
     let runId = "";
     const waiting = service
@@ -165,6 +175,7 @@ describe("progress publication of a delegation's job", () => {
         mode: "foreground",
       })
       .then(async (receipt) => {
+        order.push("waiter released");
         // When the waiter is released, the row and the background snapshot are already durable.
         if (receipt.kind === "steered") throw new Error("expected a call");
         const row = await repo.getRun(receipt.runId, account.id);
@@ -184,6 +195,7 @@ describe("progress publication of a delegation's job", () => {
     expect(released.receipt).toMatchObject({ kind: "started", runId });
     expect(released.mode).toBe("background");
     expect(released.lastPublished).toMatchObject({ mode: "background" });
+    expect(order).toEqual(["row moved", "background snapshot published", "waiter released"]);
     gate.open();
     const delivered = await waitFor(async () => {
       const ids = resultIdsIn(await repo.readJournal(parent.id, account.id));
@@ -282,17 +294,34 @@ describe("progress publication of a delegation's job", () => {
     await service.close();
   });
 
-  it("an admission refusal emits neither progress nor completion (S004-217)", async () => {
+  it("progress is published only after the admitted call's session event; a refused admission publishes nothing (S004-217)", async () => {
     const pub = recordingPublisher(0);
-    const { service, repo } = makeService(db.pool, { publishProgress: pub.publish });
+    const order: string[] = [];
+    const { service, repo } = makeService(db.pool, {
+      tools: () => [gateTool("Gate", new Map())],
+      publishProgress: async (snapshot) => {
+        const { rowCount } = await db.pool.query("select 1 from subagent_runs where id = $1", [
+          snapshot.runId,
+        ]);
+        order.push(`published, row ${rowCount}`);
+        await pub.publish(snapshot);
+      },
+    });
     const { account, parent } = await newParent(service);
-    const first = await delegateForeground(
-      service,
-      { parent, account },
-      "d",
-      scriptTask({ answer: "ready" }),
-    );
+    const first = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "d",
+      task: scriptTask({ rounds: gateCalls(["a", "b"]), answer: "ready" }),
+      mode: "foreground",
+      progress: (e) => order.push(e.type),
+    });
     if (first.kind !== "result") throw new Error("expected a result");
+    // The admitted call's session event comes first; every publication follows it, of a committed row.
+    expect(order[0]).toBe("session");
+    const published = order.filter((o) => o.startsWith("published"));
+    expect(published.length).toBeGreaterThan(0);
+    expect(new Set(published)).toEqual(new Set(["published, row 1"]));
     await service.whenIdle();
     const before = pub.state.calls;
     const resultsBefore = await repo.settledResultIds(parent.id, account.id);
