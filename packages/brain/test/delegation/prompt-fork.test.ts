@@ -49,7 +49,7 @@ describe("the prompt and context a child's turn gets", () => {
     expect(typed?.tools.map((t) => t.name)).toEqual(["Delegate", "DelegateContinue", "DelegateRead"]);
   });
 
-  it("a fork continues with its parent's byte-identical prompt, toolset and settled prefix (S004-017 S004-243)", async () => {
+  it("a fork continues with its parent's byte-identical prompt, toolset and settled prefix (S004-017)", async () => {
     const { seen, runner } = recording();
     const { service, repo } = makeService(db.pool, { runner });
     const { account, parent } = await newParent(service);
@@ -76,6 +76,62 @@ describe("the prompt and context a child's turn gets", () => {
       (m) => m.role === "toolResult",
     );
     expect(toolResult).toMatchObject({ content: "forked ok", isError: false });
+  });
+
+  it("a fork's context copy is awaited after its admission committed, holding no lock on the parent (S004-243)", async () => {
+    const repo = new PgDelegationRepository(db.pool);
+    const log: string[] = [];
+    const atCopyStart: unknown[] = [];
+    const copy = repo.copyJournalBranch;
+    repo.copyJournalBranch = async (source, target, principal, upto) => {
+      log.push("copy started");
+      // From another connection: the call's row is committed, and the parent's row can be locked at once.
+      const admitted = await db.pool.query("select 1 from subagent_runs where child_session_id = $1", [
+        target,
+      ]);
+      const client = await db.pool.connect();
+      try {
+        await client.query("begin");
+        const locked = await client
+          .query("select 1 from sessions where id = $1 for update nowait", [source])
+          .then(
+            (q) => q.rowCount,
+            (e: { code?: string }) => e.code,
+          );
+        await client.query("rollback");
+        atCopyStart.push(admitted.rowCount, locked);
+      } finally {
+        client.release();
+      }
+      const rows = await copy(source, target, principal, upto);
+      await new Promise((r) => setTimeout(r, 100));
+      log.push("copy returned");
+      return rows;
+    };
+    const { seen, runner } = recording();
+    const { service } = makeService(db.pool, {
+      repo,
+      runner: {
+        runTurn: (request, host) => {
+          if (request.sessionId !== parent.id) log.push("fork turn");
+          return runner.runTurn(request, host);
+        },
+      },
+    });
+    const { account, parent } = await newParent(service);
+    await service.prompt(parent.id, account.id, "some earlier conversation");
+    await service.prompt(
+      parent.id,
+      account.id,
+      scriptTask({
+        rounds: [[delegateCall({ answer: "forked ok" }, { fork: true })]],
+        answer: "parent done",
+      }),
+    );
+    expect(atCopyStart).toEqual([1, 1]);
+    expect(log).toEqual(["copy started", "copy returned", "fork turn"]);
+    const fork = seen.find((r) => r.sessionId !== parent.id);
+    expect(fork?.context.map((m) => m.role).slice(0, 2)).toEqual(["user", "assistant"]);
   });
 
   it("a fork child stays private until its copied context has committed: no reader finds it before, its turn runs after (S004-244)", async () => {
