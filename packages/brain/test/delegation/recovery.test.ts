@@ -48,7 +48,7 @@ async function appendInterruptedToolCall(
 }
 
 describe("boot recovery", () => {
-  it("a Delegate that never started is terminalized with an error result, and S004-030: the parent wakes without user input (S004-188)", async () => {
+  it("a Delegate that never started is terminalized with an error result, and the parent wakes without user input (S004-188)", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent, run } = await queuedRun(service, scriptTask({ answer: "never" }));
     const report = await recoverDelegations(service);
@@ -65,7 +65,20 @@ describe("boot recovery", () => {
   it("boot discards an unfinished fork copy before claiming, and the parent's run settles through the missing-child path (S004-247 S004-248)", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent, run, child } = await queuedRun(service, "forked task", true);
+    const order: string[] = [];
+    const discard = repo.discardPrivateSessions.bind(repo);
+    repo.discardPrivateSessions = async () => {
+      const ids = await discard();
+      order.push("discarded");
+      return ids;
+    };
+    const claim = repo.claimOpenRuns.bind(repo);
+    repo.claimOpenRuns = async (...args) => {
+      order.push("claiming");
+      return claim(...args);
+    };
     const report = await recoverDelegations(service);
+    expect(order).toEqual(["discarded", "claiming"]);
     expect(report.discardedForks).toContain(child.id);
     expect(report.terminalized).toContain(run.id);
     const msgs = await parentMessages(service, parent.id, account.id);
@@ -86,6 +99,11 @@ describe("boot recovery", () => {
     const msgs = await parentMessages(service, parent.id, account.id);
     const result = msgs.find((m) => m.role === "custom");
     expect(result?.content).toMatch(/verify the child's last step before using DelegateContinue/);
+    // An ordinary error result, and the parent's own follow-up turn answers it with no user input.
+    expect(result).toMatchObject({ details: { outcome: "error" } });
+    expect(msgs.at(-2)).toBe(result);
+    expect(msgs.at(-1)).toMatchObject({ role: "assistant", content: [{ type: "text", text: "noted (1)" }] });
+    expect(await repo.getRun(run.id, account.id)).toMatchObject({ status: "failed" });
     await service.close();
   });
 
@@ -111,7 +129,7 @@ describe("boot recovery", () => {
     await service.close();
   });
 
-  it("a child interrupted while it waited on its model goes on without a recovery attempt, even at the attempt limit", async () => {
+  it("a child interrupted while it waited on its model goes on without a recovery attempt, even at the attempt limit (S004-143)", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent, run } = await queuedRun(service, scriptTask({ answer: "went on" }));
     await repo.startRun(run.id, run.generation, "dead-owner");
