@@ -175,7 +175,7 @@ describe("delivery and bracket edges", () => {
     await service.close();
   });
 
-  it("no model input can name a dream: Delegate refuses a dream argument and a captured child never carries one (S004-567)", async () => {
+  it("no model input can name a dream: Delegate and a promoting DelegateContinue refuse a dream argument, and neither scope carries one (S004-567)", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent } = await newParent(service);
     const [delegate] = delegationTools(service, parent, false);
@@ -203,6 +203,22 @@ describe("delivery and bracket edges", () => {
     const child = await repo.getSession(run?.childSessionId ?? "", account.id);
     expect(parseDelegatedExecutionScope(child.scope ?? "").dream).toBeUndefined();
     expect(child.scope).not.toContain("dream");
+    // Promotion takes no dream from the model either, and mints the new scope from live access alone.
+    const [, cont] = delegationTools(service, parent, false);
+    if (!cont) throw new Error("expected the DelegateContinue tool");
+    const promote = { sessionId: child.id, promote: true };
+    await expect(
+      cont.execute(
+        { ...promote, text: "remember", dream: { runId: "r2", conversationId: "c2" } },
+        { ...ctx, toolCallId: "dreamy-promote" },
+      ),
+    ).rejects.toBeInstanceOf(DelegationError);
+    expect(await repo.runForToolCall(parent.id, "dreamy-promote", account.id)).toBeNull();
+    await cont.execute({ ...promote, text: scriptTask({ answer: "promoted" }) }, { ...ctx, toolCallId: "p" });
+    expect(await repo.runForToolCall(parent.id, "p", account.id)).toMatchObject({ status: "succeeded" });
+    const promoted = (await repo.getSession(child.id, account.id)).scope ?? "";
+    expect(parseDelegatedExecutionScope(promoted).dream).toBeUndefined();
+    expect(promoted).not.toContain("dream");
     await service.close();
   });
 });
