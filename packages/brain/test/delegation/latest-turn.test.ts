@@ -80,7 +80,7 @@ describe("getLatestTurn", () => {
     await service.close();
   });
 
-  it("the dream error check reads the dream's newest turn (S004-181)", async () => {
+  it("the dream error check reads the dream's newest turn", async () => {
     const { service } = makeService(db.pool);
     const { account, parent } = await newParent(service);
     await service.prompt(parent.id, account.id, "something to dream about");

@@ -157,7 +157,7 @@ describe("one request for every path of a delegated call", () => {
     await service.close();
   });
 
-  it("Delegate and dreaming supply the authenticated account, permission boundary and project target to the capture (S004-191)", async () => {
+  it("Delegate and dreaming supply the authenticated account, permission boundary and project target to the capture", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent } = await newParent(service, { isOwner: true });
     const plain = await delegateForeground(service, { parent, account }, "d", scriptTask({ answer: "ok" }));
