@@ -31,7 +31,6 @@ export {
   bindRunOwner,
   closeRunOwner,
   type OwnerLineWarningKind,
-  ownerBoundFact,
   ownerLineWarning,
   type RunOwner,
 } from "./run.js";

@@ -1,5 +1,5 @@
 import { type HelperRole, helperPairsFrom } from "./line.js";
-import { type BindOutcome, bindOrchestrator, closeOrchestrator, readBinding, runIsLive } from "./store.js";
+import { type BindOutcome, bindOrchestrator, closeOrchestrator, readBinding } from "./store.js";
 
 /**
  * What the engine calls, in the seed's words: the start binds the owner before any process of the run
@@ -72,25 +72,4 @@ export function ownerLineWarning(
       message: `owner ${options.owner}'s line has policy digest ${line.policyDigest}, the holder pinned ${options.policyDigest}`,
     };
   return null;
-}
-
-/**
- * The preview's owner_bound fact (a warning, never a refusal): a thread id, a readable binding, and no
- * other live run on the thread (its process holds the run lock or its start the start lock).
- */
-export function ownerBoundFact(options: {
-  state: string;
-  owner: string | null;
-  runId: string;
-  isLive?: (runId: string) => boolean;
-}): { fact: "owner_bound"; ok: boolean; detail: string } {
-  const fact = "owner_bound" as const;
-  if (!options.owner) return { fact, ok: false, detail: "no owner thread id (--owner or CODEX_THREAD_ID)" };
-  const read = readBinding(options.state, options.owner);
-  if (read.warning) return { fact, ok: false, detail: read.warning };
-  const line = read.line;
-  const isLive = options.isLive ?? ((id: string) => runIsLive(options.state, id));
-  if (line && line.run_id !== options.runId && isLive(line.run_id))
-    return { fact, ok: false, detail: `owner ${options.owner} holds the line of live run ${line.run_id}` };
-  return { fact, ok: true, detail: `owner thread ${options.owner}` };
 }

@@ -251,28 +251,3 @@ describe("the engine's calls", () => {
     expect(ownerLineWarning({ ...run, policyDigest: "p1" })).toMatchObject({ warning: "owner_line_missing" });
   });
 });
-
-describe("the preview's owner_bound fact", () => {
-  it("ok for a thread with no binding or its own; a warning for no id, an unreadable binding, another live run", async () => {
-    const { ownerBoundFact } = await import("../../src/bound/index.js");
-    expect(ownerBoundFact({ state, owner: null, runId: "r2" })).toMatchObject({
-      ok: false,
-      detail: expect.stringMatching(/no owner/),
-    });
-    expect(ownerBoundFact({ state, owner, runId: "r2" })).toMatchObject({ fact: "owner_bound", ok: true });
-    holdLock("r1", "runLock");
-    bind("r1");
-    expect(ownerBoundFact({ state, owner, runId: "r2" })).toMatchObject({
-      ok: false,
-      detail: expect.stringMatching(/live run r1/),
-    });
-    expect(ownerBoundFact({ state, owner, runId: "r1" })).toMatchObject({ ok: true });
-    holdLock("r1", "runLock", deadPid());
-    expect(ownerBoundFact({ state, owner, runId: "r2" })).toMatchObject({ ok: true });
-    chmodSync(bindingFile(state, owner), 0o666);
-    expect(ownerBoundFact({ state, owner, runId: "r2" })).toMatchObject({
-      ok: false,
-      detail: expect.stringMatching(/read as none/),
-    });
-  });
-});
