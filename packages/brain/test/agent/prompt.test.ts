@@ -47,7 +47,7 @@ const inputs = (extra: Partial<PromptInputs> = {}): PromptInputs => ({
 });
 
 describe("fresh-worker prompt composition", () => {
-  it("ordinary non-fork children take the worker route, typed role or generic (S004-001)", () => {
+  it("selectPromptRoute sends ordinary non-fork children to the worker route, typed role or generic", () => {
     expect(selectPromptRoute({ role: "reviewer" })).toBe("worker");
     expect(selectPromptRoute({})).toBe("worker");
     expect(selectPromptRoute({ purpose: "delegate", role: "general" })).toBe("worker");
@@ -127,7 +127,7 @@ describe("fresh-worker prompt composition", () => {
     expect(prompt).not.toContain("AGENTS.md");
   });
 
-  it("registerText('system-prompt', text, {interactiveOnly:true}) marks interactive-user guidance (S004-010)", () => {
+  it("registerText('system-prompt', text, {interactiveOnly:true}) marks interactive-user guidance", () => {
     const r = new PromptFragmentRegistry();
     r.registerText("system-prompt", "ASK THE PERSON", { interactiveOnly: true });
     r.registerText("system-prompt", "PLAIN");
@@ -137,7 +137,7 @@ describe("fresh-worker prompt composition", () => {
     ]);
   });
 
-  it("interactiveOnly fragments are dropped for fresh workers only (S004-011)", () => {
+  it("interactiveOnly fragments are dropped for fresh workers only", () => {
     expect(composeWorkerPrompt(inputs())).not.toContain(ASK_USER_GUIDANCE);
     expect(composeInteractivePrompt(inputs())).toContain(ASK_USER_GUIDANCE);
     const kept = sessionPromptFragments(registry().fragments, {
@@ -147,13 +147,13 @@ describe("fresh-worker prompt composition", () => {
     expect(kept.map((f) => f.source)).toEqual(["one", "AskUser", "skills", "two"]);
   });
 
-  it("AskUser registers its guidance with interactiveOnly (S004-012)", () => {
+  it("registerAskUserGuidance registers its guidance with interactiveOnly", () => {
     const r = new PromptFragmentRegistry();
     registerAskUserGuidance(r);
     expect(r.fragments).toEqual([{ source: "AskUser", text: ASK_USER_GUIDANCE, interactiveOnly: true }]);
   });
 
-  it("unmarked fragments and the SkillLoad filter keep their order and behaviour (S004-013)", () => {
+  it("unmarked fragments and the SkillLoad filter keep their order and behaviour", () => {
     const withSkill = sessionPromptFragments(registry().fragments, {
       freshWorker: true,
       toolNames: ["read", "SkillLoad"],
@@ -166,7 +166,7 @@ describe("fresh-worker prompt composition", () => {
     expect(withoutSkill.map((f) => f.source)).toEqual(["one", "two"]);
   });
 
-  it("interactiveOnly changes prompt text only, never tool authority (S004-014)", () => {
+  it("interactiveOnly changes prompt text only, never tool authority", () => {
     const scope = parseDelegatedExecutionScope(
       captureDelegatedExecutionScope({ accountId: "a", target: { kind: "host", ref: "p" } }),
     );
@@ -192,7 +192,7 @@ describe("fresh-worker prompt composition", () => {
     expect(REVIEW_ROLE).toContain("Zero findings is a valid result");
   });
 
-  it("a fork continues with the parent's byte-identical prefix and toolset (S004-017)", () => {
+  it("forkPrefix copies the parent's byte-identical prefix and toolset", () => {
     const parent = {
       systemPrompt: composeInteractivePrompt(inputs()),
       toolNames: ["read", "Delegate"],
@@ -206,7 +206,7 @@ describe("fresh-worker prompt composition", () => {
     expect(selectPromptRoute({ fork: true })).toBe("fork");
   });
 
-  it("scheduled, memory-dreaming and skill-review paths stay separate from the worker route (S004-018)", () => {
+  it("selectPromptRoute keeps scheduled, memory-dreaming and skill-review paths off the worker route", () => {
     for (const purpose of ["scheduled", "dream", "skill-review"] as const) {
       // a role on the spawn does not turn them into a fresh worker either
       expect(selectPromptRoute({ purpose, role: "auditor" })).toBe(purpose);
