@@ -14,6 +14,9 @@ import {
 
 const db = useTestDatabase();
 
+/** Short enough for a test, long enough that a child waiting on its gate is the only silence. */
+const STALL_MS = 300;
+
 const gateCalls = (keys: string[]) => keys.map((key) => [{ name: "Gate", arguments: { key } }]);
 
 /** A slow host publication that records order, overlap and what the rows said while it ran. */
@@ -145,7 +148,7 @@ describe("progress publication of a delegation's job", () => {
     await service.close();
   });
 
-  it("Ctrl+B persists the background row, then its snapshot, and only then lets the foreground waiter go; the result arrives once, through the inbox (S004-231)", async () => {
+  it("a stalled foreground call's background row is written, then its snapshot published, and only then is its waiter let go; the result arrives once, through the inbox (S004-231)", async () => {
     const gates = new Map<string, Promise<void>>();
     const gate = latch();
     gates.set("hold", gate.promise);
@@ -157,6 +160,7 @@ describe("progress publication of a delegation's job", () => {
         await pub.publish(snapshot);
         if (snapshot.mode === "background") order.push("background snapshot published");
       },
+      stallAfterMs: STALL_MS,
     });
     const move = repo.moveRunToBackground.bind(repo);
     repo.moveRunToBackground = async (...args) => {
@@ -165,12 +169,12 @@ describe("progress publication of a delegation's job", () => {
       return moved;
     };
     const { account, parent } = await newParent(service);
-    let runId = "";
-    const waiting = service
+    // The child waits on its gate in silence, so the stall watchdog lets the waiter go (Ctrl+B's move).
+    const released = await service
       .delegate({
         parentSessionId: parent.id,
         principalAccountId: account.id,
-        toolCallId: "ctrl-b",
+        toolCallId: "stalled",
         task: scriptTask({ rounds: gateCalls(["hold"]), answer: "finished later" }),
         mode: "foreground",
       })
@@ -181,18 +185,7 @@ describe("progress publication of a delegation's job", () => {
         const row = await repo.getRun(receipt.runId, account.id);
         return { receipt, mode: row.mode, lastPublished: pub.published.at(-1) };
       });
-    await waitFor(async () => {
-      const { rows } = await db.pool.query<{ id: string }>(
-        "select id from subagent_runs where parent_session_id = $1 and status = 'running'",
-        [parent.id],
-      );
-      runId = rows[0]?.id ?? "";
-      return runId !== "" && pub.published.length > 0;
-    }, "the foreground call to run");
-    expect(await service.moveToBackground(runId, crypto.randomUUID())).toMatchObject({ ok: false });
-    expect(await service.moveToBackground(runId, account.id)).toEqual({ ok: true });
-    const released = await waiting;
-    expect(released.receipt).toMatchObject({ kind: "started", runId });
+    expect(released.receipt).toMatchObject({ kind: "started" });
     expect(released.mode).toBe("background");
     expect(released.lastPublished).toMatchObject({ mode: "background" });
     expect(order).toEqual(["row moved", "background snapshot published", "waiter released"]);
@@ -208,18 +201,18 @@ describe("progress publication of a delegation's job", () => {
     await service.close();
   });
 
-  it("a failed background write is diagnosed and leaves the foreground waiter attached; outcomes stay typed (S004-231 S004-234)", async () => {
+  it("a failed background write is diagnosed and leaves the stalled call's waiter attached; outcomes stay typed (S004-231 S004-234)", async () => {
     const gates = new Map<string, Promise<void>>();
     const gate = latch();
     gates.set("hold", gate.promise);
     const events: DelegationEvent[] = [];
-    let failBackground = true;
     const { service, repo } = makeService(db.pool, {
       tools: () => [gateTool("Gate", gates)],
       onEvent: (e) => events.push(e),
       publishProgress: async (snapshot) => {
-        if (snapshot.mode === "background" && failBackground) throw new Error("progress store unavailable");
+        if (snapshot.mode === "background") throw new Error("progress store unavailable");
       },
+      stallAfterMs: STALL_MS,
     });
     const { account, parent } = await newParent(service);
     let settledFirst = false;
@@ -227,7 +220,7 @@ describe("progress publication of a delegation's job", () => {
       .delegate({
         parentSessionId: parent.id,
         principalAccountId: account.id,
-        toolCallId: "ctrl-b-fail",
+        toolCallId: "stalled-fail",
         task: scriptTask({ rounds: gateCalls(["hold"]), answer: "still foreground" }),
         mode: "foreground",
       })
@@ -235,25 +228,16 @@ describe("progress publication of a delegation's job", () => {
         settledFirst = true;
         return r;
       });
-    const runId = await waitFor(async () => {
-      const { rows } = await db.pool.query<{ id: string }>(
-        "select id from subagent_runs where parent_session_id = $1 and status = 'running'",
-        [parent.id],
-      );
-      return rows[0]?.id;
-    }, "the foreground call to run");
-    const moved = await service.moveToBackground(runId, account.id);
-    expect(moved).toMatchObject({ ok: false, code: "progress_publication_failed" });
-    expect(events).toContainEqual(
-      expect.objectContaining({
-        type: "delegation.progress_failed",
-        runId,
-        code: "progress_publication_failed",
-      }),
+    const failed = await waitFor(
+      async () => events.find((e) => e.type === "delegation.progress_failed"),
+      "the watchdog's move to fail",
     );
+    expect(failed).toMatchObject({ code: "progress_publication_failed" });
+    expect(
+      await waitFor(async () => events.find((e) => e.type === "delegation.stalled"), "the stall diagnosed"),
+    ).toMatchObject({ moved: false, error: expect.stringContaining("progress store unavailable") });
     await new Promise((r) => setTimeout(r, 50));
     expect(settledFirst).toBe(false);
-    failBackground = false;
     gate.open();
     const receipt = await waiting;
     // The waiter stayed attached: it gets the call's result, ok as ever.
