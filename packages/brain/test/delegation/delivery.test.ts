@@ -42,7 +42,7 @@ describe("delivery of delegated results", () => {
     });
   });
 
-  it("an idle parent gets its queued results in one batched follow-up turn (S004-029)", async () => {
+  it("an idle parent gets its queued results in one batched follow-up turn, started by the next result (S004-029)", async () => {
     const gates = new Map<string, Promise<void>>();
     const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
     const { account, parent } = await newParent(service);
@@ -59,14 +59,16 @@ describe("delivery of delegated results", () => {
     );
     hold.open();
     await busy;
-    service.parentIdle(parent);
-    await waitFor(async () => (await repo.queuedResultIds(parent.id, account.id)).length === 0, "delivered");
+    // Nothing follows the released lock up: the fourth result, entering the idle parent's inbox, does.
+    expect(await repo.queuedResultIds(parent.id, account.id)).toHaveLength(3);
+    await delegateBackground(service, { parent, account }, "bg-3", scriptTask({ answer: "r3" }));
+    await waitFor(async () => (await repo.settledResultIds(parent.id, account.id)).length === 4, "delivered");
     await service.whenIdle();
     const msgs = messages(await repo.readJournal(parent.id, account.id));
     const firstResult = msgs.findIndex((m) => m.role === "custom");
-    expect(msgs.slice(firstResult, firstResult + 3).every((m) => m.role === "custom")).toBe(true);
-    expect(msgs.slice(firstResult + 3)).toEqual([
-      { role: "assistant", content: [{ type: "text", text: "noted (3)" }], stopReason: "stop" },
+    expect(msgs.slice(firstResult, firstResult + 4).every((m) => m.role === "custom")).toBe(true);
+    expect(msgs.slice(firstResult + 4)).toEqual([
+      { role: "assistant", content: [{ type: "text", text: "noted (4)" }], stopReason: "stop" },
     ]);
   });
 
