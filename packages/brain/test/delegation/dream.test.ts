@@ -39,7 +39,7 @@ async function journalStats(id: string, through: number) {
 }
 
 describe("memory-dreaming children", () => {
-  it("a dream child has no addressable conversation; its inherited prefix is reclaimed only once idle and delivered, by the store's bounded work (S004-570 S004-251 S004-253)", async () => {
+  it("a dream child has no addressable conversation; its inherited prefix is reclaimed only once idle and delivered, by the store's bounded work", async () => {
     const gate = latch();
     const gates = new Map([["dream", gate.promise]]);
     const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
@@ -118,7 +118,7 @@ describe("memory-dreaming children", () => {
     await service.close();
   });
 
-  it("an ordinary fork's inherited prefix is never reclaimed; a long prefix goes in bounded batches (S004-251)", async () => {
+  it("an ordinary fork's inherited prefix is never reclaimed; a long prefix goes in bounded batches", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent } = await newParent(service);
     await service.prompt(parent.id, account.id, "context");
