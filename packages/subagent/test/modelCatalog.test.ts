@@ -15,7 +15,7 @@ const v2: ModelCatalogPublication = {
 };
 
 describe("ModelCatalog (runner publication fence)", () => {
-  it("a modelsChanged publication restores the public runtime and every prepared account runtime (S004-153)", () => {
+  it("a modelsChanged publication restores the public runtime and every prepared account runtime", () => {
     const catalog = new ModelCatalog(v1);
     expect(catalog.forAccount("alice")).toEqual([m("alice-a")]);
     expect(catalog.forAccount("bob")).toEqual([m("bob-a")]);
@@ -47,7 +47,7 @@ describe("modelsChanged over IPC", () => {
     await Promise.all(stops.splice(0).map((s) => s()));
   });
 
-  it("a runner acknowledges a catalog publication and keeps serving turns (S004-153)", async () => {
+  it("a runner acknowledges a catalog publication and keeps serving turns", async () => {
     const { host } = await startHost();
     stops.push(() => host.shutdown(1_000));
     await host.publishCatalog(v2);

@@ -63,7 +63,7 @@ describe("runner pool admission", () => {
     expect(await effects.lines()).toEqual(["a1", "b1", "c1", "a2", "b2", "c2", "a3", "c3", "a4"]);
   });
 
-  it("aborting a channel removes its queued turns with DelegationAbortedError; they never run (S004-187)", async () => {
+  it("abortChannel removes a channel's queued turns with DelegationAbortedError; they never run", async () => {
     const effects = await effectsFile();
     const { pool } = makePool();
     const running = pool.runTurn(

@@ -132,7 +132,7 @@ describe("startup episode (real forks, controllable clock in the pool only)", ()
     expect(pool.health().spawnFailure).toBeNull();
   });
 
-  it("reset aborts a pending startup; S004-470: the cancelled episode stays terminal (S004-475)", async () => {
+  it("reset aborts a pending startup, and the cancelled episode stays terminal", async () => {
     const { pool, clock } = failingPool(5, 10_000);
     const result = pool.runTurn(turn()).catch((e: unknown) => e);
     await waitFor(() => clock.pendingSleeps === 1);
