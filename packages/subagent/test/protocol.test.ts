@@ -114,7 +114,7 @@ describe("protocol frames", () => {
     }
   });
 
-  it("a tap history.before cursor is 1 to 128 characters (S004-497)", () => {
+  it("a tap history.before cursor is 1 to 128 characters", () => {
     expect(tapCursorSchema.safeParse("a").success).toBe(true);
     expect(tapCursorSchema.safeParse("x".repeat(128)).success).toBe(true);
     expect(tapCursorSchema.safeParse("").success).toBe(false);

@@ -258,7 +258,7 @@ describe("heartbeat", () => {
 });
 
 describe("tap", () => {
-  it("a tap returns model identity and history, then forwards live events while subscribed (S004-482)", async () => {
+  it("a tap returns model identity and history, then forwards live events while subscribed", async () => {
     const { host } = await shared();
     const sessionId = "s-tap";
     await host.runTurn(
@@ -289,7 +289,7 @@ describe("tap", () => {
     expect(seen).toHaveLength(4);
   });
 
-  it("a view that subscribes mid-turn gets the live replay so far, then the rest as it happens (S004-482)", async () => {
+  it("a view that subscribes mid-turn gets the live replay so far, then the rest as it happens", async () => {
     const { host } = await shared();
     const sessionId = "s-live";
     const running = host.runTurn(
@@ -315,7 +315,7 @@ describe("tap", () => {
     await view.close();
   });
 
-  it("a tap starts no turn; closing the view releases the tap (S004-485)", async () => {
+  it("a tap starts no turn; closing the view releases the tap", async () => {
     const { host } = await shared();
     const view = await host.tap("s-never-ran", () => {});
     expect(view.snapshot).toEqual({ sessionId: "s-never-ran", model: null, history: [], live: [] });
@@ -325,7 +325,7 @@ describe("tap", () => {
     expect(host.tapCount).toBe(0);
   });
 
-  it("history.before pages the history by cursor (S004-497)", async () => {
+  it("history.before pages the history by cursor", async () => {
     const { host } = await shared();
     const sessionId = "s-page";
     for (const p of ["a", "b", "c"])
@@ -340,7 +340,7 @@ describe("tap", () => {
     await expect(host.tap(sessionId, () => {}, { before: "x".repeat(129) })).rejects.toThrow(/128/);
   });
 
-  it("a tap waits at most two seconds, then fails with the fixed text (S004-498)", async () => {
+  it("a tap waits at most two seconds, then fails with the fixed text", async () => {
     const { host } = await ready({ env: { CRW_RUNNER_FAULT: "stall-tap" } });
     const started = Date.now();
     const error = await host.tap("s", () => {}).catch((e) => e);

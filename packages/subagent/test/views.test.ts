@@ -14,7 +14,7 @@ afterEach(async () => {
 });
 
 describe("a read-only view has no execution authority", () => {
-  it("the runner takes a tap's snapshot with includeExecution: false, even while the child's turn runs (S004-483)", async () => {
+  it("the runner takes a tap's snapshot with includeExecution: false, even while the child's turn runs", async () => {
     const { host } = await startHost();
     hosts.push(host);
     const running = host.runTurn(
@@ -43,7 +43,7 @@ describe("a read-only view has no execution authority", () => {
     expect((await running).stopReason).toBe("end");
   });
 
-  it("the snapshot seam resolves execution only under the dispatched turn of that very session (S004-483)", () => {
+  it("the snapshot seam resolves execution only under the dispatched turn of that very session", () => {
     const views = new SessionViews(() => {});
     views.beginTurn(turn({ turnId: "turn-a", sessionId: "child-a", prompt: "p" }));
     const page = { limit: 10 };
