@@ -640,7 +640,7 @@ nodes:
     expect(resumeCall().host?.startFresh).toBeUndefined();
   });
 
-  it("a wake's callback is the recovery hook's type: one function served both, called the same way (S004-346)", () => {
+  it("a wake's callback is the recovery hook's type: one function served both, called the same way", () => {
     expect(hostCalls.map((c) => c.kind)).toEqual(["wake", "boot"]);
     expect(Object.keys(wakeCall().input).sort()).toEqual(Object.keys(bootCall().input).sort());
     expect(Object.keys(wakeCall().host ?? {}).sort()).toEqual(Object.keys(bootCall().host ?? {}).sort());
@@ -664,7 +664,7 @@ nodes:
     expect(wakeCall().input.childSessionId).toBe(wakeHeld.nodes.remote?.childSessionId);
   });
 
-  it("a wake needs the native admission, the exact prerequisite claim and a continueNode (S004-386)", () => {
+  it("a wake needs the native admission, the exact prerequisite claim and a continueNode", () => {
     expect(withoutCallback).toBeInstanceOf(TypeError);
     expect(reservedWithoutCallback).toBe(false);
     expect(staleWakes).toEqual({
@@ -815,7 +815,7 @@ describe("an empty continuation", () => {
 });
 
 describe("waiting after a wake", () => {
-  it("a continuation that parks again carries its actual committed prerequisite; acceptance proves nothing (S004-399)", async () => {
+  it("a continuation that parks again carries its actual committed prerequisite; acceptance proves nothing", async () => {
     const w = await world(db.pool);
     const { engine, events, started, wake } = await parked(w);
     const repark: RecoveryContinueNode = async () => ({
@@ -925,7 +925,7 @@ describe("a wake's live connection", () => {
     };
   });
 
-  it("the connection is checked after the assertion and every awaited step, the last right before the turn (S004-368)", () => {
+  it("the connection is checked after the assertion and every awaited step, the last right before the turn", () => {
     // Each refused wake names the step whose check answered false, in the order they run.
     expect(refused.map((r) => r.step)).toEqual([
       "accepted",
@@ -945,7 +945,7 @@ describe("a wake's live connection", () => {
     expect(checksWhenOpen).toBe(9);
   });
 
-  it("a false connection check throws SessionWorkAbortedError and the node keeps waiting (S004-369)", () => {
+  it("a false connection check throws SessionWorkAbortedError and the node keeps waiting", () => {
     expect(refused.length).toBeGreaterThan(0);
     for (const r of refused) {
       expect(r.error).toBeInstanceOf(SessionWorkAbortedError);
@@ -954,7 +954,7 @@ describe("a wake's live connection", () => {
     }
   });
 
-  it("the wake's own predicate is what the continuation is handed, checked by the engine and the dispatcher (S004-396)", () => {
+  it("the wake's own predicate is what the continuation is handed, checked by the engine and the dispatcher", () => {
     const handed = continueCalls.map((c) => c.host?.isCurrentConnection);
     // Every wake that got as far as the continuation handed it that wake's very predicate.
     const reached = predicates.filter((p) => handed.includes(p.fn));
@@ -966,7 +966,7 @@ describe("a wake's live connection", () => {
     expect(steps.indexOf("assert")).toBeLessThan(steps.indexOf("parent relation checked"));
   });
 
-  it("a matching claim in the database is not proof of the connection: accepted, yet nothing runs (S004-397)", () => {
+  it("a matching claim in the database is not proof of the connection: accepted, yet nothing runs", () => {
     const first = refused[0] as Refused;
     expect(first.k).toBe(0);
     expect(first.answer).toEqual({ status: "accepted" });
@@ -975,12 +975,12 @@ describe("a wake's live connection", () => {
     expect(first.status).toBe("waiting");
   });
 
-  it("no registry keeps a wake's predicate and no token is handed out: a settled wake's predicate is never asked again (S004-398)", () => {
+  it("no registry keeps a wake's predicate and no token is handed out: a settled wake's predicate is never asked again", () => {
     for (const r of refused) expect(Object.keys(r.answer as object)).toEqual(["status"]);
     for (const p of predicates) expect(p.calls()).toBe(p.settledCalls);
   });
 
-  it("the engine and the real dispatcher run the original operation behind a controlled park (S004-439)", () => {
+  it("the engine and the real dispatcher run the original operation behind a controlled park", () => {
     // The park is the only stub: the dispatcher's own steps ran, and the final wake ran the node's own task.
     expect(refused.map((r) => r.step)).toContain("transcript read");
     expect(finalOutcome).toBe("completed");
@@ -989,7 +989,7 @@ describe("a wake's live connection", () => {
 });
 
 describe("a wake's authorization", () => {
-  it("admission is rechecked after the wake's async authorization, and the journal's scope is only compared with current access (S004-385 S004-323)", async () => {
+  it("admission is rechecked after the wake's async authorization, and the journal's scope is only compared with current access", async () => {
     const w = await world(db.pool);
     const gate = deferred();
     const entered = deferred();
