@@ -32,7 +32,7 @@ describe("retry policy sources", () => {
     expect(() => startupRetryDelayMs(p, 0)).toThrow(RangeError);
   });
 
-  it("reading the late-bound policy source before construction fails instead of supplying a default (S004-454)", async () => {
+  it("reading the late-bound policy source before construction fails instead of supplying a default", async () => {
     const late = new LateBoundRetryPolicySource();
     expect(() => late.get()).toThrow(RetryPolicyUnavailableError);
     expect(() => late.read()).toThrow(/before construction/);

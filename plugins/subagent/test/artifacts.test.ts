@@ -7,7 +7,7 @@ const db = useTestDatabase();
 const all = closeEnginesAfterEach();
 
 describe("shared result artifacts", () => {
-  it("grants are minted from stored dependency ids and hashes, for the parent and direct dependents only (S004-305 S004-306 S004-308)", async () => {
+  it("grants are minted from stored dependency ids and hashes, for the parent and direct dependents only (S004-306 S004-308)", async () => {
     const w = await world(db.pool);
     const def = parseWorkflowDefinition(`
 name: share
