@@ -61,7 +61,7 @@ describe("executor worktrees", () => {
     expect(readFileSync(join(other, "keep.txt"), "utf8")).toBe("mine");
   }, 30_000);
 
-  it("HEAD is compared with the expected commit: the last crw.commit after the allocation, else its start (S000-118)", async () => {
+  it("expectedHead and compareHead: the last crw.commit after the allocation, else its start", async () => {
     expect(expectedHead(t.start, [])).toBe(t.start);
     expect(expectedHead(t.start, ["c1", "c2"])).toBe("c2");
     const path = join(t.root, "w1");
@@ -178,7 +178,7 @@ describe("stray refs", () => {
     expect(t.sh(t.repo, "rev-parse", ref)).toBe(later);
   }, 30_000);
 
-  it("crw.commit commits the pending tree on start with the observed HEAD as the old value; the proof finds the stray HEAD of that tree (S000-123)", async () => {
+  it("commitPendingTree commits the pending tree on start with the observed HEAD as the old value; the proof finds the stray HEAD of that tree", async () => {
     const path = join(t.root, "w1");
     await ensureWorktree({ repo: t.repo, path, commit: t.start });
     const stray = subagentCommits(path, "x.txt", "work\n");
