@@ -180,7 +180,7 @@ describe("delivery of delegated results", () => {
     await service.whenIdle();
   });
 
-  it("a background child's result and a workflow summary are both prepared (spilled) before they enter the inbox (S004-235)", async () => {
+  it("a background child's result and a workflow summary are both prepared (spilled) before they enter the inbox", async () => {
     const { service, repo } = makeService(db.pool, { toolResultInlineBytes: () => 64 });
     const { account, parent } = await newParent(service);
     const answer = `child finished: ${"line ok; ".repeat(20)}`;
@@ -215,7 +215,7 @@ describe("delivery of delegated results", () => {
     }
   });
 
-  it("a workflow delivers one whole-workflow summary, prepared like a child result before the inbox (S004-068)", async () => {
+  it("a workflow delivers one whole-workflow summary, prepared like a child result before the inbox", async () => {
     const { service, repo } = makeService(db.pool, { toolResultInlineBytes: () => 64 });
     const { account, parent } = await newParent(service);
     await service.prompt(parent.id, account.id, scriptTask({ answer: "started a workflow" }));
