@@ -97,13 +97,6 @@ export class TapTimeoutError extends SubagentError {
   }
 }
 
-/** A frame that failed validation, or one that names a request nobody is waiting for. */
-export class ProtocolViolationError extends SubagentError {
-  override readonly name = "ProtocolViolationError";
-  readonly code = "protocol_violation" as const;
-  readonly retryable = false;
-}
-
 /** A remote turn failed inside the runner; name and code come from the runner's error envelope. */
 export class RemoteTurnError extends SubagentError {
   override readonly name = "RemoteTurnError";

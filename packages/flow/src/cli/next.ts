@@ -1,4 +1,4 @@
-import { readdirSync, statSync } from "node:fs";
+import { statSync } from "node:fs";
 import { join } from "node:path";
 import { ownerLineWarning } from "../bound/run.js";
 import { readCodexSettings } from "../run/codexConfig.js";
@@ -291,13 +291,4 @@ function hintFor(
     parts.push(`Alternate wait_agent(targets=${JSON.stringify(open)}, timeout_ms=30000) with ${next}.`);
   } else parts.push(`Then: ${next}`);
   return parts.join(" ");
-}
-
-/** For tests: the names in a directory (used to check a close file was removed). */
-export function namesIn(dir: string): string[] {
-  try {
-    return readdirSync(dir);
-  } catch {
-    return [];
-  }
 }

@@ -61,15 +61,6 @@ export function locator(
   };
 }
 
-/** Where `path` (and, for an unknown key, that key) sits in the text: best effort, undefined if unknown. */
-export function locate(
-  text: string,
-  path: readonly PropertyKey[],
-  key?: string,
-): { line: number; col: number } | undefined {
-  return locator(text)(path, key);
-}
-
 /** The first issues, each as its safe path, its location and its kind (an unknown field is named as such). */
 export function issueText(error: z.ZodError, text: string | undefined): string {
   const where = text === undefined ? undefined : locator(text);

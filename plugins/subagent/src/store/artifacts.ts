@@ -32,26 +32,10 @@ export interface ArtifactRef {
 export class PgArtifactStore {
   constructor(readonly pool: pg.Pool) {}
 
-  /** Stores a node's result once (a retry of the same content is a no-op); returns its hash. */
-  async putArtifact(
-    workflowId: string,
-    nodeId: string,
-    body: string,
-  ): Promise<{ sha256: string; byteSize: number }> {
-    const sha256 = sha256Hex(body);
-    const byteSize = Buffer.byteLength(body);
-    await this.pool.query(
-      `insert into workflow_artifacts (workflow_id, node_id, sha256, byte_size, body) values ($1::uuid, $2, $3, $4, $5)
-       on conflict (workflow_id, node_id) do update set sha256 = excluded.sha256, byte_size = excluded.byte_size,
-              body = excluded.body, created_at = now()`,
-      [workflowId, nodeId, sha256, byteSize, body],
-    );
-    return { sha256, byteSize };
-  }
-
   /**
-   * putArtifact and the grant of that version to `recipientSessionId`, in one statement (one commit): the
-   * grant names the row the same statement stored, so it can never name another version.
+   * Stores a node's result (a retry of the same content is a no-op) and grants that version to
+   * `recipientSessionId`, in one statement (one commit): the grant names the row the same statement
+   * stored, so it can never name another version.
    */
   async putArtifactGranted(
     workflowId: string,

@@ -238,16 +238,6 @@ export class PgWorkflowStore {
       : null;
   }
 
-  /** A held node re-admitted after a repark: a newer admission version, never a new generation. */
-  async advanceAdmissionVersion(workflowId: string, generation: number): Promise<number | null> {
-    const { rows } = await this.pool.query<Row>(
-      `update workflows set recovery_admission_version = recovery_admission_version + 1, updated_at = now()
-        where id = $1::uuid and generation = $2 and status = 'running' returning recovery_admission_version`,
-      [workflowId, generation],
-    );
-    return rows[0] ? Number(rows[0].recovery_admission_version) : null;
-  }
-
   /**
    * Boot: takes the lease of workflows left by a dead owner (running, or terminal with an undelivered
    * summary), oldest first, skipping rows another live process is claiming right now.
