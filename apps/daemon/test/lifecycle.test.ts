@@ -3,10 +3,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { captureDelegatedExecutionScope } from "@crw/brain";
 import { PgDelegationRepository } from "@crw/db";
-import { RESTART_REQUIRED_ALERT_KEY, restartRequiredAlert } from "@crw/subagent";
+import { RESTART_REQUIRED_ALERT_KEY, restartRequiredAlert, SubagentRunnerPool } from "@crw/subagent";
 import { useTestDatabase } from "@crw/tools/pg";
 import { pino } from "pino";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { AlertService, alertsPath, loadConfig, ownerTokenPath, startDaemon } from "../src/index.js";
 import { steps, TestClient } from "./support/client.js";
 import { ownerHealth } from "./support/health.js";
@@ -51,8 +51,29 @@ describe("daemon lifecycle", () => {
       ],
     };
     writeFileSync(alertsPath(dataDir), JSON.stringify(old));
-    const daemon = await startDaemon(config(dataDir), { log: silent });
+    // Observed, not assumed: the clear has completed before the pool's sink is attached, so a latch of the
+    // new process can never be wiped by the old process's cleanup.
+    const order: string[] = [];
+    const clear = AlertService.prototype.clear;
+    const attach = SubagentRunnerPool.prototype.attachRestartRequiredSink;
+    const spies = [
+      vi.spyOn(AlertService.prototype, "clear").mockImplementation(async function (this: AlertService, key) {
+        await clear.call(this, key);
+        order.push(`cleared ${key}`);
+      }),
+      vi.spyOn(SubagentRunnerPool.prototype, "attachRestartRequiredSink").mockImplementation(function (
+        this: SubagentRunnerPool,
+        sink,
+      ) {
+        order.push("sink attached");
+        attach.call(this, sink);
+      }),
+    ];
+    const daemon = await startDaemon(config(dataDir), { log: silent }).finally(() => {
+      for (const spy of spies) spy.mockRestore();
+    });
     try {
+      expect(order).toEqual([`cleared ${RESTART_REQUIRED_ALERT_KEY}`, "sink attached"]);
       const health = (await ownerHealth(daemon.state.url, daemon.config.dataDir)) as {
         alerts: { key: string }[];
       };
