@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { RemoteTurnError, SubagentRunnerPool } from "@crw/subagent";
 import { useTestDatabase } from "@crw/tools/pg";
 import { pino } from "pino";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import {
   type Daemon,
   delegatedWorkflowExpansionAvailable,
@@ -393,6 +393,44 @@ describe("the daemon's runner pool wiring", () => {
     expect(done.status).toBe("completed");
   });
 
+  it("a pool without the host-call handler withholds WorkflowAddNodes from a workflow node's runner child (S004-500 S004-501)", async () => {
+    const hold = gate();
+    holds.set("HOLD-NO-HANDLER", hold);
+    const pool = daemon.runtime.runnerPool;
+    // The daemon's own pool always has the handler: its capability report is what the daemon reads.
+    const capability = vi.spyOn(pool, "supportsHostRpc").mockReturnValue(false);
+    let workflowId: string | undefined;
+    try {
+      const definition = JSON.stringify({
+        name: "no-handler",
+        defaults: { model: MODEL },
+        nodes: [{ id: "n", task: "HOLD-NO-HANDLER node work" }],
+      });
+      ({ workflowId } = await owner.ok<{ workflowId: string }>("workflow.start", {
+        definition,
+        format: "json",
+      }));
+      await waitFor(
+        () => provider.requests.some((r) => lastUserText(r).includes("HOLD-NO-HANDLER")),
+        "the node's request",
+      );
+      const nodeChild = daemon.runtime
+        .executions()
+        .find((e) => daemon.runtime.engine.nodeOfSession(e.sessionId)?.workflowId === workflowId);
+      expect(nodeChild).toMatchObject({ location: "runner", state: "running" });
+      const request = provider.requests.find((r) => lastUserText(r).includes("HOLD-NO-HANDLER"));
+      const toolNames = (request?.body.tools ?? []).map((t) => t.function?.name);
+      expect(toolNames).toContain("WorkflowStart");
+      expect(toolNames).not.toContain("WorkflowAddNodes");
+      expect(capability).toHaveBeenCalled();
+    } finally {
+      capability.mockRestore();
+      hold.open();
+    }
+    const done = await owner.ok<{ status: string }>("workflow.follow", { workflowId });
+    expect(done.status).toBe("completed");
+  });
+
   it("the daemon's decision reads supportsHostRpc(): without the handler a runner child gets no expansion (S004-500 S004-501)", () => {
     const base = {
       sizing: () => ({ maxRunners: 1, turnsPerRunner: 1 }),
@@ -411,7 +449,7 @@ describe("the daemon's runner pool wiring", () => {
     expect(daemon.runtime.runnerPool.supportsHostRpc()).toBe(true);
   });
 
-  it("a runner's result-delivered host call reaches the daemon's publisher, which re-reads the journal before fanning out (S004-507 S004-510 S004-511)", async () => {
+  it("a runner's result-delivered host call reaches the daemon's publisher, which re-reads the journal before fanning out (S004-507 S004-510)", async () => {
     // A parent with one delivered result (a foreground Delegate's tool result carries its resultId).
     const { sessionId: parent } = await owner.ok<{ sessionId: string }>("session.create");
     await owner.ok("session.send", {
@@ -518,12 +556,30 @@ describe("the daemon's runner pool wiring", () => {
   });
 
   it("the daemon's process-changed sink counts its runners' starts and exits in /health (S004-507)", async () => {
-    const health = (await ownerHealth(daemon.state.url, daemon.config.dataDir)) as {
-      processes: { started: number; exited: number };
-      steering: { settled: number };
-    };
-    expect(health.processes.started).toBeGreaterThanOrEqual(1);
-    expect(health.processes.exited).toBe(0);
+    type Health = { processes: { started: number; exited: number } };
+    const counts = async () =>
+      ((await ownerHealth(daemon.state.url, daemon.config.dataDir)) as Health).processes;
+    const changes: string[] = [];
+    const off = daemon.runtime.bus.subscribe("daemon:processes", (e) => {
+      changes.push((e as { state: string }).state);
+    });
+    try {
+      const { sessionId } = await owner.ok<{ sessionId: string }>("session.create");
+      const delegate = (text: string) => owner.ok("session.delegate", { sessionId, task: steps({ text }) });
+      // A runner is up (this turn starts one if none is), and nothing runs when it is killed.
+      await delegate("before the kill");
+      await daemon.runtime.service.whenIdle();
+      const before = await counts();
+      expect(await killRunnersOf(process.pid)).toBeGreaterThanOrEqual(1);
+      await waitFor(async () => (await counts()).exited > before.exited, "the exit to be counted");
+      // The next turn needs a runner again: the one the pool starts is counted.
+      await delegate("after the kill");
+      await waitFor(async () => (await counts()).started > before.started, "the start to be counted");
+      expect(changes).toContain("exited");
+      expect(changes.indexOf("started", changes.indexOf("exited"))).toBeGreaterThan(-1);
+    } finally {
+      off();
+    }
   });
 
   it("the daemon's runner-exit-tokens sink: a SIGKILLed runner's contained processes are ended (S004-507)", async () => {
