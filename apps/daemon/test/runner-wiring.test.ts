@@ -508,6 +508,44 @@ describe("the daemon's runner pool wiring", () => {
     }
   });
 
+  it("a background result the delegation core delivers into an idle parent is published once to the parent's live views", async () => {
+    const { sessionId: parent } = await owner.ok<{ sessionId: string }>("session.create");
+    const published: unknown[] = [];
+    const off = daemon.runtime.bus.subscribe(`session:${parent}`, (event) => {
+      if ((event as { type?: string }).type === "result_delivered") published.push(event);
+    });
+    try {
+      await owner.ok("session.send", {
+        sessionId: parent,
+        text: steps(
+          {
+            toolCalls: [
+              {
+                name: "Delegate",
+                arguments: { task: steps({ text: "background answer" }), background: true },
+              },
+            ],
+          },
+          { text: "started it" },
+        ),
+      });
+      // The parent's follow-up turn delivers the queued result; the delivery reaches the daemon's publisher.
+      await waitFor(() => published.length > 0, "the delivery to be published");
+      await daemon.runtime.service.whenIdle();
+      const who = await owner.ok<{ accountId: string }>("daemon.whoami");
+      const [resultId] = await daemon.runtime.repo.settledResultIds(parent, who.accountId);
+      expect(published).toEqual([
+        {
+          type: "result_delivered",
+          parentSessionId: parent,
+          results: [expect.objectContaining({ resultId, kind: "subagent" })],
+        },
+      ]);
+    } finally {
+      off();
+    }
+  });
+
   it("the daemon's steer-settled sink: steering a runner child consumed at its tool round is published and counted (S004-507)", async () => {
     const hold = gate();
     holds.set("STEER-GRAND", hold);
