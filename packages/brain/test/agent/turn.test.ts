@@ -10,7 +10,7 @@ import {
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import type { TranscriptMessage } from "@crw/db";
 import { afterAll, describe, expect, it } from "vitest";
 import { type ChildTurnInput, runChildTurn, type ScriptStep } from "../../src/agent/index.js";
@@ -474,26 +474,35 @@ describe("scope as data", () => {
     });
   });
 
-  it("tool grants and read-only stay the ceiling wherever the working directory is placed (S004-271)", async () => {
+  it("tool grants, denials, the read-only boundary and the ancestor check stay the ceiling wherever the working directory is placed (S004-271)", async () => {
     const dir = workDir();
     const nested = join(dir, "deep", "er");
     mkdirSync(nested, { recursive: true });
     for (const placement of [dir, nested]) {
-      const out = await turn(
-        placement,
-        [
-          {
-            toolCalls: [
-              { name: "write", arguments: { path: "w.txt", content: "x" } },
-              { name: "shell", arguments: { command: "touch t.txt" } },
-            ],
-          },
-          { text: "." },
-        ],
-        { scope: scope(placement, { tools: { allow: ["write"] }, readOnly: true }), workDir: placement },
-      );
-      expect(out.toolCalls.map((c) => c.refused?.code)).toEqual(["read_only", "tool_not_allowed"]);
-      expect(existsSync(join(placement, "w.txt"))).toBe(false);
+      writeFileSync(join(placement, "secret.txt"), "s");
+      const calls = [
+        { name: "write", arguments: { path: "w.txt", content: "x" } },
+        { name: "shell", arguments: { command: "touch t.txt" } },
+        { name: "read", arguments: { path: "secret.txt" } },
+        { name: "write", arguments: { path: "../up.txt", content: "x" } },
+      ];
+      const tools = { allow: ["write", "read"], deny: ["read(secret*)"] };
+      const boundaries = [{ readOnly: true }, { permissionBoundary: "read-only" }, {}];
+      const refused: string[][] = [];
+      for (const boundary of boundaries) {
+        const out = await turn(placement, [{ toolCalls: calls }, { text: "." }], {
+          scope: scope(placement, { tools, ...boundary }),
+          workDir: placement,
+        });
+        refused.push(out.toolCalls.map((c) => c.refused?.code ?? "ran"));
+      }
+      expect(refused, placement).toEqual([
+        ["read_only", "tool_not_allowed", "tool_denied", "outside_work_dir"],
+        ["read_only", "tool_not_allowed", "tool_denied", "outside_work_dir"],
+        ["ran", "tool_not_allowed", "tool_denied", "outside_work_dir"],
+      ]);
+      expect(existsSync(join(dirname(placement), "up.txt"))).toBe(false);
+      rmSync(join(placement, "w.txt"));
     }
   });
 });
