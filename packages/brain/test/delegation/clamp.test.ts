@@ -117,8 +117,9 @@ describe("DelegateContinue and the read-only clamp", () => {
 });
 
 /**
- * A child that answered once is continued from a read-only (plan mode) turn: the continuation tries to
- * Write and runs a Probe that reads its own run row while the turn runs; then a Build continuation writes.
+ * A child that answered once is continued from a read-only (plan mode) turn of its parent, through the
+ * parent's DelegateContinue tool, after the account's grant was narrowed: the continuation tries to Write
+ * and runs a Probe that reads its own run row while the turn runs; then a Build continuation writes.
  */
 describe("a continuation from a read-only turn", () => {
   let ctx: Awaited<ReturnType<typeof childWithAnswer>>;
@@ -126,40 +127,48 @@ describe("a continuation from a read-only turn", () => {
   let seenByTheTurn: string | null | undefined;
   let childMsgs: ReturnType<typeof messages>;
   let storedScope: Record<string, unknown>;
+  let parentMsgs: ReturnType<typeof messages>;
   let build: unknown;
 
   beforeAll(async () => {
+    let child = "";
     const probe = probeTool(async () => {
       const r = await db.pool.query<{ read_only_scope: string | null }>(
-        "select read_only_scope from subagent_runs where tool_call_id = 'c1'",
+        "select read_only_scope from subagent_runs where child_session_id = $1 and status = 'running'",
+        [child],
       );
       seenByTheTurn = r.rows[0]?.read_only_scope;
     });
     ctx = await childWithAnswer([probe]);
-    const { service, repo, account, parent, child } = ctx;
+    const { service, repo, account, parent } = ctx;
+    child = ctx.child;
     const stored = await db.pool.query<{ scope: string }>("select scope from sessions where id = $1", [
       child,
     ]);
     storedScope = JSON.parse(stored.rows[0]?.scope ?? "null");
-    const receipt = await service.continueSubagent({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      childSessionId: child,
-      toolCallId: "c1",
-      text: scriptTask({
-        rounds: [[{ name: "Probe", arguments: {} }], [{ name: "Write", arguments: {} }]],
-        answer: "tried",
-      }),
-      mode: "foreground",
-      callerReadOnly: true,
+    // the caller's current access is narrower than when the child was made
+    await db.pool.query("update accounts set tool_deny = '{Nuke}' where id = $1", [account.id]);
+    const task = scriptTask({
+      rounds: [[{ name: "Probe", arguments: {} }], [{ name: "Write", arguments: {} }]],
+      answer: "tried",
     });
-    expect(receipt.kind).toBe("result");
+    await service.prompt(
+      parent.id,
+      account.id,
+      scriptTask({
+        rounds: [[{ name: "DelegateContinue", arguments: { sessionId: child, text: task } }]],
+        answer: "planned",
+      }),
+      { readOnly: true },
+    );
     const run = await db.pool.query<{ read_only_scope: string }>(
-      "select read_only_scope from subagent_runs where parent_session_id = $1 and tool_call_id = 'c1'",
+      "select read_only_scope from subagent_runs where parent_session_id = $1 and tool_call_id <> 'd1'",
       [parent.id],
     );
+    expect(run.rows).toHaveLength(1);
     roScope = JSON.parse(run.rows[0]?.read_only_scope ?? "null");
     childMsgs = messages(await repo.readJournal(child, account.id));
+    parentMsgs = messages(await repo.readJournal(parent.id, account.id));
     build = await continueForeground(
       service,
       { parent, account },
@@ -169,18 +178,24 @@ describe("a continuation from a read-only turn", () => {
     );
   });
 
-  it("runs the whole delegated call read-only: its Write is refused (S004-212)", () => {
+  it("a DelegateContinue from a read-only parent turn runs the whole delegated call read-only: its Write is refused (S004-212)", () => {
+    expect(
+      parentMsgs.find((m) => m.role === "toolResult" && m.toolName === "DelegateContinue"),
+    ).toMatchObject({ isError: false, content: expect.stringContaining("tried") });
     expect(childMsgs.find((m) => m.role === "toolResult" && m.toolName === "Write")).toMatchObject({
       isError: true,
       content: expect.stringMatching(/^tool_not_allowed: .*read-only/),
     });
   });
 
-  it("mints the read-only scope from the child's stored scope, made read-only (S004-213)", () => {
+  it("mints the read-only scope from the child's stored scope narrowed by the caller's current grant, made read-only (S004-213)", () => {
     expect(roScope).toMatchObject({ readOnly: true, permissionBoundary: "read-only" });
-    const { readOnly: _r, permissionBoundary: _p, ...rest } = roScope;
-    const { readOnly: _r2, permissionBoundary: _p2, ...storedRest } = storedScope;
+    const { readOnly: _r, permissionBoundary: _p, tools, ...rest } = roScope;
+    const { readOnly: _r2, permissionBoundary: _p2, tools: storedTools, ...storedRest } = storedScope;
     expect(rest).toEqual(storedRest);
+    const stored = storedTools as { deny: string[] };
+    expect(stored.deny).not.toContain("Nuke");
+    expect(tools).toEqual({ ...stored, deny: [...stored.deny, "Nuke"].sort() });
   });
 
   it("binds that scope to the call's own row before the call runs: its turn sees it (S004-214)", () => {
@@ -211,10 +226,10 @@ describe("a continuation from a read-only turn", () => {
  */
 describe("callers of a child with an open call", () => {
   let planning: unknown;
-  let steered: { kind: string } | undefined;
-  let receipts: Array<{ status: string; journal_seq: string | null }>;
+  let steered: { kind: string; steerId?: string } | undefined;
+  let receipts: Array<{ id: string; status: string; journal_seq: string | null; body: string | null }>;
   let progress: string[];
-  let openReadOnly: { readOnlyScope: unknown } | null;
+  let openReadOnly: { status: string; readOnlyScope: string | null } | null;
   let buildIntoReadOnly: unknown;
   let steersAfter: number | null;
 
@@ -255,8 +270,10 @@ describe("callers of a child with an open call", () => {
     await waitFor(async () => (await repo.openRunForChild(child, account.id)) === null, "settled");
     await service.whenIdle();
     receipts = (
-      await db.pool.query<{ status: string; journal_seq: string | null }>(
-        "select status, journal_seq from delegated_steers where child_session_id = $1",
+      await db.pool.query<{ id: string; status: string; journal_seq: string | null; body: string | null }>(
+        `select d.id, d.status, d.journal_seq, j.body from delegated_steers d
+           left join journal_entries j on j.session_id = d.child_session_id and j.seq = d.journal_seq
+          where d.child_session_id = $1`,
         [child],
       )
     ).rows;
@@ -271,7 +288,10 @@ describe("callers of a child with an open call", () => {
       mode: "background",
       callerReadOnly: true,
     });
-    openReadOnly = await waitFor(async () => repo.openRunForChild(child, account.id), "open read-only call");
+    openReadOnly = await waitFor(async () => {
+      const open = await repo.openRunForChild(child, account.id);
+      return open?.status === "running" ? open : undefined;
+    }, "running read-only call");
     buildIntoReadOnly = await continueForeground(service, { parent, account }, child, "b2", "build").catch(
       (e: unknown) => e,
     );
@@ -291,8 +311,9 @@ describe("callers of a child with an open call", () => {
 
   it("a Build caller's text steers an open Build call, and its receipt is delivered into the child's journal (S004-040)", () => {
     expect(steered?.kind).toBe("steered");
-    expect(receipts.map((r) => r.status)).toEqual(["delivered"]);
-    expect(receipts[0]?.journal_seq).not.toBeNull();
+    // the caller's receipt is the committed steer row, which names the journal row carrying its text
+    expect(receipts.map((r) => [r.id, r.status])).toEqual([[steered?.steerId, "delivered"]]);
+    expect(receipts[0]?.body).toContain("also do this");
     // the steered text was taken by the open call, whose activity reached the call's progress sink once
     expect(progress).toEqual(["busy done"]);
   });
@@ -302,8 +323,12 @@ describe("callers of a child with an open call", () => {
     expect(steersAfter).toBe(1);
   });
 
-  it("a running read-only call's row holds the read-only clamp", () => {
-    expect(openReadOnly?.readOnlyScope).not.toBeNull();
+  it("a running read-only call's row holds the read-only clamp (S004-223)", () => {
+    expect(openReadOnly?.status).toBe("running");
+    expect(JSON.parse(String(openReadOnly?.readOnlyScope))).toMatchObject({
+      readOnly: true,
+      permissionBoundary: "read-only",
+    });
   });
 });
 
