@@ -146,7 +146,7 @@ describe("providers configured by model id and base URL, over the real wire prot
 
 describe("fork prefix on the wire", () => {
   it.each(["openai-completions", "openai-responses", "anthropic-messages"] as const)(
-    "%s: a fork's first request repeats the parent's system prompt, tools and messages byte for byte (S004-017)",
+    "%s: a turn given its parent's system prompt and messages repeats the parent's request prefix byte for byte",
     async (api) => {
       const server = await startFakeModelServer([
         { tool: { id: "call_1", name: "read", arguments: { path: "a.txt" } } },

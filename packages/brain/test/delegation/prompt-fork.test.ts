@@ -66,8 +66,13 @@ describe("the prompt and context a child's turn gets", () => {
     const forkRequest = seen.find((r) => r.sessionId !== parent.id);
     if (!parentRequest || !forkRequest) throw new Error("missing requests");
     expect(forkRequest.systemPrompt).toBe(parentRequest.systemPrompt);
-    expect(forkRequest.tools.map((t) => t.name)).toEqual(parentRequest.tools.map((t) => t.name));
-    expect(forkRequest.context.slice(0, parentRequest.context.length)).toEqual(parentRequest.context);
+    // the toolset as declared to the provider: names, descriptions and argument schemas, in order
+    const declared = (r: typeof parentRequest) =>
+      JSON.stringify(r.tools.map((t) => [t.name, t.description, t.parameters]));
+    expect(declared(forkRequest)).toBe(declared(parentRequest));
+    expect(JSON.stringify(forkRequest.context.slice(0, parentRequest.context.length))).toBe(
+      JSON.stringify(parentRequest.context),
+    );
     expect(forkRequest.context.at(-1)).toEqual({
       role: "user",
       content: scriptTask({ answer: "forked ok" }),
