@@ -105,7 +105,7 @@ describe("the shared whole-catalog deferral policy", () => {
     expect(planCatalog(catalogNames(child)).deferring).toBe(true);
   });
 
-  it("past the threshold, native tools outside the locked core set and bridged tools are deferred but discoverable, and the model-only tools stay declared (S004-448 S004-449)", async () => {
+  it("past the threshold, native tools outside the locked core set and bridged tools are deferred but discoverable, and the model-only tools stay declared (S004-448)", async () => {
     const { seen, runner } = capture();
     const r = request([
       ...native.map((n) => tool(n)),
