@@ -86,6 +86,20 @@ function fixer(request: ModelRequest): ModelReply {
 function answer(request: ModelRequest): ModelReply {
   const task = request.userTexts.join("\n");
   if (task.includes("FIX-ADD")) return fixer(request);
+  // A node that grows its workflow by one node, placed at the given cwd, which writes ADDED.md there.
+  const addNode = /ADD-NODE-AT (\S+)/.exec(task);
+  if (addNode) {
+    if (request.toolResults.length === 0) {
+      const node = {
+        id: "added",
+        task: "WRITE-FILE ADDED.md as added",
+        cwd: addNode[1],
+        model: MODELS.completions,
+      };
+      return { tool: { name: "WorkflowAddNodes", arguments: { nodes: [node] } } };
+    }
+    return { text: `added: ${request.toolResults[0]?.text}` };
+  }
   const escapeTo = /ESCAPE-TO (\S+)/.exec(task);
   if (escapeTo) {
     if (request.toolResults.length === 0)
@@ -264,7 +278,7 @@ describe("workflows work in a directory too", () => {
 });
 
 describe("Delegate and a workflow node place a working directory the same way", () => {
-  it("a directory through a symlink lands both at its real path, and every escape is refused by both with the same reason (S004-254)", async () => {
+  it("a relative or absolute directory through a symlink lands Delegate, a started node and an added node at its real path, and every escape is refused by all three with the same reason (S004-254)", async () => {
     const repo = sampleRepo();
     const outside = mkdtempSync(join(tmpdir(), "crw-workdir-both-outside-"));
     made.push(outside);
@@ -281,17 +295,39 @@ describe("Delegate and a workflow node place a working directory the same way", 
       cwd: "link-in",
     });
     expect(delegated.body).toContain("wrote D.md");
+    const absolute = await owner.ok<{ body: string }>("session.delegate", {
+      sessionId,
+      task: "WRITE-FILE DA.md as delegate",
+      cwd: join(repo, "link-in"),
+    });
+    expect(absolute.body).toContain("wrote DA.md");
     const node = await runWorkflow(
       JSON.stringify({
         name: "placed",
-        nodes: [{ id: "n", task: "WRITE-FILE N.md as node", cwd: "link-in", model: MODELS.completions }],
+        nodes: [
+          { id: "n", task: "WRITE-FILE N.md as node", cwd: "link-in", model: MODELS.completions },
+          {
+            id: "na",
+            task: "WRITE-FILE NA.md as node",
+            cwd: join(repo, "link-in"),
+            model: MODELS.completions,
+          },
+          { id: "grow", task: "ADD-NODE-AT link-in", model: MODELS.completions },
+        ],
       }),
       repo,
+      { model: MODELS.completions },
     );
-    expect(node.done.status).toBe("completed");
-    // Both children worked in the real directory behind the link.
-    expect(readFileSync(join(repo, "sub", "D.md"), "utf8")).toBe("D.md by delegate\n");
-    expect(readFileSync(join(repo, "sub", "N.md"), "utf8")).toBe("N.md by node\n");
+    expect(node.done.status, node.done.summary).toBe("completed");
+    // Every child worked in the real directory behind the link.
+    for (const [file, by] of [
+      ["D.md", "delegate"],
+      ["DA.md", "delegate"],
+      ["N.md", "node"],
+      ["NA.md", "node"],
+      ["ADDED.md", "added"],
+    ])
+      expect(readFileSync(join(repo, "sub", file as string), "utf8")).toBe(`${file} by ${by}\n`);
     const cwds = await db.pool.query<{ work_dir: string }>(
       `select scope::jsonb ->> 'workDir' as work_dir from sessions
         where kind = 'delegated' and scope is not null and scope::jsonb ->> 'workDir' like $1`,
@@ -311,7 +347,18 @@ describe("Delegate and a workflow node place a working directory the same way", 
       );
       expect(escaped.done.status, cwd).not.toBe("completed");
       expect(escaped.done.summary, cwd).toContain(error.message);
+      const added = await runWorkflow(
+        JSON.stringify({
+          name: "escape-added",
+          nodes: [{ id: "grow", task: `ADD-NODE-AT ${cwd}`, model: MODELS.completions }],
+        }),
+        repo,
+        { model: MODELS.completions },
+      );
+      expect(added.done.status, cwd).not.toBe("completed");
+      expect(added.done.summary, cwd).toContain(error.message);
     }
+    expect(existsSync(join(outside, "ADDED.md"))).toBe(false);
     expect(existsSync(join(outside, "NOTE.md"))).toBe(false);
   });
 });
