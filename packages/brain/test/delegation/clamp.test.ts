@@ -203,12 +203,16 @@ describe("a continuation from a read-only turn", () => {
     expect(JSON.parse(seenByTheTurn as string)).toEqual(roScope);
   });
 
-  it("a call not asked from a read-only turn has no read-only scope (S004-222)", async () => {
-    const plain = await db.pool.query<{ read_only_scope: string | null }>(
-      "select read_only_scope from subagent_runs where parent_session_id = $1 and tool_call_id = 'd1'",
+  it("a call not asked from a read-only turn, a Delegate or a Build continuation, has no read-only scope (S004-222)", async () => {
+    const plain = await db.pool.query<{ tool_call_id: string; read_only_scope: string | null }>(
+      `select tool_call_id, read_only_scope from subagent_runs
+        where parent_session_id = $1 and tool_call_id in ('d1', 'c2') order by tool_call_id`,
       [ctx.parent.id],
     );
-    expect(plain.rows[0]?.read_only_scope).toBeNull();
+    expect(plain.rows).toEqual([
+      { tool_call_id: "c2", read_only_scope: null },
+      { tool_call_id: "d1", read_only_scope: null },
+    ]);
   });
 
   it("the settled read-only call does not constrain a later Build continuation: it writes (S004-224)", async () => {
