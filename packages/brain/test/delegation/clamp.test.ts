@@ -6,6 +6,7 @@ import { readOnlyContinuationScope, recoverDelegations } from "../../src/index.j
 import {
   answeredChild,
   continueForeground,
+  delegateCall,
   gateTool,
   latch,
   makeService,
@@ -49,22 +50,36 @@ describe("DelegateContinue and the read-only clamp", () => {
     expect(rows.rowCount).toBe(0);
   });
 
-  it("the ownership guard: another parent or principal cannot continue or read a child (S004-296)", async () => {
-    const { service, account, child } = await childWithAnswer();
-    const other = await service.createRootSession(account.id, "scripted");
-    await expect(
-      service.continueSubagent({
-        parentSessionId: other.id,
-        principalAccountId: account.id,
-        childSessionId: child,
-        toolCallId: "x",
-        text: "hi",
-        mode: "foreground",
-      }),
-    ).rejects.toMatchObject({ code: "not_found" });
-    await expect(service.readSubagent(other.id, child, account.id)).rejects.toMatchObject({
-      code: "not_found",
-    });
+  it("the ownership guard: another parent or another principal can neither continue a child (no progress reaches it) nor read its stored text (S004-296)", async () => {
+    const { service, account, parent, child } = await childWithAnswer();
+    const otherParent = await service.createRootSession(account.id, "scripted");
+    const { account: otherAccount } = await newParent(service);
+    // the child's own parent and principal read it; each guarded caller below differs in one of the two
+    expect(await service.readSubagent(parent.id, child, account.id)).toBe("first answer");
+    const guarded = [
+      { parentSessionId: otherParent.id, principalAccountId: account.id },
+      { parentSessionId: parent.id, principalAccountId: otherAccount.id },
+    ];
+    for (const [i, caller] of guarded.entries()) {
+      const progress: unknown[] = [];
+      await expect(
+        service.continueSubagent({
+          ...caller,
+          childSessionId: child,
+          toolCallId: `x${i}`,
+          text: "hi",
+          mode: "foreground",
+          progress: (e) => progress.push(e),
+        }),
+      ).rejects.toMatchObject({ code: "not_found" });
+      expect(progress).toEqual([]);
+      await expect(
+        service.readSubagent(caller.parentSessionId, child, caller.principalAccountId),
+      ).rejects.toMatchObject({ code: "not_found" });
+      expect(
+        (await db.pool.query("select 1 from subagent_runs where tool_call_id = $1", [`x${i}`])).rowCount,
+      ).toBe(0);
+    }
   });
 
   it("a continuation under a different target is refused before dispatch; nothing is written (S004-295)", async () => {
@@ -333,6 +348,58 @@ describe("callers of a child with an open call", () => {
       readOnly: true,
       permissionBoundary: "read-only",
     });
+  });
+});
+
+describe("a read-only call settling on a live helper", () => {
+  it("a Build caller must wait for it too: no steer is queued and no follow-up turn takes the caller's text (S004-226)", async () => {
+    const { service, repo, account, parent, child, gates } = await childWithAnswer();
+    const helper = latch();
+    gates.set("helper", helper.promise);
+    await service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: child,
+      toolCallId: "r1",
+      text: scriptTask({
+        rounds: [
+          [
+            delegateCall(
+              { rounds: [[{ name: "Gate", arguments: { key: "helper" } }]], answer: "helper done" },
+              { background: true },
+            ),
+          ],
+        ],
+        answer: "ro answered",
+      }),
+      mode: "background",
+      callerReadOnly: true,
+    });
+    // the call's own turn has answered and let go of the child; the call stays open on its helper
+    await waitFor(async () => {
+      const answered = messages(await repo.readJournal(child, account.id)).some(
+        (m) => m.role === "assistant" && JSON.stringify(m.content).includes("ro answered"),
+      );
+      return answered && !service.turns.isBusy(child);
+    }, "the read-only call's answer");
+    const open = await repo.openRunForChild(child, account.id);
+    expect(open?.toolCallId).toBe("r1");
+    expect(open?.readOnlyScope).not.toBeNull();
+
+    const build = await continueForeground(service, { parent, account }, child, "b1", "build now").catch(
+      (e: unknown) => e,
+    );
+    expect(build).toMatchObject({ code: "wait_required" });
+    expect(
+      (await db.pool.query("select 1 from delegated_steers where child_session_id = $1", [child])).rowCount,
+    ).toBe(0);
+
+    helper.open();
+    await waitFor(async () => (await repo.openRunForChild(child, account.id)) === null, "the call settled");
+    await service.whenIdle();
+    const users = messages(await repo.readJournal(child, account.id)).filter((m) => m.role === "user");
+    expect(users.some((m) => JSON.stringify(m.content).includes("build now"))).toBe(false);
+    expect((await db.pool.query("select 1 from subagent_runs where tool_call_id = 'b1'")).rowCount).toBe(0);
   });
 });
 
