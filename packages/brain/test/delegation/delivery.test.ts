@@ -2,7 +2,7 @@ import { readFileSync } from "node:fs";
 import type { TranscriptMessage } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
 import { beforeAll, describe, expect, it } from "vitest";
-import { createScriptedTurnRunner, type SessionTurnRunner } from "../../src/index.js";
+import { createScriptedTurnRunner, type DelegationEvent, type SessionTurnRunner } from "../../src/index.js";
 import {
   delegateBackground,
   delegateCall,
@@ -36,6 +36,18 @@ describe("delivery of delegated results", () => {
     const ids = await repo.settledResultIds(parent.id, account.id);
     expect(ids).toHaveLength(1);
     expect(await repo.queuedResultIds(parent.id, account.id)).toEqual([]);
+    // the acknowledgement names the very journal row that carries the result's id
+    const entry = journal.find((e) => e.body.type === "message" && e.body.message.role === "toolResult");
+    expect(
+      entry?.body.type === "message" &&
+        entry.body.message.role === "toolResult" &&
+        entry.body.message.details,
+    ).toMatchObject({ resultId: ids[0] });
+    const ack = await db.pool.query<{ journal_seq: string }>(
+      "select journal_seq from delegation_result_acks where result_id = $1",
+      [ids[0]],
+    );
+    expect(ack.rows.map((r) => Number(r.journal_seq))).toEqual([entry?.seq]);
     expect(messages(journal).at(-1)).toMatchObject({
       role: "assistant",
       content: [{ type: "text", text: "parent done" }],
@@ -157,9 +169,9 @@ describe("delivery of delegated results", () => {
     expect(seen[0]?.durable).toBe(1);
   });
 
-  it("each newly queued result emits delegation.result_steered (S004-072)", async () => {
-    const events: string[] = [];
-    const { service } = makeService(db.pool, { onEvent: (e) => events.push(e.type) });
+  it("each newly queued result emits delegation.result_steered once, for a root parent and for a nested (child) parent alike (S004-072)", async () => {
+    const events: DelegationEvent[] = [];
+    const { service, repo } = makeService(db.pool, { onEvent: (e) => events.push(e) });
     const { account, parent } = await newParent(service);
     await service.prompt(
       parent.id,
@@ -169,15 +181,40 @@ describe("delivery of delegated results", () => {
           [
             delegateCall({ answer: "a" }, { background: true }),
             delegateCall({ answer: "b" }, { background: true }),
+            // a child that is itself a parent: its helper's result is queued for the child
+            delegateCall({ rounds: [[delegateCall({ answer: "h" }, { background: true })]], answer: "c" }),
           ],
         ],
       }),
     );
+    const nested = (
+      await db.pool.query<{ child_session_id: string }>(
+        "select child_session_id from subagent_runs where parent_session_id = $1 and mode = 'foreground'",
+        [parent.id],
+      )
+    ).rows[0]?.child_session_id;
+    if (!nested) throw new Error("expected the nested parent");
+    const queuedFor = async (session: string) =>
+      (
+        await db.pool.query<{ id: string }>(
+          "select id from delegation_results where parent_session_id = $1 and mode = 'background'",
+          [session],
+        )
+      ).rows.map((r) => r.id);
     await waitFor(
-      async () => events.filter((e) => e === "delegation.result_steered").length === 2,
-      "two steered events",
+      async () => (await queuedFor(parent.id)).length === 2 && (await queuedFor(nested)).length === 1,
+      "three background results",
     );
     await service.whenIdle();
+    const steered = (session: string) =>
+      events
+        .filter((e) => e.type === "delegation.result_steered" && e.parentSessionId === session)
+        .map((e) => (e.type === "delegation.result_steered" ? e.resultId : ""))
+        .sort();
+    expect(steered(parent.id)).toEqual((await queuedFor(parent.id)).sort());
+    expect(steered(nested)).toEqual(await queuedFor(nested));
+    expect(events.filter((e) => e.type === "delegation.result_steered")).toHaveLength(3);
+    expect(await repo.queuedResultIds(nested, account.id)).toEqual([]);
   });
 
   it("a background child's result and a workflow summary are both prepared (spilled) before they enter the inbox", async () => {
@@ -353,6 +390,17 @@ describe("a streaming parent receiving results", () => {
       expect(next?.role).toBe("assistant");
     }
     expect(msgs.at(-1)).toMatchObject({ role: "assistant", content: [{ type: "text", text: "all in" }] });
+  });
+
+  it("a parent that took its results in its running turn needs no new turn: its own answer is the last word, nothing waits (S004-029)", async () => {
+    expect(msgs.filter((m) => m.role === "custom")).toHaveLength(6);
+    const lastResult = msgs.findLastIndex((m) => m.role === "custom");
+    expect(msgs.slice(lastResult + 1).filter((m) => m.role === "assistant")).toEqual([
+      { role: "assistant", content: [{ type: "text", text: "all in" }], stopReason: "stop" },
+    ]);
+    expect(msgs.some((m) => m.role === "assistant" && JSON.stringify(m.content).includes("noted"))).toBe(
+      false,
+    );
   });
 
   it("reading the queue adds no provider request: one per tool round and the answer (S004-070)", () => {
