@@ -57,20 +57,24 @@ async function setup() {
     if (!found) throw new Error(`no ${name}`);
     return found;
   };
-  const ctx = (toolCallId: string, readOnly = false): ToolContext => ({
+  const ctx = (
+    toolCallId: string,
+    readOnly = false,
+    progress: ToolContext["progress"] = () => {},
+  ): ToolContext => ({
     sessionId: parent.id,
     principalAccountId: account.id,
     toolCallId,
     readOnly,
     workDir: null,
     signal: new AbortController().signal,
-    progress: () => {},
+    progress,
   });
   return { repo, service, account, parent, tool, ctx, turns };
 }
 
 describe("the plugin's DelegateContinue passes model and promote through to the delegation core", () => {
-  it("model runs this continuation on another model (stored on its call), promote re-mints the child's scope; both refused or absent where they must be (S004-215)", async () => {
+  it("the call id, onEvent, model and promote reach the delegation core: model runs this continuation on another model (stored on its call), promote re-mints the child's scope; both refused or absent where they must be (S004-215)", async () => {
     const { repo, service, account, parent, tool, ctx, turns } = await setup();
     const first = await tool(parent, false, "Delegate").execute(
       { task: scriptTask({ answer: "first" }), readOnly: true },
@@ -82,11 +86,15 @@ describe("the plugin's DelegateContinue passes model and promote through to the 
       parseDelegatedExecutionScope((await repo.getSession(child, account.id)).scope ?? "").readOnly,
     ).toBe(true);
 
-    // model: the call's row keeps it, the turn runs on it, the child session keeps its own model.
+    // model: the call's row keeps it, the turn runs on it, the child session keeps its own model; the
+    // tool call's onEvent hears the call's session and its activity.
+    const heard: Parameters<ToolContext["progress"]>[0][] = [];
     const other = await tool(parent, false, "DelegateContinue").execute(
       { sessionId: child, text: scriptTask({ answer: "on the other model" }), model: "scripted:other" },
-      ctx("c-model"),
+      ctx("c-model", false, (e) => heard.push(e)),
     );
+    expect(heard[0]).toMatchObject({ type: "session", sessionId: child, parentSessionId: parent.id });
+    expect(heard).toContainEqual(expect.objectContaining({ type: "text", text: "on the other model" }));
     expect(other.content).toContain("on the other model");
     expect((await repo.runForToolCall(parent.id, "c-model", account.id))?.model).toBe("scripted:other");
     expect((await repo.getSession(child, account.id)).model).toBe("scripted");
