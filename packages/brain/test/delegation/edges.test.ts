@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import {
@@ -21,6 +22,29 @@ import {
 
 const db = useTestDatabase();
 
+/**
+ * A workflow ends as the workflow engine ends it in the daemon: its summary goes into the recipient's inbox,
+ * then the host's completion hook hands the result id to the delegation core.
+ */
+async function workflowFinished(
+  service: ReturnType<typeof makeService>["service"],
+  recipient: { sessionId: string; principalAccountId: string },
+  toolCallId: string,
+  summary: string,
+): Promise<string> {
+  const queued = await service.repo.enqueueWorkflowSummary({
+    resultId: randomUUID(),
+    parentSessionId: recipient.sessionId,
+    principalAccountId: recipient.principalAccountId,
+    toolCallId,
+    outcome: "ok",
+    body: summary,
+    byteSize: Buffer.byteLength(summary),
+  });
+  await service.resultQueued(recipient.sessionId, recipient.principalAccountId, queued.resultId);
+  return queued.resultId;
+}
+
 describe("delivery and bracket edges", () => {
   it("a result that arrives as the parent's turn ends (after its last drain) is not stranded: one follow-up delivers it once (S004-041)", async () => {
     const scripted = createScriptedTurnRunner();
@@ -38,14 +62,12 @@ describe("delivery and bracket edges", () => {
     let resultId = "";
     hook.atTurnEnd = async (sessionId) => {
       if (sessionId !== parent.id || resultId) return;
-      resultId = await service.emitDelegationCompletion({
-        kind: "workflow_summary",
-        parentSessionId: parent.id,
-        principalAccountId: account.id,
-        toolCallId: "wf-1",
-        outcome: "ok",
-        summary: "the workflow finished",
-      });
+      resultId = await workflowFinished(
+        service,
+        { sessionId: parent.id, principalAccountId: account.id },
+        "wf-1",
+        "the workflow finished",
+      );
       // Nobody can take it now: the turn is past its last drain and the session is still held.
       expect(service.turns.isBusy(parent.id)).toBe(true);
       expect(await repo.queuedResultIds(parent.id, account.id)).toEqual([resultId]);
@@ -143,14 +165,12 @@ describe("delivery and bracket edges", () => {
       const journal = await repo.readJournal(run.childSessionId, account.id);
       return journal.some((e) => e.body.type === "tool_intent") ? run.childSessionId : undefined;
     }, "the child's Gate call");
-    const summaryId = await service.emitDelegationCompletion({
-      kind: "workflow_summary",
-      parentSessionId: childId,
-      principalAccountId: account.id,
-      toolCallId: "wf-in-child",
-      outcome: "ok",
-      summary: "workflow summary for the child",
-    });
+    const summaryId = await workflowFinished(
+      service,
+      { sessionId: childId, principalAccountId: account.id },
+      "wf-in-child",
+      "workflow summary for the child",
+    );
     expect(await repo.queuedResultIds(childId, account.id)).toEqual([summaryId]);
     await new Promise((r) => setTimeout(r, 100));
     expect(returned).toBe(false);
@@ -223,8 +243,8 @@ describe("delivery and bracket edges", () => {
   });
 });
 
-describe("a workflow completion for a settling child", () => {
-  it("starts the result turn itself, independently of the settlement drain; the call is held until that turn finishes (S004-048)", async () => {
+describe("emitDelegationCompletion for a settling child", () => {
+  it("starts the result turn itself, independently of the settlement drain; the call is held until that turn finishes", async () => {
     const gates = new Map<string, Promise<void>>();
     const helperGate = latch();
     gates.set("helper", helperGate.promise);
