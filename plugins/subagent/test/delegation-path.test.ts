@@ -18,7 +18,7 @@ import { until } from "./helpers.js";
 const db = useTestDatabase();
 
 describe("nodes through the delegation core", () => {
-  it("nodes run through DelegationService's child-turn bracket; the one summary is delivered and acknowledged in the parent's journal (S004-416 S004-148)", async () => {
+  it("nodes run through DelegationService's child-turn bracket; the one summary is delivered and acknowledged in the parent's journal (S004-416 S004-148 S004-068)", async () => {
     const repo = new PgDelegationRepository(db.pool);
     const service = new DelegationService({
       repo,
@@ -85,6 +85,19 @@ nodes:
           e.body.message.details?.resultId === outcome.resultId,
       );
       expect(carrying).toHaveLength(1);
+      // The parent's one completion is the whole-workflow summary, never a result per node; node progress
+      // never enters the inbox or the parent's journal.
+      const inbox = await db.pool.query<{ id: string; kind: string }>(
+        "select id, kind from delegation_results where parent_session_id = $1::uuid",
+        [parent.id],
+      );
+      expect(inbox.rows).toEqual([{ id: outcome.resultId, kind: "workflow_summary" }]);
+      const customs = entries.filter((e) => e.body.type === "message" && e.body.message.role === "custom");
+      expect(customs).toHaveLength(1);
+      const summary = carrying[0]?.body;
+      expect(
+        summary?.type === "message" && summary.message.role === "custom" && summary.message.content,
+      ).toMatch(/^\[workflow summary for call call-1: ok\]\n/);
       // Node children are ordinary delegated sessions with the worker's journal, but no run rows.
       const runs = await db.pool.query(
         "select count(*)::int n from subagent_runs where parent_session_id = $1::uuid",

@@ -252,7 +252,7 @@ describe("delivery of delegated results", () => {
     }
   });
 
-  it("a workflow delivers one whole-workflow summary, prepared like a child result before the inbox", async () => {
+  it("emitDelegationCompletion delivers one whole-workflow summary per call, prepared like a child result before the inbox", async () => {
     const { service, repo } = makeService(db.pool, { toolResultInlineBytes: () => 64 });
     const { account, parent } = await newParent(service);
     await service.prompt(parent.id, account.id, scriptTask({ answer: "started a workflow" }));
