@@ -102,6 +102,64 @@ describe("settlement of a child's call", () => {
     expect(await repo.settledResultIds(child.id, account.id)).toEqual([resultId]);
   });
 
+  it("a settling call whose follow-up fails at the provider, after its helper's result was acknowledged, fails; that result stays delivered (S004-051)", async () => {
+    const gates = new Map<string, Promise<void>>();
+    const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
+    const { account, parent } = await newParent(service);
+    const helper = latch();
+    gates.set("helper", helper.promise);
+    const receipt = await delegateBackground(
+      service,
+      { parent, account },
+      "c",
+      scriptTask({
+        rounds: [
+          [
+            delegateCall(
+              { rounds: [[{ name: "Gate", arguments: { key: "helper" } }]], answer: "helper done" },
+              { background: true },
+            ),
+          ],
+        ],
+        answer: "C done",
+        // the third request of this plan: the follow-up that answers the helper's result
+        failAtRequest: 2,
+      }),
+    );
+    if (receipt.kind !== "started") throw new Error("expected background");
+    const child = receipt.childSessionId;
+    await waitFor(async () => {
+      const msgs = messages(await repo.readJournal(child, account.id));
+      return msgs.some(
+        (m) => m.role === "assistant" && m.content.some((c) => c.type === "text" && c.text === "C done"),
+      );
+    }, "C's first answer");
+    helper.open();
+    await waitFor(
+      async () => (await repo.runForToolCall(parent.id, "c", account.id))?.status === "failed",
+      "C's call failed",
+    );
+    await service.whenIdle();
+    const helperResults = await db.pool.query<{ id: string }>(
+      "select id from delegation_results where parent_session_id = $1",
+      [child],
+    );
+    expect(helperResults.rows).toHaveLength(1);
+    const helperResult = helperResults.rows[0]?.id;
+    // the result went into C's journal and was acknowledged before the failed request; it is not queued again
+    expect(await repo.settledResultIds(child, account.id)).toEqual([helperResult]);
+    expect(await repo.queuedResultIds(child, account.id)).toEqual([]);
+    const msgs = messages(await repo.readJournal(child, account.id));
+    const resultAt = msgs.findIndex((m) => m.role === "custom" && m.details?.resultId === helperResult);
+    expect(msgs[resultAt + 1]).toMatchObject({ role: "assistant", stopReason: "error" });
+    // the parent is told of the failure with C's own error result
+    const result = await repo.resultForRun(
+      (await repo.runForToolCall(parent.id, "c", account.id))?.id as string,
+      account.id,
+    );
+    expect(result).toMatchObject({ outcome: "error" });
+  });
+
   it("an aborted drain keeps stop precedence over failure (S004-054)", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, child, scope } = await childFailingNextTurn(service);
