@@ -232,7 +232,7 @@ describe("runChildTurn with the scripted provider", () => {
     expect(out.toolCalls[0]?.refused?.message).toBe("database unavailable");
   });
 
-  it("steers delivered messages into the PI agent after the current tool round, before the next provider request, first in first out (S004-027)", async () => {
+  it("steers delivered messages into the PI agent after the current tool round, before the next provider request, first in first out (S004-027 S004-028)", async () => {
     const dir = workDir();
     const queue: TranscriptMessage[] = [
       { role: "custom", customType: "delegation_result", content: "result A" },
