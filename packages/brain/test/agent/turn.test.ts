@@ -265,6 +265,52 @@ describe("runChildTurn with the scripted provider", () => {
     expect(drains).toBe(1);
   });
 
+  it("a result that waits while a tool round runs cuts no tool short: every tool ends with its own result, then the result follows (S004-071)", async () => {
+    const dir = workDir();
+    const log: string[] = [];
+    let waiting: TranscriptMessage[] = [
+      { role: "custom", customType: "delegation_result", content: "arrived meanwhile" },
+    ];
+    const out = await turn(
+      dir,
+      [
+        {
+          toolCalls: [
+            { name: "shell", arguments: { command: "sleep 0.2; echo one" } },
+            { name: "shell", arguments: { command: "echo two" } },
+          ],
+        },
+        { text: "saw {{last}}" },
+      ],
+      {
+        hooks: {
+          onProgress: (e) => {
+            if (e.type === "tool_end") log.push(`end ${e.isError ? "error" : "ok"}`);
+          },
+          drainSteering: () => {
+            log.push("drain");
+            const taken = waiting;
+            waiting = [];
+            return taken;
+          },
+        },
+      },
+    );
+    expect(log).toEqual(["end ok", "end ok", "drain"]);
+    expect(out.toolCalls.map((c) => [c.isError, c.result.trim().split("\n").at(-1)])).toEqual([
+      [false, "one"],
+      [false, "two"],
+    ]);
+    expect(out.messages.map((m) => (m.role === "custom" ? m.content : m.role))).toEqual([
+      "user",
+      "assistant",
+      "toolResult",
+      "toolResult",
+      "arrived meanwhile",
+      "assistant",
+    ]);
+  });
+
   it("reports a provider error as an outcome, not a rejection, and an abort as aborted", async () => {
     const dir = workDir();
     const failed = await turn(dir, [{ stopReason: "error", errorMessage: "rate limited" }]);
