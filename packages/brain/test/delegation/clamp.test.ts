@@ -82,7 +82,7 @@ describe("DelegateContinue and the read-only clamp", () => {
     }
   });
 
-  it("a continuation under a different target is refused before dispatch; nothing is written (S004-295)", async () => {
+  it("DelegateContinue under a different target is refused before dispatch; nothing is written", async () => {
     const { service, repo } = makeService(db.pool);
     const { account, parent } = await newParent(service);
     const { child } = await repo.createDelegation({
