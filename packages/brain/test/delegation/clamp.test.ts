@@ -77,7 +77,12 @@ describe("DelegateContinue and the read-only clamp", () => {
         service.readSubagent(caller.parentSessionId, child, caller.principalAccountId),
       ).rejects.toMatchObject({ code: "not_found" });
       expect(
-        (await db.pool.query("select 1 from subagent_runs where tool_call_id = $1", [`x${i}`])).rowCount,
+        (
+          await db.pool.query(
+            "select 1 from subagent_runs where child_session_id = $1 and tool_call_id = $2",
+            [child, `x${i}`],
+          )
+        ).rowCount,
       ).toBe(0);
     }
   });
@@ -352,7 +357,7 @@ describe("callers of a child with an open call", () => {
 });
 
 describe("a read-only call settling on a live helper", () => {
-  it("a Build caller must wait for it too: no steer is queued and no follow-up turn takes the caller's text (S004-226)", async () => {
+  it("a Build caller must wait for it too, though its turn has ended: no steer is queued and no follow-up turn takes the caller's text (S004-226)", async () => {
     const { service, repo, account, parent, child, gates } = await childWithAnswer();
     const helper = latch();
     gates.set("helper", helper.promise);
@@ -399,7 +404,14 @@ describe("a read-only call settling on a live helper", () => {
     await service.whenIdle();
     const users = messages(await repo.readJournal(child, account.id)).filter((m) => m.role === "user");
     expect(users.some((m) => JSON.stringify(m.content).includes("build now"))).toBe(false);
-    expect((await db.pool.query("select 1 from subagent_runs where tool_call_id = 'b1'")).rowCount).toBe(0);
+    expect(
+      (
+        await db.pool.query(
+          "select 1 from subagent_runs where parent_session_id = $1 and tool_call_id = 'b1'",
+          [parent.id],
+        )
+      ).rowCount,
+    ).toBe(0);
   });
 });
 
