@@ -10,6 +10,7 @@ import {
   recoverDelegations,
 } from "../../src/index.js";
 import {
+  answeredChild,
   continueForeground,
   delegateCall,
   delegateForeground,
@@ -52,7 +53,7 @@ describe("scope capture and live access in delegation", () => {
     expect(flags).toEqual([true, true, false]);
   });
 
-  it("live account grants narrow every later turn of the call and never widen the stored scope (S004-210 S004-220 S004-318)", async () => {
+  it("a narrowed account grant clamps a later continuation, whose Write is refused, and leaves the stored scope as captured (S004-210 S004-318)", async () => {
     const { service, repo } = makeService(db.pool, { tools: () => [writeTool] });
     const { account, parent } = await newParent(service);
     const first = await delegateForeground(
@@ -76,6 +77,112 @@ describe("scope capture and live access in delegation", () => {
     );
     expect(writes.map((w) => (w.role === "toolResult" ? w.isError : null))).toEqual([false, true]);
     expect(await storedScope(first.childSessionId)).toEqual(before);
+  });
+
+  it("a widened account grant gives a continuation nothing its captured scope did not allow (S004-210)", async () => {
+    const { seen, runner } = recording();
+    const { service, repo } = makeService(db.pool, { runner, tools: () => [writeTool] });
+    const { account, parent } = await newParent(service, { toolAllow: ["Read"] });
+    const first = await delegateForeground(service, { parent, account }, "d", "t");
+    if (first.kind !== "result") throw new Error("expected result");
+    const before = await storedScope(first.childSessionId);
+    expect(before.tools.allow).toEqual(["Read"]);
+    await db.pool.query("update accounts set tool_allow = '{Read,Write}' where id = $1", [account.id]);
+    await continueForeground(
+      service,
+      { parent, account },
+      first.childSessionId,
+      "c",
+      scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "tried" }),
+    );
+    const later = seen.filter((r) => r.sessionId === first.childSessionId).at(-1);
+    expect(later?.scope?.tools.allow).toEqual(["Read"]);
+    const writes = messages(await repo.readJournal(first.childSessionId, account.id)).filter(
+      (m) => m.role === "toolResult" && m.toolName === "Write",
+    );
+    expect(writes.map((w) => (w.role === "toolResult" ? w.isError : null))).toEqual([true]);
+    expect(await storedScope(first.childSessionId)).toEqual(before);
+  });
+
+  it("every turn of a call reads the call's live-narrowed scope: its own, a helper's result with a follow-up, a recovered one (S004-220)", async () => {
+    const { seen, runner } = recording();
+    const gates = new Map<string, Promise<void>>();
+    const helper = latch();
+    gates.set("h", helper.promise);
+    const { service, repo } = makeService(db.pool, {
+      runner,
+      tools: () => [writeTool, gateTool("Gate", gates)],
+    });
+    const { account, parent } = await newParent(service);
+    const caller = { parent, account };
+    const child = await answeredChild(service, caller, "d", "x");
+    // the grant narrows after the child's scope was captured: Write is no longer the account's
+    await db.pool.query("update accounts set tool_allow = '{Read,Delegate,Gate}' where id = $1", [
+      account.id,
+    ]);
+    const call = await service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: child,
+      toolCallId: "c",
+      text: scriptTask({
+        rounds: [
+          [
+            delegateCall(
+              { rounds: [[{ name: "Gate", arguments: { key: "h" } }]], answer: "h done" },
+              { background: true },
+            ),
+          ],
+        ],
+        answer: "C done",
+        followUp: "C took",
+      }),
+      mode: "background",
+    });
+    if (call.kind !== "started") throw new Error("expected background");
+    await waitFor(async () => {
+      const last = messages(await repo.readJournal(child, account.id)).at(-1);
+      return last?.role === "assistant" && JSON.stringify(last.content).includes("C done");
+    }, "the call's own turn answered");
+    // while the call settles (its helper still runs), a text follow-up is admitted into it
+    expect((await continueForeground(service, caller, child, "s", "and also this")).kind).toBe("steered");
+    helper.open();
+    await waitFor(
+      async () => (await repo.getRun(call.runId, account.id)).status === "succeeded",
+      "the call settled",
+    );
+    await service.whenIdle();
+    // a later call of the child interrupted by a crash: boot recovery runs it
+    const { run } = await repo.createContinuation({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: child,
+      toolCallId: "r",
+      task: "after restart",
+      mode: "background",
+      readOnlyScope: null,
+    });
+    await repo.startRun(run.id, run.generation, "dead-owner");
+    await recoverDelegations(service);
+    await waitFor(async () => (await repo.getRun(run.id, account.id)).status === "succeeded", "recovery");
+    await service.whenIdle();
+    const turns = seen.filter((r) => r.sessionId === child);
+    // each turn's newest inputs tell which it was: the call's own, its settlement's, the recovered one
+    const newest = turns.map((t) =>
+      t.context
+        .slice(-2)
+        .map((m) => (m.role === "custom" ? m.customType : m.role === "user" ? m.content : m.role)),
+    );
+    expect(newest).toHaveLength(4);
+    expect(newest[1]?.at(-1)).toMatch(/"answer":"C done"/);
+    expect(newest[2]).toEqual(["delegation_result", "and also this"]);
+    expect(newest[3]).toEqual(["after restart", "interrupted"]);
+    expect(turns[0]?.tools.map((t) => t.name)).toContain("Write");
+    for (const turn of turns.slice(1)) {
+      expect(turn.scope?.tools.allow).toEqual(["Delegate", "Gate", "Read"]);
+      expect(turn.tools.map((t) => t.name)).not.toContain("Write");
+    }
+    await service.close();
   });
 
   it("continuation and boot recovery replay the stored working directory (S004-211 S004-266)", async () => {
@@ -208,41 +315,86 @@ describe("scope capture and live access in delegation", () => {
     ).toBe(0);
   });
 
-  it("progress starts only after admission committed; a refused admission emits nothing (S004-216 S004-218)", async () => {
-    const { service } = makeService(db.pool);
-    const { account, parent } = await newParent(service);
-    const refused: string[] = [];
-    await expect(
+  it("a refused admission, synchronous or asynchronous, emits no progress and no completion (S004-218)", async () => {
+    const completions: unknown[] = [];
+    const { service } = makeService(db.pool, {
+      completionEmitter: async (c) => {
+        completions.push(c);
+      },
+    });
+    const { account, parent } = await newParent(service, { isAdministrator: true });
+    const heard: string[] = [];
+    const refuse = (toolCallId: string, workDir: string) =>
       service.delegate({
         parentSessionId: parent.id,
         principalAccountId: account.id,
-        toolCallId: "bad",
+        toolCallId,
         task: "t",
         mode: "background",
-        workDir: "C:relative",
-        progress: (e) => refused.push(e.type),
-      }),
-    ).rejects.toMatchObject({ code: "invalid_work_dir" });
-    expect(refused).toEqual([]);
-    const checks: Promise<number>[] = [];
-    const receipt = await service.delegate({
+        workDir,
+        progress: (e) => heard.push(e.type),
+      });
+    await expect(refuse("bad", "C:relative")).rejects.toMatchObject({ code: "invalid_work_dir" });
+    // a directory that does not exist is refused by the asynchronous part of admission
+    const gone = join(realpathSync(tmpdir()), `crw-gone-${Date.now()}`);
+    await expect(refuse("gone", gone)).rejects.toMatchObject({ code: "work_dir_unavailable" });
+    await service.whenIdle();
+    expect(heard).toEqual([]);
+    expect(completions).toEqual([]);
+    const results = await db.pool.query("select 1 from delegation_results where parent_session_id = $1", [
+      parent.id,
+    ]);
+    expect(results.rowCount).toBe(0);
+  });
+
+  it("a call's session event and its receipt come only after its admission committed, for a delegation and a continuation (S004-216)", async () => {
+    const { service, repo } = makeService(db.pool);
+    const order: string[] = [];
+    const createDelegation = repo.createDelegation.bind(repo);
+    repo.createDelegation = async (input) => {
+      const made = await createDelegation(input);
+      order.push(`admitted ${input.toolCallId}`);
+      return made;
+    };
+    const createContinuation = repo.createContinuation.bind(repo);
+    repo.createContinuation = async (input) => {
+      const made = await createContinuation(input);
+      order.push(`admitted ${input.toolCallId}`);
+      return made;
+    };
+    const { account, parent } = await newParent(service);
+    const sink = (id: string) => (e: { type: string }) => {
+      if (e.type === "session") order.push(`session ${id}`);
+    };
+    const first = await service.delegate({
       parentSessionId: parent.id,
       principalAccountId: account.id,
-      toolCallId: "good",
+      toolCallId: "d",
       task: "t",
       mode: "background",
-      progress: (e) => {
-        if (e.type === "session")
-          checks.push(
-            db.pool
-              .query("select 1 from subagent_runs where child_session_id = $1", [e.sessionId])
-              .then((q) => q.rowCount ?? 0),
-          );
-      },
+      progress: sink("d"),
     });
-    expect(receipt.kind).toBe("started");
-    expect(await Promise.all(checks)).toEqual([1]);
+    order.push(`receipt ${first.kind}`);
     await service.whenIdle();
+    const again = await service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: first.childSessionId,
+      toolCallId: "c",
+      text: "again",
+      mode: "background",
+      progress: sink("c"),
+    });
+    order.push(`receipt ${again.kind}`);
+    await service.whenIdle();
+    expect(order).toEqual([
+      "admitted d",
+      "session d",
+      "receipt started",
+      "admitted c",
+      "session c",
+      "receipt started",
+    ]);
   });
 
   it("a scoped caller places its children only inside its own project (S004-257)", async () => {
@@ -332,9 +484,14 @@ describe("the scope a child is given", () => {
     ).rows[0]?.scope;
   });
 
-  it("is captured and stored before the child runs: its own turn reads it (S004-190)", () => {
+  it("is captured against the caller's authority and stored before the child runs: its own turn reads it (S004-190)", () => {
     expect(seenByTheChild).toBeTruthy();
     expect(seenByTheChild).toBe(text);
+    // what the running child read is already the captured form: narrowed by the account, canonical
+    const seen = JSON.parse(seenByTheChild ?? "null");
+    expect(seen.tools.allow.sort()).toEqual(["Probe", "Read"]);
+    expect(seen.tools.deny).toContain("Bash");
+    expect(seenByTheChild).toBe(canonicalJson(seen));
   });
 
   it("allows only the tools both asked for and granted to the account (S004-193)", () => {
