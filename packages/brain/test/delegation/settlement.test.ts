@@ -1,8 +1,12 @@
-import { PgDelegationRepository } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
 import { beforeAll, describe, expect, it } from "vitest";
-import { type ProgressEvent, parseDelegatedExecutionScope } from "../../src/index.js";
 import {
+  createScriptedTurnRunner,
+  type ProgressEvent,
+  parseDelegatedExecutionScope,
+} from "../../src/index.js";
+import {
+  answeredChild,
   continueForeground,
   delegateBackground,
   delegateCall,
@@ -97,7 +101,7 @@ describe("settlement of a child's call", () => {
     ]);
     expect(a).toBe(b);
     expect(a).toMatchObject({ kind: "failed", resultId, reason: "scripted provider failure" });
-    expect(a.kind === "failed" && a.cause instanceof Error).toBe(true);
+    expect(a.kind === "failed" && a.cause).toMatchObject({ message: "scripted provider failure" });
     expect(await repo.queuedResultIds(child.id, account.id)).toEqual([]);
     expect(await repo.settledResultIds(child.id, account.id)).toEqual([resultId]);
   });
@@ -160,14 +164,74 @@ describe("settlement of a child's call", () => {
     expect(result).toMatchObject({ outcome: "error" });
   });
 
-  it("an aborted drain keeps stop precedence over failure (S004-054)", async () => {
-    const { service, repo } = makeService(db.pool);
-    const { account, child, scope } = await childFailingNextTurn(service);
-    await repo.enqueueSteer(child.id, account.id, "more");
-    const stop = new AbortController();
-    stop.abort();
-    const out = await service.drainPendingResults(child, scope, () => {}, stop.signal);
-    expect(out).toEqual({ kind: "aborted" });
+  it("a drain stopped while its turn fails ends aborted, not failed, whether the turn returns or throws (S004-054)", async () => {
+    let stop = new AbortController();
+    let failing: { sessionId: string; way: "return" | "throw" } | undefined;
+    const failed: string[] = [];
+    const base = createScriptedTurnRunner();
+    const { service, repo } = makeService(db.pool, {
+      runner: {
+        async runTurn(request, host) {
+          if (failing?.sessionId !== request.sessionId) return base.runTurn(request, host);
+          // the stop arrives while the provider request is in flight, and the request then fails
+          stop.abort();
+          failed.push(failing.way);
+          if (failing.way === "throw") throw new Error("provider down");
+          return { stopReason: "error", errorMessage: "provider down" };
+        },
+      },
+    });
+    for (const way of ["return", "throw"] as const) {
+      const { account, parent } = await newParent(service);
+      const child = await service.repo.getSession(
+        await answeredChild(service, { parent, account }, "c", "first"),
+        account.id,
+      );
+      await repo.enqueueSteer(child.id, account.id, "more");
+      stop = new AbortController();
+      failing = { sessionId: child.id, way };
+      const out = await service.drainPendingResults(
+        child,
+        parseDelegatedExecutionScope(child.scope ?? ""),
+        () => {},
+        stop.signal,
+      );
+      expect(out).toEqual({ kind: "aborted" });
+      failing = undefined;
+    }
+    // both drains reached the provider and failed there, after the stop
+    expect(failed).toEqual(["return", "throw"]);
+  });
+
+  it("a failed drain's cause keeps the thrown failure's name, code and message (S004-052)", async () => {
+    const failing = new Set<string>();
+    const base = createScriptedTurnRunner();
+    const { service, repo } = makeService(db.pool, {
+      runner: {
+        async runTurn(request, host) {
+          if (!failing.has(request.sessionId)) return base.runTurn(request, host);
+          throw Object.assign(new Error("rate limited"), { name: "ProviderError", code: "rate_limited" });
+        },
+      },
+    });
+    const { account, parent } = await newParent(service);
+    const child = await service.repo.getSession(
+      await answeredChild(service, { parent, account }, "c", "first"),
+      account.id,
+    );
+    const resultId = await settledHelperResult(repo, child, account.id, "h", "helper says");
+    failing.add(child.id);
+    const out = await service.drainPendingResults(
+      child,
+      parseDelegatedExecutionScope(child.scope ?? ""),
+      () => {},
+    );
+    expect(out).toMatchObject({ kind: "failed", resultId, reason: "rate limited" });
+    expect(out.kind === "failed" && out.cause).toMatchObject({
+      name: "ProviderError",
+      code: "rate_limited",
+      message: "rate limited",
+    });
   });
 
   it("a failed drain that took only a text follow-up carries no result id (S004-052)", async () => {
@@ -178,88 +242,6 @@ describe("settlement of a child's call", () => {
     expect(out).toMatchObject({ kind: "failed", reason: "scripted provider failure" });
     expect(out.kind === "failed" && out.resultId).toBeUndefined();
     await service.close();
-  });
-
-  it("result steering writes no steer receipt and never stamps a steer id on a result (S004-037)", async () => {
-    const { service } = makeService(db.pool);
-    const { account, parent } = await newParent(service);
-    await delegateForeground(
-      service,
-      { parent, account },
-      "c",
-      scriptTask({ rounds: [[delegateCall({ answer: "h" }, { background: true })]], answer: "done" }),
-    );
-    await service.whenIdle();
-    const steers = await db.pool.query(
-      "select 1 from delegated_steers d join sessions s on s.id = d.child_session_id where s.principal_account_id = $1",
-      [account.id],
-    );
-    expect(steers.rowCount).toBe(0);
-    const bodies = await db.pool.query<{ body: string }>(
-      "select j.body from journal_entries j join sessions s on s.id = j.session_id where s.principal_account_id = $1 and j.result_id is not null",
-      [account.id],
-    );
-    expect(bodies.rowCount).toBe(2);
-    for (const r of bodies.rows) expect(r.body).not.toContain("delegatedSteerId");
-    void PgDelegationRepository;
-  });
-
-  it("a nested helper's result is steered into its running parent child through the same queue read and journal proof (S004-036)", async () => {
-    const gates = new Map<string, Promise<void>>();
-    const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
-    const { account, parent } = await newParent(service);
-    // The helper answers only once C waits in its Gate call, and C's Gate opens once the helper's result is
-    // in C's inbox: the result arrives while C's turn runs, between two of its tool rounds.
-    const cWaits = latch();
-    gates.set("h", cWaits.promise);
-    const helperQueued = latch();
-    gates.set("c", helperQueued.promise);
-    const receipt = await service.delegate({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "c",
-      task: scriptTask({
-        rounds: [
-          [
-            delegateCall(
-              { rounds: [[{ name: "Gate", arguments: { key: "h" } }]], answer: "helper result" },
-              { background: true },
-            ),
-          ],
-          [{ name: "Gate", arguments: { key: "c" } }],
-        ],
-        answer: "C answered",
-      }),
-      mode: "background",
-    });
-    if (receipt.kind !== "started") throw new Error("expected background");
-    const child = receipt.childSessionId;
-    await waitFor(async () => {
-      const msgs = messages(await repo.readJournal(child, account.id));
-      return msgs.some(
-        (m) => m.role === "assistant" && m.content.some((c) => c.type === "toolCall" && c.name === "Gate"),
-      );
-    }, "C in its Gate call");
-    cWaits.open();
-    await waitFor(async () => {
-      const q = await db.pool.query("select 1 from delegation_results where parent_session_id = $1", [child]);
-      return q.rowCount === 1;
-    }, "helper settled into the child");
-    helperQueued.open();
-    await waitFor(
-      async () => (await repo.settledResultIds(parent.id, account.id)).length === 1,
-      "C delivered",
-    );
-    await service.whenIdle();
-    const msgs = messages(await repo.readJournal(child, account.id));
-    const gateAt = msgs.findIndex((m) => m.role === "toolResult" && m.toolName === "Gate");
-    expect(msgs[gateAt + 1]).toMatchObject({ role: "custom", customType: "delegation_result" });
-    expect(msgs[gateAt + 2]).toMatchObject({
-      role: "assistant",
-      content: [{ type: "text", text: "C answered" }],
-    });
-    expect(msgs).toHaveLength(gateAt + 3);
-    expect(await repo.settledResultIds(child, account.id)).toHaveLength(1);
   });
 
   it("a text follow-up admitted while the call settles runs in the bracket and reports through the call's sink (S004-047 S004-062)", async () => {
@@ -382,5 +364,98 @@ describe("the result turns of an open call", () => {
     expect(texts.filter((t) => t === "C got it (1)")).toHaveLength(1);
     expect(new Set(texts).size).toBe(texts.length);
     expect(events.filter((e) => e.type === "tool" && e.toolName === "Delegate")).toHaveLength(1);
+  });
+});
+
+/**
+ * A child C delegates a helper in the background and then waits in a Gate call. The helper answers only
+ * once C waits there, and C's Gate opens once the helper's result is in C's inbox: the result arrives while
+ * C's turn runs, between two of its tool rounds.
+ */
+describe("a helper's result steered into its running parent child", () => {
+  let repo: ReturnType<typeof makeService>["repo"];
+  let accountId: string;
+  let child: string;
+  beforeAll(async () => {
+    const gates = new Map<string, Promise<void>>();
+    const made = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
+    const service = made.service;
+    repo = made.repo;
+    const { account, parent } = await newParent(service);
+    accountId = account.id;
+    const cWaits = latch();
+    gates.set("h", cWaits.promise);
+    const helperQueued = latch();
+    gates.set("c", helperQueued.promise);
+    const receipt = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "c",
+      task: scriptTask({
+        rounds: [
+          [
+            delegateCall(
+              { rounds: [[{ name: "Gate", arguments: { key: "h" } }]], answer: "helper result" },
+              { background: true },
+            ),
+          ],
+          [{ name: "Gate", arguments: { key: "c" } }],
+        ],
+        answer: "C answered",
+      }),
+      mode: "background",
+    });
+    if (receipt.kind !== "started") throw new Error("expected background");
+    child = receipt.childSessionId;
+    await waitFor(async () => {
+      const msgs = messages(await repo.readJournal(child, account.id));
+      return msgs.some(
+        (m) => m.role === "assistant" && m.content.some((c) => c.type === "toolCall" && c.name === "Gate"),
+      );
+    }, "C in its Gate call");
+    cWaits.open();
+    await waitFor(async () => {
+      const q = await db.pool.query("select 1 from delegation_results where parent_session_id = $1", [child]);
+      return q.rowCount === 1;
+    }, "helper settled into the child");
+    helperQueued.open();
+    await waitFor(
+      async () => (await repo.settledResultIds(parent.id, account.id)).length === 1,
+      "C delivered",
+    );
+    await service.whenIdle();
+  });
+
+  it("lands between two tool rounds of the running turn, journaled with the id its delivery acknowledged (S004-036)", async () => {
+    const msgs = messages(await repo.readJournal(child, accountId));
+    const gateAt = msgs.findIndex((m) => m.role === "toolResult" && m.toolName === "Gate");
+    const settled = await repo.settledResultIds(child, accountId);
+    expect(settled).toHaveLength(1);
+    expect(msgs[gateAt + 1]).toMatchObject({
+      role: "custom",
+      customType: "delegation_result",
+      details: { resultId: settled[0] },
+    });
+    expect(msgs[gateAt + 2]).toMatchObject({
+      role: "assistant",
+      content: [{ type: "text", text: "C answered" }],
+    });
+    expect(msgs).toHaveLength(gateAt + 3);
+    expect(await repo.queuedResultIds(child, accountId)).toEqual([]);
+  });
+
+  it("writes no steer receipt and stamps no steer id on a result row (S004-037)", async () => {
+    const steers = await db.pool.query(
+      "select 1 from delegated_steers d join sessions s on s.id = d.child_session_id where s.principal_account_id = $1",
+      [accountId],
+    );
+    expect(steers.rowCount).toBe(0);
+    const bodies = await db.pool.query<{ body: string }>(
+      "select j.body from journal_entries j join sessions s on s.id = j.session_id where s.principal_account_id = $1 and j.result_id is not null",
+      [accountId],
+    );
+    // the helper's result in C, and C's own result in its parent
+    expect(bodies.rowCount).toBe(2);
+    for (const r of bodies.rows) expect(r.body).not.toContain("delegatedSteerId");
   });
 });
