@@ -1,7 +1,6 @@
 import { useTestDatabase } from "@crw/tools/pg";
-import { afterEach, describe, expect, it, vi } from "vitest";
-import { parseWorkflowDefinition, pgWorkflowEmitter, type WorkflowEmitter } from "../src/index.js";
-import { deferred, summaries, taskLine, until, untilAborted, world } from "./helpers.js";
+import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import type { WorkflowEmitter } from "../src/index.js";
 
 // What happened, in order: the summary being written and the publication the run waits on.
 const order = vi.hoisted(() => [] as string[]);
@@ -22,10 +21,21 @@ afterEach(async () => {
   for (const e of all.splice(0)) await e.close();
 });
 
+// Test files share a process and its module registry: a module another file loaded first would not be
+// the mocked one, so the engine and its helpers are imported afresh here.
+let src: typeof import("../src/index.js");
+let h: typeof import("./helpers.js");
+beforeAll(async () => {
+  vi.resetModules();
+  src = await import("../src/index.js");
+  h = await import("./helpers.js");
+});
+
 describe("cancelling a workflow", () => {
   it("a cancellation writes its summary before it waits for its pending publication to settle (S004-283)", async () => {
+    const { deferred, summaries, taskLine, until, untilAborted, world } = h;
     const w = await world(db.pool);
-    const def = parseWorkflowDefinition(`
+    const def = src.parseWorkflowDefinition(`
 name: stop-me
 nodes:
   - { id: slow, task: "TASK slow" }
@@ -51,7 +61,7 @@ nodes:
       },
       { emitter },
     );
-    real = pgWorkflowEmitter(engine.store);
+    real = src.pgWorkflowEmitter(engine.store);
     all.push(engine);
     const started = await engine.start(w.ctx(), { definition: def });
     await until(() => ran.length === 2, "both nodes running");
