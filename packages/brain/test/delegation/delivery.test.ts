@@ -2,8 +2,14 @@ import { readFileSync } from "node:fs";
 import type { TranscriptMessage } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
 import { beforeAll, describe, expect, it } from "vitest";
-import { createScriptedTurnRunner, type DelegationEvent, type SessionTurnRunner } from "../../src/index.js";
 import {
+  createScriptedTurnRunner,
+  type DelegationEvent,
+  type DelegationService,
+  type SessionTurnRunner,
+} from "../../src/index.js";
+import {
+  type Caller,
   delegateBackground,
   delegateCall,
   delegateForeground,
@@ -18,6 +24,18 @@ import {
 } from "./helpers.js";
 
 const db = useTestDatabase();
+
+/** Emits the whole-workflow summary of `caller`'s workflow call wf-1, ended ok. */
+function emitWorkflowSummary(service: DelegationService, { parent, account }: Caller, summary: string) {
+  return service.emitDelegationCompletion({
+    kind: "workflow_summary",
+    parentSessionId: parent.id,
+    principalAccountId: account.id,
+    toolCallId: "wf-1",
+    outcome: "ok",
+    summary,
+  });
+}
 
 describe("delivery of delegated results", () => {
   it("a foreground result is the parent's toolResult, appended and acknowledged together (S004-025)", async () => {
@@ -228,14 +246,7 @@ describe("delivery of delegated results", () => {
     );
     await service.whenIdle();
     const summary = `workflow finished: ${"node ok; ".repeat(20)}`;
-    await service.emitDelegationCompletion({
-      kind: "workflow_summary",
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "wf-1",
-      outcome: "ok",
-      summary,
-    });
+    await emitWorkflowSummary(service, { parent, account }, summary);
     await waitFor(
       async () => (await repo.settledResultIds(parent.id, account.id)).length === 2,
       "both delivered",
@@ -257,15 +268,7 @@ describe("delivery of delegated results", () => {
     const { account, parent } = await newParent(service);
     await service.prompt(parent.id, account.id, scriptTask({ answer: "started a workflow" }));
     const summary = `workflow finished: ${"node ok; ".repeat(20)}`;
-    const emit = () =>
-      service.emitDelegationCompletion({
-        kind: "workflow_summary",
-        parentSessionId: parent.id,
-        principalAccountId: account.id,
-        toolCallId: "wf-1",
-        outcome: "ok",
-        summary,
-      });
+    const emit = () => emitWorkflowSummary(service, { parent, account }, summary);
     const [a, b] = await Promise.all([emit(), emit()]);
     expect(a).toBe(b);
     await waitFor(

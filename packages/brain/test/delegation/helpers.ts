@@ -297,3 +297,51 @@ export function observeReads(pool: pg.Pool, duringTurn?: (sessionId: string) => 
   };
   return { ...made, events, contexts, watched };
 }
+
+/** The parent's turn that asks for a fork answering "forked ok", then answers "parent done" itself. */
+export function askForFork(service: DelegationService, caller: Caller) {
+  return service.prompt(
+    caller.parent.id,
+    caller.account.id,
+    scriptTask({
+      rounds: [[delegateCall({ answer: "forked ok" }, { fork: true })]],
+      answer: "parent done",
+    }),
+  );
+}
+
+/**
+ * A task that starts a background helper whose turn waits at the Gate tool's `gateKey` and then answers
+ * `helperAnswer`; the task's own turn goes on as `rest` says (its answer, a follow-up).
+ */
+export function gatedHelperTask(gateKey: string, helperAnswer: string, rest: Omit<Script, "rounds">) {
+  return scriptTask({
+    rounds: [
+      [
+        delegateCall(
+          { rounds: [[{ name: "Gate", arguments: { key: gateKey } }]], answer: helperAnswer },
+          { background: true },
+        ),
+      ],
+    ],
+    ...rest,
+  });
+}
+
+/** A task whose turn calls Write once, then answers `answer`. */
+export function writeTask(answer: string) {
+  return scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer });
+}
+
+/**
+ * A service with a recording runner, the Write tool and a Gate tool whose `gateKey` stays shut until the
+ * returned `gate` opens.
+ */
+export function serviceWithGate(pool: pg.Pool, gateKey: string) {
+  const { seen, runner } = recording();
+  const gates = new Map<string, Promise<void>>();
+  const gate = latch();
+  gates.set(gateKey, gate.promise);
+  const made = makeService(pool, { runner, tools: () => [writeTool, gateTool("Gate", gates)] });
+  return { ...made, seen, gate };
+}

@@ -4,7 +4,7 @@ import { journalRows } from "@crw/tools/delegation";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { endsWithAnswer, recoverDelegations } from "../../src/index.js";
-import { delegateCall, makeService, newParent, scriptTask } from "./helpers.js";
+import { askForFork, makeService, newParent } from "./helpers.js";
 
 const db = useTestDatabase();
 const { user, answer, asking, intent, result } = journalRows;
@@ -102,14 +102,7 @@ describe("reading only the newest turn of a journal", () => {
     const { service } = makeService(db.pool, { repo });
     const { account, parent } = await newParent(service);
     await repo.append(parent.id, account.id, history(200));
-    await service.prompt(
-      parent.id,
-      account.id,
-      scriptTask({
-        rounds: [[delegateCall({ answer: "forked ok" }, { fork: true })]],
-        answer: "parent done",
-      }),
-    );
+    await askForFork(service, { parent, account });
     await service.whenIdle();
     const parentJournal = await real.readJournal(parent.id, account.id);
     const asked = parentJournal.find(

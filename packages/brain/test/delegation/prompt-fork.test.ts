@@ -1,10 +1,15 @@
 import { PgDelegationRepository } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
-import { type MutatingTool, PERSONA_TEMPLATES } from "../../src/index.js";
 import {
+  type MutatingTool,
+  PERSONA_TEMPLATES,
+  type SessionTurnRunner,
+  type TurnRequest,
+} from "../../src/index.js";
+import {
+  askForFork,
   continueForeground,
-  delegateCall,
   delegateForeground,
   makeService,
   messages,
@@ -14,6 +19,16 @@ import {
 } from "./helpers.js";
 
 const db = useTestDatabase();
+
+/** `runner`, with `see` called on each turn request before the turn runs. */
+function beforeEachTurn(runner: SessionTurnRunner, see: (request: TurnRequest) => void): SessionTurnRunner {
+  return {
+    runTurn: (request, host) => {
+      see(request);
+      return runner.runTurn(request, host);
+    },
+  };
+}
 
 describe("the prompt and context a child's turn gets", () => {
   it("an ordinary non-fork child takes the worker route, with a typed or a generic role (S004-001)", async () => {
@@ -54,14 +69,7 @@ describe("the prompt and context a child's turn gets", () => {
     const { service, repo } = makeService(db.pool, { runner });
     const { account, parent } = await newParent(service);
     await service.prompt(parent.id, account.id, "some earlier conversation");
-    await service.prompt(
-      parent.id,
-      account.id,
-      scriptTask({
-        rounds: [[delegateCall({ answer: "forked ok" }, { fork: true })]],
-        answer: "parent done",
-      }),
-    );
+    await askForFork(service, { parent, account });
     const parentRequest = seen.find((r) => r.sessionId === parent.id && r.context.length > 2);
     const forkRequest = seen.find((r) => r.sessionId !== parent.id);
     if (!parentRequest || !forkRequest) throw new Error("missing requests");
@@ -116,23 +124,13 @@ describe("the prompt and context a child's turn gets", () => {
     const { seen, runner } = recording();
     const { service } = makeService(db.pool, {
       repo,
-      runner: {
-        runTurn: (request, host) => {
-          if (request.sessionId !== parent.id) log.push("fork turn");
-          return runner.runTurn(request, host);
-        },
-      },
+      runner: beforeEachTurn(runner, (request) => {
+        if (request.sessionId !== parent.id) log.push("fork turn");
+      }),
     });
     const { account, parent } = await newParent(service);
     await service.prompt(parent.id, account.id, "some earlier conversation");
-    await service.prompt(
-      parent.id,
-      account.id,
-      scriptTask({
-        rounds: [[delegateCall({ answer: "forked ok" }, { fork: true })]],
-        answer: "parent done",
-      }),
-    );
+    await askForFork(service, { parent, account });
     expect(atCopyStart).toEqual([1, 1]);
     expect(log).toEqual(["copy started", "copy returned", "fork turn"]);
     const fork = seen.find((r) => r.sessionId !== parent.id);
@@ -169,23 +167,11 @@ describe("the prompt and context a child's turn gets", () => {
     const { seen, runner } = recording();
     const { service } = makeService(db.pool, {
       repo,
-      runner: {
-        runTurn: (request, host) => {
-          log.push(`turn ${request.sessionId}`);
-          return runner.runTurn(request, host);
-        },
-      },
+      runner: beforeEachTurn(runner, (request) => log.push(`turn ${request.sessionId}`)),
     });
     const { account, parent } = await newParent(service);
     await service.prompt(parent.id, account.id, "some earlier conversation");
-    await service.prompt(
-      parent.id,
-      account.id,
-      scriptTask({
-        rounds: [[delegateCall({ answer: "forked ok" }, { fork: true })]],
-        answer: "parent done",
-      }),
-    );
+    await askForFork(service, { parent, account });
     const fork = seen.find((r) => r.sessionId !== parent.id)?.sessionId as string;
     expect(fork).toBeDefined();
     expect(whileCopying).toEqual(["not_found", "not_found", "not_found"]);

@@ -3,16 +3,16 @@ import { describe, expect, it } from "vitest";
 import { canonicalJson, parseDelegatedExecutionScope, recoverDelegations } from "../../src/index.js";
 import {
   continueForeground,
-  delegateCall,
   delegateForeground,
-  gateTool,
-  latch,
+  gatedHelperTask,
   makeService,
   messages,
   newParent,
   recording,
   scriptTask,
+  serviceWithGate,
   waitFor,
+  writeTask,
   writeTool,
 } from "./helpers.js";
 
@@ -23,33 +23,16 @@ const storedScopeText = async (id: string) =>
 
 describe("one request for every path of a delegated call", () => {
   it("foreground, background, continuation, helper wake and recovery turns get the same request from the durable scope (S004-206)", async () => {
-    const { seen, runner } = recording();
     // The helper answers only once the child's own turn has ended: its result then wakes the settling child
     // in a turn of its own (answering at once, it could be taken at the child's tool round instead).
-    const gates = new Map<string, Promise<void>>();
-    const helperGate = latch();
-    gates.set("helper", helperGate.promise);
-    const { service, repo } = makeService(db.pool, {
-      runner,
-      tools: () => [writeTool, gateTool("Gate", gates)],
-    });
+    const { service, repo, seen, gate: helperGate } = serviceWithGate(db.pool, "helper");
     const { account, parent } = await newParent(service);
     // Foreground call whose child starts a background helper: the helper's result wakes the settling child.
     const call = service.delegate({
       parentSessionId: parent.id,
       principalAccountId: account.id,
       toolCallId: "fg",
-      task: scriptTask({
-        rounds: [
-          [
-            delegateCall(
-              { rounds: [[{ name: "Gate", arguments: { key: "helper" } }]], answer: "helper done" },
-              { background: true },
-            ),
-          ],
-        ],
-        answer: "child done",
-      }),
+      task: gatedHelperTask("helper", "helper done", { answer: "child done" }),
       mode: "foreground",
       tools: { deny: ["Write(/etc/**)"] },
     });
@@ -116,22 +99,11 @@ describe("one request for every path of a delegated call", () => {
     const { seen, runner } = recording();
     const { service, repo } = makeService(db.pool, { runner, tools: () => [writeTool] });
     const { account, parent } = await newParent(service);
-    const first = await delegateForeground(
-      service,
-      { parent, account },
-      "d",
-      scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "wrote" }),
-    );
+    const first = await delegateForeground(service, { parent, account }, "d", writeTask("wrote"));
     if (first.kind !== "result") throw new Error("expected a result");
     const before = await storedScopeText(first.childSessionId);
     await db.pool.query("update accounts set tool_deny = '{Write}' where id = $1", [account.id]);
-    await continueForeground(
-      service,
-      { parent, account },
-      first.childSessionId,
-      "c",
-      scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "tried" }),
-    );
+    await continueForeground(service, { parent, account }, first.childSessionId, "c", writeTask("tried"));
     const writes = messages(await repo.readJournal(first.childSessionId, account.id)).flatMap((m) =>
       m.role === "toolResult" && m.toolName === "Write" ? [m.isError] : [],
     );
@@ -148,7 +120,7 @@ describe("one request for every path of a delegated call", () => {
       { parent, account },
       first.childSessionId,
       "c2",
-      scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "wrote again" }),
+      writeTask("wrote again"),
     );
     const again = messages(await repo.readJournal(first.childSessionId, account.id)).flatMap((m) =>
       m.role === "toolResult" && m.toolName === "Write" ? [m.isError] : [],

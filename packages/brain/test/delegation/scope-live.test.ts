@@ -1,6 +1,7 @@
 import { mkdirSync, mkdtempSync, realpathSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { PgDelegationRepository } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
 import { beforeAll, describe, expect, it } from "vitest";
 import {
@@ -14,6 +15,7 @@ import {
   continueForeground,
   delegateCall,
   delegateForeground,
+  gatedHelperTask,
   gateTool,
   latch,
   makeService,
@@ -22,11 +24,19 @@ import {
   probeTool,
   recording,
   scriptTask,
+  serviceWithGate,
   waitFor,
+  writeTask,
   writeTool,
 } from "./helpers.js";
 
 const db = useTestDatabase();
+
+/** The results of the Write calls in `childId`'s journal, in order. */
+const writeResults = async (repo: PgDelegationRepository, childId: string, accountId: string) =>
+  messages(await repo.readJournal(childId, accountId)).filter(
+    (m) => m.role === "toolResult" && m.toolName === "Write",
+  );
 
 const storedScope = async (childId: string) =>
   JSON.parse(
@@ -56,25 +66,12 @@ describe("scope capture and live access in delegation", () => {
   it("a narrowed account grant clamps a later continuation, whose Write is refused, and leaves the stored scope as captured (S004-210 S004-318)", async () => {
     const { service, repo } = makeService(db.pool, { tools: () => [writeTool] });
     const { account, parent } = await newParent(service);
-    const first = await delegateForeground(
-      service,
-      { parent, account },
-      "d",
-      scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "wrote" }),
-    );
+    const first = await delegateForeground(service, { parent, account }, "d", writeTask("wrote"));
     if (first.kind !== "result") throw new Error("expected result");
     const before = await storedScope(first.childSessionId);
     await db.pool.query("update accounts set tool_allow = '{Read}' where id = $1", [account.id]);
-    await continueForeground(
-      service,
-      { parent, account },
-      first.childSessionId,
-      "c",
-      scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "tried" }),
-    );
-    const writes = messages(await repo.readJournal(first.childSessionId, account.id)).filter(
-      (m) => m.role === "toolResult" && m.toolName === "Write",
-    );
+    await continueForeground(service, { parent, account }, first.childSessionId, "c", writeTask("tried"));
+    const writes = await writeResults(repo, first.childSessionId, account.id);
     expect(writes.map((w) => (w.role === "toolResult" ? w.isError : null))).toEqual([false, true]);
     expect(await storedScope(first.childSessionId)).toEqual(before);
   });
@@ -88,31 +85,16 @@ describe("scope capture and live access in delegation", () => {
     const before = await storedScope(first.childSessionId);
     expect(before.tools.allow).toEqual(["Read"]);
     await db.pool.query("update accounts set tool_allow = '{Read,Write}' where id = $1", [account.id]);
-    await continueForeground(
-      service,
-      { parent, account },
-      first.childSessionId,
-      "c",
-      scriptTask({ rounds: [[{ name: "Write", arguments: {} }]], answer: "tried" }),
-    );
+    await continueForeground(service, { parent, account }, first.childSessionId, "c", writeTask("tried"));
     const later = seen.filter((r) => r.sessionId === first.childSessionId).at(-1);
     expect(later?.scope?.tools.allow).toEqual(["Read"]);
-    const writes = messages(await repo.readJournal(first.childSessionId, account.id)).filter(
-      (m) => m.role === "toolResult" && m.toolName === "Write",
-    );
+    const writes = await writeResults(repo, first.childSessionId, account.id);
     expect(writes.map((w) => (w.role === "toolResult" ? w.isError : null))).toEqual([true]);
     expect(await storedScope(first.childSessionId)).toEqual(before);
   });
 
   it("every turn of a call reads the call's live-narrowed scope: its own, a helper's result with a follow-up, a recovered one (S004-220)", async () => {
-    const { seen, runner } = recording();
-    const gates = new Map<string, Promise<void>>();
-    const helper = latch();
-    gates.set("h", helper.promise);
-    const { service, repo } = makeService(db.pool, {
-      runner,
-      tools: () => [writeTool, gateTool("Gate", gates)],
-    });
+    const { service, repo, seen, gate: helper } = serviceWithGate(db.pool, "h");
     const { account, parent } = await newParent(service);
     const caller = { parent, account };
     const child = await answeredChild(service, caller, "d", "x");
@@ -125,18 +107,7 @@ describe("scope capture and live access in delegation", () => {
       principalAccountId: account.id,
       childSessionId: child,
       toolCallId: "c",
-      text: scriptTask({
-        rounds: [
-          [
-            delegateCall(
-              { rounds: [[{ name: "Gate", arguments: { key: "h" } }]], answer: "h done" },
-              { background: true },
-            ),
-          ],
-        ],
-        answer: "C done",
-        followUp: "C took",
-      }),
+      text: gatedHelperTask("h", "h done", { answer: "C done", followUp: "C took" }),
       mode: "background",
     });
     if (call.kind !== "started") throw new Error("expected background");
@@ -600,17 +571,7 @@ describe("the memory identity of delegated turns", () => {
       parentSessionId: parent.id,
       principalAccountId: account.id,
       toolCallId: "dream",
-      task: scriptTask({
-        rounds: [
-          [
-            delegateCall(
-              { rounds: [[{ name: "Gate", arguments: { key: "helper" } }]], answer: "helper" },
-              { background: true },
-            ),
-          ],
-        ],
-        answer: "dreamt",
-      }),
+      task: gatedHelperTask("helper", "helper", { answer: "dreamt" }),
       mode: "background",
       model: "scripted",
       scope: dreamScope,

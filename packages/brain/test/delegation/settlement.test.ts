@@ -11,6 +11,7 @@ import {
   delegateBackground,
   delegateCall,
   delegateForeground,
+  gatedHelperTask,
   gateTool,
   latch,
   makeService,
@@ -255,18 +256,7 @@ describe("settlement of a child's call", () => {
       parentSessionId: parent.id,
       principalAccountId: account.id,
       toolCallId: "c",
-      task: scriptTask({
-        rounds: [
-          [
-            delegateCall(
-              { rounds: [[{ name: "Gate", arguments: { key: "h" } }]], answer: "h done" },
-              { background: true },
-            ),
-          ],
-        ],
-        answer: "C done",
-        followUp: "C took",
-      }),
+      task: gatedHelperTask("h", "h done", { answer: "C done", followUp: "C took" }),
       mode: "background",
       progress: (e) => {
         if (e.type === "text") texts.push(e.text);
