@@ -38,6 +38,19 @@ const inTurn = <T>(signal: AbortSignal, work: () => T) =>
   runInDispatchedTurn({ turnId: "turn-1", sessionId: "s-1", signal }, work);
 const apiParams = { method: "GET" as const, path: "/sessions" };
 
+/** A script step that reports result r of call c delivered to `parentSessionId`. */
+const resultDelivered = (parentSessionId: string) => ({
+  kind: "hostRpc" as const,
+  method: "delegation.resultDelivered" as const,
+  params: { parentSessionId, results: [{ resultId: "r", toolCallId: "c", kind: "result" }] },
+});
+
+/** A turn of session "intruder" that reports a delivery to `parentSessionId`: the error it ends with. */
+const intrudeOn = (pool: ReturnType<typeof makePool>["pool"], parentSessionId: string) =>
+  pool
+    .runTurn(turn({ sessionId: "intruder", channelId: "ch-x", script: [resultDelivered(parentSessionId)] }))
+    .catch((x: unknown) => x);
+
 describe("HostRpcClient (runner side)", () => {
   it("the dispatched-call context (rpcTurn) names the turn a host call belongs to, and nothing outside it (S004-097)", async () => {
     const { t, sent } = transport();
@@ -232,11 +245,7 @@ describe("reverse host calls from a real runner", () => {
             method: "plugin.applyChange",
             params: { pluginId: "mcp", change: { kind: "mcpServer", name: "fs", command: ["mcp-fs"] } },
           },
-          {
-            kind: "hostRpc",
-            method: "delegation.resultDelivered",
-            params: { parentSessionId: "all", results: [{ resultId: "r", toolCallId: "c", kind: "result" }] },
-          },
+          resultDelivered("all"),
         ],
       }),
     );
@@ -323,24 +332,7 @@ describe("delegation.resultDelivered", () => {
       turn({ sessionId: "parent-b", channelId: "ch-b", script: [{ kind: "wait", ms: 60_000 }] }),
     );
     await waitFor(() => pool.sessionState("parent-b") === "running");
-    const other = await pool
-      .runTurn(
-        turn({
-          sessionId: "intruder",
-          channelId: "ch-x",
-          script: [
-            {
-              kind: "hostRpc",
-              method: "delegation.resultDelivered",
-              params: {
-                parentSessionId: "parent-b",
-                results: [{ resultId: "r", toolCallId: "c", kind: "result" }],
-              },
-            },
-          ],
-        }),
-      )
-      .catch((x: unknown) => x);
+    const other = await intrudeOn(pool, "parent-b");
     expect(pool.routeOf("intruder")).not.toBe(pool.routeOf("parent-b"));
     expect(other).toBeInstanceOf(RemoteTurnError);
     expect((other as RemoteTurnError).message).toMatch(/not routed to this runner/);
@@ -358,14 +350,7 @@ describe("delegation.resultDelivered", () => {
         channelId: "ch-n",
         script: [
           { kind: "wait", ms: 100 },
-          {
-            kind: "hostRpc",
-            method: "delegation.resultDelivered",
-            params: {
-              parentSessionId: "nosink",
-              results: [{ resultId: "r", toolCallId: "c", kind: "result" }],
-            },
-          },
+          resultDelivered("nosink"),
           // holds its runner, so the intruder below lands on the other one
           { kind: "wait", ms: 60_000 },
         ],
@@ -376,24 +361,7 @@ describe("delegation.resultDelivered", () => {
       if (e.kind === "tool" && e.phase === "end") seen.push(e.result ?? "");
     });
     // a runner the parent is not routed to is still refused, sink or none
-    const intruder = await pool
-      .runTurn(
-        turn({
-          sessionId: "intruder",
-          channelId: "ch-x",
-          script: [
-            {
-              kind: "hostRpc",
-              method: "delegation.resultDelivered",
-              params: {
-                parentSessionId: "nosink",
-                results: [{ resultId: "r", toolCallId: "c", kind: "result" }],
-              },
-            },
-          ],
-        }),
-      )
-      .catch((x: unknown) => x);
+    const intruder = await intrudeOn(pool, "nosink");
     expect(pool.routeOf("intruder")).not.toBe(pool.routeOf("nosink"));
     expect(intruder).toBeInstanceOf(RemoteTurnError);
     expect((intruder as RemoteTurnError).message).toMatch(/not routed to this runner/);

@@ -74,6 +74,16 @@ function request(task: string, tools: TurnTool[], signal = new AbortController()
 
 const task = scriptTask({ rounds: [[{ name: "Echo", arguments: { say: "hi" } }]], answer: "finished" });
 
+/** The seam calls of `task`'s turn, in order, wherever its model loop runs. */
+const echoTurnCalls = [
+  "record assistant call Echo",
+  'intent Echo {"say":"hi"}',
+  "execute Echo in daemon",
+  "record toolResult Echo=echo:hi",
+  "drain",
+  "record assistant finished",
+];
+
 describe("the delegation core's session turn in a runner (brain's seam, unchanged)", () => {
   it("a session turn in a runner makes the same seam calls, in the same order, as in the daemon (S004-151)", async () => {
     const local = seam([[{ role: "custom", customType: "steer", content: "also do X" }]]);
@@ -87,14 +97,7 @@ describe("the delegation core's session turn in a runner (brain's seam, unchange
 
     expect(remoteOutcome).toEqual(localOutcome);
     expect(remote.calls).toEqual(local.calls);
-    expect(remote.calls).toEqual([
-      "record assistant call Echo",
-      'intent Echo {"say":"hi"}',
-      "execute Echo in daemon",
-      "record toolResult Echo=echo:hi",
-      "drain",
-      "record assistant finished",
-    ]);
+    expect(remote.calls).toEqual(echoTurnCalls);
     // The host tool ran in the daemon; the model loop ran in the runner.
     expect(remote.toolPids).toEqual([process.pid]);
     expect(events.filter((e) => e.type === "turn_dispatched")).toHaveLength(1);
@@ -126,14 +129,7 @@ describe("the delegation core's session turn in a runner (brain's seam, unchange
     expect(await dispatch.runTurn(request(task, [local.echo()]), local.host)).toEqual({ stopReason: "stop" });
     expect(events).toEqual([]);
     // the whole turn ran here: the model loop's records and the tool, on this process
-    expect(local.calls).toEqual([
-      "record assistant call Echo",
-      'intent Echo {"say":"hi"}',
-      "execute Echo in daemon",
-      "record toolResult Echo=echo:hi",
-      "drain",
-      "record assistant finished",
-    ]);
+    expect(local.calls).toEqual(echoTurnCalls);
     expect(local.toolPids).toEqual([process.pid]);
   });
 

@@ -94,22 +94,34 @@ function assemble(
   return { service, repo, events, placements, placed, pool };
 }
 
+/**
+ * A new account's root session whose turn delegates once, to a child answering `childAnswer`, and then
+ * answers "parent done".
+ */
+async function delegateOnce(
+  { service, repo }: Pick<ReturnType<typeof assemble>, "service" | "repo">,
+  childAnswer: string,
+) {
+  const account = await repo.createAccount({ name: `acct-${randomUUID()}` });
+  const parent = await service.createRootSession(account.id, "scripted");
+  const outcome = await service.prompt(
+    parent.id,
+    account.id,
+    scriptTask({
+      rounds: [[{ name: "Delegate", arguments: { task: scriptTask({ answer: childAnswer }) } }]],
+      answer: "parent done",
+    }),
+  );
+  return { account, parent, outcome };
+}
+
 const messagesOf = (entries: { body: { type: string; message?: TranscriptMessage } }[]) =>
   entries.flatMap((e) => (e.body.type === "message" && e.body.message ? [e.body.message] : []));
 
 describe("test:e2e:subagent", () => {
   it("a foreground delegation runs parent and child turns in forked runners and delivers the result once", async () => {
     const { service, repo, events, placements } = assemble();
-    const account = await repo.createAccount({ name: `acct-${randomUUID()}` });
-    const parent = await service.createRootSession(account.id, "scripted");
-    const outcome = await service.prompt(
-      parent.id,
-      account.id,
-      scriptTask({
-        rounds: [[{ name: "Delegate", arguments: { task: scriptTask({ answer: "child did the work" }) } }]],
-        answer: "parent done",
-      }),
-    );
+    const { account, parent, outcome } = await delegateOnce({ service, repo }, "child did the work");
     expect(outcome.stopReason).toBe("stop");
     await service.whenIdle();
     const journal = messagesOf(await repo.readJournal(parent.id, account.id));
@@ -134,16 +146,7 @@ describe("test:e2e:subagent", () => {
       pool: { env: { CRW_RUNNER_FAULT: "exit-before-hello" } },
       thrown,
     });
-    const account = await repo.createAccount({ name: `acct-${randomUUID()}` });
-    const parent = await service.createRootSession(account.id, "scripted");
-    const outcome = await service.prompt(
-      parent.id,
-      account.id,
-      scriptTask({
-        rounds: [[{ name: "Delegate", arguments: { task: scriptTask({ answer: "never" }) } }]],
-        answer: "parent done",
-      }),
-    );
+    const { account, parent, outcome } = await delegateOnce({ service, repo }, "never");
     expect(outcome.stopReason).toBe("stop");
     await service.whenIdle();
     const journal = messagesOf(await repo.readJournal(parent.id, account.id));
