@@ -327,49 +327,7 @@ describe("more of the session call", () => {
 
   it("a resume after session_attempt_lost closes the old subagent and spawns the next; a bound subagent the host does not know is lost after LostAfter (S000-148 S000-143)", async () => {
     run = await inProcessRun({ lostAfterMs: 200 });
-    const P = join(run.paths.workspaces, "explorer.1");
-    mkdirSync(P, { recursive: true });
-    const input = { role: "explorer" as const, task: "count", schema, workspace: null };
-    const w = JournalWriter.create(run.paths.journal, "run-1");
-    const step = (attempt: number) => ({
-      type: "step_published" as const,
-      call: "explorer.1",
-      op: "explorer.1/t1",
-      k: 1,
-      marker: `explorer.1/t1-a${attempt}`,
-      attempt,
-      action: "spawn" as const,
-      input: "count",
-      input_digest: "sha256:i",
-      packet: join(run?.paths.steps ?? "", "explorer.1", `packet-t1-a${attempt}.md`),
-      packet_digest: "sha256:p",
-      role: "explorer" as const,
-      agent_type: "explorer",
-      model: null,
-      effort: null,
-      workspace: P,
-      conversation_turn: 1,
-    });
-    appendStartedPrepared(w, "explorer.1", input, P);
-    w.append([step(1)]);
-    w.append([
-      {
-        type: "thread_started",
-        call: "explorer.1",
-        thread_id: "gone-thread",
-        model: null,
-        effort: null,
-        cwd: P,
-        host_cwd: null,
-        parent_thread_id: run.owner,
-        agent_role: "explorer",
-        attempt: 1,
-        via: "session",
-        rollout_path: null,
-        marker: "explorer.1/t1-a1",
-      },
-    ]);
-    w.close();
+    journalAtGoneThread(run);
     const { done } = run.background(one());
     await until("the attempt to be lost", () => of(run?.rows() ?? [], "session_attempt_lost").length === 1);
     expect(of(run.rows(), "session_attempt_lost")[0]).toMatchObject({
