@@ -345,3 +345,27 @@ export function serviceWithGate(pool: pg.Pool, gateKey: string) {
   const made = makeService(pool, { runner, tools: () => [writeTool, gateTool("Gate", gates)] });
   return { ...made, seen, gate };
 }
+
+/**
+ * A continuation of `childSessionId` interrupted by a crash: admitted and started by an owner that is gone,
+ * so boot recovery is what runs it.
+ */
+export async function interruptedContinuation(
+  service: DelegationService,
+  caller: Caller,
+  childSessionId: string,
+  toolCallId: string,
+  task: string,
+) {
+  const { run } = await service.repo.createContinuation({
+    parentSessionId: caller.parent.id,
+    principalAccountId: caller.account.id,
+    childSessionId,
+    toolCallId,
+    task,
+    mode: "background",
+    readOnlyScope: null,
+  });
+  await service.repo.startRun(run.id, run.generation, "dead-owner");
+  return run;
+}

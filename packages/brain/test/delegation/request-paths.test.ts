@@ -5,6 +5,7 @@ import {
   continueForeground,
   delegateForeground,
   gatedHelperTask,
+  interruptedContinuation,
   makeService,
   messages,
   newParent,
@@ -64,16 +65,13 @@ describe("one request for every path of a delegated call", () => {
       "the background continuation",
     );
     // A call interrupted by a restart (its owner is gone): recovery continues it.
-    const { run } = await repo.createContinuation({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      childSessionId: child,
-      toolCallId: "rec",
-      task: scriptTask({ answer: "recovered" }),
-      mode: "background",
-      readOnlyScope: null,
-    });
-    await repo.startRun(run.id, run.generation, "dead-owner");
+    const run = await interruptedContinuation(
+      service,
+      { parent, account },
+      child,
+      "rec",
+      scriptTask({ answer: "recovered" }),
+    );
     await recoverDelegations(service);
     await waitFor(async () => (await repo.getRun(run.id, account.id)).status === "succeeded", "recovery");
     await service.whenIdle();

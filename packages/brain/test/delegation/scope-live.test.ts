@@ -17,6 +17,7 @@ import {
   delegateForeground,
   gatedHelperTask,
   gateTool,
+  interruptedContinuation,
   latch,
   makeService,
   messages,
@@ -124,16 +125,7 @@ describe("scope capture and live access in delegation", () => {
     );
     await service.whenIdle();
     // a later call of the child interrupted by a crash: boot recovery runs it
-    const { run } = await repo.createContinuation({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      childSessionId: child,
-      toolCallId: "r",
-      task: "after restart",
-      mode: "background",
-      readOnlyScope: null,
-    });
-    await repo.startRun(run.id, run.generation, "dead-owner");
+    const run = await interruptedContinuation(service, caller, child, "r", "after restart");
     await recoverDelegations(service);
     await waitFor(async () => (await repo.getRun(run.id, account.id)).status === "succeeded", "recovery");
     await service.whenIdle();
@@ -172,16 +164,13 @@ describe("scope capture and live access in delegation", () => {
     if (first.kind !== "result") throw new Error("expected result");
     await continueForeground(service, { parent, account }, first.childSessionId, "c", "again");
     // a third call interrupted by a crash: recovery continues it in the same directory
-    const { run } = await repo.createContinuation({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      childSessionId: first.childSessionId,
-      toolCallId: "r",
-      task: "after restart",
-      mode: "background",
-      readOnlyScope: null,
-    });
-    await repo.startRun(run.id, run.generation, "dead-owner");
+    const run = await interruptedContinuation(
+      service,
+      { parent, account },
+      first.childSessionId,
+      "r",
+      "after restart",
+    );
     await recoverDelegations(service);
     await waitFor(
       async () => (await repo.getRun(run.id, account.id)).status === "succeeded",

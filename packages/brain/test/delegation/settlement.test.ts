@@ -304,18 +304,7 @@ describe("the result turns of an open call", () => {
       parentSessionId: parent.id,
       principalAccountId: account.id,
       toolCallId: "c",
-      task: scriptTask({
-        rounds: [
-          [
-            delegateCall(
-              { rounds: [[{ name: "Gate", arguments: { key: "helper" } }]], answer: "helper done" },
-              { background: true },
-            ),
-          ],
-        ],
-        answer: "C done",
-        followUp: "C got it",
-      }),
+      task: gatedHelperTask("helper", "helper done", { answer: "C done", followUp: "C got it" }),
       mode: "foreground",
       progress: (e) => events.push(e),
     });
