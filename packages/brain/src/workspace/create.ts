@@ -8,12 +8,14 @@ import {
   branchTip,
   checkedOutBranch,
   commitOf,
+  commonDir,
   isAncestor,
   listWorktrees,
   samePath,
   type WorktreeEntry,
   worktreeTop,
 } from "./repository.js";
+import { oneWorktreeChangeAtATime } from "./serial.js";
 
 /**
  * Where a child's branch starts:
@@ -71,6 +73,17 @@ export async function createIsolatedWorktree(
   if (name === "" || name === "." || name === ".." || /[/\\]/.test(name))
     throw new WorkspaceError("invalid_input", `'${name}' is no directory name`, { name });
   const path = resolve(options.worktreesDir, name);
+  return oneWorktreeChangeAtATime(await commonDir(repoRoot), () =>
+    makeOrReuse(repoRoot, path, branch, options),
+  );
+}
+
+async function makeOrReuse(
+  repoRoot: string,
+  path: string,
+  branch: string,
+  options: CreateIsolatedWorktreeOptions,
+): Promise<IsolatedWorktree> {
   const startedFromBranch = await checkedOutBranch(repoRoot);
   const made = { path, branch, startedFromBranch, repoRoot };
 

@@ -2,6 +2,7 @@ import { existsSync } from "node:fs";
 import { WorkspaceError } from "./errors.js";
 import { git, runGit } from "./git.js";
 import { commonDir, samePath, statusPaths, worktreeTop } from "./repository.js";
+import { oneWorktreeChangeAtATime } from "./serial.js";
 
 export interface RemoveIsolatedWorktreeOptions {
   path: string;
@@ -28,7 +29,7 @@ export async function removeIsolatedWorktree(
   // run from the shared git directory: the worktree being removed is no place to stand
   const gitDir = await commonDir(path);
   const args = ["worktree", "remove", ...(options.force ? ["--force"] : []), path];
-  const r = await runGit(gitDir, args);
+  const r = await oneWorktreeChangeAtATime(gitDir, () => runGit(gitDir, args));
   if (r.exitCode === 0) return { removed: true };
   const status = await git(path, ["status", "--porcelain=v1", "-z"], { env: { GIT_OPTIONAL_LOCKS: "0" } });
   const paths = statusPaths(status);

@@ -1,10 +1,16 @@
-import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { commitLeftovers, createIsolatedWorktree } from "../../src/workspace/index.js";
+import {
+  commitLeftovers,
+  createIsolatedWorktree,
+  removeIsolatedWorktree,
+} from "../../src/workspace/index.js";
 import { commitFiles, makeRepo, refusal, sh, write } from "./helpers.js";
 
 let fixture: ReturnType<typeof makeRepo>;
+const realGit = execFileSync("sh", ["-c", "command -v git"], { encoding: "utf8" }).trim();
 afterEach(() => fixture?.cleanup());
 
 describe("createIsolatedWorktree", () => {
@@ -73,6 +79,38 @@ describe("createIsolatedWorktree", () => {
     expect(wt.startedFromBranch).toBeNull();
     expect(wt.baseCommit).toBe(first);
     expect(existsSync(join(wt.path, "b.txt"))).toBe(false);
+  });
+
+  it("worktrees asked for at once in one repository are made one after the other, then removed one after the other", async () => {
+    fixture = makeRepo();
+    const { repo, worktrees, root } = fixture;
+    // A git in front of the real one that notes when each `worktree` command starts and ends, and holds it
+    // long enough that two made at once could not miss each other.
+    const bin = join(root, "bin");
+    const log = join(root, "git.log");
+    write(bin, {
+      git: `#!/bin/sh\ncase " $* " in *" worktree add "*|*" worktree remove "*) echo start >> ${log}; sleep 0.05; ${realGit} "$@"; s=$?; echo end >> ${log}; exit $s;; esac\nexec ${realGit} "$@"\n`,
+    });
+    chmodSync(join(bin, "git"), 0o755);
+    const path = process.env.PATH;
+    process.env.PATH = `${bin}:${path}`;
+    try {
+      const made = await Promise.all(
+        ["a", "b", "c", "d"].map((b) =>
+          createIsolatedWorktree({
+            repoDir: repo,
+            worktreesDir: worktrees,
+            branch: `crw/${b}`,
+            from: { head: true },
+          }),
+        ),
+      );
+      expect(made.map((m) => m.reused)).toEqual([false, false, false, false]);
+      await Promise.all(made.map((m) => removeIsolatedWorktree({ path: m.path })));
+    } finally {
+      process.env.PATH = path;
+    }
+    expect(readFileSync(log, "utf8").trim().split("\n")).toEqual(Array(8).fill(["start", "end"]).flat());
   });
 
   it("two parallel worktrees edit different files; a third from the merge of both branches sees both", async () => {
