@@ -1,5 +1,6 @@
 import { execFileSync, spawnSync } from "node:child_process";
-import { cpSync, mkdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { homedir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { stripVTControlCharacters } from "node:util";
 import { expect } from "vitest";
@@ -42,6 +43,21 @@ export function freshClone(dest: string, user: TestUser | undefined): void {
 interface Ran {
   code: number | null;
   out: string;
+}
+
+/**
+ * npm's download cache for `home`'s user, seeded from this process's own when it has none: which tarballs
+ * npm finds on disk is not what these passes prove, and fetching 1.4 GB again for each kind of user cost
+ * each pass a minute of waiting on the registry. A copy, not links: the user writes into its cache, and a
+ * hard link would hand this process's files to that user.
+ */
+function seedNpmCache(user: TestUser | undefined, home: string): void {
+  const own = join(homedir(), ".npm", "_cacache");
+  const theirs = join(home, ".npm", "_cacache");
+  if (!existsSync(own) || existsSync(theirs)) return;
+  mkdirSync(dirname(theirs), { recursive: true });
+  cpSync(own, theirs, { recursive: true });
+  if (user) execFileSync("chown", ["-R", `${user.uid}:${user.gid}`, join(home, ".npm")]);
 }
 
 /** A command as `user` would run it from a login shell: a plain environment, nothing of this test run's. */
@@ -111,6 +127,7 @@ const serverUid = (dataDir: string) => {
 
 /** The README's two commands (the main job and the PostgreSQL tests) and the daemon's first command. */
 export function readmeCommands(user: TestUser | undefined, home: string, clone: string) {
+  seedNpmCache(user, home);
   const demo = runAs(user, home, clone, "npm ci --no-audit --no-fund && npm run demo", 600_000);
   expect(demo.code, demo.out.slice(-4000)).toBe(0);
   expectDemoOutput(demo.out);
