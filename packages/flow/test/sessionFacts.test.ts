@@ -207,11 +207,48 @@ describe("the start preview's session facts", () => {
     });
   });
 
-  it("owner_state_writable names the run directory, the flow-bound directory and the repository (S000-310)", () => {
-    const { facts } = factsFor("");
-    const f = facts.find((x) => x.fact === "owner_state_writable");
-    expect(f?.ok).toBe(true);
-    expect(f?.detail).toContain("flow-bound");
+  it("owner_state_writable holds while the run directory, the flow-bound directory, the control socket's directory and the repository are writable, and names each one that is not (S000-310)", () => {
+    const state = mkdtempSync(join(root, "state-"));
+    const table = resolveTable({ roles: {} }, null);
+    const factOf = (paths: ReturnType<typeof runPaths>, repo: string) =>
+      sessionFacts({
+        owner: "o",
+        codex: readCodexSettings(codexHome("")),
+        paths,
+        repo,
+        table,
+        bind: null,
+        pool: 4,
+      }).find((f) => f.fact === "owner_state_writable");
+    const paths = runPaths(state, "r1");
+    mkdirSync(paths.dir, { recursive: true });
+    mkdirSync(join(state, "flow-bound"));
+    const host = process.env.CRW_FLOW_HOST;
+    const socketDir = mkdtempSync(join(root, "socket-"));
+    process.env.CRW_FLOW_HOST = `unix://${join(socketDir, "control.sock")}`;
+    try {
+      expect(factOf(paths, root)).toMatchObject({ ok: true, detail: expect.stringContaining("flow-bound") });
+      // each directory in turn made unusable (root may write anywhere, so a path that is no directory)
+      const file = join(root, "not-a-directory");
+      writeFileSync(file, "");
+      expect(factOf(runPaths(state, "gone"), root)?.detail).toMatch(
+        /^run directory '.*gone' does not exist$/,
+      );
+      expect(factOf(paths, file)?.detail).toBe(`repository '${file}' is not a directory`);
+      process.env.CRW_FLOW_HOST = `unix://${join(file, "control.sock")}`;
+      expect(factOf(paths, root)).toEqual({
+        fact: "owner_state_writable",
+        ok: false,
+        detail: `control socket directory '${file}' is not a directory`,
+      });
+      process.env.CRW_FLOW_HOST = `unix://${join(socketDir, "control.sock")}`;
+      // before the first binding the flow-bound directory does not exist: it is made in the state directory
+      rmSync(state, { recursive: true });
+      expect(factOf(paths, root)?.detail).toContain(`flow-bound directory '${state}' does not exist`);
+    } finally {
+      if (host === undefined) delete process.env.CRW_FLOW_HOST;
+      else process.env.CRW_FLOW_HOST = host;
+    }
   });
 });
 

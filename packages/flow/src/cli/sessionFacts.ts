@@ -83,8 +83,8 @@ function roleModels(table: RoleTable, codex: CodexSettings): SessionFact {
 function ownerStateWritable(paths: RunPaths, repo: string): SessionFact {
   const bad: string[] = [];
   const check = (what: string, dir: string) => {
-    const why = unusable(dir);
-    if (why) bad.push(`${what}: ${why}`);
+    const why = unusable(dir, what);
+    if (why) bad.push(why);
   };
   check("run directory", paths.dir);
   const bound = boundDir(paths.state);

@@ -29,20 +29,23 @@ function defaultTmp(): string {
   }
 }
 
-/** Why `dir` cannot be a run's TMPDIR, or null when it can. */
-export function unusable(dir: string): string | null {
-  if (!isAbsolute(dir)) return `TMPDIR '${dir}' is not an absolute path`;
+/**
+ * Why `dir` cannot be a run's TMPDIR (or, named by `what`, another directory the run writes in), or null
+ * when it can.
+ */
+export function unusable(dir: string, what = "TMPDIR"): string | null {
+  if (!isAbsolute(dir)) return `${what} '${dir}' is not an absolute path`;
   let st: ReturnType<typeof statSync>;
   try {
     st = statSync(dir);
   } catch {
-    return `TMPDIR '${dir}' does not exist`;
+    return `${what} '${dir}' does not exist`;
   }
-  if (!st.isDirectory()) return `TMPDIR '${dir}' is not a directory`;
+  if (!st.isDirectory()) return `${what} '${dir}' is not a directory`;
   try {
     accessSync(dir, constants.W_OK | constants.X_OK);
   } catch {
-    return `TMPDIR '${dir}' is not writable`;
+    return `${what} '${dir}' is not writable`;
   }
   return null;
 }
