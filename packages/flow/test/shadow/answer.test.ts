@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { readJournalFile } from "../../src/journal/journal.js";
 import type { JournalRow } from "../../src/journal/rows.js";
-import { lockHolder, tryLock } from "../../src/run/locks.js";
+import { lockHolder, readLock, tryLock } from "../../src/run/locks.js";
 import { crwFlow, ensureBuilt, waitFor } from "../helpers/cli.js";
 
 /** A local run that asks one decision between two calls-free steps; no account, no host. */
@@ -110,13 +110,22 @@ describe("crw flow answer", () => {
     const run = await pausedRun("env");
     rmSync(run.runTmp, { recursive: true });
     const journal = run.journal();
-    const refused = await crwFlow(["answer", "env", "ship", "yes", "--state", run.state, "--json"], run.env);
+    // A live process holds the run: an answer that drained before it checked would wait out --wait and
+    // refuse run_live; the check comes first, so the refusal is run_env_unusable.
+    const holder = spawn(process.execPath, ["-e", "setTimeout(() => {}, 30000)"], { stdio: "ignore" });
+    expect(tryLock(join(run.dir, "run.lock"), { pid: holder.pid as number })).toBe(true);
+    const refused = await crwFlow(
+      ["answer", "env", "ship", "yes", "--wait", "2", "--state", run.state, "--json"],
+      run.env,
+    );
+    holder.kill("SIGKILL");
+    await new Promise((r) => holder.once("exit", r));
     expect(refused.code).toBe(1);
     expect(refused.json()).toMatchObject({ error: { code: "run_env_unusable" } });
     expect(refused.stderr).toContain(run.runTmp);
     await new Promise((r) => setTimeout(r, 500));
     expect(run.journal()).toBe(journal);
-    expect(existsSync(join(run.dir, "run.lock"))).toBe(false);
+    expect(lockHolder(join(run.dir, "run.lock"))).toBeNull();
     mkdirSync(run.runTmp);
     const ok = await crwFlow(["answer", "env", "ship", "no", "--state", run.state, "--json"], run.env);
     expect(ok.code, ok.stderr).toBe(0);
@@ -177,9 +186,22 @@ describe("crw flow answer", () => {
       ["answer", "stuck", "ship", "yes", "--wait", "1", "--state", run2.state, "--json"],
       run2.env,
     );
-    stuck.kill();
+    stuck.kill("SIGKILL");
+    await new Promise((r) => stuck.once("exit", r));
     expect(late.code).toBe(1);
     expect(late.json()).toMatchObject({ error: { code: "run_live" } });
     expect(run2.journal()).toBe(journal);
+    // The answer killed right after its row is durable: the run lock names the answer's own process, not
+    // the holder it drained, and no resume has started.
+    const killed = await crwFlow(["answer", "stuck", "ship", "yes", "--state", run2.state, "--json"], {
+      ...run2.env,
+      CRW_FLOW_FAULT: "after:decision_answered:1",
+    });
+    expect(killed.code).not.toBe(0);
+    expect(run2.rows().filter((x) => x.type === "decision_answered")).toHaveLength(1);
+    const lock = readLock(join(run2.dir, "run.lock"));
+    expect(lock?.pid).toBeGreaterThan(0);
+    expect(lock?.pid).not.toBe(stuck.pid);
+    expect(startedCount(run2)).toBe(1);
   }, 90_000);
 });
