@@ -54,7 +54,7 @@ async function failedOnce(w: Awaited<ReturnType<typeof world>>, access?: { tools
 }
 
 describe("explicit WorkflowResume", () => {
-  it("resume re-captures access and cwd, on which a fresh node runs, advances the generation and retries a failed node in its own child (S004-297 S004-298 S004-390)", async () => {
+  it("resume re-captures access, target and cwd, on which a fresh node runs while the children made before keep theirs, advances the generation and retries a failed node in its own child (S004-297 S004-298 S004-390)", async () => {
     const w = await world(db.pool);
     // the workflow started under an access denying Write; by the resume the origin turn's access allows it
     const { engine, ctx, started, runs } = await failedOnce(w, { tools: { deny: ["Write"] } });
@@ -68,7 +68,11 @@ describe("explicit WorkflowResume", () => {
         toolCallId: "resume-call",
         currentAccess: async () => {
           accessCaptured++;
-          return { ...(await ctx.currentAccess()), tools: { deny: [] } };
+          return {
+            ...(await ctx.currentAccess()),
+            target: { kind: "host" as const, ref: "moved-project" },
+            tools: { deny: [] },
+          };
         },
         currentWorkDir: async () => {
           cwdCaptured++;
@@ -103,6 +107,13 @@ describe("explicit WorkflowResume", () => {
       scopes.filter((sc) => sc.workDir === workDir).map((sc) => sc.tools?.deny?.includes("Write") ?? false);
     expect(deniesWrite("/srv/new-place")).toEqual([false]);
     expect(deniesWrite(null)).toEqual([true, true]);
+    // and on the target captured again; the children made before keep the one they were placed on
+    const targetOf = (workDir: string | null) =>
+      scopes.filter((sc) => sc.workDir === workDir).map((sc) => sc.target);
+    expect(targetOf("/srv/new-place")).toEqual([{ kind: "host", ref: "moved-project" }]);
+    const first = (await ctx.currentAccess()).target;
+    expect(first).not.toEqual({ kind: "host", ref: "moved-project" });
+    expect(targetOf(null)).toEqual([first, first]);
     const results = await summaries(db.pool, w.parentSessionId);
     expect(results.map((r) => r.outcome)).toEqual(["error", "ok"]);
     // One summary per tool call: the resumed run's answers the WorkflowResume call.
@@ -197,6 +208,8 @@ nodes:
  * continuation is held at a gate while the stored rows are read. Two more workflows' nodes report waiting
  * without a prerequisite, or with a malformed one.
  */
+// No dispatcher of crw returns a waiting result and nothing in the daemon wakes a node: these tests hold the
+// engine's waiting-node path to its contract until a computer wait uses it.
 describe("waiting nodes", () => {
   const waitDef = parseWorkflowDefinition(`
 name: waits
@@ -370,7 +383,7 @@ nodes:
     malformed = await journal(badStarted.workflowId);
   });
 
-  it("a waiting node stays nonterminal with its prerequisite: its dependent is held, the independent node completes (S004-420)", () => {
+  it("a waiting node stays nonterminal with its prerequisite: its dependent is held, the independent node completes", () => {
     expect(parkedJournal.nodes.remote?.status).toBe("waiting");
     expect(parkedJournal.nodes.remote?.waiting).toEqual({ waitId: "wait-1", claimVersion: 3 });
     expect(parkedJournal.nodes.after?.status).toBe("pending");
@@ -381,7 +394,7 @@ nodes:
     expect(outcome.summary).toContain("- after: succeeded");
   });
 
-  it("no whole-workflow completion is emitted while the only unfinished node waits (S004-421)", () => {
+  it("no whole-workflow completion is emitted while the only unfinished node waits", () => {
     expect(parkedEvents).not.toContain("workflow");
     expect(parkedSummaries).toEqual([]);
     expect(parkedRow?.summaryResultId ?? null).toBeNull();
@@ -389,7 +402,7 @@ nodes:
     expect(outcome.status).toBe("completed");
   });
 
-  it("a wake must match the workflow, origin, call, generation, held node, wait id and claim version (S004-417)", () => {
+  it("a wake must match the workflow, origin, call, generation, held node, wait id and claim version", () => {
     expect(refusals).toEqual({
       workflowId: { status: "not-held" },
       parentSessionId: { status: "not-held" },
@@ -406,13 +419,13 @@ nodes:
     expect(accepted).toEqual({ status: "accepted" });
   });
 
-  it("an accepted wake reserves the node before returning: a duplicate wake finds it no longer held (S004-418)", () => {
+  it("an accepted wake reserves the node before returning: a duplicate wake finds it no longer held", () => {
     expect(activeAtAccept).toEqual(["remote"]);
     expect(duplicate).toEqual({ status: "not-held" });
     expect(continued).toEqual(["remote"]);
   });
 
-  it("a wake after the dispatch parked adopts the newer admission version and invents no generation (S004-419)", () => {
+  it("a wake after the dispatch parked adopts the newer admission version and invents no generation", () => {
     expect(parkedJournal.recovery).toEqual({ workflowGeneration: 1, recoveryAdmissionVersion: 1 });
     expect(recoveryAtAccept).toEqual({ workflowGeneration: 1, recoveryAdmissionVersion: 2 });
     // Journaled running under the adopted version before the continuation ran.
@@ -423,7 +436,7 @@ nodes:
     expect(runAtAccept).toBe(1);
   });
 
-  it("a waiting result parks only with a committed prerequisite; without one, or a malformed one, the node fails (S004-347)", () => {
+  it("a waiting result parks only with a committed prerequisite; without one, or a malformed one, the node fails", () => {
     expect(parkedJournal.nodes.remote?.waiting).toEqual({ waitId: "wait-1", claimVersion: 3 });
     expect(bare.nodes.remote?.status).toBe("failed");
     expect(bare.nodes.remote?.error?.code).toBe("waiting_without_prerequisite");
@@ -434,7 +447,7 @@ nodes:
     expect(malformed.nodes.remote?.error?.code).toBe("waiting_without_prerequisite");
   });
 
-  it("waiting is neither empty nor complete: no fallback dispatch, no second child, the node is not ended (S004-384)", () => {
+  it("waiting is neither empty nor complete: no fallback dispatch, no second child, the node is not ended", () => {
     expect(parkedJournal.nodes.remote?.status).toBe("waiting");
     expect(parkedJournal.nodes.remote?.error).toBeUndefined();
     expect(parkedJournal.nodes.remote?.handover).toBeUndefined();
@@ -444,7 +457,7 @@ nodes:
     expect(ran.filter((t) => t === "TASK remote")).toHaveLength(1);
   });
 
-  it("the wake targets the exact held node and answers accepted, stale or not-held (S004-387)", () => {
+  it("the wake targets the exact held node and answers accepted, stale or not-held", () => {
     expect(accepted).toEqual({ status: "accepted" });
     expect(refusals.waitId).toEqual({ status: "stale" });
     expect(refusals.nodeId).toEqual({ status: "not-held" });
@@ -453,7 +466,7 @@ nodes:
     expect(woken.nodes.after?.status).toBe("pending");
   });
 
-  it("acceptance queues only that node: nothing dispatched or charged, no whole-workflow resume (S004-388)", () => {
+  it("acceptance queues only that node: nothing dispatched or charged, no whole-workflow resume", () => {
     expect(activeAtAccept).toEqual(["remote"]);
     expect(continuedAtAccept).toBe(0);
     expect(dispatchesAtAccept).toBe(dispatchesBefore);
@@ -463,7 +476,7 @@ nodes:
     expect(ran.filter((t) => t === "TASK free")).toHaveLength(1);
   });
 
-  it("without the live run no wake reaches the node: another engine and the ended run answer not-held (S004-400)", () => {
+  it("without the live run no wake reaches the node: another engine and the ended run answer not-held", () => {
     expect(elsewhereAnswer).toEqual({ status: "not-held" });
     expect(elsewhereContinued).toBe(0);
     expect(afterEnd).toEqual({ status: "not-held" });
