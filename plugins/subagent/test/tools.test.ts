@@ -147,7 +147,7 @@ describe("the Sub-agent plugin's tools", () => {
     }
   });
 
-  it("WorkflowStart refuses a bad definition as a typed tool error, changing nothing", async () => {
+  it("WorkflowStart refuses a bad definition as a typed tool error, changing nothing, and without a project reader reads nothing from the host (S004-287)", async () => {
     const project = await mkdtemp(join(tmpdir(), "crw-proj-"));
     await writeFile(
       join(project, "dup.yaml"),
@@ -189,6 +189,23 @@ describe("the Sub-agent plugin's tools", () => {
     await expect(start?.execute({ path: "../etc/passwd" }, ctx)).rejects.toMatchObject({
       code: "definition_unreadable",
     });
+    // A session without a project reader: a valid definition sits in its own directory, and is not read.
+    await writeFile(
+      join(project, "ok.json"),
+      JSON.stringify({ name: "ok", nodes: [{ id: "a", task: "t" }] }),
+    );
+    const [unread] = workflowTools({
+      service,
+      engine,
+      session: parent,
+      readOnly: false,
+      reader: null,
+      currentWorkDir: async () => project,
+    });
+    for (const path of ["ok.json", join(project, "ok.json")])
+      await expect(unread?.execute({ path }, { ...ctx, workDir: project })).rejects.toMatchObject({
+        code: "expansion_unavailable",
+      });
     const { rows } = await db.pool.query(
       "select count(*)::int n from workflows where parent_session_id = $1::uuid",
       [parent.id],
