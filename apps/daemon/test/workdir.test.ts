@@ -82,10 +82,29 @@ function fixer(request: ModelRequest): ModelReply {
   return { text: `fixed; the test says ${request.toolResults[2]?.text.includes("PASS") ? "PASS" : "FAIL"}` };
 }
 
+/** A result longer than a handover holds: its dependent sees the head only, unless it reads the whole. */
+const LONG_PLAN = `${Array.from({ length: 60 }, (_, i) => `step ${i}: change module ${i} and test it`).join("\n")}\nEND OF PLAN`;
+/** The path of the plan's full result, as its direct dependent's prompt names it. */
+let planResultPath: string | undefined;
+
+/**
+ * A node that reads a full result with WorkflowRead: the one its prompt names, or (READ-PLAN-TOO) the plan's,
+ * which only its direct dependent was granted.
+ */
+function reader(request: ModelRequest, task: string): ModelReply {
+  const named = /\(full result: (workflow-artifacts\/\S+)\)/.exec(task)?.[1];
+  const path = task.includes("READ-PLAN-TOO") ? planResultPath : named;
+  if (task.includes("READ-FULL")) planResultPath ??= named;
+  if (request.toolResults.length === 0) return { tool: { name: "WorkflowRead", arguments: { path } } };
+  return { text: `read: ${request.toolResults[0]?.text.slice(-40)}` };
+}
+
 /** Routes a request to a scenario by the marker of the task it works on. */
 function answer(request: ModelRequest): ModelReply {
   const task = request.userTexts.join("\n");
   if (task.includes("FIX-ADD")) return fixer(request);
+  if (task.includes("LONG-PLAN")) return { text: LONG_PLAN };
+  if (task.includes("READ-FULL") || task.includes("READ-PLAN-TOO")) return reader(request, task);
   // A node that grows its workflow by one node, placed at the given cwd, which writes ADDED.md there.
   const addNode = /ADD-NODE-AT (\S+)/.exec(task);
   if (addNode) {
@@ -408,6 +427,37 @@ describe("isolated workflow nodes work on branches of their own, and the workflo
     expect(done.status).not.toBe("completed");
     expect(done.summary).toMatch(/join: failed[\s\S]*conflicts in C\.md/);
     expect(existsSync(join(repo, "C.md"))).toBe(false);
+  });
+});
+
+describe("a node reads the full result of a node it depends on", () => {
+  it("its direct dependent reads the whole of a result its handover cut short; a node further down is refused it", async () => {
+    const definition = JSON.stringify({
+      name: "plan-build-review",
+      nodes: [
+        { id: "plan", task: "LONG-PLAN for the change", model: MODELS.completions },
+        { id: "build", task: "READ-FULL plan, then build", dependsOn: ["plan"], model: MODELS.messages },
+        { id: "review", task: "READ-PLAN-TOO", dependsOn: ["build"], model: MODELS.completions },
+      ],
+    });
+    const from = models.requests.length;
+    const { done } = await runWorkflow(definition, sampleRepo());
+    expect(done.status, done.summary).toBe("completed");
+    const seen = models.requests.slice(from);
+    const build = seen.filter((q) => q.userTexts.some((t) => t.includes("READ-FULL")));
+    // the handover in its prompt is the plan's head only; what WorkflowRead gave it is the whole
+    expect(build[0]?.userTexts.join("\n")).not.toContain("END OF PLAN");
+    expect(build[0]?.tools).toContain("WorkflowRead");
+    expect(build.at(-1)?.toolResults[0]?.text).toBe(LONG_PLAN);
+    // review depends on build only: the plan's path is refused to it, and reads nothing
+    const review = seen.filter((q) => q.userTexts.some((t) => t.includes("READ-PLAN-TOO")));
+    expect(review.at(-1)?.toolResults[0]?.text).toContain(
+      "only the full results of the nodes this one depends on",
+    );
+    expect(review.at(-1)?.toolResults[0]?.text).not.toContain("END OF PLAN");
+    // a node with no stored dependency result is offered no WorkflowRead
+    const plan = seen.filter((q) => q.userTexts.some((t) => t.includes("LONG-PLAN")));
+    expect(plan[0]?.tools).not.toContain("WorkflowRead");
   });
 });
 

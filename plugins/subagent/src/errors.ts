@@ -40,7 +40,8 @@ export type WorkflowStateErrorCode =
   | "lease_lost"
   | "node_not_running"
   | "expansion_unavailable"
-  | "child_mismatch";
+  | "child_mismatch"
+  | "artifact_not_granted";
 
 export class WorkflowStateError extends Error {
   override readonly name = "WorkflowStateError";

@@ -71,7 +71,7 @@ export {
   prepareCompletion,
   type SpillStore,
 } from "./spill.js";
-export { SPILL_READ_PAGE, spillReadTool } from "./spillRead.js";
+export { SPILL_READ_PAGE, spillReadTool, textPage } from "./spillRead.js";
 export { delegationTools } from "./tools.js";
 export type {
   ProgressEvent,

@@ -25,6 +25,21 @@ function charStart(bytes: Buffer, index: number): number {
 }
 
 /**
+ * One page of a stored text of `size` bytes: `window` holds its bytes from `offset` (`limit` and a few more
+ * when there are more). The page ends on a character boundary (a tiny limit inside one character still
+ * makes progress) and says where to read on.
+ */
+export function textPage(window: Buffer, offset: number, size: number, limit: number, path: string): string {
+  if (offset >= size) return `[end of ${path}: ${size} bytes]`;
+  const available = size - offset;
+  let end = Math.min(limit, available);
+  if (end < available) end = charStart(window, end) || end;
+  const text = window.subarray(0, end).toString("utf8");
+  const next = offset + end;
+  return next < size ? `${text}\n[bytes ${offset}-${next} of ${size}; read on with offset ${next}]` : text;
+}
+
+/**
  * `Read` for spilled results, in the session's own namespace: only a path the spill store recorded for this
  * session (a result delivered to it, spilled above the inline limit) can be read, page by page. A session
  * without file tools (a root conversation) reads its spilled results with it; nothing else on the host is
@@ -61,19 +76,9 @@ export function spillReadTool(repo: DelegationRepository, session: SessionRow): 
             actual: size,
           });
         }
-        if (offset >= size) return { content: `[end of ${path}: ${size} bytes]` };
-        const available = size - offset;
-        const buffer = Buffer.alloc(Math.min(available, limit + 4));
+        const buffer = Buffer.alloc(Math.max(0, Math.min(size - offset, limit + 4)));
         await fh.read(buffer, 0, buffer.length, offset);
-        // A page ends on a character boundary (a tiny limit inside one character still makes progress).
-        let end = Math.min(limit, available);
-        if (end < available) end = charStart(buffer, end) || end;
-        const text = buffer.subarray(0, end).toString("utf8");
-        const next = offset + end;
-        return {
-          content:
-            next < size ? `${text}\n[bytes ${offset}-${next} of ${size}; read on with offset ${next}]` : text,
-        };
+        return { content: textPage(buffer, offset, size, limit, path) };
       } finally {
         await fh.close();
       }

@@ -1,4 +1,11 @@
-import { type DelegationService, delegationTools, type MutatingTool, type ToolOutput } from "@crw/brain";
+import {
+  type DelegationService,
+  delegationTools,
+  type MutatingTool,
+  SPILL_READ_PAGE,
+  type ToolOutput,
+  textPage,
+} from "@crw/brain";
 import type { SessionRow } from "@crw/db";
 import { z } from "zod";
 import type { ProjectFileReader } from "../definition/reader.js";
@@ -14,6 +21,11 @@ const startArgs = z.strictObject({
 });
 const addArgs = z.strictObject({ nodes: z.array(WorkflowNodeSchema).min(1).max(100) });
 const workflowArgs = z.strictObject({ workflowId: z.uuid() });
+const readArgs = z.strictObject({
+  path: z.string().min(1).max(4096),
+  offset: z.number().int().nonnegative().optional(),
+  limit: z.number().int().positive().max(SPILL_READ_PAGE).optional(),
+});
 
 // Each tool's JSON Schema is made once, on first use: every turn of every session offers these tools.
 const jsonSchemas = new Map<z.ZodType, Record<string, unknown>>();
@@ -177,5 +189,47 @@ export function workflowTools(options: SubagentToolsOptions): MutatingTool[] {
       },
     });
   }
+  if (node && readsDependencies(engine, node)) tools.push(workflowReadTool(engine, session));
   return tools;
+}
+
+/** Whether a running node has a dependency whose full result is stored (the path its prompt names). */
+function readsDependencies(engine: WorkflowEngine, node: { workflowId: string; nodeId: string }): boolean {
+  const journal = engine.run(node.workflowId)?.journal;
+  const deps = journal?.nodes[node.nodeId]?.spec.dependsOn ?? [];
+  return deps.some((dep) => journal?.nodes[dep]?.artifact !== undefined);
+}
+
+/**
+ * `WorkflowRead`: a dependency's full result, by the `workflow-artifacts/…` path its handover names. Only a
+ * version this session was granted before its dispatch can be read (a direct dependency's, never an
+ * upstream node's further away), page by page; it never writes.
+ */
+function workflowReadTool(engine: WorkflowEngine, session: SessionRow): MutatingTool {
+  return {
+    name: "WorkflowRead",
+    description:
+      "Read the full result of a node you depend on (the workflow-artifacts/… path after its handover), " +
+      "up to 64 KiB per call; continue with offset for the rest.",
+    parameters: parametersOf(readArgs),
+    mutates: false,
+    subject: (args) => (typeof args.path === "string" ? args.path : undefined),
+    async execute(raw): Promise<ToolOutput> {
+      const a = parse(readArgs, raw, "WorkflowRead");
+      const body = await engine.artifacts.readArtifact(session.id, a.path);
+      if (body === null) {
+        throw new WorkflowStateError(
+          "artifact_not_granted",
+          "WorkflowRead reaches only the full results of the nodes this one depends on",
+          { path: a.path },
+        );
+      }
+      const bytes = Buffer.from(body, "utf8");
+      const offset = a.offset ?? 0;
+      const limit = a.limit ?? SPILL_READ_PAGE;
+      return {
+        content: textPage(bytes.subarray(offset, offset + limit + 4), offset, bytes.length, limit, a.path),
+      };
+    },
+  };
 }

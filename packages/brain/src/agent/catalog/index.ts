@@ -50,6 +50,8 @@ export const DEFAULT_CATALOG_POLICY: CatalogPolicy = Object.freeze({
     "DelegateRead",
     "WorkflowStart",
     "WorkflowAddNodes",
+    // offered only to a node whose dependency's full result is stored, and named in its prompt
+    "WorkflowRead",
   ]),
   modelOnly: Object.freeze([TOOL_SEARCH, TOOL_CALL]),
 });
