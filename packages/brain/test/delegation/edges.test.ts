@@ -244,7 +244,7 @@ describe("delivery and bracket edges", () => {
 });
 
 describe("emitDelegationCompletion for a settling child", () => {
-  it("starts the result turn itself, independently of the settlement drain; the call is held until that turn finishes", async () => {
+  it("starts the result turn itself, independently of the settlement drain, reporting to the open call's sink; the call is held until that turn finishes (S004-058)", async () => {
     const gates = new Map<string, Promise<void>>();
     const helperGate = latch();
     gates.set("helper", helperGate.promise);
@@ -254,6 +254,7 @@ describe("emitDelegationCompletion for a settling child", () => {
     });
     const { account, parent } = await newParent(service);
     let returned = false;
+    const texts: string[] = [];
     // The child starts a background helper that keeps working, answers, and its call waits for the helper.
     const call = service
       .delegate({
@@ -276,8 +277,12 @@ describe("emitDelegationCompletion for a settling child", () => {
             ],
           ],
           answer: "child answered",
+          followUp: "child took",
         }),
         mode: "foreground",
+        progress: (e) => {
+          if (e.type === "text") texts.push(e.text);
+        },
       })
       .then((r) => {
         returned = true;
@@ -319,6 +324,8 @@ describe("emitDelegationCompletion for a settling child", () => {
     }, "the summary's own turn");
     expect((await repo.openChildRuns(childId, account.id)).length).toBe(1);
     expect(returned).toBe(false);
+    // Nobody handed the summary's turn a sink: the open call's own sink heard its answer.
+    expect(texts).toEqual(["child answered", "child took (1)"]);
     helperGate.open();
     const receipt = await call;
     expect(receipt).toMatchObject({ kind: "result", outcome: "ok" });

@@ -245,7 +245,7 @@ describe("settlement of a child's call", () => {
     await service.close();
   });
 
-  it("a text follow-up admitted while the call settles runs in the bracket and reports through the call's sink (S004-047 S004-062)", async () => {
+  it("a text follow-up admitted while the call settles runs in the bracket and reports through the call's sink (S004-047)", async () => {
     const gates = new Map<string, Promise<void>>();
     const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
     const { account, parent } = await newParent(service);
@@ -279,6 +279,44 @@ describe("settlement of a child's call", () => {
       (m) => m.role === "custom",
     );
     expect(delivered?.content.endsWith("\nC took (2)")).toBe(true);
+  });
+
+  it("a follow-up turn that takes only a text steer reports through the call's sink (S004-062)", async () => {
+    let steerAfterTurn: ((childId: string) => Promise<void>) | undefined;
+    const base = createScriptedTurnRunner();
+    const { service } = makeService(db.pool, {
+      runner: {
+        async runTurn(request, host) {
+          const out = await base.runTurn(request, host);
+          // The steer comes after the call's own turn took its last steering, while that turn still holds
+          // the child: only a follow-up turn of the settling call can take it.
+          const steer = steerAfterTurn;
+          steerAfterTurn = undefined;
+          await steer?.(request.sessionId);
+          return out;
+        },
+      },
+    });
+    const caller = await newParent(service);
+    const steered: string[] = [];
+    steerAfterTurn = async (childId) => {
+      steered.push((await continueForeground(service, caller, childId, "s", "and also this")).kind);
+    };
+    const texts: string[] = [];
+    const receipt = await service.delegate({
+      parentSessionId: caller.parent.id,
+      principalAccountId: caller.account.id,
+      toolCallId: "c",
+      task: scriptTask({ answer: "C done", followUp: "C took" }),
+      mode: "foreground",
+      progress: (e) => {
+        if (e.type === "text") texts.push(e.text);
+      },
+    });
+    expect(steered).toEqual(["steered"]);
+    expect(receipt).toMatchObject({ kind: "result", body: "C took (1)" });
+    expect(texts).toEqual(["C done", "C took (1)"]);
+    await service.whenIdle();
   });
 });
 
@@ -323,7 +361,7 @@ describe("the result turns of an open call", () => {
     await service.whenIdle();
   });
 
-  it("a result turn with no sink of its own reports to the open call's sink (S004-058)", () => {
+  it("a helper result's turn in an open call reports to the call's sink", () => {
     expect(receipt).toMatchObject({ kind: "result", body: "C got it (1)" });
     expect(events.flatMap((e) => (e.type === "text" ? [e.text] : []))).toContain("C got it (1)");
   });
