@@ -212,7 +212,7 @@ describe("how a call settles", () => {
 });
 
 describe("a result's inline-byte limit", () => {
-  it("a body of exactly the limit stays inline and never asks for the recipient's writer", async () => {
+  it("a body of exactly the limit stays inline and never asks for the recipient's writer; one byte more is spilled through it (S004-237)", async () => {
     const captured: OutputRecipient[] = [];
     const { service, repo } = makeService(db.pool, {
       toolResultInlineBytes: () => 32,

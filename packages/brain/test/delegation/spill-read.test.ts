@@ -1,5 +1,7 @@
 import { randomUUID } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
 import { beforeAll, describe, expect, it } from "vitest";
 import {
@@ -7,7 +9,7 @@ import {
   latestAssistantText,
   readSubagent,
 } from "../../src/delegation/readSubagent.js";
-import { ASSISTANT_PAGE, type SpillStore } from "../../src/index.js";
+import { ASSISTANT_PAGE, FileSpillStore, type SpillStore } from "../../src/index.js";
 import {
   continueForeground,
   delegateBackground,
@@ -38,7 +40,13 @@ async function backgroundResult(service: ReturnType<typeof makeService>["service
 
 describe("spilled results", () => {
   it("spilling does not acknowledge delivery: the result waits in the inbox until the parent's journal commit (S004-242)", async () => {
-    const { service, repo } = makeService(db.pool, { toolResultInlineBytes: () => 16 });
+    const handedOff: string[] = [];
+    const { service, repo } = makeService(db.pool, {
+      toolResultInlineBytes: () => 16,
+      onEvent: (e) => {
+        if (e.type === "delegation.result_steered") handedOff.push(e.resultId);
+      },
+    });
     const { account, parent } = await newParent(service);
     let release!: () => void;
     const held = new Promise<void>((r) => {
@@ -51,10 +59,10 @@ describe("spilled results", () => {
       "bg",
       scriptTask({ answer: "a result well above sixteen bytes" }),
     );
-    const [queued] = await waitFor(async () => {
-      const q = await repo.queuedResults(parent.id, account.id);
-      return q.length === 1 ? q : undefined;
-    }, "spilled result queued");
+    // The settlement's last step (the inbox handoff) is over: nothing of the spill's preparation is pending.
+    await waitFor(async () => handedOff.length === 1, "the result handed to the busy parent");
+    const [queued] = await repo.queuedResults(parent.id, account.id);
+    expect(queued?.id).toBe(handedOff[0]);
     expect(queued?.spillPath).toBeTruthy();
     expect(readFileSync(queued?.spillPath ?? "", "utf8")).toBe("a result well above sixteen bytes");
     expect(await repo.settledResultIds(parent.id, account.id)).toEqual([]);
@@ -90,21 +98,36 @@ describe("spilled results", () => {
 });
 
 describe("readSubagent", () => {
-  it("the ownership guard runs before the read (S004-178 S004-252)", async () => {
-    const { service } = makeService(db.pool);
+  it("the ownership guard runs before the read: a stranger's request reads no answer row (S004-178)", async () => {
+    const base = makeService(db.pool);
+    const calls: string[] = [];
+    const watching = Object.create(base.repo) as typeof base.repo;
+    watching.getChildSession = async (...args) => {
+      const child = await base.repo.getChildSession(...args);
+      calls.push("guarded");
+      return child;
+    };
+    watching.recentAssistantMessages = (...args) => {
+      calls.push("read");
+      return base.repo.recentAssistantMessages(...args);
+    };
+    const { service } = makeService(db.pool, { repo: watching });
     const { account, parent } = await newParent(service);
     const stranger = await service.repo.createAccount({ name: `s-${randomUUID()}` });
     const r = await delegateForeground(service, { parent, account }, "d", scriptTask({ answer: "secret" }));
     if (r.kind !== "result") throw new Error("expected a result");
+    calls.length = 0;
     await expect(service.readSubagent(parent.id, r.childSessionId, stranger.id)).rejects.toMatchObject({
       code: "not_found",
     });
+    expect(calls).toEqual([]);
     await expect(service.readSubagent(parent.id, r.childSessionId, account.id)).resolves.toBe("secret");
+    expect(calls).toEqual(["guarded", "read"]);
   });
 });
 
 describe("the ordinary last-row reply reader", () => {
-  it("a call's result reads one assistant row; an empty last answer never surfaces an older call's reply (S004-180)", async () => {
+  it("a call's result reads one assistant row; an empty last answer never surfaces an older call's reply", async () => {
     const base = makeService(db.pool);
     const limits: number[] = [];
     const counting = Object.create(base.repo) as typeof base.repo;
@@ -164,12 +187,18 @@ describe("an above-limit result", () => {
     inbox = row.rows[0];
   });
 
-  it("is measured in UTF-8 bytes: a body under the limit in characters but over it in bytes is spilled (S004-236)", async () => {
-    const { service } = makeService(db.pool, { toolResultInlineBytes: () => 100 });
+  it("is measured in UTF-8 bytes: a body under the limit in characters but over it in bytes is spilled through the recipient's writer (S004-236)", async () => {
+    const writerRoot = mkdtempSync(join(tmpdir(), "crw-writer-"));
+    const { service } = makeService(db.pool, {
+      toolResultInlineBytes: () => 100,
+      captureOutputWriter: async () => new FileSpillStore(writerRoot),
+    });
     const wide = "é".repeat(60); // 60 characters, 120 bytes
     const r = await backgroundResult(service, wide);
-    expect(r.delivered.details?.spillPath).toBeTruthy();
+    // Both the writer's capture and the spill itself went by bytes: the file is in the recipient's store.
+    expect(r.delivered.details?.spillPath?.startsWith(writerRoot)).toBe(true);
     expect(r.delivered.details?.byteSize).toBe(120);
+    rmSync(writerRoot, { recursive: true, force: true });
   });
 
   it("is spilled to the spill store and recorded there (S004-237)", async () => {
@@ -194,6 +223,20 @@ describe("an above-limit result", () => {
   });
 });
 
+/** `n` journal rows of failed continuations that answered only whitespace. */
+function emptyFailedAnswers(n: number) {
+  return Array.from({ length: n }, () => ({
+    body: {
+      type: "message" as const,
+      message: {
+        role: "assistant" as const,
+        content: [{ type: "text" as const, text: "  " }],
+        stopReason: "error" as const,
+      },
+    },
+  }));
+}
+
 /** A child's answer with whitespace of its own, followed by more empty failed continuations than two pages. */
 describe("readSubagent after empty failed continuations", () => {
   let ctx: { repo: ReturnType<typeof makeService>["repo"]; parent: string; child: string; account: string };
@@ -209,20 +252,7 @@ describe("readSubagent after empty failed continuations", () => {
       scriptTask({ answer: "\n  the answer  \n" }),
     );
     if (first.kind !== "result") throw new Error("expected a result");
-    await repo.append(
-      first.childSessionId,
-      account.id,
-      Array.from({ length: ASSISTANT_PAGE * 2 + 5 }, () => ({
-        body: {
-          type: "message" as const,
-          message: {
-            role: "assistant" as const,
-            content: [{ type: "text" as const, text: "  " }],
-            stopReason: "error" as const,
-          },
-        },
-      })),
-    );
+    await repo.append(first.childSessionId, account.id, emptyFailedAnswers(ASSISTANT_PAGE * 2 + 5));
     ctx = { repo, parent: parent.id, child: first.childSessionId, account: account.id };
     const counting = Object.create(repo) as typeof repo;
     counting.recentAssistantMessages = (s, p, l, b) => {
@@ -237,8 +267,23 @@ describe("readSubagent after empty failed continuations", () => {
     expect(await latestAssistantText(ctx.repo, ctx.child, ctx.account)).toBeUndefined();
   });
 
-  it("reads assistant rows newest-first in pages of 32 until an answer (S004-176)", () => {
+  it("reads assistant rows newest-first in pages of 32 until an answer, or until the rows run out (S004-176)", async () => {
     expect(reads).toEqual([32, 32, 32]);
+    // A child that never answered: one empty answer and 32 empty failed continuations, 33 rows. The second
+    // page comes back short, so the reader stops there: no answer, no third read.
+    const { service, repo } = makeService(db.pool);
+    const { account, parent } = await newParent(service);
+    const mute = await delegateForeground(service, { parent, account }, "m", scriptTask({ answer: "" }));
+    if (mute.kind !== "result") throw new Error("expected a result");
+    await repo.append(mute.childSessionId, account.id, emptyFailedAnswers(ASSISTANT_PAGE));
+    const pages: number[] = [];
+    const counting = Object.create(repo) as typeof repo;
+    counting.recentAssistantMessages = (s, p, l, b) => {
+      pages.push(l);
+      return repo.recentAssistantMessages(s, p, l, b);
+    };
+    expect(await readSubagent(counting, parent.id, mute.childSessionId, account.id)).toBeUndefined();
+    expect(pages).toEqual([32, 32]);
   });
 
   it("finds the answer after any number of empty failed continuations, its whitespace kept (S004-177)", () => {
