@@ -4,7 +4,16 @@ import type { TranscriptMessage } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { createScriptedTurnRunner, type SessionTurnRunner, type TurnRequest } from "../../src/index.js";
-import { delegateBackground, makeService, messages, newParent, scriptTask, waitFor } from "./helpers.js";
+import {
+  delegateBackground,
+  delegateCall,
+  delegateForeground,
+  makeService,
+  messages,
+  newParent,
+  scriptTask,
+  waitFor,
+} from "./helpers.js";
 
 const db = useTestDatabase();
 
@@ -20,7 +29,7 @@ function readingRunner(extraReads: string[] = []) {
     async runTurn(request: TurnRequest, host) {
       const last = request.context.at(-1) as TranscriptMessage | undefined;
       const spillPath = last?.role === "custom" ? last.details?.spillPath : undefined;
-      if (request.scope !== null || !spillPath) return scripted.runTurn(request, host);
+      if (!spillPath) return scripted.runTurn(request, host);
       seen.toolNames.push(request.tools.map((t) => t.name));
       const read = request.tools.find((t) => t.name === "Read");
       if (!read) throw new Error("no Read tool");
@@ -78,6 +87,27 @@ describe("Read for spilled results", () => {
       role: "assistant",
       content: [{ text: `read ${Buffer.byteLength(body)} bytes` }],
     });
+    await service.close();
+  });
+
+  it("a delegated child reads its helper's spilled result with Read in its own namespace (S004-240)", async () => {
+    const r = readingRunner();
+    const { service, repo } = makeService(db.pool, { runner: r.runner, toolResultInlineBytes: () => 100 });
+    const caller = await newParent(service);
+    const body = `helper ${"ünïcödé ".repeat(40)} end`;
+    const receipt = await delegateForeground(
+      service,
+      caller,
+      "c",
+      scriptTask({ rounds: [[delegateCall({ answer: body }, { background: true })]], answer: "C done" }),
+    );
+    if (receipt.kind !== "result") throw new Error("expected the call's result");
+    await service.whenIdle();
+    // The helper's result reached the child spilled; the child's own Read gave back every byte.
+    expect(r.seen.read).toBe(body);
+    expect(receipt.body).toBe(`read ${Buffer.byteLength(body)} bytes`);
+    const spilled = await repo.settledResultIds(receipt.childSessionId, caller.account.id);
+    expect(spilled).toHaveLength(1);
     await service.close();
   });
 
