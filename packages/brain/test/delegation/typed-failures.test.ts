@@ -64,7 +64,7 @@ describe("typed turn failures", () => {
     await service.close();
   });
 
-  it("helper delivery that fails on a runner startup error keeps the native cause; payloads stay as they were (S004-056)", async () => {
+  it("helper delivery that fails on a runner startup error keeps the native cause for every joined caller; payloads stay as they were", async () => {
     const { runner, state } = switchableRunner();
     const { service, repo } = makeService(db.pool, { runner });
     const { account, parent } = await newParent(service);
