@@ -1,4 +1,5 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
+import { type MutatingTool, scopedTools } from "../../src/index.js";
 import {
   canonicalJson,
   captureDelegatedExecutionScope,
@@ -10,6 +11,24 @@ import {
   SCOPE_LIMITS,
   scopeExceedsCurrentAccess,
 } from "../../src/scope/index.js";
+
+/** Every call into node:fs (sync, callback and promise forms) made by code this file loads. */
+const fsCalls = vi.hoisted((): string[] => []);
+function watchedFs<T extends object>(real: T, prefix: string): T {
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(real)) {
+    out[key] =
+      typeof value === "function"
+        ? function (this: unknown, ...args: unknown[]) {
+            fsCalls.push(`${prefix}${key}`);
+            return Reflect.apply(value as (...a: unknown[]) => unknown, this, args);
+          }
+        : value;
+  }
+  return { ...out, default: out } as T;
+}
+vi.mock("node:fs", async (original) => watchedFs(await original<object>(), "fs."));
+vi.mock("node:fs/promises", async (original) => watchedFs(await original<object>(), "fs/promises."));
 
 const base = {
   accountId: "acct-1",
@@ -74,16 +93,22 @@ describe("captureDelegatedExecutionScope", () => {
     expect(captureDelegatedExecutionScope(reordered)).toBe(json);
   });
 
-  it("missing authority adds no restriction (S004-196)", () => {
+  it("missing authority, or an authority naming no restriction, adds no restriction (S004-196)", () => {
     const scope = parseDelegatedExecutionScope(captureDelegatedExecutionScope({ ...base, operator: true }));
     expect(scope.tools.allow).toBeUndefined();
     expect(scope.tools.deny).toEqual([]);
     expect(scope.operator).toBe(true);
     expect(scope.permissionBoundary).toBe("workspace-write");
     expect(scope.readOnly).toBe(false);
+    // An authority that names no tools, boundary or read-only narrows none of them either.
+    const wide = { ...base, tools: { allow: ["Read", "Bash"] }, permissionBoundary: "full-access" };
+    const bare = parseDelegatedExecutionScope(captureDelegatedExecutionScope(wide, { accountId: "acct-1" }));
+    expect(bare.tools).toEqual({ allow: ["Bash", "Read"], deny: [] });
+    expect(bare.permissionBoundary).toBe("full-access");
+    expect(bare.readOnly).toBe(false);
   });
 
-  it("an explicit empty allow-list grants no tools, on either side (S004-197)", () => {
+  it("an explicit empty allow-list, on either side, grants no tools: none is offered to the turn (S004-197)", () => {
     const fromScope = parseDelegatedExecutionScope(
       captureDelegatedExecutionScope(
         { ...base, tools: { allow: [] } },
@@ -95,6 +120,26 @@ describe("captureDelegatedExecutionScope", () => {
       captureDelegatedExecutionScope({ ...base }, { accountId: "acct-1", tools: { allow: [] } }),
     );
     expect(fromGrant.tools.allow).toEqual([]);
+    const requestedButNotGranted = parseDelegatedExecutionScope(
+      captureDelegatedExecutionScope(
+        { ...base, tools: { allow: ["Read"] } },
+        { accountId: "acct-1", tools: { allow: [] } },
+      ),
+    );
+    expect(requestedButNotGranted.tools.allow).toEqual([]);
+    // A turn under either scope is offered none of its tools, and a call of one is refused.
+    const read: MutatingTool = {
+      name: "Read",
+      description: "reads",
+      parameters: {},
+      mutates: false,
+      execute: async () => ({ content: "read" }),
+    };
+    for (const scope of [fromScope, fromGrant, requestedButNotGranted])
+      expect(scopedTools([read], scope, false)).toEqual([]);
+    expect(
+      scopedTools([read], parseDelegatedExecutionScope(captureDelegatedExecutionScope(base)), false),
+    ).toHaveLength(1);
   });
 
   it("an invalid scope throws a typed error naming the field (S004-198)", () => {
@@ -111,13 +156,17 @@ describe("captureDelegatedExecutionScope", () => {
       { ...base, callback: () => 1 },
     ];
     for (const raw of cases) expect(code(() => captureDelegatedExecutionScope(raw))).toMatch(/invalid_scope/);
-    try {
-      captureDelegatedExecutionScope({ ...base, tools: { allow: ["ok", "not ok"] } });
-    } catch (e) {
-      expect(e).toBeInstanceOf(DelegatedScopeError);
-      expect((e as DelegatedScopeError).message).toContain("tools.allow.1");
-      expect((e as DelegatedScopeError).retryable).toBe(false);
-    }
+    const thrown = (() => {
+      try {
+        captureDelegatedExecutionScope({ ...base, tools: { allow: ["ok", "not ok"] } });
+      } catch (e) {
+        return e;
+      }
+      return undefined;
+    })();
+    expect(thrown).toBeInstanceOf(DelegatedScopeError);
+    expect((thrown as DelegatedScopeError).message).toContain("tools.allow.1");
+    expect((thrown as DelegatedScopeError).retryable).toBe(false);
   });
 
   it("the capture is pure and validates the complete scope, nested members included (S004-192)", () => {
@@ -142,22 +191,59 @@ describe("captureDelegatedExecutionScope", () => {
     ).toBe("invalid_scope");
   });
 
-  it("capture is bounded by the normalizer limits and does no I/O (synchronous) (S004-199)", () => {
-    const many = Array.from({ length: SCOPE_LIMITS.toolEntries + 1 }, (_, i) => `Tool${i}`);
-    expect(code(() => captureDelegatedExecutionScope({ ...base, tools: { allow: many } }))).toBe(
-      "scope_limit_exceeded",
+  it("capture is bounded by each of the normalizer's limits and touches no file (S004-199)", async () => {
+    const over = (n: number, make: (i: number) => string) => Array.from({ length: n }, (_, i) => make(i));
+    const path = (n: number) => `/${"p".repeat(n - 1)}`;
+    // Each limit: a scope at it is captured, one past it is refused as over the limit.
+    const limits: [string, (atLimit: boolean) => Record<string, unknown>][] = [
+      [
+        "tool entries",
+        (at) => ({
+          ...base,
+          tools: { allow: over(SCOPE_LIMITS.toolEntries + (at ? 0 : 1), (i) => `Tool${i}`) },
+        }),
+      ],
+      [
+        "shared artifacts",
+        (at) => ({
+          ...base,
+          sharedArtifacts: over(SCOPE_LIMITS.sharedArtifacts + (at ? 0 : 1), (i) => `/a/${i}`),
+        }),
+      ],
+      ["id length", (at) => ({ ...base, accountId: "a".repeat(SCOPE_LIMITS.idLength + (at ? 0 : 1)) })],
+      ["path length", (at) => ({ ...base, workDir: path(SCOPE_LIMITS.pathLength + (at ? 0 : 1)) })],
+      ["role length", (at) => ({ ...base, role: "r".repeat(SCOPE_LIMITS.roleLength + (at ? 0 : 1)) })],
+      [
+        "context length",
+        (at) => ({ ...base, context: "c".repeat(SCOPE_LIMITS.contextLength + (at ? 0 : 1)) }),
+      ],
+      // every member within its own limit, the whole scope over the canonical size
+      [
+        "canonical size",
+        (at) => ({
+          ...base,
+          sharedArtifacts: over(at ? 1 : SCOPE_LIMITS.sharedArtifacts, (i) => `${path(1100)}${i}`),
+        }),
+      ],
+    ];
+    for (const [what, scope] of limits) {
+      expect(typeof captureDelegatedExecutionScope(scope(true)), what).toBe("string");
+      expect(
+        code(() => captureDelegatedExecutionScope(scope(false))),
+        what,
+      ).toBe("scope_limit_exceeded");
+    }
+    // The result is a value, not a promise, and no file was looked at (the work directory does not exist).
+    // The scope modules are loaded afresh, so that they see the watched node:fs.
+    vi.resetModules();
+    const fresh = await import("../../src/scope/index.js");
+    fsCalls.length = 0;
+    const result = fresh.captureDelegatedExecutionScope(
+      { ...base, workDir: "/nowhere/at/all", sharedArtifacts: ["/nowhere/else"] },
+      { accountId: "acct-1", tools: { allow: ["Read"] } },
     );
-    expect(
-      code(() =>
-        captureDelegatedExecutionScope({ ...base, context: "x".repeat(SCOPE_LIMITS.contextLength + 1) }),
-      ),
-    ).toBe("scope_limit_exceeded");
-    // The result is a value, not a promise: nothing was awaited, so no file or socket was touched.
-    const result = captureDelegatedExecutionScope({
-      ...base,
-      tools: { allow: many.slice(0, SCOPE_LIMITS.toolEntries) },
-    });
     expect(typeof result).toBe("string");
+    expect(fsCalls).toEqual([]);
   });
 
   it("the operator flag is captured only with the authority's proof (S004-200)", () => {
@@ -421,5 +507,21 @@ describe("scopeExceedsCurrentAccess", () => {
         target: { kind: "managed", ref: "m1", root: "/guest" },
       }),
     ).toBeUndefined();
+    // An operator's freedom of host refs is between host targets only: never across kinds.
+    expect(
+      scopeExceedsCurrentAccess(managed, {
+        accountId: "acct-1",
+        operator: true,
+        target: { kind: "host", ref: null },
+      })?.field,
+    ).toBe("target");
+    const hostChild = captureDelegatedExecutionScope({ ...base, operator: true });
+    expect(
+      scopeExceedsCurrentAccess(hostChild, {
+        accountId: "acct-1",
+        operator: true,
+        target: { kind: "managed", ref: "m1", root: "/guest" },
+      })?.field,
+    ).toBe("target");
   });
 });
