@@ -56,7 +56,7 @@ describe("IdentityResolver.forDelegatedTurn", () => {
     }
   });
 
-  it("the proof is re-derived on every rehydrate and never stored in the scope (S004-574)", () => {
+  it("the memory identity is never stored in the scope: the same stored scope gives it or not by the parent facts given", () => {
     const stored = captureDelegatedExecutionScope(base, { accountId: "acct-1", dream });
     expect(stored).not.toContain("elowenUserId");
     expect(stored).not.toContain("memoryIdentity");
@@ -75,7 +75,7 @@ describe("IdentityResolver.forDelegatedTurn", () => {
     expect(dreamScope.operator).toBe(false);
   });
 
-  it("dreaming supplies its host-only marker, imposed permission boundary and account principal to the capture (S004-201)", () => {
+  it("a capture under a dream authority keeps the host-minted marker, the imposed read-only boundary and the account principal", () => {
     const scope = parseDelegatedExecutionScope(
       captureDelegatedExecutionScope(
         { ...base, permissionBoundary: "full-access" },

@@ -1,6 +1,14 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { entryCovers, globCovers, globMatches, listCovers, toolCallVerdict } from "../../src/scope/index.js";
+import {
+  captureDelegatedExecutionScope,
+  entryCovers,
+  globCovers,
+  globMatches,
+  listCovers,
+  scopeExceedsCurrentAccess,
+  toolCallVerdict,
+} from "../../src/scope/index.js";
 
 describe("tool patterns", () => {
   it("matches globs over names and subjects", () => {
@@ -10,7 +18,7 @@ describe("tool patterns", () => {
     expect(globMatches("a*b*c", "axxbyy")).toBe(false);
   });
 
-  it("listCovers needs every allow-list entry fully covered by one held entry (S004-316)", () => {
+  it("listCovers needs every allow-list entry fully covered by one held entry", () => {
     expect(listCovers(["Read", "Bash(git *)"], ["Read", "Bash(git status)"])).toBe(true);
     expect(listCovers(["Read", "Bash(git *)"], ["Read", "Bash"])).toBe(false);
     expect(listCovers(["Bash(git *)", "Bash(ls *)"], ["Bash(* --help)"])).toBe(false);
@@ -19,6 +27,41 @@ describe("tool patterns", () => {
     expect(listCovers(undefined, undefined)).toBe(true);
     expect(listCovers(["*"], undefined)).toBe(false);
     expect(listCovers([], [])).toBe(true);
+  });
+
+  it("the replay's access check refuses a journaled allow-list exactly when listCovers does: verbatim, never clamped (S004-316)", () => {
+    const entry = fc
+      .tuple(
+        fc.constantFrom("Read", "Bash", "mcp__a", "mcp__*"),
+        fc.constantFrom(undefined, "git *", "git status", "*", "ls"),
+      )
+      .map(([name, arg]) => (arg === undefined ? name : `${name}(${arg})`));
+    const list = fc.array(entry, { maxLength: 3 });
+    fc.assert(
+      fc.property(list, fc.option(list, { nil: undefined }), (requested, held) => {
+        const journaled = captureDelegatedExecutionScope({
+          accountId: "acct-1",
+          target: { kind: "host", ref: null },
+          tools: { allow: requested },
+        });
+        const excess = scopeExceedsCurrentAccess(journaled, {
+          accountId: "acct-1",
+          tools: held === undefined ? {} : { allow: held },
+        });
+        expect(excess?.field === "tools").toBe(!listCovers(held, requested));
+      }),
+    );
+    // Verbatim: a held entry that only overlaps a journaled one, either way round, does not cover it.
+    const journaled = (allow: string[]) =>
+      captureDelegatedExecutionScope({
+        accountId: "acct-1",
+        target: { kind: "host", ref: null },
+        tools: { allow },
+      });
+    const held = { accountId: "acct-1", tools: { allow: ["Bash(git *)", "Read"] } };
+    expect(scopeExceedsCurrentAccess(journaled(["Bash(git status)"]), held)).toBeUndefined();
+    expect(scopeExceedsCurrentAccess(journaled(["Bash"]), held)?.field).toBe("tools");
+    expect(scopeExceedsCurrentAccess(journaled(["Bash(* --help)"]), held)?.field).toBe("tools");
   });
 
   it("glob coverage agrees with matching on every sampled string (exact language inclusion)", () => {
