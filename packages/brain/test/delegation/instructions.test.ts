@@ -73,7 +73,7 @@ describe("instruction eligibility and worktree placement", () => {
     expect(await eligibleInstructionFiles(join(wt, "sub"), join(repo, "sub"))).toEqual([]);
   });
 
-  it("a worktree placement keeps its origin's ref, composes from its own instruction root, and read-only turns keep the placement (S004-265 S004-264)", async () => {
+  it("a worktree placement keeps its origin's ref, composes from its own instruction root, and read-only turns keep the placement (S004-263 S004-265 S004-264)", async () => {
     const { repo, wt } = layout();
     const scripted = createScriptedTurnRunner();
     const turns: { sessionId: string; workDir: string | null; readOnly: boolean }[] = [];

@@ -12,6 +12,7 @@ import {
 } from "../../src/index.js";
 import {
   answeredChild,
+  type Caller,
   continueForeground,
   delegateCall,
   delegateForeground,
@@ -38,6 +39,42 @@ const writeResults = async (repo: PgDelegationRepository, childId: string, accou
   messages(await repo.readJournal(childId, accountId)).filter(
     (m) => m.role === "toolResult" && m.toolName === "Write",
   );
+
+/** A child of `caller`'s parent holding `scope` as a host placed it, ready to delegate in its turn. */
+async function childWithScope(
+  repo: PgDelegationRepository,
+  caller: Caller,
+  toolCallId: string,
+  scope: Record<string, unknown>,
+) {
+  const made = await repo.createDelegation({
+    parentSessionId: caller.parent.id,
+    principalAccountId: caller.account.id,
+    toolCallId,
+    task: "t",
+    mode: "background",
+    model: "scripted",
+    scope: JSON.stringify({ accountId: caller.account.id, ...scope }),
+  });
+  return made.child;
+}
+
+/** A background delegation from session `from`, placed at `cwd` (the caller's own directory when null). */
+const placeFrom = (
+  service: ReturnType<typeof makeService>["service"],
+  from: string,
+  caller: Caller,
+  toolCallId: string,
+  cwd: string | null,
+) =>
+  service.delegate({
+    parentSessionId: from,
+    principalAccountId: caller.account.id,
+    toolCallId,
+    task: "t",
+    mode: "background",
+    ...(cwd === null ? {} : { workDir: cwd }),
+  });
 
 const storedScope = async (childId: string) =>
   JSON.parse(
@@ -365,43 +402,71 @@ describe("scope capture and live access in delegation", () => {
     const { service, repo } = makeService(db.pool, {
       projects: { rootOf: (ref) => (ref === "p1" ? { ref, root } : undefined) },
     });
-    const { account, parent } = await newParent(service);
+    const caller = await newParent(service);
     // a child bound to project p1 (as a host placed it), itself delegating
-    const scoped = await repo.createDelegation({
-      parentSessionId: parent.id,
-      principalAccountId: account.id,
-      toolCallId: "scoped",
-      task: "t",
-      mode: "background",
-      model: "scripted",
-      scope: JSON.stringify({
-        accountId: account.id,
-        target: { kind: "host", ref: "p1" },
-        projectRef: "p1",
-        workDir: root,
-      }),
+    const scoped = await childWithScope(repo, caller, "scoped", {
+      target: { kind: "host", ref: "p1" },
+      projectRef: "p1",
+      workDir: root,
     });
-    const place = (cwd: string, id: string) =>
-      service.delegate({
-        parentSessionId: scoped.child.id,
-        principalAccountId: account.id,
-        toolCallId: id,
-        task: "t",
-        mode: "background",
-        workDir: cwd,
-      });
-    await expect(place(outside, "out")).rejects.toMatchObject({ name: "DelegatedScopeError" });
-    const ok = await place(inside, "in");
+    await expect(placeFrom(service, scoped.id, caller, "out", outside)).rejects.toMatchObject({
+      name: "DelegatedScopeError",
+    });
+    const ok = await placeFrom(service, scoped.id, caller, "in", inside);
     expect(ok.kind).toBe("started");
     expect(await storedScope(ok.childSessionId)).toMatchObject({
       workDir: inside,
       target: { kind: "host", ref: "p1" },
     });
     expect(
-      (await db.pool.query("select 1 from subagent_runs where parent_session_id = $1", [scoped.child.id]))
-        .rowCount,
+      (await db.pool.query("select 1 from subagent_runs where parent_session_id = $1", [scoped.id])).rowCount,
     ).toBe(1);
     await service.whenIdle();
+  });
+
+  it("a managed caller's children stay under its own root, narrower than the guest's mount, and inherit it (S004-258)", async () => {
+    const { service, repo } = makeService(db.pool);
+    const caller = await newParent(service);
+    const guest = { kind: "managed", ref: "guest-1", root: "/workspace/team/app" };
+    const managed = await childWithScope(repo, caller, "managed", {
+      target: guest,
+      projectRef: "guest-1",
+      workDir: "/workspace/team/app",
+    });
+    const placed = await placeFrom(service, managed.id, caller, "src", "/workspace/team/app/./src");
+    expect(await storedScope(placed.childSessionId)).toMatchObject({
+      workDir: "/workspace/team/app/src",
+      target: guest,
+    });
+    const inherited = await placeFrom(service, managed.id, caller, "own", null);
+    expect(await storedScope(inherited.childSessionId)).toMatchObject({
+      workDir: "/workspace/team/app",
+      target: guest,
+    });
+    // Inside the guest's mount, but outside this caller's narrower root.
+    await expect(
+      placeFrom(service, managed.id, caller, "mount", "/workspace/team/other"),
+    ).rejects.toMatchObject({
+      code: "work_dir_outside_project",
+    });
+    await service.whenIdle();
+  });
+
+  it("a child's directory is checked against the delegating account's policy as it is now: an owner's free pick is refused once it is no longer owner (S004-255)", async () => {
+    const anywhere = realpathSync(mkdtempSync(join(tmpdir(), "crw-anywhere-")));
+    const { service } = makeService(db.pool);
+    const caller = await newParent(service, { isOwner: true });
+    const first = await placeFrom(service, caller.parent.id, caller, "as-owner", anywhere);
+    expect(await storedScope(first.childSessionId)).toMatchObject({
+      workDir: anywhere,
+      target: { kind: "host", ref: null },
+    });
+    await db.pool.query("update accounts set is_owner = false where id = $1::uuid", [caller.account.id]);
+    await expect(placeFrom(service, caller.parent.id, caller, "demoted", anywhere)).rejects.toMatchObject({
+      code: "work_dir_not_permitted",
+    });
+    await service.whenIdle();
+    rmSync(anywhere, { recursive: true, force: true });
   });
 });
 

@@ -1,7 +1,9 @@
-import { execFileSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { execFile, execFileSync } from "node:child_process";
+import { chmodSync, mkdirSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 import { afterAll, describe, expect, it } from "vitest";
 import {
   admitStoredWorkDir,
@@ -14,6 +16,8 @@ import {
   projectContextRoot,
 } from "../../src/scope/index.js";
 
+const run = promisify(execFile);
+
 const root = realpathSync(mkdtempSync(join(tmpdir(), "crw-workdir-")));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
@@ -22,6 +26,47 @@ mkdirSync(join(project, "src"), { recursive: true });
 mkdirSync(join(project, ".git"));
 const outside = join(root, "elsewhere");
 mkdirSync(outside);
+
+/**
+ * Places a directory its owner alone may read, then a readable one, as a process that does not own them.
+ * Root reads every directory, so when this suite runs as root an unprivileged process (nobody) does the
+ * placing, loading the same sources.
+ */
+async function unprivilegedPlacements(): Promise<string[]> {
+  const base = mkdtempSync(join(tmpdir(), "crw-readable-"));
+  const closed = join(base, "closed");
+  const open = join(base, "open");
+  mkdirSync(closed, { mode: 0o700 });
+  mkdirSync(open);
+  chmodSync(base, 0o755);
+  chmodSync(open, 0o755);
+  try {
+    const place = async (dir: string) =>
+      delegatedWorkDir(dir, { kind: "admin", canExecuteHost: true }).then(
+        () => "placed",
+        (e: DelegatedScopeError) => `refused ${e.code}`,
+      );
+    if (process.getuid?.() !== 0) {
+      chmodSync(closed, 0o000);
+      return [await place(closed), await place(open)];
+    }
+    const source = fileURLToPath(new URL("../../src/scope/workdir.ts", import.meta.url));
+    const script = `
+      const { createJiti } = await import("jiti");
+      const { delegatedWorkDir } = await createJiti(import.meta.url).import(${JSON.stringify(source)});
+      for (const dir of ${JSON.stringify([closed, open])})
+        console.log(await delegatedWorkDir(dir, { kind: "admin", canExecuteHost: true }).then(
+          () => "placed", (e) => "refused " + e.code));`;
+    const { stdout } = await run(process.execPath, ["--input-type=module", "-e", script], {
+      uid: 65534,
+      gid: 65534,
+      cwd: fileURLToPath(new URL("../..", import.meta.url)),
+    });
+    return stdout.trim().split("\n");
+  } finally {
+    rmSync(base, { recursive: true, force: true });
+  }
+}
 
 async function refusal(promise: Promise<unknown>): Promise<string> {
   try {
@@ -58,7 +103,7 @@ describe("delegatedWorkDir", () => {
     ).toBe("work_dir_outside_project");
   });
 
-  it("validates against the child's own live policy (the same path, different policies) (S004-255)", async () => {
+  it("the same path is accepted or refused by the policy it is checked against", async () => {
     const scoped = { kind: "scoped", project: { ref: "proj", root: project } } as const;
     expect(await refusal(delegatedWorkDir(outside, scoped))).toBe("work_dir_outside_project");
     expect((await delegatedWorkDir(outside, { kind: "admin", canExecuteHost: true })).workDir).toBe(outside);
@@ -73,10 +118,15 @@ describe("delegatedWorkDir", () => {
     expect(
       await refusal(delegatedWorkDir(join(root, "missing"), { kind: "admin", canExecuteHost: true })),
     ).toBe("work_dir_unavailable");
-    writeFileSync(join(root, "file.txt"), "x");
-    expect(
-      await refusal(delegatedWorkDir(join(root, "file.txt"), { kind: "admin", canExecuteHost: true })),
-    ).toBe("work_dir_unavailable");
+    // A file, even one anybody may execute, is not a directory.
+    const tool = join(root, "tool.sh");
+    writeFileSync(tool, "#!/bin/sh\n");
+    chmodSync(tool, 0o755);
+    expect(await refusal(delegatedWorkDir(tool, { kind: "admin", canExecuteHost: true }))).toBe(
+      "work_dir_unavailable",
+    );
+    // A directory the placing process may not read is refused; a readable one beside it is placed.
+    expect(await unprivilegedPlacements()).toEqual(["refused work_dir_unavailable", "placed"]);
   });
 
   it("projectForPath resolves a registered host project (S004-260)", async () => {
@@ -126,7 +176,7 @@ describe("delegatedWorkDir", () => {
     expect(await projectContextRoot(join(repo))).toEqual({ root: repo, repositoryRoot: repo });
   });
 
-  it("a node placed in a sibling worktree keeps its repository's ref but reads instructions from the worktree (S004-263)", async () => {
+  it("a directory in a sibling worktree of a registered repository is placed under that repository's ref", async () => {
     const repo = join(root, "real-repo");
     mkdirSync(repo);
     const git = (...args: string[]) => execFileSync("git", args, { cwd: repo, stdio: "pipe" });
@@ -155,7 +205,7 @@ describe("delegatedWorkDir", () => {
     expect(placed.instructionRoot).toBe(sibling);
   });
 
-  it("managed callers keep their guest mount and inherited narrower root (S004-258)", async () => {
+  it("a managed policy keeps the guest mount as the target root and refuses paths outside it", async () => {
     const policy = { kind: "managed", ref: "guest-1", guestRoot: "/workspace/team" } as const;
     const placed = await delegatedWorkDir("/workspace/team/app/./src", policy);
     expect(placed).toEqual({
