@@ -452,6 +452,43 @@ describe("scope capture and live access in delegation", () => {
     await service.whenIdle();
   });
 
+  it("a Windows placement on a paired computer reaches the database, each turn request and a continuation unchanged (S004-080)", async () => {
+    const { seen, runner } = recording();
+    const { service, repo } = makeService(db.pool, { runner });
+    const caller = await newParent(service);
+    const laptop = await childWithScope(repo, caller, "laptop", {
+      target: { kind: "local", targetId: "laptop" },
+      workDir: "C:\\Users\\owner",
+    });
+    const win = "C:\\Users\\owner\\repo";
+    const first = await service.delegate({
+      parentSessionId: laptop.id,
+      principalAccountId: caller.account.id,
+      toolCallId: "win",
+      task: scriptTask({ answer: "first" }),
+      mode: "foreground",
+      workDir: win,
+    });
+    if (first.kind !== "result") throw new Error("expected a result");
+    expect(await storedScope(first.childSessionId)).toMatchObject({
+      workDir: win,
+      target: { kind: "local", targetId: "laptop" },
+    });
+    const again = await continueForeground(
+      service,
+      { parent: laptop, account: caller.account },
+      first.childSessionId,
+      "again",
+      scriptTask({ answer: "again" }),
+    );
+    expect(again).toMatchObject({ kind: "result", body: "again" });
+    expect(seen.filter((r) => r.sessionId === first.childSessionId).map((r) => r.workDir)).toEqual([
+      win,
+      win,
+    ]);
+    await service.whenIdle();
+  });
+
   it("a child's directory is checked against the delegating account's policy as it is now: an owner's free pick is refused once it is no longer owner (S004-255)", async () => {
     const anywhere = realpathSync(mkdtempSync(join(tmpdir(), "crw-anywhere-")));
     const { service } = makeService(db.pool);

@@ -229,14 +229,19 @@ describe("placement spelling", () => {
       "\\\\server\\share\\repo",
     );
     expect((await delegatedWorkDir("/home/owner/repo", local)).workDir).toBe("/home/owner/repo");
+    // The durable scope's parser: the same three spellings for a local target, only POSIX for the others.
+    for (const workDir of ["C:\\Users\\owner\\repo", "\\\\server\\share\\repo", "/home/owner/repo"]) {
+      const scope = { accountId: "a", target: { kind: "local", targetId: "laptop" }, workDir };
+      expect(parseDelegatedExecutionScope(captureDelegatedExecutionScope(scope)).workDir).toBe(workDir);
+    }
     for (const kind of ["host", "managed"] as const) {
       const target = kind === "host" ? { kind, ref: "p" } : { kind, ref: "m", root: "/g" };
-      const scope = { accountId: "a", target, workDir: "C:\\Users\\owner\\repo" };
-      expect(() => captureDelegatedExecutionScope(scope)).toThrow(/POSIX/);
+      for (const workDir of ["C:\\Users\\owner\\repo", "\\\\server\\share\\repo"])
+        expect(() => captureDelegatedExecutionScope({ accountId: "a", target, workDir })).toThrow(/POSIX/);
     }
   });
 
-  it("a Windows placement survives persistence and continuation unchanged (S004-080)", () => {
+  it("a Windows placement survives a JSON round trip of its scope unchanged", () => {
     const json = captureDelegatedExecutionScope({
       accountId: "a",
       target: { kind: "local", targetId: "laptop" },
@@ -263,13 +268,17 @@ describe("placement spelling", () => {
     ).toThrow(/drive-relative/);
   });
 
-  it("host and managed scopes require POSIX paths (S004-083)", async () => {
-    expect(await refusal(delegatedWorkDir("C:\\x", { kind: "admin", canExecuteHost: true }))).toBe(
-      "invalid_work_dir",
-    );
-    expect(
-      await refusal(delegatedWorkDir("\\\\srv\\share", { kind: "managed", ref: "m", guestRoot: "/g" })),
-    ).toBe("invalid_work_dir");
+  it("host and managed scopes require POSIX paths, for a drive and a UNC share alike (S004-083)", async () => {
+    const policies = [
+      { kind: "admin", canExecuteHost: true },
+      { kind: "scoped", project: { ref: "proj", root: project } },
+      { kind: "managed", ref: "m", guestRoot: "/g" },
+    ] as const;
+    for (const policy of policies)
+      for (const cwd of ["C:\\x", "\\\\srv\\share\\x"])
+        expect(await refusal(delegatedWorkDir(cwd, policy)), `${policy.kind} ${cwd}`).toBe(
+          "invalid_work_dir",
+        );
   });
 
   it("artifact grants use the canonical forward-slash spelling, drive and UNC included (S004-082)", () => {
@@ -289,6 +298,23 @@ describe("placement spelling", () => {
         workDir: "relative",
       }),
     ).toThrow(/projectRef[^;]*$/);
+    // Only the projectRef issue is reported: the workDir check never ran.
+    const both = (() => {
+      try {
+        captureDelegatedExecutionScope({
+          accountId: "a",
+          target: { kind: "host", ref: "p" },
+          projectRef: "q",
+          workDir: "relative",
+        });
+      } catch (e) {
+        return e as DelegatedScopeError;
+      }
+      return undefined;
+    })();
+    expect((both?.context.issues as { path: string }[] | undefined)?.map((i) => i.path)).toEqual([
+      "projectRef",
+    ]);
     expect(() =>
       captureDelegatedExecutionScope({
         accountId: "a",
