@@ -9,6 +9,36 @@ const repo = () => new PgDelegationRepository(db.pool);
 
 const family = (children = 1) => familyOf(db.pool, children, "acct");
 
+/**
+ * A repository whose every pooled connection records the statements sent on it (their first four words):
+ * `issued` holds one list per connection taken, in the order they were taken.
+ */
+function spying() {
+  const issued: string[][] = [];
+  const spy = new PgDelegationRepository(
+    new Proxy(db.pool, {
+      get(target, key) {
+        if (key !== "connect") return Reflect.get(target, key);
+        return async () => {
+          const client = await target.connect();
+          const mine: string[] = [];
+          issued.push(mine);
+          return new Proxy(client, {
+            get(c, k) {
+              if (k !== "query") return Reflect.get(c, k);
+              return (text: string, values?: unknown[]) => {
+                mine.push(text.trim().split(/\s+/).slice(0, 4).join(" "));
+                return c.query(text, values);
+              };
+            },
+          });
+        };
+      },
+    }),
+  );
+  return { spy, issued };
+}
+
 describe("DelegationRepository on PostgreSQL", () => {
   it("a result's journal entry and its acknowledgement commit together or not at all (S004-025)", async () => {
     const { r, account, parent, runs } = await family(1);
@@ -42,6 +72,16 @@ describe("DelegationRepository on PostgreSQL", () => {
     const settled = await r.settledResultIds(parent.id, account.id);
     expect(settled.sort()).toEqual([...ids].sort());
     expect(new Set(settled).size).toBe(settled.length);
+    // Once committed, neither the steering drain (whatever waits) nor a deliverer naming them takes one again.
+    expect(await r.deliverQueuedResults(parent.id, account.id, asMessage)).toEqual({
+      delivered: [],
+      results: [],
+    });
+    expect(await r.deliverResults(parent.id, account.id, ids, asMessage)).toEqual({
+      delivered: [],
+      skipped: ids,
+    });
+    expect(await r.readJournal(parent.id, account.id)).toHaveLength(ids.length);
   });
 
   it("settledResultIds comes from settled, undiscarded entries carrying details.resultId (S004-023)", async () => {
@@ -210,7 +250,7 @@ describe("DelegationRepository on PostgreSQL", () => {
     expect(later.map((c) => c.id)).toContain(a.id);
   });
 
-  it("a private fork copy is absent from readers until it commits (S004-246)", async () => {
+  it("a private fork copy is absent from every session reader and from its parent's children until it commits (S004-246)", async () => {
     const { r, account, parent } = await family(0);
     await r.append(parent.id, account.id, [
       { body: { type: "message", message: { role: "user", content: "context" } } },
@@ -232,13 +272,28 @@ describe("DelegationRepository on PostgreSQL", () => {
       fork: { fromSessionId: parent.id },
     });
     expect(await r.copyJournalBranch(parent.id, fork.child.id, account.id, 2)).toBe(2);
-    await expect(r.getSession(fork.child.id, account.id)).rejects.toMatchObject({ code: "not_found" });
-    await expect(r.readJournal(fork.child.id, account.id)).rejects.toMatchObject({ code: "not_found" });
-    await expect(r.getChildSession(parent.id, fork.child.id, account.id)).rejects.toMatchObject({
-      code: "not_found",
-    });
-    await r.commitFork(fork.child.id, account.id);
-    expect(await r.readJournal(fork.child.id, account.id)).toHaveLength(2);
+    const child = fork.child.id;
+    // Every reader of a session: its transcript (usage-bearing replies included), its ownership, and the
+    // parent's listing of its children.
+    const readers: [string, () => Promise<unknown>][] = [
+      ["getSession", () => r.getSession(child, account.id)],
+      ["getSessionWithAccount", () => r.getSessionWithAccount(child, account.id)],
+      ["getChildSession", () => r.getChildSession(parent.id, child, account.id)],
+      ["readJournal", () => r.readJournal(child, account.id)],
+      ["readJournalTail", () => r.readJournalTail(child, account.id)],
+      ["readJournalAfter", () => r.readJournalAfter(child, account.id, 0)],
+      ["latestTurn", () => r.latestTurn(child, account.id)],
+      ["recentAssistantMessages", () => r.recentAssistantMessages(child, account.id, 32)],
+      ["settledResultIds", () => r.settledResultIds(child, account.id)],
+    ];
+    for (const [name, read] of readers)
+      await expect(read(), name).rejects.toMatchObject({ code: "not_found" });
+    expect((await r.childrenOf(parent.id, account.id)).map((c) => c.child.id)).not.toContain(child);
+    await r.commitFork(child, account.id);
+    // Committed, the same readers see it.
+    for (const [name, read] of readers) await expect(read(), name).resolves.toBeDefined();
+    expect(await r.readJournal(child, account.id)).toHaveLength(2);
+    expect((await r.childrenOf(parent.id, account.id)).map((c) => c.child.id)).toContain(child);
   });
 
   it("a fork's copied context keeps the parent's result ids in its JSON but they are not its deliveries", async () => {
@@ -334,7 +389,7 @@ describe("DelegationRepository on PostgreSQL", () => {
     expect(run.status).toBe("queued");
   });
 
-  it("every DelegationRepository operation is asynchronous: bad input rejects, it never throws synchronously (S004-158)", async () => {
+  it("every DelegationRepository operation is asynchronous: it returns a promise and never throws synchronously; bad ids reject (S004-158)", async () => {
     const r = repo();
     const bad = "not-a-uuid";
     const calls: Array<() => Promise<unknown>> = [
@@ -367,9 +422,24 @@ describe("DelegationRepository on PostgreSQL", () => {
       }).not.toThrow();
       await expect(promise).rejects.toMatchObject({ code: "invalid_input" });
     }
+    // Every operation the repository has, given ids that are not ids: a promise, never a synchronous throw.
+    const all = r as unknown as Record<string, unknown>;
+    const operations = Object.keys(all).filter((k) => typeof all[k] === "function");
+    expect(operations.length).toBeGreaterThan(70);
+    for (const name of operations) {
+      const operation = all[name] as (...args: unknown[]) => unknown;
+      let out: unknown;
+      expect(() => {
+        out = operation(...Array.from({ length: Math.max(operation.length, 1) }, () => bad));
+      }, name).not.toThrow();
+      expect(out, name).toBeInstanceOf(Promise);
+      const settled = await (out as Promise<unknown>).catch(() => undefined);
+      // an owner lease taken for the bad owner name is given back
+      if (typeof settled === "function") await (settled as () => Promise<void>)();
+    }
   });
 
-  it("a fork's context is copied in batches while the source journal keeps taking writes (S004-245)", async () => {
+  it("a fork's context is copied in batches, one short transaction each, while the source journal keeps taking writes", async () => {
     const { r, account, parent } = await family(0);
     const rows = 450;
     await r.append(
@@ -389,8 +459,9 @@ describe("DelegationRepository on PostgreSQL", () => {
       scope: "{}",
       fork: { fromSessionId: parent.id },
     });
+    const { spy, issued } = spying();
     const [copied] = await Promise.all([
-      r.copyJournalBranch(parent.id, fork.child.id, account.id, rows),
+      spy.copyJournalBranch(parent.id, fork.child.id, account.id, rows),
       ...Array.from({ length: 5 }, (_, i) =>
         r.append(parent.id, account.id, [
           { body: { type: "message", message: { role: "user", content: `late ${i}` } } },
@@ -398,6 +469,14 @@ describe("DelegationRepository on PostgreSQL", () => {
       ),
     ]);
     expect(copied).toBe(rows);
+    // Batches of 200 rows, each its own short transaction that locks only the private copy: the source's
+    // writers are never held for the length of the copy.
+    expect(issued).toHaveLength(3);
+    for (const statements of issued) {
+      expect(statements[0]).toMatch(/^begin/);
+      expect(statements.filter((q) => q.startsWith("insert into journal_entries"))).toHaveLength(1);
+      expect(statements.at(-1)).toBe("commit");
+    }
     await r.commitFork(fork.child.id, account.id);
     const copy = await r.readJournal(fork.child.id, account.id);
     expect(copy.map((e) => e.seq)).toEqual(Array.from({ length: rows }, (_, i) => i + 1));
@@ -420,28 +499,7 @@ describe("DelegationRepository on PostgreSQL", () => {
     const { r, account, parent, runs } = await family(1);
     const id = await settle(r, runs[0] as never);
     await r.deliverResults(parent.id, account.id, [id], asMessage);
-    const issued: string[][] = [];
-    const spy = new PgDelegationRepository(
-      new Proxy(db.pool, {
-        get(target, key) {
-          if (key !== "connect") return Reflect.get(target, key);
-          return async () => {
-            const client = await target.connect();
-            const mine: string[] = [];
-            issued.push(mine);
-            return new Proxy(client, {
-              get(c, k) {
-                if (k !== "query") return Reflect.get(c, k);
-                return (text: string, values?: unknown[]) => {
-                  mine.push(text.trim().split(/\s+/).slice(0, 4).join(" "));
-                  return c.query(text, values);
-                };
-              },
-            });
-          };
-        },
-      }),
-    );
+    const { spy, issued } = spying();
     expect(await spy.settledResultIds(parent.id, account.id)).toEqual([id]);
     expect(issued).toHaveLength(1);
     expect(issued[0]?.[0]).toBe("begin isolation level repeatable");
