@@ -11,9 +11,10 @@ const family = (children = 1) => familyOf(db.pool, children, "acct");
 
 /**
  * A repository whose every pooled connection records the statements sent on it (their first four words):
- * `issued` holds one list per connection taken, in the order they were taken.
+ * `issued` holds one list per connection taken, in the order they were taken. `sent` and `done` hear each
+ * statement as it is sent and once it has answered.
  */
-function spying() {
+function spying(hear: { sent?: (q: string) => void; done?: (q: string) => void } = {}) {
   const issued: string[][] = [];
   const spy = new PgDelegationRepository(
     new Proxy(db.pool, {
@@ -26,9 +27,13 @@ function spying() {
           return new Proxy(client, {
             get(c, k) {
               if (k !== "query") return Reflect.get(c, k);
-              return (text: string, values?: unknown[]) => {
-                mine.push(text.trim().split(/\s+/).slice(0, 4).join(" "));
-                return c.query(text, values);
+              return async (text: string, values?: unknown[]) => {
+                const q = text.trim().split(/\s+/).slice(0, 4).join(" ");
+                mine.push(q);
+                hear.sent?.(q);
+                const out = await c.query(text, values);
+                hear.done?.(q);
+                return out;
               };
             },
           });
@@ -439,7 +444,7 @@ describe("DelegationRepository on PostgreSQL", () => {
     }
   });
 
-  it("a fork's context is copied in batches, one short transaction each, while the source journal keeps taking writes", async () => {
+  it("a fork's context is copied in batches that yield, each admitted as the private copy's writer in its own transaction, while the source journal keeps taking writes (S004-245)", async () => {
     const { r, account, parent } = await family(0);
     const rows = 450;
     await r.append(
@@ -459,19 +464,46 @@ describe("DelegationRepository on PostgreSQL", () => {
       scope: "{}",
       fork: { fromSessionId: parent.id },
     });
-    const { spy, issued } = spying();
-    const [copied] = await Promise.all([
-      spy.copyJournalBranch(parent.id, fork.child.id, account.id, rows),
-      ...Array.from({ length: 5 }, (_, i) =>
-        r.append(parent.id, account.id, [
-          { body: { type: "message", message: { role: "user", content: `late ${i}` } } },
-        ]),
-      ),
+    // A turn of the event loop is queued as each batch commits: it runs before the next batch begins only
+    // when the copy yields between batches.
+    const order: string[] = [];
+    const { spy, issued } = spying({
+      sent: (q) => q.startsWith("begin") && order.push("batch"),
+      done: (q) => q === "commit" && setImmediate(() => order.push("loop turn")),
+    });
+    // Another writer holds the private copy's row: the copy waits to be admitted, and meanwhile the source
+    // journal takes writes.
+    const holder = await db.pool.connect();
+    await holder.query("begin");
+    await holder.query("select 1 from sessions where id = $1::uuid for update", [fork.child.id]);
+    const copying = spy.copyJournalBranch(parent.id, fork.child.id, account.id, rows);
+    let finished = false;
+    void copying.finally(() => {
+      finished = true;
+    });
+    for (let waiting = 0; waiting === 0 && !finished; ) {
+      const { rowCount } = await db.pool.query(
+        "select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
+      );
+      waiting = rowCount ?? 0;
+    }
+    expect(finished).toBe(false);
+    for (let i = 0; i < 5; i++)
+      await r.append(parent.id, account.id, [
+        { body: { type: "message", message: { role: "user", content: `late ${i}` } } },
+      ]);
+    const early = await db.pool.query("select 1 from journal_entries where session_id = $1::uuid", [
+      fork.child.id,
     ]);
+    expect(early.rowCount).toBe(0);
+    await holder.query("commit");
+    holder.release();
+    const copied = await copying;
     expect(copied).toBe(rows);
     // Batches of 200 rows, each its own short transaction that locks only the private copy: the source's
     // writers are never held for the length of the copy.
     expect(issued).toHaveLength(3);
+    expect(order.slice(0, 5)).toEqual(["batch", "loop turn", "batch", "loop turn", "batch"]);
     for (const statements of issued) {
       expect(statements[0]).toMatch(/^begin/);
       expect(statements.filter((q) => q.startsWith("insert into journal_entries"))).toHaveLength(1);
