@@ -23,6 +23,16 @@ import {
 
 const db = useTestDatabase();
 
+/** `repo` with each read of assistant rows reporting its page size to `pages` before it runs. */
+function pageCounting(repo: ReturnType<typeof makeService>["repo"], pages: number[]) {
+  const counting = Object.create(repo) as typeof repo;
+  counting.recentAssistantMessages = (s, p, l, b) => {
+    pages.push(l);
+    return repo.recentAssistantMessages(s, p, l, b);
+  };
+  return counting;
+}
+
 async function backgroundResult(service: ReturnType<typeof makeService>["service"], answer: string) {
   const { account, parent } = await newParent(service);
   const receipt = await delegateBackground(service, { parent, account }, "bg", scriptTask({ answer }));
@@ -130,11 +140,7 @@ describe("the ordinary last-row reply reader", () => {
   it("a call's result reads one assistant row; an empty last answer never surfaces an older call's reply", async () => {
     const base = makeService(db.pool);
     const limits: number[] = [];
-    const counting = Object.create(base.repo) as typeof base.repo;
-    counting.recentAssistantMessages = (s, p, l, b) => {
-      limits.push(l);
-      return base.repo.recentAssistantMessages(s, p, l, b);
-    };
+    const counting = pageCounting(base.repo, limits);
     // a settlement reads its reply with its settling mark: the newest assistant row alone
     let settlingReads = 0;
     counting.markSettlingWithReply = (...args) => {
@@ -254,12 +260,7 @@ describe("readSubagent after empty failed continuations", () => {
     if (first.kind !== "result") throw new Error("expected a result");
     await repo.append(first.childSessionId, account.id, emptyFailedAnswers(ASSISTANT_PAGE * 2 + 5));
     ctx = { repo, parent: parent.id, child: first.childSessionId, account: account.id };
-    const counting = Object.create(repo) as typeof repo;
-    counting.recentAssistantMessages = (s, p, l, b) => {
-      reads.push(l);
-      return repo.recentAssistantMessages(s, p, l, b);
-    };
-    answer = await readSubagent(counting, parent.id, first.childSessionId, account.id);
+    answer = await readSubagent(pageCounting(repo, reads), parent.id, first.childSessionId, account.id);
   });
 
   it("gives what the canonical settled-answer reader gives, not the newest row's text (S004-175)", async () => {
@@ -277,12 +278,9 @@ describe("readSubagent after empty failed continuations", () => {
     if (mute.kind !== "result") throw new Error("expected a result");
     await repo.append(mute.childSessionId, account.id, emptyFailedAnswers(ASSISTANT_PAGE));
     const pages: number[] = [];
-    const counting = Object.create(repo) as typeof repo;
-    counting.recentAssistantMessages = (s, p, l, b) => {
-      pages.push(l);
-      return repo.recentAssistantMessages(s, p, l, b);
-    };
-    expect(await readSubagent(counting, parent.id, mute.childSessionId, account.id)).toBeUndefined();
+    expect(
+      await readSubagent(pageCounting(repo, pages), parent.id, mute.childSessionId, account.id),
+    ).toBeUndefined();
     expect(pages).toEqual([32, 32]);
   });
 
