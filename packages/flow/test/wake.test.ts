@@ -142,8 +142,11 @@ describe("the run wakes its owner", () => {
         ops: ["explorer.1/t1"],
         batch: ws[0]?.batch,
       });
-      expect((escalations[0] as { waiting_seconds: number }).waiting_seconds).toEqual(expect.any(Number));
-      expect((escalations[0] as { waiting_seconds: number }).waiting_seconds).toBeGreaterThanOrEqual(0);
+      // the seconds since the steps began to wait, rounded: at least UnresponsiveAfter (0.7 s here)
+      const waited = (escalations[0] as { waiting_seconds: number }).waiting_seconds;
+      const since = (Date.parse(String((escalations[0] as { at: string }).at)) - published) / 1000;
+      expect(waited).toBeGreaterThanOrEqual(1);
+      expect(Math.abs(waited - since)).toBeLessThanOrEqual(0.6);
     });
   });
 
@@ -291,6 +294,17 @@ describe("OwnerWaker wake ids", () => {
       const w2 = rows.filter((x) => x.type === "session_wake");
       expect(w2[1]).toMatchObject({ wake_id: `run:r1/${batch}`, staged: false, reason: "already_held" });
       expect(turns).toHaveLength(1);
+      fake.completeTurn(owner);
+
+      // another set of waiting steps is another batch: a new message
+      const other = new OwnerWaker(ctx, cfg);
+      publish(other, "a.1/t1-a1");
+      await other.tick();
+      const w4 = rows.filter((x) => x.type === "session_wake");
+      expect(w4[2]).toMatchObject({ ops: ["a.1/t1"], staged: true });
+      expect((w4[2] as { batch: string }).batch).not.toBe(batch);
+      expect(turns).toHaveLength(2);
+      fake.completeTurn(owner);
 
       // a resume: the run's second process wakes under <batch>/e2, a new message
       append([{ ...(started as object), process_n: 2 } as NewRow]);
@@ -299,8 +313,8 @@ describe("OwnerWaker wake ids", () => {
       publish(resumed, "b.1/t1-a1");
       await resumed.tick();
       const w3 = rows.filter((x) => x.type === "session_wake");
-      expect(w3[2]).toMatchObject({ wake_id: `run:r1/${batch}/e2`, staged: true });
-      expect(turns).toHaveLength(2);
+      expect(w3[3]).toMatchObject({ wake_id: `run:r1/${batch}/e2`, staged: true });
+      expect(turns).toHaveLength(3);
     } finally {
       await host.close();
       await fake.stop();
