@@ -511,6 +511,14 @@ export async function assembleRuntime(
     // A cancel recorded by another daemon for a workflow this one drives reaches it through pg_notify.
     listenForCancel: true,
     onCompletion: (c) => service.resultQueued(c.parentSessionId, c.principalAccountId, c.resultId),
+    // A workflow finished after a restart has no live origin: its summary is prepared the same way.
+    summaryWriter: (origin) => (summary, outcome, workflowId) =>
+      service.prepareWorkflowSummary(
+        { sessionId: origin.parentSessionId, principalAccountId: origin.principalAccountId },
+        workflowId,
+        summary,
+        outcome,
+      ),
     onEvent: (event: WorkflowEvent) => {
       log.info({ event }, "workflow event");
       bus.publish(`workflow:${event.workflowId}`, event);

@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { mkdtemp, writeFile } from "node:fs/promises";
+import { mkdtemp, readFile, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createScriptedTurnRunner, DelegationService, FileSpillStore, scriptTask } from "@crw/brain";
@@ -22,7 +22,7 @@ const db = useTestDatabase();
  * A delegation service whose sessions get the workflow tools (reading `project`), and the workflow engine
  * those tools drive: node turns run as delegated child sessions, completions wake their parent.
  */
-function wiredWithWorkflowTools(project: string, spillRoot: string) {
+function wiredWithWorkflowTools(project: string, spillRoot: string, inlineBytes?: number) {
   const repo = new PgDelegationRepository(db.pool);
   let engine!: WorkflowEngine;
   const reader = boundedProjectFileReader({ root: project });
@@ -31,6 +31,7 @@ function wiredWithWorkflowTools(project: string, spillRoot: string) {
     repo,
     runner: createScriptedTurnRunner(),
     spill: new FileSpillStore(spillRoot),
+    ...(inlineBytes !== undefined && { toolResultInlineBytes: () => inlineBytes }),
     tools: (session) =>
       workflowTools({
         service,
@@ -140,6 +141,57 @@ describe("the Sub-agent plugin's tools", () => {
         "WorkflowResume",
         "WorkflowCancel",
       ]);
+      await service.whenIdle();
+    } finally {
+      await engine.close();
+      await service.close();
+    }
+  });
+
+  it("a summary above the inline limit reaches the parent's inbox as a placeholder, the whole of it spilled for the parent (S004-235)", async () => {
+    const project = await mkdtemp(join(tmpdir(), "crw-proj-"));
+    const { repo, service, engine } = wiredWithWorkflowTools(
+      project,
+      await mkdtemp(join(tmpdir(), "crw-spill-")),
+      600,
+    );
+    try {
+      await service.start();
+      await engine.open();
+      const account = await repo.createAccount({ name: `a-${randomUUID()}`, isOwner: true });
+      const parent = await repo.createRootSession(account.id, "scripted");
+      const long = (n: number) => scriptTask({ rounds: [], answer: `${n}: ${"findings ".repeat(40)}` });
+      await writeFile(
+        join(project, "wide.json"),
+        JSON.stringify({ name: "wide", nodes: [1, 2, 3].map((n) => ({ id: `n${n}`, task: long(n) })) }),
+      );
+      await service.prompt(
+        parent.id,
+        account.id,
+        scriptTask({
+          rounds: [[{ name: "WorkflowStart", arguments: { path: "wide.json" } }]],
+          answer: "started",
+          followUp: "noted",
+        }),
+      );
+      const { rows } = await db.pool.query("select id from workflows where parent_session_id = $1::uuid", [
+        parent.id,
+      ]);
+      const outcome = await engine.finished(String(rows[0].id));
+      expect(outcome.status).toBe("completed");
+      const summary = outcome.summary as string;
+      expect(Buffer.byteLength(summary)).toBeGreaterThan(600);
+      const row = (
+        await db.pool.query("select body, spill_id from delegation_results where id = $1", [outcome.resultId])
+      ).rows[0] as { body: string; spill_id: string | null };
+      // the row the parent's inbox holds was written prepared: a placeholder naming the spilled file
+      const path = /^\[full result: \d+ bytes at (\S+); read that path with Read\]/.exec(row.body)?.[1];
+      expect(path, row.body).toBeDefined();
+      expect(row.spill_id).not.toBeNull();
+      expect(await readFile(path as string, "utf8")).toBe(summary);
+      expect(await repo.spilledOutput(parent.id, account.id, path as string)).toMatchObject({
+        byteSize: Buffer.byteLength(summary),
+      });
       await service.whenIdle();
     } finally {
       await engine.close();

@@ -49,6 +49,7 @@ import { type PromptTool, systemPromptFor } from "./prompt.js";
 import { readSubagent } from "./readSubagent.js";
 import { type MutatingTool, offeredTools } from "./scopedTools.js";
 import { DelegatedSettlement, type InboxLook } from "./settlement.js";
+import type { PreparedCompletion } from "./spill.js";
 import { spillReadTool } from "./spillRead.js";
 import { StallWatchdog } from "./stallWatchdog.js";
 import { delegationTools } from "./tools.js";
@@ -1157,6 +1158,16 @@ export class DelegationService implements RestartCheckpoint {
 
   emitDelegationCompletion(completion: DelegationCompletion): Promise<string> {
     return this.settlement.emitDelegationCompletion(completion);
+  }
+
+  /** A workflow summary for `recipient`'s inbox, inline or spilled above the inline limit (see settlement). */
+  prepareWorkflowSummary(
+    recipient: { sessionId: string; principalAccountId: string },
+    workflowId: string,
+    summary: string,
+    outcome: "ok" | "error",
+  ): Promise<PreparedCompletion> {
+    return this.settlement.prepareSummary(recipient, workflowId, summary, outcome);
   }
 }
 

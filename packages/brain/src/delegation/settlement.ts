@@ -1,4 +1,4 @@
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { resolve } from "node:path";
 import {
   type Account,
@@ -27,7 +27,12 @@ import { faultPoint } from "./faults.js";
 import { commitIsolatedWork } from "./isolation.js";
 import type { Notifier } from "./notifier.js";
 import { latestAssistantText, replyOf } from "./readSubagent.js";
-import { DEFAULT_TOOL_RESULT_INLINE_BYTES, prepareCompletion, type SpillStore } from "./spill.js";
+import {
+  DEFAULT_TOOL_RESULT_INLINE_BYTES,
+  type PreparedCompletion,
+  prepareCompletion,
+  type SpillStore,
+} from "./spill.js";
 import {
   NO_PROGRESS,
   type ProgressEvent,
@@ -521,6 +526,28 @@ export class DelegatedSettlement {
       this.#resultTurnFor(completion.parentSessionId);
     }
     return queued.resultId;
+  }
+
+  /**
+   * A workflow's summary prepared for its parent's inbox as any result is: inline up to the limit, else the
+   * whole of it spilled for the parent and a placeholder in its place. The file is named by the summary's
+   * content, so a delivery retried after a crash writes the same file.
+   */
+  async prepareSummary(
+    recipient: { sessionId: string; principalAccountId: string },
+    workflowId: string,
+    summary: string,
+    outcome: "ok" | "error",
+  ): Promise<PreparedCompletion> {
+    const digest = createHash("sha256").update(summary).digest("hex").slice(0, 16);
+    return prepareCompletion({
+      repo: this.core.repo,
+      ...(await this.#writerFor(recipient, summary)),
+      recipient: { ...recipient, fileName: `workflow-${workflowId}-${digest}.txt` },
+      readHint: "The workflow's node outputs remain readable with DelegateRead on each node's child.",
+      outcome,
+      body: summary,
+    });
   }
 
   /** A result publication: captured, so the restart checkpoint lets one in flight commit. */

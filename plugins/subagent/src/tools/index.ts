@@ -89,6 +89,13 @@ export function workflowTools(options: SubagentToolsOptions): MutatingTool[] {
     ...(options.accessors ??
       hostAccessors({
         completion: (c) => service.resultQueued(c.parentSessionId, c.principalAccountId, c.resultId),
+        writer: (summary, outcome, workflowId) =>
+          service.prepareWorkflowSummary(
+            { sessionId: session.id, principalAccountId: principal },
+            workflowId,
+            summary,
+            outcome,
+          ),
       })),
   });
   const tools: MutatingTool[] = [];
