@@ -510,7 +510,7 @@ export async function assembleRuntime(
     ...(config.runtime.maxActiveNodes !== undefined && { maxActiveNodes: config.runtime.maxActiveNodes }),
     // A cancel recorded by another daemon for a workflow this one drives reaches it through pg_notify.
     listenForCancel: true,
-    onCompletion: (c) => service.resultQueued(c.parentSessionId, c.principalAccountId, c.resultId),
+    onCompletion: (c) => service.workflowSummaryQueued(c.parentSessionId, c.principalAccountId, c.resultId),
     // A workflow finished after a restart has no live origin: its summary is prepared the same way.
     summaryWriter: (origin) => (summary, outcome, workflowId) =>
       service.prepareWorkflowSummary(

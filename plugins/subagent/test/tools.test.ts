@@ -2,7 +2,13 @@ import { randomUUID } from "node:crypto";
 import { mkdtemp, readFile, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createScriptedTurnRunner, DelegationService, FileSpillStore, scriptTask } from "@crw/brain";
+import {
+  createScriptedTurnRunner,
+  DelegationService,
+  FileSpillStore,
+  type MutatingTool,
+  scriptTask,
+} from "@crw/brain";
 import { PgDelegationRepository } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
@@ -22,7 +28,12 @@ const db = useTestDatabase();
  * A delegation service whose sessions get the workflow tools (reading `project`), and the workflow engine
  * those tools drive: node turns run as delegated child sessions, completions wake their parent.
  */
-function wiredWithWorkflowTools(project: string, spillRoot: string, inlineBytes?: number) {
+function wiredWithWorkflowTools(
+  project: string,
+  spillRoot: string,
+  inlineBytes?: number,
+  extra: MutatingTool[] = [],
+) {
   const repo = new PgDelegationRepository(db.pool);
   let engine!: WorkflowEngine;
   const reader = boundedProjectFileReader({ root: project });
@@ -32,8 +43,9 @@ function wiredWithWorkflowTools(project: string, spillRoot: string, inlineBytes?
     runner: createScriptedTurnRunner(),
     spill: new FileSpillStore(spillRoot),
     ...(inlineBytes !== undefined && { toolResultInlineBytes: () => inlineBytes }),
-    tools: (session) =>
-      workflowTools({
+    tools: (session) => [
+      ...extra,
+      ...workflowTools({
         service,
         engine,
         session,
@@ -41,6 +53,7 @@ function wiredWithWorkflowTools(project: string, spillRoot: string, inlineBytes?
         reader,
         currentWorkDir: async () => null,
       }),
+    ],
   });
   engine = new WorkflowEngine({
     pool: db.pool,
@@ -143,6 +156,107 @@ describe("the Sub-agent plugin's tools", () => {
       ]);
       await service.whenIdle();
     } finally {
+      await engine.close();
+      await service.close();
+    }
+  });
+
+  it("a workflow ending while the child that started it waits on a live helper starts the child's result turn at once (S004-048)", async () => {
+    const project = await mkdtemp(join(tmpdir(), "crw-proj-"));
+    // Two gates: the workflow's one node waits at "node", the child's background helper at "helper".
+    const opener: Record<string, () => void> = {};
+    const gates = Object.fromEntries(
+      ["node", "helper"].map((k) => [k, new Promise<void>((r) => (opener[k] = r))] as const),
+    );
+    const open = (key: string) => opener[key]?.();
+    const gateTool: MutatingTool = {
+      name: "Gate",
+      description: "waits for the test",
+      parameters: { type: "object", properties: { key: { type: "string" } } },
+      mutates: false,
+      execute: async (args) => {
+        await gates[String(args.key)];
+        return { content: "open" };
+      },
+    };
+    const { repo, service, engine } = wiredWithWorkflowTools(
+      project,
+      await mkdtemp(join(tmpdir(), "crw-spill-")),
+      undefined,
+      [gateTool],
+    );
+    try {
+      await service.start();
+      await engine.open();
+      const account = await repo.createAccount({ name: `a-${randomUUID()}`, isOwner: true });
+      const parent = await repo.createRootSession(account.id, "scripted");
+      const gated = (key: string) =>
+        scriptTask({ rounds: [[{ name: "Gate", arguments: { key } }]], answer: key });
+      await writeFile(
+        join(project, "one.json"),
+        JSON.stringify({ name: "one", nodes: [{ id: "a", task: gated("node") }] }),
+      );
+      const helper = gated("helper");
+      const call = service.delegate({
+        parentSessionId: parent.id,
+        principalAccountId: account.id,
+        toolCallId: "starts-a-workflow",
+        task: scriptTask({
+          rounds: [
+            [
+              { name: "WorkflowStart", arguments: { path: "one.json" } },
+              { name: "Delegate", arguments: { task: helper, background: true } },
+            ],
+          ],
+          answer: "child answered",
+          followUp: "child took",
+        }),
+        mode: "foreground",
+      });
+      let child = "";
+      let workflowId = "";
+      await until(async () => {
+        child = (await repo.runForToolCall(parent.id, "starts-a-workflow", account.id))?.childSessionId ?? "";
+        if (!child) return false;
+        const r = await db.pool.query("select id from workflows where parent_session_id = $1::uuid", [child]);
+        workflowId = String(r.rows[0]?.id ?? "");
+        return workflowId !== "";
+      }, "the child's workflow");
+      // the child's turn ends and its call waits on its helper; only then does the workflow end
+      await until(async () => {
+        const journal = await repo.readJournal(child, account.id);
+        const answered = journal.some(
+          (e) =>
+            e.body.type === "message" &&
+            e.body.message.role === "assistant" &&
+            e.body.message.content.some((c) => c.type === "text" && c.text === "child answered"),
+        );
+        return answered && !service.turns.isBusy(child);
+      }, "the child's answer");
+      open("node");
+      const outcome = await engine.finished(workflowId);
+      // the summary's turn: after the summary in the child's journal, the child answers again, while its
+      // helper still waits at the gate
+      await until(async () => {
+        const journal = await repo.readJournal(child, account.id);
+        const at = journal.findIndex(
+          (e) =>
+            e.body.type === "message" &&
+            e.body.message.role === "custom" &&
+            e.body.message.details?.resultId === outcome.resultId,
+        );
+        return (
+          at > 0 &&
+          journal.slice(at).some((e) => e.body.type === "message" && e.body.message.role === "assistant")
+        );
+      }, "the summary's own turn");
+      expect((await repo.openChildRuns(child, account.id)).length).toBe(1);
+      open("helper");
+      expect(await call).toMatchObject({ kind: "result", outcome: "ok" });
+      await service.whenIdle();
+    } finally {
+      open("node");
+      open("helper");
       await engine.close();
       await service.close();
     }

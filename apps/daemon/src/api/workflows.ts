@@ -141,7 +141,8 @@ export function registerWorkflowMethods(rpc: RpcRegistry, rt: DaemonRuntime, def
           // Node turns run in runners, but their tools (WorkflowAddNodes among them) execute here in the
           // daemon through the turn bridge, so a node extends its workflow locally.
           ...hostAccessors({
-            completion: (c) => rt.service.resultQueued(c.parentSessionId, c.principalAccountId, c.resultId),
+            completion: (c) =>
+              rt.service.workflowSummaryQueued(c.parentSessionId, c.principalAccountId, c.resultId),
           }),
         },
         { definition },

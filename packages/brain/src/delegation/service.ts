@@ -564,6 +564,20 @@ export class DelegationService implements RestartCheckpoint {
     return read;
   }
 
+  /**
+   * A workflow's summary is in `parentSessionId`'s inbox (the workflow engine wrote it): delivered like any
+   * result, and when the parent is a child whose call waits on helpers, its result turn starts now instead
+   * of after the helpers have settled.
+   */
+  async workflowSummaryQueued(
+    parentSessionId: string,
+    principalAccountId: string,
+    resultId: string,
+  ): Promise<void> {
+    await this.resultQueued(parentSessionId, principalAccountId, resultId);
+    this.settlement.resultTurnFor(parentSessionId);
+  }
+
   /** A root session's turn ended outside `prompt` (a host-driven turn): deliver what waits for it. */
   parentIdle(session: SessionRow): void {
     this.#afterIdle(session);

@@ -419,7 +419,7 @@ export class DelegatedSettlement {
    * round instead. The open call is held until that turn finishes (committing the summary releases
    * nothing), and its result is the newest settled reply.
    */
-  #resultTurnFor(sessionId: string): void {
+  resultTurnFor(sessionId: string): void {
     const call = this.#calls.get(sessionId);
     if (!call || this.core.turns.isBusy(sessionId)) return;
     this.core.track(
@@ -523,7 +523,7 @@ export class DelegatedSettlement {
         completion.principalAccountId,
         queued.resultId,
       );
-      this.#resultTurnFor(completion.parentSessionId);
+      this.resultTurnFor(completion.parentSessionId);
     }
     return queued.resultId;
   }

@@ -243,8 +243,8 @@ describe("delivery and bracket edges", () => {
   });
 });
 
-describe("emitDelegationCompletion for a settling child", () => {
-  it("starts the result turn itself, independently of the settlement drain, reporting to the open call's sink; the call is held until that turn finishes (S004-058)", async () => {
+describe("a workflow summary for a settling child", () => {
+  it("starts the result turn itself, independently of the settlement drain, reporting to the open call's sink; the call is held until that turn finishes (S004-048 S004-058)", async () => {
     const gates = new Map<string, Promise<void>>();
     const helperGate = latch();
     gates.set("helper", helperGate.promise);
@@ -300,14 +300,18 @@ describe("emitDelegationCompletion for a settling child", () => {
       );
       return answered && !service.turns.isBusy(run.childSessionId) ? run.childSessionId : undefined;
     }, "the child's answer, its call settling on a live helper");
-    const summaryId = await service.emitDelegationCompletion({
-      kind: "workflow_summary",
+    // What the workflow engine does when a workflow the child started ends: its summary row, then the hook.
+    const summary = "workflow summary while settling";
+    const { resultId: summaryId } = await repo.enqueueWorkflowSummary({
+      resultId: randomUUID(),
       parentSessionId: childId,
       principalAccountId: account.id,
       toolCallId: "wf",
       outcome: "ok",
-      summary: "workflow summary while settling",
+      body: summary,
+      byteSize: Buffer.byteLength(summary),
     });
+    await service.workflowSummaryQueued(childId, account.id, summaryId);
     // The summary's turn runs now, while the helper is still working (the settlement drain waits on it).
     await waitFor(async () => {
       const journal = await repo.readJournal(childId, account.id);

@@ -88,7 +88,7 @@ export function workflowTools(options: SubagentToolsOptions): MutatingTool[] {
     currentWorkDir: options.currentWorkDir,
     ...(options.accessors ??
       hostAccessors({
-        completion: (c) => service.resultQueued(c.parentSessionId, c.principalAccountId, c.resultId),
+        completion: (c) => service.workflowSummaryQueued(c.parentSessionId, c.principalAccountId, c.resultId),
         writer: (summary, outcome, workflowId) =>
           service.prepareWorkflowSummary(
             { sessionId: session.id, principalAccountId: principal },
