@@ -253,12 +253,16 @@ describe("--backend app-server with the real codex binary", () => {
     expect(taskText()).toBeDefined();
     expect(taskText().indexOf("## Task")).toBeLessThan(taskText().indexOf("## Repository tools"));
     expect(taskText().trimEnd().endsWith(`- TMPDIR=${runTmp}`)).toBe(true);
+    // the section a session packet carries: the directory's fact, the command prefix, the entries
+    const tools = taskText().slice(taskText().indexOf("## Repository tools"));
+    expect(tools).toContain(`- The run's temporary directory is ${runTmp} (env.TMPDIR of `);
+    expect(tools).toContain(`\`\`\`\nTMPDIR=${runTmp}\n\`\`\``);
     expect(all.find((r) => r.type === "prepared" && r.call === "a.1")).toMatchObject({
       input: { task: "Report the run's temporary directory." },
     });
   });
 
-  it("a thread the run starts runs its commands with the run's entries beside the server's own policy: b's shell saw the run's TMPDIR and the server's set entry (S000-053)", () => {
+  it("a thread the run starts runs its commands with the run's entries beside the server's own policy: b's shell saw the run's TMPDIR and the server's set entry", () => {
     expect(all.find((r) => r.type === "completed" && r.call === "b.1")).toMatchObject({
       result: { tmp: runTmp, server: "kept" },
     });
