@@ -113,7 +113,7 @@ describe("app-server backend: a pause stops every call", () => {
     expect(read.ok && read.value.turns[0]?.status).toBe("interrupted");
   });
 
-  it("the token ceiling pauses an app-server run before a new call starts; a call in flight is interrupted and held (S000-101)", async () => {
+  it("the token ceiling pauses an app-server run before a new call starts; a call in flight is interrupted and held", async () => {
     const wf = defineWorkflow({
       name: "ceiling",
       run: async (ctx) => {
