@@ -1,7 +1,13 @@
-import { tryLock, unlock } from "@crw/flow";
+import { listStepFiles, tryLock, unlock } from "@crw/flow";
 import { afterEach, describe, expect, it, onTestFinished } from "vitest";
 import { crwFlow, dispatchedArgs } from "./helpers/cli.js";
-import { defineWorkflow, type InProcessRun, inProcessRun, countSchema as schema } from "./helpers/harness.js";
+import {
+  defineWorkflow,
+  type InProcessRun,
+  inProcessRun,
+  countSchema as schema,
+  until,
+} from "./helpers/harness.js";
 
 let run: InProcessRun | null = null;
 afterEach(async () => {
@@ -100,18 +106,42 @@ describe("binding a reported subagent", () => {
     expect(bound.json()).toMatchObject({ reply: "bound" });
   });
 
-  it("a model with an undecided effort binds on the model alone (effort_unchecked, the host's effort recorded) (S000-069 S000-067)", async () => {
+  it("a model with an undecided effort binds on the model alone: another model is still a pair_mismatch; the host's effort is recorded with effort_unchecked (S000-069)", async () => {
     run = await inProcessRun({ roles: { explorer: { model: "m-explore" } } });
     const { done } = run.background(one());
     const step = await run.firstStep();
+    const otherModel = run.spawn(step, "explorer", { model: "other", reasoningEffort: "low" });
+    expect(await run.report(step, otherModel.threadId)).toBe("pair_mismatch");
     const a = run.spawn(step, "explorer", { model: "m-explore", reasoningEffort: "low" });
     expect(await run.report(step, a.threadId)).toBe("bound");
     run.fake.answer(a.threadId, '{"n":2}');
     await done;
-    expect(run.rows().find((r) => r.type === "thread_started")).toMatchObject({
+    const ts = run.rows().find((r) => r.type === "thread_started");
+    expect(ts).toMatchObject({
+      thread_id: a.threadId,
+      model: "m-explore",
       effort: "low",
       effort_unchecked: true,
     });
+    expect(ts).not.toHaveProperty("pair_unchecked");
+  });
+
+  it("a role whose pair the role table leaves to the host binds a subagent on any pair, recorded pair_unchecked with the host's pair (S000-067)", async () => {
+    run = await inProcessRun();
+    const { done } = run.background(one());
+    const step = await run.firstStep();
+    const a = run.spawn(step, "explorer", { model: "host-model", reasoningEffort: "minimal" });
+    expect(await run.report(step, a.threadId)).toBe("bound");
+    run.fake.answer(a.threadId, '{"n":2}');
+    await done;
+    const ts = run.rows().find((r) => r.type === "thread_started");
+    expect(ts).toMatchObject({
+      thread_id: a.threadId,
+      model: "host-model",
+      effort: "minimal",
+      pair_unchecked: true,
+    });
+    expect(ts).not.toHaveProperty("effort_unchecked");
   });
 
   it("an agentRole other than the expected agent type is recorded session_agent_role_mismatch and bound (S000-068)", async () => {
@@ -180,6 +210,10 @@ describe("binding a reported subagent", () => {
       const { r, threads, step, finish } = await started();
       const a = r.spawn(step, "explorer");
       expect(await r.report(step, a.threadId, "another-run")).toBe("refused");
+      // so is one naming a step no call waits for: another run's report is never read as this run's
+      expect(await r.report({ call: step.call, k: 5, attempt: 1 }, a.threadId, "another-run")).toBe(
+        "refused",
+      );
       expect(threads()).toHaveLength(0);
       await finish(6);
     });
@@ -220,6 +254,30 @@ describe("binding a reported subagent", () => {
       const threads = run.rows().filter((x) => x.type === "thread_started");
       expect(threads.map((t) => (t as { thread_id: string }).thread_id)).toEqual([a.threadId]);
     });
+  });
+
+  it("a report for an attempt that was lost is told to close, even from the subagent that was bound to it (S000-064)", async () => {
+    run = await inProcessRun({ lostAfterMs: 60_000 });
+    const r = run;
+    const { done } = r.background(one());
+    const s1 = await r.firstStep();
+    const a = r.spawn(s1, "explorer");
+    expect(await r.report(s1, a.threadId)).toBe("bound");
+    // a turn interrupted without an error on an unloaded thread loses the attempt at once
+    r.fake.interruptTurn(a.threadId);
+    r.fake.setThreadStatus(a.threadId, "notLoaded");
+    await until("the lost row", () => r.rows().some((x) => x.type === "session_attempt_lost"));
+    expect(await r.report(s1, a.threadId)).toBe("close");
+    let s2: Awaited<ReturnType<typeof r.firstStep>> | undefined;
+    await until("the second attempt's step", () => {
+      s2 = listStepFiles(r.paths.steps).steps.find((s) => s.attempt === 2);
+      return s2 !== undefined;
+    });
+    if (!s2) throw new Error("no second attempt's step");
+    const b = r.spawn(s2, "explorer");
+    expect(await r.report(s2, b.threadId)).toBe("bound");
+    r.fake.answer(b.threadId, '{"n":9}');
+    expect(await done).toEqual({ state: "completed", result: { n: 9 } });
   });
 
   it("a report for an attempt that was answered is told to close (S000-064)", async () => {
