@@ -1,5 +1,15 @@
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  unlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -12,8 +22,11 @@ import {
   helperPairsFrom,
   readBinding,
   runIsLive,
+  serializeLine,
 } from "../../src/bound/index.js";
+import { ensureBoundDir } from "../../src/bound/store.js";
 import { runPaths } from "../../src/run/paths.js";
+import { until } from "../helpers/harness.js";
 
 let state: string;
 const owner = "019a0000-aaaa-7000-8000-000000000001";
@@ -77,13 +90,17 @@ describe("BindOrchestrator / CloseOrchestrator", () => {
     expect(lines().map((l) => l.policyDigest)).toEqual(["d-r1", "d-r1-repinned"]);
   });
 
-  it("a thread holds the line of one live run: a second start while the first lives does not bind (S000-271)", () => {
+  it("a thread holds the line of one live run: a second start while the first is starting, or once its process lives, does not bind (S000-271)", () => {
     holdLock("r1", "startLock");
     holdLock("r2", "startLock");
     expect(bind("r1")).toMatchObject({ bound: true });
     const second = bind("r2");
     expect(second).toMatchObject({ bound: false, reason: "other_live_run", liveRun: "r1" });
     expect(second.bound === false && second.message).toMatch(/live run r1/);
+    // r1's start has handed over to its process: the start lock is gone, the run lock held
+    rmSync(runPaths(state, "r1").startLock);
+    holdLock("r1", "runLock");
+    expect(bind("r2")).toMatchObject({ bound: false, reason: "other_live_run", liveRun: "r1" });
     expect(readBinding(state, owner).line?.run_id).toBe("r1");
     expect(lines()).toHaveLength(1);
   });
@@ -154,11 +171,20 @@ describe("BindOrchestrator / CloseOrchestrator", () => {
     writeFileSync(real, readFileSync(file));
     rmSync(file);
     symlinkSync(real, file);
-    expect(readBinding(state, owner).warning).toMatch(/symbolic link/);
+    expect(readBinding(state, owner)).toMatchObject({
+      line: null,
+      warning: expect.stringMatching(/symbolic link/),
+    });
     rmSync(file);
     writeFileSync(file, readFileSync(real), { mode: 0o666 });
     chmodSync(file, 0o666);
-    expect(readBinding(state, owner).warning).toMatch(/writable by group or others/);
+    expect(readBinding(state, owner)).toMatchObject({
+      line: null,
+      warning: expect.stringMatching(/writable by group or others/),
+    });
+    // the same file, trusted again, is the binding: the warnings above were the file's trust alone
+    chmodSync(file, 0o600);
+    expect(readBinding(state, owner)).toMatchObject({ line: { run_id: "r1" }, warning: null });
   });
 });
 
@@ -169,33 +195,35 @@ describe("two near-simultaneous starts of one thread (real processes)", () => {
     children.length = 0;
   });
 
-  it("the read of the last line and the append are one step under the lock: exactly one binds (S000-272)", async () => {
+  /**
+   * A start of `runId` on `thread` as a real process (it holds the run's start lock and binds at `at`);
+   * `outcome` is its bind outcome, `printed` whether it has printed one yet.
+   */
+  function bindChild(thread: string, runId: string, at: number) {
     const require = createRequire(import.meta.url);
     const jiti = join(dirname(require.resolve("jiti/package.json")), "lib", "jiti-cli.mjs");
     const fixture = join(import.meta.dirname, "fixtures", "bind-child.ts");
+    const child = spawn(process.execPath, [jiti, fixture, state, thread, runId, String(at)], {
+      stdio: ["pipe", "pipe", "inherit"],
+    });
+    children.push(child);
+    let out = "";
+    const outcome = new Promise<Record<string, unknown>>((resolve, reject) => {
+      child.stdout?.on("data", (d: Buffer) => {
+        out += d.toString();
+        if (out.includes("\n")) resolve(JSON.parse(out) as Record<string, unknown>);
+      });
+      child.on("exit", (code) => reject(new Error(`bind child exited ${code} before answering`)));
+    });
+    return { child, outcome, printed: () => out.length > 0 };
+  }
+
+  it("the read of the last line and the append are one step under the lock: exactly one binds (S000-272)", async () => {
     for (let round = 0; round < 2; round++) {
       const thread = `${owner}-${round}`;
       const at = Date.now() + 3_000;
       const outcomes = await Promise.all(
-        ["a", "b"].map(
-          (name) =>
-            new Promise<Record<string, unknown>>((resolve, reject) => {
-              const child = spawn(
-                process.execPath,
-                [jiti, fixture, state, thread, `run-${round}-${name}`, String(at)],
-                {
-                  stdio: ["pipe", "pipe", "inherit"],
-                },
-              );
-              children.push(child);
-              let out = "";
-              child.stdout?.on("data", (d: Buffer) => {
-                out += d.toString();
-                if (out.includes("\n")) resolve(JSON.parse(out) as Record<string, unknown>);
-              });
-              child.on("exit", (code) => reject(new Error(`bind child exited ${code} before answering`)));
-            }),
-        ),
+        ["a", "b"].map((name) => bindChild(thread, `run-${round}-${name}`, at).outcome),
       );
       const bound = outcomes.filter((o) => o.bound === true);
       expect(bound).toHaveLength(1);
@@ -211,6 +239,31 @@ describe("two near-simultaneous starts of one thread (real processes)", () => {
       for (const c of children) c.stdin?.end();
     }
   }, 60_000);
+
+  it("a bind waits for the directory lock, and reads the last line only once it holds it: a line appended while it waited makes it refuse (S000-272)", async () => {
+    // this test holds the flow-bound lock, as another start's bind in its read-and-append would
+    const dir = ensureBoundDir(state);
+    const lock = join(dir, ".lock");
+    writeFileSync(lock, JSON.stringify({ pid: process.pid, nonce: "test-holder" }));
+    const b = bindChild(owner, "r-late", Date.now());
+    // the child holds its start lock before it binds: once that is taken, its bind is under way
+    await until("the child's start lock", () => runIsLive(state, "r-late"));
+    await new Promise((r) => setTimeout(r, 400));
+    expect(b.printed()).toBe(false);
+    expect(existsSync(bindingFile(state, owner)) ? readFileSync(bindingFile(state, owner), "utf8") : "").toBe(
+      "",
+    );
+    // the other start appends its line and lets the lock go; its run is live
+    holdLock("r-first", "startLock");
+    writeFileSync(
+      bindingFile(state, owner),
+      `${serializeLine({ v: 1, kind: "orchestrator", run_id: "r-first", policyDigest: "d", helperPairs: pairs, at: new Date().toISOString() })}\n`,
+      { mode: 0o600 },
+    );
+    unlinkSync(lock);
+    expect(await b.outcome).toMatchObject({ bound: false, reason: "other_live_run", liveRun: "r-first" });
+    expect(lines().map((l) => l.run_id)).toEqual(["r-first"]);
+  }, 30_000);
 });
 
 describe("the engine's calls", () => {
