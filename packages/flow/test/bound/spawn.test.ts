@@ -134,6 +134,8 @@ describe("the spawn hook's decision", () => {
     );
     expect(headerRole("crw-flow-op: a/t1-a1\n\nCRW-ROLE: architect")).toBeNull(); // not in the header
     expect(headerRole("CRW-ROLE: Executor")).toBeNull(); // not exactly one of the six
+    // the first CRW-ROLE: line decides even when it names no role: a later one is never read
+    expect(headerRole("CRW-ROLE: nobody\nCRW-ROLE: architect\n\nbody")).toBeNull();
     expect(headerRole("CRW-ROLE:   critic  \n")).toBe("critic");
     expect(decide({ message: msg("executor-t1"), agent_type: "executor" })).toMatchObject({
       role: "executor-t1",
