@@ -27,6 +27,7 @@ import {
 import type { FakeAppServer } from "@crw/tools/codex";
 import { type OwnerStep, ScriptedOwner } from "@crw/tools/flow";
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
+import { bindingFile } from "../src/bound/index.js";
 import { crwBin, crwFlow, dispatchedArgs, ownerSession, waitFor } from "./helpers/cli.js";
 
 const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
@@ -235,36 +236,136 @@ describe("crw flow commands as real processes", () => {
     process.kill(Number(again.json().pid), "SIGKILL");
   });
 
-  it("the run process holds process.<token>.lock (named by its started row) and the run lock; a dead one's file stays, held by nobody (S000-264 S000-265 S000-266)", async () => {
-    const { r, paths } = await start("run-locks");
-    expect(r.code, r.stderr).toBe(0);
-    const pid = Number(r.json().pid);
-    await waitFor(
-      "started row",
-      () =>
-        existsSync(paths.journal) && readJournalFile(paths.journal).rows.some((x) => x.type === "started"),
-    );
-    const started = readJournalFile(paths.journal).rows.find((x) => x.type === "started");
-    if (started?.type !== "started" || !started.process) throw new Error("the started row names no process");
-    const lockFile = join(paths.dir, `process.${started.process}.lock`);
-    expect(lockHolder(lockFile)).toMatchObject({ pid, token: started.process });
-    expect(lockHolder(paths.runLock)).toMatchObject({ pid, token: started.process });
-    expect(started.pid).toBe(pid);
-    process.kill(pid, "SIGKILL");
-    await waitFor("the process to die", () => !pidAlive(pid));
-    expect(existsSync(lockFile)).toBe(true);
-    expect(lockHolder(lockFile)).toBeNull();
-    expect(lockHolder(paths.runLock)).toBeNull();
+  describe("a run process's locks", () => {
+    let pid: number;
+    let started: Extract<ReturnType<typeof readJournalFile>["rows"][number], { type: "started" }>;
+    let lockFile: string;
+    let held: { process: unknown; run: unknown };
+    let afterKill: { exists: boolean; process: unknown; run: unknown };
+    /** The resumed process's lock files as the run directory saw them taken and let go, in order. */
+    let order: string[];
+    let resumedToken: string;
+
+    beforeAll(async () => {
+      const { r, paths, state } = await start("run-locks");
+      expect(r.code, r.stderr).toBe(0);
+      pid = Number(r.json().pid);
+      const startedRow = () =>
+        existsSync(paths.journal)
+          ? readJournalFile(paths.journal).rows.filter((x) => x.type === "started")
+          : [];
+      await waitFor("started row", () => startedRow().length === 1);
+      const first = startedRow()[0];
+      if (first?.type !== "started" || !first.process) throw new Error("the started row names no process");
+      started = first;
+      lockFile = join(paths.dir, `process.${started.process}.lock`);
+      held = { process: lockHolder(lockFile), run: lockHolder(paths.runLock) };
+      process.kill(pid, "SIGKILL");
+      await waitFor("the process to die", () => !pidAlive(pid));
+      afterKill = {
+        exists: existsSync(lockFile),
+        process: lockHolder(lockFile),
+        run: lockHolder(paths.runLock),
+      };
+      // the resumed process is watched from before it starts until it has ended
+      const seen: string[] = [];
+      const watcher = watch(paths.dir, (event, name) => {
+        if (event === "rename" && name && /^(process\..*\.lock|run\.lock)$/.test(String(name)))
+          seen.push(String(name));
+      });
+      try {
+        const resumed = await crwFlow(["resume", "run-locks", "--detach", "--state", state, "--json"], env);
+        expect(resumed.code, resumed.stderr).toBe(0);
+        const pid2 = Number(resumed.json().resumed_pid);
+        await waitFor("the resumed process's started row", () => startedRow().length === 2);
+        const second = startedRow()[1];
+        resumedToken = second?.type === "started" ? String(second.process) : "";
+        const cancel = await crwFlow(
+          ["cancel", "run-locks", "--state", state, "--wait", "20", "--json"],
+          env,
+        );
+        expect(cancel.code, cancel.stderr).toBe(0);
+        await waitFor("the resumed process to end", () => !pidAlive(pid2));
+        // the last events may still be on their way from the watch
+        await waitFor(
+          "the process lock let go",
+          () =>
+            seen.includes(`process.${resumedToken}.lock`) &&
+            seen.filter((n) => n === `process.${resumedToken}.lock`).length === 2,
+        );
+      } finally {
+        watcher.close();
+      }
+      order = seen.filter((n) => n === "run.lock" || n === `process.${resumedToken}.lock`);
+    }, 60_000);
+
+    it("the run process holds process.<token>.lock from before it takes the run lock until after it lets it go (S000-264)", () => {
+      expect(held.process).toMatchObject({ pid });
+      expect(held.run).toMatchObject({ pid });
+      const own = `process.${resumedToken}.lock`;
+      // taken first (its creation), let go last (its removal); every change of run.lock falls between
+      expect(order.at(0)).toBe(own);
+      expect(order.at(-1)).toBe(own);
+      expect(order.filter((n) => n === own)).toHaveLength(2);
+      expect(order.filter((n) => n === "run.lock").length).toBeGreaterThanOrEqual(2);
+    });
+
+    it("the started row names the process lock's token (S000-265)", () => {
+      expect(started.pid).toBe(pid);
+      expect(held.process).toMatchObject({ token: started.process });
+      expect(held.run).toMatchObject({ token: started.process });
+    });
+
+    it("a killed process's lock file stays, held by nobody (S000-266)", () => {
+      expect(afterKill).toEqual({ exists: true, process: null, run: null });
+    });
   });
 
-  it("a TMPDIR that is missing or not absolute stops the start (exit 1) before the spec or a process (S000-187 S000-188)", async () => {
-    for (const bad of [join(root, "no-such-dir"), "relative/tmp"]) {
-      const runId = `run-badtmp-${bad.startsWith("/") ? "missing" : "relative"}`;
-      const { r, paths } = await start(runId, [], { ...env, TMPDIR: bad });
-      expect(r.code).toBe(1);
-      expect(r.stderr).toContain("TMPDIR");
-      expect(existsSync(paths.dir)).toBe(false);
-    }
+  describe("a start whose TMPDIR cannot be used", () => {
+    const bad: Record<string, { code: number; stderr: string; dirMade: boolean; bindingSame: boolean }> = {};
+    let notDir: string;
+
+    beforeAll(async () => {
+      notDir = join(root, "tmp-is-a-file");
+      writeFileSync(notDir, "");
+      const binding = () => {
+        const f = bindingFile(join(root, "state"), owner);
+        return existsSync(f) ? readFileSync(f, "utf8") : null;
+      };
+      const cases: Record<string, string> = {
+        missing: join(root, "no-such-dir"),
+        relative: "relative/tmp",
+        "not-a-directory": notDir,
+      };
+      for (const [kind, dir] of Object.entries(cases)) {
+        const before = binding();
+        const { r, paths } = await start(`run-badtmp-${kind}`, [], { ...env, TMPDIR: dir });
+        bad[kind] = {
+          code: r.code,
+          stderr: r.stderr,
+          dirMade: existsSync(paths.dir),
+          bindingSame: binding() === before,
+        };
+      }
+    }, 60_000);
+
+    it("a TMPDIR that is missing, not absolute or not a directory stops the start with exit 1 and tmploc's reason (S000-187)", () => {
+      expect(bad.missing).toMatchObject({ code: 1, stderr: expect.stringContaining("does not exist") });
+      expect(bad.relative).toMatchObject({
+        code: 1,
+        stderr: expect.stringContaining("'relative/tmp' is not an absolute path"),
+      });
+      expect(bad["not-a-directory"]).toMatchObject({
+        code: 1,
+        stderr: expect.stringContaining(`'${notDir}' is not a directory`),
+      });
+    });
+
+    it("the refusal comes before the spec is written, before any process starts and before the owner is bound (S000-188)", () => {
+      // no run directory: no spec and no process (a run process's locks live there); the owner's line unchanged
+      for (const kind of Object.keys(bad))
+        expect(bad[kind], kind).toMatchObject({ dirMade: false, bindingSame: true });
+    });
   });
 
   describe("an owner driving a run with next --json and dispatched", () => {
