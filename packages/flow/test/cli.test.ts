@@ -15,6 +15,7 @@ import { join } from "node:path";
 import {
   dirFrom,
   JournalWriter,
+  listStepFiles,
   lockHolder,
   pidAlive,
   readJournalFile,
@@ -22,12 +23,15 @@ import {
   reportName,
   runPaths,
   SPEC_FORMAT,
+  tryLock,
+  unlock,
   writeSpec,
 } from "@crw/flow";
 import type { FakeAppServer } from "@crw/tools/codex";
 import { type OwnerStep, ScriptedOwner } from "@crw/tools/flow";
-import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, onTestFinished, vi } from "vitest";
 import { bindingFile } from "../src/bound/index.js";
+import { dispatchedCommand } from "../src/cli/dispatched.js";
 import { crwBin, crwFlow, dispatchedArgs, ownerSession, waitFor } from "./helpers/cli.js";
 
 const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
@@ -77,6 +81,27 @@ function workflow(name: string, extra = ""): string {
   const path = join(root, `${name}.mjs`);
   writeFileSync(path, workflowSource(extra));
   return path;
+}
+
+/** A session run that has its spec and nothing else: no process, no journal. */
+function specOnly(runId: string) {
+  const state = join(root, "state");
+  const paths = runPaths(state, runId);
+  mkdirSync(paths.dir, { recursive: true });
+  writeSpec(paths.spec, {
+    format: SPEC_FORMAT,
+    run_id: runId,
+    workflow: workflow(runId),
+    workflow_name: "cli-pair",
+    input: { base: 0 },
+    backend: "session",
+    owner,
+    pool: 2,
+    repo: root,
+    host: fake.url,
+    created_at: new Date().toISOString(),
+  });
+  return { state, paths };
 }
 
 async function start(runId: string, extraArgs: string[] = [], e = env) {
@@ -633,23 +658,38 @@ describe("crw flow commands as real processes", () => {
     });
   });
 
-  it("dispatched to a run no process holds is queued and stays in the inbox; exit 1 (S000-231)", async () => {
-    const state = join(root, "state");
-    const paths = runPaths(state, "run-unheld");
-    mkdirSync(paths.dir, { recursive: true });
-    writeSpec(paths.spec, {
-      format: SPEC_FORMAT,
-      run_id: "run-unheld",
-      workflow: workflow("run-unheld"),
-      workflow_name: "cli-pair",
-      input: { base: 0 },
-      backend: "session",
-      owner,
-      pool: 2,
-      repo: root,
-      host: fake.url,
-      created_at: new Date().toISOString(),
+  it("a bound reply is written only once the bind rows are durable: a process killed right after them has answered nothing (S000-058)", async () => {
+    const { r, state, paths } = await start("run-bind-crash", [], {
+      ...env,
+      CRW_FLOW_FAULT: "after:turn_started:1",
     });
+    expect(r.code, r.stderr).toBe(0);
+    const pid = Number(r.json().pid);
+    const next = await crwFlow(["next", "run-bind-crash", "--state", state, "--wait", "10", "--json"], env);
+    const step = (next.json().steps as OwnerStep[]).find((x) => x.action === "spawn");
+    if (!step) throw new Error("no spawn step");
+    const agent = fake.spawnSubagent({
+      ownerThreadId: owner,
+      message: step.message,
+      agentRole: step.agent_type,
+    });
+    const d = await crwFlow(
+      dispatchedArgs("run-bind-crash", step, agent.threadId, state, ["--wait", "20"]),
+      env,
+    );
+    await waitFor("the run process to die at its bind rows", () => !pidAlive(pid));
+    const rows = readJournalFile(paths.journal).rows;
+    expect(rows.at(-1)).toMatchObject({ type: "turn_started", call: step.call });
+    expect(rows.find((x) => x.type === "thread_started")).toMatchObject({ thread_id: agent.threadId });
+    // the process died between its durable rows and the reply: no reply was ever written
+    expect(existsSync(join(paths.replies, reportName(step.call, step.k, step.attempt, agent.threadId)))).toBe(
+      false,
+    );
+    expect(d.json()).toMatchObject({ reply: "queued" });
+  });
+
+  it("dispatched to a run no process holds is queued and stays in the inbox; exit 1 (S000-231)", async () => {
+    const { state, paths } = specOnly("run-unheld");
     const r = await crwFlow(
       [
         "dispatched",
@@ -674,23 +714,49 @@ describe("crw flow commands as real processes", () => {
     expect(readdirSync(paths.inbox)).toEqual(["explorer.1.t1-a1.a-1.json"]);
   });
 
-  it("a resume on another backend than the started row records is refused (exit 2) before any row (S000-007 S000-234)", async () => {
-    const state = join(root, "state");
-    const paths = runPaths(state, "run-mixed");
-    mkdirSync(paths.dir, { recursive: true });
-    writeSpec(paths.spec, {
-      format: SPEC_FORMAT,
-      run_id: "run-mixed",
-      workflow: workflow("run-mixed"),
-      workflow_name: "cli-pair",
-      input: { base: 0 },
-      backend: "session",
-      owner,
-      pool: 2,
-      repo: root,
-      host: fake.url,
-      created_at: new Date().toISOString(),
+  it("a queued report stays in the inbox, and the resumed run answers it at its step: bound (S000-231)", async () => {
+    const { r, state, paths } = await start("run-queued");
+    expect(r.code, r.stderr).toBe(0);
+    const pid = Number(r.json().pid);
+    const step = await waitFor("a step file", () => listStepFiles(paths.steps).steps[0]);
+    // the run's process dies with the step out: nobody holds the run when the owner reports
+    process.kill(pid, "SIGKILL");
+    await waitFor("the run process to die", () => !pidAlive(pid));
+    const agent = fake.spawnSubagent({
+      ownerThreadId: owner,
+      message: step.message,
+      agentRole: step.agent_type,
     });
+    const name = reportName(step.call, step.k, step.attempt, agent.threadId);
+    const queued = await crwFlow(
+      dispatchedArgs("run-queued", step, agent.threadId, state, ["--wait", "1"]),
+      env,
+    );
+    expect(queued.code).toBe(1);
+    expect(queued.json()).toMatchObject({ reply: "queued" });
+    expect(readdirSync(paths.inbox)).toEqual([name]);
+    expect(existsSync(join(paths.replies, name))).toBe(false);
+    const resumed = await crwFlow(["resume", "run-queued", "--detach", "--state", state, "--json"], env);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    const pid2 = Number(resumed.json().resumed_pid);
+    onTestFinished(() => {
+      if (pidAlive(pid2)) process.kill(pid2, "SIGKILL");
+    });
+    // nobody reports again: the resumed process reads the waiting report and answers it
+    const reply = await waitFor("the resumed run's reply", () =>
+      existsSync(join(paths.replies, name))
+        ? JSON.parse(readFileSync(join(paths.replies, name), "utf8"))
+        : null,
+    );
+    expect(reply).toMatchObject({ reply: "bound", agent_id: agent.threadId });
+    expect(readJournalFile(paths.journal).rows.find((x) => x.type === "thread_started")).toMatchObject({
+      call: step.call,
+      thread_id: agent.threadId,
+    });
+  });
+
+  it("a resume on another backend than the started row records is refused (exit 2) before any row (S000-007 S000-234)", async () => {
+    const { state, paths } = specOnly("run-mixed");
     const w = JournalWriter.create(paths.journal, "run-mixed");
     w.append([
       {
@@ -711,28 +777,80 @@ describe("crw flow commands as real processes", () => {
     expect(readFileSync(paths.journal, "utf8")).toBe(before);
   });
 
-  it("resume --detach with a recorded TMPDIR that is gone exits 1 naming it; the spec is not rewritten (S000-245 S000-247 S000-241)", async () => {
-    const tmp = mkdtempSync(join(root, "gone-"));
-    const { r, paths, state } = await start("run-gone", [], { ...env, TMPDIR: tmp });
-    expect(r.code, r.stderr).toBe(0);
-    const pid = Number(r.json().pid);
-    await waitFor(
-      "started row",
-      () =>
-        existsSync(paths.journal) && readJournalFile(paths.journal).rows.some((x) => x.type === "started"),
-    );
-    process.kill(pid, "SIGKILL");
-    await waitFor("the process to die", () => !pidAlive(pid));
-    rmSync(tmp, { recursive: true });
-    const specBefore = readFileSync(paths.spec, "utf8");
-    const rowsBefore = readFileSync(paths.journal, "utf8");
-    const res = await crwFlow(["resume", "run-gone", "--detach", "--state", state], env);
-    expect(res.code).toBe(1);
-    expect(res.stderr).toContain(tmp);
-    const next = await crwFlow(["next", "run-gone", "--state", state, "--json"], env); // S000-246
-    expect(next.json().warnings).toEqual([expect.stringContaining("its resume did not start")]);
-    expect(readFileSync(paths.spec, "utf8")).toBe(specBefore);
-    expect(readFileSync(paths.journal, "utf8")).toBe(rowsBefore);
+  describe("a run whose recorded TMPDIR cannot be used any more", () => {
+    let tmp: string;
+    let state: string;
+    let paths: ReturnType<typeof runPaths>;
+    let specBefore: string;
+    let rowsBefore: string;
+    const refused: Record<string, { code: number; stderr: string }> = {};
+    let nextWarnings: unknown;
+    let unchanged: { spec: boolean; rows: boolean; dirStillFile: boolean };
+    let remedied: { code: number; pid: number; started: boolean };
+
+    beforeAll(async () => {
+      tmp = mkdtempSync(join(root, "gone-"));
+      const started = await start("run-gone", [], { ...env, TMPDIR: tmp });
+      expect(started.r.code, started.r.stderr).toBe(0);
+      ({ paths, state } = started);
+      const pid = Number(started.r.json().pid);
+      const startedRows = () => readJournalFile(paths.journal).rows.filter((x) => x.type === "started");
+      await waitFor("started row", () => existsSync(paths.journal) && startedRows().length === 1);
+      process.kill(pid, "SIGKILL");
+      await waitFor("the process to die", () => !pidAlive(pid));
+      specBefore = readFileSync(paths.spec, "utf8");
+      rowsBefore = readFileSync(paths.journal, "utf8");
+      rmSync(tmp, { recursive: true });
+      const resume = () => crwFlow(["resume", "run-gone", "--detach", "--state", state, "--json"], env);
+      const gone = await resume();
+      refused.missing = { code: gone.code, stderr: gone.stderr };
+      const next = await crwFlow(["next", "run-gone", "--state", state, "--json"], env);
+      nextWarnings = next.json().warnings;
+      // a file where the directory was
+      writeFileSync(tmp, "");
+      const file = await resume();
+      refused.file = { code: file.code, stderr: file.stderr };
+      unchanged = {
+        spec: readFileSync(paths.spec, "utf8") === specBefore,
+        rows: readFileSync(paths.journal, "utf8") === rowsBefore,
+        dirStillFile: statSync(tmp).isFile(),
+      };
+      // the remedy: the directory made again; the same spec resumes
+      rmSync(tmp);
+      mkdirSync(tmp);
+      const again = await resume();
+      const pid2 = again.code === 0 ? Number(again.json().resumed_pid) : 0;
+      if (pid2) {
+        await waitFor("the resumed process's started row", () => startedRows().length === 2);
+        process.kill(pid2, "SIGKILL");
+      }
+      remedied = { code: again.code, pid: pid2, started: startedRows().length === 2 };
+    }, 60_000);
+
+    it("resume --detach with a recorded TMPDIR that is gone exits 1 naming the directory (S000-245)", () => {
+      expect(refused.missing?.code).toBe(1);
+      expect(refused.missing?.stderr).toContain(tmp);
+    });
+
+    it("a recorded TMPDIR that is missing or not a directory is refused before anything of the run changes (S000-241)", () => {
+      expect(refused.missing).toMatchObject({ code: 1, stderr: expect.stringContaining("does not exist") });
+      expect(refused.file).toMatchObject({ code: 1, stderr: expect.stringContaining("is not a directory") });
+      expect(unchanged).toMatchObject({ rows: true, dirStillFile: true });
+    });
+
+    it("the spec is never rewritten for an unusable TMPDIR; making the directory again is the remedy (S000-247)", () => {
+      expect(unchanged.spec).toBe(true);
+      expect(readSpec(paths.spec).env).toEqual({ TMPDIR: tmp });
+      expect(remedied).toMatchObject({ code: 0, started: true });
+    });
+
+    it("next with an unusable recorded TMPDIR resumes nothing and warns that its resume did not start, with the reason (S000-246)", () => {
+      expect(nextWarnings).toEqual([
+        expect.stringMatching(new RegExp(`its resume did not start: TMPDIR '${tmp}' does not exist`)),
+      ]);
+      // nothing resumed: no started row was added (checked after next, before the remedy)
+      expect(unchanged.rows).toBe(true);
+    });
   });
 });
 
@@ -780,6 +898,42 @@ describe("dispatched's wait for the run's reply", () => {
     expect(d.code).toBe(1);
     expect(d.json()).toMatchObject({ reply: "queued", agent_id: "agent-default" });
   }, 60_000);
+});
+
+describe("dispatched's default wait", () => {
+  it("without --wait, dispatched waits 120 seconds for a held run's reply, then answers queued (S000-229)", async () => {
+    const { state, paths } = specOnly("run-default-wait");
+    // this process holds the run, as a run process that answers nothing would
+    expect(tryLock(paths.runLock)).toBe(true);
+    onTestFinished(() => unlock(paths.runLock));
+    const out: string[] = [];
+    const write = vi.spyOn(process.stdout, "write").mockImplementation((chunk) => {
+      out.push(String(chunk));
+      return true;
+    });
+    vi.useFakeTimers({ toFake: ["Date", "setTimeout", "clearTimeout"] });
+    onTestFinished(() => {
+      vi.useRealTimers();
+      write.mockRestore();
+    });
+    let code: number | null = null;
+    // the command's own arguments, after its name
+    const args = dispatchedArgs(
+      "run-default-wait",
+      { call: "explorer.1", k: 1, attempt: 1 },
+      "agent-d",
+      state,
+    );
+    const done = dispatchedCommand(args.slice(1)).then((c) => {
+      code = c;
+    });
+    await vi.advanceTimersByTimeAsync(119_500);
+    expect(code).toBeNull();
+    await vi.advanceTimersByTimeAsync(1_000);
+    await done;
+    expect(code).toBe(1);
+    expect(JSON.parse(out.join(""))).toMatchObject({ reply: "queued", agent_id: "agent-d" });
+  });
 });
 
 describe("a session run from its owner thread, with the commands alone", () => {
