@@ -1,11 +1,13 @@
 import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, unlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { lockHolder, pidAlive, readJournalFile, runPaths } from "@crw/flow";
 import type { FakeAppServer } from "@crw/tools/codex";
 import { fileStepSource, ScriptedOwner } from "@crw/tools/flow";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { readBinding } from "../../src/bound/index.js";
+import { ensureBoundDir } from "../../src/bound/store.js";
 import { crwBin, crwFlow, ownerSession, waitFor } from "../helpers/cli.js";
 import { type InProcessRun, inProcessRun } from "../helpers/harness.js";
 
@@ -206,11 +208,20 @@ describe("the owner's commands and the run's locks", () => {
     );
     const state = join(root, "state");
     const paths = runPaths(state, "rest-lock");
+    // an owner of its own, so no other test's live run holds its line
+    const lockOwner = fake.createOwnerThread({ cwd: root });
+    fake.startOwnerTurn(lockOwner);
     const startEnv = {
       ...env,
+      CODEX_THREAD_ID: lockOwner,
       TMPDIR: tmpdir(),
       NODE_OPTIONS: `${env.NODE_OPTIONS ?? ""} --import ${slow}`.trim(),
     };
+    // This test holds the flow-bound lock as the start comes up: the start's bind waits for it, and by
+    // then the start lock must be the start's. It is let go once that is seen.
+    const boundLock = join(ensureBoundDir(state), ".lock");
+    writeFileSync(boundLock, JSON.stringify({ pid: process.pid, nonce: "test-holder" }));
+    let atRelease: { start: number | null; line: string | null } | null = null;
     const child = spawn(
       process.execPath,
       [crwBin, "flow", "start", workflowPath, "--run", "rest-lock", "--state", state, "--json"],
@@ -227,11 +238,16 @@ describe("the owner's commands and the run's locks", () => {
       done = true;
     });
     while (!done) {
-      samples.push({
+      const sample = {
         spec: existsSync(paths.spec),
         start: lockHolder(paths.startLock)?.pid ?? null,
         run: lockHolder(paths.runLock)?.pid ?? null,
-      });
+      };
+      samples.push(sample);
+      if (atRelease === null && sample.start === child.pid && sample.spec) {
+        atRelease = { start: sample.start, line: readBinding(state, lockOwner).line?.run_id ?? null };
+        unlinkSync(boundLock);
+      }
       await new Promise((r) => setTimeout(r, 5));
     }
     expect(await exited).toBe(0);
@@ -254,6 +270,10 @@ describe("the owner's commands and the run's locks", () => {
     // the start lock covered the run process's slow coming up (it lived and did not hold the run lock yet)
     expect(samples.some((s) => s.start === child.pid && s.run === null && s.spec)).toBe(true);
     // and it is let go only once the run's process holds the run lock
+    // the bind waited under the start lock: nothing bound while the start held it and the bind waited,
+    // and the bind done once the flow-bound lock was let go
+    expect(atRelease).toEqual({ start: child.pid, line: null });
+    expect(readBinding(state, lockOwner).line?.run_id).toBe("rest-lock");
     const last = samples[samples.length - 1];
     expect(last).toMatchObject({ start: null, run: runPid });
     const firstRun = samples.findIndex((s) => s.run !== null);
