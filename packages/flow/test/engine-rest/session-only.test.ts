@@ -1,7 +1,8 @@
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { JournalRow } from "@crw/flow";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, onTestFinished } from "vitest";
+import { CrashHarness } from "../helpers/crashRun.js";
 import {
   defineWorkflow,
   type InProcessRun,
@@ -63,5 +64,22 @@ describe("a session call on its own path", () => {
     const methods = run.fake.requests.map((r) => r.method);
     expect(methods).toContain("thread/read");
     expect(methods.filter((m) => TURN_MAKERS.includes(m))).toEqual([]);
+  });
+
+  it("a resumed session run adopts its bound subagent with no App Server reconcile or resend: no thread started, forked or resumed, no turn started or steered on a subagent (S000-136)", async () => {
+    const h = await CrashHarness.start("crw-flow-session-only-");
+    onTestFinished(() => h.stop());
+    // the run's process is SIGKILLed right after its first bind; the resumed process goes on with it
+    const out = await h.run("after:turn_started:1");
+    expect(out.killed).toBe(true);
+    expect(out.result).toEqual({ a: 7, b: 5, c: 12, base: 1 });
+    const subagents = new Set(out.host.subagents.map((a) => a.id));
+    const made = h.fake.requests.filter(
+      (r) =>
+        TURN_MAKERS.includes(r.method) &&
+        (r.method.startsWith("thread/") ||
+          subagents.has(String((r.params as { threadId?: unknown }).threadId))),
+    );
+    expect(made.map((r) => r.method)).toEqual([]);
   });
 });
