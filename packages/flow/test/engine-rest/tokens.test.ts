@@ -246,8 +246,12 @@ describe("the run's token figure", () => {
       row(1, { type: "step_published", call: "c.1", call_tokens: { total: 70 } }),
     ]);
     expect(recovered.run()).toEqual({});
+    // taken when the process writes a row carrying them (its step for the call again), before any end
+    recovered.observe([row(2, { type: "step_published", call: "c.1", call_tokens: { total: 70 } })]);
+    expect(recovered.spent()).toEqual({ total: 70 });
+    expect(recovered.run()).toEqual({ total: 70 });
     recovered.observe([
-      row(2, { type: "null_model", call: "c.1", op: "c.1", reason: "r", tokens: { total: 90 } }),
+      row(3, { type: "null_model", call: "c.1", op: "c.1", reason: "r", tokens: { total: 90 } }),
     ]);
     expect(recovered.spent()).toEqual({ total: 90 });
     expect(recovered.run()).toEqual({ total: 90 });
