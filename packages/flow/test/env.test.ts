@@ -1,4 +1,4 @@
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, watch, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { lockHolder, pidAlive, readJournalFile, readSpec, runPaths, writeSpec } from "@crw/flow";
 import type { FakeAppServer } from "@crw/tools/codex";
@@ -108,11 +108,13 @@ describe("the run's recorded environment", () => {
     let started: string[];
     let other: string;
     let packets: string[];
+    let specPath: string;
     beforeAll(async () => {
       recorded = mkdtempSync(join(root, "recorded-"));
       other = mkdtempSync(join(root, "other-"));
       const { state, paths, launched: atStart } = await startAndKill("env-1", recorded);
       started = atStart;
+      specPath = paths.spec;
       const r = await crwFlow(["resume", "env-1", "--detach", "--state", state, "--json"], {
         ...env,
         TMPDIR: other,
@@ -141,7 +143,7 @@ describe("the run's recorded environment", () => {
     it("the packet the relaunched process publishes names the TMPDIR run.json records, never the shell's (S000-043)", () => {
       expect(packets.length).toBeGreaterThan(0);
       for (const p of packets) {
-        expect(p).toContain(`The run's temporary directory is ${recorded} (env.TMPDIR of `);
+        expect(p).toContain(`The run's temporary directory is ${recorded} (env.TMPDIR of ${specPath});`);
         expect(p).toContain(`TMPDIR=${recorded}`);
         expect(p).not.toContain(other);
       }
@@ -253,12 +255,24 @@ describe("the run's recorded environment", () => {
     const { state, paths } = await startAndKill("env-3", recorded);
     rmSync(recorded, { recursive: true });
     const before = readFileSync(paths.journal, "utf8");
-    const r = await crwFlow(["resume", "env-3", "--state", state], env);
+    // every name the run's directory sees change while the resume runs: a lock taken and let go shows
+    const changed: string[] = [];
+    const watcher = watch(paths.dir, (_event, name) => {
+      if (name) changed.push(String(name));
+    });
+    let r: Awaited<ReturnType<typeof crwFlow>>;
+    try {
+      r = await crwFlow(["resume", "env-3", "--state", state], env);
+      // the watch reports in order: once this file's change is in, every earlier one is
+      writeFileSync(join(paths.dir, "watch-mark"), "");
+      await waitFor("the watch to catch up", () => changed.includes("watch-mark"));
+    } finally {
+      watcher.close();
+    }
     expect(r.code).toBe(2);
     expect(r.stderr).toContain(recorded);
     expect(readFileSync(paths.journal, "utf8")).toBe(before);
-    expect(
-      existsSync(paths.runLock) && readFileSync(paths.runLock, "utf8").includes(String(process.pid)),
-    ).toBe(false);
+    // no lock file was taken, not even for a moment (the run's process lock or its run lock)
+    expect(changed.filter((n) => n.endsWith(".lock"))).toEqual([]);
   });
 });
