@@ -3,7 +3,7 @@ import { existsSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { type JournalRow, shadowReplay } from "@crw/flow";
 import { afterEach, describe, expect, it } from "vitest";
-import { answerSchema, defineWorkflow, type InProcessRun, inProcessRun } from "../helpers/harness.js";
+import { answerSchema, defineWorkflow, type InProcessRun, inProcessRun, until } from "../helpers/harness.js";
 
 let run: InProcessRun | null = null;
 afterEach(async () => {
@@ -130,6 +130,29 @@ describe("git workspaces of the engine's calls", () => {
     expect(sh(r.spec.repo, "rev-parse", `${completed.work?.commit}^{tree}`)).toBe(tree);
   });
 
+  it("the schema validation gets one repair only: a repair answer the schema refuses again ends the call null_model, with no third turn (S000-004)", async () => {
+    run = await inProcessRun({});
+    const wf = defineWorkflow({
+      name: "twice",
+      run: async (ctx) =>
+        ctx.call({ role: "explorer", task: "answer", schema: answerSchema }).then(
+          () => "answered",
+          () => "failed",
+        ),
+    });
+    const { outcome } = await run.execute(wf, () => ({
+      kind: "answer",
+      messages: [{ text: '{"summary":"no score"}', phase: "final_answer" }],
+    }));
+    expect(outcome).toEqual({ state: "completed", result: "failed" });
+    const rows = run.rows();
+    expect(rows.filter((x) => x.type === "step_published").map((x) => x.k)).toEqual([1, 2]);
+    expect(rows.filter((x) => x.type === "null_model")).toEqual([
+      expect.objectContaining({ call: "explorer.1", reason: "answer_invalid_after_repair" }),
+    ]);
+    expect(rows.some((x) => x.type === "completed")).toBe(false);
+  });
+
   it("the proof takes the recorded stray HEAD whose tree is the pending tree as the call's state; a pending tree no stray HEAD has is its own state (S000-124)", async () => {
     run = await inProcessRun({});
     const r = run;
@@ -180,7 +203,7 @@ describe("git workspaces of the engine's calls", () => {
     expect(sh(r.spec.repo, "ls-tree", "--name-only", String(stateB?.pending_tree))).toContain("new.txt");
   });
 
-  it("an executor call's pending tree is read from its P, never from the run's checkout (S000-013)", async () => {
+  it("an executor call's pending tree is read from its P, never from the run's checkout", async () => {
     run = await inProcessRun({});
     const r = run;
     gitRepo(r);
@@ -212,25 +235,46 @@ describe("git workspaces of the engine's calls", () => {
     expect(sh(r.spec.repo, "cat-file", "-p", `${tree}:a.txt`)).toBe("changed in P");
   });
 
-  it("a non-executor call's P is a call-private checkout at HEAD; no executor_head_moved for it (S000-011)", async () => {
+  it("a non-executor call's P is a call-private checkout at the run branch's tip: two parallel reviewers after an executor's commit each get their own; no executor_head_moved for them (S000-011)", async () => {
     run = await inProcessRun({});
     const r = run;
     const start = gitRepo(r);
     const wf = defineWorkflow({
       name: "read",
-      run: async (ctx) => ctx.call({ role: "reviewer", task: "read a", schema: answerSchema }),
+      run: async (ctx) => {
+        await ctx.call({ role: "executor", task: "write b", schema: answerSchema });
+        return Promise.all([
+          ctx.call({ role: "reviewer", task: "read b", schema: answerSchema }),
+          ctx.call({ role: "reviewer", task: "read b again", schema: answerSchema }),
+        ]);
+      },
     });
     const { done } = r.background(wf);
     await r.steps(1);
-    const p = prepared(r, "reviewer.1");
-    expect(p?.allocation).toMatchObject({ kind: "worktree", start });
-    const wt = String(p?.allocation.workspace);
-    expect(sh(wt, "rev-parse", "HEAD")).toBe(start);
-    expect(wt).not.toBe(r.spec.repo);
-    const agent = await answer(r, "reviewer.1", "reviewer");
-    r.fake.answer(agent, '{"summary":"s","score":1}');
+    writeFileSync(join(String(prepared(r, "executor.1")?.allocation.workspace), "b.txt"), "b\n");
+    r.fake.answer(await answer(r, "executor.1", "executor"), '{"summary":"s","score":1}');
+    await waitForCall(r, "reviewer.2");
+    // the executor's work is on the run branch: its tip is the head the readers start at
+    const tip = sh(r.spec.repo, "rev-parse", `crw/flow/${r.spec.run_id}`);
+    expect(tip).not.toBe(start);
+    const wts = ["reviewer.1", "reviewer.2"].map((call) => {
+      const p = prepared(r, call);
+      expect(p?.allocation).toMatchObject({ kind: "worktree", start: tip });
+      const wt = String(p?.allocation.workspace);
+      expect(sh(wt, "rev-parse", "HEAD")).toBe(tip);
+      expect(existsSync(join(wt, "b.txt"))).toBe(true);
+      return wt;
+    });
+    expect(new Set([...wts, r.spec.repo, String(prepared(r, "executor.1")?.allocation.workspace)]).size).toBe(
+      4,
+    );
+    for (const call of ["reviewer.1", "reviewer.2"])
+      r.fake.answer(await answer(r, call, "reviewer"), '{"summary":"s","score":1}');
     expect(await done).toMatchObject({ state: "completed" });
-    expect(r.rows().find((x) => x.type === "completed")).not.toHaveProperty("executor_head_moved");
+    for (const call of ["reviewer.1", "reviewer.2"])
+      expect(r.rows().find((x) => x.type === "completed" && x.call === call)).not.toHaveProperty(
+        "executor_head_moved",
+      );
   });
 
   it("with Trace the run digests P, the owner's checkout and the shared state at bind and harvest; a read role that wrote, an executor that wrote outside P and a changed shared state are warned about, never refused (S000-114 S000-113)", async () => {
@@ -248,12 +292,12 @@ describe("git workspaces of the engine's calls", () => {
     });
     const { done } = r.background(wf);
     const reviewer = await answer(r, "reviewer.1", "reviewer");
-    await new Promise((res) => setTimeout(res, 500)); // the bind's digests are taken
+    await bindDigests(r, "reviewer.1");
     writeFileSync(join(String(prepared(r, "reviewer.1")?.allocation.workspace), "note.txt"), "x\n");
     r.fake.answer(reviewer, '{"summary":"s","score":1}');
     await waitForCall(r, "executor.1");
     const executor = await answer(r, "executor.1", "executor");
-    await new Promise((res) => setTimeout(res, 500));
+    await bindDigests(r, "executor.1");
     writeFileSync(join(r.spec.repo, "outside.txt"), "y\n"); // the owner's checkout, outside P
     sh(r.spec.repo, "update-ref", "refs/crw/other/x", "HEAD"); // shared state
     r.fake.answer(executor, '{"summary":"s","score":2}');
@@ -304,4 +348,11 @@ async function waitForCall(r: InProcessRun, call: string) {
     if (Date.now() > deadline) throw new Error(`no step of ${call}`);
     await new Promise((res) => setTimeout(res, 20));
   }
+}
+
+/** Waits for the digests the call's bind took (the trace's "before"). */
+function bindDigests(r: InProcessRun, call: string) {
+  return until(`${call}'s bind digests`, () =>
+    r.rows().some((x) => x.type === "trace_digests" && x.call === call && x.point === "bind"),
+  );
 }
