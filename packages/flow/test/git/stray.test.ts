@@ -1,4 +1,5 @@
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import {
@@ -28,6 +29,38 @@ function subagentCommits(dir: string, file: string, text: string): string {
   t.sh(dir, "add", "-A");
   t.sh(dir, "commit", "-q", "-m", `subagent: ${file}`);
   return t.sh(dir, "rev-parse", "HEAD");
+}
+
+/**
+ * Puts a stand-in for git first on PATH: git as crw runs it, except that right after crw first reads `ref`,
+ * another writer sets it to `to` (a writer racing crw's compare-and-swap).
+ */
+function raceAfterRead(ref: string, to: string): { restore: () => void; happened: () => boolean } {
+  const real = execFileSync("sh", ["-c", "command -v git"], { encoding: "utf8" }).trim();
+  const bin = mkdtempSync(join(t.root, "bin-"));
+  const mark = join(bin, "race-once");
+  writeFileSync(mark, "");
+  writeFileSync(
+    join(bin, "git"),
+    [
+      "#!/bin/sh",
+      `"${real}" "$@"; code=$?`,
+      `case "$*" in *"rev-parse -q --verify ${ref}^{commit}"*)`,
+      `  if [ -e "${mark}" ]; then rm "${mark}"; "${real}" -C "${t.repo}" update-ref "${ref}" "${to}"; fi;;`,
+      "esac",
+      'exit "$code"',
+      "",
+    ].join("\n"),
+    { mode: 0o755 },
+  );
+  const path = process.env.PATH;
+  process.env.PATH = `${bin}:${path}`;
+  return {
+    restore: () => {
+      process.env.PATH = path;
+    },
+    happened: () => !existsSync(mark),
+  };
 }
 
 describe("executor worktrees", () => {
@@ -133,7 +166,7 @@ describe("stray refs", () => {
     expect(t.sh(t.repo, "rev-parse", "refs/crw/flow/run-1/stray/impl/a1-build")).toBe(head1);
   }, 30_000);
 
-  it("the stray ref is created by a compare-and-swap against no ref (S000-120)", async () => {
+  it("two writers racing to create the stray ref: one creates it, the other finds it unchanged; a ref name git refuses is refused", async () => {
     const ref = strayRef("run-1", "impl", 1, "build");
     const path = join(t.root, "w1");
     await ensureWorktree({ repo: t.repo, path, commit: t.start });
@@ -144,13 +177,31 @@ describe("stray refs", () => {
       keepStray({ repo: t.repo, ref, head }),
     ]);
     expect(both.map((k) => (k.kept ? k.how : k.reason)).sort()).toEqual(["created", "unchanged"]);
-    const log = t.sh(t.repo, "reflog", "show", "--format=%H", ref);
-    expect(log.split("\n")).toHaveLength(1);
+    expect(t.sh(t.repo, "rev-parse", ref)).toBe(head);
     await expect(
       keepStray({ repo: t.repo, ref: "refs/crw/flow/run 1/stray/x/a1-y", head }),
     ).rejects.toMatchObject({
       code: "ref_invalid",
     });
+  }, 30_000);
+
+  it("a stray ref another writer creates between the read and the create is not overwritten: the create fails and the ref is read again (S000-120)", async () => {
+    const ref = strayRef("run-1", "impl", 1, "build");
+    const path = join(t.root, "w1");
+    await ensureWorktree({ repo: t.repo, path, commit: t.start });
+    const head = subagentCommits(path, "x.txt", "x\n");
+    // right after crw first reads the stray ref (finding none), another writer creates it at the start
+    const race = raceAfterRead(ref, t.start);
+    let kept: Awaited<ReturnType<typeof keepStray>>;
+    try {
+      kept = await keepStray({ repo: t.repo, ref, head });
+    } finally {
+      race.restore();
+    }
+    expect(race.happened()).toBe(true);
+    // the create against no ref failed; read again, the ref is moved on from the other writer's commit
+    expect(kept).toMatchObject({ kept: true, how: "fast_forward", old: t.start, head });
+    expect(t.sh(t.repo, "rev-parse", ref)).toBe(head);
   }, 30_000);
 
   it("the stray ref moves only by a fast-forward to a descendant, with the held commit as the old value (S000-121)", async () => {
@@ -176,6 +227,21 @@ describe("stray refs", () => {
       current: later,
     });
     expect(t.sh(t.repo, "rev-parse", ref)).toBe(later);
+    // the held commit is the old value: a ref another writer moved since crw read it is not overwritten
+    t.sh(path, "checkout", "-q", "--detach", later);
+    const next = subagentCommits(path, "x.txt", "3\n");
+    t.sh(path, "checkout", "-q", "--detach", later);
+    const other = subagentCommits(path, "y.txt", "other\n");
+    const race = raceAfterRead(ref, other);
+    let raced: Awaited<ReturnType<typeof keepStray>>;
+    try {
+      raced = await keepStray({ repo: t.repo, ref, head: next });
+    } finally {
+      race.restore();
+    }
+    expect(race.happened()).toBe(true);
+    expect(raced).toMatchObject({ kept: false, reason: "not_fast_forward", current: other });
+    expect(t.sh(t.repo, "rev-parse", ref)).toBe(other);
   }, 30_000);
 
   it("commitPendingTree commits the pending tree on start with the observed HEAD as the old value; the proof finds the stray HEAD of that tree", async () => {
