@@ -52,7 +52,12 @@ describe("trace digests", () => {
     expect(d3).not.toBe(d2);
     t.sh(P, "add", "-A");
     t.sh(P, "commit", "-q", "-m", "moved");
-    expect(await checkoutDigest(P)).not.toBe(d3);
+    const d4 = await checkoutDigest(P);
+    expect(d4).not.toBe(d3);
+    // HEAD alone: a commit that leaves the status as it was (clean) still changes the digest
+    t.sh(P, "commit", "-q", "--allow-empty", "-m", "HEAD only");
+    expect(t.sh(P, "status", "--porcelain")).toBe("");
+    expect(await checkoutDigest(P)).not.toBe(d4);
   }, 30_000);
 
   it("the outside digest is the owner's checkout's only when it is a git checkout other than P (S000-303)", async () => {
@@ -69,8 +74,14 @@ describe("trace digests", () => {
     t.sh(t.repo, "update-ref", `refs/crw/flow/${runId}/stray/n/a1-c`, t.start);
     expect(await base()).toBe(d0); // the run's own refs: the run moves them itself
     t.sh(t.repo, "update-ref", "refs/crw/flow/other-run/stray/n/a1-c", t.start);
+    const d1a = await base();
+    expect(d1a).not.toBe(d0);
+    // any ref under refs/crw/, not only flow's; a ref elsewhere is no shared state
+    t.sh(t.repo, "update-ref", "refs/crw/land/main", t.start);
     const d1 = await base();
-    expect(d1).not.toBe(d0);
+    expect(d1).not.toBe(d1a);
+    t.sh(t.repo, "update-ref", "refs/heads/side", t.start);
+    expect(await base()).toBe(d1);
     bindOrchestrator({
       state,
       owner: "owner-1",
