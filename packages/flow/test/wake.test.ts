@@ -217,6 +217,39 @@ describe("the run wakes its owner", () => {
   });
 });
 
+describe("an owner thread the host has unloaded", () => {
+  it("a step published while the owner is notLoaded stages session_step_waiting through run:<id>, delivered by a thread/resume and then a new turn (S000-290 S000-291)", async () => {
+    run = await inProcessRun({});
+    const r = run;
+    r.spec.wake_after_ms = 3_600_000;
+    r.fake.completeTurn(r.owner);
+    r.fake.setThreadStatus(r.owner, "notLoaded");
+    const texts: string[] = [];
+    r.fake.onTurnStart((thread, _turn, text) => {
+      if (thread === r.owner) texts.push(text);
+    });
+    const { done } = r.background(one);
+    const delivered = await waitRow(() => r.rows().find((x) => x.type === "message_delivery"));
+    const row = wakes(r)[0];
+    expect(row).toMatchObject({
+      owner_status: "notLoaded",
+      staged: true,
+      delivery: "resume_and_turn",
+      wake_id: `run:${r.spec.run_id}/${row?.batch}`,
+    });
+    expect(delivered).toMatchObject({ wake_id: row?.wake_id, delivered: true, owner_status: "notLoaded" });
+    // the owner was resumed first, then given the turn
+    const onOwner = r.fake.requests
+      .filter((q) => (q.params as { threadId?: string }).threadId === r.owner)
+      .map((q) => q.method)
+      .filter((m) => m === "thread/resume" || m === "turn/start");
+    expect(onOwner).toEqual(["thread/resume", "turn/start"]);
+    expect(texts).toHaveLength(1);
+    expect(texts[0]).toContain("session_step_waiting");
+    await finish(r, done);
+  });
+});
+
 describe("a held wake and a later one", () => {
   it("a renotification that goes out at once takes the place of the wake held for after the busy turn: the owner gets one turn (S000-291)", async () => {
     run = await inProcessRun({});

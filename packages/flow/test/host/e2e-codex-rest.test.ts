@@ -345,7 +345,7 @@ afterAll(async () => {
 });
 
 describe("two near-simultaneous starts on one real codex owner thread", () => {
-  it("exactly one binds the thread; the other warns (owner_bound) and does not bind, and neither does its process (S000-271 S000-273)", () => {
+  it("exactly one binds the thread; the other warns (owner_bound) and does not bind, and neither does its process (S000-271)", () => {
     const bound = pair.answers.map((a) => {
       const facts = a.facts as Array<{ fact: string; ok: boolean; detail: string }>;
       return facts.find((f) => f.fact === "owner_bound");
@@ -379,7 +379,7 @@ describe("two near-simultaneous starts on one real codex owner thread", () => {
 });
 
 describe("an owner woken by the run on the real codex", () => {
-  it("the wake staged while the owner was busy is delivered after its turn, as a new turn on the owner thread; the owner then spawns the step (S000-290 S000-291)", () => {
+  it("the wake staged while the owner was busy is delivered after its turn, as a new turn on the owner thread; the owner then spawns the step (S000-291)", () => {
     expect(woken.played.failure).toBeNull();
     const run = woken.played.runId as string;
     const rows = rowsOf(woken.state, run);
