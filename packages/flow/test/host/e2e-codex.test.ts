@@ -111,10 +111,15 @@ describe("crw flow end to end with the real codex as host", () => {
       expect(lines[0]).toMatch(/^crw-flow-op: [a-z]+\.1\/t1-a1$/);
       expect(lines[1]).toMatch(/^CRW-ROLE: (architect|explorer|reviewer)$/);
       expect(lines[2]).toBe("");
+      // short: the packet holds the rest (three lines of rules and its path, no section of the packet)
+      expect(lines.slice(3).filter((l) => l !== "")).toHaveLength(3);
+      expect(String(spawn.arguments.message)).not.toContain("## ");
     }
     const repair = owner.hostCalls.find((c) => c.tool === "send_input");
     const text = String(repair?.arguments.message);
     expect(text.split("\n")[0]).toBe("crw-flow-op: explorer.1/t2-a1");
+    // then the turn's input itself: the repair instruction, right after the marker line
+    expect(text.split("\n")[1]).toMatch(/^Your final message did not satisfy the output contract/);
     expect(text).toContain("I looked around but I am not sure.");
   });
 
