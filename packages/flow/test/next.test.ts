@@ -378,21 +378,62 @@ describe("crw flow next", () => {
     expect((await next(runId, state)).json().state).toBe("starting");
   });
 
-  it("a paused run no process holds answers paused with the role store's formats and resumes nothing (S000-222 S000-227 S000-195)", async () => {
+  /** A repository whose role store decides the critic's model only. */
+  function storeRepo(): string {
     const repo = mkdtempSync(join(root, "repo-"));
     mkdirSync(join(repo, ".crw"));
     writeFileSync(
       join(repo, ".crw", "flow-roles.json"),
       JSON.stringify({ roles: { critic: { model: "store-model" } } }),
     );
-    const { runId, state } = fixture({ started: "none", paused: true, repo });
+    return repo;
+  }
+  const criticOf = (a: Record<string, unknown>) =>
+    (a.spawn_formats as Array<{ role: string; arguments: Record<string, unknown> }>).find(
+      (f) => f.role === "critic",
+    )?.arguments;
+
+  it("a paused run no process holds answers the role store's formats, not the pins its earlier process recorded, and resumes nothing (S000-222)", async () => {
+    const { runId, state, paths } = fixture({ started: "none", repo: storeRepo() });
+    const w = JournalWriter.open(paths.journal).writer;
+    w.append([
+      {
+        type: "started",
+        backend: "session",
+        role_pairs: { ...undecided, critic: { model: "earlier-model", effort: "low" } },
+        policy_digest: "sha256:pinned",
+        process: "aaaaaaaaaaaa",
+        pid: 999_999,
+        process_n: 1,
+      },
+      { type: "run_paused", reason: "usage_limit" },
+    ]);
+    w.close();
     const a = (await next(runId, state)).json();
     expect(a.state).toBe("paused");
     expect(a).not.toHaveProperty("resumed_pid");
-    const critic = (a.spawn_formats as Array<{ role: string; arguments: Record<string, unknown> }>).find(
-      (f) => f.role === "critic",
-    );
-    expect(critic?.arguments).toMatchObject({ model: "store-model", agent_type: "reviewer" });
+    expect(criticOf(a)).toMatchObject({ model: "store-model", agent_type: "reviewer" });
+  });
+
+  it("a held run whose started row recorded no pairs answers the role store's pairs (S000-227)", async () => {
+    const { runId, state, paths } = fixture({ started: "mine", repo: storeRepo() });
+    // the holder's own started row (newest, its process lock held) pins nothing
+    const w = JournalWriter.open(paths.journal).writer;
+    w.append([
+      {
+        type: "started",
+        backend: "session",
+        role_pairs: {},
+        policy_digest: "sha256:pinned",
+        process: "aaaaaaaaaaaa",
+        pid: process.pid,
+        process_n: 2,
+      },
+    ]);
+    w.close();
+    const a = (await next(runId, state)).json();
+    expect(a.state).toBe("running");
+    expect(criticOf(a)).toMatchObject({ model: "store-model" });
   });
 
   describe("a run with two open subagents, one ended, a close step and a spawn step on three agent threads", () => {
