@@ -13,7 +13,8 @@ import {
   writeSpec,
 } from "@crw/flow";
 import { FakeAppServer } from "@crw/tools/codex";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, onTestFinished, vi } from "vitest";
+import { nextCommand } from "../src/cli/next.js";
 import { cliRoot, crwFlow, waitFor } from "./helpers/cli.js";
 import { nullRolePairs as undecided } from "./helpers/harness.js";
 
@@ -308,6 +309,30 @@ describe("crw flow next", () => {
       expect(waited.spawn_formats).toEqual([]);
       expect(String(waited.hint)).toContain("The run is starting; ask again when its state changes");
     });
+  });
+
+  it("a starting run is read again for 15 seconds when no --wait is given, then answered starting (S000-218)", async () => {
+    const f = fixture({ started: "dead-lock" });
+    const out: string[] = [];
+    const write = vi.spyOn(process.stdout, "write").mockImplementation((chunk) => {
+      out.push(String(chunk));
+      return true;
+    });
+    vi.useFakeTimers({ toFake: ["Date", "setTimeout", "clearTimeout"] });
+    onTestFinished(() => {
+      vi.useRealTimers();
+      write.mockRestore();
+    });
+    let code: number | null = null;
+    const done = nextCommand([f.runId, "--state", f.state, "--json"]).then((c) => {
+      code = c;
+    });
+    await vi.advanceTimersByTimeAsync(14_800);
+    expect(code).toBeNull();
+    await vi.advanceTimersByTimeAsync(400);
+    await done;
+    expect(code).toBe(0);
+    expect(JSON.parse(out.join(""))).toMatchObject({ state: "starting", spawn_formats: [] });
   });
 
   it("a starting run that becomes held within the window is read again and answered running with its holder's pins (S000-218)", async () => {
@@ -702,6 +727,12 @@ describe("a run no process holds", () => {
       expect(a.state).toBe("waiting_session");
       expect((a.steps as Array<{ call: string }>).map((x) => x.call)).toEqual(["explorer.1"]);
       expect(took).toBeLessThan(20_000);
+    });
+
+    it("a run next resumed whose process repinned nothing gets no repinned warning (S000-226)", () => {
+      expect((a.warnings as string[] | undefined) ?? []).not.toContainEqual(
+        expect.stringContaining("repinned"),
+      );
     });
 
     it("a run whose first process stored no started row resumes on its spec's backend (S000-235)", () => {
