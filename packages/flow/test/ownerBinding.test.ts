@@ -1,5 +1,16 @@
-import { execFile } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { execFile, spawn } from "node:child_process";
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  unlinkSync,
+  utimesSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import {
   bindingFile,
@@ -7,6 +18,7 @@ import {
   closeRunOwner,
   FileStepBus,
   JournalWriter,
+  lockHolder,
   pidAlive,
   readBinding,
   readJournalFile,
@@ -21,6 +33,7 @@ import {
 } from "@crw/flow";
 import { FakeAppServer } from "@crw/tools/codex";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ensureBoundDir } from "../src/bound/store.js";
 import { cliRoot, crwBin, crwFlow, waitFor } from "./helpers/cli.js";
 import { answerSchema, defineWorkflow, inProcessRun, nullRolePairs as undecided } from "./helpers/harness.js";
 
@@ -130,6 +143,42 @@ describe("the holder binds and closes the owner's line", () => {
   });
 });
 
+describe("a resume in the foreground", () => {
+  it("binds the owner thread while it runs and closes its line when the run ends (S000-237)", async () => {
+    const run = await inProcessRun();
+    try {
+      const wf = defineWorkflow({
+        name: "again",
+        run: async (ctx) => ctx.call({ role: "explorer", task: "one", schema: answerSchema }),
+      });
+      // the first process: the host fails the turn, the call is held and the run pauses (no close)
+      const first = await run.execute(wf, () => ({ kind: "fail", codexErrorInfo: "internalServerError" }));
+      expect(first.outcome.state).toBe("paused");
+      const state = run.paths.state;
+      const atPause = lines(state, run.owner);
+      closeRunOwner({ state, owner: run.owner, runId: run.spec.run_id });
+      const closed = lines(state, run.owner).length;
+      // the resume (executeRun in this process, as `crw flow resume RUN` runs it) binds, then closes at the end
+      let boundWhileRunning: unknown = null;
+      const second = await run.execute(wf, () => {
+        boundWhileRunning ??= readBinding(state, run.owner).line;
+        return { kind: "answer", messages: [{ text: '{"summary":"s","score":1}', phase: "final_answer" }] };
+      });
+      expect(second.outcome.state).toBe("completed");
+      expect(atPause.at(-1)).toMatchObject({ kind: "orchestrator" });
+      expect(boundWhileRunning).toMatchObject({ kind: "orchestrator", run_id: run.spec.run_id });
+      expect(
+        lines(state, run.owner)
+          .slice(closed)
+          .map((l) => l.kind),
+      ).toEqual(["orchestrator", "closed"]);
+      expect(readBinding(state, run.owner).line).toBeNull();
+    } finally {
+      await run.close();
+    }
+  });
+});
+
 describe("crw flow start binds the owner; a resume binds again", () => {
   let fake: FakeAppServer;
   let cliEnv: NodeJS.ProcessEnv;
@@ -227,6 +276,69 @@ describe("crw flow start binds the owner; a resume binds again", () => {
       expect(aliveAfterStart).toBe(true);
       expect(started).toBeDefined();
     });
+  });
+
+  it("the holder's line comes only after its started row: a process SIGKILLed right after that row has written no line (S000-211)", async () => {
+    const state = join(root, "cli-state-211");
+    const owner = fake.createOwnerThread({ cwd: root });
+    const r = await start("cli-order", owner, state);
+    expect(r.code, r.stderr).toBe(0);
+    const pid = Number(r.json().pid);
+    await waitFor("started row", () => startedRows(state, "cli-order").length === 1);
+    process.kill(pid, "SIGKILL");
+    await waitFor("the process to die", () => !pidAlive(pid));
+    expect(closeRunOwner({ state, owner, runId: "cli-order" }).closed).toBe(true);
+    const before = lines(state, owner);
+    const resumed = await crwFlow(["resume", "cli-order", "--state", state, "--detach", "--json"], {
+      ...cliEnv,
+      CRW_FLOW_FAULT: "after:started:1",
+    });
+    expect(resumed.code, resumed.stderr).toBe(0);
+    const pid2 = Number(resumed.json().resumed_pid);
+    await waitFor("the resumed process to die at its started row", () => !pidAlive(pid2));
+    expect(startedRows(state, "cli-order")).toHaveLength(2);
+    expect(lines(state, owner)).toEqual(before);
+  });
+
+  it("the start writes the line before any process of the run exists: while its bind waits, it has launched nothing (S000-259)", async () => {
+    const state = join(root, "cli-state-259");
+    const owner = fake.createOwnerThread({ cwd: root });
+    const paths = runPaths(state, "cli-259");
+    // this test holds the flow-bound lock: the start's bind waits for it
+    const boundLock = join(ensureBoundDir(state), ".lock");
+    writeFileSync(boundLock, JSON.stringify({ pid: process.pid, nonce: "test-holder" }));
+    const child = spawn(
+      process.execPath,
+      [crwBin, "flow", "start", wfPath(), "--run", "cli-259", "--owner", owner, "--state", state, "--json"],
+      { env: cliEnv, cwd: root, stdio: ["ignore", "pipe", "pipe"] },
+    );
+    let out = "";
+    child.stdout.on("data", (d) => {
+      out += d;
+    });
+    const exited = new Promise<number>((res) => child.on("exit", (code) => res(code ?? -1)));
+    await waitFor(
+      "the start's spec under its start lock",
+      () => lockHolder(paths.startLock)?.pid === child.pid && existsSync(paths.spec),
+    );
+    // the bind comes right after the spec; give a launch made before it the time to show
+    await new Promise((res) => setTimeout(res, 300));
+    const launched = readFileSync(`/proc/${child.pid}/task/${child.pid}/children`, "utf8").trim();
+    const lineWhileWaiting = lines(state, owner);
+    unlinkSync(boundLock);
+    expect(await exited).toBe(0);
+    const pid = Number((JSON.parse(out) as { pid: number }).pid);
+    try {
+      expect(launched).toBe("");
+      expect(lineWhileWaiting).toEqual([]);
+      expect(lines(state, owner)[0]).toMatchObject({
+        kind: "orchestrator",
+        run_id: "cli-259",
+        pid: child.pid,
+      });
+    } finally {
+      if (pidAlive(pid)) process.kill(pid, "SIGKILL");
+    }
   });
 
   it("a holder whose line is not the last one writes it again right after its started row, with that row's pinned table (S000-261)", async () => {
@@ -498,6 +610,15 @@ describe("crw flow next reads the owner's line, never writes it", () => {
     const b = (await next(late.runId, late.state, { ...env, CRW_FLOW_STARTING_MS: "300" })).json();
     expect(b.warnings).toEqual([expect.stringContaining("owner_line_missing")]);
     expect(Date.now() - t0).toBeLessThan(5000);
+    // a holder whose process lock was taken long ago is not waited for, whatever the window
+    const old = heldRun();
+    const long = new Date(Date.now() - 60_000);
+    for (const f of readdirSync(old.paths.dir).filter((x) => x.startsWith("process.")))
+      utimesSync(join(old.paths.dir, f), long, long);
+    const t1 = Date.now();
+    const c = (await next(old.runId, old.state, slow)).json();
+    expect(c.warnings).toEqual([expect.stringContaining("owner_line_missing")]);
+    expect(Date.now() - t1).toBeLessThan(3000);
   });
 
   it("next never hands out a step whose marker already has a turn_started row (a process that died right after the bind)", async () => {
