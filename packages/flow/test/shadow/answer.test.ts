@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { readJournalFile } from "../../src/journal/journal.js";
 import type { JournalRow } from "../../src/journal/rows.js";
-import { lockHolder, readLock, tryLock } from "../../src/run/locks.js";
+import { lockHolder, pidAlive, tryLock } from "../../src/run/locks.js";
 import { crwFlow, ensureBuilt, waitFor } from "../helpers/cli.js";
 
 /** A local run that asks one decision between two calls-free steps; no account, no host. */
@@ -110,22 +110,28 @@ describe("crw flow answer", () => {
     const run = await pausedRun("env");
     rmSync(run.runTmp, { recursive: true });
     const journal = run.journal();
-    // A live process holds the run: an answer that drained before it checked would wait out --wait and
-    // refuse run_live; the check comes first, so the refusal is run_env_unusable.
-    const holder = spawn(process.execPath, ["-e", "setTimeout(() => {}, 30000)"], { stdio: "ignore" });
+    const log = readFileSync(join(run.dir, "process.log"), "utf8");
+    // a process still holds the run: a refusal drains nothing, it comes at once and leaves the lock
+    const holder = spawn(process.execPath, ["-e", "setTimeout(() => {}, 20000)"], { stdio: "ignore" });
     expect(tryLock(join(run.dir, "run.lock"), { pid: holder.pid as number })).toBe(true);
-    const refused = await crwFlow(
-      ["answer", "env", "ship", "yes", "--wait", "2", "--state", run.state, "--json"],
-      run.env,
-    );
-    holder.kill("SIGKILL");
-    await new Promise((r) => holder.once("exit", r));
+    let refused: Awaited<ReturnType<typeof crwFlow>>;
+    try {
+      // a drain first would wait out --wait 10 and refuse run_live (below: run_env_unusable)
+      refused = await crwFlow(
+        ["answer", "env", "ship", "yes", "--wait", "10", "--state", run.state, "--json"],
+        run.env,
+      );
+      expect(lockHolder(join(run.dir, "run.lock"))?.pid).toBe(holder.pid);
+    } finally {
+      holder.kill("SIGKILL");
+    }
     expect(refused.code).toBe(1);
     expect(refused.json()).toMatchObject({ error: { code: "run_env_unusable" } });
     expect(refused.stderr).toContain(run.runTmp);
+    // a process started would have written to the run's process.log, even one that refuses at once
     await new Promise((r) => setTimeout(r, 500));
     expect(run.journal()).toBe(journal);
-    expect(lockHolder(join(run.dir, "run.lock"))).toBeNull();
+    expect(readFileSync(join(run.dir, "process.log"), "utf8")).toBe(log);
     mkdirSync(run.runTmp);
     const ok = await crwFlow(["answer", "env", "ship", "no", "--state", run.state, "--json"], run.env);
     expect(ok.code, ok.stderr).toBe(0);
@@ -137,6 +143,7 @@ describe("crw flow answer", () => {
   it("--no-resume starts nothing and does not check the TMPDIR; the later relaunch refuses (S000-244)", async () => {
     const run = await pausedRun("nores");
     rmSync(run.runTmp, { recursive: true });
+    const log = readFileSync(join(run.dir, "process.log"), "utf8");
     const r = await crwFlow(
       ["answer", "nores", "ship", "yes", "--no-resume", "--state", run.state, "--json"],
       run.env,
@@ -146,10 +153,29 @@ describe("crw flow answer", () => {
     expect(run.rows().filter((x) => x.type === "decision_answered")).toHaveLength(1);
     await new Promise((res) => setTimeout(res, 500));
     expect(startedCount(run)).toBe(1);
+    // no process was started (one would have written to process.log, refusing or not)
+    expect(readFileSync(join(run.dir, "process.log"), "utf8")).toBe(log);
     const relaunch = await crwFlow(["resume", "nores", "--detach", "--state", run.state], run.env);
     expect(relaunch.code).toBe(1);
     expect(relaunch.stderr).toContain(run.runTmp);
     expect(startedCount(run)).toBe(1);
+  }, 60_000);
+
+  it("the answer still holds the run lock when its row is stored: killed right after that row, the lock it took after the drained process is its own (S000-217)", async () => {
+    const run = await pausedRun("held");
+    const holder = spawn(process.execPath, ["-e", "setTimeout(() => {}, 1000)"], { stdio: "ignore" });
+    expect(tryLock(join(run.dir, "run.lock"), { pid: holder.pid as number })).toBe(true);
+    const r = await crwFlow(
+      ["answer", "held", "ship", "yes", "--wait", "20", "--state", run.state, "--json"],
+      { ...run.env, CRW_FLOW_FAULT: "after:decision_answered:1" },
+    );
+    expect(r.code).not.toBe(0); // SIGKILLed at its fault point
+    expect(run.rows().at(-1)).toMatchObject({ type: "decision_answered", answer: "yes" });
+    const lock = JSON.parse(readFileSync(join(run.dir, "run.lock"), "utf8")) as { pid: number };
+    expect(lock.pid).not.toBe(holder.pid);
+    expect(lock.pid).not.toBe(process.pid);
+    expect(pidAlive(lock.pid)).toBe(false); // the answer's own, dead with it
+    expect(startedCount(run)).toBe(1); // nothing resumed before the row and the lock were settled
   }, 60_000);
 
   it("the answer waits for the process holding the run to end, holds the lock until its row is stored, and the resume takes the lock after (S000-217)", async () => {
@@ -186,22 +212,9 @@ describe("crw flow answer", () => {
       ["answer", "stuck", "ship", "yes", "--wait", "1", "--state", run2.state, "--json"],
       run2.env,
     );
-    stuck.kill("SIGKILL");
-    await new Promise((r) => stuck.once("exit", r));
+    stuck.kill();
     expect(late.code).toBe(1);
     expect(late.json()).toMatchObject({ error: { code: "run_live" } });
     expect(run2.journal()).toBe(journal);
-    // The answer killed right after its row is durable: the run lock names the answer's own process, not
-    // the holder it drained, and no resume has started.
-    const killed = await crwFlow(["answer", "stuck", "ship", "yes", "--state", run2.state, "--json"], {
-      ...run2.env,
-      CRW_FLOW_FAULT: "after:decision_answered:1",
-    });
-    expect(killed.code).not.toBe(0);
-    expect(run2.rows().filter((x) => x.type === "decision_answered")).toHaveLength(1);
-    const lock = readLock(join(run2.dir, "run.lock"));
-    expect(lock?.pid).toBeGreaterThan(0);
-    expect(lock?.pid).not.toBe(stuck.pid);
-    expect(startedCount(run2)).toBe(1);
   }, 90_000);
 });
