@@ -38,7 +38,7 @@ beforeAll(() => {
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
 describe("a run's own temporary files", () => {
-  it("the temporary files of the run's operations (the commit's private index) land below the recorded TMPDIR, also after a relaunch from a shell with another (S000-250)", async () => {
+  it("the temporary files of the run's operations (the commit's private index) land below the recorded TMPDIR, also after a relaunch from a shell with another", async () => {
     const recorded = mkdtempSync(join(root, "recorded-"));
     const missing = join(root, "no-such-tmp");
     const { repo } = tempRepo("crw-flow-tmpops-repo-");
