@@ -667,7 +667,7 @@ describe("crw flow commands as real processes", () => {
     const pid = Number(r.json().pid);
     const next = await crwFlow(["next", "run-bind-crash", "--state", state, "--wait", "10", "--json"], env);
     const step = (next.json().steps as OwnerStep[]).find((x) => x.action === "spawn");
-    if (!step) throw new Error("no spawn step");
+    if (!step?.message) throw new Error("no spawn step");
     const agent = fake.spawnSubagent({
       ownerThreadId: owner,
       message: step.message,
