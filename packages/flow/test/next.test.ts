@@ -159,13 +159,17 @@ describe("crw flow next", () => {
       expect(formats.find((f) => f.role === "critic")?.arguments).toMatchObject({ model: "<host default>" });
     });
 
-    it("warns when the role store reads other pairs than the holder pinned, and not when they agree (S000-224)", () => {
+    it("warns when the role store reads other pairs than the holder pinned, recording nothing and handing out the pins; not when they agree (S000-224)", () => {
       // the fixture binds no owner line: next also reports it missing (the binding tests cover that warning)
       expect(a.warnings).toEqual([
         expect.stringContaining("owner_line_missing"),
         "the role store reads other pairs than the run's process pinned; it runs on its pins until a resume takes the new ones",
       ]);
       expect(same.warnings).toEqual([expect.stringContaining("owner_line_missing")]);
+      // recording nothing, and the holder's pins stay the formats it hands out
+      expect(after).toBe(before);
+      const formats = a.spawn_formats as Array<{ role: string; arguments: Record<string, unknown> }>;
+      expect(formats.find((f) => f.role === "explorer")?.arguments).toMatchObject({ model: "pinned-model" });
     });
 
     it("writes no row of the run (S000-208)", () => {
