@@ -43,8 +43,9 @@ describe("runner process containment", () => {
         sessionId: "spawner",
         script: [
           { kind: "spawn", command: ["sleep", "30"] },
-          { kind: "spawn", command: ["sleep", "0.01"] },
-          { kind: "wait", ms: 400 },
+          // Outlives a few heartbeats, so an earlier state naming it is sent before the newest one.
+          { kind: "spawn", command: ["sleep", "0.3"] },
+          { kind: "wait", ms: 600 },
         ],
       }),
       { onProgress: () => {} },
