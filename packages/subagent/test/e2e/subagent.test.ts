@@ -115,6 +115,18 @@ async function delegateOnce(
   return { account, parent, outcome };
 }
 
+/** A host tool that records what `read` reports when a turn calls it, so a test observes from inside the turn. */
+const probe = (name: string, read: () => string | undefined, seen: (string | undefined)[]) => ({
+  name,
+  description: "records what the daemon reports for the calling session",
+  parameters: {},
+  mutates: false,
+  execute: async () => {
+    seen.push(read());
+    return { content: "recorded" };
+  },
+});
+
 const messagesOf = (entries: { body: { type: string; message?: TranscriptMessage } }[]) =>
   entries.flatMap((e) => (e.body.type === "message" && e.body.message ? [e.body.message] : []));
 
@@ -194,12 +206,15 @@ describe("test:e2e:subagent", () => {
     expect(events.filter((e) => e.type === "turn_dispatched").length).toBeGreaterThanOrEqual(n);
   });
 
-  it("a full pool queues the child turn; its session and run row are durable before the wait (S004-185 S004-186)", async () => {
+  it("a full pool queues the child turn: its session and run row are durable before the wait, and the pool reports it queued until its dispatch starts it (S004-186)", async () => {
     let openGate: () => void = () => {};
     const gate = new Promise<void>((r) => {
       openGate = r;
     });
-    const { service, repo, pool } = assemble({ maxRunners: 1, turnsPerRunner: 1 }, () => [
+    // The child's own turn reads the pool's state of its session from inside, once dispatch has started it.
+    const seenByChild: (string | undefined)[] = [];
+    const { service, repo, pool } = assemble({ maxRunners: 1, turnsPerRunner: 1 }, (session) => [
+      probe("Observe", () => pool.sessionState(session.id), seenByChild),
       {
         name: "Gate",
         description: "holds the parent's turn (and so the only runner slot) until the test opens it",
@@ -221,7 +236,13 @@ describe("test:e2e:subagent", () => {
           [
             {
               name: "Delegate",
-              arguments: { task: scriptTask({ answer: "queued child done" }), background: true },
+              arguments: {
+                task: scriptTask({
+                  rounds: [[{ name: "Observe", arguments: {} }]],
+                  answer: "queued child done",
+                }),
+                background: true,
+              },
             },
           ],
           [{ name: "Gate", arguments: {} }],
@@ -249,39 +270,47 @@ describe("test:e2e:subagent", () => {
     expect(runs.rows).toEqual([{ status: expect.any(String), mode: "background" }]);
     expect(pool.sessionState(child.id)).toBe("queued");
     expect(pool.health().queued).toBe(1);
+    expect(seenByChild).toEqual([]);
     openGate();
     expect((await run).stopReason).toBe("stop");
     await service.whenIdle();
+    // Once dispatched it is no longer queued: running while its turn runs, gone once it settled.
+    expect(seenByChild).toEqual(["running"]);
     expect(pool.sessionState(child.id)).toBeUndefined();
     expect(await repo.settledResultIds(parent.id, account.id)).toHaveLength(1);
   });
 
-  it("a nested delegation counts as a nested edge on the runner both sub-agent sessions share (S004-493 S004-494)", async () => {
-    const { service, repo, events } = assemble({ maxRunners: 2, turnsPerRunner: 4 });
+  it("a nested turn takes a slot of the runner it shares with its parent: a full runner makes the pool grow, and a turn on another runner is no nested edge (S004-493 S004-494)", async () => {
+    const { service, repo, events } = assemble({ maxRunners: 2, turnsPerRunner: 2 });
     const account = await repo.createAccount({ name: `acct-${randomUUID()}` });
     const parent = await service.createRootSession(account.id, "scripted");
-    const grandchild = scriptTask({ answer: "grandchild answer" });
-    const child = scriptTask({
-      rounds: [[{ name: "Delegate", arguments: { task: grandchild } }]],
-      answer: "child relayed",
-    });
-    const outcome = await service.prompt(
-      parent.id,
-      account.id,
-      scriptTask({ rounds: [[{ name: "Delegate", arguments: { task: child } }]], answer: "parent done" }),
-    );
+    const delegating = (task: string, answer: string) =>
+      scriptTask({ rounds: [[{ name: "Delegate", arguments: { task } }]], answer });
+    const greatGrandchild = scriptTask({ answer: "great-grandchild answer" });
+    const child = delegating(delegating(greatGrandchild, "grandchild relayed"), "child relayed");
+    const outcome = await service.prompt(parent.id, account.id, delegating(child, "parent done"));
     expect(outcome.stopReason).toBe("stop");
     await service.whenIdle();
     const dispatched = events.flatMap((e) => (e.type === "turn_dispatched" ? [e] : []));
-    // The child (under a root parent) is no nested edge; the grandchild (under the child, same runner) is.
-    expect(dispatched.map((e) => e.nested)).toEqual([false, true]);
-    expect(dispatched[0]?.runnerId).toBe(dispatched[1]?.runnerId);
+    const [first, second, third] = dispatched.map((e) => e.runnerId);
+    // The child and its nested grandchild fill the first runner (two turns each), so the great-grandchild
+    // waits for a second one the pool grows.
+    expect(dispatched).toHaveLength(3);
+    expect(second).toBe(first);
+    expect(third).not.toBe(first);
+    // The child (under a root parent) is no nested edge; the grandchild (same runner as its parent) is;
+    // the great-grandchild, on another runner than its parent, is not.
+    expect(dispatched.map((e) => e.nested)).toEqual([false, true, false]);
     const journal = messagesOf(await repo.readJournal(parent.id, account.id));
     expect(journal.find((m) => m.role === "toolResult")).toMatchObject({ content: "child relayed" });
   });
 
   it("the real delegation core, dispatcher and context place an exact protected child in the daemon after its assertion; others stay in runners (S004-379 S004-374)", async () => {
-    const { service, repo, placements, placed, events } = assemble();
+    // A turn's own view of its session's runner route, read from inside the turn.
+    const routeSeen: (string | undefined)[] = [];
+    const { service, repo, placements, placed, events, pool } = assemble(undefined, (session) => [
+      probe("Route", () => pool.routeOf(session.id), routeSeen),
+    ]);
     const account = await repo.createAccount({ name: `acct-${randomUUID()}` });
     const parent = await service.createRootSession(account.id, "scripted");
     await service.prompt(
@@ -297,6 +326,8 @@ describe("test:e2e:subagent", () => {
       await pgPool.query<{ id: string }>("select id from sessions where parent_session_id = $1", [parent.id])
     ).rows[0]?.id as string;
     expect(placements).toEqual(["in-process", "runner"]);
+    const firstRunner = pool.routeOf(childId);
+    expect(firstRunner).toEqual(expect.any(String));
     const dispatchedBefore = events.filter((e) => e.type === "turn_dispatched").length;
     // The controlled native boundary: the assertion records how many turns had been placed when it ran.
     const asserted: { child: string; placedBefore: number }[] = [];
@@ -314,7 +345,7 @@ describe("test:e2e:subagent", () => {
         principalAccountId: account.id,
         childSessionId: childId,
         toolCallId: `recovery-${randomUUID()}`,
-        text: scriptTask({ answer: "continued in the daemon" }),
+        text: scriptTask({ rounds: [[{ name: "Route", arguments: {} }]], answer: "continued in the daemon" }),
         mode: "foreground",
       }),
     );
@@ -325,6 +356,9 @@ describe("test:e2e:subagent", () => {
       "in-process",
     ]);
     expect(events.filter((e) => e.type === "turn_dispatched").length).toBe(dispatchedBefore);
+    // Its route to the runner of its first turn was retired before its turn ran in the daemon.
+    expect(routeSeen).toEqual([undefined]);
+    expect(pool.routeOf(childId)).toBeUndefined();
     // A fresh child of the same parent, in the same scope, is ordinary work: it keeps runner placement.
     await runWithWorkflowNodeDispatch(scope, () =>
       service.prompt(
