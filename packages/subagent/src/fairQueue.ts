@@ -81,10 +81,14 @@ export class FairQueue<T, K = string> {
    * Test seam for the invariant check: corrupt the private state the way a bug would. Kept on the class so
    * the throwing path is proven against the real implementation.
    */
-  static corruptForTest<T, K>(queue: FairQueue<T, K>, how: "empty-head" | "missing-head"): void {
+  static corruptForTest<T, K>(
+    queue: FairQueue<T, K>,
+    how: "empty-head" | "missing-head" | "lost-rotation",
+  ): void {
     const head = queue.#rotation[0];
     if (head === undefined) throw new Error("corruptForTest needs a non-empty queue");
     if (how === "missing-head") queue.#lanes.delete(head);
+    else if (how === "lost-rotation") queue.#rotation.length = 0;
     else queue.#lanes.set(head, []);
   }
 }

@@ -10,6 +10,11 @@ describe("FairQueue", () => {
     expect(q.shift()).toBe(1);
     expect(q.shift()).toBeUndefined();
     expect(q.size).toBe(0);
+    // A queue still holding an item never answers "empty", even when its rotation was lost.
+    const holding = new FairQueue<number>();
+    holding.push("a", 1);
+    FairQueue.corruptForTest(holding, "lost-rotation");
+    expect(() => holding.shift()).toThrow(/no lanes but size 1/);
   });
 
   it("serves producers in rotation and each lane FIFO (S004-529)", () => {
