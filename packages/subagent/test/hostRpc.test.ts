@@ -1,4 +1,5 @@
 import { getEventListeners } from "node:events";
+import { fileURLToPath } from "node:url";
 import {
   currentDispatchedTurn,
   DESKTOP_UNKNOWN_OUTCOME_SUFFIX,
@@ -13,9 +14,9 @@ import {
   runInDispatchedTurn,
   SubagentRunnerPool,
 } from "@crw/subagent";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, onTestFinished, vi } from "vitest";
 import { closePoolsAfterEach, makePool } from "./support/pools.js";
-import { turn, waitFor } from "./support/runners.js";
+import { startHost, turn, waitFor } from "./support/runners.js";
 
 closePoolsAfterEach();
 
@@ -82,6 +83,11 @@ describe("HostRpcClient (runner side)", () => {
   });
 
   it("close() rejects pending calls with the fixed text and removes timers and abort listeners (S004-532)", async () => {
+    // Fake timers only count the calls' deadline timers; nothing here waits on time.
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+    onTestFinished(() => {
+      vi.useRealTimers();
+    });
     const { t, sent } = transport();
     const client = new HostRpcClient(t);
     const controller = new AbortController();
@@ -91,7 +97,9 @@ describe("HostRpcClient (runner side)", () => {
     ]);
     expect(sent.filter((f) => f.type === "hostRpc")).toHaveLength(2);
     expect(getEventListeners(controller.signal, "abort")).toHaveLength(2);
+    expect(vi.getTimerCount()).toBe(2);
     client.close();
+    expect(vi.getTimerCount()).toBe(0);
     for (const p of pending) {
       const e = await p.catch((x: unknown) => x);
       expect(e).toBeInstanceOf(HostRpcClosedError);
@@ -113,6 +121,21 @@ describe("HostRpcClient (runner side)", () => {
     const e = (await pending.catch((x: unknown) => x)) as Error;
     expect(e.message).toBe(HOST_RPC_CLOSED_TEXT + DESKTOP_UNKNOWN_OUTCOME_SUFFIX);
     expect(e.message).toMatch(/unknown, do not replay/);
+    // A desktop call made after close, and one whose channel is already gone when it is sent, say the same.
+    const late = await inTurn(new AbortController().signal, () =>
+      client.call("desktop.command", { command: "open", args: [] }),
+    ).catch((x: unknown) => x);
+    expect((late as Error).message).toBe(HOST_RPC_CLOSED_TEXT + DESKTOP_UNKNOWN_OUTCOME_SUFFIX);
+    const gone = new HostRpcClient({ send: () => false, cancel: () => false });
+    const unsent = await inTurn(new AbortController().signal, () =>
+      gone.call("desktop.command", { command: "open", args: [] }),
+    ).catch((x: unknown) => x);
+    expect((unsent as Error).message).toBe(HOST_RPC_CLOSED_TEXT + DESKTOP_UNKNOWN_OUTCOME_SUFFIX);
+    // Other methods carry the plain text.
+    const api = await inTurn(new AbortController().signal, () => gone.call("crw.api", apiParams)).catch(
+      (x: unknown) => x,
+    );
+    expect((api as Error).message).toBe(HOST_RPC_CLOSED_TEXT);
   });
 
   it("close() with no pending calls does nothing (S004-534)", () => {
@@ -175,8 +198,49 @@ describe("HostRpcClient (runner side)", () => {
   });
 });
 
+describe("the daemon's side of a reverse host call", () => {
+  it("the daemon checks plugin.applyChange params against the plugin-boundary schema before its handler, and answers only once the handler has (S004-504)", async () => {
+    const handled: unknown[] = [];
+    const order: string[] = [];
+    // A stand-in runner puts the calls on the channel as given: no runner-side check filters them first.
+    const { host } = await startHost({
+      entry: fileURLToPath(new URL("./support/hostCallRunner.mjs", import.meta.url)),
+      buildId: "stand-in",
+      env: { CRW_STANDIN_BUILD: "stand-in" },
+      hostRpc: async (_method, params) => {
+        await new Promise((r) => setTimeout(r, 100));
+        handled.push(params);
+        order.push("handler answered");
+        return { applied: true };
+      },
+    });
+    onTestFinished(() => host.shutdown(1_000));
+    const valid = { pluginId: "skills", change: { kind: "skill", name: "tidy", body: "# tidy" } };
+    const result = await host.runTurn(
+      turn({
+        script: [
+          {
+            kind: "hostRpc",
+            method: "plugin.applyChange",
+            params: { pluginId: "p", change: { kind: "shell" } },
+          },
+          { kind: "hostRpc", method: "plugin.applyChange", params: valid },
+        ],
+      }),
+      { onProgress: () => {} },
+    );
+    order.push("turn settled");
+    expect(JSON.parse(result.text)).toEqual([
+      { error: expect.objectContaining({ name: "HostRpcRefusedError", code: "invalid_params" }) },
+      { ok: { applied: true } },
+    ]);
+    expect(handled).toEqual([valid]);
+    expect(order).toEqual(["handler answered", "turn settled"]);
+  });
+});
+
 describe("reverse host calls from a real runner", () => {
-  it("a plugin change inside a runner goes as plugin.applyChange under the dispatched turn and settles on the daemon's answer (S004-503)", async () => {
+  it("a runner's plugin.applyChange host call goes under its dispatched turn and settles on the daemon's answer", async () => {
     const calls: { method: string; params: unknown; turnId: string }[] = [];
     const order: string[] = [];
     const { pool } = makePool({
@@ -282,7 +346,7 @@ describe("reverse host calls from a real runner", () => {
 });
 
 describe("delegation.resultDelivered", () => {
-  it("carries {resultId, toolCallId, kind}; answers after publication; the turn goes on (S004-508 S004-512 S004-514)", async () => {
+  it("carries {resultId, toolCallId, kind} unchanged, answers after publication, and the turn goes on (S004-508 S004-514)", async () => {
     const published: unknown[] = [];
     const order: string[] = [];
     const { pool } = makePool();

@@ -1,0 +1,50 @@
+// A stand-in runner that speaks just enough of the protocol to put host calls on the channel exactly as
+// given, with none of the real runner's own checks in between: hello (build CRW_STANDIN_BUILD), boot, then
+// for each turn every host call of its `script` ({ method, params }), one after the other. The turn's text
+// is the JSON list of the daemon's answers, so a test reads what the daemon replied to each call.
+const send = (frame) => process.send(frame);
+const waiting = new Map();
+process.on("message", (frame) => {
+  if (frame.type === "boot") {
+    send({
+      type: "bootReply",
+      requestId: frame.requestId,
+      result: { ok: { buildId: process.env.CRW_STANDIN_BUILD, policyRevision: frame.retryPolicy.revision } },
+    });
+  } else if (frame.type === "hostRpcReply") {
+    waiting.get(frame.requestId)?.(frame.result);
+  } else if (frame.type === "turn") {
+    void runTurn(frame);
+  } else if (frame.type === "shutdown") {
+    process.exit(0);
+  }
+});
+async function runTurn({ requestId, turn }) {
+  const answers = [];
+  for (const [i, step] of (turn.script ?? []).entries()) {
+    const rpcId = `${turn.turnId}-${i}`;
+    const answered = new Promise((resolve) => waiting.set(rpcId, resolve));
+    send({
+      type: "hostRpc",
+      requestId: rpcId,
+      turnId: turn.turnId,
+      method: step.method,
+      params: step.params,
+    });
+    answers.push(await answered);
+  }
+  send({
+    type: "turnReply",
+    requestId,
+    result: {
+      ok: {
+        turnId: turn.turnId,
+        sessionId: turn.sessionId,
+        text: JSON.stringify(answers),
+        stopReason: "end",
+      },
+    },
+  });
+}
+process.on("disconnect", () => process.exit(0));
+send({ type: "hello", requestId: "hello", buildId: process.env.CRW_STANDIN_BUILD, pid: process.pid });
