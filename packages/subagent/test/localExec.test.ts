@@ -14,7 +14,7 @@ async function ready(handler: LocalExecHandler) {
 }
 
 describe("local execution and background services across the runner boundary", () => {
-  it("an admitted service outlives the turn that started it; the turn's end does not cancel it (S004-105 S004-106)", async () => {
+  it("an admitted service outlives the turn that started it; the turn's end does not cancel it", async () => {
     const box = sandbox();
     const host = await ready(box.handler);
     const result = await host.runTurn(
@@ -27,7 +27,7 @@ describe("local execution and background services across the runner boundary", (
     expect(box.started[0]?.signal.aborted).toBe(false);
   });
 
-  it("an unadmitted start stays turn-bound: aborting the turn cancels it (S004-107)", async () => {
+  it("an unadmitted start stays turn-bound: aborting the turn cancels it", async () => {
     const box = sandbox();
     const host = await ready(box.handler);
     const controller = new AbortController();
@@ -44,7 +44,7 @@ describe("local execution and background services across the runner boundary", (
     expect(host.serviceStreamCount).toBe(0);
   });
 
-  it("registry cancellation sends the original call and turn ids; the final exit removes the entry (S004-108 S004-109)", async () => {
+  it("registry cancellation sends the original call and turn ids; the final exit removes the entry", async () => {
     const box = sandbox();
     const host = await ready(box.handler);
     const first = turn({
@@ -60,7 +60,7 @@ describe("local execution and background services across the runner boundary", (
     await waitFor(() => host.serviceStreamCount === 0);
   });
 
-  it("runner exit aborts every retained service stream; none is replayed (S004-110 S004-114)", async () => {
+  it("runner exit aborts every retained service stream; none is replayed", async () => {
     const box = sandbox();
     const host = await ready(box.handler);
     await host.runTurn(
@@ -80,7 +80,7 @@ describe("local execution and background services across the runner boundary", (
     expect(box.started).toHaveLength(2);
   });
 
-  it("a start needs an active admitted turn; one retained controller per live service (S004-113 S004-115)", async () => {
+  it("a start needs an active admitted turn; one retained controller per live service (S004-113)", async () => {
     const box = sandbox();
     const handled: string[] = [];
     const host = await ready((request, ctx) => {
