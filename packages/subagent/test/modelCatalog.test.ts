@@ -26,7 +26,7 @@ describe("ModelCatalog (runner publication fence)", () => {
     expect(catalog.preparedAccounts.sort()).toEqual(["alice", "bob"]);
   });
 
-  it("a warm runner serves each account the catalog its own key was last allowed to see (S004-154)", () => {
+  it("a catalog prepared for one account follows later publications; an account first seen after one gets that view", () => {
     const catalog = new ModelCatalog(v1);
     catalog.forAccount("alice");
     catalog.publish(v2);

@@ -185,7 +185,7 @@ describe("protected automatic missing-child placement", () => {
     expect(dispatchedTurns(events)).toBe(6);
   });
 
-  it("with runners off, the protected match and ordinary turns both run in the daemon, unchanged (S004-356)", async () => {
+  it("with runners off, the protected match and ordinary turns both run in the daemon, unchanged", async () => {
     const { pool, events } = makePool();
     const log: string[] = [];
     const local = daemonRunner(log);
@@ -199,7 +199,7 @@ describe("protected automatic missing-child placement", () => {
     expect(events).toEqual([]);
   });
 
-  it("beside a protected scope, ordinary turns keep runner mode and a startup failure stays typed, with no fallback (S004-356)", async () => {
+  it("beside a protected scope, ordinary turns keep runner mode and a startup failure stays typed, with no fallback", async () => {
     const { pool } = makePool({ env: { CRW_RUNNER_FAULT: "exit-before-hello" } });
     const log: string[] = [];
     const local = daemonRunner(log);
