@@ -1,5 +1,4 @@
 import { getEventListeners } from "node:events";
-import { fileURLToPath } from "node:url";
 import {
   currentDispatchedTurn,
   DESKTOP_UNKNOWN_OUTCOME_SUFFIX,
@@ -16,7 +15,7 @@ import {
 } from "@crw/subagent";
 import { describe, expect, it, onTestFinished, vi } from "vitest";
 import { closePoolsAfterEach, makePool } from "./support/pools.js";
-import { startHost, turn, waitFor } from "./support/runners.js";
+import { standInRunner, startHost, turn, waitFor } from "./support/runners.js";
 
 closePoolsAfterEach();
 
@@ -204,9 +203,7 @@ describe("the daemon's side of a reverse host call", () => {
     const order: string[] = [];
     // A stand-in runner puts the calls on the channel as given: no runner-side check filters them first.
     const { host } = await startHost({
-      entry: fileURLToPath(new URL("./support/hostCallRunner.mjs", import.meta.url)),
-      buildId: "stand-in",
-      env: { CRW_STANDIN_BUILD: "stand-in" },
+      ...standInRunner,
       hostRpc: async (_method, params) => {
         await new Promise((r) => setTimeout(r, 100));
         handled.push(params);

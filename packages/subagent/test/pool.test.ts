@@ -2,7 +2,7 @@ import { DelegationAbortedError, RunnerExitedError, RunnerUnavailableError } fro
 import { describe, expect, it } from "vitest";
 import { killChildRunners } from "./support/kill.js";
 import { closePoolsAfterEach, effectsFile, makePool } from "./support/pools.js";
-import { turn, waitFor } from "./support/runners.js";
+import { standInRunner, turn, waitFor } from "./support/runners.js";
 
 closePoolsAfterEach();
 
@@ -14,7 +14,7 @@ describe("runner pool admission", () => {
     expect(pool.health()).toMatchObject({ runners: [], startupRetry: null, spawnFailure: null, queued: 0 });
   });
 
-  it("when every runner is full a turn waits in the queue instead of being refused (S004-186: reported queued) (S004-184)", async () => {
+  it("a turn arriving when every runner is full waits in the queue, reported queued, instead of being refused (S004-184)", async () => {
     const { pool } = makePool({ size: { maxRunners: 1, turnsPerRunner: 1 } });
     const first = pool.runTurn(
       turn({
@@ -25,12 +25,12 @@ describe("runner pool admission", () => {
         ],
       }),
     );
+    expect(pool.sessionState("s-a")).toBe("queued");
+    await waitFor(() => pool.sessionState("s-a") === "running");
+    // Only now is the one runner full: the second turn arrives to find no free slot and no room to grow.
     const second = pool.runTurn(
       turn({ sessionId: "s-b", channelId: "ch-2", script: [{ kind: "text", text: "B" }] }),
     );
-    expect(pool.sessionState("s-a")).toBe("queued");
-    expect(pool.sessionState("s-b")).toBe("queued");
-    await waitFor(() => pool.sessionState("s-a") === "running");
     expect(pool.sessionState("s-b")).toBe("queued");
     expect(pool.health().queued).toBe(1);
     expect((await first).text).toBe("A");
@@ -135,6 +135,15 @@ describe("runner pool admission", () => {
 });
 
 describe("routing and release", () => {
+  it("a runner that fails to release a session keeps its route; the pool does not retire it (S004-526)", async () => {
+    const { pool } = makePool(standInRunner);
+    await pool.runTurn(turn({ sessionId: "f1" }));
+    const routed = pool.routeOf("f1");
+    expect(routed).toBeDefined();
+    expect(await pool.release("f1")).toBe("failed");
+    expect(pool.routeOf("f1")).toBe(routed);
+  });
+
   it("a busy release keeps the route; a released session's route is retired (S004-526)", async () => {
     const { pool } = makePool();
     const running = pool.runTurn(turn({ sessionId: "r1", script: [{ kind: "wait", ms: 300 }] }));

@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
 import {
   buildIdentityOf,
   type DelegatedTurnRequest,
@@ -27,6 +28,16 @@ export function runnerBuildFiles(): string[] {
   }
   return files;
 }
+
+/**
+ * Host settings for the stand-in runner (standInRunner.mjs): it puts a turn's host calls on the channel
+ * unchecked and answers every release with an error.
+ */
+export const standInRunner = {
+  entry: fileURLToPath(new URL("./standInRunner.mjs", import.meta.url)),
+  buildId: "stand-in",
+  env: { CRW_STANDIN_BUILD: "stand-in" },
+};
 
 export const catalog: ModelCatalogPublication = {
   revision: 1,

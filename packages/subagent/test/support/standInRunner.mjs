@@ -1,7 +1,8 @@
 // A stand-in runner that speaks just enough of the protocol to put host calls on the channel exactly as
 // given, with none of the real runner's own checks in between: hello (build CRW_STANDIN_BUILD), boot, then
 // for each turn every host call of its `script` ({ method, params }), one after the other. The turn's text
-// is the JSON list of the daemon's answers, so a test reads what the daemon replied to each call.
+// is the JSON list of the daemon's answers, so a test reads what the daemon replied to each call. It
+// answers every release with an error, as a runner that could not release a session would.
 const send = (frame) => process.send(frame);
 const waiting = new Map();
 process.on("message", (frame) => {
@@ -15,6 +16,12 @@ process.on("message", (frame) => {
     waiting.get(frame.requestId)?.(frame.result);
   } else if (frame.type === "turn") {
     void runTurn(frame);
+  } else if (frame.type === "release") {
+    send({
+      type: "releaseReply",
+      requestId: frame.requestId,
+      result: { error: { name: "Error", code: "release_failed", message: "could not release" } },
+    });
   } else if (frame.type === "shutdown") {
     process.exit(0);
   }
