@@ -1,3 +1,4 @@
+import type { ChildProcess } from "node:child_process";
 import {
   LateBoundRetryPolicySource,
   MemoryRetryPolicySource,
@@ -11,7 +12,7 @@ import {
 } from "@crw/subagent";
 import { afterEach, describe, expect, it } from "vitest";
 import { closePoolsAfterEach, makePool } from "./support/pools.js";
-import { hostDeps, turn } from "./support/runners.js";
+import { hostDeps, startHost, turn, waitFor } from "./support/runners.js";
 
 closePoolsAfterEach();
 const policy = (revision: number, maxRetries = 1): RetryPolicy => ({
@@ -45,8 +46,11 @@ describe("retry policy sources", () => {
     const late = new LateBoundRetryPolicySource();
     const { pool } = makePool({ retryPolicySource: () => late.get() });
     // Bootstrap binds the source after constructing the pool; only then does work need it.
-    late.bind(new MemoryRetryPolicySource(policy(9)));
+    const source = new MemoryRetryPolicySource(policy(9));
+    late.bind(source);
     expect((await pool.runTurn(turn())).stopReason).toBe("end");
+    // The live runner's host follows that very source (its one subscription), not a copy or a default.
+    expect(source.listenerCount).toBe(1);
   });
 
   it("strictly older or duplicate revisions cannot rewind the mirror (S004-460)", async () => {
@@ -95,6 +99,35 @@ describe("policy reaching a real runner", () => {
     hosts.push(host);
     expect(host.bootPolicyRevision).toBe(3);
     expect(listeners.size).toBe(1);
+  });
+
+  it("a live host sends its runner only later policy revisions, each once, and reads its source no more after boot (S004-480)", async () => {
+    const source = new MemoryRetryPolicySource(policy(1));
+    let reads = 0;
+    const counted: RetryPolicySource = {
+      read: () => {
+        reads++;
+        return source.read();
+      },
+      subscribe: (listener) => source.subscribe(listener),
+    };
+    const { host, events } = await startHost({ retryPolicySource: counted, heartbeatIntervalMs: 50 });
+    hosts.push(host);
+    const child = (host as unknown as { child: ChildProcess }).child;
+    const sent: number[] = [];
+    const send = child.send.bind(child);
+    child.send = ((frame: { type: string; retryPolicy?: RetryPolicy }, ...rest: never[]) => {
+      if (frame.type === "retryPolicyChanged") sent.push(frame.retryPolicy?.revision ?? -1);
+      return send(frame, ...rest);
+    }) as typeof child.send;
+    source.commit({ maxRetries: 3, initialDelayMs: 10, multiplier: 2 });
+    host.policyChanged(policy(2, 3));
+    host.policyChanged(policy(1));
+    source.commit({ maxRetries: 4, initialDelayMs: 10, multiplier: 2 });
+    expect(sent).toEqual([2, 3]);
+    // A few heartbeats later the boot read is still the only one: no poller reads the source.
+    await waitFor(() => events.filter((e) => e.type === "heartbeat").length >= 4);
+    expect(reads).toBe(1);
   });
 
   it("one source subscription per live host, removed when the runner exits (S004-480)", async () => {
