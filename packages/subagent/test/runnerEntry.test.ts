@@ -25,6 +25,9 @@ describe("RUNNER_ENTRY", () => {
     expect(resolveRunnerEntry(from, ["--import", "tsx"])).toBe(join(dir, "runner.ts"));
     // Without a loader plain Node cannot run it, and there is no build beside it.
     expect(() => resolveRunnerEntry(from, [])).toThrow(RunnerEntryMissingError);
+    // Once the JavaScript sibling exists it wins, loader or not.
+    await writeFile(join(dir, "runner.js"), "export {};\n");
+    expect(resolveRunnerEntry(from, ["--import", "tsx"])).toBe(join(dir, "runner.js"));
   });
 
   it("source modules on plain Node use the package's own build, never PATH (S004-536)", () => {
