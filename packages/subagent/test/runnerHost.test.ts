@@ -11,9 +11,9 @@ import {
   TAP_TIMEOUT_TEXT,
   TapTimeoutError,
 } from "@crw/subagent";
-import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { afterAll, afterEach, describe, expect, it, onTestFinished } from "vitest";
 import { closePoolsAfterEach, makePool } from "./support/pools.js";
-import { hostDeps, policySource, startHost, turn, waitFor } from "./support/runners.js";
+import { hostDeps, policySource, standInRunner, startHost, turn, waitFor } from "./support/runners.js";
 import { tempDir } from "./support/tmp.js";
 
 const hosts: SubagentRunnerHost[] = [];
@@ -53,6 +53,16 @@ describe("SubagentRunnerHost handshake (real forked runner)", () => {
     expect(result).toMatchObject({ text: "hello world", stopReason: "end" });
   });
 
+  it("a host that cannot start its runner makes exactly one fork: retrying is not its job (S004-463)", async () => {
+    const forks = join(tempDir("forks"), "forks.log");
+    const { deps } = hostDeps({
+      ...standInRunner,
+      env: { ...standInRunner.env, CRW_STANDIN_FORKS: forks, CRW_STANDIN_EXIT: "1" },
+    });
+    await expect(SubagentRunnerHost.start(deps)).rejects.toMatchObject({ category: "boot_failed" });
+    expect((await readFile(forks, "utf8")).split("\n").filter(Boolean)).toHaveLength(1);
+  });
+
   it("the build handshake refuses a cross-build daemon/runner pair (S004-458)", async () => {
     const { deps } = hostDeps({ buildId: "crw-runner-some-other-build" });
     const error = await SubagentRunnerHost.start(deps).catch((e: unknown) => e);
@@ -79,6 +89,29 @@ describe("SubagentRunnerHost handshake (real forked runner)", () => {
     await expect(SubagentRunnerHost.start(deps)).rejects.toMatchObject({ category: "fork_failed" });
   });
 
+  it("the pool keeps each startup category for its health and for the turn it refuses (S004-520)", async () => {
+    const noRetries = () => policySource(0);
+    const cases = [
+      { category: "fork_failed", pool: { execPath: "/nonexistent/node" }, state: "exhausted" },
+      { category: "boot_failed", pool: { env: { CRW_RUNNER_FAULT: "fail-boot" } }, state: "exhausted" },
+      { category: "build_mismatch", pool: { buildId: "crw-runner-some-other-build" }, state: "latched" },
+      {
+        category: "boot_timeout",
+        pool: { bootTimeoutMs: 1_500, env: { CRW_RUNNER_FAULT: "hang-before-hello" } },
+        state: "exhausted",
+      },
+    ] as const;
+    for (const c of cases) {
+      const { pool } = makePool({ ...c.pool, retryPolicySource: noRetries });
+      onTestFinished(() => pool.close());
+      const refused = await pool.runTurn(turn()).catch((e: unknown) => e);
+      expect(refused).toMatchObject({ name: "RunnerStartupError", category: c.category });
+      expect(pool.health().spawnFailure).toEqual({ category: c.category, state: c.state });
+      // A later turn is refused up front with the same category.
+      await expect(pool.runTurn(turn())).rejects.toMatchObject({ category: c.category });
+    }
+  });
+
   it("an unexpected error while reading the policy propagates unchanged, not as a startup category (S004-521)", async () => {
     const boom = new TypeError("policy table is corrupt");
     const { deps } = hostDeps({
@@ -96,10 +129,17 @@ describe("SubagentRunnerHost handshake (real forked runner)", () => {
   });
 
   it("a lifetime replaced before fork or before ready rejects the attempt (S004-476)", async () => {
-    const before = hostDeps({ isCurrent: () => false });
+    // Replaced before the fork: no process is started at all.
+    const forks = join(tempDir("forks"), "forks.log");
+    const before = hostDeps({
+      ...standInRunner,
+      env: { ...standInRunner.env, CRW_STANDIN_FORKS: forks },
+      isCurrent: () => false,
+    });
     await expect(SubagentRunnerHost.start(before.deps)).rejects.toMatchObject({
       name: "RunnerStartupCancelledError",
     });
+    await expect(readFile(forks, "utf8")).rejects.toMatchObject({ code: "ENOENT" });
     let current = true;
     const after = hostDeps({
       isCurrent: () => {
@@ -163,6 +203,16 @@ describe("SubagentRunnerHost lifecycle", () => {
     expect(await host.release(sessionId)).toBe("released");
   });
 
+  it("release has no deadline: a runner that answers only after seconds, with a failure, is waited for (S004-524)", async () => {
+    const { host } = await ready({
+      ...standInRunner,
+      env: { ...standInRunner.env, CRW_STANDIN_RELEASE_MS: "2500" },
+    });
+    const started = Date.now();
+    expect(await host.release("s-slow")).toBe("failed");
+    expect(Date.now() - started).toBeGreaterThanOrEqual(2_400);
+  });
+
   it("runner exit resolves a pending release as released; a release after exit is released (S004-525)", async () => {
     const { host } = await ready({ env: { CRW_RUNNER_FAULT: "stall-tap" } });
     const running = host
@@ -173,6 +223,12 @@ describe("SubagentRunnerHost lifecycle", () => {
     expect(await host.release("s1")).toBe("released");
     expect(await running).toBeInstanceOf(RunnerExitedError);
     expect(await host.release("s1")).toBe("released");
+    // A channel that is gone while the runner has not exited yet: nothing can be posted, so released too.
+    const other = await ready();
+    await other.host.runTurn(turn({ sessionId: "s2" }));
+    (other.host as unknown as { child: import("node:child_process").ChildProcess }).child.disconnect();
+    expect(other.host.isReady).toBe(true);
+    expect(await other.host.release("s2")).toBe("released");
   });
 
   it("a failed turn comes back as a typed error with the runner's name and code", async () => {
@@ -216,7 +272,8 @@ describe("heartbeat", () => {
     await waitFor(() => events.some((e) => e.type === "heartbeat"));
     const load = host.stats().load;
     expect(load?.rssBytes).toBeGreaterThan(1_000_000);
-    expect(load?.eventLoopP99Ms).toBeGreaterThanOrEqual(0);
+    // A measured delay, not a placeholder: the runner's loop is sampled every 10 ms, so it is never 0.
+    expect(load?.eventLoopP99Ms).toBeGreaterThan(0);
     expect(load?.memory.complete).toBe(true);
     expect(load?.memory.rssBytes).toBeGreaterThanOrEqual(load?.rssBytes ? load.rssBytes * 0.5 : 0);
   });
@@ -353,14 +410,22 @@ describe("tap", () => {
 });
 
 describe("retry policy over IPC", () => {
-  it("the host subscribes before its initial read and forwards newer revisions to the runner (S004-455 S004-461)", async () => {
+  it("a pool reset retires its idle runner and with it the runner's policy subscription (S004-461)", async () => {
+    const { pool, source } = makePool();
+    onTestFinished(() => pool.close());
+    await pool.runTurn(turn());
+    expect(source.listenerCount).toBe(1);
+    await pool.reset();
+    expect(source.listenerCount).toBe(0);
+  });
+
+  it("a live host holds one policy subscription and its shutdown removes it (S004-461)", async () => {
     const source = policySource();
     const { host } = await ready({ retryPolicySource: source });
     expect(source.listenerCount).toBe(1);
     source.commit({ maxRetries: 5, initialDelayMs: 10, multiplier: 3 });
     await host.shutdown(2_000);
     hosts.pop();
-    // S004-461: shutdown removes the host's policy subscription.
     expect(source.listenerCount).toBe(0);
   });
 });

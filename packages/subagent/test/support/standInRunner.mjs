@@ -2,7 +2,13 @@
 // given, with none of the real runner's own checks in between: hello (build CRW_STANDIN_BUILD), boot, then
 // for each turn every host call of its `script` ({ method, params }), one after the other. The turn's text
 // is the JSON list of the daemon's answers, so a test reads what the daemon replied to each call. It
-// answers every release with an error, as a runner that could not release a session would.
+// answers every release with an error, as a runner that could not release a session would. With
+// CRW_STANDIN_FORKS it appends a line to that file when it starts; with CRW_STANDIN_EXIT it exits at once,
+// before hello (as a runner that cannot start).
+import { appendFileSync } from "node:fs";
+
+if (process.env.CRW_STANDIN_FORKS) appendFileSync(process.env.CRW_STANDIN_FORKS, `${process.pid}\n`);
+if (process.env.CRW_STANDIN_EXIT) process.exit(3);
 const send = (frame) => process.send(frame);
 const waiting = new Map();
 process.on("message", (frame) => {
@@ -17,11 +23,16 @@ process.on("message", (frame) => {
   } else if (frame.type === "turn") {
     void runTurn(frame);
   } else if (frame.type === "release") {
-    send({
-      type: "releaseReply",
-      requestId: frame.requestId,
-      result: { error: { name: "Error", code: "release_failed", message: "could not release" } },
-    });
+    // CRW_STANDIN_RELEASE_MS: how long the answer takes.
+    setTimeout(
+      () =>
+        send({
+          type: "releaseReply",
+          requestId: frame.requestId,
+          result: { error: { name: "Error", code: "release_failed", message: "could not release" } },
+        }),
+      Number(process.env.CRW_STANDIN_RELEASE_MS ?? 0),
+    );
   } else if (frame.type === "shutdown") {
     process.exit(0);
   }
