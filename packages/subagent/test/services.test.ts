@@ -20,7 +20,7 @@ const bash = (args: Record<string, unknown>) => ({ kind: "tool" as const, name: 
 const SERVICE = { run_in_background: true, backgroundMode: "service" };
 
 describe("the Bash tool's background services in a runner", () => {
-  it("Bash(run_in_background, backgroundMode service) uses the process registry for lifetime and cancellation (S004-104)", async () => {
+  it("Bash(run_in_background, backgroundMode service) uses the process registry for lifetime and cancellation", async () => {
     const box = sandbox();
     const { host } = await startHost({ localExec: box.handler });
     hosts.push(host);
@@ -53,7 +53,7 @@ describe("the Bash tool's background services in a runner", () => {
     await waitFor(() => host.serviceStreamCount === 0);
   });
 
-  it("service mode without run_in_background is refused before anything starts (S004-104)", async () => {
+  it("service mode without run_in_background is refused before anything starts", async () => {
     const box = sandbox();
     const { host } = await startHost({ localExec: box.handler });
     hosts.push(host);
@@ -63,7 +63,7 @@ describe("the Bash tool's background services in a runner", () => {
     expect(box.started).toEqual([]);
   });
 
-  it("a live service's stream does not heartbeat the settled dispatch: no turn, no progress, no slot held (S004-111)", async () => {
+  it("a live service's stream does not heartbeat the settled dispatch: no turn, no progress, no slot held", async () => {
     const box = sandbox();
     const { host, events } = await startHost({ localExec: box.handler, heartbeatIntervalMs: 50 });
     hosts.push(host);
@@ -97,7 +97,7 @@ describe("the Bash tool's background services in a runner", () => {
     expect(lastBusySeq()).toBeLessThan(Math.max(...beats().map((b) => b.seq)));
   });
 
-  it("a pool's only slot is free while a service started by a finished turn streams (S004-111 S004-114)", async () => {
+  it("a pool's only slot is free while a service started by a finished turn streams", async () => {
     const box = sandbox();
     const { pool, events } = makePool({ size: { maxRunners: 1, turnsPerRunner: 1 }, localExec: box.handler });
     await pool.runTurn(
@@ -113,7 +113,7 @@ describe("the Bash tool's background services in a runner", () => {
     expect(new Set(dispatched).size).toBe(1);
   });
 
-  it("the service stream reports a lost transport as session.closed, on both sides, and is not replayed (S004-112)", async () => {
+  it("the service stream reports a lost transport as session.closed, on both sides, and is not replayed", async () => {
     const box = sandbox();
     const { host } = await startHost({ localExec: box.handler });
     hosts.push(host);
