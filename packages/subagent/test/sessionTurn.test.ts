@@ -194,7 +194,7 @@ describe("the delegation core's session turn in a runner (brain's seam, unchange
   });
 
   it("aborting the turn's signal while it is queued removes it before it runs (S004-187)", async () => {
-    const { pool } = makePool();
+    const { pool, events } = makePool();
     const dispatch = new SubagentSessionDispatch({
       pool,
       inProcess: createScriptedTurnRunner(),
@@ -217,5 +217,9 @@ describe("the delegation core's session turn in a runner (brain's seam, unchange
     expect(second.calls).toEqual([]);
     release();
     expect(await busy).toEqual({ stopReason: "stop" });
+    // Removed, not just answered: once the runner is free it is never dispatched.
+    expect(pool.health()).toMatchObject({ queued: 0, turns: 0 });
+    expect(events.filter((e) => e.type === "turn_dispatched")).toHaveLength(1);
+    expect(second.calls).toEqual([]);
   });
 });
