@@ -30,13 +30,16 @@ async function driveEpisode(clock: ManualClock, waits: number): Promise<void> {
 }
 
 describe("startup episode (real forks, controllable clock in the pool only)", () => {
-  it("the episode is the original attempt plus maxRetries; S004-465: exponential, deterministic timing (S004-464)", async () => {
+  it("one serialized episode serves every waiting turn: the original attempt plus maxRetries, with exponential, deterministic waits (S004-464)", async () => {
     const { pool, events, clock } = failingPool(3);
+    // Two turns wait for the same runner: they share one episode, not one each.
     const result = pool.runTurn(turn()).catch((e: unknown) => e);
+    const other = pool.runTurn(turn()).catch((e: unknown) => e);
     await driveEpisode(clock, 3);
     const error = await result;
     expect(error).toBeInstanceOf(RunnerStartupError);
     expect((error as RunnerStartupError).category).toBe("boot_failed");
+    expect(await other).toMatchObject({ category: "boot_failed" });
     expect(clock.requested).toEqual([100, 200, 400]);
     expect(
       events.filter((e) => e.type === "startup_failed").map((e) => e.type === "startup_failed" && e.attempt),
@@ -69,8 +72,21 @@ describe("startup episode (real forks, controllable clock in the pool only)", ()
     expect(pool.health().spawnFailure).toEqual({ category: "boot_failed", state: "exhausted" });
   });
 
-  it("an exhausted startup stays terminal (finite, not an unlimited transport retry): later calls are refused with the same category and fork nothing (S004-470 S004-478)", async () => {
-    const { pool, events, clock } = failingPool(0);
+  it("an exhausted startup stays terminal (finite, not an unlimited transport retry): later calls, a reset and a mode toggle are refused with the same category and fork nothing (S004-470 S004-478)", async () => {
+    const clock = new ManualClock();
+    const source = new MemoryRetryPolicySource({
+      revision: 1,
+      maxRetries: 0,
+      initialDelayMs: 100,
+      multiplier: 2,
+    });
+    let enabled = true;
+    const { pool, events } = makePool({
+      clock,
+      env: failingEnv,
+      retryPolicySource: () => source,
+      enabled: () => enabled,
+    });
     const first = await pool.runTurn(turn()).catch((e: unknown) => e);
     expect(first).toMatchObject({ category: "boot_failed" });
     const attempts = events.filter((e) => e.type === "startup_failed").length;
@@ -79,10 +95,42 @@ describe("startup episode (real forks, controllable clock in the pool only)", ()
     expect((again as RunnerStartupError).category).toBe("boot_failed");
     await pool.reset();
     await expect(pool.runTurn(turn())).rejects.toMatchObject({ category: "boot_failed" });
+    // The operator turns runners off and on again, as a mode toggle does (with its reset).
+    enabled = false;
+    await pool.reset();
+    enabled = true;
+    await expect(pool.runTurn(turn())).rejects.toMatchObject({ category: "boot_failed" });
     expect(events.filter((e) => e.type === "startup_failed")).toHaveLength(attempts);
     expect(clock.requested).toEqual([]);
-    // S004-473: spawnFailure survives reset; only an application-ready start clears it.
-    expect(pool.health().spawnFailure).toEqual({ category: "boot_failed", state: "exhausted" });
+  });
+
+  it("spawnFailure survives a reset and a mode toggle, and clears only when a runner reaches application-ready (S004-473)", async () => {
+    const clock = new ManualClock();
+    const source = new MemoryRetryPolicySource({
+      revision: 1,
+      maxRetries: 1,
+      initialDelayMs: 100,
+      multiplier: 2,
+    });
+    const env: Record<string, string> = { ...failingEnv };
+    let enabled = true;
+    const { pool } = makePool({ clock, env, retryPolicySource: () => source, enabled: () => enabled });
+    const first = pool.runTurn(turn());
+    await waitFor(() => clock.pendingSleeps === 1);
+    expect(pool.health().spawnFailure).toEqual({ category: "boot_failed", state: "retrying" });
+    // A toggle while the episode waits leaves it as it is.
+    enabled = false;
+    enabled = true;
+    expect(pool.health().spawnFailure).toEqual({ category: "boot_failed", state: "retrying" });
+    delete env.CRW_RUNNER_FAULT;
+    clock.advance(100);
+    await first;
+    expect(pool.health().spawnFailure).toBeNull();
+    // An exhausted one outlives reset and toggle.
+    const exhausted = failingPool(0);
+    await exhausted.pool.runTurn(turn()).catch(() => {});
+    await exhausted.pool.reset();
+    expect(exhausted.pool.health().spawnFailure).toEqual({ category: "boot_failed", state: "exhausted" });
   });
 
   it("application-ready startup ends the episode; a later request is new work, with no cooldown (S004-469 S004-467)", async () => {
@@ -132,7 +180,7 @@ describe("startup episode (real forks, controllable clock in the pool only)", ()
     expect(pool.health().spawnFailure).toBeNull();
   });
 
-  it("reset aborts a pending startup, and the cancelled episode stays terminal", async () => {
+  it("reset aborts a pending startup, and the cancelled episode stays terminal (S004-470)", async () => {
     const { pool, clock } = failingPool(5, 10_000);
     const result = pool.runTurn(turn()).catch((e: unknown) => e);
     await waitFor(() => clock.pendingSleeps === 1);
@@ -179,10 +227,33 @@ describe("boot deadline inside the episode", () => {
     ).toEqual(["boot_timeout", "boot_timeout"]);
     expect(clock.requested).toEqual([50]);
   });
+
+  it("room for more runners is not more retries: turns that each want a runner share one episode's budget (S004-468)", async () => {
+    const clock = new ManualClock();
+    const source = new MemoryRetryPolicySource({
+      revision: 1,
+      maxRetries: 1,
+      initialDelayMs: 50,
+      multiplier: 2,
+    });
+    const { pool, events } = makePool({
+      size: { maxRunners: 3, turnsPerRunner: 1 },
+      clock,
+      env: failingEnv,
+      retryPolicySource: () => source,
+    });
+    const turns = [1, 2, 3].map(() => pool.runTurn(turn()).catch((e: unknown) => e));
+    await driveEpisode(clock, 1);
+    for (const t of turns) expect(await t).toMatchObject({ category: "boot_failed" });
+    expect(
+      events.filter((e) => e.type === "startup_failed").map((e) => e.type === "startup_failed" && e.attempt),
+    ).toEqual([0, 1]);
+    expect(clock.requested).toEqual([50]);
+  });
 });
 
 describe("build mismatch latch and restart-required alert", () => {
-  it("a build mismatch latches and blocks further forks; S004-164: the alert sink is invoked once (S004-522)", async () => {
+  it("a build mismatch latches and blocks further forks, and the restart-required sink is invoked once (S004-522 S004-164)", async () => {
     const alerts: RestartRequiredAlert[] = [];
     const clock = new ManualClock();
     const { pool, events } = makePool({ buildId: "crw-runner-older-build", clock });
@@ -205,7 +276,7 @@ describe("build mismatch latch and restart-required alert", () => {
     });
   });
 
-  it("the alert is the warning core:subagent-restart-required for administrators; S004-167: en, cs, sk (S004-166)", () => {
+  it("the alert is the warning core:subagent-restart-required for administrators, telling them in English, Czech and Slovak to restart the daemon (S004-166 S004-167)", () => {
     expect(restartRequiredAlert).toMatchObject({
       key: RESTART_REQUIRED_ALERT_KEY,
       severity: "warning",
@@ -234,7 +305,7 @@ describe("build mismatch latch and restart-required alert", () => {
     expect(alerts).toHaveLength(1);
   });
 
-  it("the runner process has no pool and no alert code: it cannot clear the daemon's alert (S004-170)", async () => {
+  it("the runner's bundle carries no pool and no alert key", async () => {
     const { readFile } = await import("node:fs/promises");
     const { runnerBuildFiles } = await import("./support/runners.js");
     // The entry and every chunk it imports after boot.
@@ -255,15 +326,25 @@ describe("build mismatch latch and restart-required alert", () => {
     expect(pool.health().restartRequired).toBe(false);
   });
 
-  it("an alert-persistence failure is logged and never replaces the startup error; S004-173: no sink keeps it typed (S004-174)", async () => {
+  it("an alert-persistence failure is reported as an event and never replaces the startup error (S004-174)", async () => {
     const { pool, events } = makePool({ buildId: "crw-runner-other" });
     pool.attachRestartRequiredSink(async () => {
       throw new Error("alerts table unavailable");
     });
     await expect(pool.runTurn(turn())).rejects.toMatchObject({ category: "build_mismatch" });
     await waitFor(() => events.some((e) => e.type === "alert_failed"));
-    const bare = makePool({ buildId: "crw-runner-other" });
-    await expect(bare.pool.runTurn(turn())).rejects.toBeInstanceOf(RunnerStartupError);
+    expect(events.find((e) => e.type === "alert_failed")).toMatchObject({
+      error: "alerts table unavailable",
+    });
+  });
+
+  it("with no sink attached the startup failure stays typed, on the failing turn and later ones (S004-173)", async () => {
+    const { pool } = makePool({ buildId: "crw-runner-other" });
+    for (let i = 0; i < 2; i++) {
+      const error = await pool.runTurn(turn()).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(RunnerStartupError);
+      expect(error).toMatchObject({ code: "runner_startup", category: "build_mismatch" });
+    }
   });
 
   it("health carries typed categories only: no paths, pids or build ids (S004-474)", async () => {
@@ -271,6 +352,8 @@ describe("build mismatch latch and restart-required alert", () => {
     await pool.runTurn(turn()).catch(() => {});
     const text = JSON.stringify(pool.health());
     expect(text).not.toMatch(/crw-runner-secret-build|\/|pid/);
+    // Category and state, and nothing else: no message or detail rides along.
+    expect(pool.health().spawnFailure).toEqual({ category: "build_mismatch", state: "latched" });
   });
 });
 
@@ -312,9 +395,11 @@ describe("build identity across an episode", () => {
           .filter((e) => e.type === "startup_failed")
           .map((e) => e.type === "startup_failed" && e.category),
       ).toEqual(["boot_failed", "build_mismatch"]);
-      // S004-471: a different build needs explicit new construction: a new pool captures it afresh.
+      // A different build needs explicit new construction: a new pool captures it afresh.
       const fresh = makePool({ entry, buildId: undefined });
       expect((await fresh.pool.runTurn(turn())).stopReason).toBe("end");
+      // The old pool does not quietly probe the new build: it keeps refusing.
+      await expect(pool.runTurn(turn())).rejects.toMatchObject({ category: "build_mismatch" });
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
