@@ -1,13 +1,15 @@
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { pathToFileURL } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import {
+  buildIdentityOf,
   hasTypeScriptLoader,
   RunnerEntryMissingError,
   resolveRunnerEntry,
   runnerExecArgv,
 } from "@crw/subagent";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, onTestFinished } from "vitest";
+import { startHost, turn } from "./support/runners.js";
 import { tempDir } from "./support/tmp.js";
 
 const pkg = join(import.meta.dirname, "..");
@@ -44,5 +46,19 @@ describe("RUNNER_ENTRY", () => {
       "--inspect=0",
     ]);
     expect(hasTypeScriptLoader(["--enable-source-maps"])).toBe(false);
+  });
+
+  it("a runner forked from the source runner.ts under the parent's TypeScript loader boots and runs a turn (S004-537)", async () => {
+    const entry = fileURLToPath(new URL("../src/runner.ts", import.meta.url));
+    // The parent's own flags as a developer running the sources would have them (jiti's loader runs
+    // TypeScript and finds ./x.ts for a NodeNext ./x.js); the fork must inherit them.
+    const { host } = await startHost({
+      entry,
+      buildId: buildIdentityOf(entry),
+      execArgv: ["--import", "jiti/register", "--conditions", "@crw/source"],
+    });
+    onTestFinished(() => host.shutdown(1_000));
+    const result = await host.runTurn(turn({ script: [{ kind: "text", text: "from source" }] }));
+    expect(result).toMatchObject({ text: "from source", stopReason: "end" });
   });
 });
