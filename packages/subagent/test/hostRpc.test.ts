@@ -236,6 +236,36 @@ describe("the daemon's side of a reverse host call", () => {
   });
 });
 
+describe("cancelling a reverse host call across the process boundary", () => {
+  it("a runner's hostRpcCancel aborts the daemon's handler for that call while the turn goes on (S004-152)", async () => {
+    const seen: string[] = [];
+    const { host } = await startHost({
+      ...standInRunner,
+      env: { ...standInRunner.env, CRW_STANDIN_CANCEL_MS: "50" },
+      hostRpc: (_method, _params, ctx) =>
+        new Promise((resolve, reject) => {
+          const timer = setTimeout(() => {
+            seen.push("not cancelled");
+            resolve(null);
+          }, 5_000);
+          ctx.signal.addEventListener("abort", () => {
+            clearTimeout(timer);
+            seen.push(`aborted while ${host.activeTurns} turn runs`);
+            reject(new Error("cancelled by the runner"));
+          });
+        }),
+    });
+    onTestFinished(() => host.shutdown(1_000));
+    const result = await host.runTurn(
+      turn({ script: [{ kind: "hostRpc", method: "crw.api", params: apiParams }] }),
+    );
+    expect(seen).toEqual(["aborted while 1 turn runs"]);
+    expect(JSON.parse(result.text)).toEqual([
+      { error: expect.objectContaining({ message: "cancelled by the runner" }) },
+    ]);
+  });
+});
+
 describe("reverse host calls from a real runner", () => {
   it("a runner's plugin.applyChange host call goes under its dispatched turn and settles on the daemon's answer", async () => {
     const calls: { method: string; params: unknown; turnId: string }[] = [];

@@ -4,7 +4,8 @@
 // is the JSON list of the daemon's answers, so a test reads what the daemon replied to each call. It
 // answers every release with an error, as a runner that could not release a session would. With
 // CRW_STANDIN_FORKS it appends a line to that file when it starts; with CRW_STANDIN_EXIT it exits at once,
-// before hello (as a runner that cannot start).
+// before hello (as a runner that cannot start). With CRW_STANDIN_CANCEL_MS it cancels each host call
+// (hostRpcCancel naming it) that long after sending it, and still waits for the daemon's answer.
 import { appendFileSync } from "node:fs";
 
 if (process.env.CRW_STANDIN_FORKS) appendFileSync(process.env.CRW_STANDIN_FORKS, `${process.pid}\n`);
@@ -49,6 +50,12 @@ async function runTurn({ requestId, turn }) {
       method: step.method,
       params: step.params,
     });
+    if (process.env.CRW_STANDIN_CANCEL_MS) {
+      setTimeout(
+        () => send({ type: "hostRpcCancel", requestId: `${rpcId}-cancel`, rpcId }),
+        Number(process.env.CRW_STANDIN_CANCEL_MS),
+      );
+    }
     answers.push(await answered);
   }
   send({
