@@ -105,6 +105,12 @@ function answer(request: ModelRequest): ModelReply {
   if (task.includes("FIX-ADD")) return fixer(request);
   if (task.includes("LONG-PLAN")) return { text: LONG_PLAN };
   if (task.includes("READ-FULL") || task.includes("READ-PLAN-TOO")) return reader(request, task);
+  // the workflow's parent, given its summary: it reads the plan's full result the summary names
+  if (task.includes('Workflow "plan-build-review"')) {
+    const path = /- plan: succeeded\n[\s\S]*?\(full result: (workflow-artifacts\/\S+)\)/.exec(task)?.[1];
+    if (request.toolResults.length === 0) return { tool: { name: "WorkflowRead", arguments: { path } } };
+    return { text: "the parent read the plan" };
+  }
   // A node that grows its workflow by one node, placed at the given cwd, which writes ADDED.md there.
   const addNode = /ADD-NODE-AT (\S+)/.exec(task);
   if (addNode) {
@@ -431,7 +437,7 @@ describe("isolated workflow nodes work on branches of their own, and the workflo
 });
 
 describe("a node reads the full result of a node it depends on", () => {
-  it("its direct dependent reads the whole of a result its handover cut short; a node further down is refused it", async () => {
+  it("its direct dependent reads the whole of a result its handover cut short, as the workflow's parent does from its summary; a node further down is refused it (S004-305)", async () => {
     const definition = JSON.stringify({
       name: "plan-build-review",
       nodes: [
@@ -441,7 +447,12 @@ describe("a node reads the full result of a node it depends on", () => {
       ],
     });
     const from = models.requests.length;
-    const { done } = await runWorkflow(definition, sampleRepo());
+    const repo = sampleRepo();
+    const { sessionId } = await owner.ok<{ sessionId: string }>("session.create", {
+      model: MODELS.completions,
+      cwd: repo,
+    });
+    const { done } = await runWorkflow(definition, repo, { sessionId });
     expect(done.status, done.summary).toBe("completed");
     const seen = models.requests.slice(from);
     const build = seen.filter((q) => q.userTexts.some((t) => t.includes("READ-FULL")));
@@ -451,13 +462,25 @@ describe("a node reads the full result of a node it depends on", () => {
     expect(build.at(-1)?.toolResults[0]?.text).toBe(LONG_PLAN);
     // review depends on build only: the plan's path is refused to it, and reads nothing
     const review = seen.filter((q) => q.userTexts.some((t) => t.includes("READ-PLAN-TOO")));
-    expect(review.at(-1)?.toolResults[0]?.text).toContain(
-      "only the full results of the nodes this one depends on",
-    );
+    expect(review.at(-1)?.toolResults[0]?.text).toContain("WorkflowRead reaches only the full results");
     expect(review.at(-1)?.toolResults[0]?.text).not.toContain("END OF PLAN");
     // a node with no stored dependency result is offered no WorkflowRead
     const plan = seen.filter((q) => q.userTexts.some((t) => t.includes("LONG-PLAN")));
     expect(plan[0]?.tools).not.toContain("WorkflowRead");
+    // the parent's summary names the plan's full result after its cut head; the parent reads the whole
+    expect(done.summary).toMatch(
+      /- plan: succeeded\n[\s\S]*…\s\(full result: workflow-artifacts\/\S+\/plan\/[0-9a-f]{64}\)/,
+    );
+    const deadline = Date.now() + 20_000;
+    const parentRead = () =>
+      models.requests
+        .slice(from)
+        .find(
+          (q) =>
+            q.userTexts.some((t) => t.includes('Workflow "plan-build-review"')) && q.toolResults.length > 0,
+        );
+    while (!parentRead() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(parentRead()?.toolResults[0]?.text).toBe(LONG_PLAN);
   });
 });
 

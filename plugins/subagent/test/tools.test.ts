@@ -153,6 +153,7 @@ describe("the Sub-agent plugin's tools", () => {
         "WorkflowStart",
         "WorkflowResume",
         "WorkflowCancel",
+        "WorkflowRead",
       ]);
       await service.whenIdle();
     } finally {

@@ -164,6 +164,7 @@ describe("test:e2e:parity:mcp:deferred", () => {
       "DelegateContinue",
       "DelegateRead",
       "WorkflowStart",
+      "WorkflowRead",
       TOOL_SEARCH,
       TOOL_CALL,
     ]);
@@ -259,7 +260,7 @@ describe("the parity fingerprints", () => {
     const policy = DEFAULT_CATALOG_POLICY;
     const changed = {
       version: { ...policy, version: policy.version + 1 },
-      maxDirectTools: catalogPolicyFrom({ maxDirectTools: 8 }),
+      maxDirectTools: catalogPolicyFrom({ maxDirectTools: 9 }),
       core: catalogPolicyFrom({ core: ["Read"] }),
       modelOnly: { ...policy, modelOnly: policy.modelOnly.slice(1) },
     };

@@ -61,15 +61,16 @@ function assertVariant(count: number, { runner, local }: Awaited<ReturnType<type
   expect(local.placements.runner).toBe(0);
 
   const child = firstOf(runner, "child");
-  // The child's complete catalog (6 native host tools + the bridged tools; it has no working directory, so
+  // The child's complete catalog (7 native host tools + the bridged tools; it has no working directory, so
   // no child tools) exceeds the threshold: the bridged names are deferred, never declared directly...
-  expect(6 + count).toBeGreaterThan(DEFAULT_CATALOG_POLICY.maxDirectTools);
+  expect(7 + count).toBeGreaterThan(DEFAULT_CATALOG_POLICY.maxDirectTools);
   const declared = declaredNames(child);
   expect(declared).toEqual([
     "Delegate",
     "DelegateContinue",
     "DelegateRead",
     "WorkflowStart",
+    "WorkflowRead",
     TOOL_SEARCH,
     TOOL_CALL,
   ]);
@@ -125,6 +126,7 @@ describe("test:e2e:parity:mcp", () => {
       "WorkflowStart",
       "WorkflowResume",
       "WorkflowCancel",
+      "WorkflowRead",
       ...bridged(2),
     ]);
     expect(declaredNames(child)).not.toContain(TOOL_SEARCH);

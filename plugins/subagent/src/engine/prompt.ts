@@ -53,7 +53,11 @@ export function workflowSummary(journal: OrchestrationJournal, outcome: string, 
               : n.status;
     lines.push(`- ${id}: ${what}`);
     if (n.status === "succeeded" && n.handover) {
-      const head = n.handover.length > 300 ? `${n.handover.slice(0, 300)}…` : n.handover;
+      // a head cut short names where the whole answer is (WorkflowRead reads it)
+      const whole = n.artifact
+        ? ` (full result: ${workflowArtifactPath(journal.workflowId, id, n.artifact.sha256)})`
+        : "";
+      const head = n.handover.length > 300 ? `${n.handover.slice(0, 300)}…${whole}` : n.handover;
       lines.push(`  ${head.replace(/\n/g, "\n  ")}`);
     }
   }

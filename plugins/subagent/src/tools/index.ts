@@ -196,7 +196,9 @@ export function workflowTools(options: SubagentToolsOptions): MutatingTool[] {
       },
     });
   }
-  if (node && readsDependencies(engine, node)) tools.push(workflowReadTool(engine, session));
+  // A session that may start workflows reads the full results its summaries name; a running node, those of
+  // the nodes it depends on, when one is stored.
+  if (!node || readsDependencies(engine, node)) tools.push(workflowReadTool(engine, session));
   return tools;
 }
 
@@ -208,16 +210,16 @@ function readsDependencies(engine: WorkflowEngine, node: { workflowId: string; n
 }
 
 /**
- * `WorkflowRead`: a dependency's full result, by the `workflow-artifacts/…` path its handover names. Only a
- * version this session was granted before its dispatch can be read (a direct dependency's, never an
- * upstream node's further away), page by page; it never writes.
+ * `WorkflowRead`: a node's full result, by the `workflow-artifacts/…` path a handover or a summary names.
+ * Only a version this session was granted can be read: the workflow's parent is granted every node's, a node
+ * its direct dependencies' (never an upstream node's further away). Page by page; it never writes.
  */
 function workflowReadTool(engine: WorkflowEngine, session: SessionRow): MutatingTool {
   return {
     name: "WorkflowRead",
     description:
-      "Read the full result of a node you depend on (the workflow-artifacts/… path after its handover), " +
-      "up to 64 KiB per call; continue with offset for the rest.",
+      "Read the full result of a workflow node (the workflow-artifacts/… path after its handover, in a " +
+      "workflow's summary or in your task), up to 64 KiB per call; continue with offset for the rest.",
     parameters: parametersOf(readArgs),
     mutates: false,
     subject: (args) => (typeof args.path === "string" ? args.path : undefined),
@@ -227,7 +229,7 @@ function workflowReadTool(engine: WorkflowEngine, session: SessionRow): Mutating
       if (body === null) {
         throw new WorkflowStateError(
           "artifact_not_granted",
-          "WorkflowRead reaches only the full results of the nodes this one depends on",
+          "WorkflowRead reaches only the full results of the workflows this session started and of the nodes it depends on",
           { path: a.path },
         );
       }

@@ -35,6 +35,7 @@ const native = [
   "WorkflowStart",
   "WorkflowResume",
   "WorkflowCancel",
+  "WorkflowRead",
 ];
 
 function request(
@@ -119,6 +120,7 @@ describe("the shared whole-catalog deferral policy", () => {
       "DelegateContinue",
       "DelegateRead",
       "WorkflowStart",
+      "WorkflowRead",
       TOOL_SEARCH,
       TOOL_CALL,
     ]);

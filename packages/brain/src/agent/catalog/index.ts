@@ -40,9 +40,9 @@ export interface CatalogPolicy {
 
 export const DEFAULT_CATALOG_POLICY: CatalogPolicy = Object.freeze({
   version: 1,
-  // A session's native host tools (Delegate, DelegateContinue, DelegateRead and the three workflow tools)
+  // A session's native host tools (Delegate, DelegateContinue, DelegateRead and the four workflow tools)
   // plus one: any catalog that adds two tools to them (an MCP server, or the child tools) is deferred.
-  maxDirectTools: 7,
+  maxDirectTools: 8,
   core: Object.freeze([
     ...CHILD_TOOL_NAMES,
     "Delegate",
@@ -50,7 +50,6 @@ export const DEFAULT_CATALOG_POLICY: CatalogPolicy = Object.freeze({
     "DelegateRead",
     "WorkflowStart",
     "WorkflowAddNodes",
-    // offered only to a node whose dependency's full result is stored, and named in its prompt
     "WorkflowRead",
   ]),
   modelOnly: Object.freeze([TOOL_SEARCH, TOOL_CALL]),
