@@ -21,6 +21,23 @@ describe("answer extraction", () => {
         ]),
       ),
     ).toBe("c");
+    // a message after the final answer (commentary, or one with no phase) does not displace it
+    expect(
+      answerText(
+        turn([
+          ["a", "final_answer"],
+          ["b", "commentary"],
+        ]),
+      ),
+    ).toBe("a");
+    expect(
+      answerText(
+        turn([
+          ["a", "final_answer"],
+          ["b", null],
+        ]),
+      ),
+    ).toBe("a");
   });
 
   it("with no phase, the last message without one when no commentary came before it (S000-085)", () => {
@@ -32,6 +49,15 @@ describe("answer extraction", () => {
         ]),
       ),
     ).toBe("b");
+    // the last message without a phase, though commentary came after it
+    expect(
+      answerText(
+        turn([
+          ["a", null],
+          ["b", "commentary"],
+        ]),
+      ),
+    ).toBe("a");
     expect(
       answerText(
         turn([

@@ -2,7 +2,14 @@ import { createHash } from "node:crypto";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { FileStepBus, type JournalRow, listStepFiles, readRoleTable, resolveTable } from "@crw/flow";
+import {
+  digestOf,
+  FileStepBus,
+  type JournalRow,
+  listStepFiles,
+  readRoleTable,
+  resolveTable,
+} from "@crw/flow";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import {
   answerSchema,
@@ -84,7 +91,10 @@ describe("a session run in process against the fake app-server", () => {
     }));
     expect(outcome).toEqual({ state: "completed", result: { summary: "done", score: 3 } });
     const completed = run.rows().find((r) => r.type === "completed");
+    // the row keeps the canonical object and its digest, and the whole message the object was taken from
     expect(completed).toMatchObject({
+      result: { summary: "done", score: 3 },
+      result_digest: digestOf({ summary: "done", score: 3 }),
       raw_text: 'Here is my answer:\n{"summary":"done","score":3}',
       extracted: true,
       tokens: { input: 10, total: 10 },
