@@ -34,9 +34,12 @@ describe("attempts, holds and pauses", () => {
     const a = run.spawn(s1, "explorer");
     expect(await run.report(s1, a.threadId)).toBe("bound");
     run.fake.setThreadStatus(a.threadId, "active");
+    // three times LostAfter with the turn unchanged: an active thread is still only waited for
     await new Promise((r) => setTimeout(r, 600));
+    expect(lostRows(run), "an active thread was judged lost").toEqual([]);
     await run.fake.setUnreachable();
     await new Promise((r) => setTimeout(r, 600));
+    expect(lostRows(run), "a thread the host could not be asked about was judged lost").toEqual([]);
     await run.fake.setReachable();
     run.fake.answer(a.threadId, '{"n":1}');
     expect(await done).toEqual({ state: "completed", result: { n: 1 } });
@@ -193,7 +196,7 @@ describe("a pause stops the calls still going", () => {
 
   it("a spawn step with no bound subagent has no turn to interrupt: nothing is sent or written for it (S000-106)", () => {
     expect(rows.some((x) => x.type === "interrupt_requested" && x.call === "critic.1")).toBe(false);
-    expect(interrupts.map((i) => i.threadId)).not.toContain(undefined);
+    expect(interrupts.map((i) => i.threadId)).toEqual([reviewer.threadId]);
     expect(rows.some((x) => x.type === "turn_started" && x.call === "critic.1")).toBe(false);
   });
 });
@@ -235,22 +238,34 @@ describe("an attempt is lost only when its turn is not completed and its thread 
     expect(Date.parse(lostRows(run)[0]?.at ?? "")).toBeGreaterThanOrEqual(goneAt + 300);
   });
 
-  it("a turn that ended interrupted without an error on an unloaded thread is lost at once, before LostAfter (S000-126)", async () => {
-    const b = await boundRun({ lostAfterMs: 60_000 });
-    run = b.r;
-    run.fake.interruptTurn(b.agent.threadId);
-    run.fake.setThreadStatus(b.agent.threadId, "notLoaded");
-    await until("the lost row", () => lostRows(b.r).length === 1, 5_000);
-    expect(lostRows(run)[0]).toMatchObject({ host_status: "notLoaded", turn_status: "interrupted" });
-  });
+  it.each(["interrupted", "failed"] as const)(
+    "a turn that ended %s without an error on an unloaded thread is lost at once, before LostAfter (S000-126)",
+    async (ended) => {
+      const b = await boundRun({ lostAfterMs: 60_000 });
+      run = b.r;
+      if (ended === "interrupted") run.fake.interruptTurn(b.agent.threadId);
+      // the fake fails a turn only with an error; a host may show a failed turn with none
+      else run.fake.state.turn(b.agent.threadId, b.agent.turnId).status = "failed";
+      run.fake.setThreadStatus(b.agent.threadId, "notLoaded");
+      await until("the lost row", () => lostRows(b.r).length === 1, 5_000);
+      expect(lostRows(run)[0]).toMatchObject({ host_status: "notLoaded", turn_status: ended });
+    },
+  );
 
   it("a completed marker turn is harvested, never lost, on a thread that reads notLoaded (S000-126)", async () => {
     const b = await boundRun({ lostAfterMs: 200 });
     run = b.r;
-    run.fake.setThreadStatus(b.agent.threadId, "notLoaded");
+    // the turn completes and then the thread unloads, while the run cannot look: its next read sees both
+    await run.fake.setUnreachable();
     run.fake.answer(b.agent.threadId, '{"n":4}');
-    expect(await b.done).toEqual({ state: "completed", result: { n: 4 } });
+    run.fake.setThreadStatus(b.agent.threadId, "notLoaded");
+    await run.fake.setReachable();
+    const r = run;
+    await until("the call's end", () =>
+      r.rows().some((x) => x.type === "completed" || x.type === "session_attempt_lost"),
+    );
     expect(lostRows(run)).toEqual([]);
+    expect(await b.done).toEqual({ state: "completed", result: { n: 4 } });
   });
 
   it("the thread is read once more right before an attempt is judged lost (S000-128)", async () => {
@@ -359,6 +374,9 @@ describe("a turn that ended with an error", () => {
       const b = await boundRun({ lostAfterMs: 60_000 });
       run = b.r;
       run.fake.failTurn(b.agent.threadId, "internalServerError", { message: "boom", ended });
+      const r = run;
+      // judged from the error at once: neither waited on as a turn that may go on nor judged by LostAfter
+      await until("the call is held", () => rowsOfType(r.rows(), "held").length > 0, 5_000);
       expect(await b.done).toEqual({ state: "paused", reason: "held:explorer.1" });
       expect(rowsOfType(run.rows(), "held")[0]).toMatchObject({
         call: "explorer.1",
