@@ -450,7 +450,7 @@ describe("a call held for a host failure, resumed", () => {
     expect(packet).toContain("was stopped: host_failure");
   });
 
-  it("the resumed process runs the session again: its started row, step files and the run's own owner thread (S000-233)", () => {
+  it("the resumed process runs the session again: its started row, step files and the run's own owner thread", () => {
     const started = rowsOfType(r.rows(), "started") as Array<Extract<JournalRow, { type: "started" }>>;
     expect(started.map((x) => [x.backend, x.process_n])).toEqual([
       ["session", 1],

@@ -216,3 +216,21 @@ describe("crash injection at every journal boundary", () => {
     }
   });
 });
+
+describe("a resume takes its session from the run's record", () => {
+  it("the resumed process reaches the recorded host and binds subagents of the recorded owner, whatever its own environment names (S000-233)", async () => {
+    // the resuming shell names another host and another owner thread: the record's are the run's
+    const elsewhere = h.fake.createOwnerThread({ cwd: h.root });
+    const out = await h.run("after:step_published:1", {
+      resumeEnv: { CRW_FLOW_HOST: "ws://127.0.0.1:9", CODEX_THREAD_ID: elsewhere },
+    });
+    expect(out.killed).toBe(true);
+    // the run ended through the resumed process: its steps reached the owner by the run's step files
+    expect(out.result).toEqual(reference.result);
+    expect(rowsOf(out.resumedRows, "started")[0]).toMatchObject({ backend: "session", process_n: 2 });
+    const bound = rowsOf(out.resumedRows, "thread_started");
+    expect(bound.length).toBeGreaterThan(0);
+    for (const t of bound) expect(t.parent_thread_id).toBe(out.owner);
+    expect(out.host.subagents.length).toBeGreaterThanOrEqual(bound.length);
+  }, 60_000);
+});

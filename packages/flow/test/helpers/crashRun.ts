@@ -91,6 +91,8 @@ export interface Branch {
 
 export interface CrashOutcome {
   point: string | null;
+  /** The owner thread the run was started for. */
+  owner: string;
   result: unknown;
   rows: JournalRow[];
   /** Rows the killed process wrote (before the second started row), and those of the resumed one. */
@@ -121,6 +123,8 @@ export interface CrashRunOptions {
   behave?: Behave;
   /** More options of `crw flow start`. */
   startArgs?: string[];
+  /** Variables set or changed in the environment of `crw flow resume` (the run's own are the default). */
+  resumeEnv?: NodeJS.ProcessEnv;
 }
 
 const git = (cwd: string, ...args: string[]) =>
@@ -284,7 +288,10 @@ export class CrashHarness {
           host: hostView(fake, owner),
         };
         await options.whileDead?.({ fake, owner, paths, rows });
-        const res = await crwFlow(["resume", runId, "--detach", "--state", state, "--json"], runEnv);
+        const res = await crwFlow(["resume", runId, "--detach", "--state", state, "--json"], {
+          ...runEnv,
+          ...options.resumeEnv,
+        });
         if (res.code !== 0) throw new Error(`resume failed: ${res.stderr}`);
         await waitFor(`resumed run ${runId} to end`, ended, 30_000).catch((e: Error) => {
           throw new Error(`${e.message}\n${runReport(paths)}`);
@@ -300,6 +307,7 @@ export class CrashHarness {
     const last = rows.at(-1);
     return {
       point: fault,
+      owner,
       result: last?.type === "run_ended" ? last.result : undefined,
       rows,
       deadRows: second < 0 ? rows : rows.slice(0, second),
