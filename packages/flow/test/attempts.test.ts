@@ -142,7 +142,7 @@ describe("a pause stops the calls still going", () => {
   const interruptRow = () => rowsOfType(rows, "interrupt_requested")[0];
   const heldOf = (call: string) => rows.find((x) => x.type === "held" && x.call === call);
 
-  it("the reviewer's running turn is interrupted and the run pauses", () => {
+  it("a pause interrupts the reviewer's running turn and the run pauses (S000-102)", () => {
     expect(outcome).toEqual({ state: "paused", reason: "usage_limit" });
     expect(r.fake.state.turn(reviewer.threadId, reviewer.turnId).status).toBe("interrupted");
     expect(rowsOfType(rows, "run_paused")[0]).toMatchObject({ reason: "usage_limit" });
