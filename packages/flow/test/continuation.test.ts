@@ -1,7 +1,13 @@
 import { readFileSync } from "node:fs";
 import { conversationOf, FlowCallError, type JournalRow, shadowReplay, type Workflow } from "@crw/flow";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { defineWorkflow, type InProcessRun, inProcessRun, countSchema as schema } from "./helpers/harness.js";
+import {
+  defineWorkflow,
+  type InProcessRun,
+  inProcessRun,
+  countSchema as schema,
+  until,
+} from "./helpers/harness.js";
 
 let run: InProcessRun | null = null;
 afterEach(async () => {
@@ -12,7 +18,12 @@ afterEach(async () => {
 const of = <T extends JournalRow["type"]>(rows: JournalRow[], type: T) =>
   rows.filter((r): r is Extract<JournalRow, { type: T }> => r.type === type);
 
-async function answerNext(r: InProcessRun, call: string, answer: string, model?: string) {
+async function answerNext(
+  r: InProcessRun,
+  call: string,
+  answer: string,
+  pair?: { model: string; effort: string },
+) {
   const deadline = Date.now() + 10_000;
   for (;;) {
     const step = (await r.steps(1)).find((s) => s.call === call);
@@ -21,7 +32,7 @@ async function answerNext(r: InProcessRun, call: string, answer: string, model?:
         ownerThreadId: r.owner,
         message: step.message,
         agentRole: step.agent_type,
-        ...(model ? { model, reasoningEffort: "high" } : {}),
+        ...(pair ? { model: pair.model, reasoningEffort: pair.effort } : {}),
       });
       expect(await r.report(step, a.threadId)).toBe("bound");
       r.fake.answer(a.threadId, answer);
@@ -102,6 +113,12 @@ describe("continuations (resume: handle)", () => {
       const b = agents["explorer.2"]?.agent;
       const c = agents["explorer.3"]?.agent;
       expect(new Set([a, b, c]).size).toBe(3);
+      // each continuation's turn was asked of a subagent to spawn, never sent to its handle's subagent
+      expect(of(rows, "step_published").map((s) => [s.call, s.action, s.agent_id])).toEqual([
+        ["explorer.1", "spawn", undefined],
+        ["explorer.2", "spawn", undefined],
+        ["explorer.3", "spawn", undefined],
+      ]);
       expect(of(rows, "thread_started").map((t) => [t.call, t.thread_id])).toEqual([
         ["explorer.1", a],
         ["explorer.2", b],
@@ -122,12 +139,18 @@ describe("continuations (resume: handle)", () => {
       expect(JSON.parse(readFileSync(answerFile, "utf8"))).toEqual({ n: 4 });
     });
 
-    it("a continuation's packet carries the record of the handle's turns, each with the input it took, the handle's own handle first (S000-157)", () => {
+    it("a continuation's packet carries the record of the handle's turns, each with the input it took (S000-157)", () => {
       const second = readFileSync(agents["explorer.2"]?.packet as string, "utf8");
       expect(second).toContain(turnRecord("explorer.1", 1, "explorer.1/t1-a1", "count the files"));
       const third = readFileSync(agents["explorer.3"]?.packet as string, "utf8");
-      const one = third.indexOf(turnRecord("explorer.1", 1, "explorer.1/t1-a1", "count the files"));
-      const two = third.indexOf(turnRecord("explorer.2", 1, "explorer.2/t1-a1", "now count them again"));
+      expect(third).toContain(turnRecord("explorer.1", 1, "explorer.1/t1-a1", "count the files"));
+      expect(third).toContain(turnRecord("explorer.2", 1, "explorer.2/t1-a1", "now count them again"));
+    });
+
+    it("the record holds the turns of the calls the handle continued before the handle's own: explorer.1's, then explorer.2's (S000-158)", () => {
+      const third = readFileSync(agents["explorer.3"]?.packet as string, "utf8");
+      const one = third.indexOf("Call explorer.1, conversation turn 1 (explorer.1/t1-a1)");
+      const two = third.indexOf("Call explorer.2, conversation turn 1 (explorer.2/t1-a1)");
       expect(one).toBeGreaterThan(0);
       expect(two).toBeGreaterThan(one);
     });
@@ -150,12 +173,15 @@ describe("continuations (resume: handle)", () => {
     });
   });
 
-  it("a continuation whose role decides a model other than the one the handle's subagent ran is refused pair_refused (S000-072 S000-070)", async () => {
-    run = await inProcessRun({ roles: { reviewer: { model: "m-review", effort: "high" } } });
-    const r = run;
+  /**
+   * explorer.1 runs on a subagent of model m-x with effort low; reviewer.1 continues it, on a subagent of
+   * m-x with effort medium when `runs`. Answers the continuation's refusal (null when none) and the calls
+   * prepared.
+   */
+  async function continueAsReviewer(r: InProcessRun, runs: boolean) {
     let refused: unknown = null;
     const wf = defineWorkflow({
-      name: "refused",
+      name: "continued",
       run: async (ctx) => {
         await ctx.call({ role: "explorer", task: "look", schema });
         try {
@@ -167,12 +193,44 @@ describe("continuations (resume: handle)", () => {
       },
     });
     const { done } = r.background(wf);
-    await answerNext(r, "explorer.1", '{"n":1}');
-    expect(await done).toMatchObject({ state: "completed" });
-    expect(refused).toBeInstanceOf(FlowCallError);
-    expect(String((refused as Error).message)).toContain("pair_refused");
-    expect(of(r.rows(), "prepared").map((p) => p.call)).toEqual(["explorer.1"]);
-  });
+    await answerNext(r, "explorer.1", '{"n":1}', { model: "m-x", effort: "low" });
+    if (runs) await answerNext(r, "reviewer.1", '{"n":2}', { model: "m-x", effort: "medium" });
+    else
+      await until(
+        "the continuation refused or prepared",
+        () => refused !== null || r.rows().some((x) => x.type === "prepared" && x.call === "reviewer.1"),
+      );
+    return { refused, prepared: of(r.rows(), "prepared").map((p) => p.call), done };
+  }
+
+  it.each([
+    ["model", { model: "m-review" }, "ran model m-x, role reviewer decides m-review"],
+    ["effort", { model: "m-x", effort: "high" }, "ran effort low, role reviewer decides high"],
+  ])(
+    "a continuation whose role decides another %s than the handle's subagent ran is refused pair_refused (S000-072)",
+    async (_part, reviewer, says) => {
+      run = await inProcessRun({ roles: { explorer: { model: "m-x" }, reviewer } });
+      const { refused, prepared, done } = await continueAsReviewer(run, false);
+      expect(refused).toBeInstanceOf(FlowCallError);
+      expect(String((refused as Error).message)).toContain(`pair_refused: explorer.1's subagent ${says}`);
+      expect(prepared).toEqual(["explorer.1"]);
+      expect(await done).toMatchObject({ state: "completed" });
+    },
+  );
+
+  it.each([
+    ["the model alone", { model: "m-x" }],
+    ["nothing", null],
+  ])(
+    "only what the role decides is compared: a role that decides %s continues a handle whose subagent ran another effort (S000-070)",
+    async (_decides, reviewer) => {
+      run = await inProcessRun({ roles: { explorer: { model: "m-x" }, ...(reviewer ? { reviewer } : {}) } });
+      const { refused, prepared, done } = await continueAsReviewer(run, true);
+      expect(await done).toMatchObject({ state: "completed" });
+      expect(refused).toBeNull();
+      expect(prepared).toEqual(["explorer.1", "reviewer.1"]);
+    },
+  );
 });
 
 describe("an explicit effort on a continuation", () => {
@@ -270,7 +328,7 @@ describe("an explicit effort on a continuation", () => {
       },
     });
     const { done } = r.background(wf);
-    await answerNext(r, "explorer.1", '{"n":1}', "m-x");
+    await answerNext(r, "explorer.1", '{"n":1}', { model: "m-x", effort: "high" });
     expect(await done).toMatchObject({ state: "completed" });
     expect(String((errors[0] as Error).message)).toMatch(/effort is a continuation's option/);
     expect(errors[1]).toBeInstanceOf(FlowCallError);
@@ -417,7 +475,7 @@ describe("the conversation list", () => {
 });
 
 describe("turns run again", () => {
-  it("a held call's repair on a new subagent at the next k, and a lost turn's next attempt, record the replaced place and replaces_turn; the conversation (and a continuation's record) takes the newest (S000-160 S000-158 S000-161)", async () => {
+  it("a held call's repair on a new subagent at the next k, and a lost turn's next attempt, record the replaced place and replaces_turn; the conversation (and a continuation's record) takes the newest (S000-160 S000-161)", async () => {
     run = await inProcessRun({ lostAfterMs: 200 });
     const r = run;
     const wf = defineWorkflow({
