@@ -18,7 +18,7 @@ const of = <T extends JournalRow["type"]>(rows: JournalRow[], type: T) =>
   rows.filter((r): r is Extract<JournalRow, { type: T }> => r.type === type);
 
 describe("conversation places of a call's turns", () => {
-  it("the task turn is 1 and the repair 2 whatever subagent and attempt; a lost turn run again on a new subagent records replaces_turn, at publish and at bind (S000-021 S000-022 S000-162)", async () => {
+  it("the task turn is 1 and the repair 2 whatever subagent and attempt; a lost turn run again on a new subagent records replaces_turn, at publish and at bind (S000-021 S000-022)", async () => {
     run = await inProcessRun({ lostAfterMs: 300 });
     const r = run;
     const { done } = r.background(
@@ -60,7 +60,7 @@ describe("conversation places of a call's turns", () => {
       [2, 2, undefined],
     ]);
   });
-  it("a held task turn run again at k 2 is still turn 1, and its repair at k 3 is turn 2 (S000-021)", async () => {
+  it("a held task turn run again at k 2 is still turn 1, and its repair at k 3 is turn 2: the place its step and its bind record, never one taken from k (S000-021 S000-162)", async () => {
     run = await inProcessRun();
     const r = run;
     const one = defineWorkflow({
