@@ -134,6 +134,8 @@ describe("crash injection at every journal boundary", () => {
     const referenceRepair = repairOf(reference.rows);
     expect(referenceRepair?.tokens_seen).toBeDefined();
     expect(referenceRepair?.call_tokens).toBeDefined();
+    // the explorer's two turns cost 30 + 3 and 20 + 2 (behave): the call counts each turn once
+    expect(tokensByCall(reference.rows)["explorer.1"]).toEqual({ input: 50, output: 5, total: 55 });
     // the killed process published the repair and did not harvest it: the resumed one did
     const recovered = outcomes.filter(
       (o) => repairOf(o.deadRows) && !rowsOf(o.deadRows, "completed").some((c) => c.call === "explorer.1"),
