@@ -335,7 +335,7 @@ describe("crw flow commands as real processes", () => {
       expect(order.filter((n) => n === "run.lock").length).toBeGreaterThanOrEqual(2);
     });
 
-    it("the started row names the process lock's token (S000-265)", () => {
+    it("the started row names the process lock's token as process (S000-265 S000-210)", () => {
       expect(started.pid).toBe(pid);
       expect(held.process).toMatchObject({ token: started.process });
       expect(held.run).toMatchObject({ token: started.process });

@@ -6,11 +6,13 @@ import {
   digestOf,
   FileStepBus,
   type JournalRow,
+  JournalWriter,
   listStepFiles,
+  readJournalFile,
   readRoleTable,
   resolveTable,
 } from "@crw/flow";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import {
   answerSchema,
   defineWorkflow,
@@ -45,9 +47,19 @@ const pair = defineWorkflow({
 describe("a session run in process against the fake app-server", () => {
   it("every call runs on a subagent the owner thread spawned for its role; the engine starts no thread or turn (S000-001 S000-002 S000-003)", async () => {
     run = await inProcessRun();
-    const { outcome } = await run.execute(pair, (step) =>
+    const { outcome, events } = await run.execute(pair, (step) =>
       json({ summary: `answer to ${step.call}`, score: step.k }),
     );
+    // each turn's subagent was bound from the owner's report, not found on the host later
+    expect(
+      events
+        .flatMap((e) => (e.type === "bound" ? [[e.call, e.via]] : []))
+        .sort((a, b) => String(a[0]).localeCompare(String(b[0]))),
+    ).toEqual([
+      ["architect.1", "report"],
+      ["explorer.1", "report"],
+      ["reviewer.1", "report"],
+    ]);
     expect(outcome).toEqual({
       state: "completed",
       result: {
@@ -75,7 +87,7 @@ describe("a session run in process against the fake app-server", () => {
     expect(types.at(-1)).toBe("run_ended");
   });
 
-  it("prose before the JSON is extracted; commentary is never the answer (S000-087 S000-084 S000-086)", async () => {
+  it("prose before the JSON is extracted; commentary is never the answer; a token part that is 0 is left out (S000-087 S000-084 S000-086 S000-095)", async () => {
     run = await inProcessRun();
     const one = defineWorkflow({
       name: "one",
@@ -99,10 +111,11 @@ describe("a session run in process against the fake app-server", () => {
       extracted: true,
       tokens: { input: 10, total: 10 },
     });
-    if (completed?.type === "completed") expect(completed.tokens).not.toHaveProperty("output"); // S000-095
+    // the turn counted no output: the part is left out, not written as 0
+    if (completed?.type === "completed") expect(completed.tokens).not.toHaveProperty("output");
   });
 
-  it("a second invalid answer ends the call null_model; the workflow sees a FlowCallError (S000-095 S000-152)", async () => {
+  it("a second invalid answer ends the call null_model; the workflow sees a FlowCallError", async () => {
     run = await inProcessRun();
     const one = defineWorkflow({
       name: "one",
@@ -125,7 +138,29 @@ describe("a session run in process against the fake app-server", () => {
 
   it("the subagent is closed once the call has its terminal row, by a close step naming that subagent (S000-125 S000-028)", async () => {
     run = await inProcessRun();
-    const { ownerKit } = await run.execute(pair, () => json({ summary: "x", score: 1 }));
+    const r = run;
+    // what the journal held when each close step was written
+    const terminalAtClose: Array<[string, boolean]> = [];
+    const writeClose = FileStepBus.prototype.writeClose;
+    const spy = vi.spyOn(FileStepBus.prototype, "writeClose").mockImplementation(function (
+      this: FileStepBus,
+      close,
+    ) {
+      const rows = readJournalFile(r.paths.journal).rows;
+      const terminal = rows.some(
+        (x) => (x.type === "completed" || x.type === "null_model") && x.call === close.call,
+      );
+      terminalAtClose.push([close.call, terminal]);
+      writeClose.call(this, close);
+    });
+    const { ownerKit } = await run
+      .execute(pair, () => json({ summary: "x", score: 1 }))
+      .finally(() => spy.mockRestore());
+    expect(terminalAtClose.sort()).toEqual([
+      ["architect.1", true],
+      ["explorer.1", true],
+      ["reviewer.1", true],
+    ]);
     const closes = ownerKit.taken.filter((s) => s.action === "close");
     expect(closes.map((c) => c.call).sort()).toEqual(["architect.1", "explorer.1", "reviewer.1"]);
     for (const c of closes)
@@ -166,6 +201,31 @@ describe("a session run in process against the fake app-server", () => {
     });
     expect(outcome.state).toBe("completed");
     expect(events.some((e) => e.type === "bound" && e.via === "lookup")).toBe(true);
+  });
+
+  it("a repair the owner sends and never reports is bound by its marker turn on the subagent (S000-074)", async () => {
+    run = await inProcessRun();
+    const r = run;
+    const one = defineWorkflow({
+      name: "one",
+      run: (ctx) => ctx.call({ role: "explorer", task: "t", schema: answerSchema }),
+    });
+    const { done, events } = r.background(one);
+    // the owner spawns for the step and sends the repair, and reports neither
+    const s1 = await r.firstStep();
+    const a = r.spawn(s1, "explorer");
+    r.fake.answer(a.threadId, JSON.stringify({ wrong: true }));
+    await until("the repair's step", () => ofType(r.rows(), "step_published").length === 2);
+    const s2 = (await r.steps()).find((x) => x.k === 2);
+    if (!s2) throw new Error("no repair step file");
+    r.fake.sendInput(a.threadId, s2.message);
+    await until("the repair's bind", () => ofType(r.rows(), "turn_started").length === 2, 5_000);
+    r.fake.answer(a.threadId, JSON.stringify({ summary: "fixed", score: 2 }));
+    expect(await done).toEqual({ state: "completed", result: { summary: "fixed", score: 2 } });
+    expect(events.flatMap((e) => (e.type === "bound" ? [[e.marker, e.via]] : []))).toEqual([
+      ["explorer.1/t1-a1", "lookup"],
+      ["explorer.1/t2-a1", "lookup"],
+    ]);
   });
 
   it("a zod schema is accepted and converted to JSON Schema; the packet carries it", async () => {
@@ -260,9 +320,30 @@ describe("the rows of a session run whose role store pins the explorer's pair", 
 describe("a spawned step and its bind", () => {
   let r: InProcessRun;
   let rows: JournalRow[];
+  /** The row types of each batch the journal wrote, in order. */
+  const batches: string[][] = [];
   beforeAll(async () => {
     r = await inProcessRun();
-    await r.execute(pair, () => json({ summary: "x", score: 1 }));
+    const append = JournalWriter.prototype.append;
+    const appendDurable = JournalWriter.prototype.appendDurable;
+    const spies = [
+      vi.spyOn(JournalWriter.prototype, "append").mockImplementation(function (this: JournalWriter, batch) {
+        batches.push(batch.map((x) => x.type));
+        return append.call(this, batch);
+      }),
+      vi.spyOn(JournalWriter.prototype, "appendDurable").mockImplementation(function (
+        this: JournalWriter,
+        batch,
+      ) {
+        batches.push(batch.map((x) => x.type));
+        return appendDurable.call(this, batch);
+      }),
+    ];
+    await r
+      .execute(pair, () => json({ summary: "x", score: 1 }))
+      .finally(() => {
+        for (const s of spies) s.mockRestore();
+      });
     rows = r.rows();
   });
   afterAll(() => r?.close());
@@ -323,8 +404,14 @@ describe("a spawned step and its bind", () => {
       conversation_turn: 1,
     });
     expect(tu).not.toHaveProperty("replaces_turn");
-    // one batch: the next seq, the same write time
+    // one batch: the next seq, the same write time, written by one append
     expect([tu.seq, tu.at]).toEqual([ts.seq + 1, ts.at]);
+    const binds = batches.filter((b) => b.includes("thread_started"));
+    expect(binds).toEqual([
+      ["thread_started", "turn_started"],
+      ["thread_started", "turn_started"],
+      ["thread_started", "turn_started"],
+    ]);
   });
 
   it("the cwd the host reports for a subagent (its parent's) is only host_cwd: the call's cwd and the subagent's workspace are P (S000-014)", () => {
@@ -443,6 +530,30 @@ describe("an answer extracted from prose", () => {
     expect(steps[1]?.repair?.answer).toBe('Here it is: {"summary":3}');
     expect(ofType(all, "completed")[0]).toMatchObject({ k: 2, extracted: true });
   });
+
+  it("an extracted object that fails the schema after its repair too ends the call null_model (S000-088)", async () => {
+    run = await inProcessRun();
+    const one = defineWorkflow({
+      name: "one",
+      run: (ctx) =>
+        ctx.call({ role: "explorer", task: "t", schema: answerSchema }).catch((e: Error) => e.name),
+    });
+    const { outcome } = await run.execute(one, () => ({
+      kind: "answer",
+      messages: [{ text: 'Here it is: {"summary":3}', phase: "final_answer" }],
+      usage: { input: 10, output: 1 },
+    }));
+    expect(outcome).toEqual({ state: "completed", result: "FlowCallError" });
+    const all = run.rows();
+    expect(ofType(all, "step_published").map((x) => x.action)).toEqual(["spawn", "send_input"]);
+    expect(ofType(all, "null_model")).toEqual([
+      expect.objectContaining({
+        reason: "answer_invalid_after_repair",
+        raw_text: 'Here it is: {"summary":3}',
+      }),
+    ]);
+    expect(ofType(all, "completed")).toEqual([]);
+  });
 });
 
 /**
@@ -508,5 +619,40 @@ describe("a repair taken again by a later attempt", () => {
     r.fake.answer(b.threadId, '{"summary":"fixed","score":2}');
     expect(await second.done).toEqual({ state: "completed", result: { summary: "fixed", score: 2 } });
     expect(ofType(r.rows(), "started")).toHaveLength(2);
+  });
+
+  it("a call resumed in its repair turn gets no second repair: an invalid answer there ends it null_model (S000-152)", async () => {
+    run = await inProcessRun();
+    const r = run;
+    const caught = defineWorkflow({
+      name: "one",
+      run: (ctx) =>
+        ctx
+          .call({ role: "explorer", task: "count things", schema: answerSchema })
+          .catch((e: Error) => e.name),
+    });
+    const first = r.background(caught);
+    const a = await toRepair(r);
+    r.fake.failTurn(a.threadId, "internalServerError", { message: "boom" });
+    expect(await first.done).toEqual({ state: "paused", reason: "held:explorer.1" });
+    const second = r.background(caught);
+    const { step } = await laterAttempt(r);
+    const b = r.spawn(step, "explorer");
+    expect(await r.report(step, b.threadId)).toBe("bound");
+    r.fake.answer(b.threadId, "still not json");
+    await until("the call's end or another step", () =>
+      r.rows().some((x) => x.type === "null_model" || (x.type === "step_published" && x.k > 3)),
+    );
+    const rows = r.rows();
+    // the task turn, its repair, and the repair taken again by the resumed process: no repair after it
+    expect(ofType(rows, "step_published").map((x) => [x.k, x.attempt])).toEqual([
+      [1, 1],
+      [2, 1],
+      [3, 2],
+    ]);
+    expect(ofType(rows, "null_model")).toEqual([
+      expect.objectContaining({ reason: "answer_invalid_after_repair", raw_text: "still not json" }),
+    ]);
+    expect(await second.done).toEqual({ state: "completed", result: "FlowCallError" });
   });
 });

@@ -89,6 +89,14 @@ async function runWithoutRollouts(
 }
 
 describe("app-server backend tokens", () => {
+  it("a run on the App Server records backend app-server in its started row (S000-005)", async () => {
+    const { outcome, rows } = await runWithoutRollouts(true);
+    expect(outcome).toEqual({ state: "completed", result: { ok: true } });
+    expect(rows.filter((r) => r.type === "started")).toEqual([
+      expect.objectContaining({ backend: "app-server" }),
+    ]);
+  });
+
   it("the completed row records the token parts of thread/tokenUsage/updated (S000-099)", async () => {
     const { outcome, rows, fake } = await runWithoutRollouts(true);
     expect(outcome).toEqual({ state: "completed", result: { ok: true } });
