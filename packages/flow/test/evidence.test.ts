@@ -233,6 +233,33 @@ describe("flow evidence records", () => {
     expect(await second.done).toMatchObject({ state: "completed" });
   });
 
+  it("a resumed process writes again the record of an open call, removed while no process ran, before any of its steps is bound (S000-171)", async () => {
+    run = await inProcessRun({});
+    const r = run;
+    r.spec.evidence = true;
+    const record = evidenceRecordPath(r.spec.repo, `flow:${r.spec.run_id}/executor.1/g1`);
+    const first = r.background(build);
+    const ex = await take(r, "executor.1");
+    const lo = await take(r, "explorer.1", "explorer");
+    expect([ex.reply, lo.reply]).toEqual(["bound", "bound"]);
+    expect(existsSync(record)).toBe(true);
+    // the explorer's host failure pauses the run: the executor's call is held with its record in place
+    r.fake.failTurn(lo.agent, "internalServerError");
+    expect(await first.done).toEqual({ state: "paused", reason: "held:explorer.1" });
+    rmSync(record);
+    const second = r.background(build);
+    await waitFor(() => existsSync(record), 5_000);
+    // restored from the evidence_placed row: no step of the call was bound again yet
+    expect(of(r.rows(), "thread_started", "executor.1")).toHaveLength(1);
+    const ex2 = await take(r, "executor.1");
+    const lo2 = await take(r, "explorer.1", "explorer");
+    expect([ex2.reply, lo2.reply]).toEqual(["bound", "bound"]);
+    r.fake.answer(ex2.agent, '{"summary":"built","score":1}');
+    r.fake.answer(lo2.agent, '{"summary":"looked","score":2}');
+    expect(await second.done).toMatchObject({ state: "completed" });
+    expect(existsSync(record)).toBe(false);
+  });
+
   it("evidence_placed changes no reading of the call's state (S000-172)", async () => {
     run = await inProcessRun({});
     const r = run;
