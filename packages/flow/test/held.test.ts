@@ -1,5 +1,5 @@
 import type { JournalRow } from "@crw/flow";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { defineWorkflow, type InProcessRun, inProcessRun, countSchema as schema } from "./helpers/harness.js";
 
 let run: InProcessRun | null = null;
@@ -88,9 +88,33 @@ describe("held calls", () => {
 });
 
 describe("run process settings", () => {
-  it("SessionConfig.LostAfter is ten minutes unless the spec sets it (S000-127)", async () => {
-    const { DEFAULT_LOST_AFTER_MS } = await import("@crw/flow");
-    expect(DEFAULT_LOST_AFTER_MS).toBe(600_000);
+  it("with no LostAfter in the spec, an unloaded subagent's unchanged turn is lost after ten minutes, not before (S000-127)", async () => {
+    run = await inProcessRun();
+    const r = run;
+    delete r.spec.lost_after_ms;
+    const lost = () => r.rows().filter((x) => x.type === "session_attempt_lost");
+    // the clock the loss rules read is moved by hand; the run's polls and naps keep real time
+    vi.useFakeTimers({ toFake: ["Date"], shouldAdvanceTime: true });
+    try {
+      const { done } = r.background(
+        defineWorkflow({ name: "one", run: (ctx) => ctx.call({ role: "explorer", task: "a", schema }) }),
+      );
+      const s = await r.firstStep();
+      const a = r.spawn(s, "explorer");
+      expect(await r.report(s, a.threadId)).toBe("bound");
+      r.fake.setThreadStatus(a.threadId, "notLoaded");
+      await new Promise((x) => setTimeout(x, 300));
+      vi.setSystemTime(Date.now() + 590_000);
+      await new Promise((x) => setTimeout(x, 300));
+      expect(lost(), "lost before ten minutes").toEqual([]);
+      vi.setSystemTime(Date.now() + 15_000);
+      const deadline = performance.now() + 5_000;
+      while (lost().length === 0 && performance.now() < deadline) await new Promise((x) => setTimeout(x, 20));
+      expect(lost()).toEqual([expect.objectContaining({ reason: "no change for 600000 ms" })]);
+      void done.catch(() => {});
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   /** holdRun of an ended run with `env` recorded, from a caller whose TMPDIR is /caller/tmp. */
