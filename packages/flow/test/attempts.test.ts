@@ -340,13 +340,26 @@ describe("after a lost attempt", () => {
     ]);
   });
 
-  it("the old subagent is closed and the next attempt spawns a new one in the same allocation (S000-132)", () => {
+  it("the old subagent is closed and the next attempt spawns a new one in the same allocation (S000-132 S000-026)", () => {
     expect(closesAtSecond).toContain(first.threadId);
     const attempt2 = rowsOfType(r.rows(), "step_published")[1];
     expect(attempt2).toMatchObject({ k: 1, attempt: 2, action: "spawn", workspace: firstWorkspace });
     expect(rowsOfType(r.rows(), "thread_started").map((x) => (x as { thread_id: string }).thread_id)).toEqual(
       [first.threadId, second.threadId],
     );
+  });
+
+  it("the next attempt's step row carries the note about the attempt before it (S000-018)", () => {
+    expect(rowsOfType(r.rows(), "step_published")[1]).toMatchObject({
+      attempt: 2,
+      note: expect.stringContaining("The previous attempt (1) was cut off"),
+    });
+  });
+
+  it("a later attempt bound on the pair the earlier one ran records no prior_pairs (S000-077)", () => {
+    const threads = rowsOfType(r.rows(), "thread_started");
+    expect(threads).toHaveLength(2);
+    expect(threads[1]).not.toHaveProperty("prior_pairs");
   });
 
   it("the next attempt's packet says the previous one was cut off (S000-133)", () => {

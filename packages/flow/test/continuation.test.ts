@@ -107,7 +107,7 @@ describe("continuations (resume: handle)", () => {
       await r?.close();
     });
 
-    it("each continuation runs on a new subagent with a thread_started of its own, which the next handle chain and pair name (S000-155)", () => {
+    it("each continuation runs on a new subagent with a thread_started of its own, which the next handle chain and pair name (S000-155 S000-026)", () => {
       expect(result).toEqual({ state: "completed", result: [4, 5, 6] });
       const a = agents["explorer.1"]?.agent;
       const b = agents["explorer.2"]?.agent;

@@ -22,8 +22,11 @@ afterEach(async () => {
 const one = (role: "explorer" | "executor" = "explorer") =>
   defineWorkflow({ name: "one", run: (ctx) => ctx.call({ role, task: "count", schema }) });
 
-/** A journal whose last row of explorer.1 is the thread_started of a subagent the host does not know. */
-function journalAtGoneThread(r: InProcessRun): void {
+/**
+ * A journal whose last row of explorer.1 is the thread_started of `thread` (by default a subagent the host
+ * does not know), then `more` rows.
+ */
+function journalAtGoneThread(r: InProcessRun, thread = "gone-thread", more: JournalRow[] = []): void {
   const P = join(r.paths.workspaces, "explorer.1");
   mkdirSync(P, { recursive: true });
   const input = { role: "explorer" as const, task: "count", schema, workspace: null };
@@ -54,7 +57,7 @@ function journalAtGoneThread(r: InProcessRun): void {
     {
       type: "thread_started",
       call: "explorer.1",
-      thread_id: "gone-thread",
+      thread_id: thread,
       model: null,
       effort: null,
       cwd: P,
@@ -67,6 +70,7 @@ function journalAtGoneThread(r: InProcessRun): void {
       marker: "explorer.1/t1-a1",
     },
   ]);
+  if (more.length > 0) w.append(more as Parameters<JournalWriter["append"]>[0]);
   w.close();
 }
 
@@ -151,6 +155,7 @@ describe("more of the session call", () => {
     const s = await run.firstStep();
     const a = run.spawn(s, "explorer");
     expect(await run.report(s, a.threadId)).toBe("bound");
+    expect(of(run.rows(), "step_published")[0]).toMatchObject({ k: 1, attempt: 1, action: "spawn" });
     run.fake.answer(a.threadId, "oops");
     run.fake.closeAgent(a.threadId);
     await until("the repair step", () => of(run?.rows() ?? [], "step_published").length === 2);
@@ -248,6 +253,31 @@ describe("more of the session call", () => {
     expect(of(run.rows(), "completed")[0]).toMatchObject({ tokens: {} });
   });
 
+  it("a turn whose rollout cannot be read is left unmeasured (tokens_unmeasured, pauses: false) (S000-100)", async () => {
+    run = await inProcessRun();
+    const r = run;
+    const { done } = r.background(one());
+    const s = await r.firstStep();
+    const a = r.spawn(s, "explorer");
+    expect(await r.report(s, a.threadId)).toBe("bound");
+    // the turn ends and its rollout goes away while the run cannot look
+    await r.fake.setUnreachable();
+    r.fake.answer(a.threadId, '{"n":1}', { input: 5, output: 1 });
+    const { rmSync } = await import("node:fs");
+    rmSync(r.fake.state.get(a.threadId).thread.path as string);
+    await r.fake.setReachable();
+    expect(await done).toEqual({ state: "completed", result: { n: 1 } });
+    expect(of(r.rows(), "tokens_unmeasured")).toEqual([
+      expect.objectContaining({
+        call: "explorer.1",
+        k: 1,
+        pauses: false,
+        reason: expect.stringMatching(/ENOENT|no such file/),
+      }),
+    ]);
+    expect(of(r.rows(), "completed")[0]).toMatchObject({ tokens: {} });
+  });
+
   it("two unreported subagents carrying one marker: session_host_warning several_spawns with the op (S000-174)", async () => {
     run = await inProcessRun();
     const { done } = run.background(one());
@@ -325,24 +355,67 @@ describe("more of the session call", () => {
     expect(of(run.rows(), "held").some((r) => (r as { call: string }).call === "reviewer.1")).toBe(true); // not ended unknown
   });
 
-  it("a resume after session_attempt_lost closes the old subagent and spawns the next; a bound subagent the host does not know is lost after LostAfter (S000-148 S000-143)", async () => {
-    run = await inProcessRun({ lostAfterMs: 200 });
-    journalAtGoneThread(run);
-    const { done } = run.background(one());
-    await until("the attempt to be lost", () => of(run?.rows() ?? [], "session_attempt_lost").length === 1);
-    expect(of(run.rows(), "session_attempt_lost")[0]).toMatchObject({
-      attempt: 1,
-      agent_id: "gone-thread",
-      host_status: "unknown",
-    });
-    expect(existsSync(join(run.paths.steps, "explorer.1", "close-a1-gone-thread.json"))).toBe(true);
-    const s2 = (await run.steps()).find((x) => x.attempt === 2);
+  it("a resume whose last row is session_attempt_lost closes the old subagent and spawns the next attempt (S000-148)", async () => {
+    run = await inProcessRun();
+    const r = run;
+    journalAtGoneThread(r, "gone-thread", [
+      {
+        type: "session_attempt_lost",
+        call: "explorer.1",
+        op: "explorer.1/t1",
+        attempt: 1,
+        agent_id: "gone-thread",
+        k: 1,
+        turn_id: null,
+        reason: "thread unknown for LostAfter",
+        host_status: "unknown",
+        turn_status: null,
+      } as unknown as JournalRow,
+    ]);
+    const { done } = r.background(one());
+    const s2 = (await r.steps()).find((x) => x.attempt === 2);
     if (!s2) throw new Error("no attempt 2");
-    const b = run.spawn(s2, "explorer");
-    expect(await run.report(s2, b.threadId)).toBe("bound");
-    run.fake.answer(b.threadId, '{"n":4}');
+    expect(s2).toMatchObject({ k: 1, action: "spawn" });
+    expect(existsSync(join(r.paths.steps, "explorer.1", "close-a1-gone-thread.json"))).toBe(true);
+    // the loss is the dead process's: the resume writes no second one
+    expect(of(r.rows(), "session_attempt_lost")).toHaveLength(1);
+    const b = r.spawn(s2, "explorer");
+    expect(await r.report(s2, b.threadId)).toBe("bound");
+    r.fake.answer(b.threadId, '{"n":4}');
     expect(await done).toEqual({ state: "completed", result: { n: 4 } });
   });
+
+  it.each(["unknown", "notLoaded", "systemError"] as const)(
+    "resuming at thread_started, a subagent the host shows %s for LostAfter loses the attempt, and the next one is spawned (S000-143)",
+    async (status) => {
+      run = await inProcessRun({ lostAfterMs: 200 });
+      const r = run;
+      // a subagent the host knows runs no turn of the step's marker; the unknown one is not on the host
+      let thread = "gone-thread";
+      if (status !== "unknown") {
+        thread = r.fake.spawnSubagent({
+          ownerThreadId: r.owner,
+          message: "other work",
+          agentRole: "explorer",
+        }).threadId;
+        r.fake.setThreadStatus(thread, status);
+      }
+      journalAtGoneThread(r, thread);
+      const startedAt = Date.now();
+      const { done } = r.background(one());
+      await until("the attempt to be lost", () => of(r.rows(), "session_attempt_lost").length === 1);
+      const lostRow = of(r.rows(), "session_attempt_lost")[0];
+      expect(lostRow).toMatchObject({ attempt: 1, agent_id: thread, host_status: status });
+      expect(Date.parse(lostRow?.at as string)).toBeGreaterThanOrEqual(startedAt + 200);
+      const s2 = (await r.steps()).find((x) => x.attempt === 2);
+      if (!s2) throw new Error("no attempt 2");
+      expect(s2.action).toBe("spawn");
+      const b = r.spawn(s2, "explorer");
+      expect(await r.report(s2, b.threadId)).toBe("bound");
+      r.fake.answer(b.threadId, '{"n":4}');
+      expect(await done).toEqual({ state: "completed", result: { n: 4 } });
+    },
+  );
 
   it("resuming at thread_started, a host that cannot be asked judges nothing and starts no LostAfter clock (S000-144)", async () => {
     run = await inProcessRun({ lostAfterMs: 300 });
