@@ -604,7 +604,7 @@ describe("a repair taken again by a later attempt", () => {
     expect(await done).toEqual({ state: "completed", result: { summary: "fixed", score: 2 } });
   });
 
-  it("after a restart, the attempt that takes a held repair again names the answer it repairs (S000-019)", async () => {
+  it("after a restart, the attempt that takes a held repair again goes on with that repair: its packet names the task once, the answer it repairs and the repair instruction (S000-019 S000-151)", async () => {
     run = await inProcessRun();
     const r = run;
     const first = r.background(one);
@@ -614,6 +614,8 @@ describe("a repair taken again by a later attempt", () => {
     const second = r.background(one);
     const { step, packet } = await laterAttempt(r);
     expect(packet).toContain("not json at all");
+    expect(packet.split("count things")).toHaveLength(2);
+    expect(packet).toContain("Answer again");
     const b = r.spawn(step, "explorer");
     expect(await r.report(step, b.threadId)).toBe("bound");
     r.fake.answer(b.threadId, '{"summary":"fixed","score":2}');

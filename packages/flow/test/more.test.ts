@@ -140,6 +140,15 @@ describe("more of the session call", () => {
       expect(of(rows, "thread_started")[0]).not.toMatchObject({ host_cwd: P });
     });
 
+    it("on the session backend the packet alone carries the run's tools: the step and its spawn message name no environment (S000-048)", () => {
+      const tmp = r.spec.env?.TMPDIR as string;
+      expect(packetText).toContain(`- TMPDIR=${tmp}`);
+      expect(packetText).toContain(`\`\`\`\nTMPDIR=${tmp}\n\`\`\``);
+      expect(stepFile).not.toContain("TMPDIR");
+      expect(Object.keys(JSON.parse(stepFile))).not.toContain("env");
+      expect(s.message).not.toContain("TMPDIR");
+    });
+
     it("the run reads the bound subagent until its marker turn ends: nothing completes while it runs, then completed (S000-083)", () => {
       expect(completedWhileRunning).toBe(0);
       const turn = of(rows, "turn_started")[0];

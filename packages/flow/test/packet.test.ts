@@ -133,11 +133,30 @@ describe("the spawn message and the packet", () => {
     });
   });
 
-  it("no go gives the TMPDIR tool alone; a spec without env gives no TMPDIR fact (S000-046 S000-047 S000-048)", () => {
-    expect(repositoryTools({ dir: "/tmp/run", specPath: "/s/run.json" }, null)?.prefix).toBe(
-      "TMPDIR=/tmp/run",
-    );
-    expect(repositoryTools(null, { dir: "/opt/go", source: "/r" })?.prefix).not.toContain("TMPDIR");
+  it("no go gives the TMPDIR tool alone (S000-046)", () => {
+    expect(repositoryTools({ dir: "/tmp/run", specPath: "/s/run.json" }, null)).toEqual({
+      prefix: "TMPDIR=/tmp/run",
+      entries: [["TMPDIR", "/tmp/run"]],
+      facts: [
+        "The run's temporary directory is /tmp/run (env.TMPDIR of /s/run.json); temporary files go there.",
+      ],
+    });
+  });
+
+  it("a spec without env gives the tools section as before: no TMPDIR fact, prefix or entry (S000-047)", () => {
+    const go = { dir: "/opt/go", source: "/r" };
+    expect(repositoryTools(null, go)).toEqual({
+      prefix: 'PATH=/opt/go/bin:"$PATH" GOROOT=/opt/go GOTOOLCHAIN=local',
+      entries: [
+        ["PATH", "/opt/go/bin:$PATH"],
+        ["GOROOT", "/opt/go"],
+        ["GOTOOLCHAIN", "local"],
+      ],
+      facts: ["The repository's go is /opt/go/bin/go (verifier.go_root, set in /r)."],
+    });
+    const packet = buildPacket({ ...base, goRoot: go });
+    expect(packet).toContain("## Repository tools");
+    expect(packet).not.toContain("TMPDIR");
     expect(repositoryTools(null, null)).toBeNull();
     expect(buildPacket(base)).not.toContain("Repository tools");
   });
