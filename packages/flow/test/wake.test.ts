@@ -1,4 +1,4 @@
-import { createAppServerHost, type JournalRow, type NewRow, OwnerWaker } from "@crw/flow";
+import { createAppServerHost, DEFAULT_WAKE, type JournalRow, type NewRow, OwnerWaker } from "@crw/flow";
 import { FakeAppServer } from "@crw/tools/codex";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { answerSchema, defineWorkflow, type InProcessRun, inProcessRun } from "./helpers/harness.js";
@@ -247,6 +247,64 @@ describe("an owner thread the host has unloaded", () => {
     expect(texts).toHaveLength(1);
     expect(texts[0]).toContain("session_step_waiting");
     await finish(r, done);
+  });
+});
+
+/**
+ * The waker on its default settings, its clock moved by hand: a busy owner's step waits unreported; what
+ * its rows held at each moment, in minutes since the publish.
+ */
+describe("the default wake settings", () => {
+  const at = new Map<number, { renotify: number; escalations: number }>();
+
+  beforeAll(async () => {
+    const fake = await FakeAppServer.start();
+    const host = createAppServerHost({ transport: fake.url });
+    try {
+      const owner = fake.createOwnerThread({});
+      fake.startOwnerTurn(owner); // busy
+      const rows: JournalRow[] = [];
+      const append = (batch: NewRow[]) => {
+        for (const b of batch)
+          rows.push({ ...b, seq: rows.length, at: new Date().toISOString() } as JournalRow);
+      };
+      let clock = 0;
+      const ctx = { runId: "r1", owner, host, rows: () => rows, append, nextCommand: "crw flow next r1" };
+      const waker = new OwnerWaker(ctx, DEFAULT_WAKE, () => clock);
+      waker.onEvent({ type: "step_published", call: "a.1", marker: "a.1/t1-a1", action: "spawn" });
+      await waker.tick();
+      for (const m of [14.9, 15.1, 44.9, 45.1, 104.9, 105.1, 119.9, 120.1, 164.9, 165.1]) {
+        clock = m * 60_000;
+        await waker.tick();
+        const wakes = rows.filter(
+          (x): x is Extract<JournalRow, { type: "session_wake" }> => x.type === "session_wake",
+        );
+        at.set(m, {
+          renotify: Math.max(0, ...wakes.map((w) => w.renotify)),
+          escalations: rows.filter((x) => x.type === "escalation").length,
+        });
+      }
+    } finally {
+      await host.close();
+      await fake.stop();
+    }
+  });
+
+  it("the first renotification comes after WakeAfter, 15 minutes (S000-296)", () => {
+    expect([at.get(14.9)?.renotify, at.get(15.1)?.renotify]).toEqual([0, 1]);
+  });
+
+  it("each interval doubles up to RenotifyMax, an hour: 30 minutes, then 60, then 60 again (S000-297)", () => {
+    expect([at.get(44.9)?.renotify, at.get(45.1)?.renotify]).toEqual([1, 2]);
+    expect([at.get(104.9)?.renotify, at.get(105.1)?.renotify]).toEqual([2, 3]);
+    // uncapped, the fourth would come 120 minutes after the third
+    expect([at.get(164.9)?.renotify, at.get(165.1)?.renotify]).toEqual([3, 4]);
+  });
+
+  it("the escalation comes after UnresponsiveAfter, two hours, once (S000-298)", () => {
+    expect([at.get(119.9)?.escalations, at.get(120.1)?.escalations, at.get(165.1)?.escalations]).toEqual([
+      0, 1, 1,
+    ]);
   });
 });
 
