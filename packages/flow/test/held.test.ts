@@ -1,4 +1,4 @@
-import type { JournalRow } from "@crw/flow";
+import { type JournalRow, readJournalFile } from "@crw/flow";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { defineWorkflow, type InProcessRun, inProcessRun, countSchema as schema } from "./helpers/harness.js";
 
@@ -60,8 +60,13 @@ describe("held calls", () => {
     expect(await second.done).toEqual({ state: "completed", result: [{ n: 1 }, { n: 2 }] });
   });
 
-  it("a send_input step whose subagent already took it has that turn bound (turn_started) before the interrupt (S000-105)", async () => {
+  it("a send_input step whose subagent already took it has that turn bound (turn_started) before the interrupt, on disk when the host receives it (S000-105 S000-107)", async () => {
     run = await inProcessRun();
+    const r = run;
+    let onDiskAtInterrupt: JournalRow[] = [];
+    r.fake.onRequest((method) => {
+      if (method === "turn/interrupt") onDiskAtInterrupt = readJournalFile(r.paths.journal).rows;
+    });
     const { done } = run.background(two);
     const steps = await run.steps(2);
     const ex = steps.find((s) => s.call === "explorer.1");
@@ -84,6 +89,15 @@ describe("held calls", () => {
     expect(rows.at(-3)).toMatchObject({ k: 2, turn_id: turn2 });
     expect(rows.at(-2)).toMatchObject({ k: 2, turn_id: turn2, reason: "usage_limit" });
     expect(run.fake.state.turn(a.threadId, turn2).status).toBe("interrupted");
+    // the turn_started the stop wrote for that turn, and the interrupt's row, were on disk first
+    expect(
+      callRows(onDiskAtInterrupt, "explorer.1")
+        .slice(-2)
+        .map((x) => [x.type, (x as { turn_id?: string }).turn_id]),
+    ).toEqual([
+      ["turn_started", turn2],
+      ["interrupt_requested", turn2],
+    ]);
   });
 });
 

@@ -1,6 +1,14 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { executeRun, type JournalRow, JournalWriter, readReply, type StepFile } from "@crw/flow";
+import {
+  executeRun,
+  type JournalRow,
+  JournalWriter,
+  readReply,
+  type StepFile,
+  spawnMessage,
+  writeCancelRequest,
+} from "@crw/flow";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import {
   appendStartedPrepared,
@@ -425,6 +433,34 @@ describe("more of the session call", () => {
       expect(await done).toEqual({ state: "completed", result: { n: 4 } });
     },
   );
+
+  it("a stop reaching a call whose subagent is named but its turn not yet bound writes that turn's turn_started before the interrupt (S000-105)", async () => {
+    run = await inProcessRun();
+    const r = run;
+    // the dead process's bind was torn after thread_started; the subagent's marker turn still runs
+    const P = join(r.paths.workspaces, "explorer.1");
+    const agent = r.fake.spawnSubagent({
+      ownerThreadId: r.owner,
+      message: spawnMessage(
+        "explorer.1/t1-a1",
+        "explorer",
+        P,
+        join(r.paths.steps, "explorer.1", "packet-t1-a1.md"),
+      ),
+      agentRole: "explorer",
+    });
+    journalAtGoneThread(r, agent.threadId);
+    writeCancelRequest(r.paths, "stop now");
+    const { done } = r.background(one());
+    expect(await done).toEqual({ state: "cancelled", reason: "stop now" });
+    const own = r.rows().filter((x) => "call" in x && x.call === "explorer.1");
+    expect(own.slice(-3).map((x) => [x.type, (x as { turn_id?: string }).turn_id])).toEqual([
+      ["turn_started", agent.turnId],
+      ["interrupt_requested", agent.turnId],
+      ["held", undefined],
+    ]);
+    expect(r.fake.state.turn(agent.threadId, agent.turnId).status).toBe("interrupted");
+  });
 
   it("resuming at thread_started, a host that cannot be asked judges nothing and starts no LostAfter clock (S000-144)", async () => {
     run = await inProcessRun({ lostAfterMs: 300 });
