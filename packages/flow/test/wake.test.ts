@@ -290,6 +290,31 @@ describe("the default wake settings", () => {
     }
   });
 
+  it("a run whose spec sets none of them wakes on the defaults: renotified after WakeAfter, capped at RenotifyMax, escalated after UnresponsiveAfter (S000-296 S000-297 S000-298)", async () => {
+    // the defaults shortened for the run's real clock: the run must read them, having none of its own
+    const saved = { ...DEFAULT_WAKE };
+    Object.assign(DEFAULT_WAKE, { wakeAfterMs: 150, renotifyMaxMs: 150, unresponsiveAfterMs: 500 });
+    run = await inProcessRun({});
+    const r = run;
+    try {
+      const { done } = r.background(one);
+      await r.steps(1);
+      const escalation = await waitRow(() => r.rows().find((x) => x.type === "escalation"), 10_000);
+      await waitRow(() => (wakes(r).length >= 3 ? true : undefined), 10_000);
+      const published = Date.parse(String(r.rows().find((x) => x.type === "step_published")?.at));
+      const at = wakes(r).map((w) => Date.parse(w.at) - published);
+      expect(at[0]).toBeGreaterThanOrEqual(150 - 5);
+      // capped at 150: the third comes at 450, where doubling intervals would put it at 150 + 300 + 600
+      expect(at[2]).toBeLessThan(150 + 300 + 600 - 300);
+      expect(Date.parse(String(escalation.at)) - published).toBeGreaterThanOrEqual(500 - 5);
+      expect(r.rows().filter((x) => x.type === "escalation")).toHaveLength(1);
+      Object.assign(DEFAULT_WAKE, saved);
+      await finish(r, done);
+    } finally {
+      Object.assign(DEFAULT_WAKE, saved);
+    }
+  });
+
   it("the first renotification comes after WakeAfter, 15 minutes (S000-296)", () => {
     expect([at.get(14.9)?.renotify, at.get(15.1)?.renotify]).toEqual([0, 1]);
   });
