@@ -294,6 +294,39 @@ describe("an attempt is lost only when its turn is not completed and its thread 
   });
 });
 
+describe("the read before a loss", () => {
+  it("a thread that is back by the read right before the judgment keeps its attempt (S000-128)", async () => {
+    const b = await boundRun({ lostAfterMs: 400, pollMs: 100 });
+    run = b.r;
+    const r = b.r;
+    // the reads of the subagent from its unloading on: once one comes LostAfter after the first, the host
+    // shows the thread back (active) to the next read, the one the run makes before judging
+    let since: number | null = null;
+    let previous: number | null = null;
+    let back = false;
+    let armed = false;
+    r.fake.onRequest((method, params) => {
+      if (!armed || back || method !== "thread/read") return;
+      if ((params as { threadId?: string }).threadId !== b.agent.threadId) return;
+      const now = Date.now();
+      since ??= now;
+      if (previous !== null && previous - since >= 400 - 5) {
+        r.fake.setThreadStatus(b.agent.threadId, "active");
+        back = true;
+      }
+      previous = now;
+    });
+    armed = true;
+    r.fake.setThreadStatus(b.agent.threadId, "notLoaded");
+    await until("the thread to be back, or the attempt lost", () => back || lostRows(r).length > 0, 5_000);
+    expect(lostRows(r), "lost on the read that ran the clock out").toEqual([]);
+    await new Promise((x) => setTimeout(x, 500)); // longer than LostAfter: nothing judges it now
+    expect(lostRows(r)).toEqual([]);
+    r.fake.answer(b.agent.threadId, '{"n":6}');
+    expect(await b.done).toEqual({ state: "completed", result: { n: 6 } });
+  });
+});
+
 /**
  * An executor's bound subagent whose thread reads notLoaded with its turn unchanged for LostAfter; the
  * test plays the owner for the second attempt.
