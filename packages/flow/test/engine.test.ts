@@ -589,13 +589,17 @@ describe("a repair taken again by a later attempt", () => {
     return { step, packet: readFileSync(step.packet, "utf8") };
   }
 
-  it("an attempt after a lost repair turn names the answer it repairs in its packet (S000-019)", async () => {
+  it("an attempt after a lost repair turn names the answer it repairs in its packet; the loss names the repair's k apart from its attempt (S000-019 S000-131)", async () => {
     run = await inProcessRun({ lostAfterMs: 300 });
     const r = run;
     const { done } = r.background(one);
     const a = await toRepair(r);
     r.fake.setThreadStatus(a.threadId, "notLoaded");
     const { step, packet } = await laterAttempt(r);
+    const repairTurn = ofType(r.rows(), "turn_started").find((x) => x.k === 2);
+    expect(ofType(r.rows(), "session_attempt_lost")).toEqual([
+      expect.objectContaining({ k: 2, attempt: 1, agent_id: a.threadId, turn_id: repairTurn?.turn_id }),
+    ]);
     expect(step.action).toBe("spawn");
     expect(packet).toContain("not json at all");
     const b = r.spawn(step, "explorer");
