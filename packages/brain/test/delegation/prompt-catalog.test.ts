@@ -14,7 +14,14 @@ import {
 import { makeService, newParent } from "./helpers.js";
 
 const db = useTestDatabase();
-const EXTRA = ["mcp__calc__add", "mcp__calc__sub", "mcp__calc__mul", "mcp__calc__div", "mcp__calc__mod"];
+const EXTRA = [
+  "mcp__calc__add",
+  "mcp__calc__sub",
+  "mcp__calc__mul",
+  "mcp__calc__div",
+  "mcp__calc__mod",
+  "mcp__calc__pow",
+];
 
 const hostTool = (name: string): MutatingTool => ({
   name,
@@ -44,7 +51,7 @@ function recordingCatalog(policy = catalogPolicyFrom()) {
 describe("the session prompt follows the tool catalog", () => {
   it("a deferred tool is not described in the prompt; the prompt names what the request declares and stays byte-stable", async () => {
     const { seen, runner } = recordingCatalog();
-    // Five bridged host tools: the root's catalog (Delegate and friends plus these) exceeds the threshold.
+    // Six bridged host tools: the root's catalog (Delegate and friends plus these) exceeds the threshold.
     let extra = EXTRA;
     const { service, repo } = makeService(db.pool, { runner, tools: () => extra.map(hostTool) });
     const { account, parent } = await newParent(service);
