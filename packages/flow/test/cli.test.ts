@@ -659,23 +659,25 @@ describe("crw flow commands as real processes", () => {
   });
 
   it("a bound reply is written only once the bind rows are durable: a process killed right after them has answered nothing (S000-058)", async () => {
+    // an owner thread of its own: a subagent another test's run left on the shared owner is no candidate
+    const own = { ...env, CODEX_THREAD_ID: fake.createOwnerThread({ cwd: root }) };
     const { r, state, paths } = await start("run-bind-crash", [], {
-      ...env,
+      ...own,
       CRW_FLOW_FAULT: "after:turn_started:1",
     });
     expect(r.code, r.stderr).toBe(0);
     const pid = Number(r.json().pid);
-    const next = await crwFlow(["next", "run-bind-crash", "--state", state, "--wait", "10", "--json"], env);
+    const next = await crwFlow(["next", "run-bind-crash", "--state", state, "--wait", "10", "--json"], own);
     const step = (next.json().steps as OwnerStep[]).find((x) => x.action === "spawn");
     if (!step?.message) throw new Error("no spawn step");
     const agent = fake.spawnSubagent({
-      ownerThreadId: owner,
+      ownerThreadId: own.CODEX_THREAD_ID,
       message: step.message,
       agentRole: step.agent_type,
     });
     const d = await crwFlow(
       dispatchedArgs("run-bind-crash", step, agent.threadId, state, ["--wait", "20"]),
-      env,
+      own,
     );
     await waitFor("the run process to die at its bind rows", () => !pidAlive(pid));
     const rows = readJournalFile(paths.journal).rows;
