@@ -33,7 +33,7 @@ describe("runner process containment", () => {
     stray.push(...(host.containment?.killTokens ?? []).map((t) => Number(t.slice(5))));
   });
 
-  it("the newest kill-token state survives the runner's death and cleans up its processes (S004-491)", async () => {
+  it("the newest kill-token state survives the runner's death and cleans up its processes", async () => {
     const exits: { runnerId: string; killTokens: readonly string[] }[] = [];
     const { pool } = makePool({ heartbeatIntervalMs: 100 });
     pool.attachRunnerExitTokensSink((exit) => exits.push(exit));
@@ -70,7 +70,7 @@ describe("runner process containment", () => {
     expect(alive(shortLived)).toBe(false);
   });
 
-  it("the host consumes containment frames: no event or health projection carries kill tokens (S004-492)", async () => {
+  it("the host consumes containment frames: no event or health projection carries kill tokens", async () => {
     const { host, events } = await startHost({ heartbeatIntervalMs: 100 });
     hosts.push(host);
     await host.runTurn(turn({ script: [{ kind: "spawn", command: ["sleep", "30"] }] }));

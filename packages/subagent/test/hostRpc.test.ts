@@ -52,7 +52,7 @@ const intrudeOn = (pool: ReturnType<typeof makePool>["pool"], parentSessionId: s
     .catch((x: unknown) => x);
 
 describe("HostRpcClient (runner side)", () => {
-  it("the dispatched-call context (rpcTurn) names the turn a host call belongs to, and nothing outside it (S004-097)", async () => {
+  it("the dispatched-call context (rpcTurn) names the turn a host call belongs to, and nothing outside it", async () => {
     const { t, sent } = transport();
     const client = new HostRpcClient(t);
     const signal = new AbortController().signal;
@@ -70,7 +70,7 @@ describe("HostRpcClient (runner side)", () => {
     expect(await pending).toEqual({ fine: true });
   });
 
-  it("a host call outside a dispatched turn is refused with an error, not dropped (S004-505)", async () => {
+  it("a host call outside a dispatched turn is refused with an error, not dropped", async () => {
     const { t, sent } = transport();
     const client = new HostRpcClient(t);
     const error = await client
@@ -81,7 +81,7 @@ describe("HostRpcClient (runner side)", () => {
     expect(sent).toEqual([]);
   });
 
-  it("close() rejects pending calls with the fixed text and removes timers and abort listeners (S004-532)", async () => {
+  it("close() rejects pending calls with the fixed text and removes timers and abort listeners", async () => {
     // Fake timers only count the calls' deadline timers; nothing here waits on time.
     vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
     onTestFinished(() => {
@@ -110,7 +110,7 @@ describe("HostRpcClient (runner side)", () => {
     expect(client.settle(sent[0]?.requestId ?? "", { ok: 1 })).toBe(false);
   });
 
-  it("rejected desktop calls keep the unknown-outcome, do-not-replay suffix (S004-533)", async () => {
+  it("rejected desktop calls keep the unknown-outcome, do-not-replay suffix", async () => {
     const { t } = transport();
     const client = new HostRpcClient(t);
     const pending = inTurn(new AbortController().signal, () =>
@@ -137,7 +137,7 @@ describe("HostRpcClient (runner side)", () => {
     expect((api as Error).message).toBe(HOST_RPC_CLOSED_TEXT);
   });
 
-  it("close() with no pending calls does nothing (S004-534)", () => {
+  it("close() with no pending calls does nothing", () => {
     const { t, sent } = transport();
     const client = new HostRpcClient(t);
     expect(() => client.close()).not.toThrow();
@@ -145,7 +145,7 @@ describe("HostRpcClient (runner side)", () => {
     expect(client.pendingCount).toBe(0);
   });
 
-  it("calls are bounded: a timeout rejects and cancels; an abort cancels with the original call id (S004-152)", async () => {
+  it("calls are bounded: a timeout rejects and cancels; an abort cancels with the original call id", async () => {
     const { t, sent } = transport();
     const client = new HostRpcClient(t, 50);
     const controller = new AbortController();
@@ -162,7 +162,7 @@ describe("HostRpcClient (runner side)", () => {
     expect(client.pendingCount).toBe(0);
   });
 
-  it("delegation.resultDelivered has no idle deadline; channel loss rejects it, with no retry (S004-513)", async () => {
+  it("delegation.resultDelivered has no idle deadline; channel loss rejects it, with no retry", async () => {
     const { t, sent } = transport();
     const client = new HostRpcClient(t, 20);
     const signal = new AbortController().signal;
@@ -183,7 +183,7 @@ describe("HostRpcClient (runner side)", () => {
     ).toHaveLength(1);
   });
 
-  it("params are validated against the method's schema before anything is sent (S004-504)", async () => {
+  it("params are validated against the method's schema before anything is sent", async () => {
     const { t, sent } = transport();
     const client = new HostRpcClient(t);
     const e = await inTurn(new AbortController().signal, () =>
@@ -198,7 +198,7 @@ describe("HostRpcClient (runner side)", () => {
 });
 
 describe("the daemon's side of a reverse host call", () => {
-  it("the daemon checks plugin.applyChange params against the plugin-boundary schema before its handler, and answers only once the handler has (S004-504)", async () => {
+  it("the daemon checks plugin.applyChange params against the plugin-boundary schema before its handler, and answers only once the handler has", async () => {
     const handled: unknown[] = [];
     const order: string[] = [];
     // A stand-in runner puts the calls on the channel as given: no runner-side check filters them first.
@@ -237,7 +237,7 @@ describe("the daemon's side of a reverse host call", () => {
 });
 
 describe("cancelling a reverse host call across the process boundary", () => {
-  it("a runner's hostRpcCancel aborts the daemon's handler for that call while the turn goes on (S004-152)", async () => {
+  it("a runner's hostRpcCancel aborts the daemon's handler for that call while the turn goes on", async () => {
     const seen: string[] = [];
     const { host } = await startHost({
       ...standInRunner,
@@ -311,7 +311,7 @@ describe("reverse host calls from a real runner", () => {
     await view?.close();
   });
 
-  it("the reverse methods are workflow.addNodes, crw.api, desktop.command, plugin.applyChange, delegation.resultDelivered (S004-502)", async () => {
+  it("the reverse methods are workflow.addNodes, crw.api, desktop.command, plugin.applyChange, delegation.resultDelivered", async () => {
     const methods: string[] = [];
     const { pool } = makePool({
       hostRpc: async (method) => {
@@ -343,7 +343,7 @@ describe("reverse host calls from a real runner", () => {
     expect(methods).toEqual(["workflow.addNodes", "crw.api", "desktop.command", "plugin.applyChange"]);
   });
 
-  it("supportsHostRpc reports whether the shared handler exists, with no method argument (S004-499)", () => {
+  it("supportsHostRpc reports whether the shared handler exists, with no method argument", () => {
     expect(makePool().pool.supportsHostRpc()).toBe(false);
     expect(makePool({ hostRpc: async () => null }).pool.supportsHostRpc()).toBe(true);
     expect(SubagentRunnerPool.prototype.supportsHostRpc.length).toBe(0);
@@ -373,7 +373,7 @@ describe("reverse host calls from a real runner", () => {
 });
 
 describe("delegation.resultDelivered", () => {
-  it("carries {resultId, toolCallId, kind} unchanged, answers after publication, and the turn goes on (S004-508 S004-514)", async () => {
+  it("carries {resultId, toolCallId, kind} unchanged, answers after publication, and the turn goes on", async () => {
     const published: unknown[] = [];
     const order: string[] = [];
     const { pool } = makePool();
@@ -412,7 +412,7 @@ describe("delegation.resultDelivered", () => {
     await tap?.close();
   });
 
-  it("the pool accepts delivery only from the parent session's routed runner (S004-509)", async () => {
+  it("the pool accepts delivery only from the parent session's routed runner", async () => {
     const published: unknown[] = [];
     const { pool } = makePool({ size: { maxRunners: 2, turnsPerRunner: 1 } });
     pool.attachResultDeliveredSink(async (d) => {

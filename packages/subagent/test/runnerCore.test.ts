@@ -144,7 +144,7 @@ describe("RunnerCore", () => {
     expect(c.exits).toEqual([1]);
   });
 
-  it("on daemon disconnect the runner closes its host RPC client: a pending call fails with the fixed text (S004-535)", async () => {
+  it("on daemon disconnect the runner closes its host RPC client: a pending call fails with the fixed text", async () => {
     const c = channel();
     new RunnerCore(c.port, new ScriptedTurnExecutor(), "build-1", undefined).start();
     c.deliver(boot());
