@@ -3,9 +3,31 @@ import { captureDelegatedExecutionScope } from "@crw/brain";
 import { PgDelegationRepository } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
 import { beforeAll, describe, expect, it } from "vitest";
-import { boundaryAgainst, currentDelegatedAccess } from "../src/index.js";
+import { boundaryAgainst, currentDelegatedAccess, parseWorkflowDefinition } from "../src/index.js";
+import { closeEnginesAfterEach, until, untilAborted, world } from "./helpers.js";
 
 const db = useTestDatabase();
+const all = closeEnginesAfterEach();
+
+/** Stores a delegated child of `parent` for `accountId`, its scope the host target plus `scope`. */
+function delegator(repo: PgDelegationRepository, accountId: string) {
+  return async (parent: string, scope: Record<string, unknown>) =>
+    (
+      await repo.createDelegation({
+        parentSessionId: parent,
+        principalAccountId: accountId,
+        toolCallId: `c-${randomUUID()}`,
+        task: "t",
+        mode: "background",
+        model: "scripted",
+        scope: captureDelegatedExecutionScope({
+          accountId,
+          target: { kind: "host", ref: null },
+          ...scope,
+        }),
+      })
+    ).child;
+}
 
 async function setup(account: { isOwner?: boolean; toolAllow?: string[] | null } = {}) {
   const repo = new PgDelegationRepository(db.pool);
@@ -15,23 +37,7 @@ async function setup(account: { isOwner?: boolean; toolAllow?: string[] | null }
     toolAllow: account.toolAllow ?? null,
   });
   const root = await repo.createRootSession(acct.id, "scripted");
-  const delegate = async (parent: string, scope: Record<string, unknown>) =>
-    (
-      await repo.createDelegation({
-        parentSessionId: parent,
-        principalAccountId: acct.id,
-        toolCallId: `c-${randomUUID()}`,
-        task: "t",
-        mode: "background",
-        model: "scripted",
-        scope: captureDelegatedExecutionScope({
-          accountId: acct.id,
-          target: { kind: "host", ref: null },
-          ...scope,
-        }),
-      })
-    ).child;
-  return { repo, acct, root, delegate };
+  return { repo, acct, root, delegate: delegator(repo, acct.id) };
 }
 
 async function rowCounts(): Promise<unknown> {
@@ -63,27 +69,78 @@ describe("journaledBoundaryCheck's current access", () => {
     });
   });
 
-  it("an owner's delegated child keeps owner authority only while the account still proves it (S004-319 S004-320)", async () => {
-    const { repo, acct, root, delegate } = await setup({ isOwner: true });
+  it("an owner's delegated child read back from storage still carries owner authority (S004-319)", async () => {
+    const { acct, root, delegate } = await setup({ isOwner: true });
     const child = await delegate(root.id, { operator: true });
-    const now = await currentDelegatedAccess(repo, acct.id, child.id);
-    expect(now.ok && now.authority.operator).toBe(true);
+    // A repository of its own: only what is stored speaks, as after a restart.
+    const now = await currentDelegatedAccess(new PgDelegationRepository(db.pool), acct.id, child.id);
+    if (!now.ok) throw new Error(now.reason);
+    expect(now.authority.operator).toBe(true);
     const operatorScope = captureDelegatedExecutionScope({
       accountId: acct.id,
       operator: true,
       target: { kind: "host", ref: null },
     });
-    if (!now.ok) throw new Error(now.reason);
     expect(await boundaryAgainst(now.authority)({ subject: "parent", scope: operatorScope })).toEqual({
       ok: true,
     });
-    await db.pool.query("update accounts set is_owner = false where id = $1::uuid", [acct.id]);
-    // The stored operator scope is no longer proven by the account: the origin is refused outright.
-    const later = await currentDelegatedAccess(repo, acct.id, child.id);
-    expect(later).toMatchObject({
-      ok: false,
-      reason: expect.stringContaining("operator authority is no longer held"),
+  });
+
+  it("that authority holds only while the account proves it: owner flag, tool allow and deny lists, permission settings", async () => {
+    const { repo, acct, root, delegate } = await setup({ isOwner: true });
+    const child = await delegate(root.id, {
+      operator: true,
+      tools: { allow: ["Read", "Bash"] },
+      permissionBoundary: "workspace-write",
     });
+    const access = () => currentDelegatedAccess(repo, acct.id, child.id);
+    // Each change of the account alone refuses the origin; undone, the origin passes again.
+    const refusedFor = async (change: string, reason: string) => {
+      await db.pool.query(`update accounts set ${change} where id = $1::uuid`, [acct.id]);
+      expect(await access()).toMatchObject({ ok: false, reason: expect.stringContaining(reason) });
+      await db.pool.query(
+        "update accounts set is_owner = true, tool_allow = null, tool_deny = '{}', permission_settings = '{}' where id = $1::uuid",
+        [acct.id],
+      );
+      expect(await access()).toMatchObject({ ok: true });
+    };
+    expect(await access()).toMatchObject({ ok: true });
+    await refusedFor("is_owner = false", "operator authority is no longer held");
+    await refusedFor("tool_allow = array['Read']", "allow-list entry is not fully covered");
+    await refusedFor("tool_deny = array['Bash']", "current access denies Bash");
+    await refusedFor(
+      `permission_settings = '{"permissionBoundary":"read-only"}'`,
+      "permission boundary is wider than current access",
+    );
+  });
+
+  it("boot recovery judges a workflow started under a delegated conversation by that conversation's stored chain: an ancestor the account no longer grants refuses it (S004-312)", async () => {
+    const w = await world(db.pool);
+    const delegate = delegator(w.repo, w.accountId);
+    const mid = await delegate(w.parentSessionId, { tools: { allow: ["Read", "Bash(git *)"] } });
+    const origin = await delegate(mid.id, { tools: { allow: ["Read"] } });
+    const first = await w.engine(({ signal }) => untilAborted(signal));
+    all.push(first.engine);
+    const started = await first.engine.start(
+      w.ctx({ parentSessionId: origin.id, access: { operator: false, tools: { allow: ["Read"] } } }),
+      { definition: parseWorkflowDefinition('name: one\nnodes:\n  - { id: a, task: "TASK a" }\n') },
+    );
+    await until(() => first.engine.run(started.workflowId)?.started.has("a") === true, "a running");
+    await first.engine.close();
+    // The origin's own Read is still granted; what its parent conversation was given is not.
+    await db.pool.query("update accounts set tool_allow = array['Read'] where id = $1::uuid", [w.accountId]);
+    let ran = 0;
+    const second = await w.engine(() => {
+      ran++;
+      return "never";
+    });
+    all.push(second.engine);
+    const recovered = await second.engine.recoverInterrupted();
+    expect(recovered.refused).toContain(started.workflowId);
+    const outcome = await second.engine.finished(started.workflowId);
+    expect(outcome.status).toBe("failed");
+    expect(outcome.summary).toContain(`session ${mid.id} exceeds current access`);
+    expect(ran).toBe(0);
   });
 
   it("malformed scopes, ancestry cycles, missing accounts and another account's session refuse; a parent link across accounts cannot be stored (S004-321)", async () => {
