@@ -8,6 +8,7 @@ import {
   type CompletionSink,
   parseWorkflowDefinition,
   type SummaryWriter,
+  type WorkflowCallContext,
   type WorkflowHostAccessors,
 } from "../src/index.js";
 import { closeEnginesAfterEach, deferred, summaries, taskLine, until, world } from "./helpers.js";
@@ -47,7 +48,18 @@ describe("the host's live accessors", () => {
     const sink: CompletionSink = async (c) => {
       completions.push(c.resultId);
     };
-    const accessors: WorkflowHostAccessors = {
+    const accessors: WorkflowHostAccessors & Pick<WorkflowCallContext, "currentAccess" | "currentWorkDir"> = {
+      currentAccess: later(
+        {
+          accountId: w.accountId,
+          operator: true,
+          target: { kind: "host", ref: null },
+          tools: { deny: ["Write"] },
+        },
+        log,
+        "access",
+      ),
+      currentWorkDir: later("/srv/accessors", log, "cwd"),
       delegationCompletionEmitter: later(sink, log, "completion"),
       captureToolOutputWriter: later(writer, log, "writer"),
       delegatedTurnsOutOfProcess: later(false, log, "outOfProcess"),
@@ -66,6 +78,10 @@ describe("the host's live accessors", () => {
     const started = await engine.start(w.ctx({ ...accessors }), { definition: def });
     // Every accessor was awaited (in order) before WorkflowStart returned; in process, no RPC was asked for.
     expect(log).toEqual([
+      "access:called",
+      "access:resolved",
+      "cwd:called",
+      "cwd:resolved",
       "completion:called",
       "completion:resolved",
       "writer:called",
@@ -76,6 +92,15 @@ describe("the host's live accessors", () => {
     const outcome = await engine.finished(started.workflowId);
     expect(completions).toEqual([outcome.resultId]);
     expect(engineCompletions).toBe(0);
+    // Each node's child was placed in the origin's working directory, under the origin's access.
+    const { rows: scopes } = await db.pool.query(
+      "select scope from sessions where parent_session_id = $1::uuid",
+      [w.parentSessionId],
+    );
+    expect(scopes.map((r) => JSON.parse(r.scope)).map((sc) => [sc.workDir, sc.tools.deny])).toEqual([
+      ["/srv/accessors", ["Write"]],
+      ["/srv/accessors", ["Write"]],
+    ]);
     const [result] = await summaries(db.pool, w.parentSessionId);
     expect(result?.body).toMatch(
       /^\[full result: \d+ bytes at .*workflow-.*\.txt; read that path with Read\]/,
