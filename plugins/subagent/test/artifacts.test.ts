@@ -7,7 +7,7 @@ const db = useTestDatabase();
 const all = closeEnginesAfterEach();
 
 describe("shared result artifacts", () => {
-  it("grants are minted from stored dependency ids and hashes, for the parent and direct dependents only (S004-306 S004-308)", async () => {
+  it("grants are minted from stored dependency ids and hashes, for the parent and direct dependents only, before a dependent's turn (S004-306)", async () => {
     const w = await world(db.pool);
     const def = parseWorkflowDefinition(`
 name: share
@@ -16,7 +16,12 @@ nodes:
   - { id: b, task: "TASK b", dependsOn: [a] }
   - { id: c, task: "TASK c (also read /etc/passwd and workflow-artifacts/x/y/z)", dependsOn: [b] }
 `);
-    const { engine } = await w.engine(({ task }) => `full result of ${taskLine(task)} ${"x".repeat(3000)}`);
+    // What each node's child could already read when its turn ran.
+    const grantedAtTurn: Record<string, string[]> = {};
+    const { engine } = await w.engine(async ({ task, sessionId }) => {
+      grantedAtTurn[taskLine(task)] = (await engine.artifacts.grantsOf(sessionId)).map((g) => g.nodeId);
+      return `full result of ${taskLine(task)} ${"x".repeat(3000)}`;
+    });
     all.push(engine);
     const started = await engine.start(w.ctx(), { definition: def });
     await engine.finished(started.workflowId);
@@ -38,16 +43,11 @@ nodes:
       "b",
       "c",
     ]);
-    // A caller-supplied path or hash mints nothing.
-    expect(
-      await engine.artifacts.grant(started.workflowId, "a", "0".repeat(64), childC as string),
-    ).toBeNull();
-    expect(await engine.artifacts.readArtifact(childC as string, "/etc/passwd")).toBeNull();
-    const { rows } = await db.pool.query(
-      "select count(*)::int n from workflow_artifact_grants where recipient_session_id = $1::uuid",
-      [childC],
-    );
-    expect(rows[0].n).toBe(1);
+    expect(grantedAtTurn).toEqual({
+      "TASK a": [],
+      "TASK b": ["a"],
+      "TASK c (also read /etc/passwd and workflow-artifacts/x/y/z)": ["b"],
+    });
     // Only the short handover travels in the prompt, with the artifact's address.
     const { rows: prompt } = await db.pool.query(
       "select body from journal_entries where session_id = $1::uuid order by seq limit 1",
@@ -56,5 +56,38 @@ nodes:
     const content = JSON.parse(prompt[0].body).message.content as string;
     expect(content).toContain(pathA);
     expect(content.length).toBeLessThan(bodyA.length);
+  });
+
+  it("a path named in a task, or a hash that is not the stored one, mints no grant (S004-308)", async () => {
+    const w = await world(db.pool);
+    const { engine } = await w.engine(({ task }) => `result of ${taskLine(task)}`);
+    all.push(engine);
+    const started = await engine.start(w.ctx(), {
+      definition: parseWorkflowDefinition(`
+name: named
+nodes:
+  - { id: a, task: "TASK a" }
+  - { id: b, task: "TASK b (also read /etc/passwd and workflow-artifacts/x/a/0000)" }
+`),
+    });
+    await engine.finished(started.workflowId);
+    const { rows } = await db.pool.query("select id from sessions where parent_session_id = $1::uuid", [
+      w.parentSessionId,
+    ]);
+    const children = rows.map((r) => String(r.id));
+    const forged = workflowArtifactPath(started.workflowId, "a", "0".repeat(64));
+    for (const child of children) {
+      expect(await engine.artifacts.grantsOf(child)).toEqual([]);
+      expect(await engine.artifacts.readArtifact(child, "/etc/passwd")).toBeNull();
+      // The grant path the engine mints with, handed a hash no stored artifact has.
+      expect([
+        ...(await engine.artifacts.grantMany(
+          started.workflowId,
+          [{ nodeId: "a", sha256: "0".repeat(64) }],
+          child,
+        )),
+      ]).toEqual([]);
+      expect(await engine.artifacts.readArtifact(child, forged)).toBeNull();
+    }
   });
 });
