@@ -350,7 +350,7 @@ describe("canonical continuation", () => {
 });
 
 describe("continuing an interrupted or foreign child", () => {
-  it("an interrupted retry continues with verify-before-repeat, never a second retry task (S004-336)", async () => {
+  it("a continuation without a retry task after an aborted retry notes the interruption instead of repeating the task", async () => {
     const w = await world(db.pool);
     const gate = deferred();
     let turns = 0;
@@ -398,6 +398,48 @@ describe("continuing an interrupted or foreign child", () => {
     expect(again).toEqual({ status: "continued", reply: "finished after verifying" });
     const messages = await childMessages(child);
     expect(messages.filter((m) => m.content === "retry task")).toHaveLength(1);
+    expect(messages.map((m) => m.customType ?? m.role)).toEqual(["user", "user", "interrupted", "assistant"]);
+  });
+
+  it("boot recovery of a retry interrupted mid-turn sends no second retry task: the child is told to verify first (S004-336)", async () => {
+    const w = await world(db.pool);
+    let turns = 0;
+    const first = await w.engine(async ({ signal }) => {
+      turns++;
+      if (turns === 1) throw new Error("flaky provider");
+      // The explicit retry's turn: in flight when its process stops.
+      return untilAborted(signal);
+    });
+    all.push(first.engine);
+    const ctx = w.ctx();
+    const started = await first.engine.start(ctx, {
+      definition: parseWorkflowDefinition('name: retried\nnodes:\n  - { id: n, task: "TASK n" }\n'),
+    });
+    expect((await first.engine.finished(started.workflowId)).status).toBe("failed");
+    await first.engine.resume({ ...ctx, toolCallId: "resume-call" }, started.workflowId);
+    await until(() => turns === 2, "the retry's turn in flight");
+    await first.engine.close();
+    const inputs: NodeContinueRequest[] = [];
+    const second = await w.engine(() => "finished after verifying", {
+      wrap: (base): NodeDispatcher => ({
+        createChild: (r) => base.createChild(r),
+        runNode: (r) => base.runNode(r),
+        continueNode: (input, host) => {
+          inputs.push(input);
+          return base.continueNode(input, host);
+        },
+      }),
+    });
+    all.push(second.engine);
+    await second.engine.recoverInterrupted();
+    expect((await second.engine.finished(started.workflowId)).status).toBe("completed");
+    expect(inputs.map((i) => i.fallbackPrompt)).toEqual([undefined]);
+    const { rows } = await db.pool.query("select id from sessions where parent_session_id = $1::uuid", [
+      w.parentSessionId,
+    ]);
+    expect(rows).toHaveLength(1);
+    const messages = await childMessages(String(rows[0].id));
+    // The task, the retry's task once, then the restart note: no third copy of the task.
     expect(messages.map((m) => m.customType ?? m.role)).toEqual(["user", "user", "interrupted", "assistant"]);
   });
 
