@@ -29,16 +29,16 @@ describe("nodes through the delegation core", () => {
     const account = await repo.createAccount({ name: `a-${randomUUID()}`, isOwner: true });
     const parent = await repo.createRootSession(account.id, "scripted");
     const completions: string[] = [];
+    let engineCompletions = 0;
     const engine = new WorkflowEngine({
       pool: db.pool,
       owner: `wf-${randomUUID()}`,
       dispatcher: new JournalNodeDispatcher(repo, delegationNodeTurns(service)),
       defaultModel: "scripted",
       repo,
-      // The delegationCompletionEmitter: the summary is in the inbox; the delegation core delivers it.
-      onCompletion: async (c) => {
-        completions.push(c.resultId);
-        await service.resultQueued(c.parentSessionId, c.principalAccountId, c.resultId);
+      // The engine's own path (boot recovery's) is not this call's: the origin bound its emitter.
+      onCompletion: async () => {
+        engineCompletions++;
       },
     });
     try {
@@ -57,11 +57,22 @@ nodes:
           toolCallId: "call-1",
           currentAccess: async () => service.authorityFor(parent),
           currentWorkDir: async () => null,
-          ...hostAccessors(),
+          // The delegationCompletionEmitter, as the daemon binds it: the summary is in the inbox; the
+          // delegation core delivers it. Marked done only once the core has taken it.
+          ...hostAccessors({
+            completion: async (c) => {
+              await service.resultQueued(c.parentSessionId, c.principalAccountId, c.resultId);
+              await new Promise((r) => setTimeout(r, 20));
+              completions.push(c.resultId);
+            },
+          }),
         },
         { definition: def },
       );
       const outcome = await engine.finished(started.workflowId);
+      // The emitter's outcome was awaited before the workflow counted as finished.
+      expect(completions).toEqual([outcome.resultId]);
+      expect(engineCompletions).toBe(0);
       expect(outcome.status).toBe("completed");
       expect(outcome.summary).toContain("answer: inspect the left side");
       await until(
