@@ -21,7 +21,7 @@ name: diamond
 agentTypes:
   reviewer: { model: scripted-review }
 nodes:
-  - { id: a, task: "TASK a" }
+  - { id: a, task: "TASK a", agentType: helper }
   - { id: b, task: "TASK b", dependsOn: [a], agentType: reviewer }
   - { id: c, task: "TASK c", dependsOn: [a], agentType: reviewer, tools: { allow: ["Read"] } }
   - { id: d, task: "TASK d", dependsOn: [b, c], model: scripted-final }
@@ -109,7 +109,8 @@ describe("running a workflow", () => {
     expect(j.version).toBe(2);
     expect(j.run).toBe(1);
     expect(j.recovery).toEqual({ workflowGeneration: 1, recoveryAdmissionVersion: 1 });
-    expect(j.typeModelPins).toEqual({ reviewer: "scripted-review" });
+    // helper names no model: pinned to the default when its first node was prepared
+    expect(j.typeModelPins).toEqual({ reviewer: "scripted-review", helper: "scripted" });
     expect(j.nodeModels).toEqual({
       a: "scripted",
       b: "scripted-review",
@@ -125,7 +126,7 @@ describe("running a workflow", () => {
     await engine.finished(started.workflowId);
   });
 
-  it("a failed node blocks its dependents while independent nodes go on (S004-420)", async () => {
+  it("a failed node blocks its dependents while independent nodes go on", async () => {
     const w = await world(db.pool);
     const def = parseWorkflowDefinition(`
 name: partial
@@ -215,7 +216,7 @@ nodes:
     let workflowId = "";
     let reported: string[] = [];
     let journaledBeforeReport = false;
-    const { engine } = await w.engine(async ({ task, sessionId }) => {
+    const { engine, dispatcher } = await w.engine(async ({ task, sessionId }) => {
       if (taskLine(task) === "TASK plan") {
         reported = await (engineRef as import("../src/index.js").WorkflowEngine).addNodes({
           workflowId,
@@ -224,7 +225,12 @@ nodes:
           callerSessionId: sessionId,
           nodes: [
             { id: "part1", task: "TASK part1", dependsOn: ["plan"] },
-            { id: "part2", task: "TASK part2", dependsOn: ["plan"], tools: { allow: ["Bash(git status)"] } },
+            {
+              id: "part2",
+              task: "TASK part2",
+              dependsOn: ["plan"],
+              tools: { allow: ["Bash(git status)"] },
+            },
           ],
         });
         journaledBeforeReport = Boolean((await journalOf(workflowId)).nodes.part2);
@@ -234,8 +240,15 @@ nodes:
     });
     engineRef = engine;
     all.push(engine);
-    const originalStart = engine.start.bind(engine);
-    const started = await originalStart(w.ctx(), { definition: def });
+    // Journal writes land late: ids reported before their write was awaited would be seen unjournaled.
+    const write = engine.store.writeJournalText.bind(engine.store);
+    engine.store.writeJournalText = async (...args) => {
+      await new Promise((r) => setTimeout(r, 30));
+      return write(...args);
+    };
+    const started = await engine.start(w.ctx({ currentWorkDir: async () => "/srv/expand" }), {
+      definition: def,
+    });
     workflowId = started.workflowId;
     // The node may have started before workflowId was known to the script: wait for the expansion.
     const outcome = await engine.finished(started.workflowId);
@@ -244,10 +257,10 @@ nodes:
     expect(outcome.status).toBe("completed");
     expect(outcome.summary).toContain("- part1: succeeded");
     const { rows } = await db.pool.query(
-      "select scope from sessions where parent_session_id = $1::uuid order by created_at",
+      "select id, scope from sessions where parent_session_id = $1::uuid order by created_at",
       [w.parentSessionId],
     );
-    const scopes = rows.map((r) => JSON.parse(r.scope));
+    const scopes = rows.map((r) => ({ ...JSON.parse(r.scope), sessionId: String(r.id) }));
     expect(scopes).toHaveLength(3);
     // part1 and part2 start together: tell them apart by what they asked for, not by creation order.
     const plan = scopes[0];
@@ -256,9 +269,25 @@ nodes:
     expect(part1.target).toEqual(plan.target);
     expect(part1.accountId).toBe(w.accountId);
     expect(part1.readOnly).toBe(true); // read-only provenance carried over
+    expect(part1.permissionBoundary).toBe("read-only");
     expect(part1.tools).toEqual(plan.tools); // tool restrictions carried over
+    expect(plan.workDir).toBe("/srv/expand");
+    expect(part1.workDir).toBe(plan.workDir);
     expect(part2.tools.allow).toEqual(["Bash(git status)"]); // only narrows
     expect(part2.tools.deny).toContain("Write");
+    // Through the journal and the dispatch path the added node's child stays continuable under the parent.
+    expect(
+      await dispatcher.continueNode({
+        workflowId: started.workflowId,
+        nodeId: "part1",
+        childSessionId: part1.sessionId,
+        parentSessionId: w.parentSessionId,
+        principalAccountId: w.accountId,
+        model: "scripted",
+        scope: JSON.stringify(part1),
+        signal: new AbortController().signal,
+      }),
+    ).toEqual({ status: "answered", reply: "did TASK part1" });
   });
 
   it("refuses an expansion with a cycle, an unknown dependency or a caller that is not the running node", async () => {
