@@ -152,6 +152,14 @@ nodes:
       for (const { id } of rows)
         expect(placements.filter((p) => p.sessionId === id).map((p) => p.placement)).toEqual(["runner"]);
       expect(pool.health().runners.length).toBe(1);
+      // The account's usage: every child's answer carries the provider's usage, nodes as the ordinary one.
+      const usage = await db.pool.query(
+        `select s.id::text, (select count(*)::int from journal_entries j
+            where j.session_id = s.id and (j.provider_usage->>'totalTokens')::int = 9) as n
+           from sessions s where s.parent_session_id = $1::uuid`,
+        [parent.id],
+      );
+      expect(usage.rows.map((r) => r.n)).toEqual([1, 1, 1]);
     } finally {
       await engine.close();
       await service.close();
