@@ -20,7 +20,7 @@ async function scopes(
 }
 
 describe("node placement", () => {
-  it("the engine awaits the origin's cwd, and every node cwd is validated and persisted through delegatedWorkDir (S004-275 S004-292 S004-430)", async () => {
+  it("the engine awaits the origin's cwd, and every node cwd is validated and persisted through delegatedWorkDir; a refused placement keeps its typed cause (S004-275 S004-292)", async () => {
     const project = await realpath(await mkdtemp(join(tmpdir(), "crw-proj-")));
     await mkdir(join(project, "pkg", "db"), { recursive: true });
     const w = await world(db.pool);
