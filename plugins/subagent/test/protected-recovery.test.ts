@@ -173,10 +173,10 @@ nodes:
     });
     const { engine } = await w.engine(({ task }) => `done ${taskLine(task)}`, { wrap: parkOnce });
     all.push(engine);
-    // The native query of the assertion is the row read; it is logged where it happens.
+    // The native query of the assertion is the row read (the engine reads the row for nothing else).
     const read = engine.store.currentWorkflow.bind(engine.store);
     engine.store.currentWorkflow = async (id) => {
-      if (new Error().stack?.includes("assertDispatch")) log.push("assert");
+      log.push("assert");
       return read(id);
     };
     const ctx = w.ctx();
@@ -316,6 +316,7 @@ describe("the scope at the real placement (SubagentSessionDispatch with forked r
     outcome: Awaited<ReturnType<WorkflowEngine["finished"]>>;
   }
   const placements: Array<{ sessionId: string; placement: string }> = [];
+  let dispatched = false;
   let exact: Booted;
   let otherChannel: Booted;
   let otherParent: Booted;
@@ -407,19 +408,27 @@ describe("the scope at the real placement (SubagentSessionDispatch with forked r
       const second: WorkflowEngine = new WorkflowEngine({
         ...engineOptions,
         owner: `wf-${randomUUID()}`,
-        dispatcher: base,
+        dispatcher: {
+          createChild: (r) => base.createChild(r),
+          runNode: (r) => base.runNode(r),
+          continueNode: (i, h) => {
+            dispatched = true;
+            return base.continueNode(i, h);
+          },
+        },
         onEvent: (e) => {
           if (e.type !== "node" || e.workflowId !== started.workflowId) return;
           statuses.push(`${e.nodeId}:${e.status}`);
           dispatches = Math.max(dispatches, second.run(started.workflowId)?.journal.dispatches ?? 0);
         },
       });
+      // Every native-row read is an assertion (the engine reads the row for nothing else): one made before
+      // the continuation reached the dispatcher is the engine's, one made after it is the placement's.
       const asserted: string[] = [];
+      dispatched = false;
       const read = second.store.currentWorkflow.bind(second.store);
       second.store.currentWorkflow = async (id) => {
-        const stack = new Error().stack ?? "";
-        if (stack.includes("assertDispatch"))
-          asserted.push(stack.includes("assertProtectedDispatch") ? "placement" : "engine");
+        asserted.push(dispatched ? "placement" : "engine");
         return read(id);
       };
       try {
@@ -454,6 +463,7 @@ describe("the scope at the real placement (SubagentSessionDispatch with forked r
       (change: (s: HostWorkflowNodeDispatch) => Partial<HostWorkflowNodeDispatch>): RecoveryContinueNode =>
       (input, host) => {
         const scope = currentWorkflowNodeDispatch() as HostWorkflowNodeDispatch;
+        dispatched = true;
         return runWithWorkflowNodeDispatch({ ...scope, ...change(scope) }, () =>
           base.continueNode(input, host),
         );
