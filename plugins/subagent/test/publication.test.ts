@@ -196,7 +196,15 @@ describe("awaited publication with generations", () => {
     await afterTerminal.promise;
     const b = await w.engine(({ task }) => `resumed ${taskLine(task)}`);
     all.push(b.engine);
+    // The host's terminal-to-running bridge, as the resume calls it.
+    const bridged: Array<{ workflowId: string; toolCallId: string }> = [];
+    const advance = b.engine.store.advanceWorkflowGeneration.bind(b.engine.store);
+    b.engine.store.advanceWorkflowGeneration = async (input) => {
+      bridged.push({ workflowId: input.workflowId, toolCallId: input.toolCallId });
+      return advance(input);
+    };
     await b.engine.resume({ ...ctx, toolCallId: "resume-call" }, started.workflowId);
+    expect(bridged).toEqual([{ workflowId: started.workflowId, toolCallId: ctx.toolCallId }]);
     resumed.resolve();
     const old = await cancelled;
     expect(old.status).toBeNull(); // superseded: no completion from the old run
