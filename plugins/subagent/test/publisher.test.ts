@@ -57,7 +57,7 @@ describe("snapshot publication", () => {
     expect(maxInFlight).toBe(1);
   });
 
-  it("host forwarding is awaited and sees the same result; a stale write forwards nothing (S004-412)", async () => {
+  it("the emitter's optional forwarding is awaited and sees the same result; a stale write forwards nothing", async () => {
     const w = await world(db.pool);
     const store = new PgWorkflowStore(db.pool);
     const forwarded: Array<{ status: string; done: boolean }> = [];
