@@ -5,6 +5,7 @@ import { type NodeDispatcher, parseWorkflowDefinition } from "../src/index.js";
 import {
   childMessages as childMessagesOf,
   closeEnginesAfterEach,
+  storeWholeJournal,
   summaries,
   taskLine,
   until,
@@ -255,7 +256,37 @@ describe("boot recovery", () => {
     expect(taker.engine.runIds()).not.toContain(kept.workflowId);
   });
 
-  it("boot checks every journaled scope against current access and starts nothing when one exceeds it (S004-389 S004-312 S004-315)", async () => {
+  it("boot checks each node's journaled scope, not only the workflow's: a node scope beyond current access refuses the resume (S004-389)", async () => {
+    const w = await world(db.pool);
+    const first = await w.engine(async ({ signal }) => untilAborted(signal));
+    all.push(first.engine);
+    const started = await first.engine.start(w.ctx({ access: { tools: { allow: ["Read"] } } }), {
+      definition: chain,
+    });
+    await until(async () => (await journal(started.workflowId)).nodes.a?.status === "running", "a running");
+    await first.engine.close();
+    // The workflow's own access (Read) still fits the account; node a's journaled scope claims Bash.
+    const j = await journal(started.workflowId);
+    const scope = JSON.parse(j.nodeAccess.a as string);
+    j.nodeAccess.a = JSON.stringify({ ...scope, tools: { ...scope.tools, allow: ["Bash"] } });
+    await storeWholeJournal(db.pool, started.workflowId, j);
+    await db.pool.query("update accounts set tool_allow = array['Bash(git *)', 'Read'] where id = $1::uuid", [
+      w.accountId,
+    ]);
+    let ran = 0;
+    const second = await w.engine(() => {
+      ran++;
+      return "x";
+    });
+    all.push(second.engine);
+    const recovered = await mine(w.parentSessionId, await second.engine.recoverInterrupted());
+    expect(recovered.refused).toEqual([started.workflowId]);
+    const outcome = await second.engine.finished(started.workflowId);
+    expect(outcome.summary).toContain("journaled access exceeds current access (node a: tools");
+    expect(ran).toBe(0);
+  });
+
+  it("boot checks every journaled scope against current access and starts nothing when the workflow's own scope exceeds it (S004-389)", async () => {
     const w = await world(db.pool);
     const def = parseWorkflowDefinition(`
 name: narrowed
