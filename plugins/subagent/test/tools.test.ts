@@ -67,7 +67,7 @@ function wiredWithWorkflowTools(
 }
 
 describe("the Sub-agent plugin's tools", () => {
-  it("a parent's WorkflowStart reads the project file; a node's WorkflowAddNodes expands the DAG from inside its turn (S004-287 S004-341 S004-286)", async () => {
+  it("a parent's WorkflowStart reads the project file; a node's WorkflowAddNodes expands the DAG from inside its turn (S004-341 S004-286)", async () => {
     const project = await mkdtemp(join(tmpdir(), "crw-proj-"));
     const { repo, service, engine, reader } = wiredWithWorkflowTools(
       project,
