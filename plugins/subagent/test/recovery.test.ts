@@ -273,9 +273,10 @@ describe("boot recovery", () => {
     await db.pool.query("update accounts set tool_allow = array['Bash(git *)', 'Read'] where id = $1::uuid", [
       w.accountId,
     ]);
-    let ran = 0;
-    const second = await w.engine(() => {
-      ran++;
+    // Turns of every workflow this boot claims are seen; only this workflow's children count here.
+    const ran: string[] = [];
+    const second = await w.engine(({ sessionId }) => {
+      ran.push(sessionId);
       return "x";
     });
     all.push(second.engine);
@@ -283,7 +284,10 @@ describe("boot recovery", () => {
     expect(recovered.refused).toEqual([started.workflowId]);
     const outcome = await second.engine.finished(started.workflowId);
     expect(outcome.summary).toContain("journaled access exceeds current access (node a: tools");
-    expect(ran).toBe(0);
+    const { rows } = await db.pool.query("select id::text from sessions where parent_session_id = $1::uuid", [
+      w.parentSessionId,
+    ]);
+    expect(ran.filter((id) => rows.some((r) => r.id === id))).toEqual([]);
   });
 
   it("boot checks every journaled scope against current access and starts nothing when the workflow's own scope exceeds it (S004-389)", async () => {
