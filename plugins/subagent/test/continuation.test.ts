@@ -464,6 +464,15 @@ describe("continuing an interrupted or foreign child", () => {
       model: "m",
       scope: "{}",
     });
+    // A real child of the workflow's parent exists: a request naming no child must still not reach it.
+    const own = await dispatcher.createChild({
+      workflowId: "wf",
+      nodeId: "n",
+      parentSessionId: w.parentSessionId,
+      principalAccountId: w.accountId,
+      model: "m",
+      scope: "{}",
+    });
     const base = {
       workflowId: "wf",
       nodeId: "n",
@@ -482,6 +491,7 @@ describe("continuing an interrupted or foreign child", () => {
     }
     expect(turns).toBe(0);
     expect(await childMessages(foreign)).toEqual([]);
+    expect(await childMessages(own)).toEqual([]);
     // Through the engine: a journal pointing a node at another parent's child fails that node, running nothing.
     const chain = parseWorkflowDefinition(`
 name: chain
