@@ -314,7 +314,7 @@ describe("the Sub-agent plugin's tools", () => {
     }
   });
 
-  it("WorkflowStart refuses a bad definition as a typed tool error, changing nothing, and without a project reader reads nothing from the host (S004-287)", async () => {
+  it("WorkflowStart refuses a bad definition as a typed tool error, changing nothing, and without a project reader reads nothing from the host", async () => {
     const project = await mkdtemp(join(tmpdir(), "crw-proj-"));
     await writeFile(
       join(project, "dup.yaml"),
