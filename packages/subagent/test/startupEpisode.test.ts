@@ -29,6 +29,9 @@ async function driveEpisode(clock: ManualClock, waits: number): Promise<void> {
   }
 }
 
+/** The retry policy these tests run under: `maxRetries` retries, 100 ms first, doubling. */
+const retrySource = (maxRetries: number) =>
+  new MemoryRetryPolicySource({ revision: 1, maxRetries, initialDelayMs: 100, multiplier: 2 });
 describe("startup episode (real forks, controllable clock in the pool only)", () => {
   it("one serialized episode serves every waiting turn: the original attempt plus maxRetries, with exponential, deterministic waits (S004-464)", async () => {
     const { pool, events, clock } = failingPool(3);
@@ -74,12 +77,7 @@ describe("startup episode (real forks, controllable clock in the pool only)", ()
 
   it("an exhausted startup stays terminal (finite, not an unlimited transport retry): later calls, a reset and a mode toggle are refused with the same category and fork nothing (S004-470 S004-478)", async () => {
     const clock = new ManualClock();
-    const source = new MemoryRetryPolicySource({
-      revision: 1,
-      maxRetries: 0,
-      initialDelayMs: 100,
-      multiplier: 2,
-    });
+    const source = retrySource(0);
     let enabled = true;
     const { pool, events } = makePool({
       clock,
@@ -106,12 +104,7 @@ describe("startup episode (real forks, controllable clock in the pool only)", ()
 
   it("spawnFailure survives a reset and a mode toggle, and clears only when a runner reaches application-ready (S004-473)", async () => {
     const clock = new ManualClock();
-    const source = new MemoryRetryPolicySource({
-      revision: 1,
-      maxRetries: 1,
-      initialDelayMs: 100,
-      multiplier: 2,
-    });
+    const source = retrySource(1);
     const env: Record<string, string> = { ...failingEnv };
     let enabled = true;
     const { pool } = makePool({ clock, env, retryPolicySource: () => source, enabled: () => enabled });
@@ -135,12 +128,7 @@ describe("startup episode (real forks, controllable clock in the pool only)", ()
 
   it("application-ready startup ends the episode; a later request is new work, with no cooldown (S004-469 S004-467)", async () => {
     const clock = new ManualClock();
-    const source = new MemoryRetryPolicySource({
-      revision: 1,
-      maxRetries: 1,
-      initialDelayMs: 100,
-      multiplier: 2,
-    });
+    const source = retrySource(1);
     // The runners' environment is read at each fork: the fault is switched on and off between attempts.
     const env: Record<string, string> = { ...failingEnv };
     const { pool, events } = makePool({
