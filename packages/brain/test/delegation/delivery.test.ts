@@ -77,6 +77,8 @@ describe("delivery of delegated results", () => {
     const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
     const { account, parent } = await newParent(service);
     await service.prompt(parent.id, account.id, scriptTask({ answer: "ready" }));
+    // what follows the first turn up (its look at the inbox) has ended before the lock is taken
+    await service.whenIdle();
     const hold = latch();
     // The parent is busy (its turn lock held) while three results settle; then it goes idle.
     const busy = service.turns.exclusive(parent.id, () => hold.promise);
