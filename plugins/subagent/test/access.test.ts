@@ -86,7 +86,7 @@ describe("journaledBoundaryCheck's current access", () => {
     });
   });
 
-  it("that authority holds only while the account proves it: owner flag, tool allow and deny lists, permission settings", async () => {
+  it("that authority holds only while the account proves it: owner flag, project access, tool allow and deny lists, permission settings (S004-320)", async () => {
     const { repo, acct, root, delegate } = await setup({ isOwner: true });
     const child = await delegate(root.id, {
       operator: true,
@@ -112,6 +112,29 @@ describe("journaledBoundaryCheck's current access", () => {
       `permission_settings = '{"permissionBoundary":"read-only"}'`,
       "permission boundary is wider than current access",
     );
+    // Project access: an ordinary account's origin working in a host project passes while the project is
+    // granted to the account, and is refused once the grant or the project is gone. (Ancestors and the
+    // account's existence: the tests of S004-315 and S004-321.)
+    const plain = await setup({ isOwner: false });
+    const ref = `p-${randomUUID().slice(0, 8)}`;
+    await plain.repo.addProject(ref, `/srv/${ref}`);
+    await plain.repo.grantProject(ref, plain.acct.id);
+    const inProject = await plain.delegate(plain.root.id, { target: { kind: "host", ref } });
+    const projectAccess = () => currentDelegatedAccess(plain.repo, plain.acct.id, inProject.id);
+    expect(await projectAccess()).toMatchObject({ ok: true });
+    await db.pool.query("delete from project_grants where project_ref = $1", [ref]);
+    expect(await projectAccess()).toMatchObject({
+      ok: false,
+      reason: expect.stringContaining("no longer granted"),
+    });
+    // an owner needs no grant, but the project must still exist
+    const owned = await delegate(root.id, { target: { kind: "host", ref } });
+    expect(await currentDelegatedAccess(repo, acct.id, owned.id)).toMatchObject({ ok: true });
+    await db.pool.query("delete from projects where ref = $1", [ref]);
+    expect(await currentDelegatedAccess(repo, acct.id, owned.id)).toMatchObject({
+      ok: false,
+      reason: expect.stringContaining("no longer exists"),
+    });
   });
 
   it("boot recovery judges a workflow started under a delegated conversation by that conversation's stored chain: an ancestor the account no longer grants refuses it (S004-312)", async () => {

@@ -154,7 +154,7 @@ export function boundaryAgainst(current: DelegationAuthority): ValidateBoundary 
  * cross-account links refuse. Reads only; starts no turn and writes nothing.
  */
 export async function currentDelegatedAccess(
-  repo: Pick<DelegationRepository, "getAccount" | "getSession" | "ancestry">,
+  repo: Pick<DelegationRepository, "getAccount" | "getSession" | "ancestry" | "getProject">,
   principalAccountId: string,
   sessionId: string,
 ): Promise<
@@ -177,6 +177,8 @@ export async function currentDelegatedAccess(
       if (s.scope === null) return { ok: false, reason: `delegated session ${s.id} has no scope` };
       const excess = scopeExceedsCurrentAccess(s.scope, accountAuthority);
       if (excess) return { ok: false, reason: `session ${s.id} exceeds current access: ${excess.reason}` };
+      const lost = await projectLost(repo, s.scope, account.id, accountAuthority.operator === true);
+      if (lost) return { ok: false, reason: `session ${s.id} ${lost}` };
     }
     const own = parseDelegatedExecutionScope(session.scope ?? "");
     const allow = intersectAllow(own.tools.allow, account.toolAllow ?? undefined);
@@ -194,6 +196,26 @@ export async function currentDelegatedAccess(
   } catch (e) {
     return { ok: false, reason: toError(e).message };
   }
+}
+
+/**
+ * Why a stored scope's host project no longer holds for the account, or null: the project is gone, or (for an
+ * account that is neither owner nor administrator) it is no longer granted to the account.
+ */
+async function projectLost(
+  repo: Pick<DelegationRepository, "getProject">,
+  stored: string,
+  accountId: string,
+  operator: boolean,
+): Promise<string | null> {
+  const scope = parseDelegatedExecutionScope(stored);
+  const ref = scope.projectRef ?? (scope.target.kind === "host" ? scope.target.ref : null);
+  if (ref === null) return null;
+  const project = await repo.getProject(ref);
+  if (!project) return `works in project ${ref}, which no longer exists`;
+  if (!operator && !project.accounts.includes(accountId))
+    return `works in project ${ref}, which is no longer granted to its account`;
+  return null;
 }
 
 function boundaryFromSettings(settings: Readonly<Record<string, unknown>>): PermissionBoundary {
