@@ -252,13 +252,14 @@ describe("the shell sandbox's processes and network", () => {
 
   it("a command killed at its timeout takes its descendants with it", async () => {
     const dir = freshDir();
-    const run = shellTool(dir, { shellTimeoutMs: 400 }).execute("call", {
-      command: "sleep 2.55 & echo started > started.txt; wait",
+    // The bound leaves a loaded machine time to start the sandbox and the command before it is reached.
+    const run = shellTool(dir, { shellTimeoutMs: 1_500 }).execute("call", {
+      command: "sleep 6.55 & echo started > started.txt; wait",
     });
-    await expect(run).rejects.toThrow("timed out after 400 ms");
+    await expect(run).rejects.toThrow("timed out after 1500 ms");
     expect(existsSync(join(dir, "started.txt"))).toBe(true);
-    for (let i = 0; i < 50 && running(["sleep", "2.55"]).length > 0; i++) await sleep(20);
-    expect(running(["sleep", "2.55"])).toEqual([]);
+    for (let i = 0; i < 50 && running(["sleep", "6.55"]).length > 0; i++) await sleep(20);
+    expect(running(["sleep", "6.55"])).toEqual([]);
   });
 });
 
