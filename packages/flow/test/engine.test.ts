@@ -87,32 +87,53 @@ describe("a session run in process against the fake app-server", () => {
     expect(types.at(-1)).toBe("run_ended");
   });
 
-  it("prose before the JSON is extracted; commentary is never the answer; a token part that is 0 is left out (S000-087 S000-084 S000-086 S000-095)", async () => {
-    run = await inProcessRun();
-    const one = defineWorkflow({
-      name: "one",
-      run: (ctx) => ctx.call({ role: "explorer", task: "t", schema: answerSchema }),
+  describe("a turn of commentary, an earlier final answer and a last one with prose before its JSON, no output tokens", () => {
+    let own: InProcessRun;
+    let outcome: unknown;
+    let completed: ReturnType<InProcessRun["rows"]>[number] | undefined;
+    beforeAll(async () => {
+      own = await inProcessRun();
+      const one = defineWorkflow({
+        name: "one",
+        run: (ctx) => ctx.call({ role: "explorer", task: "t", schema: answerSchema }),
+      });
+      ({ outcome } = await own.execute(one, () => ({
+        kind: "answer",
+        messages: [
+          { text: '{"summary":"draft","score":0}', phase: "commentary" },
+          { text: '{"summary":"early","score":1}', phase: "final_answer" },
+          { text: 'Here is my answer:\n{"summary":"done","score":3}', phase: "final_answer" },
+        ],
+        usage: { input: 10, output: 0 },
+      })));
+      completed = own.rows().find((r) => r.type === "completed");
     });
-    const { outcome } = await run.execute(one, () => ({
-      kind: "answer",
-      messages: [
-        { text: '{"summary":"draft","score":0}', phase: "commentary" },
-        { text: 'Here is my answer:\n{"summary":"done","score":3}', phase: "final_answer" },
-      ],
-      usage: { input: 10, output: 0 },
-    }));
-    expect(outcome).toEqual({ state: "completed", result: { summary: "done", score: 3 } });
-    const completed = run.rows().find((r) => r.type === "completed");
-    // the row keeps the canonical object and its digest, and the whole message the object was taken from
-    expect(completed).toMatchObject({
-      result: { summary: "done", score: 3 },
-      result_digest: digestOf({ summary: "done", score: 3 }),
-      raw_text: 'Here is my answer:\n{"summary":"done","score":3}',
-      extracted: true,
-      tokens: { input: 10, total: 10 },
+    afterAll(async () => {
+      await own?.close();
     });
-    // the turn counted no output: the part is left out, not written as 0
-    if (completed?.type === "completed") expect(completed.tokens).not.toHaveProperty("output");
+
+    it("the answer is the turn's last final_answer message (S000-084)", () => {
+      expect(outcome).toEqual({ state: "completed", result: { summary: "done", score: 3 } });
+    });
+
+    it("commentary is never the answer (S000-086)", () => {
+      expect(completed).not.toMatchObject({ result: { summary: "draft" } });
+      expect(completed).toMatchObject({ result: { summary: "done" } });
+    });
+
+    it("prose before the JSON: the object is extracted, the row keeps it, its digest and the whole message (S000-087)", () => {
+      expect(completed).toMatchObject({
+        result: { summary: "done", score: 3 },
+        result_digest: digestOf({ summary: "done", score: 3 }),
+        raw_text: 'Here is my answer:\n{"summary":"done","score":3}',
+        extracted: true,
+      });
+    });
+
+    it("a token part that is 0 is left out of the row, not written as 0 (S000-095)", () => {
+      expect(completed).toMatchObject({ tokens: { input: 10, total: 10 } });
+      if (completed?.type === "completed") expect(completed.tokens).not.toHaveProperty("output");
+    });
   });
 
   it("a second invalid answer ends the call null_model; the workflow sees a FlowCallError", async () => {
