@@ -101,6 +101,10 @@ export interface SettlementCore {
  * bracket (`runChildTurn`) and live helpers are waited out; then the result (inline or spilled) enters the
  * parent's inbox with the run terminal, in one transaction, and the parent is told.
  */
+/** How a parent still reads a workflow's node outputs when its summary could not be stored. */
+const SUMMARY_READ_HINT =
+  "The workflow's node outputs remain readable with DelegateRead on each node's child.";
+
 export class DelegatedSettlement {
   readonly #drains = new Map<string, Promise<PendingResultDrainOutcome>>();
   /** The calls this process is running, by child session: their scope and progress, for result turns. */
@@ -503,7 +507,7 @@ export class DelegatedSettlement {
         principalAccountId: completion.principalAccountId,
         fileName: `${resultId}.txt`,
       },
-      readHint: "The workflow's node outputs remain readable with DelegateRead on each node's child.",
+      readHint: SUMMARY_READ_HINT,
       outcome: completion.outcome,
       body: completion.summary,
     });
@@ -544,7 +548,7 @@ export class DelegatedSettlement {
       repo: this.core.repo,
       ...(await this.#writerFor(recipient, summary)),
       recipient: { ...recipient, fileName: `workflow-${workflowId}-${digest}.txt` },
-      readHint: "The workflow's node outputs remain readable with DelegateRead on each node's child.",
+      readHint: SUMMARY_READ_HINT,
       outcome,
       body: summary,
     });
