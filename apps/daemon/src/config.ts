@@ -61,8 +61,6 @@ const fileSchema = z
       })
       .partial()
       .strict(),
-    /** The project WorkflowStart reads definitions from (bounded, version-pinned); default the daemon's cwd. */
-    projectRoot: z.string().min(1),
     /** Boot recovery's bound on continuation attempts per delegated call. */
     maxRecoveryAttempts: z.number().int().min(0).max(100),
     /**
@@ -119,7 +117,6 @@ export interface DaemonConfig {
     baseUrls: Partial<Record<ProviderApi, string>>;
     apiKeyEnv: Partial<Record<ProviderApi, string>>;
   };
-  projectRoot: string;
   maxRecoveryAttempts: number;
   stallAfterMs: number;
 }
@@ -247,7 +244,6 @@ export function loadConfig(options: LoadConfigOptions = {}): DaemonConfig {
       databaseRetryMaxMs: runtime.databaseRetryMaxMs ?? 5_000,
     },
     models: { default: models.default ?? "scripted", baseUrls: models.baseUrls, apiKeyEnv: models.apiKeyEnv },
-    projectRoot: resolve(merged.projectRoot ?? process.cwd()),
     maxRecoveryAttempts: merged.maxRecoveryAttempts ?? 3,
     stallAfterMs: merged.stallAfterMs ?? 600_000,
   };

@@ -29,10 +29,10 @@ import {
   sessionPrincipal,
 } from "@crw/db";
 import {
-  boundedProjectFileReader,
   delegationNodeTurns,
   handleWorkflowAddNodes,
   JournalNodeDispatcher,
+  sessionProjectFileReader,
   WorkflowEngine,
   type WorkflowEvent,
   workflowTools,
@@ -430,7 +430,6 @@ export async function assembleRuntime(
     bus.publish(`session:${settled.sessionId}`, { type: "steer_settled", ...settled });
   });
 
-  const reader = boundedProjectFileReader({ root: config.projectRoot });
   const publishDelivery = async (delivery: DeliveryNotice): Promise<DeliveryNotice | null> => {
     // The acknowledgement is only as true as the journal: re-read the durable proof (settled, undiscarded
     // rows carrying details.resultId) and fan out only what it confirms.
@@ -472,7 +471,8 @@ export async function assembleRuntime(
         engine,
         session,
         readOnly: false,
-        reader,
+        // a definition is read from the session's own project, never from where the daemon was started
+        reader: sessionProjectFileReader(() => service.projectFilesOf(session)),
         currentWorkDir: async () => (await service.placeUnder(session, undefined))?.workDir ?? null,
         expansionAvailable: delegatedWorkflowExpansionAvailable(
           session.kind === "root" ? "in-process" : dispatch.placement(),

@@ -24,11 +24,10 @@ let otherAccountId: string;
 
 beforeAll(async () => {
   const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-sec-"));
-  const project = mkdtempSync(join(tmpdir(), "crw-daemon-sec-project-"));
   daemon = await startDaemon(
     loadConfig({
       env: { DATABASE_URL: db.url },
-      overrides: { dataDir, port: 0, projectRoot: project, runtime: { maxRunners: 1, turnsPerRunner: 8 } },
+      overrides: { dataDir, port: 0, runtime: { maxRunners: 1, turnsPerRunner: 8 } },
     }),
     { log: silent },
   );

@@ -14,15 +14,13 @@ const db = useTestDatabase();
 let daemon: Daemon;
 let owner: TestClient;
 let other: TestClient;
-let project: string;
 
 beforeAll(async () => {
   const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-api-"));
-  project = mkdtempSync(join(tmpdir(), "crw-daemon-project-"));
   daemon = await startDaemon(
     loadConfig({
       env: { DATABASE_URL: db.url },
-      overrides: { dataDir, port: 0, projectRoot: project, runtime: { maxRunners: 1, turnsPerRunner: 8 } },
+      overrides: { dataDir, port: 0, runtime: { maxRunners: 1, turnsPerRunner: 8 } },
     }),
     { log: silent },
   );

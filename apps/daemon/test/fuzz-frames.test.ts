@@ -62,7 +62,7 @@ beforeAll(async () => {
   daemon = await startDaemon(
     loadConfig({
       env: { DATABASE_URL: db.url },
-      overrides: { dataDir, port: 0, projectRoot: projectDir, runtime: { maxRunners: 1, turnsPerRunner: 8 } },
+      overrides: { dataDir, port: 0, runtime: { maxRunners: 1, turnsPerRunner: 8 } },
     }),
     { log: silent },
   );

@@ -27,11 +27,10 @@ let unwatchedAtBoot: boolean | undefined;
 
 beforeAll(async () => {
   const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-tapwake-"));
-  const project = mkdtempSync(join(tmpdir(), "crw-daemon-tapwake-project-"));
   daemon = await startDaemon(
     loadConfig({
       env: { DATABASE_URL: db.url },
-      overrides: { dataDir, port: 0, projectRoot: project, runtime: { maxRunners: 1, turnsPerRunner: 2 } },
+      overrides: { dataDir, port: 0, runtime: { maxRunners: 1, turnsPerRunner: 2 } },
     }),
     { log: silent },
   );

@@ -103,6 +103,12 @@ function reader(request: ModelRequest, task: string): ModelReply {
 function answer(request: ModelRequest): ModelReply {
   const task = request.userTexts.join("\n");
   if (task.includes("FIX-ADD")) return fixer(request);
+  const startDefinition = /START-DEF (\S+)/.exec(task);
+  if (startDefinition) {
+    if (request.toolResults.length === 0)
+      return { tool: { name: "WorkflowStart", arguments: { path: startDefinition[1], foreground: true } } };
+    return { text: `WorkflowStart said: ${request.toolResults[0]?.text}` };
+  }
   if (task.includes("LONG-PLAN")) return { text: LONG_PLAN };
   if (task.includes("READ-FULL") || task.includes("READ-PLAN-TOO")) return reader(request, task);
   // the workflow's parent, given its summary: it reads the plan's full result the summary names
@@ -299,6 +305,42 @@ describe("workflows work in a directory too", () => {
     expect(done.status).not.toBe("completed");
     expect(done.summary).toMatch(/outside the parent's project/);
     expect(existsSync(join(outside, "A.md"))).toBe(false);
+  });
+});
+
+describe("an agent starts a workflow from a definition in its own project", () => {
+  it("a session's WorkflowStart reads the definition from its own project, relative to its directory, and one without a directory reads nothing (S004-287)", async () => {
+    const repo = sampleRepo();
+    mkdirSync(join(repo, "sub"));
+    const definition = {
+      name: "from-the-project",
+      nodes: [{ id: "note", task: "WRITE-FILE FROM-DEF.md as def-node", model: MODELS.completions }],
+    };
+    writeFileSync(join(repo, "review.json"), JSON.stringify(definition));
+    const { sessionId } = await owner.ok<{ sessionId: string }>("session.create", {
+      model: MODELS.completions,
+      cwd: join(repo, "sub"),
+    });
+    // the path is the session's: relative to its directory, inside the repository that holds it
+    const r = await owner.ok<{ reply: string }>("session.send", {
+      sessionId,
+      text: "START-DEF ../review.json",
+    });
+    expect(r.reply).toContain('Workflow "from-the-project"');
+    expect(r.reply).toContain("note: succeeded");
+    expect(readFileSync(join(repo, "sub", "FROM-DEF.md"), "utf8")).toBe("FROM-DEF.md by def-node\n");
+
+    // a session with no directory on this host has no project to read from: nothing is read, nothing starts
+    const bare = await owner.ok<{ sessionId: string }>("session.create", { model: MODELS.completions });
+    const refused = await owner.ok<{ reply: string }>("session.send", {
+      sessionId: bare.sessionId,
+      text: "START-DEF review.json",
+    });
+    expect(refused.reply).toContain("this session has no project directory to read it from");
+    const nodeTurns = models.requests.filter(
+      (q) => q.toolResults.length === 0 && q.userTexts.some((t) => t.includes("WRITE-FILE FROM-DEF.md")),
+    );
+    expect(nodeTurns).toHaveLength(1);
   });
 });
 

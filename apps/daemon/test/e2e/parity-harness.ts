@@ -139,7 +139,6 @@ export async function runParitySession(options: RunOptions): Promise<ParityRun> 
         overrides: {
           dataDir,
           port: 0,
-          projectRoot: dataDir,
           runtime: { subagentRunnerEnabled: options.runnerEnabled, maxRunners: 1 },
           models: {
             default: MODEL,

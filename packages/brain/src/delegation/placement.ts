@@ -79,6 +79,22 @@ export function childCwd(
 }
 
 /**
+ * The directory work under `scope` stays inside, on this host: its registered project's root when it is
+ * placed in one, else the git repository around its directory, else that directory itself. Null: the scope
+ * has no directory, or works on another machine (a managed guest, a paired computer).
+ */
+export async function projectBoundOf(
+  scope: DelegatedExecutionScope | null,
+  projects: Projects,
+): Promise<string | null> {
+  if (!scope?.workDir || scope.target.kind !== "host") return null;
+  const registered = scope.projectRef ? await projects?.rootOf?.(scope.projectRef) : undefined;
+  if (registered) return registered.root;
+  const context = await projectContextRoot(scope.workDir);
+  return context?.repositoryRoot ?? scope.workDir;
+}
+
+/**
  * A child stays inside its parent's project: the registered project's root when the parent is placed in
  * one, else the git repository around the parent's directory, else that directory itself. A linked git
  * worktree of the same repository counts as inside (an isolated child works in one).
@@ -88,10 +104,9 @@ export async function assertInsideParentProject(
   child: WorkDirPlacement,
   projects: Projects,
 ): Promise<void> {
-  if (!parent?.workDir || parent.target.kind !== "host" || child.target.kind !== "host") return;
-  const registered = parent.projectRef ? await projects?.rootOf?.(parent.projectRef) : undefined;
-  const context = await projectContextRoot(parent.workDir);
-  const bound = registered?.root ?? context?.repositoryRoot ?? parent.workDir;
+  if (child.target.kind !== "host") return;
+  const bound = await projectBoundOf(parent, projects);
+  if (bound === null) return;
   if (posixInside(bound, child.workDir)) return;
   const childContext = await projectContextRoot(child.workDir);
   if (childContext && posixInside(bound, childContext.repositoryRoot)) return;

@@ -41,6 +41,7 @@ import {
   assertInsideParentProject,
   assertNotHostPrivate,
   childCwd,
+  projectBoundOf,
   rootPlacement,
   workDirPolicyFor,
 } from "./placement.js";
@@ -710,6 +711,16 @@ export class DelegationService implements RestartCheckpoint {
   async assertInsideProjectOf(session: SessionRow, placement: WorkDirPlacement): Promise<void> {
     await assertInsideParentProject(scopeOf(session), placement, this.options.projects);
     assertNotHostPrivate(placement.workDir, this.options.hostPrivate);
+  }
+
+  /**
+   * Where `session` reads its project's files (a workflow definition it names): the bound its work stays
+   * inside, relative paths against its own directory. Null: no directory on this host to read from.
+   */
+  async projectFilesOf(session: SessionRow): Promise<{ root: string; cwd: string } | null> {
+    const scope = scopeOf(session);
+    const root = await projectBoundOf(scope, this.options.projects);
+    return root !== null && scope?.workDir ? { root, cwd: scope.workDir } : null;
   }
 
   /** Refuses a directory that holds, or lies inside, the host's own data (see `assertNotHostPrivate`). */

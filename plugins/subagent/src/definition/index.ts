@@ -4,6 +4,7 @@ export {
   definitionFormat,
   type ProjectFile,
   type ProjectFileReader,
+  sessionProjectFileReader,
 } from "./reader.js";
 export {
   AddedNodesSchema,

@@ -146,6 +146,29 @@ export function boundedProjectFileReader(options: BoundedProjectFileReaderOption
   };
 }
 
+/**
+ * A session's reader: the project it reads is looked up at each read (`where`: its root and the directory
+ * relative paths start from), so a session reads its own project's files and never the host's directory of
+ * its own. A session with no directory on this host reads nothing.
+ */
+export function sessionProjectFileReader(
+  where: () => Promise<{ readonly root: string; readonly cwd: string } | null>,
+): ProjectFileReader {
+  return {
+    async readProjectFile(path, readOptions) {
+      const project = await where();
+      if (!project) {
+        refuse(
+          "definition_unreadable",
+          `cannot read workflow definition ${path}: this session has no project directory to read it from`,
+          { path: path.slice(0, 200) },
+        );
+      }
+      return boundedProjectFileReader(project).readProjectFile(path, readOptions);
+    },
+  };
+}
+
 export function definitionFormat(path: string): "yaml" | "json" {
   return extname(path).toLowerCase() === ".json" ? "json" : "yaml";
 }
