@@ -367,6 +367,49 @@ describe("crw workflow | session | tap against a running daemon", () => {
     expect(taken.stderr).toMatch(/an account named alice exists/);
   });
 
+  it("session background lets a foreground delegate go on in the background, its result delivered later; with nothing waiting it says so", async () => {
+    const work = mkdtempSync(join(tmpdir(), "crw-client-cli-bg-"));
+    const created = await crw("session", "create", "--cwd", work, ...at);
+    expect(created.code, created.stderr).toBe(0);
+    const session = created.stdout.trim();
+    const idle = await crw("session", "background", session, ...at);
+    expect(idle).toMatchObject({
+      code: 0,
+      stdout: `nothing of session ${session} waits in the foreground on this daemon\n`,
+    });
+    // a child that works for a while: its shell sleeps in the sandbox
+    const script = steps(
+      { toolCalls: [{ name: "shell", arguments: { command: "sleep 3" } }] },
+      { text: "slept well" },
+    );
+    const fg = crw("session", "delegate", session, script, ...at);
+    let moved = idle;
+    const until = Date.now() + 30_000;
+    while (!/goes on in the background/.test(moved.stdout)) {
+      if (Date.now() > until) throw new Error(`nothing was moved: ${moved.stdout}${moved.stderr}`);
+      await new Promise((r) => setTimeout(r, 100));
+      moved = await crw("session", "background", session, ...at);
+    }
+    expect(moved).toMatchObject({
+      code: 0,
+      stdout: expect.stringMatching(/^delegated call \S+ goes on in the background\n$/),
+    });
+    const receipt = await fg;
+    expect(receipt.code, receipt.stderr).toBe(0);
+    expect(receipt.stdout).toMatch(/started in the background/);
+    expect(receipt.stdout).not.toContain("slept well");
+    const delivered = async () => {
+      const read = await crw("session", "read", session, "--json", ...at);
+      const doc = JSON.parse(read.stdout) as { messages: { role: string; text: string }[] };
+      return doc.messages.some((m) => m.role === "custom" && m.text.includes("slept well"));
+    };
+    while (!(await delivered())) {
+      if (Date.now() > until + 30_000) throw new Error("the backgrounded result never reached the session");
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    rmSync(work, { recursive: true, force: true });
+  });
+
   it("errors say what to do: unknown session (1), missing arguments (2), no daemon (1)", async () => {
     const unknown = await crw("session", "read", "00000000-0000-4000-8000-000000000000", ...at);
     expect(unknown.code).toBe(1);

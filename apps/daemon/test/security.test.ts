@@ -1,16 +1,16 @@
 import { execFileSync } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { PgDelegationRepository } from "@crw/db";
 import { type ModelReply, type ModelRequest, type ModelServer, startModelServer } from "@crw/tools/models";
 import { useTestDatabase } from "@crw/tools/pg";
 import pg from "pg";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Daemon, loadConfig, ownerTokenPath, startDaemon } from "../src/index.js";
+import type { Daemon } from "../src/index.js";
 import { TestClient } from "./support/client.js";
+import { startTestDaemon } from "./support/daemon.js";
 
 /**
  * An account's grants (`tool_allow`, `tool_deny` of its accounts row) bound everything done for it, not
@@ -18,7 +18,6 @@ import { TestClient } from "./support/client.js";
  * `workflow.start` over the API. A real daemon, a real PostgreSQL, forked runners and a model server on
  * loopback whose requests show the tools each turn offers.
  */
-const silent = pino({ level: "silent" });
 const db = useTestDatabase();
 const KEY = "CRW_TEST_GRANTS_KEY";
 const MODEL = "openai-completions:loopback-grants";
@@ -53,7 +52,6 @@ function requestFor(marker: string): ModelRequest {
 }
 
 beforeAll(async () => {
-  process.env[KEY] = "loopback-secret";
   models = await startModelServer(answer);
   const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-grants-"));
   made.push(dataDir);
@@ -61,23 +59,13 @@ beforeAll(async () => {
   made.push(repoDir);
   execFileSync("git", ["init", "-q", "-b", "main"], { cwd: repoDir });
   writeFileSync(join(repoDir, "README.md"), "grants\n");
-  daemon = await startDaemon(
-    loadConfig({
-      env: { DATABASE_URL: db.url },
-      overrides: {
-        dataDir,
-        port: 0,
-        logLevel: "silent",
-        runtime: { maxRunners: 1, turnsPerRunner: 4 },
-        models: {
-          baseUrls: { "openai-completions": models.openaiBaseUrl },
-          apiKeyEnv: { "openai-completions": KEY },
-        },
-      },
-    }),
-    { log: silent },
-  );
-  owner = await TestClient.connect(daemon.state.url, readFileSync(ownerTokenPath(dataDir), "utf8").trim());
+  ({ daemon, owner } = await startTestDaemon({
+    databaseUrl: db.url,
+    dataDir,
+    baseUrls: { "openai-completions": models.openaiBaseUrl },
+    keyVar: KEY,
+    overrides: { runtime: { maxRunners: 1, turnsPerRunner: 4 } },
+  }));
   // A second account, neither owner nor administrator, whose grant denies the shell.
   const pool = new pg.Pool({ connectionString: db.url, max: 1 });
   let accountId: string;

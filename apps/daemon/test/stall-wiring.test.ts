@@ -1,11 +1,11 @@
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Daemon, loadConfig, ownerTokenPath, startDaemon } from "../src/index.js";
-import { TestClient } from "./support/client.js";
+import type { Daemon } from "../src/index.js";
+import type { TestClient } from "./support/client.js";
+import { startTestDaemon } from "./support/daemon.js";
 import { gate, type LoopbackProvider, lastUserText, startLoopbackProvider } from "./support/provider.js";
 import { waitFor } from "./support/wait.js";
 
@@ -25,30 +25,19 @@ let daemon: Daemon;
 let owner: TestClient;
 
 beforeAll(async () => {
-  process.env[KEY_VAR] = "loopback-secret";
   provider = await startLoopbackProvider(async (request) => {
     const text = lastUserText(request);
     if (text.includes("SILENT-CHILD")) await held.wait;
     return { text: `answered: ${text.slice(-40)}` };
   });
   const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-stall-"));
-  daemon = await startDaemon(
-    loadConfig({
-      env: { DATABASE_URL: db.url },
-      overrides: {
-        dataDir,
-        port: 0,
-        logLevel: "silent",
-        stallAfterMs: STALL_MS,
-        models: {
-          baseUrls: { "openai-completions": provider.baseUrl },
-          apiKeyEnv: { "openai-completions": KEY_VAR },
-        },
-      },
-    }),
-    { log: pino({ level: "silent" }) },
-  );
-  owner = await TestClient.connect(daemon.state.url, readFileSync(ownerTokenPath(dataDir), "utf8").trim());
+  ({ daemon, owner } = await startTestDaemon({
+    databaseUrl: db.url,
+    dataDir,
+    baseUrls: { "openai-completions": provider.baseUrl },
+    keyVar: KEY_VAR,
+    overrides: { stallAfterMs: STALL_MS },
+  }));
 });
 
 afterAll(async () => {

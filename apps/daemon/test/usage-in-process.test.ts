@@ -1,12 +1,12 @@
 import { createHash, randomBytes } from "node:crypto";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Daemon, IN_PROCESS_RUNNER_ID, loadConfig, ownerTokenPath, startDaemon } from "../src/index.js";
+import { type Daemon, IN_PROCESS_RUNNER_ID } from "../src/index.js";
 import { TestClient } from "./support/client.js";
+import { startTestDaemon } from "./support/daemon.js";
 import { ownerHealth } from "./support/health.js";
 import { type LoopbackProvider, lastUserText, startLoopbackProvider } from "./support/provider.js";
 import { waitFor } from "./support/wait.js";
@@ -16,7 +16,6 @@ import { waitFor } from "./support/wait.js";
  * the fork-prefix diagnostics API, against a model provider on loopback (OpenAI Chat Completions over SSE)
  * that reports usage, cached prompt tokens included.
  */
-const silent = pino({ level: "silent" });
 const db = useTestDatabase();
 const KEY_VAR = "CRW_TEST_USAGE_KEY";
 const MODEL = "openai-completions:usage-m";
@@ -33,7 +32,6 @@ const usage = (prompt: number, completion: number, cached = 0) => ({
 });
 
 beforeAll(async () => {
-  process.env[KEY_VAR] = "usage-secret";
   provider = await startLoopbackProvider((request) => {
     const text = lastUserText(request);
     const toolRound = (request.body.messages ?? []).some((m) => m.role === "tool");
@@ -57,24 +55,13 @@ beforeAll(async () => {
     return { text: `answered: ${text.slice(-40)}`, usage: usage(50, 4, 20) };
   });
   const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-usage-"));
-  daemon = await startDaemon(
-    loadConfig({
-      env: { DATABASE_URL: db.url },
-      overrides: {
-        dataDir,
-        port: 0,
-        logLevel: "silent",
-        runtime: { subagentRunnerEnabled: false },
-        models: {
-          default: MODEL,
-          baseUrls: { "openai-completions": provider.baseUrl },
-          apiKeyEnv: { "openai-completions": KEY_VAR },
-        },
-      },
-    }),
-    { log: silent },
-  );
-  owner = await TestClient.connect(daemon.state.url, readFileSync(ownerTokenPath(dataDir), "utf8").trim());
+  ({ daemon, owner } = await startTestDaemon({
+    databaseUrl: db.url,
+    dataDir,
+    baseUrls: { "openai-completions": provider.baseUrl },
+    keyVar: KEY_VAR,
+    overrides: { runtime: { subagentRunnerEnabled: false }, models: { default: MODEL } },
+  }));
   const account = await daemon.runtime.repo.createAccount({ name: "usage-other" });
   const token = `crw_${randomBytes(18).toString("base64url")}`;
   await daemon.runtime.repo.addApiToken(account.id, createHash("sha256").update(token).digest(), "test");

@@ -15,10 +15,10 @@ import { PgDelegationRepository } from "@crw/db";
 import { type ModelReply, type ModelRequest, type ModelServer, startModelServer } from "@crw/tools/models";
 import { useTestDatabase } from "@crw/tools/pg";
 import pg from "pg";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Daemon, loadConfig, ownerTokenPath, startDaemon } from "../src/index.js";
+import type { Daemon } from "../src/index.js";
 import { TestClient } from "./support/client.js";
+import { startTestDaemon } from "./support/daemon.js";
 
 /**
  * Sessions that do work: a real daemon with forked runners, a real PostgreSQL, real git repositories and a
@@ -26,7 +26,6 @@ import { TestClient } from "./support/client.js";
  * protocols. The model reads a file, edits it, runs the repository's test and reports; the assertions read
  * the files on disk.
  */
-const silent = pino({ level: "silent" });
 const db = useTestDatabase();
 const KEY = "CRW_TEST_WORKDIR_KEY";
 const MODELS = { completions: "openai-completions:loopback-a", messages: "anthropic-messages:loopback-b" };
@@ -158,36 +157,20 @@ function answer(request: ModelRequest): ModelReply {
 }
 
 beforeAll(async () => {
-  process.env[KEY] = "loopback-secret";
   models = await startModelServer(answer);
   // The data directory inside a directory of its own, which a test tries as a working directory.
   dataHolder = mkdtempSync(join(tmpdir(), "crw-daemon-workdir-"));
   const dataDir = join(dataHolder, "data");
   mkdirSync(dataDir);
   made.push(dataHolder);
-  daemon = await startDaemon(
-    loadConfig({
-      env: { DATABASE_URL: db.url },
-      overrides: {
-        dataDir,
-        port: 0,
-        logLevel: "silent",
-        runtime: { maxRunners: 2, turnsPerRunner: 4 },
-        models: {
-          baseUrls: {
-            "openai-completions": models.openaiBaseUrl,
-            "anthropic-messages": models.anthropicBaseUrl,
-          },
-          apiKeyEnv: { "openai-completions": KEY, "anthropic-messages": KEY },
-        },
-      },
-    }),
-    {
-      log: silent,
-      observeTurn: (request, placement) => placed.push({ sessionId: request.sessionId, placement }),
-    },
-  );
-  owner = await TestClient.connect(daemon.state.url, readFileSync(ownerTokenPath(dataDir), "utf8").trim());
+  ({ daemon, owner } = await startTestDaemon({
+    databaseUrl: db.url,
+    dataDir,
+    baseUrls: { "openai-completions": models.openaiBaseUrl, "anthropic-messages": models.anthropicBaseUrl },
+    keyVar: KEY,
+    overrides: { runtime: { maxRunners: 2, turnsPerRunner: 4 } },
+    start: { observeTurn: (request, placement) => placed.push({ sessionId: request.sessionId, placement }) },
+  }));
 });
 
 afterAll(async () => {

@@ -12,6 +12,9 @@ Commands:
                                      [--cwd DIR] (relative to SESSION's directory; default: SESSION's)
                                      [--isolation worktree] (a git worktree and branch of its own; crw
                                      commits what it leaves and its result names the branch)
+  background SESSION                 Ctrl+B: the calls SESSION's turn waits on (Delegate, WorkflowStart) go
+                                     on in the background; the turn goes on, each result reaches SESSION
+                                     through its inbox
   land CHILD                         merge an isolated child's branch into the branch its work started
                                      from (fast-forward when possible; a conflict refuses; never a force)
   read SESSION [--limit N]           the session's recent messages and its last answer
@@ -142,6 +145,31 @@ export async function runSessionCli(args: string[]): Promise<number> {
             `child ${r.childSessionId} ${r.stalledMs ? `showed no progress for ${Math.round(r.stalledMs / 1000)} s and goes on` : "started"} in the background; follow it with 'crw tap ${r.childSessionId}'; its result is delivered to session ${sessionId}`,
           );
         return r.outcome === "error" ? 1 : 0;
+      });
+    }
+    case "background": {
+      const [sessionId] = rest;
+      if (!sessionId) return inputError(PREFIX, "background needs SESSION; see 'crw session --help'");
+      return withClient(PREFIX, values, async (client) => {
+        type Moved = { moved: boolean; reason?: string };
+        const r = await client.call<{
+          delegations: (Moved & { runId: string })[];
+          workflows: (Moved & { workflowId: string })[];
+        }>("session.background", { sessionId });
+        const all = [
+          ...r.delegations.map((d) => ({ what: `delegated call ${d.runId}`, ...d })),
+          ...r.workflows.map((w) => ({ what: `workflow ${w.workflowId}`, ...w })),
+        ];
+        if (json) out(JSON.stringify({ ok: all.every((m) => m.moved), ...r }));
+        else if (all.length === 0)
+          out(`nothing of session ${sessionId} waits in the foreground on this daemon`);
+        for (const m of json ? [] : all)
+          out(
+            m.moved
+              ? `${m.what} goes on in the background`
+              : `${m.what} stays in the foreground: ${m.reason}`,
+          );
+        return all.every((m) => m.moved) ? 0 : 1;
       });
     }
     case "land": {

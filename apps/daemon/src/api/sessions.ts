@@ -137,6 +137,25 @@ export function registerSessionMethods(rpc: RpcRegistry, rt: DaemonRuntime, defa
     },
   });
 
+  // Ctrl+B: what the session's turn waits on in the foreground (Delegate calls, WorkflowStart) goes on in
+  // the background; the turn goes on, and each result reaches the session through its inbox, once.
+  rpc.register("session.background", {
+    params: z.strictObject({ sessionId }),
+    handler: async (p, ctx) => {
+      const session = await own(p.sessionId, ctx);
+      const [delegations, workflows] = await Promise.all([
+        rt.service.moveForegroundOf(session.id, ctx.accountId),
+        rt.engine.moveForegroundOf(session.id, ctx.accountId),
+      ]);
+      const answer = (m: { ok: true } | { ok: false; reason: string }) =>
+        m.ok ? { moved: true } : { moved: false, reason: m.reason };
+      return {
+        delegations: delegations.map((d) => ({ runId: d.runId, ...answer(d.moved) })),
+        workflows: workflows.map((w) => ({ workflowId: w.workflowId, ...answer(w.moved) })),
+      };
+    },
+  });
+
   rpc.register("session.land", {
     params: z.strictObject({ sessionId }),
     handler: async (p, ctx) => {

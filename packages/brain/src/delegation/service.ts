@@ -861,6 +861,22 @@ export class DelegationService implements RestartCheckpoint {
     return this.#letGo(runId, principalAccountId);
   }
 
+  /**
+   * Ctrl+B for a session: every foreground call of `sessionId` this process waits on is moved to the
+   * background (see moveToBackground), each answered on its own.
+   */
+  async moveForegroundOf(
+    sessionId: string,
+    principalAccountId: string,
+  ): Promise<{ runId: string; moved: BackgroundMove }[]> {
+    const waited = [...this.#foreground.values()]
+      .map((w) => w.run)
+      .filter((r) => r.parentSessionId === sessionId && r.principalAccountId === principalAccountId);
+    return Promise.all(
+      waited.map(async (r) => ({ runId: r.id, moved: await this.#letGo(r.id, principalAccountId) })),
+    );
+  }
+
   /** Ctrl+B's move, also the stall watchdog's (which tells the waiter the silence it saw). */
   async #letGo(runId: string, principalAccountId: string, stalledMs?: number): Promise<BackgroundMove> {
     const waiter = this.#foreground.get(runId);

@@ -472,6 +472,22 @@ export class WorkflowEngine {
     return run.moveToBackground();
   }
 
+  /** Ctrl+B for a session: each workflow a foreground WorkflowStart of `parentSessionId` waits on here. */
+  async moveForegroundOf(
+    parentSessionId: string,
+    principalAccountId: string,
+  ): Promise<{ workflowId: string; moved: { ok: true } | { ok: false; reason: string } }[]> {
+    const waited = [...this.#runs.values()].filter(
+      (run) =>
+        run.waitedOn &&
+        run.journal.parentSessionId === parentSessionId &&
+        run.journal.principalAccountId === principalAccountId,
+    );
+    return Promise.all(
+      waited.map(async (run) => ({ workflowId: run.id, moved: await run.moveToBackground() })),
+    );
+  }
+
   /** Stop: running nodes are interrupted and pending ones never start; one summary reaches the parent. */
   /** Lands the workflow's isolated nodes' committed branches (see `landWorkflowNodes`). */
   land(workflowId: string, principalAccountId: string): Promise<LandedNode[]> {

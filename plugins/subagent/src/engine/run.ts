@@ -208,6 +208,11 @@ export class WorkflowRun {
     this.#foreground = true;
   }
 
+  /** Whether a foreground WorkflowStart waits on this run. */
+  get waitedOn(): boolean {
+    return this.#foreground;
+  }
+
   /**
    * Ctrl+B: the background snapshot is published (awaited) before the foreground waiter is let go. A failed
    * or refused write is diagnosed and leaves the waiter attached.
