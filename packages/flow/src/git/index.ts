@@ -1,9 +1,7 @@
 export { CRW_IDENTITY, type GitErrorCode, type GitResult, GitWorkspaceError, git, gitRun } from "./exec.js";
 export {
-  commitPendingTree,
   compareHead,
   type ExecutorHeadMoved,
-  expectedHead,
   type HeadCheck,
   keepStray,
   pendingTree,

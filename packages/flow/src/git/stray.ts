@@ -23,11 +23,6 @@ async function checkRef(repo: string, ref: string): Promise<void> {
   if (r.code !== 0) throw new GitWorkspaceError("ref_invalid", `'${ref}' is no valid ref name`, { ref });
 }
 
-/** The commit the worktree is to be at: the last crw.commit after its allocation, else the allocation's start. */
-export function expectedHead(allocationStart: string, crwCommitsSinceAllocation: readonly string[]): string {
-  return crwCommitsSinceAllocation.at(-1) ?? allocationStart;
-}
-
 export type HeadCheck = { moved: false; head: string } | { moved: true; start: string; head: string };
 
 export async function compareHead(worktree: string, expected: string): Promise<HeadCheck> {
@@ -113,23 +108,6 @@ export async function pendingTree(worktree: string): Promise<string> {
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
-}
-
-/**
- * crw.commit: commits the pending tree on `start` and moves the worktree's HEAD to it by a compare-and-swap
- * whose old value is the HEAD observed (`head_moved` when it moved since). The worktree's index is then
- * the commit's tree, so `git status` reads clean.
- */
-export async function commitPendingTree(options: {
-  worktree: string;
-  start: string;
-  observedHead: string;
-  message: string;
-}): Promise<{ commit: string; tree: string }> {
-  const tree = await pendingTree(options.worktree);
-  const commit = await commitTree(options.worktree, tree, options.start, options.message);
-  await moveHead(options.worktree, commit, options.observedHead);
-  return { commit, tree };
 }
 
 /** A commit object of `tree` on `parent` in crw's identity: written, referenced by nothing yet. */

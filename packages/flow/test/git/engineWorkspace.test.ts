@@ -47,7 +47,7 @@ async function answer(r: InProcessRun, call: string, role: string) {
 }
 
 describe("git workspaces of the engine's calls", () => {
-  it("an executor call's P is its own worktree at HEAD, where its step sends the subagent; a subagent's commit is kept on the stray ref and the completed row records executor_head_moved (S000-010 S000-122)", async () => {
+  it("an executor call's P is its own worktree at HEAD, where its step sends the subagent; a subagent's commit is kept on the stray ref and the completed row records executor_head_moved from the allocation's start (S000-010 S000-122 S000-118)", async () => {
     run = await inProcessRun({});
     const r = run;
     const start = gitRepo(r);

@@ -3,10 +3,8 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import {
-  commitPendingTree,
   compareHead,
   ensureWorktree,
-  expectedHead,
   keepStray,
   pendingTree,
   recordExecutorHead,
@@ -15,6 +13,7 @@ import {
   strayRef,
   worktreePath,
 } from "../../src/git/index.js";
+import { commitTree, moveHead } from "../../src/git/stray.js";
 import { tempRepo } from "./repo.js";
 
 let t: ReturnType<typeof tempRepo>;
@@ -94,9 +93,7 @@ describe("executor worktrees", () => {
     expect(readFileSync(join(other, "keep.txt"), "utf8")).toBe("mine");
   }, 30_000);
 
-  it("expectedHead and compareHead: the last crw.commit after the allocation, else its start", async () => {
-    expect(expectedHead(t.start, [])).toBe(t.start);
-    expect(expectedHead(t.start, ["c1", "c2"])).toBe("c2");
+  it("compareHead: HEAD at the expected commit, or moved from it", async () => {
     const path = join(t.root, "w1");
     await ensureWorktree({ repo: t.repo, path, commit: t.start });
     expect(await compareHead(path, t.start)).toEqual({ moved: false, head: t.start });
@@ -244,27 +241,17 @@ describe("stray refs", () => {
     expect(t.sh(t.repo, "rev-parse", ref)).toBe(other);
   }, 30_000);
 
-  it("commitPendingTree commits the pending tree on start with the observed HEAD as the old value; the proof finds the stray HEAD of that tree", async () => {
+  it("crw's commit of the pending tree on start moves HEAD only from the observed HEAD; the proof finds the stray HEAD of that tree", async () => {
     const path = join(t.root, "w1");
     await ensureWorktree({ repo: t.repo, path, commit: t.start });
     const stray = subagentCommits(path, "x.txt", "work\n");
     const tree = await pendingTree(path);
+    const commit = await commitTree(path, tree, t.start, "crw.commit impl");
     // a stale observed HEAD is refused: HEAD moved since it was read
-    await expect(
-      commitPendingTree({
-        worktree: path,
-        start: t.start,
-        observedHead: t.start,
-        message: "crw.commit impl",
-      }),
-    ).rejects.toMatchObject({ code: "head_moved" });
+    await expect(moveHead(path, commit, t.start)).rejects.toMatchObject({ code: "head_moved" });
     expect(t.sh(path, "rev-parse", "HEAD")).toBe(stray);
-    const done = await commitPendingTree({
-      worktree: path,
-      start: t.start,
-      observedHead: stray,
-      message: "crw.commit impl",
-    });
+    await moveHead(path, commit, stray);
+    const done = { tree, commit };
     expect(done.tree).toBe(tree);
     expect(t.sh(path, "rev-parse", "HEAD")).toBe(done.commit);
     expect(t.sh(path, "rev-parse", "HEAD^")).toBe(t.start); // on start, not on the stray commit
