@@ -10,12 +10,19 @@ import {
   parseWorkflowDefinition,
   type RecoveryContinueNode,
   readOrchestrationJournal,
-  SessionWorkAbortedError,
   scriptedNodeTurnRunner,
   type WorkflowEngine,
   type WorkflowEvent,
 } from "../src/index.js";
-import { deferred, storeWholeJournal, taskLine, until, untilAborted, type World, world } from "./helpers.js";
+import {
+  deferred,
+  interruptedMidTurn,
+  storeWholeJournal,
+  taskLine,
+  until,
+  untilAborted,
+  world,
+} from "./helpers.js";
 
 const db = useTestDatabase();
 const all: WorkflowEngine[] = [];
@@ -29,17 +36,6 @@ async function journal(workflowId: string) {
   return r.journal;
 }
 
-/** The journal, or null once its workflow has ended: the journal goes with the delivered summary. */
-async function journalWhileOpen(workflowId: string) {
-  try {
-    return await journal(workflowId);
-  } catch (e) {
-    const row = await new PgWorkflowStore(db.pool).getWorkflow(workflowId);
-    if (row && row.status !== "running") return null;
-    throw e;
-  }
-}
-
 async function childMessages(
   childId: string,
 ): Promise<Array<{ role: string; content: unknown; customType?: string }>> {
@@ -48,77 +44,6 @@ async function childMessages(
     [childId],
   );
   return rows.map((r) => JSON.parse(r.body).message);
-}
-
-const waits = parseWorkflowDefinition(`
-name: waits
-nodes:
-  - { id: remote, task: "TASK remote" }
-  - { id: after, task: "TASK after", dependsOn: [remote] }
-`);
-
-/**
- * A workflow whose node `remote` parks at a controlled boundary: its dispatch returns `waiting` with a
- * committed prerequisite (the child exists, nothing ran). Everything else is the real dispatcher.
- */
-async function parked(
-  w: World,
-  options: {
-    turns?: string[];
-    continueCalls?: Array<{ input: NodeContinueRequest; host?: NodeRecoveryHost }>;
-    /** The engine's repository (a test may gate a read on it). */
-    repo?: World["repo"];
-    /** The starting call's context overrides (its access). */
-    ctx?: Parameters<World["ctx"]>[0];
-    waitId?: string;
-    claimVersion?: number;
-  } = {},
-) {
-  const turns = options.turns ?? [];
-  const waitId = options.waitId ?? "wait-1";
-  const claimVersion = options.claimVersion ?? 3;
-  const { engine, events, dispatcher } = await w.engine(
-    ({ task }) => {
-      turns.push(taskLine(task));
-      return `done ${taskLine(task)}`;
-    },
-    {
-      ...(options.repo ? { repo: options.repo } : {}),
-      wrap: (base): NodeDispatcher => ({
-        createChild: (r) => base.createChild(r),
-        runNode: async (r) =>
-          r.nodeId === "remote"
-            ? { status: "waiting", prerequisite: { waitId, claimVersion } }
-            : base.runNode(r),
-        continueNode: (input, host) => {
-          options.continueCalls?.push({ input, ...(host ? { host } : {}) });
-          return base.continueNode(input, host);
-        },
-      }),
-    },
-  );
-  all.push(engine);
-  const ctx = w.ctx(options.ctx);
-  const started = await engine.start(ctx, { definition: waits });
-  await until(
-    async () =>
-      (await journal(started.workflowId)).nodes.remote?.status === "waiting" &&
-      engine.run(started.workflowId)?.active.has("remote") === false,
-    "remote waiting (its park settled)",
-  );
-  const wake = {
-    workflowId: started.workflowId,
-    parentSessionId: w.parentSessionId,
-    toolCallId: ctx.toolCallId,
-    workflowGeneration: 1,
-    recoveryAdmissionVersion: 1,
-    nodeId: "remote",
-    waitId,
-    claimVersion,
-    // The host's continueNode for the wake: here the engine's own (recorded) dispatcher.
-    continueNode: ((input, host) => dispatcher.continueNode(input, host)) as RecoveryContinueNode,
-  };
-  return { engine, events, dispatcher, started, wake, turns };
 }
 
 describe("the engine's node cap", () => {
@@ -176,8 +101,7 @@ nodes:
 /**
  * One planned child of the real dispatcher, continued in turn: by a positional call, with an empty
  * transcript and no task, with a task (and an event stream), after another process settled an answer in
- * its journal, and as an explicit retry. A parked workflow's wake whose continuation parks again gives the
- * waiting outcome.
+ * its journal, and as an explicit retry.
  */
 describe("canonical continuation", () => {
   type Messages = Awaited<ReturnType<typeof childMessages>>;
@@ -195,8 +119,6 @@ describe("canonical continuation", () => {
   let scopesAfterAnswered: number;
   let retried: unknown;
   let afterRetry: Messages;
-  let reparked: unknown;
-  let reparkedJournal: Awaited<ReturnType<typeof journal>>;
 
   beforeAll(async () => {
     const w = await world(db.pool);
@@ -272,26 +194,6 @@ describe("canonical continuation", () => {
     scopesAfterAnswered = scopes.length;
     retried = await dispatcher.continueNode(input({ fallbackPrompt: "retry task" }));
     afterRetry = await childMessages(child);
-
-    const park = await parked(w);
-    const repark: RecoveryContinueNode = async () => ({
-      status: "waiting",
-      prerequisite: { waitId: "wait-2", claimVersion: 9 },
-    });
-    const hooked: RecoveryContinueNode = async (i, h) => {
-      reparked = await repark(i, h);
-      return reparked as Awaited<ReturnType<RecoveryContinueNode>>;
-    };
-    expect(park.engine.resumeWaitingNode({ ...park.wake, continueNode: hooked })).toEqual({
-      status: "accepted",
-    });
-    await until(
-      async () =>
-        (await journal(park.started.workflowId)).nodes.remote?.waiting?.waitId === "wait-2" &&
-        park.engine.run(park.started.workflowId)?.active.has("remote") === false,
-      "reparked",
-    );
-    reparkedJournal = await journal(park.started.workflowId);
   });
 
   it("a continuation takes one input object, with an optional event stream and retry task, and answers data (S004-343)", () => {
@@ -309,15 +211,11 @@ describe("canonical continuation", () => {
     expect(afterPositional).toEqual([]);
   });
 
-  it("outcomes are told apart: answered and continued carry the reply, empty nothing, waiting its prerequisite (S004-383)", () => {
+  it("outcomes are told apart: answered and continued carry the reply, empty nothing (S004-383)", () => {
     expect(answered).toEqual({ status: "answered", reply: "settled elsewhere" });
     expect(continued).toEqual({ status: "continued", reply: "reply to first" });
     expect(empty).toEqual({ status: "empty" });
     expect(afterEmpty).toEqual([]);
-    expect(reparked).toEqual({ status: "waiting", prerequisite: { waitId: "wait-2", claimVersion: 9 } });
-    // The engine keeps the node waiting on exactly that prerequisite (an empty one fails it instead).
-    expect(reparkedJournal.nodes.remote?.status).toBe("waiting");
-    expect(reparkedJournal.nodes.remote?.waiting).toEqual({ waitId: "wait-2", claimVersion: 9 });
   });
 
   it("a message-free continuation reads the child's settled journal, taking an answer another process wrote (S004-335)", () => {
@@ -542,27 +440,19 @@ const functionKeys = (o: object) =>
     .map(([k]) => k);
 
 /**
- * One host continueNode (the recovery hook's type) serves three continuations: a waiting node's wake, and a
- * boot recovery of a planned child whose transcript is empty (each of which needs startFresh). A failed node
- * retried by an explicit WorkflowResume is the live caller. Every hook call, engine dispatcher call, node
- * dispatch request and runner request is recorded.
+ * One host continueNode (the recovery hook's type) serves a boot recovery of a planned child whose
+ * transcript is empty (which needs startFresh). A failed node retried by an explicit WorkflowResume is the
+ * live caller. Every hook call, engine dispatcher call, node dispatch request and runner request is recorded.
  */
 describe("recovery hooks", () => {
-  const hostCalls: Array<HookCall & { kind: string }> = [];
-  const wakeEngineCalls: HookCall[] = [];
+  const hostCalls: HookCall[] = [];
   const bootEngineCalls: HookCall[] = [];
   const runnerRequests: Array<Record<string, unknown>> = [];
   const nodeRequests: Array<Record<string, unknown>> = [];
   let hostContinue: RecoveryContinueNode;
-  let wakeHeld: Awaited<ReturnType<typeof journal>>;
-  let wakeFirstMessage: unknown;
-  let wakeProgress: boolean;
-  let wakeOutcome: string | null;
-  let withoutCallback: unknown;
-  let reservedWithoutCallback: boolean;
-  const staleWakes: Record<string, unknown> = {};
   let bootHeld: Awaited<ReturnType<typeof journal>>;
   let bootFirstMessage: unknown;
+  let bootProgress: boolean;
   let bootOutcome: string | null;
   const resumeCalls: HookCall[] = [];
   const resumeResults: unknown[] = [];
@@ -579,37 +469,13 @@ describe("recovery hooks", () => {
       w.repo,
       recordingRunner(({ task }) => `hooked ${taskLine(task)}`, runnerRequests),
     );
-    let kind = "wake";
-    // The host's own continueNode: the type boot recovery's hook and a wake both take.
+    // The host's own continueNode: the type boot recovery's hook takes.
     hostContinue = (input, host) => {
-      hostCalls.push({ kind, input, ...(host ? { host } : {}) });
+      hostCalls.push({ input, ...(host ? { host } : {}) });
       return base.continueNode(input, host);
     };
 
-    // A waiting node's wake.
-    const park = await parked(w, { continueCalls: wakeEngineCalls });
-    wakeHeld = await journal(park.started.workflowId);
-    const { continueNode: _dispatcherOwn, ...bare } = park.wake;
-    withoutCallback = (() => {
-      try {
-        return park.engine.resumeWaitingNode(bare as typeof park.wake);
-      } catch (e) {
-        return e;
-      }
-    })();
-    reservedWithoutCallback = park.engine.run(park.started.workflowId)?.active.has("remote") === true;
-    const wake = { ...park.wake, continueNode: hostContinue };
-    staleWakes.generation = park.engine.resumeWaitingNode({ ...wake, workflowGeneration: 2 });
-    staleWakes.admission = park.engine.resumeWaitingNode({ ...wake, recoveryAdmissionVersion: 0 });
-    staleWakes.waitId = park.engine.resumeWaitingNode({ ...wake, waitId: "wait-9" });
-    staleWakes.claimVersion = park.engine.resumeWaitingNode({ ...wake, claimVersion: 4 });
-    expect(park.engine.resumeWaitingNode(wake)).toEqual({ status: "accepted" });
-    wakeOutcome = (await park.engine.finished(park.started.workflowId)).status;
-    wakeFirstMessage = (await childMessages(wakeHeld.nodes.remote?.childSessionId as string))[0];
-    wakeProgress = park.events.some((e) => e.type === "node_progress" && e.nodeId === "remote");
-
     // Boot recovery of a planned child with an empty transcript (its process let go before the prompt).
-    kind = "boot";
     const one = parseWorkflowDefinition(`
 name: one
 nodes:
@@ -641,6 +507,7 @@ nodes:
     await second.engine.recoverInterrupted(1000, { continueNode: hostContinue });
     bootOutcome = (await second.engine.finished(bootStarted.workflowId)).status;
     bootFirstMessage = (await childMessages(bootHeld.nodes.a?.childSessionId as string))[0];
+    bootProgress = second.events.some((e) => e.type === "node_progress" && e.nodeId === "a");
 
     // The live caller: an explicit WorkflowResume of a failed node.
     let fail = true;
@@ -683,77 +550,45 @@ nodes:
     retryMessages = await childMessages(failedJournal.nodes.a?.childSessionId as string);
   });
 
-  const wakeCall = () => hostCalls.find((c) => c.kind === "wake") as HookCall;
-  const bootCall = () => hostCalls.find((c) => c.kind === "boot") as HookCall;
+  const bootCall = () => hostCalls[0] as HookCall;
   const resumeCall = () => resumeCalls[0] as HookCall;
 
-  it("only the recovery hook (a wake, a boot) is handed startFresh; the live WorkflowResume is not (S004-345)", () => {
-    expect(typeof wakeCall().host?.startFresh).toBe("function");
+  it("only the recovery hook (a boot) is handed startFresh; the live WorkflowResume is not (S004-345)", () => {
+    expect(hostCalls).toHaveLength(1);
     expect(typeof bootCall().host?.startFresh).toBe("function");
     expect(resumeCalls).toHaveLength(1);
     expect(resumeCall().host?.startFresh).toBeUndefined();
   });
 
-  it("a wake's callback is the recovery hook's type: one function served both, called the same way", () => {
-    expect(hostCalls.map((c) => c.kind)).toEqual(["wake", "boot"]);
-    expect(Object.keys(wakeCall().input).sort()).toEqual(Object.keys(bootCall().input).sort());
-    expect(Object.keys(wakeCall().host ?? {}).sort()).toEqual(Object.keys(bootCall().host ?? {}).sort());
-    expect([wakeOutcome, bootOutcome]).toEqual(["completed", "completed"]);
-  });
-
-  it("startFresh reaches a wake and a boot only through the host's continueNode, and builds the original task there (S004-424)", () => {
-    // The engine's own dispatcher was not used by either, and no input object carries the callback.
-    expect(wakeEngineCalls).toEqual([]);
+  it("startFresh reaches a boot only through the host's continueNode, and builds the original task there (S004-424)", () => {
+    // The engine's own dispatcher was not used, and the input object does not carry the callback.
     expect(bootEngineCalls).toEqual([]);
-    expect("startFresh" in wakeCall().input).toBe(false);
     expect("startFresh" in bootCall().input).toBe(false);
-    expect(wakeFirstMessage).toEqual({ role: "user", content: "TASK remote" });
     expect(bootFirstMessage).toEqual({ role: "user", content: "TASK a" });
-  });
-
-  it("an accepted wake runs the continueNode the wake carries, in the held node's child (S004-395)", () => {
-    expect(wakeEngineCalls).toEqual([]);
-    expect(hostCalls.filter((c) => c.kind === "wake")).toHaveLength(1);
-    expect(wakeCall().input.nodeId).toBe("remote");
-    expect(wakeCall().input.childSessionId).toBe(wakeHeld.nodes.remote?.childSessionId);
-  });
-
-  it("a wake needs the native admission, the exact prerequisite claim and a continueNode", () => {
-    expect(withoutCallback).toBeInstanceOf(TypeError);
-    expect(reservedWithoutCallback).toBe(false);
-    expect(staleWakes).toEqual({
-      generation: { status: "stale" },
-      admission: { status: "stale" },
-      waitId: { status: "stale" },
-      claimVersion: { status: "stale" },
-    });
-    expect(hostCalls.filter((c) => c.kind === "wake")).toHaveLength(1);
+    expect(bootOutcome).toBe("completed");
   });
 
   it("the hook takes one input object with its event stream and the stored node scope (S004-382)", () => {
-    for (const call of [wakeCall(), bootCall()]) {
-      expect(Object.keys(call.input).sort()).toEqual([
-        "childSessionId",
-        "model",
-        "nodeId",
-        "onEvent",
-        "parentSessionId",
-        "principalAccountId",
-        "scope",
-        "signal",
-        "workflowId",
-      ]);
-      expect(functionKeys(call.input)).toEqual(["onEvent"]);
-    }
-    expect(wakeCall().input.scope).toBe(wakeHeld.nodeAccess.remote);
+    expect(Object.keys(bootCall().input).sort()).toEqual([
+      "childSessionId",
+      "model",
+      "nodeId",
+      "onEvent",
+      "parentSessionId",
+      "principalAccountId",
+      "scope",
+      "signal",
+      "workflowId",
+    ]);
+    expect(functionKeys(bootCall().input)).toEqual(["onEvent"]);
     expect(bootCall().input.scope).toBe(bootHeld.nodeAccess.a);
-    expect(wakeProgress).toBe(true);
+    expect(bootProgress).toBe(true);
     // The optional retry task appears only where a retry was asked for.
     expect(resumeCall().input.fallbackPrompt).toBe("TASK a");
   });
 
   it("neither the dispatch proof nor startFresh enters a continuation's input, a node dispatch or a runner request (S004-354)", () => {
-    for (const call of [wakeCall(), bootCall(), resumeCall()]) {
+    for (const call of [bootCall(), resumeCall()]) {
       expect(functionKeys(call.input)).toEqual(["onEvent"]);
       expect(
         Object.values(call.input).some((v) => typeof v === "object" && v !== null && "assertDispatch" in v),
@@ -778,16 +613,15 @@ nodes:
   });
 
   it("the live WorkflowResume hands continueNode the one input object the recovery hook takes, its retry task added, and takes one outcome back as data (S004-427)", () => {
-    const recoveryKeys = Object.keys(wakeCall().input);
+    const recoveryKeys = Object.keys(bootCall().input);
     expect(Object.keys(resumeCall().input).sort()).toEqual([...recoveryKeys, "fallbackPrompt"].sort());
     expect(resumeCall().input.childSessionId).toBe(failedJournal.nodes.a?.childSessionId);
     expect(resumeResults).toEqual([{ status: "continued", reply: "done TASK a" }]);
     expect(resumedOutcome).toBe("completed");
   });
 
-  it("the live caller's retry is data only: a task string, no fresh callback, no connection predicate (S004-428)", () => {
+  it("the live caller's retry is data only: a task string, no fresh callback or other host argument (S004-428)", () => {
     expect(resumeCall().input.fallbackPrompt).toBe("TASK a");
-    expect(resumeCall().host?.isCurrentConnection).toBeUndefined();
     expect(Object.keys(resumeCall().host ?? {})).toEqual([]);
     expect(functionKeys(resumeCall().input)).toEqual(["onEvent"]);
   });
@@ -809,28 +643,13 @@ nodes:
 describe("an empty continuation", () => {
   it("an empty continuation refuses: the node fails, no fresh dispatch bypasses the owner, no completion is inferred (S004-348 S004-425)", async () => {
     const w = await world(db.pool);
-    let fresh = 0;
-    const { engine, events, dispatcher } = await w.engine(() => "never", {
-      wrap: (base): NodeDispatcher => ({
-        createChild: (r) => base.createChild(r),
-        runNode: async (r) => {
-          if (r.nodeId === "remote")
-            return { status: "waiting", prerequisite: { waitId: "w", claimVersion: 1 } };
-          fresh++;
-          return base.runNode(r);
-        },
-        continueNode: async () => ({ status: "empty" }),
-      }),
-    });
-    all.push(engine);
-    const ctx = w.ctx();
-    const started = await engine.start(ctx, { definition: waits });
-    await until(
-      async () =>
-        (await journal(started.workflowId)).nodes.remote?.status === "waiting" &&
-        engine.run(started.workflowId)?.active.has("remote") === false,
-      "waiting",
-    );
+    const chain = parseWorkflowDefinition(`
+name: chain
+nodes:
+  - { id: remote, task: "TASK remote" }
+  - { id: after, task: "TASK after", dependsOn: [remote] }
+`);
+    const started = await interruptedMidTurn(w, chain, "remote");
     const children = async () =>
       (
         await db.pool.query("select count(*)::int n from sessions where parent_session_id = $1::uuid", [
@@ -838,25 +657,25 @@ describe("an empty continuation", () => {
         ])
       ).rows[0].n;
     const before = await children();
-    expect(
-      engine.resumeWaitingNode({
-        workflowId: started.workflowId,
-        parentSessionId: w.parentSessionId,
-        toolCallId: ctx.toolCallId,
-        workflowGeneration: 1,
-        recoveryAdmissionVersion: 1,
-        nodeId: "remote",
-        waitId: "w",
-        claimVersion: 1,
-        continueNode: (i, h) => dispatcher.continueNode(i, h),
+    let fresh = 0;
+    // Boot recovery continues remote's child, and the continuation finds nothing to continue.
+    const { engine, events } = await w.engine(() => "never", {
+      wrap: (base): NodeDispatcher => ({
+        createChild: (r) => base.createChild(r),
+        runNode: async (r) => {
+          fresh++;
+          return base.runNode(r);
+        },
+        continueNode: async () => ({ status: "empty" }),
       }),
-    ).toEqual({ status: "accepted" });
+    });
+    all.push(engine);
+    await engine.recoverInterrupted();
     const outcome = await engine.finished(started.workflowId);
     expect(outcome.status).toBe("failed");
     const j = await journal(started.workflowId);
     expect(j.nodes.remote?.status).toBe("failed");
     expect(j.nodes.remote?.error?.code).toBe("empty_continuation");
-    expect(j.nodes.remote?.waiting).toBeUndefined();
     expect(j.nodes.after?.status).toBe("blocked");
     expect(fresh).toBe(0);
     expect(await children()).toBe(before);
@@ -865,231 +684,6 @@ describe("an empty continuation", () => {
         .filter((e) => e.type === "node" && e.nodeId === "remote")
         .map((e) => (e as { status: string }).status),
     ).not.toContain("succeeded");
-  });
-});
-
-describe("waiting after a wake", () => {
-  it("a continuation that parks again carries its actual committed prerequisite; acceptance proves nothing", async () => {
-    const w = await world(db.pool);
-    const { engine, events, started, wake } = await parked(w);
-    const repark: RecoveryContinueNode = async () => ({
-      status: "waiting",
-      prerequisite: { waitId: "wait-2", claimVersion: 9 },
-    });
-    expect(engine.resumeWaitingNode({ ...wake, continueNode: repark })).toEqual({ status: "accepted" });
-    await until(
-      async () =>
-        (await journal(started.workflowId)).nodes.remote?.waiting?.waitId === "wait-2" &&
-        engine.run(started.workflowId)?.active.has("remote") === false,
-      "reparked",
-    );
-    const j = await journal(started.workflowId);
-    expect(j.nodes.remote?.status).toBe("waiting");
-    expect(j.nodes.remote?.waiting).toEqual({ waitId: "wait-2", claimVersion: 9 });
-    expect(j.nodes.after?.status).toBe("pending");
-    expect(events.some((e) => e.type === "workflow")).toBe(false);
-    // The old claim no longer wakes it; the committed one does (a newer admission version is adopted).
-    expect(engine.resumeWaitingNode(wake)).toEqual({ status: "stale" });
-    expect(
-      engine.resumeWaitingNode({ ...wake, waitId: "wait-2", claimVersion: 9, recoveryAdmissionVersion: 2 }),
-    ).toEqual({ status: "accepted" });
-    const outcome = await engine.finished(started.workflowId);
-    expect(outcome.status).toBe("completed");
-    // No generation was invented by the wake or the repark.
-    expect((await engine.store.getWorkflow(started.workflowId))?.recovery.workflowGeneration).toBe(1);
-  });
-});
-
-/**
- * A parked node is woken again and again with a claim that matches, under a connection predicate that
- * answers true for its first k checks and false after (k = 0, 1, ...), until one wake's checks all pass and
- * the node runs. Each refused wake's step, the turns, the journal and the predicates' calls are recorded.
- */
-describe("a wake's live connection", () => {
-  interface Refused {
-    k: number;
-    answer: unknown;
-    step: string | undefined;
-    error: Error | undefined;
-    turns: string[];
-    status: string | undefined;
-    waiting: unknown;
-    rowStatus: string | undefined;
-  }
-  const refused: Refused[] = [];
-  const turns: string[] = [];
-  const continueCalls: Array<{ input: NodeContinueRequest; host?: NodeRecoveryHost }> = [];
-  const predicates: Array<{ fn: () => boolean; calls: () => number; settledCalls: number }> = [];
-  let checksWhenOpen = 0;
-  let finalOutcome: string | null;
-  let finalTurns: string[];
-  let lastCheck: { step: string | undefined; checks: number; turns: string[]; status: string | undefined };
-
-  beforeAll(async () => {
-    const w = await world(db.pool);
-    const { engine, events, started, wake } = await parked(w, { turns, continueCalls });
-    for (let k = 0; k < 20; k++) {
-      let n = 0;
-      const fn = () => n++ < k;
-      const errorsBefore = events.filter((e) => e.type === "node_error").length;
-      const answer = engine.resumeWaitingNode({ ...wake, isCurrentConnection: fn });
-      await until(async () => !engine.run(started.workflowId)?.active.has("remote"), "the wake settled");
-      predicates.push({ fn, calls: () => n, settledCalls: n });
-      const j = await journalWhileOpen(started.workflowId);
-      if (j?.nodes.remote?.status !== "waiting") {
-        // k checks all answered true: the node ran.
-        checksWhenOpen = n;
-        break;
-      }
-      const error = (
-        events.filter((e) => e.type === "node_error").slice(errorsBefore)[0] as
-          | Extract<WorkflowEvent, { type: "node_error" }>
-          | undefined
-      )?.error;
-      refused.push({
-        k,
-        answer,
-        step: (error as { context?: { step?: string } } | undefined)?.context?.step,
-        error,
-        turns: [...turns],
-        status: j.nodes.remote?.status,
-        waiting: j.nodes.remote?.waiting,
-        rowStatus: (await engine.store.getWorkflow(started.workflowId))?.status,
-      });
-    }
-    finalOutcome = (await engine.finished(started.workflowId)).status;
-    finalTurns = [...turns];
-    // A second parked node, woken once with every check but the last answering true: the dispatcher's
-    // check right before the turn (a wake above journaled the task, so that path was not the fresh one).
-    const lastTurns: string[] = [];
-    const other = await parked(await world(db.pool), { turns: lastTurns });
-    let n = 0;
-    other.engine.resumeWaitingNode({ ...other.wake, isCurrentConnection: () => n++ < 9 });
-    await until(async () => !other.engine.run(other.started.workflowId)?.active.has("remote"), "settled");
-    const error = (
-      other.events.filter((e) => e.type === "node_error")[0] as
-        | Extract<WorkflowEvent, { type: "node_error" }>
-        | undefined
-    )?.error;
-    lastCheck = {
-      step: (error as { context?: { step?: string } } | undefined)?.context?.step,
-      checks: n,
-      turns: [...lastTurns],
-      status: (await journal(other.started.workflowId)).nodes.remote?.status,
-    };
-  });
-
-  it("the connection is checked after the assertion and every awaited step, the last right before the turn", () => {
-    // Each refused wake names the step whose check answered false, in the order they run.
-    expect(refused.map((r) => r.step)).toEqual([
-      "accepted",
-      "authorized",
-      "journaled",
-      "dispatch",
-      "assert",
-      "parent relation checked",
-      "transcript read",
-      "fresh task built",
-      "task journaled",
-    ]);
-    expect(refused.every((r) => r.turns.length === 0)).toBe(true);
-    // The tenth check is the dispatcher's, right before the turn: false there, and still no turn ran.
-    expect(lastCheck).toEqual({ step: "dispatch", checks: 10, turns: [], status: "waiting" });
-    // The wake that ran passed every check of its path (the journaled task's: an interruption note first).
-    expect(checksWhenOpen).toBe(9);
-  });
-
-  it("a false connection check throws SessionWorkAbortedError and the node keeps waiting", () => {
-    expect(refused.length).toBeGreaterThan(0);
-    for (const r of refused) {
-      expect(r.error).toBeInstanceOf(SessionWorkAbortedError);
-      expect(r.status).toBe("waiting");
-      expect(r.waiting).toEqual({ waitId: "wait-1", claimVersion: 3 });
-    }
-  });
-
-  it("the wake's own predicate is what the continuation is handed, checked by the engine and the dispatcher", () => {
-    const handed = continueCalls.map((c) => c.host?.isCurrentConnection);
-    // Every wake that got as far as the continuation handed it that wake's very predicate.
-    const reached = predicates.filter((p) => handed.includes(p.fn));
-    expect(reached.length).toBe(continueCalls.length);
-    expect(continueCalls.length).toBeGreaterThan(0);
-    const steps = refused.map((r) => r.step);
-    // Checked by the engine after the async authorization and at the protected assertion, then by the dispatcher.
-    expect(steps.indexOf("authorized")).toBeLessThan(steps.indexOf("assert"));
-    expect(steps.indexOf("assert")).toBeLessThan(steps.indexOf("parent relation checked"));
-  });
-
-  it("a matching claim in the database is not proof of the connection: accepted, yet nothing runs", () => {
-    const first = refused[0] as Refused;
-    expect(first.k).toBe(0);
-    expect(first.answer).toEqual({ status: "accepted" });
-    expect(first.rowStatus).toBe("running");
-    expect(first.turns).toEqual([]);
-    expect(first.status).toBe("waiting");
-  });
-
-  it("no registry keeps a wake's predicate and no token is handed out: a settled wake's predicate is never asked again", () => {
-    for (const r of refused) expect(Object.keys(r.answer as object)).toEqual(["status"]);
-    for (const p of predicates) expect(p.calls()).toBe(p.settledCalls);
-  });
-
-  it("the engine and the real dispatcher run the original operation behind a controlled park", () => {
-    // The park is the only stub: the dispatcher's own steps ran, and the final wake ran the node's own task.
-    expect(refused.map((r) => r.step)).toContain("transcript read");
-    expect(finalOutcome).toBe("completed");
-    expect(finalTurns).toEqual(["TASK remote", "TASK after"]);
-  });
-});
-
-describe("a wake's authorization", () => {
-  it("admission is rechecked after the wake's async authorization, and the journal's scope is only compared with current access", async () => {
-    const w = await world(db.pool);
-    const gate = deferred();
-    const entered = deferred();
-    let gated = false;
-    const repo = Object.create(w.repo) as typeof w.repo;
-    repo.getAccount = async (id: string) => {
-      if (gated) {
-        entered.resolve();
-        await gate.promise;
-      }
-      return w.repo.getAccount(id);
-    };
-    const turns: string[] = [];
-    const calls: Array<{ input: NodeContinueRequest; host?: NodeRecoveryHost }> = [];
-    // A parked workflow on an engine whose authorization reads the (gated) account.
-    const { engine, started, wake } = await parked(w, { turns, continueCalls: calls, repo });
-    const dispatches = (await journal(started.workflowId)).dispatches;
-    gated = true;
-    expect(engine.resumeWaitingNode(wake)).toEqual({ status: "accepted" });
-    await entered.promise;
-    // A Stop while the authorization is in flight: once it returns, nothing is dispatched or charged.
-    const cancelled = engine.cancel(started.workflowId, w.accountId);
-    gate.resolve();
-    const outcome = await cancelled;
-    expect(outcome.status).toBe("cancelled");
-    expect(calls).toEqual([]);
-    expect(turns).toEqual([]);
-    expect((await journal(started.workflowId)).dispatches).toBe(dispatches);
-    expect(outcome.summary).toContain("remote: interrupted");
-
-    // A journaled node scope that the account no longer covers: the wake refuses, never widening access.
-    gated = false;
-    const second = await parked(w, {
-      continueCalls: calls,
-      ctx: { access: { tools: { allow: ["Read", "Bash"] } } },
-      waitId: "wait-2",
-      claimVersion: 1,
-    });
-    await db.pool.query("update accounts set tool_allow = '{Read}' where id = $1::uuid", [w.accountId]);
-    expect(second.engine.resumeWaitingNode(second.wake)).toEqual({ status: "accepted" });
-    const refused = await second.engine.finished(second.started.workflowId);
-    expect(refused.status).toBe("failed");
-    const j = await journal(second.started.workflowId);
-    expect(j.nodes.remote?.error?.code).toBe("resume_refused");
-    expect(j.nodes.remote?.error?.message).toMatch(/allow-list entry is not fully covered/);
-    expect(calls).toEqual([]);
   });
 });
 

@@ -11,6 +11,7 @@ import {
   readOrchestrationJournal,
   scriptedNodeTurnRunner,
   type WorkflowCallContext,
+  type WorkflowDefinition,
   WorkflowEngine,
   type WorkflowEngineOptions,
   type WorkflowEvent,
@@ -119,6 +120,21 @@ export async function world(pool: pg.Pool, account: { toolAllow?: string[] | nul
       return { engine, events, dispatcher };
     },
   };
+}
+
+/** Starts `definition` in a first engine and closes it while `nodeId`'s turn runs: a boot finds it interrupted. */
+export async function interruptedMidTurn(w: World, definition: WorkflowDefinition, nodeId: string) {
+  const first = await w.engine(({ signal }) => untilAborted(signal));
+  try {
+    const started = await first.engine.start(w.ctx(), { definition });
+    await until(
+      () => first.engine.run(started.workflowId)?.started.has(nodeId) === true,
+      `${nodeId} running`,
+    );
+    return started;
+  } finally {
+    await first.engine.close();
+  }
 }
 
 export async function summaries(

@@ -25,13 +25,22 @@ import {
   WorkflowEngine,
   type WorkflowEvent,
 } from "../src/index.js";
-import { closeEnginesAfterEach, taskLine, until, untilAborted, workflowJournal, world } from "./helpers.js";
+import {
+  closeEnginesAfterEach,
+  interruptedMidTurn,
+  taskLine,
+  until,
+  untilAborted,
+  type World,
+  workflowJournal,
+  world,
+} from "./helpers.js";
 
 /**
  * The host-only workflow dispatch scope (`HostWorkflowNodeDispatch`, @crw/subagent's AsyncLocalStorage):
- * the engine's automatic missing-child recovery (a boot continuation, a waiting node's wake) runs its
- * continuation inside it, naming the workflow's parent, its channel and the exact child, with the engine's
- * exact-admission assertion; fresh dispatches and the live caller (explicit WorkflowResume) never do.
+ * the engine's automatic missing-child recovery (a boot continuation) runs its continuation inside it,
+ * naming the workflow's parent, its channel and the exact child, with the engine's exact-admission
+ * assertion; fresh dispatches and the live caller (explicit WorkflowResume) never do.
  */
 const db = useTestDatabase();
 const all = closeEnginesAfterEach();
@@ -47,15 +56,8 @@ nodes:
 
 type Seen = { node: string; scope: HostWorkflowNodeDispatch | undefined };
 
-/** Interrupts `a` mid-turn in a first engine and returns what a second engine needs to boot over it. */
-async function interrupted(w: Awaited<ReturnType<typeof world>>) {
-  const first = await w.engine(({ signal }) => untilAborted(signal));
-  all.push(first.engine);
-  const started = await first.engine.start(w.ctx(), { definition: chain });
-  await until(() => first.engine.run(started.workflowId)?.started.has("a") === true, "a running");
-  await first.engine.close();
-  return started;
-}
+/** `a` interrupted mid-turn in a first engine: what a second engine boots over. */
+const interrupted = (w: World) => interruptedMidTurn(w, chain, "a");
 
 describe("the host-only workflow dispatch scope", () => {
   it("a boot continuation runs inside the scope (parent, channel, exact child, an assertion); fresh dispatches and the live WorkflowResume never do (S004-352 S004-355 S004-361)", async () => {
@@ -163,63 +165,54 @@ nodes:
       log.push(`startFresh:${taskLine(task ?? "")}`);
       return { status: "answered", reply: "ok" } satisfies NodeRunResult;
     };
-    const parkOnce = (base: NodeDispatcher): NodeDispatcher => ({
-      createChild: (r) => base.createChild(r),
-      runNode: async (r) =>
-        r.nodeId === "a"
-          ? { status: "waiting", prerequisite: { waitId: "w1", claimVersion: 1 } }
-          : base.runNode(r),
-      continueNode: (input, h) => base.continueNode(input, h),
-    });
-    const { engine } = await w.engine(({ task }) => `done ${taskLine(task)}`, { wrap: parkOnce });
-    all.push(engine);
-    // The native query of the assertion is the row read (the engine reads the row for nothing else).
-    const read = engine.store.currentWorkflow.bind(engine.store);
-    engine.store.currentWorkflow = async (id) => {
-      log.push("assert");
-      return read(id);
-    };
-    const ctx = w.ctx();
-    const started = await engine.start(ctx, { definition: chain });
-    await until(
-      async () =>
-        (await journal(started.workflowId)).nodes.a?.status === "waiting" &&
-        engine.run(started.workflowId)?.active.has("a") === false,
-      "a waiting",
-    );
-    const wake = {
-      workflowId: started.workflowId,
-      parentSessionId: w.parentSessionId,
-      toolCallId: ctx.toolCallId,
-      workflowGeneration: 1,
-      recoveryAdmissionVersion: 1,
-      nodeId: "a",
-      waitId: "w1",
-      claimVersion: 1,
-      continueNode: host,
-    };
-    // Another admission superseded this one in the native record: the wake is accepted (its synchronous
-    // checks hold) but the assertion refuses before anything is prepared; the node keeps waiting.
-    await db.pool.query("update workflows set recovery_admission_version = 5 where id = $1::uuid", [
-      started.workflowId,
-    ]);
-    expect(engine.resumeWaitingNode(wake)).toEqual({ status: "accepted" });
-    await until(() => engine.run(started.workflowId)?.active.has("a") === false, "refused wake settled");
-    expect(log).toEqual(["assert"]);
-    expect((await journal(started.workflowId)).nodes.a?.status).toBe("waiting");
+    const started = await interrupted(w);
     const child = (await journal(started.workflowId)).nodes.a?.childSessionId as string;
-    const { rows } = await db.pool.query(
-      "select count(*)::int n from journal_entries where session_id = $1::uuid",
-      [child],
-    );
-    expect(rows[0].n).toBe(0);
-
-    // Admitted again (the host's current admission version): the assertion runs first, then the dispatcher.
-    log.length = 0;
-    expect(engine.resumeWaitingNode({ ...wake, recoveryAdmissionVersion: 5 })).toEqual({
-      status: "accepted",
+    const entries = async () =>
+      (
+        await db.pool.query("select count(*)::int n from journal_entries where session_id = $1::uuid", [
+          child,
+        ])
+      ).rows[0].n as number;
+    const before = await entries();
+    /** A booting engine whose assertion's native query (the row read: the engine reads it for nothing else) is logged. */
+    const booting = async (onRead: (id: string) => Promise<void> = async () => undefined) => {
+      const booted = await w.engine(({ task }) => `done ${taskLine(task)}`);
+      all.push(booted.engine);
+      const read = booted.engine.store.currentWorkflow.bind(booted.engine.store);
+      booted.engine.store.currentWorkflow = async (id) => {
+        log.push("assert");
+        await onRead(id);
+        return read(id);
+      };
+      return booted;
+    };
+    // Another admission supersedes this boot's in the native record before its assertion reads the row: the
+    // assertion refuses before anything is prepared, and the run stops driving the workflow.
+    let superseded = false;
+    const second = await booting(async (id) => {
+      if (superseded) return;
+      superseded = true;
+      await db.pool.query(
+        "update workflows set recovery_admission_version = recovery_admission_version + 1 where id = $1::uuid",
+        [id],
+      );
     });
-    expect((await engine.finished(started.workflowId)).status).toBe("completed");
+    await second.engine.recoverInterrupted(1000, { continueNode: host });
+    expect((await second.engine.finished(started.workflowId)).status).toBeNull();
+    expect(second.events.some((e) => e.type === "run_lost" && e.workflowId === started.workflowId)).toBe(
+      true,
+    );
+    expect(log).toEqual(["assert"]);
+    expect((await journal(started.workflowId)).nodes.a?.status).toBe("running");
+    expect(await entries()).toBe(before);
+    await second.engine.close();
+
+    // Admitted again (a later boot adopts the row's current admission version): the assertion runs first,
+    // then the host's continuation.
+    log.length = 0;
+    const third = await booting();
+    await third.engine.recoverInterrupted(1000, { continueNode: host });
+    expect((await third.engine.finished(started.workflowId)).status).toBe("completed");
     expect(log).toEqual(["assert", "continue", "startFresh:TASK a"]);
   });
 
@@ -507,8 +500,7 @@ describe("the scope at the real placement (SubagentSessionDispatch with forked r
     expect(exact.outcome.summary).toContain("node a done");
   });
 
-  it("the placement neither parks, admits nor charges: no wait, only b's fresh dispatch is charged, the admission is unchanged (S004-367)", () => {
-    expect(exact.statuses.filter((x) => x.startsWith("a:"))).not.toContain("a:waiting");
+  it("the placement neither admits nor charges: only b's fresh dispatch is charged, the admission is unchanged (S004-367)", () => {
     expect(exact.dispatches).toBe(exact.charged + 1);
     expect(exact.recovery).toEqual({ workflowGeneration: 1, recoveryAdmissionVersion: 1 });
   });

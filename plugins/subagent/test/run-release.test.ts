@@ -176,20 +176,17 @@ nodes:
 });
 
 describe("a cancel", () => {
-  it("interrupts a started node and a waiting one, cancels what never started, and a late answer changes nothing", async () => {
+  it("interrupts a started node, cancels what never started, and a late answer changes nothing", async () => {
     const w = await world(db.pool);
     const def = parseWorkflowDefinition(`
 name: stop
 nodes:
   - { id: slow, task: "TASK slow" }
-  - { id: parked, task: "TASK parked" }
   - { id: next, task: "TASK next", dependsOn: [slow] }
 `);
     const late = deferred<NodeRunResult>();
     const { engine } = await w.engine(() => "unused", {
-      wrap: answering(async (nodeId, signal) => {
-        if (nodeId === "parked")
-          return { status: "waiting", prerequisite: { waitId: "w-1", claimVersion: 1 } };
+      wrap: answering(async (_nodeId, signal) => {
         // Ignores its abort: its answer arrives after the cancel.
         signal.addEventListener("abort", () =>
           setTimeout(() => late.resolve({ status: "answered", reply: "late" }), 50),
@@ -200,24 +197,16 @@ nodes:
     all.push(engine);
     const started = await engine.start(w.ctx(), { definition: def });
     const id = started.workflowId;
-    await until(
-      () =>
-        engine.run(id)?.started.has("slow") === true &&
-        engine.run(id)?.journal.nodes.parked?.status === "waiting" &&
-        engine.run(id)?.active.has("parked") === false,
-      "slow running, parked waiting",
-    );
+    await until(() => engine.run(id)?.started.has("slow") === true, "slow running");
     const run = engine.run(id);
     const outcome = await engine.cancel(id, w.accountId);
     expect(outcome.status).toBe("cancelled");
     await late.promise;
     await new Promise((r) => setTimeout(r, 50));
     expect(run?.journal.nodes.slow?.status).toBe("interrupted");
-    expect(run?.journal.nodes.parked?.status).toBe("interrupted");
     expect(run?.journal.nodes.next?.status).toBe("cancelled");
     expect(outcome.summary?.split("\n").slice(1)).toEqual([
       "- slow: interrupted while running",
-      "- parked: interrupted while running",
       "- next: cancelled before it started",
     ]);
     expect((await summaries(db.pool, w.parentSessionId)).map((s) => s.body)).toEqual([outcome.summary]);
@@ -342,57 +331,5 @@ nodes:
     expect(outcome.status).toBe("completed");
     expect(run?.journal.cancelRequested).toBe(false);
     expect(run?.journal.nodes.a?.status).toBe("succeeded");
-  });
-});
-
-describe("a woken node's outcome", () => {
-  it("a failed outcome after a wake ends the wait: the node keeps no prerequisite", async () => {
-    const w = await world(db.pool);
-    const def = parseWorkflowDefinition(`
-name: woken
-nodes:
-  - { id: a, task: "TASK a" }
-  - { id: b, task: "TASK b" }
-`);
-    const { engine } = await w.engine(({ task }) => `done ${taskLine(task)}`, {
-      wrap: answering(async (nodeId) =>
-        nodeId === "a"
-          ? { status: "waiting", prerequisite: { waitId: "w-1", claimVersion: 1 } }
-          : { status: "answered", reply: "b done" },
-      ),
-    });
-    all.push(engine);
-    const ctx = w.ctx();
-    const started = await engine.start(ctx, { definition: def });
-    const id = started.workflowId;
-    await until(
-      () =>
-        engine.run(id)?.journal.nodes.a?.status === "waiting" &&
-        engine.run(id)?.journal.nodes.b?.status === "succeeded" &&
-        engine.run(id)?.active.size === 0,
-      "a waiting, b done",
-    );
-    const run = engine.run(id);
-    expect(
-      engine.resumeWaitingNode({
-        workflowId: id,
-        parentSessionId: w.parentSessionId,
-        toolCallId: ctx.toolCallId,
-        workflowGeneration: 1,
-        recoveryAdmissionVersion: 1,
-        nodeId: "a",
-        waitId: "w-1",
-        claimVersion: 1,
-        continueNode: async () => ({
-          status: "failed",
-          error: { code: "offline", message: "still offline" },
-        }),
-      }),
-    ).toEqual({ status: "accepted" });
-    expect((await engine.finished(id)).status).toBe("failed");
-    expect(run?.journal.nodes.a?.status).toBe("failed");
-    expect(run?.journal.nodes.a?.error).toEqual({ code: "offline", message: "still offline" });
-    expect(run?.journal.nodes.a?.waiting).toBeUndefined();
-    expect((await journal(id)).nodes.a?.waiting).toBeUndefined();
   });
 });
