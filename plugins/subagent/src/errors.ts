@@ -83,23 +83,6 @@ export class WorkflowNodePreparationError extends Error {
   }
 }
 
-/**
- * Work for a session stopped because the live connection it came through is no longer current (the
- * `isCurrentConnection` predicate of a wake answered false). Nothing was dispatched after the check; the
- * node keeps the state it had before the wake (a waiting node keeps its committed prerequisite).
- */
-export class SessionWorkAbortedError extends Error {
-  override readonly name = "SessionWorkAbortedError";
-  readonly code = "session_work_aborted" as const;
-  readonly retryable = true;
-  constructor(
-    message: string,
-    readonly context: Readonly<{ workflowId: string; nodeId: string; step: string }>,
-  ) {
-    super(message);
-  }
-}
-
 export function toError(e: unknown): Error {
   return e instanceof Error ? e : new Error(String(e));
 }

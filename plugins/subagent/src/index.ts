@@ -1,7 +1,6 @@
 export * from "./definition/index.js";
 export * from "./engine/index.js";
 export {
-  SessionWorkAbortedError,
   toError,
   WorkflowBoundaryError,
   WorkflowDefinitionError,
@@ -11,7 +10,6 @@ export {
   type WorkflowStateErrorCode,
 } from "./errors.js";
 export {
-  type ComputerPrerequisite,
   type JournalReading,
   NODE_STATUSES,
   type NodeState,

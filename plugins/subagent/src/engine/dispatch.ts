@@ -1,5 +1,3 @@
-import type { ComputerPrerequisite } from "../journal/schema.js";
-
 /**
  * The seam through which the engine runs a node: the same delegated path a Delegate call takes (a child
  * session under the workflow's parent, a captured scope, a model), minus the subagent run row, because a
@@ -15,8 +13,7 @@ export interface NodeDispatcher {
   runNode(request: NodeRunRequest): Promise<NodeRunResult>;
   /**
    * `host` holds the host-only arguments of a recovery continuation (never part of the input object, never
-   * sent over runner RPC): `startFresh` on the daemon-local recovery path only, and the wake's
-   * `isCurrentConnection` predicate, rechecked after every awaited step and right before the turn starts.
+   * sent over runner RPC): `startFresh` on the daemon-local recovery path only.
    */
   continueNode(request: NodeContinueRequest, host?: NodeRecoveryHost): Promise<NodeRunResult>;
 }
@@ -28,8 +25,6 @@ export interface NodeRecoveryHost {
    * (with its handovers) when it is actually needed. Never passed by a live caller or over runner RPC.
    */
   readonly startFresh?: () => Promise<string>;
-  /** The wake's live connection is still the current one; false aborts with SessionWorkAbortedError. */
-  readonly isCurrentConnection?: () => boolean;
 }
 
 /** The canonical continuation input and result: one object in, one outcome (as data) out. */
@@ -37,8 +32,8 @@ export type WorkflowNodeContinueInput = NodeContinueRequest;
 export type WorkflowNodeContinueResult = NodeRunResult;
 
 /**
- * The recovery hook's continueNode: boot recovery and a waiting node's targeted wake both take this one
- * type (a host may supply its own; the engine's dispatcher is the default).
+ * The recovery hook's continueNode: boot recovery takes this type (a host may supply its own; the engine's
+ * dispatcher is the default).
  */
 export type RecoveryContinueNode = (
   input: WorkflowNodeContinueInput,
@@ -95,7 +90,6 @@ export type NodeRunResult =
       /** Every tool-result reference across the child's whole context (stored with the node's artifact). */
       readonly outputs?: readonly NodeOutputReference[];
     }
-  | { readonly status: "waiting"; readonly prerequisite: ComputerPrerequisite }
   | { readonly status: "empty" }
   | { readonly status: "failed"; readonly error: { readonly code: string; readonly message: string } }
   | { readonly status: "aborted" };

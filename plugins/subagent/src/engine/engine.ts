@@ -94,8 +94,8 @@ export interface StartedWorkflow {
 }
 
 /**
- * The workflow DAG engine: WorkflowStart, WorkflowAddNodes, cancel, explicit WorkflowResume, waiting-node
- * wakes and boot recovery. Several daemons may share one database: a workflow is driven by the process
+ * The workflow DAG engine: WorkflowStart, WorkflowAddNodes, cancel, explicit WorkflowResume and boot
+ * recovery. Several daemons may share one database: a workflow is driven by the process
  * that holds its row lease, and a dead owner's workflows are claimed at boot with `for update skip locked`.
  */
 export class WorkflowEngine {
@@ -211,14 +211,6 @@ export class WorkflowEngine {
     return {
       slots: this.#slots,
       recoveryContinue,
-      authorizeNode: async (j: OrchestrationJournal, nodeId: string) => {
-        const scope = ownEntry(j.nodeAccess, nodeId);
-        if (scope === undefined)
-          return { ok: false as const, reason: `node ${nodeId} has no journaled access` };
-        const current = await currentDelegatedAccess(this.#repo, j.principalAccountId, j.parentSessionId);
-        if (!current.ok) return { ok: false as const, reason: current.reason };
-        return boundaryAgainst(current.authority)({ subject: nodeId, scope });
-      },
       owner: this.options.owner,
       store: this.store,
       artifacts: this.options.sharedArtifacts === false ? null : this.artifacts,
@@ -582,7 +574,6 @@ export class WorkflowEngine {
       const n = journal.nodes[id] as NodeState;
       if (n.status === "succeeded") continue;
       delete n.error;
-      delete n.waiting;
       if (n.childSessionId && (n.status === "interrupted" || n.status === "failed")) {
         n.status = "running";
         retry.push(id);
@@ -602,54 +593,6 @@ export class WorkflowEngine {
     for (const id of retry) run.launch(id, "retry");
     run.pump();
     return { workflowId, nodes: [...journal.order], created: false };
-  }
-
-  /**
-   * A waiting node's targeted wake: it must match the workflow, origin, call, generation, the held node,
-   * its wait id and claim version, and carry the host's continueNode. Accepted queues only that node
-   * (reserved synchronously, before any await); it is not a whole-DAG resume and charges nothing. A newer
-   * admission version is adopted.
-   */
-  resumeWaitingNode(input: {
-    workflowId: string;
-    parentSessionId: string;
-    toolCallId: string;
-    workflowGeneration: number;
-    recoveryAdmissionVersion: number;
-    nodeId: string;
-    waitId: string;
-    claimVersion: number;
-    /** The host's continueNode for this wake (the boot recovery hook's type); a wake without one is refused. */
-    continueNode: RecoveryContinueNode;
-    /** The wake's live connection: rechecked after every awaited step; false keeps the node waiting. */
-    isCurrentConnection?: () => boolean;
-  }): { status: "accepted" | "stale" | "not-held" } {
-    if (typeof input.continueNode !== "function") {
-      throw new TypeError("resumeWaitingNode needs the host's continueNode (the recovery hook's type)");
-    }
-    const run = this.#runs.get(input.workflowId);
-    if (!run || run.stopped) return { status: "not-held" };
-    const j = run.journal;
-    if (j.parentSessionId !== input.parentSessionId || j.toolCallId !== input.toolCallId)
-      return { status: "not-held" };
-    if (j.recovery.workflowGeneration !== input.workflowGeneration) return { status: "stale" };
-    const node = ownEntry(j.nodes, input.nodeId);
-    if (node?.status !== "waiting" || !node.waiting || run.active.has(input.nodeId))
-      return { status: "not-held" };
-    if (node.waiting.waitId !== input.waitId || node.waiting.claimVersion !== input.claimVersion)
-      return { status: "stale" };
-    if (input.recoveryAdmissionVersion < j.recovery.recoveryAdmissionVersion) return { status: "stale" };
-    j.recovery.recoveryAdmissionVersion = input.recoveryAdmissionVersion;
-    // Reserved synchronously (active) before anything is awaited: a duplicate wake finds it not held. The
-    // wake's hooks go straight to this one continuation: no per-claim registry keeps them.
-    run.launch(input.nodeId, "wake", {
-      workflowGeneration: input.workflowGeneration,
-      recoveryAdmissionVersion: input.recoveryAdmissionVersion,
-      prerequisite: { ...node.waiting },
-      continueNode: input.continueNode,
-      ...(input.isCurrentConnection ? { isCurrentConnection: input.isCurrentConnection } : {}),
-    });
-    return { status: "accepted" };
   }
 
   /**

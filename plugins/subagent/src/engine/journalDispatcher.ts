@@ -1,5 +1,5 @@
 import type { AssistantMessage, DelegationRepository, JournalEntry, TranscriptMessage } from "@crw/db";
-import { SessionWorkAbortedError, WorkflowStateError } from "../errors.js";
+import { WorkflowStateError } from "../errors.js";
 import { TickBatchedReader } from "../store/batch.js";
 import type {
   NodeChildRequest,
@@ -23,21 +23,6 @@ const CANONICAL_UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f
 
 function outputsOf(outputs: NodeOutputReference[]): { outputs?: NodeOutputReference[] } {
   return outputs.length > 0 ? { outputs } : {};
-}
-
-/** The wake's connection predicate, rechecked after each awaited step (a no-op without one). */
-export function connectionCheck(
-  request: { readonly workflowId: string; readonly nodeId: string },
-  host: Pick<NodeRecoveryHost, "isCurrentConnection">,
-): (step: string) => void {
-  return (step) => {
-    if (host.isCurrentConnection && !host.isCurrentConnection()) {
-      throw new SessionWorkAbortedError(
-        `node ${request.nodeId}: the connection of its wake is no longer current (${step})`,
-        { workflowId: request.workflowId, nodeId: request.nodeId, step },
-      );
-    }
-  };
 }
 
 /**
@@ -220,7 +205,7 @@ export class JournalNodeDispatcher implements NodeDispatcher {
       { body: { type: "message", message: { role: "user", content: request.prompt } } },
     ]);
     // A planned child is empty until its task: when the task took seq 1, it is the whole journal.
-    return this.#turn(request, "answered", undefined, extendedJournal([], task));
+    return this.#turn(request, "answered", extendedJournal([], task));
   }
 
   async continueNode(request: NodeContinueRequest, host: NodeRecoveryHost = {}): Promise<NodeRunResult> {
@@ -228,31 +213,25 @@ export class JournalNodeDispatcher implements NodeDispatcher {
       // One canonical input object: there is no positional (child, text) form.
       throw new TypeError("continueNode takes one WorkflowNodeContinueInput object");
     }
-    const current = connectionCheck(request, host);
     await this.#assertParentRelation(request);
-    current("parent relation checked");
     const entries = await this.repo.readJournal(request.childSessionId, request.principalAccountId);
     const messages = messagesOf(entries);
-    current("transcript read");
     if (request.fallbackPrompt !== undefined) {
       // An explicit retry in the same child: the new task joins the transcript; the old attempt is not reused.
       const retry = await this.repo.append(request.childSessionId, request.principalAccountId, [
         { body: { type: "message", message: { role: "user", content: request.fallbackPrompt } } },
       ]);
-      current("retry task journaled");
-      return this.#turn(request, "continued", current, extendedJournal(entries, retry));
+      return this.#turn(request, "continued", extendedJournal(entries, retry));
     }
     const last = messages.at(-1);
     if (last === undefined) {
       // A planned child that never got its task: only the daemon-local recovery path may start it fresh.
       const task = host.startFresh ? await host.startFresh() : (request.task ?? "");
-      current("fresh task built");
       if (task.length === 0) return { status: "empty" };
       const fresh = await this.repo.append(request.childSessionId, request.principalAccountId, [
         { body: { type: "message", message: { role: "user", content: task } } },
       ]);
-      current("task journaled");
-      return this.#turn(request, "continued", current, extendedJournal(entries, fresh));
+      return this.#turn(request, "continued", extendedJournal(entries, fresh));
     }
     // A settled answer after the last task is the node's answer: reuse it, run nothing.
     if (last.role === "assistant" && last.stopReason === "stop" && textOf(last).length > 0) {
@@ -271,8 +250,7 @@ export class JournalNodeDispatcher implements NodeDispatcher {
         },
       },
     ]);
-    current("interruption noted");
-    return this.#turn(request, "continued", current, extendedJournal(entries, note));
+    return this.#turn(request, "continued", extendedJournal(entries, note));
   }
 
   /**
@@ -305,12 +283,9 @@ export class JournalNodeDispatcher implements NodeDispatcher {
   async #turn(
     request: NodeRunRequest | NodeContinueRequest,
     as: "answered" | "continued",
-    current: (step: string) => void = () => undefined,
     known?: readonly JournalEntry[],
   ): Promise<NodeRunResult> {
     if (request.signal.aborted) return { status: "aborted" };
-    // Synchronously before the turn starts: nothing awaits between this check and the dispatch.
-    current("dispatch");
     const outcome = await this.#turns.executeTurn(
       {
         sessionId: request.childSessionId,

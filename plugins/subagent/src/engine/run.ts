@@ -4,22 +4,10 @@ import { delegatedWorkDir, type WorkDirPlacement, type WorkDirPolicy } from "@cr
 import { type HostWorkflowNodeDispatch, runWithWorkflowNodeDispatch } from "@crw/subagent";
 import { outputSchemaProblem } from "../definition/outputSchema.js";
 import type { WorkflowNode } from "../definition/schema.js";
-import {
-  SessionWorkAbortedError,
-  toError,
-  WorkflowNodePreparationError,
-  WorkflowStateError,
-} from "../errors.js";
-import {
-  type ComputerPrerequisite,
-  ComputerPrerequisiteSchema,
-  type NodeState,
-  type OrchestrationJournal,
-  TERMINAL_NODE_STATUSES,
-} from "../journal/schema.js";
+import { toError, WorkflowNodePreparationError, WorkflowStateError } from "../errors.js";
+import { type NodeState, type OrchestrationJournal, TERMINAL_NODE_STATUSES } from "../journal/schema.js";
 import type { PgArtifactStore } from "../store/artifacts.js";
 import type { PgWorkflowStore, WorkflowStatus } from "../store/native.js";
-import type { BoundaryVerdict } from "./access.js";
 import { captureNodeScope } from "./access.js";
 import type { OriginBindings, SummaryWriter } from "./context.js";
 import type {
@@ -33,7 +21,6 @@ import type {
 import { workflowFault } from "./faults.js";
 import { commitNodeWork, isolateNode, type NodeIsolation, rememberNodeWorktree } from "./isolation.js";
 import { JournalChanges } from "./journalChanges.js";
-import { connectionCheck } from "./journalDispatcher.js";
 import { ownEntry } from "./own.js";
 import { handoverOf, nodePrompt, workflowSummary } from "./prompt.js";
 import type { SnapshotPublisher, WorkflowEmitResult, WorkflowSnapshot } from "./publication.js";
@@ -103,8 +90,6 @@ export interface RunDeps {
   readonly slots?: NodeSlots | null;
   /** The boot recovery hook's continueNode (the dispatcher's own when the host supplies none). */
   readonly recoveryContinue?: RecoveryContinueNode | null;
-  /** A waiting node's wake: its journaled scope against the origin's current access (async). */
-  readonly authorizeNode?: (journal: OrchestrationJournal, nodeId: string) => Promise<BoundaryVerdict>;
   readonly onCompletion: (completion: {
     workflowId: string;
     parentSessionId: string;
@@ -114,16 +99,7 @@ export interface RunDeps {
   }) => Promise<void>;
 }
 
-type Mode = "fresh" | "prepare" | "continue" | "retry" | "wake";
-
-/** An accepted wake of a waiting node: the admission it was accepted under and the host's own hooks. */
-export interface NodeWake {
-  readonly workflowGeneration: number;
-  readonly recoveryAdmissionVersion: number;
-  readonly prerequisite: ComputerPrerequisite;
-  readonly continueNode?: RecoveryContinueNode;
-  readonly isCurrentConnection?: () => boolean;
-}
+type Mode = "fresh" | "prepare" | "continue" | "retry";
 
 /**
  * One workflow's run state in this process: the journal (each write names the nodes that changed, fenced
@@ -360,7 +336,7 @@ export class WorkflowRun {
   }
 
   /** Starts executing a node; false when the engine's node cap holds a fresh dispatch back. */
-  launch(id: string, mode: Mode, wake?: NodeWake): boolean {
+  launch(id: string, mode: Mode): boolean {
     if (this.active.has(id)) return true;
     const slots = this.deps.slots;
     if (slots && !slots.acquire(this, mode !== "fresh")) return false;
@@ -370,7 +346,7 @@ export class WorkflowRun {
       (this.journal.nodes[id] as NodeState).status = "reserved";
       this.#changes.changed(id);
     }
-    const done = this.#execute(id, mode, controller, wake)
+    const done = this.#execute(id, mode, controller)
       .catch((e) => this.#lost(e))
       .finally(() => {
         this.active.delete(id);
@@ -381,7 +357,7 @@ export class WorkflowRun {
     return true;
   }
 
-  async #execute(id: string, mode: Mode, controller: AbortController, wake?: NodeWake): Promise<void> {
+  async #execute(id: string, mode: Mode, controller: AbortController): Promise<void> {
     const j = this.journal;
     const state = j.nodes[id] as NodeState;
     const node = state.spec;
@@ -448,50 +424,21 @@ export class WorkflowRun {
         await this.#settle(id, result);
         return;
       }
-      // continue (boot), wake (a waiting node) or retry (explicit resume): the same child, never a second one.
+      // continue (boot) or retry (explicit resume): the same child, never a second one.
       const childSessionId = state.childSessionId as string;
-      const current = connectionCheck({ workflowId: j.workflowId, nodeId: id }, wake ?? {});
-      if (mode === "wake") {
-        if (!wake) return;
-        current("accepted");
-        // Async authorization: the node's journaled scope against the origin's current access.
-        const verdict = (await this.deps.authorizeNode?.(j, id)) ?? { ok: true };
-        current("authorized");
-        // Admission re-checked after the await: a Stop, a newer run or another wake meanwhile dispatches nothing.
-        if (!this.#wakeAdmitted(id, wake)) return;
-        if (!verdict.ok) {
-          this.#setStatus(id, "failed", {
-            error: {
-              code: "resume_refused",
-              message: `journaled access exceeds current access (${verdict.reason})`,
-            },
-          });
-          delete state.waiting;
-          if (await this.persist()) await this.publish();
-          return;
-        }
-      }
       // A boot continuation finds the node running in its journal already: writing the same state again
       // would only fence, and the protected scope's assertion below reads the native row's lease and
-      // generation before anything is dispatched. A wake (waiting) is journaled running first.
+      // generation before anything is dispatched.
       const journaled = mode === "continue" && state.status === "running";
       this.#setStatus(id, "running");
       if (!journaled && !(await this.persist())) return;
-      current("journaled");
       this.started.add(id);
       const continueNode: RecoveryContinueNode =
-        wake?.continueNode ??
         (mode === "retry" ? null : this.deps.recoveryContinue) ??
         ((input, host) => this.deps.dispatcher.continueNode(input, host));
       // Host-only arguments stay out of the input: startFresh only on the daemon-local recovery path.
       const host: NodeRecoveryHost =
-        mode === "retry"
-          ? {}
-          : {
-              startFresh: async () => nodePrompt(this.journal, node),
-              ...(wake?.isCurrentConnection ? { isCurrentConnection: wake.isCurrentConnection } : {}),
-            };
-      current("dispatch");
+        mode === "retry" ? {} : { startFresh: async () => nodePrompt(this.journal, node) };
       const input = {
         workflowId: j.workflowId,
         nodeId: id,
@@ -509,11 +456,11 @@ export class WorkflowRun {
         // The live caller (explicit WorkflowResume): no protected scope, no fresh callback.
         result = await continueNode(input, host);
       } else {
-        // Automatic missing-child recovery (boot continuation, a waiting node's wake): the host-only
-        // protected scope names this exact child. Its assertion (exact admission, the wake's connection)
-        // is awaited here first, before the dispatcher prepares anything (transcript, startFresh's
-        // handovers and artifact address, the turn), and again by a placement that matches the child.
-        const scope = this.#protectedScope(id, childSessionId, wake);
+        // Automatic missing-child recovery (boot continuation): the host-only protected scope names this
+        // exact child. Its assertion (exact admission) is awaited here first, before the dispatcher
+        // prepares anything (transcript, startFresh's handovers and artifact address, the turn), and again
+        // by a placement that matches the child.
+        const scope = this.#protectedScope(id, childSessionId);
         try {
           await scope.assertDispatch(childSessionId);
         } catch (e) {
@@ -529,16 +476,7 @@ export class WorkflowRun {
       this.deps.onEvent({ type: "node_error", workflowId: this.id, nodeId: id, error });
       // A refused assertion of a boot continuation: another admission superseded this run; it stops
       // driving the workflow and writes nothing (the rows stay for their current owner).
-      if (admissionRefused && mode !== "wake") throw error;
-      if ((error instanceof SessionWorkAbortedError || admissionRefused) && mode === "wake") {
-        // The wake's connection went away: the node keeps waiting on its committed prerequisite.
-        const waiting = (j.nodes[id] as NodeState).waiting;
-        if (waiting) {
-          this.#setStatus(id, "waiting", { waiting });
-          if (await this.persist()) await this.publish();
-          return;
-        }
-      }
+      if (admissionRefused) throw error;
       const raw = (error as { code?: unknown }).code;
       const code = typeof raw === "string" ? raw : "node_error";
       this.#setStatus(id, "failed", { error: { code, message: error.message.slice(0, 4000) } });
@@ -553,12 +491,11 @@ export class WorkflowRun {
    * checks exact admission: the child is the node's journaled child, the run is live and not stopped, the
    * generation and admission version are still the ones it was admitted under in the journal, the native
    * row (read from PostgreSQL) is running, held by this owner, at that generation and at no newer
-   * admission version, and a wake's connection is still current.
+   * admission version.
    */
   #protectedScope(
     id: string,
     childSessionId: string,
-    wake: NodeWake | undefined,
   ): HostWorkflowNodeDispatch & { assertDispatch: (child: string) => Promise<void> } {
     const j = this.journal;
     const admitted = { ...j.recovery };
@@ -596,34 +533,16 @@ export class WorkflowRun {
           row?.status !== "running" ||
           row.lockedBy !== this.deps.owner ||
           row.recovery.workflowGeneration !== admitted.workflowGeneration ||
-          // A wake may carry a newer admission version than the row shows (adopted from the host's
-          // claim); a row newer than the admission means another admission superseded this one.
+          // A row newer than the admission means another admission superseded this one.
           row.recovery.recoveryAdmissionVersion > admitted.recoveryAdmissionVersion
         )
           refuse("the native record moved on");
-        connectionCheck({ workflowId: j.workflowId, nodeId: id }, wake ?? {})("assert");
       },
     };
   }
 
   #progress(nodeId: string): (event: NodeEvent) => void {
     return (event) => this.deps.onEvent({ type: "node_progress", workflowId: this.id, nodeId, event });
-  }
-
-  /** The wake is still what was admitted: same run, generation, admission, held node and prerequisite. */
-  #wakeAdmitted(id: string, wake: NodeWake): boolean {
-    const j = this.journal;
-    const n = j.nodes[id] as NodeState;
-    return (
-      !this.#stopped &&
-      !this.#finishing &&
-      !j.cancelRequested &&
-      j.recovery.workflowGeneration === wake.workflowGeneration &&
-      j.recovery.recoveryAdmissionVersion === wake.recoveryAdmissionVersion &&
-      n.status === "waiting" &&
-      n.waiting?.waitId === wake.prerequisite.waitId &&
-      n.waiting?.claimVersion === wake.prerequisite.claimVersion
-    );
   }
 
   #cancelledBeforeStart(id: string): boolean {
@@ -774,29 +693,7 @@ export class WorkflowRun {
         this.#setStatus(id, "succeeded", {
           handover: handoverOf(`${result.reply}${kept}`),
           ...(artifact ? { artifact } : {}),
-          waiting: undefined,
         });
-        delete (j.nodes[id] as NodeState).waiting;
-        break;
-      }
-      case "waiting": {
-        // Only a committed prerequisite parks the node: a waiting result without one (or a malformed one)
-        // could never be woken, so it is a node error, not a park.
-        const committed = ComputerPrerequisiteSchema.safeParse(
-          (result as { prerequisite?: unknown }).prerequisite,
-        );
-        if (!committed.success) {
-          this.#setStatus(id, "failed", {
-            error: {
-              code: "waiting_without_prerequisite",
-              message: "the node reported waiting without a committed prerequisite",
-            },
-          });
-          delete (j.nodes[id] as NodeState).waiting;
-          break;
-        }
-        // Nonterminal: dependents stay blocked, independent nodes go on, no completion is emitted for it.
-        this.#setStatus(id, "waiting", { waiting: committed.data });
         break;
       }
       case "empty":
@@ -815,8 +712,6 @@ export class WorkflowRun {
         else return; // the process is letting go of the workflow: the running node stays running in the journal
         break;
     }
-    // Only a waiting outcome keeps a committed prerequisite; every other outcome ends the wait.
-    if (result.status !== "waiting") delete (j.nodes[id] as NodeState).waiting;
     // Dependents made ready (or blocked) by this outcome are reserved now, so their reservations ride the
     // same journal write and snapshot as the outcome; each one still prepares only after that snapshot is
     // published, so results (artifact, grants, handover) reach dependents only after their publication.
@@ -833,7 +728,7 @@ export class WorkflowRun {
       const n = this.journal.nodes[id] as NodeState;
       if (n.status === "pending" || (n.status === "reserved" && !this.started.has(id)))
         this.#setStatus(id, "cancelled");
-      else if ((n.status === "running" && (this.started.has(id) || this.rebuilt)) || n.status === "waiting")
+      else if (n.status === "running" && (this.started.has(id) || this.rebuilt))
         this.#setStatus(id, "interrupted");
       else if (n.status === "running") this.#setStatus(id, "cancelled");
     }

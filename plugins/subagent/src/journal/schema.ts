@@ -5,22 +5,20 @@ import { WorkflowNodeSchema } from "../definition/schema.js";
  * A node's state in the orchestration journal:
  *
  *   pending ──reserve──▶ reserved ──child created──▶ running ──answer──▶ succeeded
- *      │                    │                          │ ├──error──▶ failed
- *      │ (cancel)           │ (cancel)                 │ ├──cancel──▶ interrupted
- *      ▼                    ▼                          │ └──computer wait──▶ waiting ──wake──▶ running
- *   cancelled            cancelled                     │
+ *      │                    │                          ├──error──▶ failed
+ *      │ (cancel)           │ (cancel)                 └──cancel──▶ interrupted
+ *      ▼                    ▼
+ *   cancelled            cancelled
  *   blocked: a dependency ended without success; the node never starts.
  *
  * `reserved` is journaled (and snapshotted) before any asynchronous access, model or artifact preparation,
  * and charges the dispatch budget once; `running` names the planned child session, so recovery continues
- * that child and never launches a second one. `waiting` is nonterminal: its dependents stay blocked while
- * independent nodes go on, and no whole-workflow completion is emitted.
+ * that child and never launches a second one.
  */
 export const NODE_STATUSES = [
   "pending",
   "reserved",
   "running",
-  "waiting",
   "succeeded",
   "failed",
   "cancelled",
@@ -38,14 +36,6 @@ export const TERMINAL_NODE_STATUSES: ReadonlySet<NodeStatus> = new Set([
 
 const uuid = z.uuid();
 const errorShape = z.strictObject({ code: z.string().min(1).max(100), message: z.string().max(4000) });
-
-/** A host-committed prerequisite a waiting node holds (a computer it waits for). */
-export const ComputerPrerequisiteSchema = z.strictObject({
-  waitId: z.string().min(1).max(200),
-  claimVersion: z.number().int().nonnegative(),
-  reason: z.string().max(500).optional(),
-});
-export type ComputerPrerequisite = z.infer<typeof ComputerPrerequisiteSchema>;
 
 export const NodeStateSchema = z.strictObject({
   spec: WorkflowNodeSchema,
@@ -68,7 +58,6 @@ export const NodeStateSchema = z.strictObject({
     .strictObject({ sha256: z.string().regex(/^[0-9a-f]{64}$/), byteSize: z.number().int().nonnegative() })
     .optional(),
   error: errorShape.optional(),
-  waiting: ComputerPrerequisiteSchema.optional(),
 });
 export type NodeState = z.infer<typeof NodeStateSchema>;
 
