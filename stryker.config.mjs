@@ -126,18 +126,17 @@ const MODULES = {
     pkg: "workflow",
     // dependents blocked or released (blockDependents, pump); a node's outcome settled (empty, failed,
     // aborted; what a settlement releases) and cancel. Narrowed to fit 2 shared cores
-    mutate: ["plugins/subagent/src/engine/run.ts:317-356", "plugins/subagent/src/engine/run.ts:797-838"],
+    mutate: ["plugins/subagent/src/engine/run.ts:298-338", "plugins/subagent/src/engine/run.ts:698-738"],
   },
   // a workflow engine's boot recovery
   "workflow-recovery": {
     pkg: "workflow",
-    // explicit resume's generation advance and node reset, a wake's generation and admission fence, boot
-    // recovery (the claim pass and one workflow's resume); narrowed to fit 2 shared cores
+    // explicit resume's generation advance and node reset, boot recovery (the claim pass, the claimed
+    // journals, one workflow's resume); narrowed to fit 2 shared cores
     mutate: [
-      "plugins/subagent/src/engine/engine.ts:544-577",
-      "plugins/subagent/src/engine/engine.ts:617-624",
-      "plugins/subagent/src/engine/engine.ts:654-702",
-      "plugins/subagent/src/engine/engine.ts:727-801",
+      "plugins/subagent/src/engine/engine.ts:554-586",
+      "plugins/subagent/src/engine/engine.ts:605-687",
+      "plugins/subagent/src/engine/engine.ts:688-763",
     ],
   },
 };
