@@ -166,6 +166,56 @@ describe("journaledBoundaryCheck's current access", () => {
     expect(ran).toBe(0);
   });
 
+  it("boot recovery rebuilds the origin's identity, permission policy and tool grants from the account as it is now: each narrowed while the daemon was down refuses the workflow, none narrowed resumes it (S004-314)", async () => {
+    const w = await world(db.pool);
+    const access = {
+      operator: true,
+      tools: { allow: ["Read", "Bash"] },
+      permissionBoundary: "workspace-write",
+    };
+    const one = parseWorkflowDefinition('name: one\nnodes:\n  - { id: a, task: "TASK a" }\n');
+    const narrowings = [
+      { sql: "update accounts set is_owner = false where id = $1::uuid", reason: "operator" },
+      {
+        sql: `update accounts set permission_settings = '{"permissionBoundary":"read-only"}' where id = $1::uuid`,
+        reason: "permissionBoundary",
+      },
+      { sql: "update accounts set tool_deny = '{Bash}' where id = $1::uuid", reason: "denies Bash" },
+      { sql: null, reason: null },
+    ];
+    for (const narrowing of narrowings) {
+      const first = await w.engine(({ signal }) => untilAborted(signal));
+      all.push(first.engine);
+      const started = await first.engine.start(w.ctx({ access }), { definition: one });
+      await until(() => first.engine.run(started.workflowId)?.started.has("a") === true, "a running");
+      await first.engine.close();
+      if (narrowing.sql) await db.pool.query(narrowing.sql, [w.accountId]);
+      let ran = 0;
+      const second = await w.engine(() => {
+        ran++;
+        return "done again";
+      });
+      all.push(second.engine);
+      const recovered = await second.engine.recoverInterrupted();
+      const outcome = await second.engine.finished(started.workflowId);
+      if (narrowing.reason === null) {
+        expect(recovered.refused).not.toContain(started.workflowId);
+        expect(outcome.status).toBe("completed");
+        expect(ran).toBe(1);
+      } else {
+        expect(recovered.refused, narrowing.reason).toContain(started.workflowId);
+        expect(outcome.status).toBe("failed");
+        expect(outcome.summary).toContain(narrowing.reason);
+        expect(ran).toBe(0);
+      }
+      await second.engine.close();
+      await db.pool.query(
+        "update accounts set is_owner = true, permission_settings = '{}', tool_deny = '{}' where id = $1::uuid",
+        [w.accountId],
+      );
+    }
+  });
+
   it("malformed scopes, ancestry cycles, missing accounts and another account's session refuse; a parent link across accounts cannot be stored (S004-321)", async () => {
     const { repo, acct, root, delegate } = await setup();
     const child = await delegate(root.id, {});

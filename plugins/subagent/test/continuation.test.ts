@@ -988,7 +988,7 @@ nodes:
 });
 
 describe("current access is rebuilt, never read from the journal", () => {
-  it("identity, permission policy and tool grants are rebuilt from the account as it is now (S004-314)", async () => {
+  it("identity, permission policy and tool grants are rebuilt from the account as it is now", async () => {
     const { captureDelegatedExecutionScope } = await import("@crw/brain");
     const { boundaryAgainst, currentDelegatedAccess } = await import("../src/index.js");
     const w = await world(db.pool, { toolAllow: ["Read", "Bash"] });
