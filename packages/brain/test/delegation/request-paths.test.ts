@@ -93,7 +93,7 @@ describe("one request for every path of a delegated call", () => {
     await service.close();
   });
 
-  it("current account denials narrow a turn without changing the durable scope (S004-207)", async () => {
+  it("current account denials and the caller's own narrow a turn without changing the durable scope (S004-207)", async () => {
     const { seen, runner } = recording();
     const { service, repo } = makeService(db.pool, { runner, tools: () => [writeTool] });
     const { account, parent } = await newParent(service);
@@ -124,6 +124,24 @@ describe("one request for every path of a delegated call", () => {
       m.role === "toolResult" && m.toolName === "Write" ? [m.isError] : [],
     );
     expect(again).toEqual([false, true, false]);
+    // The caller's own denial (a read-only DelegateContinue) narrows its turn alone, the same way.
+    await service.continueSubagent({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      childSessionId: first.childSessionId,
+      toolCallId: "c3",
+      text: writeTask("tried read-only"),
+      mode: "foreground",
+      callerReadOnly: true,
+    });
+    await continueForeground(service, { parent, account }, first.childSessionId, "c4", writeTask("wrote"));
+    const last = messages(await repo.readJournal(first.childSessionId, account.id)).flatMap((m) =>
+      m.role === "toolResult" && m.toolName === "Write" ? [m.isError] : [],
+    );
+    expect(last).toEqual([false, true, false, true, false]);
+    const readOnly = seen.filter((r) => r.sessionId === first.childSessionId).map((r) => r.readOnly);
+    expect(readOnly).toEqual([false, false, false, true, false]);
+    expect(await storedScopeText(first.childSessionId)).toBe(before);
     await service.close();
   });
 

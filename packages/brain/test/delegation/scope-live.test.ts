@@ -241,6 +241,38 @@ describe("scope capture and live access in delegation", () => {
     expect(names.some((n) => n.includes("wait") || n.includes("sleep"))).toBe(false);
   });
 
+  it("a text follow-up the call takes is delivered into the child's journal, and its receipt names the row it became (S004-044)", async () => {
+    let steered = false;
+    const base = createScriptedTurnRunner();
+    const { service, repo } = makeService(db.pool, {
+      runner: {
+        async runTurn(request, host) {
+          if (request.scope && !steered) {
+            steered = true;
+            // the caller's text arrives while the child's first turn works; the turn then ends well
+            await repo.enqueueSteer(request.sessionId, request.principalAccountId, "one more thing");
+          }
+          return base.runTurn(request, host);
+        },
+      },
+    });
+    const { account, parent } = await newParent(service);
+    const r = await delegateForeground(service, { parent, account }, "d", "t");
+    if (r.kind !== "result") throw new Error("expected a result");
+    const receipts = await db.pool.query<{ status: string; journal_seq: string | null; drop_reason: null }>(
+      "select status, journal_seq, drop_reason from delegated_steers where child_session_id = $1",
+      [r.childSessionId],
+    );
+    expect(receipts.rows).toEqual([
+      { status: "delivered", journal_seq: expect.anything(), drop_reason: null },
+    ]);
+    const row = await db.pool.query<{ body: string }>(
+      "select body from journal_entries where session_id = $1 and seq = $2",
+      [r.childSessionId, receipts.rows[0]?.journal_seq],
+    );
+    expect(row.rows[0]?.body).toContain("one more thing");
+  });
+
   it("a text follow-up the call can no longer take gets its dropped notice; the failure persists only its reason (S004-044 S004-055 S004-057)", async () => {
     let steered = false;
     const base = createScriptedTurnRunner();
