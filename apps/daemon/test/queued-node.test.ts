@@ -81,7 +81,8 @@ describe("a workflow node in a full pool", () => {
     let child = "";
     await waitFor(async () => {
       child = (await journaled())?.childSessionId ?? "";
-      return child !== "" && daemon.runtime.executionFor(child).state === "queued";
+      const where = child ? daemon.runtime.executionFor(child) : null;
+      return where?.location === "runner" && where.state === "queued";
     }, "the node's child queued");
     // a node's run is its journaled state (running, with its child), stored with the child's session row
     const stored = await pool.query("select kind, parent_session_id from sessions where id = $1::uuid", [

@@ -171,7 +171,7 @@ describe("journaledBoundaryCheck's current access", () => {
     const access = {
       operator: true,
       tools: { allow: ["Read", "Bash"] },
-      permissionBoundary: "workspace-write",
+      permissionBoundary: "workspace-write" as const,
     };
     const one = parseWorkflowDefinition('name: one\nnodes:\n  - { id: a, task: "TASK a" }\n');
     const narrowings = [

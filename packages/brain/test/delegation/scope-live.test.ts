@@ -82,6 +82,26 @@ const storedScope = async (childId: string) =>
       ?.scope ?? "null",
   );
 
+/**
+ * A service whose child's first turn gets the caller's text "one more thing" while it works, then ends as
+ * `ending` says (null: as the script would).
+ */
+function steeredService(ending: { stopReason: "error"; errorMessage: string } | null) {
+  let steered = false;
+  const base = createScriptedTurnRunner();
+  const made = makeService(db.pool, {
+    runner: {
+      async runTurn(request, host) {
+        if (!request.scope || steered) return base.runTurn(request, host);
+        steered = true;
+        await made.repo.enqueueSteer(request.sessionId, request.principalAccountId, "one more thing");
+        return ending ?? base.runTurn(request, host);
+      },
+    },
+  });
+  return made;
+}
+
 describe("scope capture and live access in delegation", () => {
   it("the captured operator flag comes from the account: owners and administrators, nobody else (S004-200)", async () => {
     const { service } = makeService(db.pool);
@@ -242,20 +262,8 @@ describe("scope capture and live access in delegation", () => {
   });
 
   it("a text follow-up the call takes is delivered into the child's journal, and its receipt names the row it became (S004-044)", async () => {
-    let steered = false;
-    const base = createScriptedTurnRunner();
-    const { service, repo } = makeService(db.pool, {
-      runner: {
-        async runTurn(request, host) {
-          if (request.scope && !steered) {
-            steered = true;
-            // the caller's text arrives while the child's first turn works; the turn then ends well
-            await repo.enqueueSteer(request.sessionId, request.principalAccountId, "one more thing");
-          }
-          return base.runTurn(request, host);
-        },
-      },
-    });
+    // the caller's text arrives while the child's first turn works; the turn then ends well
+    const { service } = steeredService(null);
     const { account, parent } = await newParent(service);
     const r = await delegateForeground(service, { parent, account }, "d", "t");
     if (r.kind !== "result") throw new Error("expected a result");
@@ -274,21 +282,8 @@ describe("scope capture and live access in delegation", () => {
   });
 
   it("a text follow-up the call can no longer take gets its dropped notice; the failure persists only its reason (S004-044 S004-055 S004-057)", async () => {
-    let steered = false;
-    const base = createScriptedTurnRunner();
-    const { service, repo } = makeService(db.pool, {
-      runner: {
-        async runTurn(request, host) {
-          if (request.scope && !steered) {
-            steered = true;
-            // a Build caller's text arrives while the provider request is in flight, which then fails
-            await repo.enqueueSteer(request.sessionId, request.principalAccountId, "one more thing");
-            return { stopReason: "error", errorMessage: "provider down" };
-          }
-          return base.runTurn(request, host);
-        },
-      },
-    });
+    // a Build caller's text arrives while the provider request is in flight, which then fails
+    const { service } = steeredService({ stopReason: "error", errorMessage: "provider down" });
     const { account, parent } = await newParent(service);
     const r = await delegateForeground(service, { parent, account }, "d", "t");
     expect(r).toMatchObject({ kind: "result", outcome: "error" });
