@@ -81,11 +81,10 @@ const db = await import("../packages/db/dist/index.js");
 const daemonLib = await import("../apps/daemon/dist/index.js");
 const pgServer = await startBenchPostgres("crw-bench-tap-", db.migrate);
 const dataDir = mkdtempSync(join(tmpdir(), "crw-bench-tap-data-"));
-const project = mkdtempSync(join(tmpdir(), "crw-bench-tap-project-"));
 const daemon = await daemonLib.startDaemon(
   daemonLib.loadConfig({
     env: { DATABASE_URL: pgServer.url },
-    overrides: { dataDir, port: 0, projectRoot: project, runtime: { maxRunners: 1, turnsPerRunner: 2 } },
+    overrides: { dataDir, port: 0, runtime: { maxRunners: 1, turnsPerRunner: 2 } },
   }),
   { log: pino({ level: "silent" }) },
 );
@@ -287,4 +286,3 @@ ws.close();
 await daemon.stop();
 await pgServer.stop();
 rmSync(dataDir, { recursive: true, force: true });
-rmSync(project, { recursive: true, force: true });
