@@ -1,15 +1,34 @@
-import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import {
+  appendFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import type { LightRow } from "../src/run/lightJournal.js";
 import { emptyOwnerView, foldOwnerView, openCallAgents, readOwnerView } from "../src/run/ownerView.js";
 import { runPaths } from "../src/run/paths.js";
 
+// every run directory the file makes (a property test makes one a case), removed at its end
+const roots: string[] = [];
+const tempRoot = () => {
+  const root = mkdtempSync(join(tmpdir(), "crw-owner-view-"));
+  roots.push(root);
+  return root;
+};
+afterAll(() => {
+  for (const root of roots) rmSync(root, { recursive: true, force: true });
+});
+
 // a header with text of several bytes a character: offsets are in bytes
 const freshRun = () => {
-  const paths = runPaths(mkdtempSync(join(tmpdir(), "crw-owner-view-")), "r1");
+  const paths = runPaths(tempRoot(), "r1");
   mkdirSync(paths.dir, { recursive: true });
   const header = { journal: "crw-flow", run_id: "r1", workflow: "/tmp/é/wörk.mjs" };
   writeFileSync(paths.journal, `${JSON.stringify(header)}\n`);
@@ -97,7 +116,7 @@ describe("the owner's view of a run's journal", () => {
       expect(Object.keys(readOwnerView(paths).calls)).toEqual(["c1"]);
     }
     // no journal: an empty view, and nothing kept for it
-    const none = runPaths(mkdtempSync(join(tmpdir(), "crw-owner-view-")), "r2");
+    const none = runPaths(tempRoot(), "r2");
     expect(readOwnerView(none)).toEqual(emptyOwnerView());
     expect(existsSync(kept(none))).toBe(false);
   });

@@ -2,7 +2,7 @@ import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readJournalFile } from "../../src/journal/journal.js";
 import type { JournalRow } from "../../src/journal/rows.js";
 import { lockHolder, pidAlive, tryLock } from "../../src/run/locks.js";
@@ -20,6 +20,11 @@ export default {
 `;
 
 beforeAll(() => ensureBuilt(), 180_000);
+/** Each paused run's directory, removed once the file's tests are done (its run process has ended). */
+const roots: string[] = [];
+afterAll(() => {
+  for (const root of roots) rmSync(root, { recursive: true, force: true });
+});
 
 interface Run {
   state: string;
@@ -32,6 +37,7 @@ interface Run {
 
 async function pausedRun(name: string): Promise<Run> {
   const root = mkdtempSync(join(tmpdir(), "crw-flow-answer-"));
+  roots.push(root);
   const state = join(root, "state");
   const runTmp = join(root, "run-tmp");
   mkdirSync(runTmp);
