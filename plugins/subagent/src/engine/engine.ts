@@ -480,12 +480,11 @@ export class WorkflowEngine {
     );
   }
 
-  /** Stop: running nodes are interrupted and pending ones never start; one summary reaches the parent. */
   /** Lands the workflow's isolated nodes' committed branches (see `landWorkflowNodes`). */
   land(workflowId: string, principalAccountId: string): Promise<LandedNode[]> {
     return landWorkflowNodes(this.#repo, workflowId, principalAccountId);
   }
-
+  /** Stop: running nodes are interrupted and pending ones never start; one summary reaches the parent. */
   async cancel(workflowId: string, principalAccountId: string): Promise<WorkflowOutcome> {
     const run = this.#runs.get(workflowId);
     if (!run || run.journal.principalAccountId !== principalAccountId) {
