@@ -1,5 +1,13 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
@@ -88,6 +96,28 @@ const waitFor = async (check: () => boolean, what: string, ms = 30_000) => {
   }
 };
 
+/** Whether process `pid` holds an established TCP connection to `port` on this machine (Linux /proc). */
+function connectedTo(pid: number | undefined, port: number): boolean {
+  if (pid === undefined) return false;
+  const inodes = new Set<string>();
+  for (const table of ["/proc/net/tcp", "/proc/net/tcp6"]) {
+    if (!existsSync(table)) continue;
+    for (const line of readFileSync(table, "utf8").split("\n").slice(1)) {
+      const f = line.trim().split(/\s+/);
+      // remote address as hex ip:port, state 01 = established, inode in the tenth column
+      if (f[3] === "01" && Number.parseInt(f[2]?.split(":")[1] ?? "", 16) === port && f[9]) inodes.add(f[9]);
+    }
+  }
+  try {
+    return readdirSync(`/proc/${pid}/fd`).some((fd) => {
+      const link = readlinkSync(`/proc/${pid}/fd/${fd}`, { encoding: "utf8" });
+      return inodes.has(/^socket:\[(\d+)\]$/.exec(link)?.[1] ?? "");
+    });
+  } catch {
+    return false;
+  }
+}
+
 let urls = "";
 let token = "";
 
@@ -140,8 +170,12 @@ describe("following across a daemon's death", () => {
 
     const tap = background(["tap", session, "--until-idle", ...at], env());
     const follow = background(["workflow", "follow", workflowId, ...at], env());
-    // both are connected (to A, the first URL) before A dies
-    await new Promise((r) => setTimeout(r, 1_500));
+    // both are connected (to A, the first URL) before A dies: seen in the kernel's table of connections
+    const portA = Number(new URL(stateOf(dirA).url).port);
+    await waitFor(
+      () => connectedTo(tap.child.pid, portA) && connectedTo(follow.child.pid, portA),
+      "the tap and the follow connected to the first daemon",
+    );
     expect(tap.child.exitCode).toBeNull();
     expect(follow.child.exitCode).toBeNull();
     process.kill(stateOf(dirA).pid, "SIGKILL");
