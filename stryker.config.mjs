@@ -61,17 +61,17 @@ const MODULES = {
   "brain-settlement": {
     pkg: "brain",
     mutate: [
-      "packages/brain/src/delegation/settlement.ts:142-160",
-      "packages/brain/src/delegation/settlement.ts:222-261",
-      "packages/brain/src/delegation/settlement.ts:297-334",
-      "packages/brain/src/delegation/settlement.ts:354-406",
-      "packages/brain/src/delegation/settlement.ts:554-555",
+      "packages/brain/src/delegation/settlement.ts:149-167",
+      "packages/brain/src/delegation/settlement.ts:229-267",
+      "packages/brain/src/delegation/settlement.ts:304-340",
+      "packages/brain/src/delegation/settlement.ts:361-416",
+      "packages/brain/src/delegation/settlement.ts:585-586",
     ],
   },
   // two of those ranges in runs of their own (each writes its report): the first turn with the settling
   // mark and its reply (b), the settlement drain's loop with its look (d)
-  "brain-settlement-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:222-261"] },
-  "brain-settlement-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:354-406"] },
+  "brain-settlement-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:229-267"] },
+  "brain-settlement-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:361-416"] },
   // results carried into the parent's next turn
   // narrowed to deliverQueued (the message format, lines 6-23, is left out: its tests are pure)
   "brain-delivery": { pkg: "brain", mutate: ["packages/brain/src/delegation/delivery.ts:99-155"] },
