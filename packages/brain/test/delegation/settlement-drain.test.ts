@@ -1,8 +1,9 @@
 import type { DelegationRepository } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
-import { createScriptedTurnRunner, type SessionTurnRunner } from "../../src/index.js";
+import { createScriptedTurnRunner, type DelegationService, type SessionTurnRunner } from "../../src/index.js";
 import {
+  type Caller,
   delegateBackground,
   delegateCall,
   gateTool,
@@ -42,6 +43,19 @@ async function steerRows(childSessionId: string) {
   return rows;
 }
 
+/** The call's run once it settled (and the service went idle), with the one result its parent got. */
+async function settledCall(service: DelegationService, runId: string, caller: Caller) {
+  const { repo } = service;
+  await waitFor(
+    async () => (await repo.getRun(runId, caller.account.id)).settledAt !== null,
+    "the call to settle",
+  );
+  await service.whenIdle();
+  const run = await repo.getRun(runId, caller.account.id);
+  const [resultId] = await repo.settledResultIds(caller.parent.id, caller.account.id);
+  return { run, result: await repo.getResult(resultId ?? "", caller.account.id) };
+}
+
 /**
  * A background call whose child gets a text follow-up during each of its first `steered` turns (each one
  * then needs one more follow-up turn), with the given service options. Returns the settled run and result.
@@ -70,14 +84,7 @@ async function steeredCall(
     }),
   );
   if (receipt.kind !== "started") throw new Error("expected a background call");
-  await waitFor(
-    async () => (await repo.getRun(receipt.runId, account.id)).settledAt !== null,
-    "the call to settle",
-  );
-  await service.whenIdle();
-  const run = await repo.getRun(receipt.runId, account.id);
-  const [resultId] = await repo.settledResultIds(parent.id, account.id);
-  const result = await repo.getResult(resultId ?? "", account.id);
+  const { run, result } = await settledCall(service, receipt.runId, { parent, account });
   const replies = messages(await repo.readJournal(receipt.childSessionId, account.id)).flatMap((m) =>
     m.role === "assistant" ? m.content.flatMap((c) => (c.type === "text" ? [c.text] : [])) : [],
   );
@@ -185,10 +192,11 @@ describe("a repository without the one-snapshot read of a child's work", () => {
 });
 
 /**
- * A call settling on a live helper gets a workflow summary: its result turn starts on its own and is held
- * (before its model runs) until the helper has settled too, so the settlement finds that turn running.
+ * A background call whose child answered "C waits" and now settles on a live helper (held by `helperGate`);
+ * the child's second turn (a workflow summary's result turn) is held before its model runs until
+ * `summaryRelease` opens (`summaryHeld` says it got there). `failSummaryTurn`: that turn fails.
  */
-async function summaryWhileSettling(failSummaryTurn: boolean) {
+async function callSettlingOnHelper(failSummaryTurn: boolean) {
   const gates = new Map<string, Promise<void>>();
   const helperGate = latch();
   gates.set("helper", helperGate.promise);
@@ -199,16 +207,6 @@ async function summaryWhileSettling(failSummaryTurn: boolean) {
     runner: beforeEachTurn(hook),
     tools: () => [gateTool("Gate", gates)],
   });
-  // the settlement's look that finds no live helper left: the next thing it does is look for a running
-  // result turn (no await in between)
-  const noHelperLeft = latch();
-  let watched = "";
-  const look = repo.markSettlingWithReply.bind(repo);
-  repo.markSettlingWithReply = async (runId, generation, sessionId, principal, options) => {
-    const out = await look(runId, generation, sessionId, principal, options);
-    if (sessionId === watched && out.work?.openChildRuns === 0) noHelperLeft.open();
-    return out;
-  };
   const { account, parent } = await newParent(service);
   const receipt = await delegateBackground(
     service,
@@ -242,29 +240,78 @@ async function summaryWhileSettling(failSummaryTurn: boolean) {
     );
     return answered && !service.turns.isBusy(childId);
   }, "the call settling on its live helper");
-  await service.emitDelegationCompletion({
-    kind: "workflow_summary",
-    parentSessionId: childId,
-    principalAccountId: account.id,
-    toolCallId: "wf",
-    outcome: "ok",
-    summary: "the workflow finished",
-  });
-  await summaryHeld.promise;
-  watched = childId;
-  helperGate.open();
+  const summary = () =>
+    service.emitDelegationCompletion({
+      kind: "workflow_summary",
+      parentSessionId: childId,
+      principalAccountId: account.id,
+      toolCallId: "wf",
+      outcome: "ok",
+      summary: "the workflow finished",
+    });
+  const settled = () => settledCall(service, receipt.runId, { parent, account });
+  return { repo, account, childId, helperGate, summaryHeld, summaryRelease, summary, settled };
+}
+
+/**
+ * A call settling on a live helper gets a workflow summary: its result turn starts on its own and is held
+ * (before its model runs) until the helper has settled too, so the settlement finds that turn running.
+ */
+async function summaryWhileSettling(failSummaryTurn: boolean) {
+  const call = await callSettlingOnHelper(failSummaryTurn);
+  // the settlement's look that finds no live helper left: the next thing it does is look for a running
+  // result turn (no await in between)
+  const noHelperLeft = latch();
+  const look = call.repo.markSettlingWithReply.bind(call.repo);
+  call.repo.markSettlingWithReply = async (runId, generation, sessionId, principal, options) => {
+    const out = await look(runId, generation, sessionId, principal, options);
+    if (sessionId === call.childId && out.work?.openChildRuns === 0) noHelperLeft.open();
+    return out;
+  };
+  await call.summary();
+  await call.summaryHeld.promise;
+  call.helperGate.open();
   // the settlement wakes on the helper's result and finds the summary's turn still running
   await noHelperLeft.promise;
   await new Promise((r) => setImmediate(r));
-  summaryRelease.open();
+  call.summaryRelease.open();
+  return call.settled();
+}
+
+/**
+ * As above, but the summary's result turn takes the helper's result too: the settlement's look, held until
+ * that turn runs, finds nothing open and nothing waiting while the turn still runs.
+ */
+async function summaryTakingEverything() {
+  const call = await callSettlingOnHelper(false);
+  const lookHeld = latch();
+  const lookRelease = latch();
+  const lookDone = latch();
+  let hold = false;
+  const look = call.repo.markSettlingWithReply.bind(call.repo);
+  call.repo.markSettlingWithReply = async (runId, generation, sessionId, principal, options) => {
+    if (sessionId !== call.childId || !hold) return look(runId, generation, sessionId, principal, options);
+    hold = false;
+    lookHeld.open();
+    await lookRelease.promise;
+    const out = await look(runId, generation, sessionId, principal, options);
+    lookDone.open();
+    return out;
+  };
+  hold = true;
+  await lookHeld.promise;
+  call.helperGate.open();
   await waitFor(
-    async () => (await repo.getRun(receipt.runId, account.id)).settledAt !== null,
-    "the call to settle",
+    async () => (await call.repo.queuedResultIds(call.childId, call.account.id)).length === 1,
+    "the helper's result",
   );
-  await service.whenIdle();
-  const run = await repo.getRun(receipt.runId, account.id);
-  const [resultId] = await repo.settledResultIds(parent.id, account.id);
-  return { run, result: await repo.getResult(resultId ?? "", account.id) };
+  await call.summary();
+  await call.summaryHeld.promise;
+  lookRelease.open();
+  await lookDone.promise;
+  await new Promise((r) => setImmediate(r));
+  call.summaryRelease.open();
+  return call.settled();
 }
 
 describe("a result turn the settlement finds running", () => {
@@ -279,5 +326,12 @@ describe("a result turn the settlement finds running", () => {
     const { run, result } = await summaryWhileSettling(true);
     expect(run.status).toBe("failed");
     expect(result).toMatchObject({ outcome: "error", body: "scripted provider failure" });
+  });
+
+  it("that took everything pending is still waited for: the call settles with that turn's answer", async () => {
+    const { run, result } = await summaryTakingEverything();
+    expect(run.status).toBe("succeeded");
+    // the summary's turn took the summary and the helper's result: "(2)", not the first answer "C waits"
+    expect(result.body).toBe("C took (2)");
   });
 });
