@@ -1,7 +1,12 @@
 import type { DelegationRepository } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
-import { createScriptedTurnRunner, type DelegationService, type SessionTurnRunner } from "../../src/index.js";
+import {
+  createScriptedTurnRunner,
+  type DelegationService,
+  type SessionTurnRunner,
+  type TurnOutcome,
+} from "../../src/index.js";
 import {
   type Caller,
   delegateBackground,
@@ -19,17 +24,20 @@ const db = useTestDatabase();
 
 /**
  * The scripted runner, with `hook.beforeTurn(sessionId, n)` awaited before the n-th turn (1-based) of each
- * session runs: after the bracket journaled what was pending, before the model sees it.
+ * session runs: after the bracket journaled what was pending, before the model sees it. An outcome it
+ * answers is the turn's, without the model.
  */
-function beforeEachTurn(hook: { beforeTurn?: (sessionId: string, n: number) => Promise<void> }) {
+function beforeEachTurn(hook: {
+  beforeTurn?: (sessionId: string, n: number) => Promise<TurnOutcome | undefined>;
+}) {
   const scripted = createScriptedTurnRunner();
   const counts = new Map<string, number>();
   const runner: SessionTurnRunner = {
     async runTurn(request, host) {
       const n = (counts.get(request.sessionId) ?? 0) + 1;
       counts.set(request.sessionId, n);
-      await hook.beforeTurn?.(request.sessionId, n);
-      return scripted.runTurn(request, host);
+      const instead = await hook.beforeTurn?.(request.sessionId, n);
+      return instead ?? scripted.runTurn(request, host);
     },
   };
   return runner;
@@ -64,7 +72,7 @@ async function steeredCall(
   steered: number,
   options: { maxDrainTurns?: number; failAtRequest?: number } = {},
 ) {
-  const hook: { beforeTurn?: (sessionId: string, n: number) => Promise<void> } = {};
+  const hook: Parameters<typeof beforeEachTurn>[0] = {};
   const { service, repo } = makeService(db.pool, {
     runner: beforeEachTurn(hook),
     ...(options.maxDrainTurns !== undefined ? { maxDrainTurns: options.maxDrainTurns } : {}),
@@ -194,15 +202,16 @@ describe("a repository without the one-snapshot read of a child's work", () => {
 /**
  * A background call whose child answered "C waits" and now settles on a live helper (held by `helperGate`);
  * the child's second turn (a workflow summary's result turn) is held before its model runs until
- * `summaryRelease` opens (`summaryHeld` says it got there). `failSummaryTurn`: that turn fails.
+ * `summaryRelease` opens (`summaryHeld` says it got there); it then answers, fails at the provider, or ends
+ * stopped (as a runner may report, not by the call's signal).
  */
-async function callSettlingOnHelper(failSummaryTurn: boolean) {
+async function callSettlingOnHelper(summaryTurn: "answers" | "fails" | "stops") {
   const gates = new Map<string, Promise<void>>();
   const helperGate = latch();
   gates.set("helper", helperGate.promise);
   const summaryHeld = latch();
   const summaryRelease = latch();
-  const hook: { beforeTurn?: (sessionId: string, n: number) => Promise<void> } = {};
+  const hook: Parameters<typeof beforeEachTurn>[0] = {};
   const { service, repo } = makeService(db.pool, {
     runner: beforeEachTurn(hook),
     tools: () => [gateTool("Gate", gates)],
@@ -224,7 +233,7 @@ async function callSettlingOnHelper(failSummaryTurn: boolean) {
       answer: "C waits",
       followUp: "C took",
       // requests 0 and 1 are the call's own turn; request 2 is the summary's result turn
-      ...(failSummaryTurn ? { failAtRequest: 2 } : {}),
+      ...(summaryTurn === "fails" ? { failAtRequest: 2 } : {}),
     }),
   );
   if (receipt.kind !== "started") throw new Error("expected a background call");
@@ -233,6 +242,7 @@ async function callSettlingOnHelper(failSummaryTurn: boolean) {
     if (sessionId !== childId || n !== 2) return;
     summaryHeld.open();
     await summaryRelease.promise;
+    return summaryTurn === "stops" ? { stopReason: "aborted" } : undefined;
   };
   await waitFor(async () => {
     const answered = messages(await repo.readJournal(childId, account.id)).some(
@@ -257,8 +267,8 @@ async function callSettlingOnHelper(failSummaryTurn: boolean) {
  * A call settling on a live helper gets a workflow summary: its result turn starts on its own and is held
  * (before its model runs) until the helper has settled too, so the settlement finds that turn running.
  */
-async function summaryWhileSettling(failSummaryTurn: boolean) {
-  const call = await callSettlingOnHelper(failSummaryTurn);
+async function summaryWhileSettling(summaryTurn: "answers" | "fails" | "stops") {
+  const call = await callSettlingOnHelper(summaryTurn);
   // the settlement's look that finds no live helper left: the next thing it does is look for a running
   // result turn (no await in between)
   const noHelperLeft = latch();
@@ -283,7 +293,7 @@ async function summaryWhileSettling(failSummaryTurn: boolean) {
  * that turn runs, finds nothing open and nothing waiting while the turn still runs.
  */
 async function summaryTakingEverything() {
-  const call = await callSettlingOnHelper(false);
+  const call = await callSettlingOnHelper("answers");
   const lookHeld = latch();
   const lookRelease = latch();
   const lookDone = latch();
@@ -316,14 +326,14 @@ async function summaryTakingEverything() {
 
 describe("a result turn the settlement finds running", () => {
   it("is waited for, and the helper result that came meanwhile gets its own turn before the call settles", async () => {
-    const { run, result } = await summaryWhileSettling(false);
+    const { run, result } = await summaryWhileSettling("answers");
     expect(run.status).toBe("succeeded");
     // the summary's turn answered "(1)"; the next turn took the helper's result as well: "(2)"
     expect(result.body).toBe("C took (2)");
   });
 
   it("that fails ends the call with its failure; the helper result is not taken", async () => {
-    const { run, result } = await summaryWhileSettling(true);
+    const { run, result } = await summaryWhileSettling("fails");
     expect(run.status).toBe("failed");
     expect(result).toMatchObject({ outcome: "error", body: "scripted provider failure" });
   });
@@ -333,5 +343,12 @@ describe("a result turn the settlement finds running", () => {
     expect(run.status).toBe("succeeded");
     // the summary's turn took the summary and the helper's result: "(2)", not the first answer "C waits"
     expect(result.body).toBe("C took (2)");
+  });
+
+  it("that ends stopped ends the call as stopped; the helper result that came meanwhile gets no turn", async () => {
+    const { run, result } = await summaryWhileSettling("stops");
+    expect(run.status).toBe("failed");
+    expect(run.error).toEqual({ code: "aborted", message: "the call was stopped" });
+    expect(result).toMatchObject({ outcome: "error", body: "the call was stopped" });
   });
 });
