@@ -37,7 +37,9 @@ describe("foreground waiter and Ctrl+B", () => {
       ]);
       snapshotWhenReleased = rows[0].snapshot;
     });
-    expect(await engine.background(started.workflowId, w.accountId)).toEqual({ ok: true });
+    expect(await engine.moveForegroundOf(w.parentSessionId, w.accountId)).toEqual([
+      { workflowId: started.workflowId, moved: { ok: true } },
+    ]);
     await until(() => snapshotWhenReleased !== undefined, "released");
     expect(snapshotWhenReleased).toMatchObject({ background: true, status: "running" });
     gate.resolve();
@@ -73,10 +75,9 @@ describe("foreground waiter and Ctrl+B", () => {
     void run?.released.then(() => {
       released = true;
     });
-    expect(await engine.background(started.workflowId, w.accountId)).toEqual({
-      ok: false,
-      reason: "disk full",
-    });
+    expect(await engine.moveForegroundOf(w.parentSessionId, w.accountId)).toEqual([
+      { workflowId: started.workflowId, moved: { ok: false, reason: "disk full" } },
+    ]);
     expect(events.some((e) => e.type === "background_failed" && e.error.message === "disk full")).toBe(true);
     gate.resolve();
     const outcome = await engine.finished(started.workflowId);

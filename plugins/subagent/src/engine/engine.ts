@@ -452,18 +452,6 @@ export class WorkflowEngine {
     return (await this.store.requestCancel(workflowId, principalAccountId)) ? "requested" : "not_running";
   }
 
-  /** Ctrl+B for a foreground WorkflowStart: see WorkflowRun.moveToBackground. */
-  async background(
-    workflowId: string,
-    principalAccountId: string,
-  ): Promise<{ ok: true } | { ok: false; reason: string }> {
-    const run = this.#runs.get(workflowId);
-    if (!run || run.journal.principalAccountId !== principalAccountId) {
-      return { ok: false, reason: `workflow ${workflowId} is not running here` };
-    }
-    return run.moveToBackground();
-  }
-
   /** Ctrl+B for a session: each workflow a foreground WorkflowStart of `parentSessionId` waits on here. */
   async moveForegroundOf(
     parentSessionId: string,
