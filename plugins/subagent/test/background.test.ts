@@ -11,7 +11,7 @@ const def = parseWorkflowDefinition(
 );
 
 describe("foreground waiter and Ctrl+B", () => {
-  it("engine.background persists the background snapshot before the foreground waiter is released", async () => {
+  it("Ctrl+B of a session persists its workflow's background snapshot before the foreground waiter is released", async () => {
     const w = await world(db.pool);
     const gate = deferred();
     let completions = 0;
@@ -47,7 +47,7 @@ describe("foreground waiter and Ctrl+B", () => {
     expect(completions).toBe(1); // backgrounded: the summary goes through the completion path
   });
 
-  it("a failed background snapshot write is diagnosed and leaves the waiter attached", async () => {
+  it("a failed background snapshot write is diagnosed and leaves the waiter attached (S004-280)", async () => {
     const w = await world(db.pool);
     const gate = deferred();
     const inner = pgWorkflowEmitter(new PgWorkflowStore(db.pool));
