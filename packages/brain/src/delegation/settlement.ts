@@ -148,6 +148,9 @@ export class DelegatedSettlement {
     };
     if (!run.childSessionId)
       return settle(run, "error", "the child session was discarded before it was ready", "child_missing");
+    // A turn of the child that runs or waits now may append rows after the start's read and end before the
+    // call's first turn looks: the start's inbox look and journal then do not stand for the turn's own.
+    const busyAtStart = this.core.turns.isBusy(run.childSessionId);
     const start = await this.core.writes.capture("a call's start", () =>
       this.core.repo.startRun(
         run.id,
@@ -198,7 +201,7 @@ export class DelegatedSettlement {
         opts.signal,
         settle,
         start.appended,
-        start.work,
+        busyAtStart ? undefined : start.work,
         start.journal ?? withStartRow(opts.journalBefore, start.row),
       );
     } finally {
@@ -296,9 +299,9 @@ export class DelegatedSettlement {
 
   /**
    * `runChildTurn`. `first`, for a call's first turn: its reply is not read (its settlement reads it);
-   * `work` is the inbox as the call's start read it, standing for the drain's own look while nothing can
-   * have run a turn of the child since (no turn of it waits here, and it has no open child run: a helper's
-   * result turn is the only other way one starts); `journal` is the child's whole journal as the start left
+   * `work` is the inbox as the call's start read it (none when a turn of the child ran or waited at the
+   * start), standing for the drain's own look while nothing can have run a turn of the child since (no turn
+   * of it waits here, and it has no open child run: a helper's result turn is the only other way one starts); `journal` is the child's whole journal as the start left
    * it, the turn's context while that look holds and the drain journals nothing.
    */
   #childTurn(

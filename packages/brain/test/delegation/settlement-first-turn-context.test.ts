@@ -95,4 +95,39 @@ describe("a fresh call's first turn, queued behind a turn of its child that held
     expect(context[2]).toMatchObject({ content: [{ type: "text", text: "done" }] });
     await made.service.close();
   });
+
+  it("gets the journal as that turn left it when that turn ends before the call's first turn looks, with no helper open", async () => {
+    const made = heldService();
+    const caller = await newParent(made.service);
+    const principal = caller.account.id;
+    const run = await queuedCall(made.service, caller, "call", scriptTask({ answer: "done" }));
+    const childId = run.childSessionId ?? "";
+    made.watch(childId);
+    const child = await made.repo.getSession(childId, principal);
+    // a turn of the child holds its lock when the call starts, nothing else open
+    const other = made.service.runChildTurn(child, parseDelegatedExecutionScope(child.scope ?? ""), () => {});
+    await made.look.held.promise;
+    // the call is held at its read of the caller's live authority, between its start and its first turn
+    const authority = latch();
+    const read = made.repo.getSessionWithAccount.bind(made.repo);
+    made.repo.getSessionWithAccount = async (...args) => {
+      await authority.promise;
+      return read(...args);
+    };
+    const call = made.service.executeRun(run);
+    await made.started.promise;
+    expect(made.start.journal?.entries).toHaveLength(1);
+    expect(made.start.work?.openChildRuns).toBe(0);
+    // the other turn answers and ends while the call is still on its way to its first turn
+    made.look.release.open();
+    await other;
+    authority.open();
+    await call;
+    const turns = made.seen.filter((r) => r.sessionId === childId);
+    expect(turns).toHaveLength(2);
+    expect(turns[0]?.context.map((m) => m.role)).toEqual(["user"]);
+    // the call's first turn folds the other turn's answer: the start's copy ended at the task
+    expect(turns[1]?.context.map((m) => m.role)).toEqual(["user", "assistant"]);
+    await made.service.close();
+  });
 });
