@@ -61,17 +61,17 @@ const MODULES = {
   "brain-settlement": {
     pkg: "brain",
     mutate: [
-      "packages/brain/src/delegation/settlement.ts:149-167",
-      "packages/brain/src/delegation/settlement.ts:229-267",
-      "packages/brain/src/delegation/settlement.ts:304-340",
-      "packages/brain/src/delegation/settlement.ts:361-416",
-      "packages/brain/src/delegation/settlement.ts:585-586",
+      "packages/brain/src/delegation/settlement.ts:149-170",
+      "packages/brain/src/delegation/settlement.ts:232-270",
+      "packages/brain/src/delegation/settlement.ts:307-343",
+      "packages/brain/src/delegation/settlement.ts:364-419",
+      "packages/brain/src/delegation/settlement.ts:588-589",
     ],
   },
   // two of those ranges in runs of their own (each writes its report): the first turn with the settling
   // mark and its reply (b), the settlement drain's loop with its look (d)
-  "brain-settlement-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:229-267"] },
-  "brain-settlement-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:361-416"] },
+  "brain-settlement-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:232-270"] },
+  "brain-settlement-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:364-419"] },
   // results carried into the parent's next turn
   // narrowed to deliverQueued (the message format, lines 6-23, is left out: its tests are pure)
   "brain-delivery": { pkg: "brain", mutate: ["packages/brain/src/delegation/delivery.ts:99-155"] },
