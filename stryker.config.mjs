@@ -134,9 +134,9 @@ const MODULES = {
     // explicit resume's generation advance and node reset, boot recovery (the claim pass, the claimed
     // journals, one workflow's resume); narrowed to fit 2 shared cores
     mutate: [
-      "plugins/subagent/src/engine/engine.ts:541-573",
-      "plugins/subagent/src/engine/engine.ts:592-674",
-      "plugins/subagent/src/engine/engine.ts:675-750",
+      "plugins/subagent/src/engine/engine.ts:540-572",
+      "plugins/subagent/src/engine/engine.ts:591-673",
+      "plugins/subagent/src/engine/engine.ts:674-749",
     ],
   },
 };

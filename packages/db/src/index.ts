@@ -42,3 +42,47 @@ export { createPool } from "./pool.js";
 export * from "./repositories/delegation.js";
 export * from "./repositories/journal.js";
 export { type Isolation, type Queryable, RETRYABLE_SQLSTATES, tx } from "./tx.js";
+export {
+  grantWorkflowArtifact,
+  grantWorkflowArtifacts,
+  putWorkflowArtifactGranted,
+  readWorkflowArtifact,
+  type WorkflowArtifactKey,
+  workflowArtifactGrants,
+} from "./workflow/artifacts.js";
+export {
+  readWorkflowJournals,
+  type StoredWorkflowJournal,
+  type WorkflowJournalNodeRow,
+  type WorkflowJournalNodeText,
+  type WorkflowJournalWrite,
+  writeWorkflowJournal,
+} from "./workflow/journals.js";
+export {
+  claimInterruptedWorkflows,
+  handBackWorkflow,
+  listenForWorkflowCancels,
+  releaseWorkflow,
+  requestWorkflowCancel,
+  WORKFLOW_CANCEL_CHANNEL,
+  workflowCancelRequested,
+} from "./workflow/leases.js";
+export {
+  createNodeSession,
+  createPlannedNodeSession,
+  type NewNodeSession,
+  type NodeSessionRelation,
+  nodeSessionRelations,
+} from "./workflow/nodeSessions.js";
+export type { NewWorkflow, WorkflowRecovery, WorkflowRow, WorkflowStatus } from "./workflow/rows.js";
+export { deliverWorkflowSummary, type WorkflowSummaryHandoff } from "./workflow/summary.js";
+export {
+  advanceWorkflowGeneration,
+  getWorkflow,
+  insertWorkflow,
+  publishWorkflowSnapshot,
+  recoverableWorkflow,
+  terminalizeInvalidWorkflow,
+  workflowsByIds,
+  workflowsOfSession,
+} from "./workflow/workflows.js";

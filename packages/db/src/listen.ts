@@ -39,14 +39,41 @@ export interface ChannelsHandlers {
   readonly onError: (e: unknown) => void;
 }
 
+function checkChannel(channel: string): void {
+  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(channel)) throw new Error(`not a channel name: ${channel}`);
+}
+
+/**
+ * LISTEN on one channel on a connection of its own, held until `close` and not opened again when lost:
+ * for a listener whose notifications only hurry what it would also find out later. Opening it throws
+ * when the connection or its LISTEN fails.
+ */
+export async function listenWhileConnected(
+  pool: pg.Pool,
+  channel: string,
+  onPayload: (payload: string) => void,
+): Promise<ChannelListener> {
+  checkChannel(channel);
+  const client = await pool.connect();
+  client.on("notification", (n) => {
+    if (n.payload) onPayload(n.payload);
+  });
+  await client.query(`listen ${channel}`);
+  return {
+    close: async () => {
+      await client.query("unlisten *").catch(() => undefined);
+      client.release();
+    },
+  };
+}
+
 /** listenOnChannel for several channels on one connection (one LISTEN per channel, one reconnect loop). */
 export async function listenOnChannels(
   pool: pg.Pool,
   channels: readonly string[],
   handlers: ChannelsHandlers,
 ): Promise<ChannelListener> {
-  for (const channel of channels)
-    if (!/^[a-z_][a-z0-9_]{0,62}$/.test(channel)) throw new Error(`not a channel name: ${channel}`);
+  for (const channel of channels) checkChannel(channel);
   const wanted = new Set(channels);
   let closed = false;
   let client: pg.PoolClient | undefined;

@@ -10,10 +10,10 @@ import { OPEN } from "./runs.js";
  * as its connection lives. A run whose `locked_by` names an owner nobody holds any more was left by a dead
  * process (SIGKILL runs no hooks, but PostgreSQL drops a dead backend's locks) and may be claimed.
  */
-const OWNER_LOCK_CLASS = 7305;
+export const OWNER_LOCK_CLASS = 7305;
 
 /** The advisory lock key (pg_locks.objid) of an owner id held as `pg_advisory_lock(class, hashtext(id))`. */
-const lockKey = (ownerSql: string) => `(hashtext(${ownerSql})::bigint & 4294967295)::oid`;
+export const lockKey = (ownerSql: string) => `(hashtext(${ownerSql})::bigint & 4294967295)::oid`;
 
 /**
  * Announced (payload: the owner id) when a live process lets go of its owner lease, so that peers sweep for

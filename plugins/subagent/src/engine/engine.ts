@@ -1,6 +1,11 @@
 import { createHash, randomUUID } from "node:crypto";
 import type { WorkDirPlacement, WorkDirPolicy } from "@crw/brain";
-import { type DelegationRepository, PgDelegationRepository } from "@crw/db";
+import {
+  type ChannelListener,
+  type DelegationRepository,
+  listenForWorkflowCancels,
+  PgDelegationRepository,
+} from "@crw/db";
 import type pg from "pg";
 import type { ProjectFileReader } from "../definition/reader.js";
 import { definitionFormat } from "../definition/reader.js";
@@ -108,7 +113,7 @@ export class WorkflowEngine {
   readonly #repo: DelegationRepository;
   readonly #slots: NodeSlots | null;
   #releaseOwner: (() => Promise<void>) | undefined;
-  #listener: import("pg").PoolClient | undefined;
+  #listener: ChannelListener | undefined;
 
   constructor(private readonly options: WorkflowEngineOptions) {
     this.store = new PgWorkflowStore(options.pool);
@@ -133,13 +138,10 @@ export class WorkflowEngine {
   async open(): Promise<void> {
     this.#releaseOwner ??= await this.#repo.holdOwnerLease(this.options.owner);
     if (this.options.listenForCancel && !this.#listener) {
-      const client = await this.options.pool.connect();
-      client.on("notification", (msg) => {
-        const run = msg.payload ? this.#runs.get(msg.payload) : undefined;
+      this.#listener = await listenForWorkflowCancels(this.options.pool, (workflowId) => {
+        const run = this.#runs.get(workflowId);
         if (run && !run.journal.cancelRequested) void run.cancel();
       });
-      await client.query("listen crw_workflow_cancel");
-      this.#listener = client;
     }
   }
 
@@ -155,10 +157,7 @@ export class WorkflowEngine {
     this.#runs.clear();
     const listener = this.#listener;
     this.#listener = undefined;
-    if (listener) {
-      await listener.query("unlisten *").catch(() => undefined);
-      listener.release();
-    }
+    await listener?.close();
     const release = this.#releaseOwner;
     this.#releaseOwner = undefined;
     await release?.();

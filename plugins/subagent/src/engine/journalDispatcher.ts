@@ -1,4 +1,13 @@
-import type { AssistantMessage, DelegationRepository, JournalEntry, TranscriptMessage } from "@crw/db";
+import {
+  type AssistantMessage,
+  createNodeSession,
+  createPlannedNodeSession,
+  type DelegationRepository,
+  type JournalEntry,
+  type NodeSessionRelation,
+  nodeSessionRelations,
+  type TranscriptMessage,
+} from "@crw/db";
 import { WorkflowStateError } from "../errors.js";
 import { TickBatchedReader } from "../store/batch.js";
 import type {
@@ -11,12 +20,6 @@ import type {
   NodeRunRequest,
   NodeRunResult,
 } from "./dispatch.js";
-
-interface SessionRelation {
-  readonly kind: string;
-  readonly parent: string | null;
-  readonly principal: string;
-}
 
 /** A uuid as PostgreSQL prints it (lower-case, hyphenated): the only text a session id column compares equal to. */
 const CANONICAL_UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -146,14 +149,9 @@ function textOf(message: AssistantMessage): string {
 export class JournalNodeDispatcher implements NodeDispatcher {
   readonly #turns: NodeTurnExecutor;
   /** Child sessions' relations, read per tick: the nodes a recovery pass continues share a statement. */
-  readonly #sessions = new TickBatchedReader<string, SessionRelation>(async (ids) => {
-    const { rows } = await this.repo.pool.query<SessionRelation & { id: string }>(
-      `select id::text as id, kind, parent_session_id::text as parent, principal_account_id::text as principal
-         from sessions where id = any($1::uuid[])`,
-      [ids],
-    );
-    return new Map(rows.map((r) => [r.id, r]));
-  });
+  readonly #sessions = new TickBatchedReader<string, NodeSessionRelation>((ids) =>
+    nodeSessionRelations(this.repo.pool, ids),
+  );
 
   constructor(
     private readonly repo: DelegationRepository & { readonly pool: import("pg").Pool },
@@ -163,41 +161,24 @@ export class JournalNodeDispatcher implements NodeDispatcher {
   }
 
   async createChild(request: NodeChildRequest): Promise<string> {
-    if (request.childSessionId !== undefined) {
-      // Created with its planned id, or adopted: a row left by a process killed right after inserting it
-      // is the same planned child (same parent and principal, nothing journaled yet); it takes the
-      // model and scope prepared now. Anything else with that id is refused, never reused.
-      const { rows } = await this.repo.pool.query<{ id: string }>(
-        `insert into sessions (id, kind, parent_session_id, principal_account_id, model, scope)
-         values ($1::uuid, 'delegated', $2::uuid, $3::uuid, $4, $5)
-         on conflict (id) do update set model = excluded.model, scope = excluded.scope
-           where sessions.kind = 'delegated'
-             and sessions.parent_session_id = excluded.parent_session_id
-             and sessions.principal_account_id = excluded.principal_account_id
-             and not exists (select 1 from journal_entries j where j.session_id = excluded.id)
-         returning id`,
-        [
-          request.childSessionId,
-          request.parentSessionId,
-          request.principalAccountId,
-          request.model,
-          request.scope,
-        ],
+    const child = {
+      parentSessionId: request.parentSessionId,
+      principalAccountId: request.principalAccountId,
+      model: request.model,
+      scope: request.scope,
+    };
+    if (request.childSessionId === undefined) return createNodeSession(this.repo.pool, child);
+    // Created with its planned id, or adopted: a row left by a process killed right after inserting it
+    // is the same planned child (same parent and principal, nothing journaled yet); it takes the
+    // model and scope prepared now. Anything else with that id is refused, never reused.
+    const id = await createPlannedNodeSession(this.repo.pool, request.childSessionId, child);
+    if (id === null)
+      throw new WorkflowStateError(
+        "child_mismatch",
+        `node ${request.nodeId}: session ${request.childSessionId} exists and is not its planned child`,
+        { workflowId: request.workflowId, nodeId: request.nodeId },
       );
-      if (!rows[0])
-        throw new WorkflowStateError(
-          "child_mismatch",
-          `node ${request.nodeId}: session ${request.childSessionId} exists and is not its planned child`,
-          { workflowId: request.workflowId, nodeId: request.nodeId },
-        );
-      return String(rows[0].id);
-    }
-    const { rows } = await this.repo.pool.query<{ id: string }>(
-      `insert into sessions (kind, parent_session_id, principal_account_id, model, scope)
-       values ('delegated', $1::uuid, $2::uuid, $3, $4) returning id`,
-      [request.parentSessionId, request.principalAccountId, request.model, request.scope],
-    );
-    return String(rows[0]?.id);
+    return id;
   }
 
   async runNode(request: NodeRunRequest): Promise<NodeRunResult> {

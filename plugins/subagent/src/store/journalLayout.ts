@@ -1,3 +1,4 @@
+import type { WorkflowJournalNodeRow, WorkflowJournalNodeText, WorkflowJournalWrite } from "@crw/db";
 import { WorkflowStateError } from "../errors.js";
 import type { OrchestrationJournal } from "../journal/schema.js";
 
@@ -23,25 +24,16 @@ export interface NodeRowBody {
   readonly worktree?: unknown;
 }
 
-/** A node's row as read: its id, its index in `order` (null when not in it) and its body. */
-export interface NodeRow {
-  readonly id: string;
-  readonly position: number | null;
+/** A node's row as read (@crw/db's row), its body in this layout. */
+export interface NodeRow extends WorkflowJournalNodeRow {
   readonly body: NodeRowBody;
 }
 
 /** A node's row to write, its body serialized already. */
-export interface NodeRowText {
-  readonly id: string;
-  readonly position: number | null;
-  readonly body: string;
-}
+export type NodeRowText = WorkflowJournalNodeText;
 
 /** One journal write, serialized: the whole header and the rows of the nodes that changed. */
-export interface JournalWrite {
-  readonly header: string;
-  readonly nodes: readonly NodeRowText[];
-}
+export type JournalWrite = WorkflowJournalWrite;
 
 type Doc = Record<string, unknown>;
 
