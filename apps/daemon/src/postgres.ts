@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { readFile, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { runningPostmaster, socketUrl, startEmbeddedCluster, stopPostmaster } from "@crw/db";
+import { ensureDatabase, runningPostmaster, socketUrl, startEmbeddedCluster, stopPostmaster } from "@crw/db";
 
 /** The daemon's database: an external server, or an embedded cluster that lives in the data directory. */
 export interface DaemonDatabase {
@@ -48,17 +48,9 @@ async function clusterPassword(dataDir: string): Promise<{ password: string; fre
   return { password, fresh: true };
 }
 
-async function ensureDatabase(port: number, password: string): Promise<void> {
-  const { default: pg } = await import("pg");
-  const client = new pg.Client({ connectionString: embeddedUrl(port, password, "postgres") });
-  await client.connect();
-  try {
-    const { rowCount } = await client.query("select 1 from pg_database where datname = $1", [DATABASE]);
-    if (!rowCount) await client.query(`create database ${DATABASE}`);
-  } finally {
-    await client.end();
-  }
-}
+/** The daemon's database on the embedded server, made through its `postgres` database when missing. */
+const ensureDaemonDatabase = (port: number, password: string) =>
+  ensureDatabase(embeddedUrl(port, password, "postgres"), DATABASE);
 
 /**
  * `DATABASE_URL` when configured; else the embedded cluster under `<dataDir>/postgres`: made on first use,
@@ -79,7 +71,7 @@ export async function openDaemonDatabase(
   let socketDir: string | null;
   if (adopted) {
     log("adopting running embedded postgres", adopted);
-    await ensureDatabase(adopted.port, password);
+    await ensureDaemonDatabase(adopted.port, password);
     port = adopted.port;
     socketDir = adopted.socketDir;
     stop = () => stopPostmaster(adopted.pid);
@@ -90,7 +82,7 @@ export async function openDaemonDatabase(
         to: cluster.setAside,
       });
     // A server this start began is stopped again when the database cannot be made: nothing is left running.
-    await ensureDatabase(cluster.port, password).catch(async (e: unknown) => {
+    await ensureDaemonDatabase(cluster.port, password).catch(async (e: unknown) => {
       await cluster.stop().catch(() => undefined);
       throw e;
     });

@@ -14,6 +14,7 @@ export {
   type EmbeddedClusterOptions,
   EmbeddedPostgresError,
   type EmbeddedPostgresReason,
+  ensureDatabase,
   freePort,
   runningPostmaster,
   socketDirFor,

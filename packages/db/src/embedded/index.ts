@@ -6,6 +6,7 @@ export {
   socketUrl,
   startEmbeddedCluster,
 } from "./cluster.js";
+export { ensureDatabase } from "./database.js";
 export { EmbeddedPostgresError, type EmbeddedPostgresReason } from "./errors.js";
 export { runningPostmaster, stopPostmaster } from "./postmaster.js";
 export { DEFAULT_SERVER_USER } from "./serverUser.js";
