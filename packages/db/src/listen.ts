@@ -58,7 +58,13 @@ export async function listenWhileConnected(
   client.on("notification", (n) => {
     if (n.payload) onPayload(n.payload);
   });
-  await client.query(`listen ${channel}`);
+  try {
+    await client.query(`listen ${channel}`);
+  } catch (e) {
+    // a connection whose LISTEN failed goes back broken, never to the next borrower as a listener
+    client.release(e instanceof Error ? e : true);
+    throw e;
+  }
   return {
     close: async () => {
       await client.query("unlisten *").catch(() => undefined);
