@@ -167,6 +167,47 @@ describe("a recovery pass's claims", () => {
     expect((await mine(w, await taker.engine.recoverInterrupted())).resumed).toEqual([broken.workflowId]);
     expect((await taker.engine.finished(broken.workflowId)).status).toBe("completed");
   });
+
+  it("a workflow that fails before any run of it is registered (its invalid-journal report cannot be handed over) is reported refused and handed back; the pass completes, the others resume, and a later pass takes it (S004-304)", async () => {
+    const w = await world(db.pool);
+    const bad = await garbled(w);
+    const fine = await interrupted(w);
+    const owner = `taker-${randomUUID()}`;
+    const taker = await w.engine(({ task }) => `done ${taskLine(task)}`, { owner });
+    all.push(taker.engine);
+    // The store fails once, for that workflow only, while its report is handed over: nothing of it runs here.
+    const deliver = taker.engine.store.deliverSummary.bind(taker.engine.store);
+    let refusals = 0;
+    taker.engine.store.deliverSummary = async (input) => {
+      if (input.workflowId === bad && refusals++ === 0) throw new Error("the database refused the report");
+      return deliver(input);
+    };
+    const pass = taker.engine.recoverInterrupted();
+    await expect(pass).resolves.toBeDefined();
+    expect(await mine(w, await pass)).toEqual({ resumed: [fine.workflowId], invalid: [], refused: [bad] });
+    expect(refusals).toBe(1);
+    expect(taker.events).toContainEqual({
+      type: "invalid_journal",
+      workflowId: bad,
+      reason: "the database refused the report",
+    });
+    expect((await taker.engine.finished(fine.workflowId)).status).toBe("completed");
+    expect(taker.engine.runIds()).not.toContain(bad);
+    expect(await lockOf(bad)).toBe(`${owner}:handed-back`);
+    expect((await summaries(db.pool, w.parentSessionId)).map((s) => s.id)).not.toContain(
+      uuidFrom(`${bad}:invalid`),
+    );
+    // The next pass takes it again and hands its report over.
+    expect(await mine(w, await taker.engine.recoverInterrupted())).toEqual({
+      resumed: [],
+      invalid: [bad],
+      refused: [],
+    });
+    expect((await summaries(db.pool, w.parentSessionId)).map((s) => s.id)).toContain(
+      uuidFrom(`${bad}:invalid`),
+    );
+    expect(await lockOf(bad)).toBeNull();
+  });
 });
 
 describe("passes that overlap", () => {

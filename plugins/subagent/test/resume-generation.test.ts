@@ -1,7 +1,13 @@
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
-import { type NodeDispatcher, parseWorkflowDefinition } from "../src/index.js";
 import {
+  type NodeDispatcher,
+  type NodeState,
+  parseWorkflowDefinition,
+  type WorkflowOutcome,
+} from "../src/index.js";
+import {
+  childMessages,
   closeEnginesAfterEach,
   deferred,
   summaries,
@@ -136,5 +142,73 @@ describe("explicit WorkflowResume of a cancelled workflow", () => {
       expect(run?.journal.nodes[n]?.status).toBe("succeeded");
       expect(run?.journal.nodes[n]?.error).toBeUndefined();
     }
+  });
+
+  it("a node stopped after its child was made but before its turn began starts fresh in a new child on resume; its first child gets no turn", async () => {
+    const w = await world(db.pool);
+    const runs: string[] = [];
+    const calls: string[] = [];
+    const { engine } = await w.engine(
+      ({ task, sessionId }) => {
+        runs.push(`${taskLine(task)}@${sessionId}`);
+        return `done ${taskLine(task)}`;
+      },
+      {
+        wrap: (base): NodeDispatcher => ({
+          createChild: (r) => {
+            calls.push(`create:${r.nodeId}`);
+            return base.createChild(r);
+          },
+          runNode: (r) => {
+            calls.push(`run:${r.nodeId}@${r.childSessionId}`);
+            return base.runNode(r);
+          },
+          continueNode: (r, host) => {
+            calls.push(`continue:${r.nodeId}@${r.childSessionId}`);
+            return base.continueNode(r, host);
+          },
+        }),
+      },
+    );
+    all.push(engine);
+    const single = parseWorkflowDefinition(`
+name: early-stop
+nodes:
+  - { id: a, task: "TASK a" }
+`);
+    // The Stop arrives while a's grants are minted: its child is made and journaled running, its turn not begun.
+    let stopped: Promise<WorkflowOutcome> | undefined;
+    const stopSent = deferred();
+    let storedAtStop: NodeState | undefined;
+    const grant = engine.artifacts.grantMany.bind(engine.artifacts);
+    engine.artifacts.grantMany = async (workflowId, ...rest) => {
+      if (!stopped) {
+        storedAtStop = (await journal(workflowId)).nodes.a;
+        stopped = engine.cancel(workflowId, w.accountId);
+        stopSent.resolve();
+      }
+      return grant(workflowId, ...rest);
+    };
+    const started = await engine.start(w.ctx(), { definition: single });
+    const id = started.workflowId;
+    await stopSent.promise;
+    expect((await stopped)?.status).toBe("cancelled");
+    expect(storedAtStop?.status).toBe("running");
+    const firstChild = storedAtStop?.childSessionId as string;
+    expect(firstChild).toBeTruthy();
+    const before = await journal(id);
+    expect(before.nodes.a?.status).toBe("cancelled");
+    expect(before.nodes.a?.childSessionId).toBe(firstChild);
+    expect(calls).toEqual(["create:a"]);
+    await engine.resume(w.ctx({ toolCallId: "resume" }), id);
+    const run = engine.run(id);
+    expect((await engine.finished(id)).status).toBe("completed");
+    // Fresh: a new child is made and runs the task; the first child is neither retried nor given the task.
+    const secondChild = run?.journal.nodes.a?.childSessionId as string;
+    expect(secondChild).toBeTruthy();
+    expect(secondChild).not.toBe(firstChild);
+    expect(calls).toEqual(["create:a", "create:a", `run:a@${secondChild}`]);
+    expect(runs).toEqual([`TASK a@${secondChild}`]);
+    expect(await childMessages(db.pool, firstChild)).toEqual([]);
   });
 });
