@@ -1,5 +1,5 @@
 import { afterAll } from "vitest";
-import { removeSpillDirs } from "./delegation/helpers.js";
+import { removeScratchDirs } from "./delegation/helpers.js";
 
-// Each test file's spill directories go when its tests end.
-afterAll(() => removeSpillDirs());
+// Each test file's scratch directories (spill roots among them) go when its tests end.
+afterAll(() => removeScratchDirs());

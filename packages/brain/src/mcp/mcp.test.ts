@@ -1,5 +1,5 @@
 import { getEventListeners } from "node:events";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MCP_TOOLS_SERVER } from "@crw/tools/mcp";
@@ -17,9 +17,17 @@ const ctx = {
   progress: () => {},
 };
 const open: McpBridge[] = [];
+/** Scratch directories of the servers: removed once the bridges (and the servers they started) are closed. */
+const dirs: string[] = [];
 afterEach(async () => {
   await Promise.all(open.splice(0).map((b) => b.close()));
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
 });
+const scratch = () => {
+  const dir = mkdtempSync(join(tmpdir(), "crw-mcp-"));
+  dirs.push(dir);
+  return dir;
+};
 
 describe("MCP servers bridged into the tool catalog", () => {
   it("starts a real stdio server, lists its tools under mcp__<server>__<tool>, and calls them", async () => {
@@ -142,7 +150,7 @@ function pidOf(bridge: McpBridge): number {
 
 describe("a server that exits is restarted", () => {
   it("SIGKILLed: calls while down get server_closed at once, an in-flight call too; after the restart calls succeed again; a changed tool list is reported and the declared tools stay", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "crw-mcp-"));
+    const dir = scratch();
     const countFile = join(dir, "count");
     const events = recorder();
     const bridge = await McpBridge.start(
@@ -203,7 +211,7 @@ describe("a server that exits is restarted", () => {
   });
 
   it("one that never comes back is retried with bounded exponential backoff, then stays down and says why", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "crw-mcp-"));
+    const dir = scratch();
     const block = join(dir, "block");
     const events = recorder();
     const bridge = await McpBridge.start(

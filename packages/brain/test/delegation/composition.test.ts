@@ -1,11 +1,9 @@
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { PgDelegationRepository } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { createAgentTurnRunner, DelegationService, FileSpillStore } from "../../src/index.js";
 import { startFakeModelServer } from "../agent/fake-model-server.js";
+import { scratchDir } from "./helpers.js";
 
 const db = useTestDatabase();
 
@@ -36,7 +34,7 @@ describe("worker prompt composition on the real wire", () => {
             apiKey: "test-key",
           }),
         }),
-        spill: new FileSpillStore(mkdtempSync(join(tmpdir(), "crw-compose-"))),
+        spill: new FileSpillStore(scratchDir("crw-compose-")),
       });
       const account = await repo.createAccount({ name: `compose-${crypto.randomUUID()}` });
       const parent = await service.createRootSession(account.id, "openai-completions:fake-model-1");

@@ -18,22 +18,31 @@ import {
 
 export { scriptTask };
 
-/** The spill directories made since the last `removeSpillDirs()`. */
-const spillDirs: string[] = [];
+/** The scratch directories made since the last `removeScratchDirs()`. */
+const scratchDirs: string[] = [];
 
 /**
- * Removes the spill directories the current test file made (test/setup.ts, after each file): files run one
+ * A new directory under the temporary directory, named `prefix` and six random characters, removed when the
+ * test file's tests end (test/setup.ts).
+ */
+export function scratchDir(prefix: string): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  scratchDirs.push(dir);
+  return dir;
+}
+
+/**
+ * Removes the scratch directories the current test file made (test/setup.ts, after each file): files run one
  * after another in a worker that keeps this module, and the worker is stopped without an exit of its own,
  * so nothing else would.
  */
-export function removeSpillDirs(): void {
-  for (const dir of spillDirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+export function removeScratchDirs(): void {
+  for (const dir of scratchDirs.splice(0)) rmSync(dir, { recursive: true, force: true });
 }
 
 export function makeService(pool: pg.Pool, overrides: Partial<DelegationServiceOptions> = {}) {
   const repo = new PgDelegationRepository(pool);
-  const spillRoot = mkdtempSync(join(tmpdir(), "crw-spill-"));
-  spillDirs.push(spillRoot);
+  const spillRoot = scratchDir("crw-spill-");
   const service = new DelegationService({
     repo,
     runner: createScriptedTurnRunner(),

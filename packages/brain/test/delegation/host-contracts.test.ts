@@ -1,6 +1,4 @@
-import { mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readFileSync } from "node:fs";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import {
@@ -18,6 +16,7 @@ import {
   messages,
   newParent,
   resultIdsIn,
+  scratchDir,
   scriptTask,
   waitFor,
 } from "./helpers.js";
@@ -116,7 +115,7 @@ describe("asynchronous host contracts of a result's preparation", () => {
     const limitGate = latch();
     const writerGate = latch();
     const captured: OutputRecipient[] = [];
-    const writerRoot = mkdtempSync(join(tmpdir(), "crw-writer-"));
+    const writerRoot = scratchDir("crw-writer-");
     let limitAsked = 0;
     const { service, repo } = makeService(db.pool, {
       toolResultInlineBytes: async () => {

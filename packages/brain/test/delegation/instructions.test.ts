@@ -1,6 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, realpathSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { mkdirSync, realpathSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
@@ -10,7 +9,7 @@ import {
   instructionRootFor,
   type SessionTurnRunner,
 } from "../../src/index.js";
-import { makeService, newParent, scriptTask } from "./helpers.js";
+import { makeService, newParent, scratchDir, scriptTask } from "./helpers.js";
 
 const db = useTestDatabase();
 
@@ -29,7 +28,7 @@ const git = (cwd: string, ...args: string[]) =>
 
 /** A real repository with a linked worktree (made by Git), and instruction files around and inside both. */
 function layout() {
-  const base = realpathSync(mkdtempSync(join(tmpdir(), "crw-instr-")));
+  const base = realpathSync(scratchDir("crw-instr-"));
   const repo = join(base, "repo");
   mkdirSync(join(repo, "sub"), { recursive: true });
   writeFileSync(join(base, "AGENTS.md"), "ABOVE-ROOT");

@@ -1,12 +1,18 @@
-import { mkdtempSync, realpathSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { realpathSync } from "node:fs";
 import type { JournalWrite, PgDelegationRepository } from "@crw/db";
 import { journalRows } from "@crw/tools/delegation";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { type DelegationEvent, recoverDelegations } from "../../src/index.js";
-import { makeService, messages, newParent, scriptTask, settledHelperResult, waitFor } from "./helpers.js";
+import {
+  makeService,
+  messages,
+  newParent,
+  scratchDir,
+  scriptTask,
+  settledHelperResult,
+  waitFor,
+} from "./helpers.js";
 
 /**
  * Boot recovery's edges over real PostgreSQL, beyond recovery.test.ts: the answers written for tool calls
@@ -89,7 +95,7 @@ const runRow = async (id: string) =>
 describe("the answer to a call of unknown outcome", () => {
   it("says the outcome is unknown, shows the working directory now, and the provisional tail is discarded", async () => {
     const { service, repo } = makeService(db.pool);
-    const workDir = realpathSync(mkdtempSync(join(tmpdir(), "crw-recovery-")));
+    const workDir = realpathSync(scratchDir("crw-recovery-"));
     const { account, parent, run, child } = await startedDelegation(
       service,
       scriptTask({ answer: "resumed" }),

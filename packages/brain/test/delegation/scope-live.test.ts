@@ -25,6 +25,7 @@ import {
   newParent,
   probeTool,
   recording,
+  scratchDir,
   scriptTask,
   serviceWithGate,
   waitFor,
@@ -209,7 +210,7 @@ describe("scope capture and live access in delegation", () => {
     const { seen, runner } = recording();
     const { service, repo } = makeService(db.pool, { runner });
     const { account, parent } = await newParent(service, { isAdministrator: true });
-    const dir = realpathSync(mkdtempSync(join(tmpdir(), "crw-cwd-")));
+    const dir = realpathSync(scratchDir("crw-cwd-"));
     const first = await service.delegate({
       parentSessionId: parent.id,
       principalAccountId: account.id,
@@ -422,10 +423,10 @@ describe("scope capture and live access in delegation", () => {
   });
 
   it("a scoped caller places its children only inside its own project (S004-257)", async () => {
-    const root = realpathSync(mkdtempSync(join(tmpdir(), "crw-scoped-")));
+    const root = realpathSync(scratchDir("crw-scoped-"));
     const inside = join(root, "sub");
     mkdirSync(inside);
-    const outside = realpathSync(mkdtempSync(join(tmpdir(), "crw-outside-")));
+    const outside = realpathSync(scratchDir("crw-outside-"));
     const { service, repo } = makeService(db.pool, {
       projects: { rootOf: (ref) => (ref === "p1" ? { ref, root } : undefined) },
     });

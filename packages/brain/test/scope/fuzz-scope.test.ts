@@ -1,5 +1,4 @@
-import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { isAbsolute, join, relative } from "node:path";
 import { timeWithin, timeWithinAsync } from "@crw/tools/timing";
 import fc from "fast-check";
@@ -26,6 +25,7 @@ import {
   SCOPE_LIMITS,
   toolCallVerdict,
 } from "../../src/scope/index.js";
+import { scratchDir } from "../delegation/helpers.js";
 
 /**
  * Fuzzing the delegation scope (its schema through capture and read-back), the tool entry grammar, and
@@ -384,7 +384,7 @@ function scopeFor(tools: { allow?: string[]; deny: string[] }, readOnly = false)
   );
 }
 
-const workDir = mkdtempSync(join(tmpdir(), "crw-fuzz-scope-"));
+const workDir = scratchDir("crw-fuzz-scope-");
 mkdirSync(join(workDir, "src"));
 writeFileSync(join(workDir, "a.txt"), "one\ntwo\nthree\n");
 writeFileSync(join(workDir, "src", "x.ts"), "export {};\n");

@@ -51,9 +51,10 @@ async function unprivilegedPlacements(): Promise<string[]> {
       return [await place(closed), await place(open)];
     }
     const source = fileURLToPath(new URL("../../src/scope/workdir.ts", import.meta.url));
+    // No transform cache on disk: jiti would otherwise keep one in the temporary directory, owned by nobody.
     const script = `
       const { createJiti } = await import("jiti");
-      const { delegatedWorkDir } = await createJiti(import.meta.url).import(${JSON.stringify(source)});
+      const { delegatedWorkDir } = await createJiti(import.meta.url, { fsCache: false }).import(${JSON.stringify(source)});
       for (const dir of ${JSON.stringify([closed, open])})
         console.log(await delegatedWorkDir(dir, { kind: "admin", canExecuteHost: true }).then(
           () => "placed", (e) => "refused " + e.code));`;
