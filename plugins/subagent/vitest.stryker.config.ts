@@ -11,7 +11,11 @@ import { crwVitest } from "../../tools/vitest/preset.ts";
  *   times a pattern match against 100 ms, which the loaded machine of a mutation run misses (the dry run
  *   failed on it), and it tests definitions, not a run's dispatch, settlement or recovery.
  */
-const base = crwVitest("plugin-subagent", import.meta.dirname, { postgres: true, isolate: true });
+const base = crwVitest("plugin-subagent", import.meta.dirname, {
+  postgres: true,
+  isolate: true,
+  setupFiles: [resolve(import.meta.dirname, "test/setup.ts")],
+});
 const src = resolve(import.meta.dirname, "src");
 
 export default defineConfig({

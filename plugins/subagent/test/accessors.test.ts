@@ -1,6 +1,3 @@
-import { mkdtemp } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { FileSpillStore, prepareCompletion } from "@crw/brain";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
@@ -12,6 +9,7 @@ import {
   type WorkflowHostAccessors,
 } from "../src/index.js";
 import { closeEnginesAfterEach, deferred, summaries, taskLine, until, world } from "./helpers.js";
+import { scratchDir } from "./support/scratch.js";
 
 const db = useTestDatabase();
 const all = closeEnginesAfterEach();
@@ -30,7 +28,7 @@ describe("the host's live accessors", () => {
     const w = await world(db.pool);
     const log: string[] = [];
     const completions: string[] = [];
-    const spill = new FileSpillStore(await mkdtemp(join(tmpdir(), "crw-spill-")));
+    const spill = new FileSpillStore(scratchDir("crw-spill-"));
     const writer: SummaryWriter = (summary, outcome, workflowId) =>
       prepareCompletion({
         repo: w.repo,

@@ -1,7 +1,4 @@
 import { randomUUID } from "node:crypto";
-import { mkdtemp } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import {
   createScriptedTurnRunner,
   DelegationService,
@@ -16,6 +13,7 @@ import { PgDelegationRepository, type SessionRow } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { delegationNodeTurns, JournalNodeDispatcher, subagentTools, WorkflowEngine } from "../src/index.js";
+import { scratchDir } from "./support/scratch.js";
 
 const db = useTestDatabase();
 
@@ -32,7 +30,7 @@ async function setup() {
   const service = new DelegationService({
     repo,
     runner,
-    spill: new FileSpillStore(await mkdtemp(join(tmpdir(), "crw-spill-"))),
+    spill: new FileSpillStore(scratchDir("crw-spill-")),
   });
   const engine = new WorkflowEngine({
     pool: db.pool,

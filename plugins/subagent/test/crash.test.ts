@@ -1,13 +1,12 @@
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { mkdtemp } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { PgDelegationRepository } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
 import { beforeAll, describe, expect, it } from "vitest";
 import { PgWorkflowStore, readOrchestrationJournal, WORKFLOW_FAULT_POINTS } from "../src/index.js";
+import { scratchDir } from "./support/scratch.js";
 
 /**
  * Real daemon-like processes (support-crash/source-child.mjs, the engine loaded from its source) SIGKILLed
@@ -101,7 +100,7 @@ describe.each(WORKFLOW_FAULT_POINTS)("a daemon process SIGKILLed at %s while a w
     const repo = new PgDelegationRepository(db.pool);
     const account = await repo.createAccount({ name: `a-${randomUUID()}`, isOwner: true });
     const parent = await repo.createRootSession(account.id, "scripted");
-    const turnsFile = join(await mkdtemp(join(tmpdir(), "crw-wf-crash-")), "turns");
+    const turnsFile = join(scratchDir("crw-wf-crash-"), "turns");
     const base = { databaseUrl: db.url, turnsFile };
     killed = await runChild(
       {
@@ -226,7 +225,7 @@ describe("a daemon process SIGKILLed in the middle of a resumed node's turn", ()
     const repo = new PgDelegationRepository(db.pool);
     const account = await repo.createAccount({ name: `a-${randomUUID()}`, isOwner: true });
     const parent = await repo.createRootSession(account.id, "scripted");
-    const turnsFile = join(await mkdtemp(join(tmpdir(), "crw-wf-turn-")), "turns");
+    const turnsFile = join(scratchDir("crw-wf-turn-"), "turns");
     const base = { databaseUrl: db.url, turnsFile };
     const who = { accountId: account.id, parentSessionId: parent.id };
     const failed = await runChild({

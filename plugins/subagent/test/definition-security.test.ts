@@ -1,5 +1,4 @@
-import { mkdir, mkdtemp, symlink, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { mkdir, symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
 import { afterEach, describe, expect, it } from "vitest";
@@ -12,6 +11,7 @@ import {
   type WorkflowEngine,
 } from "../src/index.js";
 import { taskLine, world } from "./helpers.js";
+import { scratchDir } from "./support/scratch.js";
 
 const db = useTestDatabase();
 const all: WorkflowEngine[] = [];
@@ -132,7 +132,7 @@ describe("security: U+0000 in a definition (finding 8)", () => {
     const w = await world(db.pool);
     const { engine } = await w.engine(() => "never");
     all.push(engine);
-    const root = await mkdtemp(join(tmpdir(), "crw-wf-"));
+    const root = scratchDir("crw-wf-");
     await writeFile(join(root, "nul.json"), def({ task: "do\u0000it" }));
     const before = await db.pool.query(
       "select (select count(*) from workflows) w, (select count(*) from sessions) s",
@@ -222,7 +222,7 @@ describe("security: tool entries and output schema bounds (finding 16)", () => {
 
 describe("security: WorkflowStart path disclosure (finding 12)", () => {
   async function project() {
-    const base = await mkdtemp(join(tmpdir(), "crw-wf-sec-"));
+    const base = scratchDir("crw-wf-sec-");
     const root = join(base, "project");
     const outside = join(base, "outside");
     await mkdir(root);

@@ -1,6 +1,5 @@
 import { createHash } from "node:crypto";
-import { mkdtemp, symlink, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
@@ -12,6 +11,7 @@ import {
   WorkflowDefinitionError,
 } from "../src/index.js";
 import { world } from "./helpers.js";
+import { scratchDir } from "./support/scratch.js";
 
 const db = useTestDatabase();
 
@@ -120,7 +120,7 @@ describe("workflow definitions", () => {
 
 describe("the bounded, version-pinned project-file reader", () => {
   it("reads inside the project and names the exact version it read", async () => {
-    const root = await mkdtemp(join(tmpdir(), "crw-wf-"));
+    const root = scratchDir("crw-wf-");
     await writeFile(join(root, "wf.yaml"), yaml);
     const reader = boundedProjectFileReader({ root });
     const file = await reader.readProjectFile("wf.yaml");
@@ -136,8 +136,8 @@ describe("the bounded, version-pinned project-file reader", () => {
   });
 
   it("refuses a file outside the project (also through a symbolic link), a missing file and an oversized one", async () => {
-    const root = await mkdtemp(join(tmpdir(), "crw-wf-"));
-    const outside = await mkdtemp(join(tmpdir(), "crw-out-"));
+    const root = scratchDir("crw-wf-");
+    const outside = scratchDir("crw-out-");
     await writeFile(join(outside, "secret.yaml"), "name: s\nnodes: [{id: a, task: t}]\n");
     await symlink(join(outside, "secret.yaml"), join(root, "link.yaml"));
     await writeFile(join(root, "big.yaml"), "x".repeat(2048));
@@ -157,7 +157,7 @@ describe("the bounded, version-pinned project-file reader", () => {
   it("a refused definition changes nothing: no workflow row, no journal, no child", async () => {
     const w = await world(db.pool);
     const { engine } = await w.engine(() => "never");
-    const root = await mkdtemp(join(tmpdir(), "crw-wf-"));
+    const root = scratchDir("crw-wf-");
     await writeFile(
       join(root, "cycle.json"),
       JSON.stringify({

@@ -1,7 +1,4 @@
 import { randomUUID } from "node:crypto";
-import { mkdtemp } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { createScriptedTurnRunner, DelegationService, FileSpillStore } from "@crw/brain";
 import { PgDelegationRepository } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
@@ -14,6 +11,7 @@ import {
   WorkflowEngine,
 } from "../src/index.js";
 import { until } from "./helpers.js";
+import { scratchDir } from "./support/scratch.js";
 
 const db = useTestDatabase();
 
@@ -23,7 +21,7 @@ describe("nodes through the delegation core", () => {
     const service = new DelegationService({
       repo,
       runner: createScriptedTurnRunner(),
-      spill: new FileSpillStore(await mkdtemp(join(tmpdir(), "crw-spill-"))),
+      spill: new FileSpillStore(scratchDir("crw-spill-")),
     });
     await service.start();
     const account = await repo.createAccount({ name: `a-${randomUUID()}`, isOwner: true });

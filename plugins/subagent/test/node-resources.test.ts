@@ -1,9 +1,6 @@
 import { randomUUID } from "node:crypto";
-import { mkdtemp } from "node:fs/promises";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { createAgentTurnRunner, DelegationService, FileSpillStore } from "@crw/brain";
 import { PgDelegationRepository } from "@crw/db";
 import { MemoryRetryPolicySource, SubagentRunnerPool, SubagentSessionDispatch } from "@crw/subagent";
@@ -16,6 +13,7 @@ import {
   parseWorkflowDefinition,
   WorkflowEngine,
 } from "../src/index.js";
+import { scratchDir } from "./support/scratch.js";
 
 const db = useTestDatabase();
 const KEY_ENV = "CRW_NODE_RESOURCES_KEY";
@@ -88,7 +86,7 @@ describe("workflow work uses the selected model and the ordinary runner resource
             : { channelId: row.id };
         },
       }),
-      spill: new FileSpillStore(await mkdtemp(join(tmpdir(), "crw-spill-"))),
+      spill: new FileSpillStore(scratchDir("crw-spill-")),
     });
     await service.start();
     const engine = new WorkflowEngine({

@@ -1,10 +1,10 @@
-import { mkdir, mkdtemp, realpath } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { mkdir, realpath } from "node:fs/promises";
 import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { PgWorkflowStore, parseWorkflowDefinition, pgWorkflowEmitter } from "../src/index.js";
 import { closeEnginesAfterEach, deferred, taskLine, until, world } from "./helpers.js";
+import { scratchDir } from "./support/scratch.js";
 
 const db = useTestDatabase();
 const all = closeEnginesAfterEach();
@@ -21,7 +21,7 @@ async function scopes(
 
 describe("node placement", () => {
   it("the engine awaits the origin's cwd, and every node cwd is validated and persisted through delegatedWorkDir; a refused placement keeps its typed cause (S004-275 S004-292)", async () => {
-    const project = await realpath(await mkdtemp(join(tmpdir(), "crw-proj-")));
+    const project = await realpath(scratchDir("crw-proj-"));
     await mkdir(join(project, "pkg", "db"), { recursive: true });
     const w = await world(db.pool);
     const { engine, events } = await w.engine(({ task }) => `ok ${taskLine(task)}`, {

@@ -1,7 +1,4 @@
 import { randomUUID } from "node:crypto";
-import { mkdtemp } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { createScriptedTurnRunner, DelegationService, FileSpillStore, scriptTask } from "@crw/brain";
 import { PgDelegationRepository } from "@crw/db";
 import {
@@ -35,6 +32,7 @@ import {
   workflowJournal,
   world,
 } from "./helpers.js";
+import { scratchDir } from "./support/scratch.js";
 
 /**
  * The host-only workflow dispatch scope (`HostWorkflowNodeDispatch`, @crw/subagent's AsyncLocalStorage):
@@ -339,7 +337,7 @@ describe("the scope at the real placement (SubagentSessionDispatch with forked r
     const service = new DelegationService({
       repo,
       runner: dispatch,
-      spill: new FileSpillStore(await mkdtemp(join(tmpdir(), "crw-spill-"))),
+      spill: new FileSpillStore(scratchDir("crw-spill-")),
     });
     await service.start();
     const base = new JournalNodeDispatcher(repo, delegationNodeTurns(service));
@@ -534,7 +532,7 @@ describe("a scope without its assertion at the real placement", () => {
     const service = new DelegationService({
       repo,
       runner: dispatch,
-      spill: new FileSpillStore(await mkdtemp(join(tmpdir(), "crw-spill-"))),
+      spill: new FileSpillStore(scratchDir("crw-spill-")),
     });
     await service.start();
     const w = await world(db.pool);

@@ -1,7 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { mkdtemp, realpath } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { realpath } from "node:fs/promises";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import {
@@ -14,6 +12,7 @@ import {
   type WorkflowUpdate,
 } from "../src/index.js";
 import { closeEnginesAfterEach, deferred, until, untilAborted, workflowJournal, world } from "./helpers.js";
+import { scratchDir } from "./support/scratch.js";
 
 const db = useTestDatabase();
 const all = closeEnginesAfterEach();
@@ -125,7 +124,7 @@ describe("snapshot publication", () => {
   });
 
   it("a fresh reservation is journaled and its snapshot published before the node's placement, model and child are prepared (S004-423)", async () => {
-    const project = await realpath(await mkdtemp(join(tmpdir(), "crw-proj-")));
+    const project = await realpath(scratchDir("crw-proj-"));
     const w = await world(db.pool);
     const inner = pgWorkflowEmitter(new PgWorkflowStore(db.pool));
     const log: string[] = [];

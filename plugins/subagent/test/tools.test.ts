@@ -1,6 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { mkdtemp, readFile, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import {
   createScriptedTurnRunner,
@@ -21,6 +20,7 @@ import {
   workflowTools,
 } from "../src/index.js";
 import { until } from "./helpers.js";
+import { scratchDir } from "./support/scratch.js";
 
 const db = useTestDatabase();
 
@@ -68,11 +68,8 @@ function wiredWithWorkflowTools(
 
 describe("the Sub-agent plugin's tools", () => {
   it("a parent's WorkflowStart reads the project file; a node's WorkflowAddNodes expands the DAG from inside its turn (S004-341 S004-286)", async () => {
-    const project = await mkdtemp(join(tmpdir(), "crw-proj-"));
-    const { repo, service, engine, reader } = wiredWithWorkflowTools(
-      project,
-      await mkdtemp(join(tmpdir(), "crw-spill-")),
-    );
+    const project = scratchDir("crw-proj-");
+    const { repo, service, engine, reader } = wiredWithWorkflowTools(project, scratchDir("crw-spill-"));
     try {
       await service.start();
       await engine.open();
@@ -163,7 +160,7 @@ describe("the Sub-agent plugin's tools", () => {
   });
 
   it("a workflow ending while the child that started it waits on a live helper starts the child's result turn at once (S004-048)", async () => {
-    const project = await mkdtemp(join(tmpdir(), "crw-proj-"));
+    const project = scratchDir("crw-proj-");
     // Two gates: the workflow's one node waits at "node", the child's background helper at "helper".
     const opener: Record<string, () => void> = {};
     const gates = Object.fromEntries(
@@ -180,12 +177,9 @@ describe("the Sub-agent plugin's tools", () => {
         return { content: "open" };
       },
     };
-    const { repo, service, engine } = wiredWithWorkflowTools(
-      project,
-      await mkdtemp(join(tmpdir(), "crw-spill-")),
-      undefined,
-      [gateTool],
-    );
+    const { repo, service, engine } = wiredWithWorkflowTools(project, scratchDir("crw-spill-"), undefined, [
+      gateTool,
+    ]);
     try {
       await service.start();
       await engine.open();
@@ -264,12 +258,8 @@ describe("the Sub-agent plugin's tools", () => {
   });
 
   it("a summary above the inline limit reaches the parent's inbox as a placeholder, the whole of it spilled for the parent (S004-235)", async () => {
-    const project = await mkdtemp(join(tmpdir(), "crw-proj-"));
-    const { repo, service, engine } = wiredWithWorkflowTools(
-      project,
-      await mkdtemp(join(tmpdir(), "crw-spill-")),
-      600,
-    );
+    const project = scratchDir("crw-proj-");
+    const { repo, service, engine } = wiredWithWorkflowTools(project, scratchDir("crw-spill-"), 600);
     try {
       await service.start();
       await engine.open();
@@ -315,7 +305,7 @@ describe("the Sub-agent plugin's tools", () => {
   });
 
   it("WorkflowStart refuses a bad definition as a typed tool error, changing nothing, and without a project reader reads nothing from the host", async () => {
-    const project = await mkdtemp(join(tmpdir(), "crw-proj-"));
+    const project = scratchDir("crw-proj-");
     await writeFile(
       join(project, "dup.yaml"),
       "name: d\nnodes:\n  - {id: a, task: t}\n  - {id: a, task: t}\n",
@@ -381,7 +371,7 @@ describe("the Sub-agent plugin's tools", () => {
   });
 
   it("a foreground WorkflowStart returns the one summary as its result, acknowledged once in the parent's journal", async () => {
-    const project = await mkdtemp(join(tmpdir(), "crw-proj-"));
+    const project = scratchDir("crw-proj-");
     await writeFile(
       join(project, "fg.yaml"),
       "name: fg\nnodes:\n  - {id: a, task: look}\n  - {id: b, task: check, dependsOn: [a]}\n",
