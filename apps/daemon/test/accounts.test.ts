@@ -1,12 +1,11 @@
-import { mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readFileSync } from "node:fs";
 import { useTestDatabase } from "@crw/tools/pg";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { type Daemon, loadConfig, ownerTokenPath, startDaemon } from "../src/index.js";
 import { TestClient } from "./support/client.js";
+import { scratchDir } from "./support/scratch.js";
 
 /**
  * Accounts and tokens of one installation: two daemons on one database share its owner account, a token
@@ -24,7 +23,7 @@ let ownerB: TestClient;
 const tokens = { a: "", b: "" };
 
 async function daemonOn(): Promise<{ daemon: Daemon; token: string }> {
-  const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-accounts-"));
+  const dataDir = scratchDir("crw-daemon-accounts-");
   const daemon = await startDaemon(
     loadConfig({
       env: { DATABASE_URL: db.url },

@@ -1,7 +1,5 @@
 import { createHash, randomBytes } from "node:crypto";
-import { mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readFileSync } from "node:fs";
 import { useTestDatabase } from "@crw/tools/pg";
 import pg from "pg";
 import { pino } from "pino";
@@ -11,6 +9,7 @@ import { scopeHealthDocument } from "../src/api/health.js";
 import { type Daemon, loadConfig, ownerTokenPath, startDaemon } from "../src/index.js";
 import { RpcRegistry } from "../src/rpc.js";
 import { TestClient } from "./support/client.js";
+import { scratchDir } from "./support/scratch.js";
 
 /** The findings of the "Security" issue, each with the exact case that showed it. */
 const silent = pino({ level: "silent" });
@@ -23,7 +22,7 @@ let otherToken: string;
 let otherAccountId: string;
 
 beforeAll(async () => {
-  const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-sec-"));
+  const dataDir = scratchDir("crw-daemon-sec-");
   daemon = await startDaemon(
     loadConfig({
       env: { DATABASE_URL: db.url },

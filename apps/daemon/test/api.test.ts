@@ -1,13 +1,12 @@
 import { createHash, randomBytes } from "node:crypto";
-import { mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readFileSync } from "node:fs";
 import { useTestDatabase } from "@crw/tools/pg";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Daemon, loadConfig, ownerTokenPath, startDaemon } from "../src/index.js";
 import { steps, TestClient } from "./support/client.js";
 import { ownerHealth } from "./support/health.js";
+import { scratchDir } from "./support/scratch.js";
 
 const silent = pino({ level: "silent" });
 const db = useTestDatabase();
@@ -16,7 +15,7 @@ let owner: TestClient;
 let other: TestClient;
 
 beforeAll(async () => {
-  const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-api-"));
+  const dataDir = scratchDir("crw-daemon-api-");
   daemon = await startDaemon(
     loadConfig({
       env: { DATABASE_URL: db.url },

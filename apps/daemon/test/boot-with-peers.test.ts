@@ -1,7 +1,4 @@
 import { randomUUID } from "node:crypto";
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { captureDelegatedExecutionScope } from "@crw/brain";
 import { PgDelegationRepository } from "@crw/db";
 import { journalRows } from "@crw/tools/delegation";
@@ -10,6 +7,7 @@ import { pino } from "pino";
 import { expect, it } from "vitest";
 import { loadConfig, startDaemon } from "../src/index.js";
 import { steps } from "./support/client.js";
+import { scratchDir } from "./support/scratch.js";
 import { waitFor } from "./support/wait.js";
 
 /**
@@ -63,7 +61,7 @@ it("a daemon booting beside a live one takes only dead owners' work, and the liv
     loadConfig({
       env: { DATABASE_URL: db.url },
       overrides: {
-        dataDir: mkdtempSync(join(tmpdir(), "crw-daemon-peers-")),
+        dataDir: scratchDir("crw-daemon-peers-"),
         port: 0,
         runtime: { maxRunners: 1, turnsPerRunner: 8 },
       },

@@ -1,5 +1,4 @@
-import { existsSync, mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
 import { pino } from "pino";
@@ -14,6 +13,7 @@ import {
   startDaemon,
 } from "../src/index.js";
 import { ownerHealth } from "./support/health.js";
+import { scratchDir } from "./support/scratch.js";
 
 const silent = pino({ level: "silent" });
 
@@ -42,7 +42,7 @@ describe("the daemon on an external PostgreSQL", () => {
   let dataDir: string;
 
   beforeAll(async () => {
-    dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-"));
+    dataDir = scratchDir("crw-daemon-");
     daemon = await startDaemon(
       loadConfig({ env: { DATABASE_URL: db.url }, overrides: { dataDir, port: 0 } }),
       { log: silent },

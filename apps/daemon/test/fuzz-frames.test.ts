@@ -1,7 +1,5 @@
 import { createHash, randomBytes } from "node:crypto";
-import { mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readFileSync } from "node:fs";
 import { createDatabase, dropDatabase, uniqueDatabaseName, useTestDatabase } from "@crw/tools/pg";
 import fc from "fast-check";
 import { pino } from "pino";
@@ -25,6 +23,7 @@ import {
   world,
 } from "./support/fuzzLanes.js";
 import { spawnDaemon } from "./support/process.js";
+import { scratchDir } from "./support/scratch.js";
 
 /**
  * Fuzzing the daemon's API over real WebSocket connections: arbitrary frames (JSON values, JSON-RPC shaped
@@ -56,8 +55,8 @@ async function newAccount(name: string, administrator: boolean) {
 }
 
 beforeAll(async () => {
-  const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-fuzz-"));
-  const projectDir = mkdtempSync(join(tmpdir(), "crw-daemon-fuzz-project-"));
+  const dataDir = scratchDir("crw-daemon-fuzz-");
+  const projectDir = scratchDir("crw-daemon-fuzz-project-");
   world.projectDir = projectDir;
   daemon = await startDaemon(
     loadConfig({
@@ -249,7 +248,7 @@ describe("regressions the frame fuzz found", () => {
   it("an ordinary account's request whose params nest 10,000 deep gets a typed reply and the daemon process lives", async () => {
     const name = uniqueDatabaseName("crw_fz");
     const url = await createDatabase(db.adminUrl, name, inject("crwPgTemplate"));
-    const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-fuzz-proc-"));
+    const dataDir = scratchDir("crw-daemon-fuzz-proc-");
     const proc = await spawnDaemon({ dataDir, databaseUrl: url, runtime: { maxRunners: 1 } });
     try {
       // An ordinary account, made through the API.

@@ -1,6 +1,4 @@
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readFileSync, writeFileSync } from "node:fs";
 import { captureDelegatedExecutionScope } from "@crw/brain";
 import { PgDelegationRepository } from "@crw/db";
 import { RESTART_REQUIRED_ALERT_KEY, restartRequiredAlert, SubagentRunnerPool } from "@crw/subagent";
@@ -10,6 +8,7 @@ import { describe, expect, it, vi } from "vitest";
 import { AlertService, alertsPath, loadConfig, ownerTokenPath, startDaemon } from "../src/index.js";
 import { steps, TestClient } from "./support/client.js";
 import { ownerHealth } from "./support/health.js";
+import { scratchDir } from "./support/scratch.js";
 
 const silent = pino({ level: "silent" });
 const db = useTestDatabase();
@@ -19,7 +18,7 @@ const config = (dataDir: string, extra: object = {}) =>
 
 describe("daemon lifecycle", () => {
   it("raising the restart-required alert again updates the same condition (S004-168)", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "crw-alerts-"));
+    const dir = scratchDir("crw-alerts-");
     const alerts = await AlertService.open(dir);
     const { key, severity, audience, text } = restartRequiredAlert;
     await alerts.raise({ key, severity, audience, text });
@@ -30,7 +29,7 @@ describe("daemon lifecycle", () => {
   });
 
   it("on startup the daemon clears the old process's restart-required alert before attaching its sink; other alerts stay (S004-169)", async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-alerts-"));
+    const dataDir = scratchDir("crw-daemon-alerts-");
     const old = {
       version: 1,
       alerts: [
@@ -108,7 +107,7 @@ describe("daemon lifecycle", () => {
       await repo.startRun(run.id, run.generation, "a-daemon-that-died");
       runs.push(run);
     }
-    const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-boot-"));
+    const dataDir = scratchDir("crw-daemon-boot-");
     const daemon = await startDaemon(config(dataDir), { log: silent });
     try {
       // The port is open only now: every interrupted call was already claimed and continued once; each
@@ -137,7 +136,7 @@ describe("daemon lifecycle", () => {
 
   it("with the switch off, or an operator maximum of zero runners, delegated turns run in the daemon (S004-441 S004-518)", async () => {
     for (const runtime of [{ subagentRunnerEnabled: false }, { maxRunners: 0 }]) {
-      const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-local-"));
+      const dataDir = scratchDir("crw-daemon-local-");
       const daemon = await startDaemon(config(dataDir, { runtime }), { log: silent });
       const client = await TestClient.connect(
         daemon.state.url,
@@ -165,7 +164,7 @@ describe("daemon lifecycle", () => {
   });
 
   it("a graceful stop with work in flight terminalizes nothing; the next start finishes it, each result once", async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-stop-"));
+    const dataDir = scratchDir("crw-daemon-stop-");
     const first = await startDaemon(config(dataDir, { shutdownGraceMs: 0 }), { log: silent });
     const token = readFileSync(ownerTokenPath(dataDir), "utf8").trim();
     const client = await TestClient.connect(first.state.url, token);

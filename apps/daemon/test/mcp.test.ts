@@ -1,5 +1,4 @@
-import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { MCP_TOOLS_SERVER } from "@crw/tools/mcp";
 import { useTestDatabase } from "@crw/tools/pg";
@@ -8,6 +7,7 @@ import { describe, expect, it } from "vitest";
 import { ConfigError, loadConfig, readState, startDaemon } from "../src/index.js";
 import { ownerHealth } from "./support/health.js";
 import { spawnDaemon } from "./support/process.js";
+import { scratchDir } from "./support/scratch.js";
 
 /**
  * MCP servers and the tool catalog policy in the daemon's configuration: the bridged servers start with
@@ -33,11 +33,10 @@ function serverPids(count: string): number[] {
     })
     .map(Number);
 }
-const dir = (prefix: string) => mkdtempSync(join(tmpdir(), prefix));
 
 describe("daemon configuration: mcp, tools, shutdownCheckpointMs", () => {
   it("reads MCP servers, the catalog policy and the checkpoint deadline from the file; refuses bad ones", () => {
-    const dataDir = dir("crw-mcp-config-");
+    const dataDir = scratchDir("crw-mcp-config-");
     const c0 = loadConfig({ env: { CRW_DAEMON_DIR: dataDir } });
     expect(c0.mcp).toEqual({ servers: {} });
     expect(c0.tools).toEqual({});
@@ -78,8 +77,8 @@ describe("daemon configuration: mcp, tools, shutdownCheckpointMs", () => {
 
 describe("MCP servers in the daemon", { timeout: 120_000 }, () => {
   it("starts every configured server with the daemon; /health shows each with its tool count, whether it runs, its restarts and why it stays down", async () => {
-    const dataDir = dir("crw-mcp-health-");
-    const block = join(dir("crw-mcp-block-"), "block");
+    const dataDir = scratchDir("crw-mcp-health-");
+    const block = join(scratchDir("crw-mcp-block-"), "block");
     const daemon = await startDaemon(
       loadConfig({
         env: { DATABASE_URL: db.url },
@@ -173,7 +172,7 @@ describe("MCP servers in the daemon", { timeout: 120_000 }, () => {
   });
 
   it("a server that cannot start fails the daemon's start: typed McpError naming the server, nonzero exit, nothing left listening", async () => {
-    const dataDir = dir("crw-mcp-fail-");
+    const dataDir = scratchDir("crw-mcp-fail-");
     writeFileSync(
       join(dataDir, "daemon.json"),
       JSON.stringify({

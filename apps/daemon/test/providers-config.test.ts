@@ -1,10 +1,10 @@
-import { mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { ConfigError, loadConfig } from "../src/index.js";
+import { scratchDir } from "./support/scratch.js";
 
-const dir = () => mkdtempSync(join(tmpdir(), "crw-config-models-"));
+const dir = () => scratchDir("crw-config-models-");
 
 describe("provider configuration", () => {
   it("defaults: the offline scripted provider, runners on (S004-440)", () => {

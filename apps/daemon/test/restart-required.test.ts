@@ -1,6 +1,4 @@
-import { mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readFileSync } from "node:fs";
 import { RESTART_REQUIRED_ALERT_KEY } from "@crw/subagent";
 import { useTestDatabase } from "@crw/tools/pg";
 import { afterAll, describe, expect, it } from "vitest";
@@ -8,18 +6,21 @@ import { alertsPath } from "../src/index.js";
 import { steps, TestClient } from "./support/client.js";
 import { ownerHealth } from "./support/health.js";
 import { type DaemonProcess, spawnDaemon } from "./support/process.js";
+import { scratchDir } from "./support/scratch.js";
 
 const db = useTestDatabase();
 const daemons: DaemonProcess[] = [];
 
-afterAll(() => {
+afterAll(async () => {
   for (const d of daemons)
     if (d.child.exitCode === null && d.child.signalCode === null) d.child.kill("SIGKILL");
+  // Their data directories go after this file's tests (test/setup.ts): once the processes are gone.
+  await Promise.all(daemons.map((d) => d.exited));
 });
 
 describe("the restart-required alert of the daemon's own pool", { timeout: 120_000 }, () => {
   it("the daemon attaches the restart-required sink to the pool it constructs: a runner of another build raises the alert once (S004-165)", async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-mismatch-"));
+    const dataDir = scratchDir("crw-daemon-mismatch-");
     // Its runners announce a build identity other than the daemon's (as after an upgrade in place).
     const daemon = await spawnDaemon({
       dataDir,

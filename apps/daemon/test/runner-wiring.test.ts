@@ -1,8 +1,6 @@
 import { randomUUID } from "node:crypto";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { readdir, readFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { RemoteTurnError, SubagentRunnerPool } from "@crw/subagent";
 import { useTestDatabase } from "@crw/tools/pg";
 import { pino } from "pino";
@@ -23,6 +21,7 @@ import {
   lastUserText,
   startLoopbackProvider,
 } from "./support/provider.js";
+import { scratchDir } from "./support/scratch.js";
 import { waitFor } from "./support/wait.js";
 
 /**
@@ -60,7 +59,7 @@ beforeAll(async () => {
     for (const [marker, g] of holds) if (text.includes(marker)) await g.wait;
     return { text: `answered: ${text.slice(-60)}` };
   });
-  const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-wiring-"));
+  const dataDir = scratchDir("crw-daemon-wiring-");
   daemon = await startDaemon(
     loadConfig({
       env: { DATABASE_URL: db.url },

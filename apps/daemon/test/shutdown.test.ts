@@ -1,5 +1,4 @@
-import { mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
 import pg from "pg";
@@ -14,6 +13,7 @@ import {
   type ProviderRequest,
   startLoopbackProvider,
 } from "./support/provider.js";
+import { scratchDir } from "./support/scratch.js";
 
 /**
  * The restart checkpoint at process level: the built daemon as its own process, SIGTERM while a delegated
@@ -66,6 +66,8 @@ afterAll(async () => {
   }
   for (const d of daemons)
     if (d.child.exitCode === null && d.child.signalCode === null) d.child.kill("SIGKILL");
+  // Their data directories go after this file's tests (test/setup.ts): once the processes are gone.
+  await Promise.all(daemons.map((d) => d.exited));
   await provider?.close();
 });
 
@@ -148,7 +150,7 @@ const logIndex = (d: DaemonProcess, msg: string | RegExp) =>
 
 describe("the restart checkpoint on daemon exit", { timeout: 120_000 }, () => {
   it("SIGTERM: the finished tool result queued behind the in-flight write commits before the pool closes; the held model turn is not waited for and boot recovery continues it (S004-136 S004-138)", async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-checkpoint-"));
+    const dataDir = scratchDir("crw-daemon-checkpoint-");
     const first = await start(dataDir);
     const c = await childWithBlockedToolResult("CP", first.client);
     first.client.close();
@@ -199,7 +201,7 @@ describe("the restart checkpoint on daemon exit", { timeout: 120_000 }, () => {
   });
 
   it("SIGTERM while a child's model request is held: the checkpoint does not wait for the turn; the run stays open (S004-137)", async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-checkpoint-held-"));
+    const dataDir = scratchDir("crw-daemon-checkpoint-held-");
     const first = await start(dataDir);
     gates.set("M", { grandchild: gate(), resume: gate() });
     const { sessionId: parent } = await first.client.ok<{ sessionId: string }>("session.create", {
@@ -225,7 +227,7 @@ describe("the restart checkpoint on daemon exit", { timeout: 120_000 }, () => {
   });
 
   it("a checkpoint whose captured write fails logs the shutdown failure and the process exits nonzero (S004-139)", async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-checkpoint-fail-"));
+    const dataDir = scratchDir("crw-daemon-checkpoint-fail-");
     const first = await start(dataDir);
     const c = await childWithBlockedToolResult("FAIL", first.client);
     first.client.close();
@@ -242,7 +244,7 @@ describe("the restart checkpoint on daemon exit", { timeout: 120_000 }, () => {
   });
 
   it("a checkpoint write blocked past shutdownCheckpointMs: the stop logs the failure naming the pending write, exits nonzero, and the next boot recovers the run (S004-139)", async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-checkpoint-deadline-"));
+    const dataDir = scratchDir("crw-daemon-checkpoint-deadline-");
     // Past the deadline the runtime's close waits on its blocked database pool for abandonedCloseMs
     // (5 s by default) before the process ends: a second here, the same stop sooner.
     const first = await start(dataDir, { shutdownCheckpointMs: 1_500, abandonedCloseMs: 1_000 });

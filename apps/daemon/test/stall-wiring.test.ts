@@ -1,12 +1,10 @@
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Daemon } from "../src/index.js";
 import type { TestClient } from "./support/client.js";
 import { startTestDaemon } from "./support/daemon.js";
 import { gate, type LoopbackProvider, lastUserText, startLoopbackProvider } from "./support/provider.js";
+import { scratchDir } from "./support/scratch.js";
 import { waitFor } from "./support/wait.js";
 
 /**
@@ -30,7 +28,7 @@ beforeAll(async () => {
     if (text.includes("SILENT-CHILD")) await held.wait;
     return { text: `answered: ${text.slice(-40)}` };
   });
-  const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-stall-"));
+  const dataDir = scratchDir("crw-daemon-stall-");
   ({ daemon, owner } = await startTestDaemon({
     databaseUrl: db.url,
     dataDir,

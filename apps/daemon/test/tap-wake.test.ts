@@ -1,7 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readFileSync } from "node:fs";
 import { captureDelegatedExecutionScope } from "@crw/brain";
 import { announceWatches, JOURNAL_WAKE_CHANNEL, PgDelegationRepository } from "@crw/db";
 import { PgWorkflowStore } from "@crw/plugin-subagent";
@@ -11,6 +9,7 @@ import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Daemon, loadConfig, ownerTokenPath, startDaemon } from "../src/index.js";
 import { TestClient } from "./support/client.js";
+import { scratchDir } from "./support/scratch.js";
 
 // session.tap, workflow.follow and a client's session.take wake on commits, not on a timer. The hub's
 // fallback bound is set to a minute here, so a row reaches the view within the asserted time only through a
@@ -26,7 +25,7 @@ let elsewhere: pg.Pool;
 let unwatchedAtBoot: boolean | undefined;
 
 beforeAll(async () => {
-  const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-tapwake-"));
+  const dataDir = scratchDir("crw-daemon-tapwake-");
   daemon = await startDaemon(
     loadConfig({
       env: { DATABASE_URL: db.url },

@@ -1,7 +1,4 @@
 import { createHash, randomBytes } from "node:crypto";
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Daemon, IN_PROCESS_RUNNER_ID } from "../src/index.js";
@@ -9,6 +6,7 @@ import { TestClient } from "./support/client.js";
 import { startTestDaemon } from "./support/daemon.js";
 import { ownerHealth } from "./support/health.js";
 import { type LoopbackProvider, lastUserText, startLoopbackProvider } from "./support/provider.js";
+import { scratchDir } from "./support/scratch.js";
 import { waitFor } from "./support/wait.js";
 
 /**
@@ -54,7 +52,7 @@ beforeAll(async () => {
     if (text.includes("ZERO")) return { text: "uncounted", usage: usage(0, 0) };
     return { text: `answered: ${text.slice(-40)}`, usage: usage(50, 4, 20) };
   });
-  const dataDir = mkdtempSync(join(tmpdir(), "crw-daemon-usage-"));
+  const dataDir = scratchDir("crw-daemon-usage-");
   ({ daemon, owner } = await startTestDaemon({
     databaseUrl: db.url,
     dataDir,

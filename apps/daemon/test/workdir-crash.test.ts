@@ -39,6 +39,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   daemon?.child.kill("SIGKILL");
+  await daemon?.exited;
   await models?.close();
   for (const dir of made) rmSync(dir, { recursive: true, force: true });
 });

@@ -1,6 +1,4 @@
-import { mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readFileSync } from "node:fs";
 import type { CatalogConfig } from "@crw/brain";
 import { MCP_TOOLS_SERVER } from "@crw/tools/mcp";
 import type pg from "pg";
@@ -8,6 +6,7 @@ import { pino } from "pino";
 import { loadConfig, ownerTokenPath, startDaemon } from "../../src/index.js";
 import { TestClient } from "../support/client.js";
 import { type ProviderReply, type ProviderRequest, startLoopbackProvider } from "../support/provider.js";
+import { scratchDir } from "../support/scratch.js";
 
 /**
  * A parity run on the real daemon (`startDaemon`, as a user's `crw daemon run` starts it): its MCP servers
@@ -123,7 +122,7 @@ export async function runParitySession(options: RunOptions): Promise<ParityRun> 
     captured.push(c);
     return answer(who, declaredNames(c), options.fork === true);
   });
-  const dataDir = mkdtempSync(join(tmpdir(), "crw-parity-mcp-"));
+  const dataDir = scratchDir("crw-parity-mcp-");
   const servers = Object.fromEntries(
     Object.entries(options.mcp).map(([name, count]) => [
       name,

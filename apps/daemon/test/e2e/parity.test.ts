@@ -1,12 +1,12 @@
-import { mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { readFileSync } from "node:fs";
+import { resolve } from "node:path";
 import { catalogPolicyFingerprint, PERSONA_TEMPLATES, type TurnRequest } from "@crw/brain";
 import { useTestDatabase } from "@crw/tools/pg";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import { loadConfig, ownerTokenPath, startDaemon } from "../../src/index.js";
 import { steps, TestClient } from "../support/client.js";
+import { scratchDir } from "../support/scratch.js";
 import {
   type Baseline,
   checkedBaseline,
@@ -80,7 +80,7 @@ const parentScript = steps(
 async function runSession(runnerEnabled: boolean) {
   const captured: { key: string; placement: string; digest: string; prefix: Prefix; request: TurnRequest }[] =
     [];
-  const dataDir = mkdtempSync(join(tmpdir(), "crw-e2e-parity-"));
+  const dataDir = scratchDir("crw-e2e-parity-");
   const daemon = await startDaemon(
     loadConfig({
       env: { DATABASE_URL: db.url },

@@ -1,11 +1,9 @@
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { steps, TestClient } from "../support/client.js";
 import { healthWith } from "../support/health.js";
 import { type DaemonProcess, spawnDaemon } from "../support/process.js";
+import { scratchDir } from "../support/scratch.js";
 
 /**
  * test:e2e:recovery. The built daemon runs as a real process on a real PostgreSQL with its default forked
@@ -98,7 +96,7 @@ async function settled(): Promise<boolean> {
 describe("test:e2e:recovery", () => {
   it(`the daemon SIGKILLed ${KILLS} times at random points while workflows and delegations run; everything ends once (seed ${seed}) (S004-443)`, async () => {
     const rand = random(seed);
-    const dataDir = mkdtempSync(join(tmpdir(), "crw-e2e-recovery-"));
+    const dataDir = scratchDir("crw-e2e-recovery-");
     const opts = { dataDir, databaseUrl: db.url, runtime: { maxRunners: 2, turnsPerRunner: 4 } };
     const kills: number[] = [];
     let recoveredWork = 0;

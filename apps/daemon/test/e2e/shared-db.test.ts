@@ -1,6 +1,3 @@
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { captureDelegatedExecutionScope } from "@crw/brain";
 import { PgDelegationRepository } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
@@ -8,6 +5,7 @@ import { describe, expect, it } from "vitest";
 import { steps, TestClient } from "../support/client.js";
 import { healthWith } from "../support/health.js";
 import { spawnDaemon } from "../support/process.js";
+import { scratchDir } from "../support/scratch.js";
 
 const db = useTestDatabase();
 
@@ -40,7 +38,7 @@ describe("daemons sharing one PostgreSQL", () => {
       await repo.startRun(run.id, run.generation, "an-owner-that-died");
     }
     const opts = (name: string) => ({
-      dataDir: mkdtempSync(join(tmpdir(), `crw-shared-${name}-`)),
+      dataDir: scratchDir(`crw-shared-${name}-`),
       databaseUrl: db.url,
       runtime: { maxRunners: 1, turnsPerRunner: 8 },
     });
