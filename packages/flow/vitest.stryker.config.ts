@@ -9,7 +9,10 @@ import { crwVitest } from "../../tools/vitest/preset.ts";
  * - Left out: the suites that drive the real `codex` binary, and those that take more than 20 s (crash
  *   tests with spawned processes, whose children run the built dist and never see a mutant anyway).
  */
-const base = crwVitest("flow", import.meta.dirname, { isolate: true });
+const base = crwVitest("flow", import.meta.dirname, {
+  isolate: true,
+  setupFiles: [resolve(import.meta.dirname, "test/setup.ts")],
+});
 const src = resolve(import.meta.dirname, "src");
 
 export default defineConfig({

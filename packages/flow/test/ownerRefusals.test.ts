@@ -1,10 +1,10 @@
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { listStepFiles, reportName } from "../src/index.js";
 import { crwFlow, ensureBuilt, waitFor } from "./helpers/cli.js";
 import { defineWorkflow, type InProcessRun, inProcessRun, countSchema as schema } from "./helpers/harness.js";
+import { scratchDir } from "./helpers/scratch.js";
 
 /**
  * An owner that answers a refusal by doing the same again is held after a bound, with a hint that names
@@ -190,7 +190,7 @@ describe("a host crw cannot reach", () => {
 
   it("the start's seventh fact warns of a host with no control socket", async () => {
     const { ownerHostReachable } = await import("../src/cli/sessionFacts.js");
-    const home = mkdtempSync(join(tmpdir(), "crw-codex-home-"));
+    const home = scratchDir("crw-codex-home-");
     const previous = process.env.CODEX_HOME;
     process.env.CODEX_HOME = home;
     try {

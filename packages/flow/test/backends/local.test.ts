@@ -1,11 +1,11 @@
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { readJournalFile } from "../../src/journal/journal.js";
 import type { JournalRow } from "../../src/journal/rows.js";
 import { crwFlow, ensureBuilt, repoRoot, waitFor } from "../helpers/cli.js";
+import { scratchDir } from "../helpers/scratch.js";
 
 const demo = join(repoRoot, "examples/flow/release-notes.workflow.mjs");
 const script = join(repoRoot, "examples/flow/release-notes.script.json");
@@ -64,7 +64,7 @@ beforeAll(() => ensureBuilt(), 180_000);
 
 describe.concurrent("the local backend through the built CLI", () => {
   it("the demo workflow runs offline from a plain terminal: local is the default without an owner thread; show and shadow read it", async () => {
-    const state = mkdtempSync(join(tmpdir(), "crw-flow-local-"));
+    const state = scratchDir("crw-flow-local-");
     const repo = sampleRepo(state);
     const start = await crwFlow(
       [
@@ -164,7 +164,7 @@ describe.concurrent("the local backend through the built CLI", () => {
   }, 90_000);
 
   it("a local run killed right after a turn_started: a resume on the session backend is refused before any row; the local resume runs the lost attempt again, its turns replace the lost ones, same result", async () => {
-    const state = mkdtempSync(join(tmpdir(), "crw-flow-local-crash-"));
+    const state = scratchDir("crw-flow-local-crash-");
     const start = await crwFlow(
       [
         "start",
@@ -232,7 +232,7 @@ describe.concurrent("the local backend through the built CLI", () => {
   }, 90_000);
 
   it("bad local options are input errors before anything is written", async () => {
-    const state = mkdtempSync(join(tmpdir(), "crw-flow-local-bad-"));
+    const state = scratchDir("crw-flow-local-bad-");
     const bad = join(state, "bad.json");
     writeFileSync(bad, "{ not json");
     const cases: string[][] = [

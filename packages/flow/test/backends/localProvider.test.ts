@@ -1,6 +1,5 @@
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { captureDelegatedExecutionScope, modelConfigFor, runChildTurn } from "@crw/brain";
 import { type ModelRequest, type ModelServer, startModelServer } from "@crw/tools/models";
@@ -11,6 +10,7 @@ import type { JournalRow } from "../../src/journal/rows.js";
 import { checkSpec } from "../../src/run/spec.js";
 import { tempRepo } from "../git/repo.js";
 import { crwFlow, ensureBuilt, plainEnv, waitFor } from "../helpers/cli.js";
+import { scratchDir } from "../helpers/scratch.js";
 
 /**
  * The local backend against a user's own model server: the real provider clients of brain talk to the
@@ -54,7 +54,7 @@ async function closedPort(): Promise<number> {
 beforeAll(async () => {
   ensureBuilt();
   server = await startModelServer((q) => ({ text: JSON.stringify(answerOf(q)) }));
-  root = mkdtempSync(join(tmpdir(), "crw-flow-provider-"));
+  root = scratchDir("crw-flow-provider-");
   repo = tempRepo("crw-flow-provider-repo-").repo;
   workflow = join(root, "ask.workflow.mjs");
   writeFileSync(
@@ -379,7 +379,7 @@ describe.concurrent("the local backend with the user's own model server", () => 
 
 describe("the model server's OpenAI Responses protocol", () => {
   it("brain's openai-responses client runs a tool round and a final answer against it, the key in the header", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "crw-responses-"));
+    const dir = scratchDir("crw-responses-");
     writeFileSync(join(dir, "a.txt"), "contents of a");
     const responses = await startModelServer((q) =>
       q.toolResults.length === 0

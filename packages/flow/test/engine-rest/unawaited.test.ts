@@ -1,9 +1,9 @@
-import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { readJournalFile } from "../../src/journal/journal.js";
 import { crwFlow, ensureBuilt, waitFor } from "../helpers/cli.js";
+import { scratchDir } from "../helpers/scratch.js";
 
 /**
  * A workflow that leaves one call's promise unawaited while it awaits another: when the run stops (the
@@ -50,7 +50,7 @@ beforeAll(() => ensureBuilt(), 180_000);
 
 describe("a call's promise left unawaited when the run stops", () => {
   it("the run process pauses with its rows, logs its end and lets its locks go: no unhandled rejection", async () => {
-    const root = mkdtempSync(join(tmpdir(), "crw-flow-unawaited-"));
+    const root = scratchDir("crw-flow-unawaited-");
     const wf = join(root, "unawaited.mjs");
     const scriptFile = join(root, "script.json");
     writeFileSync(wf, workflow);

@@ -1,16 +1,16 @@
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { scratchDir } from "../helpers/scratch.js";
 
-/** A real temporary git repository with one commit. */
+/** A real temporary git repository with one commit; its root is removed when the test file ends. */
 export function tempRepo(prefix = "crw-git-"): {
   root: string;
   repo: string;
   start: string;
   sh: (cwd: string, ...args: string[]) => string;
 } {
-  const root = mkdtempSync(join(tmpdir(), prefix));
+  const root = scratchDir(prefix);
   const repo = join(root, "repo");
   const env = {
     ...process.env,
