@@ -50,7 +50,10 @@ export interface ClaudeMcpServer {
 }
 
 export interface RunClaudeOptions {
-  /** HOME of the run: Claude keeps `.claude.json`, `.claude/` (sessions, settings) there. */
+  /**
+   * HOME of the run: Claude keeps `.claude.json`, `.claude/` (sessions, settings) there, and its temporary
+   * files (`claude-<uid>/`, `cc-socks/`) in `<home>/tmp` (CLAUDE_CODE_TMPDIR), which go with the home.
+   */
   home: string;
   cwd: string;
   prompt: string;
@@ -128,10 +131,14 @@ function inheritedEnv(): NodeJS.ProcessEnv {
   return env;
 }
 
+/** Where Claude keeps its temporary files instead of the system's temporary directory. */
+const claudeTmp = (home: string) => join(home, "tmp");
+
 function claudeEnv(options: RunClaudeOptions): NodeJS.ProcessEnv {
   return {
     ...inheritedEnv(),
     HOME: options.home,
+    CLAUDE_CODE_TMPDIR: claudeTmp(options.home),
     ANTHROPIC_BASE_URL: options.baseUrl,
     ANTHROPIC_API_KEY: "sk-ant-test-offline",
     CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
@@ -181,6 +188,7 @@ function parseOutput(stdout: string): Pick<ClaudeRun, "result" | "events"> {
 
 export async function runClaude(options: RunClaudeOptions): Promise<ClaudeRun> {
   mkdirSync(options.home, { recursive: true });
+  mkdirSync(claudeTmp(options.home), { recursive: true, mode: 0o700 });
   const mcpConfigPath = join(options.home, "crw-mcp-config.json");
   writeFileSync(mcpConfigPath, JSON.stringify(claudeMcpConfig(options.mcpServers ?? {}), null, 2));
   const run = await runToEnd(claudeBin(), claudeArgs(options, mcpConfigPath), {
