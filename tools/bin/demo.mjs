@@ -8,7 +8,7 @@
 // openai-completions, anthropic-messages or openai-codex-responses), CRW_MODEL_BASE_URL for a compatible
 // server, and CRW_MODEL_API_KEY_ENV naming the variable that holds the key.
 import { execFileSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { lstatSync, mkdirSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 
@@ -222,7 +222,21 @@ try {
   try {
     run("daemon", "stop", "--data-dir", dataDir);
   } finally {
-    rmSync(dataDir, { recursive: true, force: true });
+    removeDataDir(dataDir);
     rmSync(sampleDir, { recursive: true, force: true });
   }
+}
+
+/**
+ * The demo's data directory, with its database: under root the daemon's cluster lives under the server
+ * user's home and `postgres` here is a link to it, which removing the directory alone would leave behind.
+ */
+function removeDataDir(dir) {
+  const link = join(dir, "postgres");
+  try {
+    if (lstatSync(link).isSymbolicLink()) rmSync(realpathSync(link), { recursive: true, force: true });
+  } catch {
+    // no cluster was made, or it is gone already
+  }
+  rmSync(dir, { recursive: true, force: true });
 }

@@ -47,7 +47,12 @@ export function crwVitest(name: string, dir: string, options: CrwVitestOptions =
     test: {
       name,
       include: ["test/**/*.test.ts", "src/**/*.test.ts"],
-      globalSetup: options.postgres ? [resolve(root, "tools/src/pg/global-setup.ts")] : [],
+      // The run's own server home first: the PostgreSQL harness's server then lives in it too, and is
+      // stopped before the home is removed (teardowns run in reverse).
+      globalSetup: [
+        resolve(root, "tools/vitest/serverHome.ts"),
+        ...(options.postgres ? [resolve(root, "tools/src/pg/global-setup.ts")] : []),
+      ],
       reporters: ["default", "json"],
       outputFile: { json: resolve(dir, ".reports", "vitest.json") },
       pool: "forks",
