@@ -119,7 +119,9 @@ describe("which runner a turn leases", () => {
     const { pool, events } = makePool({ size: { maxRunners: 2, turnsPerRunner: 1 } });
     // Runners of earlier tests in this process may still be exiting: count only forks made here.
     const before = new Set(await childRunnerPids());
-    const runs = [pool.runTurn(turn({ script: wait(300) })), pool.runTurn(turn({ script: wait(300) }))];
+    // Each turn outlasts a second runner's fork and boot on a loaded machine: were the first turn over before
+    // the second runner is ready, the second turn would take the first runner and no second would be made.
+    const runs = [pool.runTurn(turn({ script: wait(2_000) })), pool.runTurn(turn({ script: wait(2_000) }))];
     const ready = () => events.some((e) => e.type === "runner_ready");
     let most = 0;
     while (!ready()) {
