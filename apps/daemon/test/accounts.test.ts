@@ -1,11 +1,11 @@
 import { readFileSync } from "node:fs";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { type Daemon, loadConfig, ownerTokenPath, startDaemon } from "../src/index.js";
 import { TestClient } from "./support/client.js";
-import { scratchDir } from "./support/scratch.js";
 
 /**
  * Accounts and tokens of one installation: two daemons on one database share its owner account, a token

@@ -1,6 +1,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import pg from "pg";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -9,7 +10,6 @@ import { scopeHealthDocument } from "../src/api/health.js";
 import { type Daemon, loadConfig, ownerTokenPath, startDaemon } from "../src/index.js";
 import { RpcRegistry } from "../src/rpc.js";
 import { TestClient } from "./support/client.js";
-import { scratchDir } from "./support/scratch.js";
 
 /** The findings of the "Security" issue, each with the exact case that showed it. */
 const silent = pino({ level: "silent" });

@@ -1,12 +1,12 @@
 import { createHash, randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Daemon, loadConfig, ownerTokenPath, startDaemon } from "../src/index.js";
 import { steps, TestClient } from "./support/client.js";
 import { ownerHealth } from "./support/health.js";
-import { scratchDir } from "./support/scratch.js";
 
 const silent = pino({ level: "silent" });
 const db = useTestDatabase();

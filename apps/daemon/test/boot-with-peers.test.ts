@@ -3,11 +3,11 @@ import { captureDelegatedExecutionScope } from "@crw/brain";
 import { PgDelegationRepository } from "@crw/db";
 import { journalRows } from "@crw/tools/delegation";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { pino } from "pino";
 import { expect, it } from "vitest";
 import { loadConfig, startDaemon } from "../src/index.js";
 import { steps } from "./support/client.js";
-import { scratchDir } from "./support/scratch.js";
 import { waitFor } from "./support/wait.js";
 
 /**

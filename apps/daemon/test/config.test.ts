@@ -1,8 +1,8 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { scratchDir } from "@crw/tools/scratch";
 import { describe, expect, it } from "vitest";
 import { ConfigError, loadConfig } from "../src/index.js";
-import { scratchDir } from "./support/scratch.js";
 
 const dir = () => scratchDir("crw-config-");
 

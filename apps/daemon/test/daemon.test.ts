@@ -1,6 +1,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
@@ -13,7 +14,6 @@ import {
   startDaemon,
 } from "../src/index.js";
 import { ownerHealth } from "./support/health.js";
-import { scratchDir } from "./support/scratch.js";
 
 const silent = pino({ level: "silent" });
 

@@ -1,6 +1,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { createDatabase, dropDatabase, uniqueDatabaseName, useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import fc from "fast-check";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
@@ -23,7 +24,6 @@ import {
   world,
 } from "./support/fuzzLanes.js";
 import { spawnDaemon } from "./support/process.js";
-import { scratchDir } from "./support/scratch.js";
 
 /**
  * Fuzzing the daemon's API over real WebSocket connections: arbitrary frames (JSON values, JSON-RPC shaped

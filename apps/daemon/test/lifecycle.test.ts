@@ -3,12 +3,12 @@ import { captureDelegatedExecutionScope } from "@crw/brain";
 import { PgDelegationRepository } from "@crw/db";
 import { RESTART_REQUIRED_ALERT_KEY, restartRequiredAlert, SubagentRunnerPool } from "@crw/subagent";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { pino } from "pino";
 import { describe, expect, it, vi } from "vitest";
 import { AlertService, alertsPath, loadConfig, ownerTokenPath, startDaemon } from "../src/index.js";
 import { steps, TestClient } from "./support/client.js";
 import { ownerHealth } from "./support/health.js";
-import { scratchDir } from "./support/scratch.js";
 
 const silent = pino({ level: "silent" });
 const db = useTestDatabase();

@@ -2,12 +2,12 @@ import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { MCP_TOOLS_SERVER } from "@crw/tools/mcp";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import { ConfigError, loadConfig, readState, startDaemon } from "../src/index.js";
 import { ownerHealth } from "./support/health.js";
 import { spawnDaemon } from "./support/process.js";
-import { scratchDir } from "./support/scratch.js";
 
 /**
  * MCP servers and the tool catalog policy in the daemon's configuration: the bridged servers start with

@@ -1,12 +1,12 @@
 import { readFileSync } from "node:fs";
 import { RESTART_REQUIRED_ALERT_KEY } from "@crw/subagent";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { afterAll, describe, expect, it } from "vitest";
 import { alertsPath } from "../src/index.js";
 import { steps, TestClient } from "./support/client.js";
 import { ownerHealth } from "./support/health.js";
 import { type DaemonProcess, spawnDaemon } from "./support/process.js";
-import { scratchDir } from "./support/scratch.js";
 
 const db = useTestDatabase();
 const daemons: DaemonProcess[] = [];

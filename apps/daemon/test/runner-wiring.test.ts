@@ -3,6 +3,7 @@ import { readFileSync } from "node:fs";
 import { readdir, readFile } from "node:fs/promises";
 import { RemoteTurnError, SubagentRunnerPool } from "@crw/subagent";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import {
@@ -21,7 +22,6 @@ import {
   lastUserText,
   startLoopbackProvider,
 } from "./support/provider.js";
-import { scratchDir } from "./support/scratch.js";
 import { waitFor } from "./support/wait.js";
 
 /**

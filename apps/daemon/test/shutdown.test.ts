@@ -1,6 +1,7 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { TestClient } from "./support/client.js";
@@ -13,7 +14,6 @@ import {
   type ProviderRequest,
   startLoopbackProvider,
 } from "./support/provider.js";
-import { scratchDir } from "./support/scratch.js";
 
 /**
  * The restart checkpoint at process level: the built daemon as its own process, SIGTERM while a delegated

@@ -1,10 +1,10 @@
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Daemon } from "../src/index.js";
 import type { TestClient } from "./support/client.js";
 import { startTestDaemon } from "./support/daemon.js";
 import { gate, type LoopbackProvider, lastUserText, startLoopbackProvider } from "./support/provider.js";
-import { scratchDir } from "./support/scratch.js";
 import { waitFor } from "./support/wait.js";
 
 /**

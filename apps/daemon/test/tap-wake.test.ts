@@ -4,12 +4,12 @@ import { captureDelegatedExecutionScope } from "@crw/brain";
 import { announceWatches, JOURNAL_WAKE_CHANNEL, PgDelegationRepository } from "@crw/db";
 import { PgWorkflowStore } from "@crw/plugin-subagent";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import pg from "pg";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Daemon, loadConfig, ownerTokenPath, startDaemon } from "../src/index.js";
 import { TestClient } from "./support/client.js";
-import { scratchDir } from "./support/scratch.js";
 
 // session.tap, workflow.follow and a client's session.take wake on commits, not on a timer. The hub's
 // fallback bound is set to a minute here, so a row reaches the view within the asserted time only through a

@@ -1,12 +1,12 @@
 import { createHash, randomBytes } from "node:crypto";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Daemon, IN_PROCESS_RUNNER_ID } from "../src/index.js";
 import { TestClient } from "./support/client.js";
 import { startTestDaemon } from "./support/daemon.js";
 import { ownerHealth } from "./support/health.js";
 import { type LoopbackProvider, lastUserText, startLoopbackProvider } from "./support/provider.js";
-import { scratchDir } from "./support/scratch.js";
 import { waitFor } from "./support/wait.js";
 
 /**

@@ -1,10 +1,10 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { scratchDir } from "@crw/tools/scratch";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { listStepFiles, reportName } from "../src/index.js";
 import { crwFlow, ensureBuilt, waitFor } from "./helpers/cli.js";
 import { defineWorkflow, type InProcessRun, inProcessRun, countSchema as schema } from "./helpers/harness.js";
-import { scratchDir } from "./helpers/scratch.js";
 
 /**
  * An owner that answers a refusal by doing the same again is held after a bound, with a hint that names

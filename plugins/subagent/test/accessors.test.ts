@@ -1,5 +1,6 @@
 import { FileSpillStore, prepareCompletion } from "@crw/brain";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { describe, expect, it } from "vitest";
 import {
   type CompletionSink,
@@ -9,7 +10,6 @@ import {
   type WorkflowHostAccessors,
 } from "../src/index.js";
 import { closeEnginesAfterEach, deferred, summaries, taskLine, until, world } from "./helpers.js";
-import { scratchDir } from "./support/scratch.js";
 
 const db = useTestDatabase();
 const all = closeEnginesAfterEach();

@@ -11,9 +11,9 @@ import {
 } from "@crw/brain";
 import { PgDelegationRepository, type SessionRow } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { describe, expect, it } from "vitest";
 import { delegationNodeTurns, JournalNodeDispatcher, subagentTools, WorkflowEngine } from "../src/index.js";
-import { scratchDir } from "./support/scratch.js";
 
 const db = useTestDatabase();
 

@@ -4,9 +4,9 @@ import { readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { PgDelegationRepository } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { beforeAll, describe, expect, it } from "vitest";
 import { PgWorkflowStore, readOrchestrationJournal, WORKFLOW_FAULT_POINTS } from "../src/index.js";
-import { scratchDir } from "./support/scratch.js";
 
 /**
  * Real daemon-like processes (support-crash/source-child.mjs, the engine loaded from its source) SIGKILLed

@@ -1,6 +1,7 @@
 import { mkdir, symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { afterEach, describe, expect, it } from "vitest";
 import { outputSchemaProblem } from "../src/definition/outputSchema.js";
 import {
@@ -11,7 +12,6 @@ import {
   type WorkflowEngine,
 } from "../src/index.js";
 import { taskLine, world } from "./helpers.js";
-import { scratchDir } from "./support/scratch.js";
 
 const db = useTestDatabase();
 const all: WorkflowEngine[] = [];

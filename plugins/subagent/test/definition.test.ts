@@ -2,6 +2,7 @@ import { createHash } from "node:crypto";
 import { symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { describe, expect, it } from "vitest";
 import {
   boundedProjectFileReader,
@@ -11,7 +12,6 @@ import {
   WorkflowDefinitionError,
 } from "../src/index.js";
 import { world } from "./helpers.js";
-import { scratchDir } from "./support/scratch.js";
 
 const db = useTestDatabase();
 

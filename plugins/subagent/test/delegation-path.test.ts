@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import { createScriptedTurnRunner, DelegationService, FileSpillStore } from "@crw/brain";
 import { PgDelegationRepository } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { describe, expect, it } from "vitest";
 import {
   delegationNodeTurns,
@@ -11,7 +12,6 @@ import {
   WorkflowEngine,
 } from "../src/index.js";
 import { until } from "./helpers.js";
-import { scratchDir } from "./support/scratch.js";
 
 const db = useTestDatabase();
 

@@ -5,6 +5,7 @@ import { createAgentTurnRunner, DelegationService, FileSpillStore } from "@crw/b
 import { PgDelegationRepository } from "@crw/db";
 import { MemoryRetryPolicySource, SubagentRunnerPool, SubagentSessionDispatch } from "@crw/subagent";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { describe, expect, it } from "vitest";
 import {
   delegationNodeTurns,
@@ -13,7 +14,6 @@ import {
   parseWorkflowDefinition,
   WorkflowEngine,
 } from "../src/index.js";
-import { scratchDir } from "./support/scratch.js";
 
 const db = useTestDatabase();
 const KEY_ENV = "CRW_NODE_RESOURCES_KEY";

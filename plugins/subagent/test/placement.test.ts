@@ -1,10 +1,10 @@
 import { mkdir, realpath } from "node:fs/promises";
 import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { describe, expect, it } from "vitest";
 import { PgWorkflowStore, parseWorkflowDefinition, pgWorkflowEmitter } from "../src/index.js";
 import { closeEnginesAfterEach, deferred, taskLine, until, world } from "./helpers.js";
-import { scratchDir } from "./support/scratch.js";
 
 const db = useTestDatabase();
 const all = closeEnginesAfterEach();

@@ -10,6 +10,7 @@ import {
   SubagentSessionDispatch,
 } from "@crw/subagent";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { beforeAll, describe, expect, it } from "vitest";
 import {
   delegationNodeTurns,
@@ -32,7 +33,6 @@ import {
   workflowJournal,
   world,
 } from "./helpers.js";
-import { scratchDir } from "./support/scratch.js";
 
 /**
  * The host-only workflow dispatch scope (`HostWorkflowNodeDispatch`, @crw/subagent's AsyncLocalStorage):

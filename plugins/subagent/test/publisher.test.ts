@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { realpath } from "node:fs/promises";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { describe, expect, it } from "vitest";
 import {
   type NodeDispatcher,
@@ -12,7 +13,6 @@ import {
   type WorkflowUpdate,
 } from "../src/index.js";
 import { closeEnginesAfterEach, deferred, until, untilAborted, workflowJournal, world } from "./helpers.js";
-import { scratchDir } from "./support/scratch.js";
 
 const db = useTestDatabase();
 const all = closeEnginesAfterEach();

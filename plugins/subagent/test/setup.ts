@@ -1,5 +1,5 @@
+import { removeScratchDirs } from "@crw/tools/scratch";
 import { afterAll } from "vitest";
-import { removeScratchDirs } from "./support/scratch.js";
 
 // Each test file's scratch directories go when its tests end.
 afterAll(() => removeScratchDirs());

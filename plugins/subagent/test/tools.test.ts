@@ -10,6 +10,7 @@ import {
 } from "@crw/brain";
 import { PgDelegationRepository } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { describe, expect, it } from "vitest";
 import {
   boundedProjectFileReader,
@@ -20,7 +21,6 @@ import {
   workflowTools,
 } from "../src/index.js";
 import { until } from "./helpers.js";
-import { scratchDir } from "./support/scratch.js";
 
 const db = useTestDatabase();
 

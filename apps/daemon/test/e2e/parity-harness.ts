@@ -1,12 +1,12 @@
 import { readFileSync } from "node:fs";
 import type { CatalogConfig } from "@crw/brain";
 import { MCP_TOOLS_SERVER } from "@crw/tools/mcp";
+import { scratchDir } from "@crw/tools/scratch";
 import type pg from "pg";
 import { pino } from "pino";
 import { loadConfig, ownerTokenPath, startDaemon } from "../../src/index.js";
 import { TestClient } from "../support/client.js";
 import { type ProviderReply, type ProviderRequest, startLoopbackProvider } from "../support/provider.js";
-import { scratchDir } from "../support/scratch.js";
 
 /**
  * A parity run on the real daemon (`startDaemon`, as a user's `crw daemon run` starts it): its MCP servers

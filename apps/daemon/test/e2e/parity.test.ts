@@ -2,11 +2,11 @@ import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { catalogPolicyFingerprint, PERSONA_TEMPLATES, type TurnRequest } from "@crw/brain";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import { loadConfig, ownerTokenPath, startDaemon } from "../../src/index.js";
 import { steps, TestClient } from "../support/client.js";
-import { scratchDir } from "../support/scratch.js";
 import {
   type Baseline,
   checkedBaseline,

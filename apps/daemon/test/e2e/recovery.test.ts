@@ -1,9 +1,9 @@
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { describe, expect, it } from "vitest";
 import { steps, TestClient } from "../support/client.js";
 import { healthWith } from "../support/health.js";
 import { type DaemonProcess, spawnDaemon } from "../support/process.js";
-import { scratchDir } from "../support/scratch.js";
 
 /**
  * test:e2e:recovery. The built daemon runs as a real process on a real PostgreSQL with its default forked

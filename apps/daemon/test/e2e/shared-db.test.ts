@@ -1,11 +1,11 @@
 import { captureDelegatedExecutionScope } from "@crw/brain";
 import { PgDelegationRepository } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
+import { scratchDir } from "@crw/tools/scratch";
 import { describe, expect, it } from "vitest";
 import { steps, TestClient } from "../support/client.js";
 import { healthWith } from "../support/health.js";
 import { spawnDaemon } from "../support/process.js";
-import { scratchDir } from "../support/scratch.js";
 
 const db = useTestDatabase();
 

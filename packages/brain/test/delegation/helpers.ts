@@ -1,8 +1,6 @@
 import { randomUUID } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { type JournalEntry, PgDelegationRepository, type TranscriptMessage } from "@crw/db";
+import { scratchDir } from "@crw/tools/scratch";
 import type pg from "pg";
 import {
   createScriptedTurnRunner,
@@ -16,29 +14,8 @@ import {
   type TurnRequest,
 } from "../../src/index.js";
 
+export { removeScratchDirs, scratchDir } from "@crw/tools/scratch";
 export { scriptTask };
-
-/** The scratch directories made since the last `removeScratchDirs()`. */
-const scratchDirs: string[] = [];
-
-/**
- * A new directory under the temporary directory, named `prefix` and six random characters, removed when the
- * test file's tests end (test/setup.ts).
- */
-export function scratchDir(prefix: string): string {
-  const dir = mkdtempSync(join(tmpdir(), prefix));
-  scratchDirs.push(dir);
-  return dir;
-}
-
-/**
- * Removes the scratch directories the current test file made (test/setup.ts, after each file): files run one
- * after another in a worker that keeps this module, and the worker is stopped without an exit of its own,
- * so nothing else would.
- */
-export function removeScratchDirs(): void {
-  for (const dir of scratchDirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-}
 
 export function makeService(pool: pg.Pool, overrides: Partial<DelegationServiceOptions> = {}) {
   const repo = new PgDelegationRepository(pool);

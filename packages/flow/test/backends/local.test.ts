@@ -1,11 +1,11 @@
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { scratchDir } from "@crw/tools/scratch";
 import { beforeAll, describe, expect, it } from "vitest";
 import { readJournalFile } from "../../src/journal/journal.js";
 import type { JournalRow } from "../../src/journal/rows.js";
 import { crwFlow, ensureBuilt, repoRoot, waitFor } from "../helpers/cli.js";
-import { scratchDir } from "../helpers/scratch.js";
 
 const demo = join(repoRoot, "examples/flow/release-notes.workflow.mjs");
 const script = join(repoRoot, "examples/flow/release-notes.script.json");

@@ -3,6 +3,7 @@ import { createServer } from "node:net";
 import { join } from "node:path";
 import { captureDelegatedExecutionScope, modelConfigFor, runChildTurn } from "@crw/brain";
 import { type ModelRequest, type ModelServer, startModelServer } from "@crw/tools/models";
+import { scratchDir } from "@crw/tools/scratch";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { localModelConfig, providerFailureDetail } from "../../src/backends/localModel.js";
 import { readJournalFile } from "../../src/journal/journal.js";
@@ -10,7 +11,6 @@ import type { JournalRow } from "../../src/journal/rows.js";
 import { checkSpec } from "../../src/run/spec.js";
 import { tempRepo } from "../git/repo.js";
 import { crwFlow, ensureBuilt, plainEnv, waitFor } from "../helpers/cli.js";
-import { scratchDir } from "../helpers/scratch.js";
 
 /**
  * The local backend against a user's own model server: the real provider clients of brain talk to the

@@ -1,9 +1,9 @@
 import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { scratchDir } from "@crw/tools/scratch";
 import { beforeAll, describe, expect, it } from "vitest";
 import { readJournalFile } from "../../src/journal/journal.js";
 import { crwFlow, ensureBuilt, waitFor } from "../helpers/cli.js";
-import { scratchDir } from "../helpers/scratch.js";
 
 /**
  * A workflow that leaves one call's promise unawaited while it awaits another: when the run stops (the

@@ -1,7 +1,7 @@
 import { execFileSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { scratchDir } from "../helpers/scratch.js";
+import { scratchDir } from "@crw/tools/scratch";
 
 /** A real temporary git repository with one commit; its root is removed when the test file ends. */
 export function tempRepo(prefix = "crw-git-"): {

@@ -6,7 +6,7 @@ const made: string[] = [];
 
 /**
  * A new directory under the temporary directory, named `prefix` and six random characters, removed when the
- * test file's tests end (test/setup.ts).
+ * test file's tests end (each project's test/setup.ts calls `removeScratchDirs`).
  */
 export function scratchDir(prefix: string): string {
   const dir = mkdtempSync(join(tmpdir(), prefix));
@@ -15,9 +15,9 @@ export function scratchDir(prefix: string): string {
 }
 
 /**
- * Removes the directories made since the last call (test/setup.ts, after each test file): files run one after
- * another in a worker that keeps this module, and the worker is stopped without an exit of its own, so
- * nothing else would. A run process that wrote its last row may still be exiting: a directory that fills
+ * Removes the directories made since the last call (after each test file): files run one after another in
+ * a worker that keeps this module, and the worker is stopped without an exit of its own, so nothing else
+ * would. A process a test started that wrote its last file may still be exiting: a directory that fills
  * while it goes is tried again.
  */
 export function removeScratchDirs(): void {
