@@ -44,15 +44,21 @@ function heldService() {
   return { ...made, seen, look, started, start, watch };
 }
 
+/** A call queued on a fresh child that `made` watches: its start and its child's first inbox look. */
+async function watchedCall(made: ReturnType<typeof heldService>) {
+  const caller = await newParent(made.service);
+  const principal = caller.account.id;
+  const run = await queuedCall(made.service, caller, "call", scriptTask({ answer: "done" }));
+  const childId = run.childSessionId ?? "";
+  made.watch(childId);
+  const child = await made.repo.getSession(childId, principal);
+  return { principal, run, childId, child };
+}
+
 describe("a fresh call's first turn, queued behind a turn of its child that held the lock at the start", () => {
   it("gets the journal as that turn left it, with the helper result and answer it added, not the start's copy", async () => {
     const made = heldService();
-    const caller = await newParent(made.service);
-    const principal = caller.account.id;
-    const run = await queuedCall(made.service, caller, "call", scriptTask({ answer: "done" }));
-    const childId = run.childSessionId ?? "";
-    made.watch(childId);
-    const child = await made.repo.getSession(childId, principal);
+    const { principal, run, childId, child } = await watchedCall(made);
     // the child's background helper, still open when the call starts
     const { run: helper } = await made.repo.createDelegation({
       parentSessionId: childId,
@@ -98,12 +104,7 @@ describe("a fresh call's first turn, queued behind a turn of its child that held
 
   it("gets the journal as that turn left it when that turn ends before the call's first turn looks, with no helper open", async () => {
     const made = heldService();
-    const caller = await newParent(made.service);
-    const principal = caller.account.id;
-    const run = await queuedCall(made.service, caller, "call", scriptTask({ answer: "done" }));
-    const childId = run.childSessionId ?? "";
-    made.watch(childId);
-    const child = await made.repo.getSession(childId, principal);
+    const { run, childId, child } = await watchedCall(made);
     // a turn of the child holds its lock when the call starts, nothing else open
     const other = made.service.runChildTurn(child, parseDelegatedExecutionScope(child.scope ?? ""), () => {});
     await made.look.held.promise;
