@@ -1,6 +1,7 @@
 import { readdir, readFile } from "node:fs/promises";
 import {
   DelegationAbortedError,
+  type PoolEvent,
   type ProcessChangedSink,
   RunnerExitedError,
   RunnerUnavailableError,
@@ -92,6 +93,34 @@ describe("which runner a turn leases", () => {
     expect((await first).stopReason).toBe("aborted");
   });
 
+  it("a child whose parent's runner is full goes to a free runner; no runner takes more than its turns", async () => {
+    const events: PoolEvent[] = [];
+    // Each runner's turn count as each turn is dispatched (counted before the event).
+    const loads: number[][] = [];
+    const { pool } = makePool({
+      size: { maxRunners: 2, turnsPerRunner: 1 },
+      onEvent: (e) => {
+        events.push(e);
+        if (e.type === "turn_dispatched") loads.push(pool.health().runners.map((r) => r.turns));
+      },
+    });
+    const hold = new AbortController();
+    const parent = pool.runTurn(turn({ sessionId: "p", script: wait(60_000) }), { signal: hold.signal });
+    await waitFor(() => pool.sessionState("p") === "running");
+    expect(pool.routeOf("p")).toBe("runner-1");
+    // runner-1 is full with the parent's turn: the child's turn waits for runner-2 and takes it.
+    const child = turn({ sessionId: "p-child", channelId: "ch-child", parentSessionId: "p" });
+    await pool.runTurn(child);
+    expect(pool.sessionState("p")).toBe("running");
+    // Dispatched once, to runner-2, and not a nested edge (the parent is on runner-1).
+    expect(events.filter((e) => e.type === "turn_dispatched" && e.turnId === child.turnId)).toEqual([
+      { type: "turn_dispatched", turnId: child.turnId, runnerId: "runner-2", nested: false },
+    ]);
+    expect(loads).toEqual([[1], [1, 1]]);
+    hold.abort();
+    expect((await parent).stopReason).toBe("aborted");
+  });
+
   it("a session with two turns in flight stays running until the last one settles", async () => {
     const { pool } = makePool({ size: { maxRunners: 1, turnsPerRunner: 2 } });
     const short = pool.runTurn(turn({ sessionId: "twice", script: wait(100) }));
@@ -102,6 +131,20 @@ describe("which runner a turn leases", () => {
     await long;
     expect(pool.sessionState("twice")).toBeUndefined();
     expect(pool.executionOf("twice")).toEqual({ runnerId: "runner-1", state: "idle" });
+  });
+
+  it("a session's last turn settling clears its state while another session's turn still runs", async () => {
+    const { pool } = makePool({ size: { maxRunners: 1, turnsPerRunner: 2 } });
+    const hold = new AbortController();
+    const other = pool.runTurn(turn({ sessionId: "other", script: wait(60_000) }), { signal: hold.signal });
+    await waitFor(() => pool.sessionState("other") === "running");
+    await pool.runTurn(turn({ sessionId: "done", channelId: "ch-done" }));
+    expect(pool.sessionState("done")).toBeUndefined();
+    expect(pool.executionOf("done")).toEqual({ runnerId: "runner-1", state: "idle" });
+    expect(pool.sessionState("other")).toBe("running");
+    hold.abort();
+    expect((await other).stopReason).toBe("aborted");
+    expect(pool.sessionState("other")).toBeUndefined();
   });
 
   it("queued and dispatched turns are announced with their turn, channel and runner", async () => {

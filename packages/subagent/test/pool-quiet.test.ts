@@ -1,4 +1,4 @@
-import { MemoryRetryPolicySource, RunnerStartupCancelledError } from "@crw/subagent";
+import { MemoryRetryPolicySource, type ProcessChangedSink, RunnerStartupCancelledError } from "@crw/subagent";
 import { describe, expect, it } from "vitest";
 import { killChildRunners } from "./support/kill.js";
 import { closePoolsAfterEach, makePool } from "./support/pools.js";
@@ -6,15 +6,32 @@ import { turn, waitFor } from "./support/runners.js";
 
 closePoolsAfterEach();
 
+const wait = (ms: number) => [{ kind: "wait" as const, ms }];
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
 const noRetries = () =>
   new MemoryRetryPolicySource({ revision: 1, maxRetries: 0, initialDelayMs: 0, multiplier: 1 });
 
 describe("a pool's optional listeners", () => {
   it("with no event listener it dispatches, adopts, sees an exit and fails a start without throwing", async () => {
     const { pool } = makePool({ onEvent: undefined });
+    const changes: Parameters<ProcessChangedSink>[0][] = [];
+    pool.attachProcessChangedSink((c) => changes.push(c));
     expect((await pool.runTurn(turn())).stopReason).toBe("end");
     expect(await killChildRunners()).toBe(1);
     await waitFor(() => pool.health().runners.length === 0);
+    // The process sink hears of the start and the exit all the same.
+    expect(changes).toEqual([
+      { runnerId: "runner-1", state: "started" },
+      { runnerId: "runner-1", state: "exited", code: null, signal: "SIGKILL" },
+    ]);
     expect((await pool.runTurn(turn())).stopReason).toBe("end");
     const failing = makePool({
       onEvent: undefined,
@@ -34,6 +51,26 @@ describe("a pool's optional listeners", () => {
     await pool.runTurn(turn());
     // Let a few heartbeats (with their containment state) arrive before the runner dies.
     await new Promise((r) => setTimeout(r, 300));
+    expect(await killChildRunners()).toBe(1);
+    await waitFor(() => pool.health().runners.length === 0);
+    expect(exits).toEqual([]);
+  });
+
+  it("a runner whose processes have all ended exits without a call to the exit-token sink", async () => {
+    const { pool } = makePool({ heartbeatIntervalMs: 50 });
+    const exits: unknown[] = [];
+    pool.attachRunnerExitTokensSink((e) => exits.push(e));
+    await pool.runTurn(turn({ sessionId: "spawner", script: [{ kind: "spawn", command: ["true"] }] }));
+    const view = await pool.tap("spawner", () => {});
+    const spawned = view?.snapshot.history.find((h) => h.role === "tool" && /^\d+$/.test(h.text));
+    await view?.close();
+    const pid = Number(spawned?.text);
+    expect(pid).toBeGreaterThan(1);
+    // Gone (not a zombie): the runner has reaped it, and dropped its kill token in the same callback.
+    await waitFor(() => !alive(pid));
+    // A turn sent after that spans several heartbeats: one, with the state that names no process, reaches
+    // the pool before the turn's reply.
+    await pool.runTurn(turn({ sessionId: "spawner", script: wait(200) }));
     expect(await killChildRunners()).toBe(1);
     await waitFor(() => pool.health().runners.length === 0);
     expect(exits).toEqual([]);
