@@ -111,9 +111,9 @@ const MODULES = {
   "subagent-pool": {
     pkg: "subagent",
     mutate: [
-      "packages/subagent/src/pool.ts:405-469",
-      "packages/subagent/src/pool.ts:487-575",
-      "packages/subagent/src/pool.ts:586-612",
+      "packages/subagent/src/pool.ts:356-420",
+      "packages/subagent/src/pool.ts:438-526",
+      "packages/subagent/src/pool.ts:537-563",
     ],
   },
   // the frames between the daemon and its runners
