@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { join, resolve } from "node:path";
 
 /**
@@ -11,9 +11,14 @@ import { join, resolve } from "node:path";
  */
 export default function setup(): () => void {
   if (process.getuid?.() !== 0 || process.env.CRW_POSTGRES_HOME) return () => {};
-  const base = resolve("/var/lib/crw-postgres/test-runs");
+  const base = resolve("/var/lib/crw-postgres");
   mkdirSync(base, { recursive: true, mode: 0o755 });
-  const home = mkdtempSync(join(base, "run-"));
+  // A short name: a cluster's Unix socket lives in its directory below this home, and a socket path longer
+  // than 107 bytes makes the server listen on TCP alone.
+  const home = mkdtempSync(join(base, "t"));
+  // The server user runs the binaries copied here and enters the clusters below: searchable by everyone, as
+  // the default home is (mkdtemp makes it 0700). A test run nested in this one inherits the variable.
+  chmodSync(home, 0o755);
   process.env.CRW_POSTGRES_HOME = home;
   return () => {
     delete process.env.CRW_POSTGRES_HOME;

@@ -13,6 +13,9 @@ describe("a listener held while its connection lasts", () => {
   it("a LISTEN that fails gives its connection back to the pool broken, and the open throws", async () => {
     const pool = new pg.Pool({ connectionString: db.url, max: 1 });
     pools.push(pool);
+    // the terminated backend's error reaches the pool too, as for any connection the server ends
+    const lost: Error[] = [];
+    pool.on("error", (e) => lost.push(e));
     const admin = new pg.Client({ connectionString: db.url });
     await admin.connect();
     try {
