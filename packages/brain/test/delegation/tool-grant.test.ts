@@ -1,7 +1,15 @@
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import type { MutatingTool } from "../../src/index.js";
-import { delegateForeground, makeService, newParent, recording, scriptTask, writeTool } from "./helpers.js";
+import {
+  delegateForeground,
+  makeService,
+  newParent,
+  recording,
+  scriptTask,
+  waitFor,
+  writeTool,
+} from "./helpers.js";
 
 const db = useTestDatabase();
 
@@ -42,9 +50,13 @@ describe("the account's tool grant and the offered tool list", () => {
     if (child.kind !== "result") throw new Error("expected a result");
     const namesOf = (sessionId: string) =>
       seen.filter((r) => r.sessionId === sessionId).map((r) => r.tools.map((t) => t.name));
+    // The prompt's turn, then the idle parent's follow-up answering the delegated result (a foreground call
+    // made outside a turn of the parent reaches it through its inbox): it may come before or after the call
+    // returns, so it is waited for.
+    await waitFor(async () => namesOf(parent.id).length === 2, "the parent's follow-up turn");
     const root = namesOf(parent.id);
     const delegated = namesOf(child.childSessionId);
-    expect(root).toHaveLength(1);
+    expect(root).toHaveLength(2);
     expect(delegated).toHaveLength(1);
     for (const names of [...root, ...delegated]) {
       expect(names).toEqual(expect.arrayContaining(["Runner", "Write"]));
