@@ -55,20 +55,30 @@ export async function listenWhileConnected(
 ): Promise<ChannelListener> {
   checkChannel(channel);
   const client = await pool.connect();
+  // Given back once: broken when the connection failed, so that no later borrower gets it as a listener.
+  let released = false;
+  const release = (broken?: Error) => {
+    if (released) return;
+    released = true;
+    client.release(broken ?? false);
+  };
   client.on("notification", (n) => {
     if (n.payload) onPayload(n.payload);
   });
+  // A borrowed connection has no error listener of the pool's: one the server ends (a restart, a cut
+  // connection) would be an uncaught error. The listener is then gone for good, by design.
+  client.on("error", (e) => release(e));
   try {
     await client.query(`listen ${channel}`);
   } catch (e) {
-    // a connection whose LISTEN failed goes back broken, never to the next borrower as a listener
-    client.release(e instanceof Error ? e : true);
+    release(e instanceof Error ? e : new Error(String(e)));
     throw e;
   }
   return {
     close: async () => {
+      if (released) return;
       await client.query("unlisten *").catch(() => undefined);
-      client.release();
+      release();
     },
   };
 }
