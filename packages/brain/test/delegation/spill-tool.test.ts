@@ -8,6 +8,7 @@ import {
   delegateBackground,
   delegateCall,
   delegateForeground,
+  latch,
   makeService,
   messages,
   newParent,
@@ -92,9 +93,22 @@ describe("Read for spilled results", () => {
 
   it("a delegated child reads its helper's spilled result with Read in its own namespace (S004-240)", async () => {
     const r = readingRunner();
-    const { service, repo } = makeService(db.pool, { runner: r.runner, toolResultInlineBytes: () => 100 });
-    const caller = await newParent(service);
     const body = `helper ${"ünïcödé ".repeat(40)} end`;
+    // The helper answers only once the child's first turn is over: its result then reaches the child in a
+    // result turn of its own (read there), never in the first turn's steering drain, however fast it is.
+    const childTurnOver = latch();
+    const has = (request: TurnRequest, text: string) =>
+      request.context.some((m) => m.role === "user" && JSON.stringify(m.content).includes(text));
+    const runner: SessionTurnRunner = {
+      async runTurn(request, host) {
+        if (has(request, "helper ") && !has(request, "C done")) await childTurnOver.promise;
+        const outcome = await r.runner.runTurn(request, host);
+        if (has(request, "C done")) childTurnOver.open();
+        return outcome;
+      },
+    };
+    const { service, repo } = makeService(db.pool, { runner, toolResultInlineBytes: () => 100 });
+    const caller = await newParent(service);
     const receipt = await delegateForeground(
       service,
       caller,
