@@ -77,6 +77,9 @@ function runAs(
       HOME: home,
       USER: user?.name ?? process.env.USER ?? "",
       LOGNAME: user?.name ?? process.env.USER ?? "",
+      // Root's server home of this test run (tools/vitest/serverHome.ts): the daemon the README starts puts
+      // its cluster there, and it goes with the run instead of staying under /var/lib/crw-postgres.
+      ...(process.env.CRW_POSTGRES_HOME && { CRW_POSTGRES_HOME: process.env.CRW_POSTGRES_HOME }),
     },
     ...(user && { uid: user.uid, gid: user.gid }),
   });
