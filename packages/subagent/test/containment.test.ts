@@ -1,5 +1,6 @@
 import { killContainedProcesses, type SubagentRunnerHost } from "@crw/subagent";
 import { afterEach, describe, expect, it } from "vitest";
+import { alive } from "./support/alive.js";
 import { closePoolsAfterEach, makePool } from "./support/pools.js";
 import { startHost, turn, waitFor } from "./support/runners.js";
 
@@ -10,15 +11,6 @@ afterEach(async () => {
   await Promise.all(hosts.splice(0).map((h) => h.shutdown(1_000)));
   killContainedProcesses(stray.splice(0).map((pid) => `pgid:${pid}`));
 });
-
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
 
 describe("runner process containment", () => {
   it("the heartbeat's memory figure covers the runner's whole process tree (S004-495)", async () => {

@@ -1,5 +1,6 @@
 import { MemoryRetryPolicySource, type ProcessChangedSink, RunnerStartupCancelledError } from "@crw/subagent";
 import { describe, expect, it } from "vitest";
+import { alive } from "./support/alive.js";
 import { killChildRunners } from "./support/kill.js";
 import { closePoolsAfterEach, makePool } from "./support/pools.js";
 import { turn, waitFor } from "./support/runners.js";
@@ -7,14 +8,6 @@ import { turn, waitFor } from "./support/runners.js";
 closePoolsAfterEach();
 
 const wait = (ms: number) => [{ kind: "wait" as const, ms }];
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
 
 const noRetries = () =>
   new MemoryRetryPolicySource({ revision: 1, maxRetries: 0, initialDelayMs: 0, multiplier: 1 });
