@@ -41,6 +41,8 @@ const at = ["--data-dir", dataDir];
  * response reads 90 of 110 from the cache.
  */
 const LOOPBACK_KEY = "CRW_CLI_TEST_LOOPBACK_KEY";
+/** Resolved when a HOLD-NODE request reached the provider: its answer starts and never ends. */
+let heldRequest: () => void = () => {};
 const provider = createServer((req, res) => {
   let raw = "";
   req.on("data", (d) => {
@@ -60,6 +62,12 @@ const provider = createServer((req, res) => {
       prompt_tokens_details: { cached_tokens: cached },
     });
     let body: string;
+    if (last.includes("HOLD-NODE")) {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write(chunk({ role: "assistant", content: "thinking" }, null));
+      heldRequest();
+      return;
+    }
     if (last.includes("FORK-PARENT") && !toolRound) {
       const call = {
         index: 0,
@@ -218,20 +226,28 @@ describe("crw workflow | session | tap against a running daemon", () => {
 
   it("workflow cancel stops a running workflow: one summary says which nodes were interrupted and which never started", async () => {
     const file = join(dataDir, "chain.json");
-    const nodes = Array.from({ length: 150 }, (_, i) => ({
-      id: `n${i}`,
-      task: `step ${i}`,
-      ...(i > 0 ? { dependsOn: [`n${i - 1}`] } : {}),
-    }));
+    // The first node's answer is held at the model, so the cancel surely finds it running and the rest
+    // of the chain not started.
+    const nodes = [
+      { id: "n0", task: "HOLD-NODE", model: "openai-completions:cli-m" },
+      { id: "n1", task: "step 1", dependsOn: ["n0"] },
+      { id: "n2", task: "step 2", dependsOn: ["n1"] },
+    ];
     writeFileSync(file, JSON.stringify({ name: "chain", nodes }));
+    const held = new Promise<void>((r) => {
+      heldRequest = r;
+    });
     const started = await crw("workflow", "run", file, "--detach", ...at);
     expect(started.code, started.stderr).toBe(0);
     const id = started.stdout.trim();
+    await held;
     const cancelled = await crw("workflow", "cancel", id, "--json", ...at);
     expect(cancelled.code, cancelled.stderr).toBe(0);
     const outcome = JSON.parse(cancelled.stdout) as { status: string; summary: string };
     expect(outcome.status).toBe("cancelled");
-    expect(outcome.summary).toMatch(/cancelled before it started/);
+    expect(outcome.summary).toMatch(/- n0: interrupted while running/);
+    expect(outcome.summary).toMatch(/- n1: cancelled before it started/);
+    expect(outcome.summary).toMatch(/- n2: cancelled before it started/);
     const status = await crw("workflow", "status", id, "--json", ...at);
     expect(JSON.parse(status.stdout)).toMatchObject({ status: "cancelled" });
   });

@@ -122,22 +122,20 @@ describe("the run's recorded environment", () => {
       });
       expect(r.code, r.stderr).toBe(0);
       launched = environOf(Number(r.json().resumed_pid));
+      // No owner runs until the relaunched process has published: a step the killed process had already
+      // published (its row stands) is looked up, found nowhere and written again by the relaunched
+      // process; a step it had not is published afresh. Either way every packet is the relaunched one's.
+      const relaunched = () => {
+        const rows = readJournalFile(paths.journal).rows;
+        const starts = rows.flatMap((x) => (x.type === "started" ? [Date.parse(x.at)] : []));
+        const at = starts.length >= 2 ? (starts.at(-1) ?? Number.NaN) : Number.NaN;
+        const steps = rows.flatMap((x) => (x.type === "step_published" ? [x.packet] : []));
+        const rewritten = steps.every((p) => existsSync(p) && statSync(p).mtimeMs >= at - 5);
+        return steps.length > 0 && rewritten ? steps : null;
+      };
+      const published = await waitFor("the relaunched process to publish", relaunched, 30_000);
+      packets = published.map((p) => readFileSync(p, "utf8"));
       result = await finish("env-1", state);
-      // The packets as the relaunched process left them: no owner ran before the resume, so a step the
-      // killed process had already published was found nowhere and published again by its files.
-      // Only the relaunched process's rows: the killed one may have published a step between its started
-      // row and the kill, whose packet it wrote itself.
-      const rows = readJournalFile(paths.journal).rows;
-      const relaunch = rows.findLastIndex((x) => x.type === "started");
-      const relaunchedAt = Date.parse(rows[relaunch]?.type === "started" ? rows[relaunch].at : "");
-      packets = rows.slice(relaunch).flatMap((x) => {
-        if (x.type !== "step_published") return [];
-        expect(
-          statSync(x.packet).mtimeMs,
-          "a packet the relaunched process did not write",
-        ).toBeGreaterThanOrEqual(relaunchedAt - 5);
-        return [readFileSync(x.packet, "utf8")];
-      });
     }, 60_000);
 
     it("the packet the relaunched process publishes names the TMPDIR run.json records, never the shell's (S000-043)", () => {

@@ -427,6 +427,9 @@ describe("shell bounds", () => {
     for (let i = 0; i < 100 && running(cmdline); i++) await new Promise((r) => setTimeout(r, 20));
     return !running(cmdline);
   };
+  const untilExists = async (path: string) => {
+    for (let i = 0; i < 500 && !existsSync(path); i++) await new Promise((r) => setTimeout(r, 10));
+  };
 
   it("kills a shell command at its timeout and reports it as a failed call", async () => {
     const dir = workDir();
@@ -437,21 +440,22 @@ describe("shell bounds", () => {
           toolCalls: [
             {
               name: "shell",
-              arguments: { command: "(sleep 2.25; echo late > late.txt) & echo started > started.txt; wait" },
+              arguments: { command: "(sleep 3.25; echo late > late.txt) & echo started > started.txt; wait" },
             },
           ],
         },
         { text: "." },
       ],
       {
-        limits: { shellTimeoutMs: 300 },
+        // long enough for a sandboxed shell to start on a loaded host
+        limits: { shellTimeoutMs: 1000 },
       },
     );
     expect(out.toolCalls[0]?.isError).toBe(true);
-    expect(out.toolCalls[0]?.result).toContain("timed out after 300 ms");
+    expect(out.toolCalls[0]?.result).toContain("timed out after 1000 ms");
     // The whole process group went, the shell's own children included: the late write never happens.
     expect(existsSync(join(dir, "started.txt"))).toBe(true);
-    expect(await waitGone("sleep\u00002.25\u0000")).toBe(true);
+    expect(await waitGone("sleep\u00003.25\u0000")).toBe(true);
     expect(existsSync(join(dir, "late.txt"))).toBe(false);
   });
 
@@ -473,7 +477,10 @@ describe("shell bounds", () => {
       ],
       {
         signal: controller.signal,
-        hooks: { onToolIntent: () => void setTimeout(() => controller.abort(), 300) },
+        // aborted once the shell has surely started its group (a loaded host can take longer than a fixed wait)
+        hooks: {
+          onToolIntent: () => void untilExists(join(dir, "started.txt")).then(() => controller.abort()),
+        },
       },
     );
     expect(out.stopReason).toBe("aborted");
