@@ -375,7 +375,7 @@ describe("DelegationRepository on PostgreSQL", () => {
     expect(await r.recordRunProgress(cont.run.id, account.id, 1, 9, '{"seq":9}')).toBe(false);
   });
 
-  it("boot discards unfinished private copies and S004-248: keeps the parent's run (S004-247)", async () => {
+  it("discarding private sessions removes an unfinished fork copy and leaves its run queued with no child", async () => {
     const { r, account, parent } = await family(0);
     const fork = await r.createDelegation({
       parentSessionId: parent.id,
