@@ -23,6 +23,18 @@ import {
 const db = useTestDatabase();
 
 /**
+ * `promise`, or a failure naming the state that never came within `ms`: a wait on a latch or on the service
+ * fails where it hangs instead of at the test's timeout.
+ */
+function within<T>(promise: Promise<T>, what: string, ms = 20_000): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} did not happen within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}
+
+/**
  * The scripted runner, with `hook.beforeTurn(sessionId, n)` awaited before the n-th turn (1-based) of each
  * session runs: after the bracket journaled what was pending, before the model sees it. An outcome it
  * answers is the turn's, without the model.
@@ -58,7 +70,7 @@ async function settledCall(service: DelegationService, runId: string, caller: Ca
     async () => (await repo.getRun(runId, caller.account.id)).settledAt !== null,
     "the call to settle",
   );
-  await service.whenIdle();
+  await within(service.whenIdle(), "the service going idle after the call settled");
   const run = await repo.getRun(runId, caller.account.id);
   const [resultId] = await repo.settledResultIds(caller.parent.id, caller.account.id);
   return { run, result: await repo.getResult(resultId ?? "", caller.account.id) };
@@ -193,7 +205,7 @@ describe("a repository without the one-snapshot read of a child's work", () => {
       async () => (await repo.settledResultIds(parent.id, account.id)).length === 1,
       "the call's result",
     );
-    await service.whenIdle();
+    await within(service.whenIdle(), "the service going idle after the call's result");
     const [resultId] = await repo.settledResultIds(parent.id, account.id);
     expect((await repo.getResult(resultId ?? "", account.id)).body).toBe("C folded in (2)");
   });
@@ -203,7 +215,9 @@ describe("a repository without the one-snapshot read of a child's work", () => {
  * A background call whose child answered "C waits" and now settles on a live helper (held by `helperGate`);
  * the child's second turn (a workflow summary's result turn) is held before its model runs until
  * `summaryRelease` opens (`summaryHeld` says it got there); it then answers, fails at the provider, or ends
- * stopped (as a runner may report, not by the call's signal).
+ * stopped (as a runner may report, not by the call's signal). `noHelperLeft` opens when a look of the
+ * settlement's drain finds no live helper of the child: the next thing the drain does is look for a running
+ * result turn (no await in between).
  */
 async function callSettlingOnHelper(summaryTurn: "answers" | "fails" | "stops") {
   const gates = new Map<string, Promise<void>>();
@@ -216,6 +230,17 @@ async function callSettlingOnHelper(summaryTurn: "answers" | "fails" | "stops") 
     runner: beforeEachTurn(hook),
     tools: () => [gateTool("Gate", gates)],
   });
+  // Every look of the drain is seen, the call's first included: a look the drain sent while the child still
+  // had its helper may take its snapshot only after the helper settled (a loaded host), and it is then the
+  // one that finds no helper left.
+  const noHelperLeft = latch();
+  let childId = "";
+  const look = repo.markSettlingWithReply.bind(repo);
+  repo.markSettlingWithReply = async (runId, generation, sessionId, principal, options) => {
+    const out = await look(runId, generation, sessionId, principal, options);
+    if (sessionId === childId && out.work?.openChildRuns === 0) noHelperLeft.open();
+    return out;
+  };
   const { account, parent } = await newParent(service);
   const receipt = await delegateBackground(
     service,
@@ -237,7 +262,7 @@ async function callSettlingOnHelper(summaryTurn: "answers" | "fails" | "stops") 
     }),
   );
   if (receipt.kind !== "started") throw new Error("expected a background call");
-  const childId = receipt.childSessionId;
+  childId = receipt.childSessionId;
   hook.beforeTurn = async (sessionId, n) => {
     if (sessionId !== childId || n !== 2) return;
     summaryHeld.open();
@@ -260,7 +285,7 @@ async function callSettlingOnHelper(summaryTurn: "answers" | "fails" | "stops") 
       summary: "the workflow finished",
     });
   const settled = () => settledCall(service, receipt.runId, { parent, account });
-  return { repo, account, childId, helperGate, summaryHeld, summaryRelease, summary, settled };
+  return { repo, account, childId, helperGate, summaryHeld, summaryRelease, noHelperLeft, summary, settled };
 }
 
 /**
@@ -269,20 +294,11 @@ async function callSettlingOnHelper(summaryTurn: "answers" | "fails" | "stops") 
  */
 async function summaryWhileSettling(summaryTurn: "answers" | "fails" | "stops") {
   const call = await callSettlingOnHelper(summaryTurn);
-  // the settlement's look that finds no live helper left: the next thing it does is look for a running
-  // result turn (no await in between)
-  const noHelperLeft = latch();
-  const look = call.repo.markSettlingWithReply.bind(call.repo);
-  call.repo.markSettlingWithReply = async (runId, generation, sessionId, principal, options) => {
-    const out = await look(runId, generation, sessionId, principal, options);
-    if (sessionId === call.childId && out.work?.openChildRuns === 0) noHelperLeft.open();
-    return out;
-  };
   await call.summary();
-  await call.summaryHeld.promise;
+  await within(call.summaryHeld.promise, "the summary's result turn reaching its model");
   call.helperGate.open();
   // the settlement wakes on the helper's result and finds the summary's turn still running
-  await noHelperLeft.promise;
+  await within(call.noHelperLeft.promise, "a look of the settlement finding no live helper");
   await new Promise((r) => setImmediate(r));
   call.summaryRelease.open();
   return call.settled();
@@ -309,16 +325,16 @@ async function summaryTakingEverything() {
     return out;
   };
   hold = true;
-  await lookHeld.promise;
+  await within(lookHeld.promise, "the settlement's next look");
   call.helperGate.open();
   await waitFor(
     async () => (await call.repo.queuedResultIds(call.childId, call.account.id)).length === 1,
     "the helper's result",
   );
   await call.summary();
-  await call.summaryHeld.promise;
+  await within(call.summaryHeld.promise, "the summary's result turn reaching its model");
   lookRelease.open();
-  await lookDone.promise;
+  await within(lookDone.promise, "the held look's answer");
   await new Promise((r) => setImmediate(r));
   call.summaryRelease.open();
   return call.settled();
