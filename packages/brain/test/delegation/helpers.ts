@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import { type JournalEntry, PgDelegationRepository, type TranscriptMessage } from "@crw/db";
 import { scratchDir } from "@crw/tools/scratch";
 import type pg from "pg";
+import { onTestFailed } from "vitest";
 import {
   createScriptedTurnRunner,
   DelegationService,
@@ -27,7 +28,22 @@ export function makeService(pool: pg.Pool, overrides: Partial<DelegationServiceO
     helperWaitMs: 200,
     ...overrides,
   });
+  closeIfTheTestFails(service);
   return { repo, service, spillRoot };
+}
+
+/**
+ * A test that fails before its own `close()` would leave the service's owner lease holding a connection
+ * of the file's pool: the pool's end after the file then waits out the hook timeout, and a few such
+ * failures use up the pool, so that the tests after them hang. Closed when the test fails, a failure stays
+ * the quick assertion it is. (A service made outside a test is left to its maker.)
+ */
+function closeIfTheTestFails(service: DelegationService): void {
+  try {
+    onTestFailed(() => service.close(), 10_000);
+  } catch {
+    // not inside a test
+  }
 }
 
 export async function newParent(

@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { journalRows } from "@crw/tools/delegation";
 import { useTestDatabase } from "@crw/tools/pg";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, onTestFailed } from "vitest";
 import { takeOverDelegations } from "../../src/index.js";
 import { makeService, messages, newParent, scriptTask, waitFor } from "./helpers.js";
 
@@ -31,7 +31,15 @@ describe("live takeover", () => {
         scope: JSON.stringify({ accountId: account.id, target: { kind: "host", ref: null } }),
       });
     const liveOwner = `live-${randomUUID()}`;
-    const releaseLive = await repo.holdOwnerLease(liveOwner);
+    const release = await repo.holdOwnerLease(liveOwner);
+    let held = true;
+    const releaseLive = async () => {
+      if (!held) return;
+      held = false;
+      await release();
+    };
+    // the lease holds a connection of the file's pool: a failure must not keep it (see makeService)
+    onTestFailed(releaseLive);
     const live = (await delegation(1)).run;
     await repo.startRun(live.id, live.generation, liveOwner);
     const unleased = (await delegation(2)).run;
