@@ -84,7 +84,7 @@ export async function takeOverDelegations(
   const claimed = await repo.claimOpenRuns(service.owner, options.claimBatch ?? 1000, {
     deadOwnersOnly: true,
   });
-  const runs = claimed.filter((r) => !drivenHere(service).has(r.id));
+  let runs = claimed.filter((r) => !drivenHere(service).has(r.id));
   if (runs.length === 0) return nothing;
   const handedBack: string[] = [];
   const handBack = async (run: SubagentRun, e: Error) => {
@@ -95,7 +95,17 @@ export async function takeOverDelegations(
   };
   let roots: SessionRow[];
   let unknownToolCalls: number;
+  let discardedForks: string[];
   try {
+    // A fork copy its dead owner never finished goes, as at boot, and its run takes the missing-child
+    // path; left, its child would stay unreadable and every pass would claim the run and hand it back.
+    discardedForks = await repo.discardPrivateSessions(
+      runs.flatMap((r) => (r.childSessionId ? [r.childSessionId] : [])),
+    );
+    const gone = new Set(discardedForks);
+    runs = runs.map((r) =>
+      r.childSessionId && gone.has(r.childSessionId) ? { ...r, childSessionId: null } : r,
+    );
     roots = await idleRootParents(service, runs);
     const children = runs.flatMap((r) => (r.childSessionId ? [r.childSessionId] : []));
     unknownToolCalls = await settleInterruptedTails(service, [...roots.map((r) => r.id), ...children]);
@@ -106,7 +116,7 @@ export async function takeOverDelegations(
   // One run that cannot be recovered now must not strand the others.
   const outcome = await recoverRuns(service, runs, options, handBack);
   await followUpQueued(service, roots);
-  return { discardedForks: [], unknownToolCalls, roots: roots.map((r) => r.id), handedBack, ...outcome };
+  return { discardedForks, unknownToolCalls, roots: roots.map((r) => r.id), handedBack, ...outcome };
 }
 
 /**

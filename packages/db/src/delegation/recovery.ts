@@ -197,14 +197,21 @@ export async function otherOwnersLive(pool: pg.Pool, own: readonly string[]): Pr
   return rows[0]?.live === true;
 }
 
-/** Boot, before recovery claims: unfinished private fork copies go, with everything under them. */
-export async function discardPrivateSessions(pool: pg.Pool): Promise<string[]> {
+/**
+ * Boot, before recovery claims: unfinished private fork copies go, with everything under them. Given
+ * `among` (a live takeover: the children of the runs it claimed from dead owners), only those of them that
+ * are private go; another process's copy in progress is left alone.
+ */
+export async function discardPrivateSessions(pool: pg.Pool, among?: readonly string[]): Promise<string[]> {
+  for (const id of among ?? []) assertUuid("sessionId", id);
+  if (among?.length === 0) return [];
   return tx(pool, async (c) => {
     const { rows } = await c.query<{ id: string }>(
       `with recursive doomed(id) as (
-         select id from sessions where visibility = 'private'
+         select id from sessions where visibility = 'private' and ($1::uuid[] is null or id = any($1::uuid[]))
          union select s.id from sessions s join doomed d on s.parent_session_id = d.id)
        select id from doomed`,
+      [among ?? null],
     );
     const ids = rows.map((r) => r.id);
     if (ids.length === 0) return [];

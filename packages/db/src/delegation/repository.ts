@@ -150,8 +150,8 @@ export class PgDelegationRepository implements DelegationRepository {
     principalAccountId,
   ) => recovery.hasSpillsOrOpenChildren(this.pool, sessionId, principalAccountId);
 
-  discardPrivateSessions: DelegationRepository["discardPrivateSessions"] = async () =>
-    recovery.discardPrivateSessions(this.pool);
+  discardPrivateSessions: DelegationRepository["discardPrivateSessions"] = async (among) =>
+    recovery.discardPrivateSessions(this.pool, among);
   claimOpenRuns: DelegationRepository["claimOpenRuns"] = async (o, l, opts) =>
     recovery.claimOpenRuns(this.pool, o, l, opts);
   orphanedWork: DelegationRepository["orphanedWork"] = async () => recovery.orphanedWork(this.pool);

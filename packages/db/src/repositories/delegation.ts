@@ -557,8 +557,11 @@ export interface DelegationRepository {
   hasSpillsOrOpenChildren(sessionId: string, principalAccountId: string): Promise<boolean>;
 
   // recovery
-  /** Deletes unfinished private fork copies (and anything under them); returns their ids. */
-  discardPrivateSessions(): Promise<string[]>;
+  /**
+   * Deletes unfinished private fork copies (and anything under them); returns their ids. Given `among`, only
+   * the private sessions among those ids (and what is under them).
+   */
+  discardPrivateSessions(among?: readonly string[]): Promise<string[]>;
   /**
    * Takes the recovery lease of open runs (for update skip locked), oldest first. `deadOwnersOnly` (a live
    * takeover) leaves unleased runs and this owner's own alone: only a dead owner's runs are taken.
