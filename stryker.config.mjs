@@ -73,8 +73,8 @@ const MODULES = {
   "brain-settlement-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:232-270"] },
   "brain-settlement-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:364-419"] },
   // results carried into the parent's next turn
-  // narrowed to deliverQueued (the message format, lines 6-23, is left out: its tests are pure)
-  "brain-delivery": { pkg: "brain", mutate: ["packages/brain/src/delegation/delivery.ts:99-155"] },
+  // the whole file: the message a result becomes and deliverQueued
+  "brain-delivery": { pkg: "brain", mutate: ["packages/brain/src/delegation/delivery.ts"] },
   // boot recovery of a daemon's interrupted calls
   "brain-recovery": {
     pkg: "brain",
