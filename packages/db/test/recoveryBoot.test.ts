@@ -304,3 +304,30 @@ describe("spilled outputs", () => {
     });
   });
 });
+
+describe("a live takeover's discard of private copies", () => {
+  it("discards only the private sessions among those named (with what is under them), none when none are named, and refuses a malformed id", async () => {
+    const { r, account, parent } = await root();
+    const mine = await delegate(r, parent.id, account.id, `mine-${randomUUID()}`, true);
+    const others = await delegate(r, parent.id, account.id, `others-${randomUUID()}`, true);
+    const visible = await delegate(r, parent.id, account.id, `visible-${randomUUID()}`);
+    // a session under the copy (made while it was visible, then the copy is private again)
+    await db.pool.query("update sessions set visibility = 'visible' where id = $1", [mine.child.id]);
+    const under = await delegate(r, mine.child.id, account.id, `under-${randomUUID()}`);
+    await db.pool.query("update sessions set visibility = 'private' where id = $1", [mine.child.id]);
+    const privateOf = async (id: string) =>
+      (await db.pool.query("select visibility from sessions where id = $1", [id])).rows[0]?.visibility;
+    expect(await privateOf(mine.child.id)).toBe("private");
+    expect(await privateOf(others.child.id)).toBe("private");
+
+    expect(await r.discardPrivateSessions([])).toEqual([]);
+    expect(await privateOf(others.child.id)).toBe("private");
+    const discarded = await r.discardPrivateSessions([mine.child.id, visible.child.id]);
+    expect([...discarded].sort()).toEqual([mine.child.id, under.child.id].sort());
+    // another process's copy in progress, and a visible child named, stay
+    expect(await privateOf(others.child.id)).toBe("private");
+    expect(await privateOf(visible.child.id)).toBe("visible");
+    expect((await r.getRun(mine.run.id, account.id)).childSessionId).toBeNull();
+    await expect(r.discardPrivateSessions(["not-a-uuid"])).rejects.toThrow(/sessionId/);
+  });
+});
