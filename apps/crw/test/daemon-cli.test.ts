@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { MCP_TOOLS_SERVER } from "@crw/tools/mcp";
+import { alive } from "@crw/tools/processes";
 import { afterAll, describe, expect, it } from "vitest";
 
 const run = promisify(execFile);
@@ -32,15 +33,6 @@ async function crwWith(
 const postmasterPid = (): number | undefined => {
   const file = join(dataDir, "postgres", "postmaster.pid");
   return existsSync(file) ? Number(readFileSync(file, "utf8").split("\n")[0]) : undefined;
-};
-const alive = (pid: number | undefined) => {
-  if (!pid) return false;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 };
 
 afterAll(() => {

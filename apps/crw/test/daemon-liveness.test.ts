@@ -4,7 +4,7 @@ import { createServer, type Server, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
-import { TestProcesses } from "@crw/tools/processes";
+import { alive, TestProcesses } from "@crw/tools/processes";
 import { afterAll, describe, expect, it } from "vitest";
 
 const run = promisify(execFile);
@@ -26,16 +26,6 @@ async function crw(...args: string[]): Promise<{ code: number; stdout: string; s
 
 const procs = new TestProcesses();
 const procStat = (pid: number) => TestProcesses.stat(pid);
-
-const alive = (pid: number | undefined) => {
-  if (!pid) return false;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
 
 /** A port nothing listens on: bound once by the system's choice, then closed. */
 async function closedPort(): Promise<number> {

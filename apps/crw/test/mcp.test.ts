@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { type ModelReply, type ModelRequest, type ModelServer, startModelServer } from "@crw/tools/models";
+import { alive } from "@crw/tools/processes";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   CRW_BIN as bin,
@@ -75,15 +76,6 @@ async function settled(s: Served, child: string): Promise<void> {
 }
 
 let first: Served;
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 beforeAll(async () => {
   mkdirSync(work, { recursive: true });
@@ -335,8 +327,8 @@ describe("crw mcp", () => {
     const pid = lonely.transport.pid as number;
     const t0 = Date.now();
     await lonely.client.close();
-    while (isAlive(pid) && Date.now() - t0 < 10_000) await new Promise((r) => setTimeout(r, 50));
-    expect(isAlive(pid)).toBe(false);
+    while (alive(pid) && Date.now() - t0 < 10_000) await new Promise((r) => setTimeout(r, 50));
+    expect(alive(pid)).toBe(false);
     expect(Date.now() - t0).toBeLessThan(3_000);
   }, 90_000);
 });

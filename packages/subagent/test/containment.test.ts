@@ -1,6 +1,6 @@
 import { killContainedProcesses, type SubagentRunnerHost } from "@crw/subagent";
+import { alive } from "@crw/tools/processes";
 import { afterEach, describe, expect, it } from "vitest";
-import { alive } from "./support/alive.js";
 import { closePoolsAfterEach, makePool } from "./support/pools.js";
 import { startHost, turn, waitFor } from "./support/runners.js";
 

@@ -1,6 +1,6 @@
 import { MemoryRetryPolicySource, type ProcessChangedSink, RunnerStartupCancelledError } from "@crw/subagent";
+import { alive } from "@crw/tools/processes";
 import { describe, expect, it } from "vitest";
-import { alive } from "./support/alive.js";
 import { killChildRunners } from "./support/kill.js";
 import { closePoolsAfterEach, makePool } from "./support/pools.js";
 import { turn, waitFor } from "./support/runners.js";

@@ -69,6 +69,17 @@ export class TestProcesses {
   }
 }
 
+/** Whether a process with this pid exists (signal 0 checks without sending anything); no pid is none. */
+export function alive(pid: number | undefined): boolean {
+  if (!pid) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** Polls `check` every 20 ms until it holds; past 10 s it fails naming what it waited for. */
 export async function until(check: () => boolean, what: string): Promise<void> {
   const deadline = Date.now() + 10_000;

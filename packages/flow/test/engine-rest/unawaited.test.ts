@@ -1,5 +1,6 @@
 import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { alive } from "@crw/tools/processes";
 import { scratchDir } from "@crw/tools/scratch";
 import { beforeAll, describe, expect, it } from "vitest";
 import { readJournalFile } from "../../src/journal/journal.js";
@@ -36,15 +37,6 @@ function plainEnv(): NodeJS.ProcessEnv {
   delete env.CRW_FLOW_FAULT;
   return env;
 }
-
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
 
 beforeAll(() => ensureBuilt(), 180_000);
 
