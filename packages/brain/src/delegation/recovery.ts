@@ -99,15 +99,13 @@ export async function takeOverDelegations(
   try {
     // A fork copy its dead owner never finished goes, as at boot, and its run takes the missing-child
     // path; left, its child would stay unreadable and every pass would claim the run and hand it back.
-    discardedForks = await repo.discardPrivateSessions(
-      runs.flatMap((r) => (r.childSessionId ? [r.childSessionId] : [])),
-    );
+    discardedForks = await repo.discardPrivateSessions(runs.flatMap((r) => r.childSessionId ?? []));
     const gone = new Set(discardedForks);
     runs = runs.map((r) =>
       r.childSessionId && gone.has(r.childSessionId) ? { ...r, childSessionId: null } : r,
     );
     roots = await idleRootParents(service, runs);
-    const children = runs.flatMap((r) => (r.childSessionId ? [r.childSessionId] : []));
+    const children = runs.flatMap((r) => r.childSessionId ?? []);
     unknownToolCalls = await settleInterruptedTails(service, [...roots.map((r) => r.id), ...children]);
   } catch (e) {
     for (const run of runs) await handBack(run, toError(e));
