@@ -17,11 +17,12 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import pg from "pg";
-import { machineSpan } from "./lib/machine.mjs";
+import { machineSpan, processTreeCpuMs } from "./lib/machine.mjs";
 import {
   commitFloor,
   reportServerStatements,
   resetServerStatements,
+  serverCpuSpan,
   serverStatementFlags,
 } from "./lib/postgres.mjs";
 
@@ -71,6 +72,7 @@ try {
   const dataDir = join(work, "daemon");
   const t0 = performance.now();
   const machine = machineSpan();
+  const server = await serverCpuSpan(pool);
   const started = Date.now();
   daemon = spawn(
     process.execPath,
@@ -102,6 +104,9 @@ try {
   let allSettledMs;
   /** Every process's CPU (daemon, runners, PostgreSQL) per recovered call, from the daemon's start. */
   let machineCpuMs = null;
+  /** The same, of the daemon with its runners, and of PostgreSQL's processes: a neighbour's work is not in it. */
+  let crwCpuMs = null;
+  let serverCpuMs = null;
   const deadline = Date.now() + 180_000;
   while (Date.now() < deadline) {
     await new Promise((r) => setTimeout(r, 20));
@@ -134,6 +139,9 @@ try {
       if (rows[0].open === 0) {
         allSettledMs = performance.now() - t0;
         machineCpuMs = machine.perUnit(n);
+        const tree = processTreeCpuMs(daemon.pid);
+        crwCpuMs = tree === null ? null : Math.round((tree / n) * 100) / 100;
+        serverCpuMs = await server.perUnit(n);
         break;
       }
     }
@@ -163,11 +171,13 @@ try {
     runners: health?.pool?.runners?.length ?? null,
     statementsPerRecoveredCall: Math.round((statements / n) * 10) / 10,
     machineCpuMsPerRecoveredCall: machineCpuMs,
+    daemonAndRunnersCpuMsPerRecoveredCall: crwCpuMs,
+    serverCpuMsPerRecoveredCall: serverCpuMs,
     commitFloorMs: floor,
   };
   process.stdout.write(`${JSON.stringify(result)}\n`);
   process.stdout.write(
-    `daemon recovery, ${n} interrupted delegations: first resumed turn ${firstTurnMs} ms after start (boot recovery ${recoveryMs} ms, starting at ${recoveryStartMs} ms); all settled at ${result.startToAllSettledMs} ms; ${result.statementsPerRecoveredCall} statements per call; commit floor p50 ${floor.p50} ms\n`,
+    `daemon recovery, ${n} interrupted delegations: first resumed turn ${firstTurnMs} ms after start (boot recovery ${recoveryMs} ms, starting at ${recoveryStartMs} ms); all settled at ${result.startToAllSettledMs} ms; ${result.statementsPerRecoveredCall} statements per call; CPU ms a call: daemon and runners ${crwCpuMs}, the server ${serverCpuMs}; commit floor p50 ${floor.p50} ms\n`,
   );
   await pool.end();
 } finally {

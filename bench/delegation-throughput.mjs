@@ -23,6 +23,7 @@ import {
   countStatements,
   reportServerStatements,
   resetServerStatements,
+  serverCpuSpan,
   startBenchPostgres,
 } from "./lib/postgres.mjs";
 
@@ -95,6 +96,7 @@ const statementsBefore = counter.count();
 const started = performance.now();
 const cpuBefore = process.cpuUsage();
 const machine = machineSpan();
+const server = await serverCpuSpan(admin, pgServer.external);
 const delegations = sessions.flatMap((s) =>
   Array.from({ length: perParent }, (_, i) => () => delegateFrom(s, `bench-${i}`)),
 );
@@ -121,6 +123,7 @@ await service.whenIdle();
 const elapsedMs = performance.now() - started;
 const cpu = process.cpuUsage(cpuBefore);
 const statementsUsed = counter.count() - statementsBefore;
+const serverCpuMs = await server.perUnit(total);
 counter.report?.(total);
 await reportServerStatements(admin, total);
 const rowsUsed = (await rowsWritten()) - rowsBefore;
@@ -153,13 +156,15 @@ const out = {
   clientSystemCpuMsPerDelegation: Math.round((cpu.system / 1000 / total) * 100) / 100,
   // every process's CPU on the machine over the same span (this process, PostgreSQL's, anything else)
   machineCpuMsPerDelegation: machine.perUnit(total),
+  // PostgreSQL's processes alone (a neighbour's work on the machine is not in it)
+  serverCpuMsPerDelegation: serverCpuMs,
 };
 for (const k of ["p50", "p99"])
   if (out.settleToDeliveredMs[k] !== null)
     out.settleToDeliveredMs[k] = Math.round(out.settleToDeliveredMs[k] * 10) / 10;
 console.log(JSON.stringify(out));
 console.log(
-  `${out.delegations} delegations: ${out.delegationsPerSecond}/s, settle->delivered p50 ${out.settleToDeliveredMs.p50} ms p99 ${out.settleToDeliveredMs.p99} ms, ${out.sqlStatementsPerDelegation} statements and ${out.rowsWrittenPerDelegation} rows written per delegation, ${out.duplicateDeliveries} duplicates; a commit p50 ${floor.p50} ms`,
+  `${out.delegations} delegations: ${out.delegationsPerSecond}/s, settle->delivered p50 ${out.settleToDeliveredMs.p50} ms p99 ${out.settleToDeliveredMs.p99} ms, ${out.sqlStatementsPerDelegation} statements and ${out.rowsWrittenPerDelegation} rows written per delegation, ${out.duplicateDeliveries} duplicates; CPU ms a delegation: this process ${out.clientCpuMsPerDelegation}, the server ${out.serverCpuMsPerDelegation}; a commit p50 ${floor.p50} ms`,
 );
 await admin.end();
 await service.close();

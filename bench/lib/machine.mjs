@@ -1,7 +1,7 @@
 // The whole machine's CPU over a span of a bench: what every process spent (the bench's own, PostgreSQL's
 // backends, the daemon and its runners), from Linux's /proc/stat. On two cores shared by the client and the
 // server, the work a unit costs the machine bounds the rate more than any one process's share of it.
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 
 /** The machine's busy CPU time so far in ms (user, nice, system, irq, softirq, steal), null off Linux. */
 export function machineBusyMs() {
@@ -24,4 +24,46 @@ export function machineSpan() {
       return Math.round(((now - before) / units) * 100) / 100;
     },
   };
+}
+
+/** A process's CPU time so far in ms (user + system) from /proc, null when it is gone or off Linux. */
+export function processCpuMs(pid) {
+  try {
+    return statOf(pid).ms;
+  } catch {
+    return null;
+  }
+}
+
+function statOf(pid) {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  // the fields after the command name, which may itself hold spaces and parentheses
+  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return { ppid: Number(f[1]), ms: ((Number(f[11]) + Number(f[12])) * 1000) / 100 };
+}
+
+/** The CPU (user + system) of `pid` and every live process below it, in ms, from /proc; null off Linux. */
+export function processTreeCpuMs(pid) {
+  let entries;
+  try {
+    entries = readdirSync("/proc").filter((e) => /^\d+$/.test(e));
+  } catch {
+    return null;
+  }
+  const stats = new Map();
+  for (const entry of entries) {
+    try {
+      stats.set(Number(entry), statOf(entry));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  let ms = 0;
+  const below = [pid];
+  while (below.length > 0) {
+    const p = below.pop();
+    ms += stats.get(p)?.ms ?? 0;
+    for (const [child, s] of stats) if (s.ppid === p) below.push(child);
+  }
+  return ms;
 }

@@ -3,6 +3,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { processCpuMs } from "./machine.mjs";
 
 /**
  * Creates a work directory named after `prefix` under the system temp directory, starts an embedded
@@ -131,4 +132,33 @@ export async function reportServerStatements(client, unit) {
     ];
     process.stderr.write(`${cells.join(" ")}  ${r.q}\n`);
   }
+}
+
+async function serverCpuByPid(client) {
+  const { rows } = await client.query("select pid from pg_stat_activity");
+  const out = new Map();
+  for (const { pid } of rows) {
+    const ms = processCpuMs(pid);
+    if (ms !== null) out.set(pid, ms);
+  }
+  return out;
+}
+
+/**
+ * The CPU the server's processes (backends, WAL writer, checkpointer; as pg_stat_activity lists them) spend
+ * over a span of a bench, whatever else runs on the machine: unlike the machine's busy time, a neighbour's
+ * work is not in it. A backend that ends within the span is missed; one that starts within it counts whole.
+ * `perUnit(n)` answers ms per unit; null for a server on another machine.
+ */
+export async function serverCpuSpan(client, external = false) {
+  if (external) return { perUnit: async () => null };
+  const before = await serverCpuByPid(client);
+  return {
+    async perUnit(units) {
+      const after = await serverCpuByPid(client);
+      let ms = 0;
+      for (const [pid, now] of after) ms += now - (before.get(pid) ?? 0);
+      return Math.round((ms / units) * 100) / 100;
+    },
+  };
 }

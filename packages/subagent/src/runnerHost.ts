@@ -34,6 +34,7 @@ import {
   type TapHandle,
 } from "./runnerHostTypes.js";
 import { startRunnerHost } from "./runnerStartup.js";
+import { TurnRecords } from "./turnRecords.js";
 
 export * from "./runnerHostTypes.js";
 
@@ -47,8 +48,12 @@ interface ActiveTurn {
   readonly sessionId: string;
   readonly onProgress?: (text: string) => void;
   readonly rpcs: Set<AbortController>;
-  /** Set for a delegation-core session turn: the daemon-side seam its turnHost calls reach. */
-  readonly session?: { readonly request: TurnRequest; readonly host: TurnHost };
+  /** Set for a delegation-core session turn: the daemon-side seam its records and turnHost calls reach. */
+  readonly session?: {
+    readonly request: TurnRequest;
+    readonly host: TurnHost;
+    readonly records: TurnRecords;
+  };
 }
 
 /**
@@ -198,10 +203,11 @@ export class SubagentRunnerHost {
     meta: SessionTurnMeta,
     signal?: AbortSignal,
   ): Promise<TurnOutcome> {
+    const records = new TurnRecords(turnHost);
     const turn: ActiveTurn = {
       sessionId: request.sessionId,
       rpcs: new Set(),
-      session: { request, host: turnHost },
+      session: { request, host: turnHost, records },
     };
     this.#turns.set(meta.turnId, turn);
     const onAbort = () => {
@@ -242,10 +248,15 @@ export class SubagentRunnerHost {
         },
         "sessionTurnReply",
       )) as OutputFrameOf<"sessionTurnReply">;
+      if (reply.record !== undefined) records.add(reply.record);
+      const failed = await records.written();
       if ("error" in reply.result) throw remoteTurnError(reply.result.error);
+      if (failed !== undefined) return { stopReason: "error", errorMessage: failed.message };
       const { stopReason, errorMessage } = reply.result.ok;
       return { stopReason, ...(errorMessage !== undefined && { errorMessage }) };
     } finally {
+      // Whatever the turn's end, the records its runner sent are written before it is reported.
+      await records.written();
       for (const s of signals) s.removeEventListener("abort", onAbort);
       this.#turns.delete(meta.turnId);
       for (const c of turn.rpcs) c.abort();
@@ -419,6 +430,11 @@ export class SubagentRunnerHost {
       case "turnHost":
         this.#onTurnHost(frame);
         return;
+      case "turnRecord":
+        // A record of a turn that has ended here (stopped, or its runner's reply came first) has no turn to
+        // be written for: the turn's outcome is already reported.
+        this.#turns.get(frame.turnId)?.session?.records.add(frame.record);
+        return;
       case "turnProgress": {
         const session = this.#turns.get(frame.turnId)?.session;
         session?.host.progress(frame.event);
@@ -545,10 +561,16 @@ export class SubagentRunnerHost {
       });
       return;
     }
-    this.#runTurnHostCall(turn, session, frame.call).then(
-      (ok) => reply({ ok: ok ?? null }),
-      (e) => reply({ error: errorToRemote(toError(e)) }),
-    );
+    session.records
+      .written()
+      .then((failed) => {
+        if (failed !== undefined) throw failed;
+        return this.#runTurnHostCall(turn, session, frame.call);
+      })
+      .then(
+        (ok) => reply({ ok: ok ?? null }),
+        (e) => reply({ error: errorToRemote(toError(e)) }),
+      );
   }
 
   async #runTurnHostCall(
@@ -557,8 +579,6 @@ export class SubagentRunnerHost {
     call: TurnHostCall,
   ): Promise<unknown> {
     switch (call.op) {
-      case "record":
-        return session.host.record(call.message, call.usage ? { usage: call.usage } : undefined);
       case "beforeToolCall":
         return session.host.beforeToolCall(call.call);
       case "drainSteering": {

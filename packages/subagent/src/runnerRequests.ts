@@ -8,7 +8,7 @@ import type { ModelCatalog } from "./modelCatalog.js";
 import { errorToRemote, type RemoteError } from "./protocol/envelope.js";
 import { type InputFrame, type InputFrameOf, parseInputFrame } from "./protocol/index.js";
 import type { OutputFrame } from "./protocol/output.js";
-import type { AgentOptions } from "./protocol/sessionTurn.js";
+import type { AgentOptions, TurnRecord } from "./protocol/sessionTurn.js";
 import type { RetryPolicyMirror } from "./retryPolicyMirror.js";
 import { outsideDispatchedTurn, runInDispatchedTurn } from "./rpcTurn.js";
 import type { RunnerFault, RunnerPort, SessionBackendLoader } from "./runnerCore.js";
@@ -224,7 +224,14 @@ export class RunnerRequests {
       result:
         | { ok: { stopReason: "stop" | "error" | "aborted"; errorMessage?: string } }
         | { error: RemoteError },
-    ): void => void this.#send({ type: "sessionTurnReply", requestId: frame.requestId, result });
+      record?: TurnRecord,
+    ): void =>
+      void this.#send({
+        type: "sessionTurnReply",
+        requestId: frame.requestId,
+        result,
+        ...(record !== undefined && { record }),
+      });
     if (this.#turns.has(turn.turnId)) return reply(duplicateTurn(turn.turnId));
     const load = this.deps.loadSessionBackend;
     if (!load) {
@@ -260,9 +267,9 @@ export class RunnerRequests {
         { turnId: turn.turnId, sessionId, signal: controller.signal },
         () => this.#sessionTurns.run(turn, backend, controller.signal),
       );
-      const { text: answer, ...settled } = outcome;
+      const { text: answer, record, ...settled } = outcome;
       text = answer;
-      reply({ ok: settled });
+      reply({ ok: settled }, record);
     } catch (e) {
       reply({ error: errorToRemote(toError(e)) });
     } finally {

@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import type { TurnHost, TurnRequest, TurnTool } from "@crw/brain";
+import type { TurnHost, TurnOutcome, TurnRequest, TurnTool } from "@crw/brain";
 import { z } from "zod";
 import { toError } from "./errors.js";
 import { HOST_RPC_CLOSED_TEXT, HostRpcClosedError, HostRpcRemoteError } from "./hostRpc.js";
@@ -9,6 +9,7 @@ import {
   drainSteeringAnswerSchema,
   type SessionTurnPayload,
   type TurnHostCall,
+  type TurnRecord,
   toolOutputSchema,
 } from "./protocol/sessionTurn.js";
 import type { TapEvent } from "./protocol/turn.js";
@@ -21,8 +22,8 @@ interface PendingCall {
 
 /**
  * Runner side of session turns: builds the seam's TurnRequest and TurnHost from a `sessionTurn` frame. The
- * TurnHost and every host tool are proxies whose calls go to the daemon as `turnHost` frames; the model loop
- * runs here. Calls have no deadline of their own: each is bounded by its turn (abort) and by the channel
+ * TurnHost and every host tool are proxies whose calls go to the daemon as `turnHost` frames (records as
+ * `turnRecord` frames, which are not answered); the model loop runs here. Calls have no deadline of their own: each is bounded by its turn (abort) and by the channel
  * (close rejects them all at once).
  */
 export class RunnerSessionTurns {
@@ -66,17 +67,34 @@ export class RunnerSessionTurns {
     payload: SessionTurnPayload,
     backend: SessionTurnBackend,
     signal: AbortSignal,
-  ): Promise<{ stopReason: "stop" | "error" | "aborted"; errorMessage?: string; text: string }> {
+  ): Promise<{
+    stopReason: "stop" | "error" | "aborted";
+    errorMessage?: string;
+    text: string;
+    record?: TurnRecord;
+  }> {
     const { turnId, request: r } = payload;
     let text = "";
+    // The newest record, not sent yet: the turn's next frame to the daemon takes it first, and when that is
+    // the reply, the reply carries it (a frame fewer per turn). Records need no answer: the daemon writes
+    // them in order, and any call after one (an intent, a drain, a host tool) waits for it there.
+    let held: TurnRecord | undefined;
+    const flush = (): void => {
+      if (held === undefined) return;
+      this.send({ type: "turnRecord", requestId: randomUUID(), turnId, record: held });
+      held = undefined;
+    };
+    const call = <T>(c: TurnHostCall, answer: z.ZodType<T>): Promise<T> => {
+      flush();
+      return this.#call(turnId, c, answer);
+    };
     const nullAnswer = z.null();
     const tools: TurnTool[] = r.tools.map((decl) => ({
       name: decl.name,
       description: decl.description,
       parameters: decl.parameters,
       execute: (args, ctx) =>
-        this.#call(
-          turnId,
+        call(
           { op: "executeTool", toolName: decl.name, toolCallId: ctx.toolCallId, args: { ...args } },
           toolOutputSchema,
         ),
@@ -95,10 +113,12 @@ export class RunnerSessionTurns {
     };
     const host: TurnHost = {
       record: async (message, meta) => {
+        if (this.#closed) throw new HostRpcClosedError(HOST_RPC_CLOSED_TEXT);
+        flush();
         // The response's usage travels with its journal write (the row's own record); the per-response
         // accounting is the separate `providerUsage` frame.
         const usage = message.role === "assistant" ? meta?.usage : undefined;
-        await this.#call(turnId, { op: "record", message, ...(usage && { usage }) }, nullAnswer);
+        held = { message, ...(usage && { usage }) };
         if (message.role === "assistant") {
           text = message.content.flatMap((c) => (c.type === "text" ? [c.text] : [])).join("");
         }
@@ -112,25 +132,28 @@ export class RunnerSessionTurns {
           });
         }
       },
-      beforeToolCall: async (call) => {
-        await this.#call(turnId, { op: "beforeToolCall", call }, nullAnswer);
-        this.emit(r.sessionId, { kind: "tool", turnId, name: call.name, phase: "start" });
+      beforeToolCall: async (toolCall) => {
+        await call({ op: "beforeToolCall", call: toolCall }, nullAnswer);
+        this.emit(r.sessionId, { kind: "tool", turnId, name: toolCall.name, phase: "start" });
       },
-      drainSteering: () => this.#call(turnId, { op: "drainSteering" }, drainSteeringAnswerSchema),
+      drainSteering: () => call({ op: "drainSteering" }, drainSteeringAnswerSchema),
       progress: (event) => {
         if (event.type === "text") this.emit(r.sessionId, { kind: "text", turnId, text: event.text });
         this.send({ type: "turnProgress", requestId: randomUUID(), turnId, event });
       },
     };
+    let outcome: TurnOutcome;
     try {
-      const outcome = await backend.runner(payload.runner).runTurn(request, host);
-      return {
-        stopReason: outcome.stopReason,
-        ...(outcome.errorMessage !== undefined && { errorMessage: outcome.errorMessage }),
-        text,
-      };
+      outcome = await backend.runner(payload.runner).runTurn(request, host);
     } catch (e) {
+      flush();
       throw toError(e);
     }
+    return {
+      stopReason: outcome.stopReason,
+      ...(outcome.errorMessage !== undefined && { errorMessage: outcome.errorMessage }),
+      text,
+      ...(held !== undefined && { record: held }),
+    };
   }
 }

@@ -200,12 +200,21 @@ describe("protocol frames", () => {
       cacheWrite: 0,
       totalTokens: 46,
     };
-    const frame = (call: object) => ({ type: "turnHost", requestId: "r1", turnId: "t1", call });
-    expect(parseOutputFrame(frame({ op: "record", message })).ok).toBe(true);
-    expect(parseOutputFrame(frame({ op: "record", message, usage })).ok).toBe(true);
-    expect(parseOutputFrame(frame({ op: "record", message, usage: { ...usage, input: -1 } })).ok).toBe(false);
-    expect(parseOutputFrame(frame({ op: "record", message, usage: { ...usage, extra: 1 } })).ok).toBe(false);
+    const frame = (record: object) => ({ type: "turnRecord", requestId: "r1", turnId: "t1", record });
+    expect(parseOutputFrame(frame({ message })).ok).toBe(true);
+    expect(parseOutputFrame(frame({ message, usage })).ok).toBe(true);
+    expect(parseOutputFrame(frame({ message, usage: { ...usage, input: -1 } })).ok).toBe(false);
+    expect(parseOutputFrame(frame({ message, usage: { ...usage, extra: 1 } })).ok).toBe(false);
     const { cacheRead: _, ...partial } = usage;
-    expect(parseOutputFrame(frame({ op: "record", message, usage: partial })).ok).toBe(false);
+    expect(parseOutputFrame(frame({ message, usage: partial })).ok).toBe(false);
+    // The turn's last record, carried by its reply, is held to the same shape.
+    const reply = (record: object) => ({
+      type: "sessionTurnReply",
+      requestId: "r2",
+      result: { ok: { stopReason: "stop" } },
+      record,
+    });
+    expect(parseOutputFrame(reply({ message, usage })).ok).toBe(true);
+    expect(parseOutputFrame(reply({ message, usage: partial })).ok).toBe(false);
   });
 });

@@ -4,12 +4,12 @@ import { describe, expect, it } from "vitest";
 import { intNear, mostly, recordOf, strangeValue, textNear } from "./support/arbitraries.js";
 
 /**
- * The daemon checks a session turn's frames (turnProgress, turnHost, sessionTurnReply, providerUsage) by
- * hand (protocol/turnFrames.ts) before the schema. The frames come from another process, so the check must
+ * The daemon checks a session turn's frames (turnProgress, turnRecord, turnHost, sessionTurnReply,
+ * providerUsage) by hand (protocol/turnFrames.ts) before the schema. The frames come from another process, so the check must
  * accept exactly what the schema accepts and parse it to the same value; what it refuses, the schema parses
  * again for its issues.
  */
-const turnTypes = new Set(["turnProgress", "turnHost", "sessionTurnReply", "providerUsage"]);
+const turnTypes = new Set(["turnProgress", "turnHost", "turnRecord", "sessionTurnReply", "providerUsage"]);
 
 function agrees(raw: unknown): boolean {
   const schema = outputFrameSchema.safeParse(raw);
@@ -188,10 +188,12 @@ const usage = mostly(
   strangeValue,
 );
 
+const turnRecord = mostly(
+  shaped({ message: fc.oneof(assistant, toolResult), usage }, ["usage"]),
+  strangeValue,
+);
+
 const turnHostCall = fc.oneof(
-  shaped({ op: tag("record", ["beforeToolCall"]), message: fc.oneof(assistant, toolResult), usage }, [
-    "usage",
-  ]),
   shaped({ op: tag("beforeToolCall", ["record"]), call: toolCall }),
   shaped({ op: tag("drainSteering", ["executeTool", "drain"]) }),
   shaped({
@@ -232,7 +234,16 @@ const frame = fc.oneof(
     turnId: textNear(1, 128),
     call: turnHostCall,
   }),
-  shaped({ type: tag("sessionTurnReply", otherTypes), requestId: textNear(1, 128), result }),
+  shaped({
+    type: tag("turnRecord", otherTypes),
+    requestId: textNear(1, 128),
+    turnId: textNear(1, 128),
+    record: turnRecord,
+  }),
+  shaped(
+    { type: tag("sessionTurnReply", otherTypes), requestId: textNear(1, 128), result, record: turnRecord },
+    ["record"],
+  ),
   shaped({
     type: tag("providerUsage", otherTypes),
     requestId: textNear(1, 128),
@@ -242,11 +253,10 @@ const frame = fc.oneof(
 );
 
 const assistantRecord = {
-  type: "turnHost",
+  type: "turnRecord",
   requestId: "r-1",
   turnId: "t-1",
-  call: {
-    op: "record",
+  record: {
     message: {
       role: "assistant",
       content: [
@@ -262,6 +272,9 @@ const assistantRecord = {
     },
   },
 };
+
+/** An answered call of the turn, the frame the intents, drains and host tools go in. */
+const hostCall = { type: "turnHost", requestId: "r-2", turnId: "t-1", call: { op: "drainSteering" } };
 
 describe("a session turn's frames, checked by hand on the daemon's side, get the schema's verdicts", () => {
   it("same verdict and same parsed frame for generated frames, valid and not (property)", () => {
@@ -293,9 +306,9 @@ describe("a session turn's frames, checked by hand on the daemon's side, get the
       `{"arguments":{},"__proto__":"x"}`,
     ]) {
       const part = { type: "toolCall", id: "c", name: "n", ...JSON.parse(text) };
-      agrees({ ...assistantRecord, call: { op: "beforeToolCall", call: part } });
+      agrees({ ...hostCall, call: { op: "beforeToolCall", call: part } });
       agrees({
-        ...assistantRecord,
+        ...hostCall,
         call: { op: "executeTool", toolName: "n", toolCallId: "c", args: part.arguments },
       });
     }
@@ -327,11 +340,8 @@ describe("a session turn's frames, checked by hand on the daemon's side, get the
   });
 
   it("edges each schema rule draws, one at a time", () => {
-    const message = assistantRecord.call.message;
-    const withMessage = (m: Record<string, unknown>) => ({
-      ...assistantRecord,
-      call: { op: "record", message: m },
-    });
+    const message = assistantRecord.record.message;
+    const withMessage = (m: Record<string, unknown>) => ({ ...assistantRecord, record: { message: m } });
     // A hole reads as undefined, as the schema reads it (an array with a hole never crosses the channel).
     const sparse: unknown[] = [{ type: "text", text: "a" }];
     sparse[2] = { type: "text", text: "b" };
@@ -359,7 +369,20 @@ describe("a session turn's frames, checked by hand on the daemon's side, get the
         details: { resultId: "00000000-0000-0000-0000-000000000000", byteSize: 1.5 },
       }),
       { ...assistantRecord, turnId: "t".repeat(129) },
-      { ...assistantRecord, call: { op: "drainSteering", extra: undefined } },
+      { ...hostCall, call: { op: "drainSteering", extra: undefined } },
+      { ...hostCall, call: { op: "record", message } },
+      {
+        type: "sessionTurnReply",
+        requestId: "r",
+        result: { ok: { stopReason: "stop" } },
+        record: { message },
+      },
+      {
+        type: "sessionTurnReply",
+        requestId: "r",
+        result: { ok: { stopReason: "stop" } },
+        record: { message: {} },
+      },
       {
         type: "sessionTurnReply",
         requestId: "r",
@@ -403,10 +426,10 @@ describe("a session turn's frames, checked by hand on the daemon's side, get the
   });
 
   it("a refused frame is reported with the schema's issues", () => {
-    const raw = { ...assistantRecord, call: { ...assistantRecord.call, op: "record", extra: 1 } };
+    const raw = { ...assistantRecord, record: { ...assistantRecord.record, extra: 1 } };
     const parsed = parseOutputFrame(raw);
     expect(parsed.ok).toBe(false);
-    expect(parsed.ok ? "" : parsed.issues).toMatch(/call/);
+    expect(parsed.ok ? "" : parsed.issues).toMatch(/record/);
     const issues = outputFrameSchema.safeParse(raw).error?.issues ?? [];
     expect(parsed.ok ? "" : parsed.issues).toContain(issues[0]?.message);
   });

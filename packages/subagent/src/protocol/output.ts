@@ -3,7 +3,12 @@ import { providerUsageSchema } from "../providerUsage.js";
 import { envelope, requestIdSchema } from "./envelope.js";
 import { hostRpcMethodSchema } from "./hostRpcMethods.js";
 import { localExecRequestSchema } from "./localExec.js";
-import { progressEventSchema, turnHostCallSchema, turnOutcomeSchema } from "./sessionTurn.js";
+import {
+  progressEventSchema,
+  turnHostCallSchema,
+  turnOutcomeSchema,
+  turnRecordSchema,
+} from "./sessionTurn.js";
 import { delegatedTurnResultSchema, tapEventSchema, tapSnapshotSchema } from "./turn.js";
 
 /**
@@ -97,6 +102,16 @@ export const outputFrameSchema = z.discriminatedUnion("type", [
       type: z.literal("sessionTurnReply"),
       requestId: requestIdSchema,
       result: envelope(turnOutcomeSchema),
+      /** The turn's last record, carried by its reply rather than a frame of its own. */
+      record: turnRecordSchema.optional(),
+    })
+    .strict(),
+  z
+    .object({
+      type: z.literal("turnRecord"),
+      requestId: requestIdSchema,
+      turnId: id,
+      record: turnRecordSchema,
     })
     .strict(),
   z

@@ -74,16 +74,24 @@ export const turnOutcomeSchema = z
   .object({ stopReason: z.enum(["stop", "error", "aborted"]), errorMessage: z.string().optional() })
   .strict();
 
-/** The seam's TurnHost operations plus host tool execution, as calls from the runner to the daemon. */
+/**
+ * A message of the turn for the daemon to journal (the seam's `record`): sent one way, in a `turnRecord`
+ * frame or, for the turn's last one, in its `sessionTurnReply`.
+ */
+export const turnRecordSchema = z
+  .object({
+    message: z.union([assistantMessageSchema, toolResultMessageSchema]),
+    /** The provider usage of the response an assistant message records, journaled with its row. */
+    usage: providerUsageSchema.optional(),
+  })
+  .strict();
+export type TurnRecord = z.infer<typeof turnRecordSchema>;
+
+/**
+ * The seam's TurnHost operations that answer, plus host tool execution, as calls from the runner to the
+ * daemon. Each is taken after every record the runner sent before it.
+ */
 export const turnHostCallSchema = z.discriminatedUnion("op", [
-  z
-    .object({
-      op: z.literal("record"),
-      message: z.union([assistantMessageSchema, toolResultMessageSchema]),
-      /** The provider usage of the response an assistant message records, journaled with its row. */
-      usage: providerUsageSchema.optional(),
-    })
-    .strict(),
   z.object({ op: z.literal("beforeToolCall"), call: toolCallContentSchema }).strict(),
   z.object({ op: z.literal("drainSteering") }).strict(),
   z
@@ -97,7 +105,7 @@ export const turnHostCallSchema = z.discriminatedUnion("op", [
 ]);
 export type TurnHostCall = z.infer<typeof turnHostCallSchema>;
 
-/** Answers, per op: record/beforeToolCall -> null, drainSteering -> messages, executeTool -> tool output. */
+/** Answers, per op: beforeToolCall -> null, drainSteering -> messages, executeTool -> tool output. */
 export const drainSteeringAnswerSchema = z.array(transcriptMessageSchema);
 export const toolOutputSchema = z
   .object({ content: z.string(), isError: z.boolean().optional(), details: resultDetailsSchema.optional() })

@@ -24,7 +24,7 @@ import {
 import type { OutputFrameOf } from "./output.js";
 
 /**
- * The frames a runner sends for every session turn (its progress, its `turnHost` calls, its reply), checked
+ * The frames a runner sends for every session turn (its progress, its records, its `turnHost` calls, its reply), checked
  * without the schema library: the daemon reads several per delegated turn, and the schemas' generic walk
  * was a measurable share of the daemon's CPU per turn. Each entry mirrors outputFrameSchema (output.ts) and
  * the schemas it uses (sessionTurn.ts, envelope.ts, @crw/db's journal messages and provider usage); the
@@ -132,12 +132,12 @@ function usageWith<C>(cost: Check<C>) {
   });
 }
 
+const turnRecord = strictObject({
+  message: firstOf(assistantMessage, toolResultMessage),
+  usage: optional(usageWith(optional(cost))),
+});
+
 const turnHostCall = byKey("op", {
-  record: strictObject({
-    op: literal("record"),
-    message: firstOf(assistantMessage, toolResultMessage),
-    usage: optional(usageWith(optional(cost))),
-  }),
   beforeToolCall: strictObject({ op: literal("beforeToolCall"), call: toolCallContent }),
   drainSteering: strictObject({ op: literal("drainSteering") }),
   executeTool: strictObject({ op: literal("executeTool"), toolName: id, toolCallId: id, args }),
@@ -156,6 +156,7 @@ const frames: Record<string, Check<unknown>> = {
     event: progressEvent,
   }),
   turnHost: strictObject({ type: literal("turnHost"), requestId, turnId, call: turnHostCall }),
+  turnRecord: strictObject({ type: literal("turnRecord"), requestId, turnId, record: turnRecord }),
   sessionTurnReply: strictObject({
     type: literal("sessionTurnReply"),
     requestId,
@@ -165,11 +166,14 @@ const frames: Record<string, Check<unknown>> = {
         errorMessage: optional(anyText),
       }),
     ),
+    record: optional(turnRecord),
   }),
   providerUsage: strictObject({ type: literal("providerUsage"), requestId, turnId, usage: usageWith(cost) }),
 };
 
-export type TurnFrame = OutputFrameOf<"turnProgress" | "turnHost" | "sessionTurnReply" | "providerUsage">;
+export type TurnFrame = OutputFrameOf<
+  "turnProgress" | "turnHost" | "turnRecord" | "sessionTurnReply" | "providerUsage"
+>;
 
 /**
  * A session turn's frame as the schema would parse it, or undefined: the frame is of another type or is
