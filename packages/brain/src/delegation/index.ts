@@ -24,6 +24,7 @@ export { FAULT_POINTS, type FaultPoint, faultPoint } from "./faults.js";
 export { type Isolation, isolationKey, type LandedWork } from "./isolation.js";
 export { KeyedMutex, Notifier } from "./notifier.js";
 export {
+  type ProgressPace,
   ProgressPublicationError,
   type ProgressPublisher,
   RunProgressJob,

@@ -35,11 +35,36 @@ export class ProgressPublicationError extends Error {
 }
 
 /**
+ * How a job paces its publications. `intervalMs`: a publication starts no sooner than this after the job
+ * began or after the one before it started (a child streaming text makes an event per delta: without a pace
+ * each would be a write of its own); meanwhile the newest snapshot waits. `foldable`: the snapshot still
+ * waiting when the call settles is not published on its own but handed to the settlement, which writes it
+ * with the result (a call shorter than the interval publishes nothing apart).
+ */
+export interface ProgressPace {
+  readonly intervalMs: number;
+  readonly foldable: boolean;
+}
+
+/** Every snapshot published at once, as taken (a host's own publication contract). */
+const UNPACED: ProgressPace = { intervalMs: 0, foldable: false };
+
+interface Slot {
+  snapshot: RunProgressSnapshot;
+  done: Promise<void>;
+  /** Taken by the settlement instead of published. */
+  folded: boolean;
+  /** Starts the publication now rather than at its paced time. */
+  hurry: () => void;
+}
+
+/**
  * The progress of one delegation or continuation, owned by the job that runs it. Each event updates the
  * job's state and takes a frozen snapshot; snapshots are published one at a time, in order, through the
- * host's asynchronous contract. While a publication is in flight only the newest waiting snapshot is kept
- * (an older one would be overwritten by it anyway). `drain()` settles every publication taken so far, so a
- * call's progress never outlives the call: the job drains before its result is settled.
+ * host's asynchronous contract, paced (`ProgressPace`). While a publication is in flight or not yet due
+ * only the newest waiting snapshot is kept (an older one would be overwritten by it anyway). `drain()`
+ * settles every publication taken so far, so a call's progress never outlives the call: the job drains
+ * before its result is settled (`drainForSettlement`, which may hand the last snapshot to the settlement).
  */
 export class RunProgressJob {
   readonly #publish: ProgressPublisher;
@@ -52,17 +77,22 @@ export class RunProgressJob {
   #textChars = 0;
   #compactions = 0;
   #tail: Promise<void> = Promise.resolve();
-  #waiting: { snapshot: RunProgressSnapshot; done: Promise<void> } | undefined;
+  #waiting: Slot | undefined;
   #closed = false;
+  readonly #pace: ProgressPace;
+  /** When the last publication started (the job's start before the first). */
+  #lastStart = Date.now();
   readonly failures: ProgressPublicationError[] = [];
 
   constructor(
     run: Pick<SubagentRun, "id" | "childSessionId" | "mode">,
     publish: ProgressPublisher,
     onFailure: (error: ProgressPublicationError) => void = () => {},
+    pace: ProgressPace = UNPACED,
   ) {
     this.#publish = publish;
     this.#onFailure = onFailure;
+    this.#pace = pace;
     this.#base = { runId: run.id, childSessionId: run.childSessionId ?? "" };
     this.#mode = run.mode;
   }
@@ -97,7 +127,26 @@ export class RunProgressJob {
   /** Settles every publication taken so far (failures are recorded, never thrown); later events are ignored. */
   async drain(): Promise<void> {
     this.#closed = true;
+    this.#waiting?.hurry();
     await this.#tail;
+  }
+
+  /**
+   * `drain()` before the call's result is settled. With a foldable pace the snapshot not yet published is
+   * returned instead, for the settlement to write with the result; a publication already running is waited
+   * for first, so what the settlement writes is the newest.
+   */
+  async drainForSettlement(): Promise<RunProgressSnapshot | undefined> {
+    const waiting = this.#waiting;
+    if (!this.#pace.foldable || waiting === undefined) {
+      await this.drain();
+      return undefined;
+    }
+    this.#closed = true;
+    waiting.folded = true;
+    waiting.hurry();
+    await this.#tail;
+    return waiting.snapshot;
   }
 
   #snapshot(): RunProgressSnapshot {
@@ -119,12 +168,34 @@ export class RunProgressJob {
       waiting.snapshot = snapshot;
       return waiting.done;
     }
-    const slot: { snapshot: RunProgressSnapshot; done: Promise<void> } = {
+    // An exact snapshot (Ctrl+B's) is published at once, and takes the place of one still waiting.
+    if (waiting) waiting.hurry();
+    let timer: NodeJS.Timeout | undefined;
+    let due: () => void = () => {};
+    const paced = new Promise<void>((resolve) => {
+      due = resolve;
+    });
+    const slot: Slot = {
       snapshot,
       done: Promise.resolve(),
+      folded: false,
+      hurry: () => {
+        clearTimeout(timer);
+        due();
+      },
+    };
+    const wait = async () => {
+      const delay = exact ? 0 : this.#lastStart + this.#pace.intervalMs - Date.now();
+      if (delay <= 0) return;
+      timer = setTimeout(due, delay);
+      // A waiting publication does not hold a process open; the call's own work does.
+      timer.unref?.();
+      await paced;
     };
     const run = async () => {
       if (this.#waiting === slot) this.#waiting = undefined;
+      if (slot.folded) return;
+      this.#lastStart = Date.now();
       try {
         await this.#publish(slot.snapshot);
       } catch (e) {
@@ -134,7 +205,7 @@ export class RunProgressJob {
         throw error;
       }
     };
-    slot.done = this.#tail.then(run);
+    slot.done = this.#tail.then(wait).then(run);
     this.#waiting = exact ? undefined : slot;
     this.#tail = slot.done.catch(() => {});
     return slot.done;

@@ -45,7 +45,7 @@ import {
   rootPlacement,
   workDirPolicyFor,
 } from "./placement.js";
-import { type ProgressPublisher, RunProgressJob } from "./progress.js";
+import { type ProgressPace, type ProgressPublisher, RunProgressJob } from "./progress.js";
 import { type PromptTool, systemPromptFor } from "./prompt.js";
 import { readSubagent } from "./readSubagent.js";
 import { type MutatingTool, offeredTools } from "./scopedTools.js";
@@ -770,14 +770,18 @@ export class DelegationService implements RestartCheckpoint {
     known?: { parent: SessionRow; authority: DelegationAuthority },
   ): Promise<DelegationReceipt> {
     const childSessionId = run.childSessionId ?? "";
-    const job = new RunProgressJob({ ...run, mode }, this.#publisherFor(run), (error) =>
-      this.emit({
-        type: "delegation.progress_failed",
-        runId: run.id,
-        seq: error.seq,
-        code: error.code,
-        error: error.message,
-      }),
+    const job = new RunProgressJob(
+      { ...run, mode },
+      this.#publisherFor(run),
+      (error) =>
+        this.emit({
+          type: "delegation.progress_failed",
+          runId: run.id,
+          seq: error.seq,
+          code: error.code,
+          error: error.message,
+        }),
+      this.#progressPace(),
     );
     const watchdog = mode === "foreground" ? this.#stallWatchdog(run) : null;
     const sink: ProgressSink = (event) => {
@@ -789,7 +793,7 @@ export class DelegationService implements RestartCheckpoint {
     this.#jobs.add(job);
     const execution = this.executeRun(run, {
       progress: sink,
-      beforeSettle: () => job.drain(),
+      beforeSettle: () => job.drainForSettlement(),
       ...(known ? { known } : {}),
     });
     void execution.then(
@@ -908,6 +912,15 @@ export class DelegationService implements RestartCheckpoint {
     }
     waiter.release(stalledMs);
     return { ok: true };
+  }
+
+  /**
+   * How a call's progress is paced: a host's own publication gets every snapshot as taken; the run row's
+   * columns at most one write an interval, the last one with the call's settlement.
+   */
+  #progressPace(): ProgressPace | undefined {
+    if (this.options.publishProgress) return undefined;
+    return { intervalMs: this.options.progressIntervalMs ?? 1000, foldable: true };
   }
 
   /** The host's progress publication, by default the run row's progress columns (nothing else is written). */

@@ -26,6 +26,7 @@ import { DelegationError, hostContract, toError } from "./errors.js";
 import { faultPoint } from "./faults.js";
 import { commitIsolatedWork } from "./isolation.js";
 import type { Notifier } from "./notifier.js";
+import type { RunProgressSnapshot } from "./progress.js";
 import { latestAssistantText, replyOf } from "./readSubagent.js";
 import {
   DEFAULT_TOOL_RESULT_INLINE_BYTES,
@@ -56,6 +57,7 @@ type Settle = (
   body: string,
   code?: string,
   dropSteers?: string,
+  progress?: RunProgressSnapshot,
 ) => Promise<string>;
 
 /**
@@ -125,7 +127,8 @@ export class DelegatedSettlement {
     opts: {
       progress?: ProgressSink;
       signal?: AbortSignal;
-      beforeSettle?: () => Promise<void>;
+      /** The call's progress drained; a snapshot it answers is written with the result. */
+      beforeSettle?: () => Promise<RunProgressSnapshot | undefined>;
       /** The parent and its authority, when the caller read them just now for this call (Delegate). */
       known?: { parent: SessionRow; authority: DelegationAuthority };
       /**
@@ -142,9 +145,9 @@ export class DelegatedSettlement {
     } = {},
   ): Promise<string> {
     // The owning job's progress publication drains before the result is settled: no progress after it.
-    const settle: Settle = async (...args) => {
-      await opts.beforeSettle?.();
-      return this.#settle(...args);
+    const settle: Settle = async (run, outcome, body, code, dropSteers) => {
+      const progress = await opts.beforeSettle?.();
+      return this.#settle(run, outcome, body, code, dropSteers, progress);
     };
     if (!run.childSessionId)
       return settle(run, "error", "the child session was discarded before it was ready", "child_missing");
@@ -558,9 +561,9 @@ export class DelegatedSettlement {
   }
 
   /** A result publication: captured, so the restart checkpoint lets one in flight commit. */
-  #settle: Settle = (run, outcome, body, code, dropSteers) =>
+  #settle: Settle = (run, outcome, body, code, dropSteers, progress) =>
     this.core.writes.capture("a result publication", () =>
-      this.#settleNow(run, outcome, body, code, dropSteers),
+      this.#settleNow(run, outcome, body, code, dropSteers, progress),
     );
 
   async #settleNow(
@@ -569,6 +572,7 @@ export class DelegatedSettlement {
     body: string,
     code?: string,
     dropSteers?: string,
+    progress?: RunProgressSnapshot,
   ): Promise<string> {
     const prepared = await prepareCompletion({
       repo: this.core.repo,
@@ -619,6 +623,7 @@ export class DelegatedSettlement {
       ...(prepared.spillId ? { spillId: prepared.spillId } : {}),
       ...(error ? { error } : {}),
       ...(dropSteers !== undefined && { dropSteers }),
+      ...(progress && { progress: { seq: progress.seq, snapshot: JSON.stringify(progress) } }),
       parentSessionId: run.parentSessionId,
     });
     faultPoint("child.settled");

@@ -60,6 +60,12 @@ export interface DelegationServiceOptions {
    * default a snapshot is stored in the run row's progress columns.
    */
   readonly publishProgress?: ProgressPublisher;
+  /**
+   * With the default publication (the run row's progress columns): the least time between two writes of a
+   * call's progress, 1 s by default (a low-frequency stream: a view that reads it polls no faster); the
+   * snapshot still waiting when the call settles is written with its result.
+   */
+  readonly progressIntervalMs?: number;
   /** Bound of one wait for a child's live helpers; the rows are re-read after each. */
   readonly helperWaitMs?: number;
   /** Bound on follow-up turns in one settlement drain. */

@@ -21,6 +21,9 @@ describe("worker prompt composition on the real wire", () => {
       { text: "hi from the child" },
       { text: "parent done" },
       { text: "second answer from the child" },
+      // The continuation was asked outside a turn of the parent: its result reaches the parent's inbox,
+      // which the parent answers with a turn of its own.
+      { text: "parent noted the second answer" },
     ]);
     try {
       const repo = new PgDelegationRepository(db.pool);
@@ -63,8 +66,11 @@ describe("worker prompt composition on the real wire", () => {
         mode: "foreground",
       });
       expect(again).toMatchObject({ kind: "result", body: "second answer from the child" });
-      expect(server.requests).toHaveLength(4);
+      await service.whenIdle();
+      // The continuation's turn, then the parent's turn on its result: still no request of composition's own.
+      expect(server.requests).toHaveLength(5);
       expect(systemOf(server.requests[3]?.body ?? {})).toBe(child.systemPrompt);
+      expect(systemOf(server.requests[4]?.body ?? {})).toBe(storedParent.systemPrompt);
       await service.close();
     } finally {
       await server.close();

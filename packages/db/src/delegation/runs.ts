@@ -420,7 +420,8 @@ export function settleRun(
   assertUuid("runId", result.runId);
   assertUuid("resultId", result.resultId);
   // One statement: lock the run, find a prior result, and only for an open run of this generation with none
-  // insert the result, make the run terminal and (when asked) drop the child's pending steers. Atomic by itself, so the result and the terminal status
+  // insert the result, make the run terminal, write its last progress snapshot (when given) and (when asked)
+  // drop the child's pending steers. Atomic by itself, so the result and the terminal status
   // commit together without a transaction; a probe (a crash test's fault point before the commit) gets one.
   // A client waiting on the parent's inbox (in any process) hears of the result at its commit.
   const woke =
@@ -444,7 +445,9 @@ export function settleRun(
          returning id
        ), upd as (
          update subagent_runs u set status = $8, settled_at = now(), updated_at = now(), error = $9::jsonb,
-                locked_by = null, locked_at = null
+                locked_by = null, locked_at = null,
+                progress = case when $11::int > u.progress_seq then $12 else u.progress end,
+                progress_seq = greatest(u.progress_seq, coalesce($11::int, 0))
            from ins
           where u.id = $1::uuid
          returning u.id
@@ -472,6 +475,8 @@ export function settleRun(
         result.outcome === "ok" ? "succeeded" : "failed",
         result.error ? JSON.stringify(result.error) : null,
         result.dropSteers ?? null,
+        result.progress?.seq ?? null,
+        result.progress?.snapshot ?? null,
       ],
     );
     const row = rows[0];

@@ -150,6 +150,11 @@ export interface SettledResult {
    * sent (unknown: it is).
    */
   readonly parentSessionId?: string;
+  /**
+   * The call's last progress snapshot not yet published, written with the settlement (as recordRunProgress
+   * would: the progress columns only, unless a newer snapshot is stored).
+   */
+  readonly progress?: { readonly seq: number; readonly snapshot: string };
 }
 
 /** A whole-workflow summary for the parent's inbox (one per workflow tool call). */

@@ -1,0 +1,160 @@
+import { useTestDatabase } from "@crw/tools/pg";
+import { describe, expect, it } from "vitest";
+import { type ProgressEvent, RunProgressJob, type RunProgressSnapshot } from "../../src/index.js";
+import {
+  delegateForeground,
+  gateTool,
+  latch,
+  makeService,
+  newParent,
+  scriptTask,
+  waitFor,
+} from "./helpers.js";
+
+const db = useTestDatabase();
+
+const run = { id: "r1", childSessionId: "c1", mode: "background" as const };
+const tool = (n: number): ProgressEvent => ({
+  type: "tool",
+  sessionId: "c1",
+  toolName: `T${n}`,
+  toolCallId: `${n}`,
+});
+
+/** A publisher that records what it published and when, and can be held mid-write. */
+function publisher() {
+  const published: { snapshot: RunProgressSnapshot; at: number }[] = [];
+  let hold: Promise<void> | undefined;
+  return {
+    published,
+    holdNext(gate: Promise<void>) {
+      hold = gate;
+    },
+    publish: async (snapshot: RunProgressSnapshot) => {
+      const gate = hold;
+      hold = undefined;
+      if (gate) await gate;
+      published.push({ snapshot, at: Date.now() });
+    },
+  };
+}
+
+describe("a call's progress, paced for the run row", () => {
+  it("a paced job publishes no sooner than its interval, and only the newest snapshot of what came meanwhile", async () => {
+    const p = publisher();
+    const began = Date.now();
+    const job = new RunProgressJob(run, p.publish, () => {}, { intervalMs: 150, foldable: false });
+    for (const n of [1, 2, 3]) job.sink(tool(n));
+    await waitFor(async () => p.published.length > 0, "the first publication");
+    expect(p.published.map((x) => x.snapshot.toolCalls)).toEqual([3]);
+    expect(p.published[0]?.at ?? 0).toBeGreaterThanOrEqual(began + 150);
+    job.sink(tool(4));
+    await waitFor(async () => p.published.length > 1, "the second publication");
+    // the next one waits its interval after the first started
+    expect((p.published[1]?.at ?? 0) - (p.published[0]?.at ?? 0)).toBeGreaterThanOrEqual(140);
+    await job.drain();
+  });
+
+  it("a foldable job hands the settlement the snapshot still waiting instead of publishing it", async () => {
+    const p = publisher();
+    const job = new RunProgressJob(run, p.publish, () => {}, { intervalMs: 60_000, foldable: true });
+    job.sink(tool(1));
+    job.sink(tool(2));
+    const folded = await job.drainForSettlement();
+    expect(folded).toMatchObject({ seq: 2, toolCalls: 2, lastTool: "T2" });
+    expect(p.published).toEqual([]);
+    // closed: a later event is no progress of this call
+    job.sink(tool(3));
+    await job.drain();
+    expect(p.published).toEqual([]);
+  });
+
+  it("a publication already running is waited for before the settlement takes the newer one", async () => {
+    const p = publisher();
+    const held = latch();
+    p.holdNext(held.promise);
+    const job = new RunProgressJob(run, p.publish, () => {}, { intervalMs: 0, foldable: true });
+    job.sink(tool(1));
+    await new Promise((r) => setImmediate(r));
+    // the first is being written; the second waits behind it
+    job.sink(tool(2));
+    let folded: RunProgressSnapshot | undefined;
+    const draining = job.drainForSettlement().then((s) => {
+      folded = s;
+    });
+    await new Promise((r) => setTimeout(r, 20));
+    expect(folded).toBeUndefined();
+    held.open();
+    await draining;
+    expect(p.published.map((x) => x.snapshot.seq)).toEqual([1]);
+    expect(folded).toMatchObject({ seq: 2 });
+  });
+
+  it("the restart checkpoint's drain publishes a waiting snapshot at once rather than at its paced time", async () => {
+    const p = publisher();
+    const job = new RunProgressJob(run, p.publish, () => {}, { intervalMs: 60_000, foldable: true });
+    job.sink(tool(1));
+    await job.drain();
+    expect(p.published.map((x) => x.snapshot.toolCalls)).toEqual([1]);
+  });
+
+  it("a short call's progress is written with its result: no write of its own, the settled row holds the last snapshot", async () => {
+    const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", new Map())] });
+    let writes = 0;
+    const record = repo.recordRunProgress.bind(repo);
+    repo.recordRunProgress = async (...args) => {
+      writes++;
+      return record(...args);
+    };
+    const { account, parent } = await newParent(service);
+    const receipt = await delegateForeground(
+      service,
+      { parent, account },
+      "short",
+      scriptTask({
+        rounds: [[{ name: "Gate", arguments: { key: "a" } }], [{ name: "Gate", arguments: { key: "b" } }]],
+        answer: "done",
+      }),
+    );
+    if (receipt.kind !== "result") throw new Error("expected a result");
+    const settled = await repo.getRun(receipt.runId, account.id);
+    expect(settled.status).toBe("succeeded");
+    expect(writes).toBe(0);
+    expect(JSON.parse(settled.progress ?? "{}")).toMatchObject({
+      runId: settled.id,
+      toolCalls: 2,
+      lastTool: "Gate",
+    });
+    expect(settled.progressSeq).toBeGreaterThan(0);
+    await service.close();
+  });
+
+  it("a call that works longer than the interval shows its progress in the row while it is open", async () => {
+    const gates = new Map<string, Promise<void>>();
+    const hold = latch();
+    gates.set("hold", hold.promise);
+    const { service, repo } = makeService(db.pool, {
+      tools: () => [gateTool("Gate", gates)],
+      progressIntervalMs: 50,
+    });
+    const { account, parent } = await newParent(service);
+    const receipt = await service.delegate({
+      parentSessionId: parent.id,
+      principalAccountId: account.id,
+      toolCallId: "long",
+      task: scriptTask({ rounds: [[{ name: "Gate", arguments: { key: "hold" } }]], answer: "done" }),
+      mode: "background",
+    });
+    if (receipt.kind !== "started") throw new Error("expected a started call");
+    const open = await waitFor(async () => {
+      const row = await repo.getRun(receipt.runId, account.id);
+      return row.progress ? row : undefined;
+    }, "the open call's progress in its row");
+    expect(open.status).toBe("running");
+    expect(JSON.parse(open.progress ?? "{}")).toMatchObject({ toolCalls: 1, lastTool: "Gate" });
+    hold.open();
+    await service.whenIdle();
+    expect((await repo.getRun(receipt.runId, account.id)).status).toBe("succeeded");
+    await service.close();
+  });
+});
