@@ -9,7 +9,7 @@ import type {
 } from "@crw/db";
 import { type DelegationAuthority, parseDelegatedExecutionScope } from "../scope/index.js";
 import { danglingToolCalls, endsWithAnswer } from "./context.js";
-import { toError } from "./errors.js";
+import { DelegationError, toError } from "./errors.js";
 import type { DelegationService } from "./service.js";
 import { workDirNow } from "./unknownEffect.js";
 
@@ -385,7 +385,12 @@ async function recoverBatch(
   return new Map(batch.map((run) => [run, actions.get(run) as RecoveryAction | Error]));
 }
 
-type ChildTail = Awaited<ReturnType<typeof tailAndInboxOf>>;
+/** A child's journal tail, its inbox (text steers and queued results not yet taken) and its whole journal when short. */
+interface ChildTail {
+  readonly journal: JournalEntry[];
+  readonly pending: number;
+  readonly whole?: { readonly journal: JournalDelta; readonly nextSeq: number };
+}
 
 /** A run that goes on in a new generation, charged or not, with the row its turn is to answer. */
 interface Continuation {
@@ -437,10 +442,7 @@ async function continuationOf(
   return { run, charged, ...(resumeWith && { resumeWith }), ...(whole && { whole }) };
 }
 
-/**
- * Each started run's child tail and inbox, in one statement. A child it does not find is read alone, and
- * that read says why (a session not found).
- */
+/** Each started run's child tail and inbox, in one statement; a child it does not find is not found. */
 async function tailsOf(
   repo: DelegationService["repo"],
   runs: readonly SubagentRun[],
@@ -459,35 +461,11 @@ async function tailsOf(
       const pending = found.work.pendingSteers + found.work.queuedResults;
       out.set(run, { journal: found.tail, pending, ...(found.whole && { whole: found.whole }) });
     } else {
-      const child = run.childSessionId as string;
-      out.set(run, await tailAndInboxOf(repo, child, run.principalAccountId).catch(toError));
+      // Not in the batch: the child is not a visible session of the account (a read of it alone says so).
+      out.set(run, new DelegationError("not_found", "session not found", { sessionId: run.childSessionId }));
     }
   }
   return out;
-}
-
-/** The child's journal tail and its inbox (inboxOf), in one statement when the repository has it. */
-async function tailAndInboxOf(repo: DelegationService["repo"], childId: string, principalAccountId: string) {
-  if (repo.journalTailWithWork) {
-    const { tail, work, whole } = await repo.journalTailWithWork(childId, principalAccountId);
-    return { journal: tail, pending: work.pendingSteers + work.queuedResults, ...(whole && { whole }) };
-  }
-  return {
-    journal: await repo.readJournalTail(childId, principalAccountId),
-    pending: await inboxOf(repo, childId, principalAccountId),
-  };
-}
-
-/** A child's text steers and queued results not yet taken, in one read when the repository has it. */
-async function inboxOf(repo: DelegationService["repo"], childId: string, principalAccountId: string) {
-  if (repo.settlementWork) {
-    const work = await repo.settlementWork(childId, principalAccountId);
-    return work.pendingSteers + work.queuedResults;
-  }
-  return (
-    (await repo.pendingSteers(childId, principalAccountId)).length +
-    (await repo.queuedResultIds(childId, principalAccountId)).length
-  );
 }
 
 /** Free continuations allowed per recovery attempt: a child interrupted over and over still ends. */
