@@ -78,32 +78,10 @@ const MODULES = {
   // boot recovery of a daemon's interrupted calls
   "brain-recovery": {
     pkg: "brain",
-    // each claimed run's recovery: the batch (terminalize, tails, the generations), settle, charged or free
-    // continuation, the answer to a call of unknown outcome
-    mutate: [
-      "packages/brain/src/delegation/recovery.ts:199-244",
-      "packages/brain/src/delegation/recovery.ts:316-545",
-    ],
+    // the whole module: boot and takeover recovery of the claimed runs (the batch, its tails, the
+    // generations, settle, charged or free continuation, the answer to a call of unknown outcome)
+    mutate: ["packages/brain/src/delegation/recovery.ts"],
   },
-  // the same range in six runs, each of which writes its own report: at about a minute a mutant the whole
-  // range does not finish in one sitting, and a stopped run reports nothing
-  // a: recoverRuns and recoverBatch (never started, the batch's errors, the generations and the starts)
-  "brain-recovery-a": {
-    pkg: "brain",
-    mutate: [
-      "packages/brain/src/delegation/recovery.ts:199-244",
-      "packages/brain/src/delegation/recovery.ts:316-386",
-    ],
-  },
-  // b: the tails of a batch read together, the child's inbox count read on its own and hasUnknownOutcome
-  "brain-recovery-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:440-507"] },
-  // c: a continuation decided (settled, the charged and the free bounds); e: the row it is to answer
-  "brain-recovery-c": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:402-422"] },
-  "brain-recovery-e": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:423-438"] },
-  // f: settleError (the error result and the parent's wake)
-  "brain-recovery-f": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:509-521"] },
-  // d: the answer to a call of unknown outcome
-  "brain-recovery-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/recovery.ts:528-545"] },
   // the scope a delegation captures from its parent
   "brain-capture": { pkg: "brain", mutate: ["packages/brain/src/scope/capture.ts"] },
   // the runner pool: slot leases (pump, dispatch, settle), the startup episode (fork, retry, adopt, terminal
