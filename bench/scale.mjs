@@ -7,11 +7,14 @@
 //     on the session (nothing folded yet) and for the turns after it; the ratio of 10,000 to 100 is the
 //     figure (wanted: at most 1.5);
 //   - 100 root sessions each delegating at once (background): delegations per second and the latency from
-//     a result's settlement to its delivery into the parent's journal, p50/p99.
+//     a result's settlement to its delivery into the parent's journal, p50/p99;
+//   - a delegation of a root session that has had 10,000 results delivered against one that has had 100
+//     (each seeded through the service itself: delegated, settled, delivered, answered): SQL statements and
+//     database time per delegation, from the call to the parent's turn on its result (wanted: at most 1.5).
 // The journals are seeded through the repository's own append (500 rows per append), so their rows are the
 // rows crw writes. Prints one JSON object, then a one-line summary with a PostgreSQL commit measured in the
 // same run as the floor.
-// Usage: node bench/scale.mjs [turns-per-size] [parents]
+// Usage: node bench/scale.mjs [turns-per-size] [parents] [delivered-results]
 import pg from "pg";
 import { measuredDelegationService } from "./lib/delegation.mjs";
 import { commitFloor, countStatements, startBenchPostgres } from "./lib/postgres.mjs";
@@ -19,6 +22,7 @@ import { commitFloor, countStatements, startBenchPostgres } from "./lib/postgres
 const turns = Number(process.argv[2] ?? 20);
 const parents = Number(process.argv[3] ?? 100);
 const sizes = [100, 10_000];
+const history = [100, Number(process.argv[4] ?? 10_000)];
 const db = await import("../packages/db/dist/index.js");
 const brain = await import("../packages/brain/dist/index.js");
 // As in the daemon when nobody taps these sessions: no write notifies.
@@ -44,6 +48,15 @@ const ratios = {
   wanted: 1.5,
 };
 const delegation = await measureDelegations();
+const byHistory = {};
+for (const size of history) byHistory[size] = await measureHistory(size);
+const [fewer, more] = history.map((h) => byHistory[h]);
+const historyRatios = {
+  statements: round(more.statements / fewer.statements, 2),
+  dbMs: round(more.dbMs / fewer.dbMs, 2),
+  p50DbMs: round(more.p50DbMs / fewer.p50DbMs, 2),
+  wanted: 1.5,
+};
 
 const out = {
   bench: "scale",
@@ -52,11 +65,13 @@ const out = {
   turn: turnCost,
   ratio10000to100: ratios,
   delegation,
+  delegationByHistory: byHistory,
+  ratioHistory: historyRatios,
   floor: { commitMs: floor },
 };
 console.log(JSON.stringify(out));
 console.log(
-  `a turn at 10,000 entries vs 100: ${turnCost[10_000].warm.statements} vs ${turnCost[100].warm.statements} statements (x${ratios.statements}), ${turnCost[10_000].warm.dbMs} vs ${turnCost[100].warm.dbMs} db ms (x${ratios.dbMs}, p50 x${ratios.p50DbMs}; first turn ${turnCost[10_000].cold.dbMs} vs ${turnCost[100].cold.dbMs}); ${parents} roots delegating at once: ${delegation.delegationsPerSecond}/s, settle->delivered p50 ${delegation.settleToDeliveredMs.p50} ms p99 ${delegation.settleToDeliveredMs.p99} ms; a commit p50 ${floor.p50} ms`,
+  `a turn at 10,000 entries vs 100: ${turnCost[10_000].warm.statements} vs ${turnCost[100].warm.statements} statements (x${ratios.statements}), ${turnCost[10_000].warm.dbMs} vs ${turnCost[100].warm.dbMs} db ms (x${ratios.dbMs}, p50 x${ratios.p50DbMs}; first turn ${turnCost[10_000].cold.dbMs} vs ${turnCost[100].cold.dbMs}); ${parents} roots delegating at once: ${delegation.delegationsPerSecond}/s, settle->delivered p50 ${delegation.settleToDeliveredMs.p50} ms p99 ${delegation.settleToDeliveredMs.p99} ms; a delegation after ${history[1]} results vs ${history[0]}: ${more.statements} vs ${fewer.statements} statements, ${more.dbMs} vs ${fewer.dbMs} db ms (x${historyRatios.dbMs}, p50 x${historyRatios.p50DbMs}); a commit p50 ${floor.p50} ms`,
 );
 await service.close();
 await pool.end();
@@ -208,4 +223,53 @@ function percentile(values, q) {
 function round(n, digits) {
   const f = 10 ** digits;
   return Math.round(n * f) / f;
+}
+
+/** One background delegation of `parent`, awaited until its result is delivered and the parent is idle. */
+function delegateOnce({ account, parent }, id) {
+  return service.delegate({
+    parentSessionId: parent.id,
+    principalAccountId: account.id,
+    toolCallId: id,
+    task: brain.scriptTask({ answer: `result of ${id}` }),
+    mode: "background",
+  });
+}
+
+/**
+ * A root session that has had `size` results delivered (delegated 200 at a time, each settled, delivered
+ * and answered by the parent's turn), then `turns` delegations of it one at a time: statements and database
+ * time from the call to the parent's idle after its turn on the result.
+ */
+async function measureHistory(size) {
+  const account = await repo.createAccount({ name: `scale-history-${size}` });
+  const root = { account, parent: await service.createRootSession(account.id, "scripted") };
+  for (let at = 0; at < size; at += 200) {
+    const batch = Array.from({ length: Math.min(200, size - at) }, (_, i) =>
+      delegateOnce(root, `seed-${at + i}`),
+    );
+    await Promise.all(batch);
+    await service.whenIdle();
+  }
+  const each = [];
+  for (let i = 0; i < turns; i++) {
+    const statements = counter.count();
+    const ms = dbTime.ms();
+    await delegateOnce(root, `measured-${i}`);
+    await service.whenIdle();
+    each.push({ statements: counter.count() - statements, dbMs: dbTime.ms() - ms });
+  }
+  const mean = (k) => round(each.reduce((n, t) => n + t[k], 0) / each.length, 2);
+  return {
+    deliveredBefore: size,
+    statements: mean("statements"),
+    dbMs: mean("dbMs"),
+    p50DbMs: round(
+      percentile(
+        each.map((t) => t.dbMs),
+        0.5,
+      ),
+      2,
+    ),
+  };
 }

@@ -43,4 +43,25 @@ describe("delivering whatever waits, read under the session's lock", () => {
     );
     expect(rows).toHaveLength(0);
   });
+
+  it("a result's acknowledgement is mirrored on it by the delivery's statement, and only what is unacknowledged stays queued", async () => {
+    const { r, account, parent, ids } = await parentWithResults(4);
+    const mirror = async () => {
+      const { rows } = await db.pool.query<{ id: string; acknowledged: boolean; acked: boolean }>(
+        `select r.id, r.acknowledged,
+                exists (select 1 from delegation_result_acks a where a.result_id = r.id) as acked
+           from delegation_results r where r.parent_session_id = $1 order by r.queue_seq`,
+        [parent.id],
+      );
+      return rows;
+    };
+    expect((await mirror()).map((m) => m.acknowledged)).toEqual([false, false, false, false]);
+    await r.deliverResults(parent.id, account.id, [ids[1] as string], asMessage);
+    await r.deliverQueuedResults(parent.id, account.id, asMessage, { limit: 2 });
+    // the flag says what the acknowledgement rows say, result by result
+    const after = await mirror();
+    expect(after.map((m) => m.acknowledged)).toEqual(after.map((m) => m.acked));
+    expect(after.map((m) => m.acknowledged)).toEqual([true, true, true, false]);
+    expect(await r.queuedResultIds(parent.id, account.id)).toEqual([ids[3]]);
+  });
 });

@@ -25,7 +25,7 @@ export async function queuedResults(
   const { rows } = await pool.query<Row>(
     `select ${RESULT_COLUMNS} from delegation_results r left join spilled_outputs s on s.id = r.spill_id
       where r.parent_session_id = $1::uuid and r.principal_account_id = $2::uuid
-        and not exists (select 1 from delegation_result_acks a where a.result_id = r.id)
+        and not r.acknowledged and not exists (select 1 from delegation_result_acks a where a.result_id = r.id)
       order by r.queue_seq limit $3`,
     [sessionId, principalAccountId, limit],
   );
@@ -90,7 +90,7 @@ export function deliverResults(
     const { rows } = await c.query<Row>(
       `select ${RESULT_COLUMNS} from delegation_results r left join spilled_outputs s on s.id = r.spill_id
         where r.id = any($3::uuid[]) and r.parent_session_id = $1::uuid and r.principal_account_id = $2::uuid
-          and not exists (select 1 from delegation_result_acks a where a.result_id = r.id)
+          and not r.acknowledged and not exists (select 1 from delegation_result_acks a where a.result_id = r.id)
         order by r.queue_seq`,
       [sessionId, principalAccountId, resultIds],
     );
@@ -121,7 +121,7 @@ export function deliverQueuedResults(
     const { rows } = await c.query<Row>(
       `select ${RESULT_COLUMNS} from delegation_results r left join spilled_outputs s on s.id = r.spill_id
         where r.parent_session_id = $1::uuid and r.principal_account_id = $2::uuid
-          and not exists (select 1 from delegation_result_acks a where a.result_id = r.id)
+          and not r.acknowledged and not exists (select 1 from delegation_result_acks a where a.result_id = r.id)
         order by r.queue_seq limit $3`,
       [sessionId, principalAccountId, options.limit ?? 1000],
     );
@@ -174,9 +174,14 @@ async function journalAndAck(
     }),
   );
   options.probe?.("delivery.between_append_and_ack");
+  // The acknowledgement rows and the results' mirror of them (what the queue's index leaves out), together.
   await c.query(
-    `insert into delegation_result_acks (result_id, parent_session_id, journal_seq)
-     select * from unnest($1::uuid[], $2::uuid[], $3::bigint[])`,
+    `with acked as (
+       insert into delegation_result_acks (result_id, parent_session_id, journal_seq)
+       select * from unnest($1::uuid[], $2::uuid[], $3::bigint[])
+       returning result_id
+     )
+     update delegation_results set acknowledged = true where id in (select result_id from acked)`,
     [pending.map((r) => r.id), pending.map(() => sessionId), entries.map((e) => e.seq)],
   );
   return pending.map((r, i) => ({

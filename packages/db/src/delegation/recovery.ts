@@ -293,7 +293,7 @@ export async function sessionsWithQueuedResults(
     `select distinct s.id, s.principal_account_id, s.kind from delegation_results r
        join sessions s on s.id = r.parent_session_id
       where s.visibility = 'visible'
-        and not exists (select 1 from delegation_result_acks a where a.result_id = r.id)`,
+        and not r.acknowledged and not exists (select 1 from delegation_result_acks a where a.result_id = r.id)`,
   );
   return rows.map((r) => ({
     sessionId: r.id,

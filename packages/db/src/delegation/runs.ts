@@ -266,6 +266,7 @@ export function workOf(session: string, principal: string, prefix = ""): string 
              and principal_account_id = ${principal} and status = 'pending')::int as ${prefix}steers,
           (select count(*) from delegation_results r
             where r.parent_session_id = ${session} and r.principal_account_id = ${principal}
+              and not r.acknowledged
               and not exists (select 1 from delegation_result_acks a where a.result_id = r.id))::int
             as ${prefix}queued,
           exists (select 1 from spilled_outputs where session_id = ${session}
