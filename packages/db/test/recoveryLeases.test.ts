@@ -368,4 +368,30 @@ describe("a continuation's new generation", () => {
     expect([...both]).toEqual([[other.id, { generation: 2, recoveryAttempts: 0, freeContinuations: 1 }]]);
     expect((await r.nextGenerations([])).size).toBe(0);
   });
+
+  it("a new generation numbers its progress anew: its first snapshot is stored, the old owner's is kept until then", async () => {
+    const { r, account, runs } = await openRuns(1);
+    const [run] = runs as [SubagentRun];
+    // the dead owner's job had published up to its fifth snapshot
+    expect(await r.recordRunProgress(run.id, account.id, 1, 5, '{"seq":5}')).toBe(true);
+    const moved = (await r.nextGenerations([{ runId: run.id, generation: 1, charged: false }])).get(run.id);
+    expect(moved?.generation).toBe(2);
+    expect((await r.getRun(run.id, account.id)).progress).toBe('{"seq":5}');
+    // the continuing job starts again at 1, and the old generation can no longer write
+    expect(await r.recordRunProgress(run.id, account.id, 2, 1, '{"seq":1}')).toBe(true);
+    expect(await r.recordRunProgress(run.id, account.id, 1, 6, '{"seq":6}')).toBe(false);
+    const stored = await r.getRun(run.id, account.id);
+    expect([stored.progress, stored.progressSeq]).toEqual(['{"seq":1}', 1]);
+    // a settlement's snapshot follows the same rule: a lower one than stored is not written
+    await r.settleRun({
+      runId: run.id,
+      generation: 2,
+      resultId: randomUUID(),
+      outcome: "ok",
+      body: "",
+      byteSize: 0,
+      progress: { seq: 1, snapshot: '{"seq":"again"}' },
+    });
+    expect((await r.getRun(run.id, account.id)).progress).toBe('{"seq":1}');
+  });
 });

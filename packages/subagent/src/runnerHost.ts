@@ -54,6 +54,8 @@ interface ActiveTurn {
     readonly host: TurnHost;
     readonly records: TurnRecords;
   };
+  /** The turn's end is known here (its reply came, or its runner is gone): a call still waiting is refused. */
+  ended?: boolean;
 }
 
 /**
@@ -247,7 +249,9 @@ export class SubagentRunnerHost {
           },
         },
         "sessionTurnReply",
-      )) as OutputFrameOf<"sessionTurnReply">;
+      ).finally(() => {
+        turn.ended = true;
+      })) as OutputFrameOf<"sessionTurnReply">;
       if (reply.record !== undefined) records.add(reply.record);
       const failed = await records.written();
       if ("error" in reply.result) throw remoteTurnError(reply.result.error);
@@ -255,6 +259,7 @@ export class SubagentRunnerHost {
       const { stopReason, errorMessage } = reply.result.ok;
       return { stopReason, ...(errorMessage !== undefined && { errorMessage }) };
     } finally {
+      turn.ended = true;
       // Whatever the turn's end, the records its runner sent are written before it is reported.
       await records.written();
       for (const s of signals) s.removeEventListener("abort", onAbort);
@@ -552,25 +557,19 @@ export class SubagentRunnerHost {
     const turn = this.#turns.get(frame.turnId);
     const session = turn?.session;
     if (!turn || !session) {
-      reply({
-        error: {
-          name: "HostRpcRefusedError",
-          code: "outside_turn",
-          message: "turn host call outside a session turn",
-        },
-      });
+      reply({ error: OUTSIDE_TURN });
       return;
     }
-    session.records
-      .written()
-      .then((failed) => {
-        if (failed !== undefined) throw failed;
-        return this.#runTurnHostCall(turn, session, frame.call);
-      })
-      .then(
-        (ok) => reply({ ok: ok ?? null }),
-        (e) => reply({ error: errorToRemote(toError(e)) }),
-      );
+    void session.records.written().then(async (failed) => {
+      if (failed !== undefined) return reply({ error: errorToRemote(failed) });
+      // Waited behind a record while the turn ended (its runner exited): nothing of it runs any more.
+      if (turn.ended) return reply({ error: OUTSIDE_TURN });
+      try {
+        reply({ ok: (await this.#runTurnHostCall(turn, session, frame.call)) ?? null });
+      } catch (e) {
+        reply({ error: errorToRemote(toError(e)) });
+      }
+    });
   }
 
   async #runTurnHostCall(
@@ -699,3 +698,10 @@ function remoteTurnError(remote: RemoteError): Error {
   if (remote.name === "DelegationAbortedError") return new DelegationAbortedError("", remote.message);
   return new RemoteTurnError(remote);
 }
+
+/** The answer to a runner's call for a session turn that is not (or no longer) running here. */
+const OUTSIDE_TURN: RemoteError = {
+  name: "HostRpcRefusedError",
+  code: "outside_turn",
+  message: "turn host call outside a session turn",
+};

@@ -139,6 +139,9 @@ export class RunnerSessionTurns {
       drainSteering: () => call({ op: "drainSteering" }, drainSteeringAnswerSchema),
       progress: (event) => {
         if (event.type === "text") this.emit(r.sessionId, { kind: "text", turnId, text: event.text });
+        // What the daemon hears of the turn comes after the records before it (a tool's start after the
+        // assistant message that called it).
+        flush();
         this.send({ type: "turnProgress", requestId: randomUUID(), turnId, event });
       },
     };

@@ -1,5 +1,5 @@
 import { createScriptedTurnRunner, type TurnHost, type TurnTool } from "@crw/brain";
-import { SubagentSessionDispatch } from "@crw/subagent";
+import { RunnerExitedError, SubagentSessionDispatch } from "@crw/subagent";
 import { describe, expect, it } from "vitest";
 import { closePoolsAfterEach, makePool } from "./support/pools.js";
 import { waitFor } from "./support/runners.js";
@@ -139,5 +139,26 @@ describe("a runner turn's records, written by the daemon in order", () => {
     const outcome = await dispatch.runTurn(childTurn(undefined, { task: "summarize" }), s.host);
     expect(outcome).toEqual({ stopReason: "error", errorMessage: "the run was fenced" });
     expect(s.log).toEqual(["record assistant Done: summarize start"]);
+  });
+
+  it("a call waiting behind a record when its runner dies is refused: the intent never runs after the turn's end", async () => {
+    const slow = gate();
+    const s = seam(async () => {
+      await slow.opened;
+    });
+    const outcome = echoDispatch()
+      .runTurn({ ...childTurn(undefined, { task: "echo", tools: [s.echo] }), model: "scripted:echo" }, s.host)
+      .catch((e: unknown) => e);
+    await waitFor(() => s.log.includes("record assistant call Echo start"));
+    // time for the runner's intent to reach the daemon, where it waits behind the record
+    await new Promise((r) => setTimeout(r, 100));
+    const { killChildRunners } = await import("./support/kill.js");
+    expect(await killChildRunners()).toBe(1);
+    // the turn's end waits for the record it was sent; then the waiting intent finds the turn over
+    await new Promise((r) => setTimeout(r, 100));
+    slow.open();
+    expect(await outcome).toBeInstanceOf(RunnerExitedError);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(s.log).toEqual(["record assistant call Echo start", "record assistant call Echo end"]);
   });
 });

@@ -138,7 +138,8 @@ export class RunProgressJob {
    */
   async drainForSettlement(): Promise<RunProgressSnapshot | undefined> {
     const waiting = this.#waiting;
-    if (!this.#pace.foldable || waiting === undefined) {
+    // Once drained (the restart checkpoint), what waited is being published: the settlement takes nothing.
+    if (!this.#pace.foldable || waiting === undefined || this.#closed) {
       await this.drain();
       return undefined;
     }
@@ -147,6 +148,26 @@ export class RunProgressJob {
     waiting.hurry();
     await this.#tail;
     return waiting.snapshot;
+  }
+
+  /**
+   * A snapshot the settlement took and could not write (its settlement was refused or failed while the call
+   * stays open): published after all, as its turn would have been.
+   */
+  async publishUnsettled(snapshot: RunProgressSnapshot): Promise<void> {
+    await this.#tail;
+    await this.#publishOne(snapshot).catch(() => {});
+  }
+
+  async #publishOne(snapshot: RunProgressSnapshot): Promise<void> {
+    try {
+      await this.#publish(snapshot);
+    } catch (e) {
+      const error = new ProgressPublicationError(snapshot.runId, snapshot.seq, e);
+      this.failures.push(error);
+      this.#onFailure(error);
+      throw error;
+    }
   }
 
   #snapshot(): RunProgressSnapshot {
@@ -168,9 +189,14 @@ export class RunProgressJob {
       waiting.snapshot = snapshot;
       return waiting.done;
     }
-    // An exact snapshot (Ctrl+B's) is published at once, and takes the place of one still waiting.
-    if (waiting) waiting.hurry();
+    // An exact snapshot (Ctrl+B's) is published at once, and takes the place of one still waiting (it is
+    // newer and counts the same).
+    if (waiting) {
+      waiting.folded = true;
+      waiting.hurry();
+    }
     let timer: NodeJS.Timeout | undefined;
+    let hurried = false;
     let due: () => void = () => {};
     const paced = new Promise<void>((resolve) => {
       due = resolve;
@@ -180,12 +206,13 @@ export class RunProgressJob {
       done: Promise.resolve(),
       folded: false,
       hurry: () => {
+        hurried = true;
         clearTimeout(timer);
         due();
       },
     };
     const wait = async () => {
-      const delay = exact ? 0 : this.#lastStart + this.#pace.intervalMs - Date.now();
+      const delay = exact || hurried ? 0 : this.#lastStart + this.#pace.intervalMs - Date.now();
       if (delay <= 0) return;
       timer = setTimeout(due, delay);
       // A waiting publication does not hold a process open; the call's own work does.
@@ -196,14 +223,7 @@ export class RunProgressJob {
       if (this.#waiting === slot) this.#waiting = undefined;
       if (slot.folded) return;
       this.#lastStart = Date.now();
-      try {
-        await this.#publish(slot.snapshot);
-      } catch (e) {
-        const error = new ProgressPublicationError(slot.snapshot.runId, slot.snapshot.seq, e);
-        this.failures.push(error);
-        this.#onFailure(error);
-        throw error;
-      }
+      await this.#publishOne(slot.snapshot);
     };
     slot.done = this.#tail.then(wait).then(run);
     this.#waiting = exact ? undefined : slot;

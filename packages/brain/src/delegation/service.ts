@@ -794,12 +794,15 @@ export class DelegationService implements RestartCheckpoint {
     const execution = this.executeRun(run, {
       progress: sink,
       beforeSettle: () => job.drainForSettlement(),
+      unsettledProgress: (snapshot) => job.publishUnsettled(snapshot),
       ...(known ? { known } : {}),
     });
-    void execution.then(
-      () => this.#jobs.delete(job),
-      () => this.#jobs.delete(job),
-    );
+    // A call that ends without settling (it failed) still publishes what its job was holding back.
+    const ended = () => {
+      this.#jobs.delete(job);
+      void job.drain();
+    };
+    void execution.then(ended, ended);
     if (mode === "background") {
       this.track(execution);
       return { kind: "started", runId: run.id, childSessionId };

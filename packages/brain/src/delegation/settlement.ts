@@ -129,6 +129,8 @@ export class DelegatedSettlement {
       signal?: AbortSignal;
       /** The call's progress drained; a snapshot it answers is written with the result. */
       beforeSettle?: () => Promise<RunProgressSnapshot | undefined>;
+      /** That snapshot, when its settlement did not commit (the call stays open): published after all. */
+      unsettledProgress?: (snapshot: RunProgressSnapshot) => Promise<void>;
       /** The parent and its authority, when the caller read them just now for this call (Delegate). */
       known?: { parent: SessionRow; authority: DelegationAuthority };
       /**
@@ -147,7 +149,12 @@ export class DelegatedSettlement {
     // The owning job's progress publication drains before the result is settled: no progress after it.
     const settle: Settle = async (run, outcome, body, code, dropSteers) => {
       const progress = await opts.beforeSettle?.();
-      return this.#settle(run, outcome, body, code, dropSteers, progress);
+      try {
+        return await this.#settle(run, outcome, body, code, dropSteers, progress);
+      } catch (e) {
+        if (progress) await opts.unsettledProgress?.(progress);
+        throw e;
+      }
     };
     if (!run.childSessionId)
       return settle(run, "error", "the child session was discarded before it was ready", "child_missing");

@@ -163,7 +163,9 @@ export async function nextGenerations(
     `update subagent_runs r
         set recovery_attempts = r.recovery_attempts + c.charged,
             free_continuations = r.free_continuations + 1 - c.charged,
-            generation = r.generation + 1, updated_at = now()
+            generation = r.generation + 1, updated_at = now(),
+            -- the new generation's job numbers its progress from 1 again
+            progress_seq = 0
        from unnest($1::uuid[], $2::bigint[], $3::int[]) as c(id, generation, charged)
       where r.id = c.id and r.generation = c.generation and r.status in ('queued', 'running', 'settling')
       returning r.id, r.generation, r.recovery_attempts, r.free_continuations`,
