@@ -1,4 +1,4 @@
-import { readFile } from "node:fs/promises";
+import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { createPool, migrate, migrationsDir, migrationsTable } from "@crw/db";
 import { emptyDatabase, useTestDatabase } from "@crw/tools/pg";
@@ -210,16 +210,24 @@ describe(`migration ${MIGRATION}`, () => {
       await migrate(empty.url);
       const left = await leftRunning(pool);
       const journal = await workflowJournal(pool, left.workflowId);
-      // Back to the layout before the migration: the journal as one document, no node rows.
-      const sql = await readFile(join(migrationsDir, `${MIGRATION}.sql`), "utf8");
-      await pool.query(sql.slice(sql.indexOf("-- Down Migration")));
-      await pool.query(`delete from ${migrationsTable} where name = $1`, [MIGRATION]);
+      // Back to the layout before the migration: the journal as one document, no node rows (the migrations
+      // after it undone first, newest first).
+      const since = (await readdir(migrationsDir))
+        .filter((f) => f.endsWith(".sql"))
+        .map((f) => f.slice(0, -".sql".length))
+        .filter((name) => name >= MIGRATION)
+        .sort();
+      for (const name of [...since].reverse()) {
+        const sql = await readFile(join(migrationsDir, `${name}.sql`), "utf8");
+        await pool.query(sql.slice(sql.indexOf("-- Down Migration")));
+        await pool.query(`delete from ${migrationsTable} where name = $1`, [name]);
+      }
       const { rows } = await pool.query("select body from workflow_journals where workflow_id = $1::uuid", [
         left.workflowId,
       ]);
       expect(rows[0].body).toEqual(journal);
 
-      expect(await migrate(empty.url)).toEqual([MIGRATION]);
+      expect(await migrate(empty.url)).toEqual(since);
       const raw = await storedRows(pool, left.workflowId);
       expect(raw.head.node_rows).toBe(true);
       expect(raw.head.body.order).toBeUndefined();
