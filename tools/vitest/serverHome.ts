@@ -20,8 +20,14 @@ export default function setup(): () => void {
   // the default home is (mkdtemp makes it 0700). A test run nested in this one inherits the variable.
   chmodSync(home, 0o755);
   process.env.CRW_POSTGRES_HOME = home;
-  return () => {
+  const remove = () => {
     delete process.env.CRW_POSTGRES_HOME;
     rmSync(home, { recursive: true, force: true });
+  };
+  // A runner that never calls the teardown (a mutation tool's vitest runner) still removes it at its exit.
+  process.once("exit", remove);
+  return () => {
+    process.off("exit", remove);
+    remove();
   };
 }
