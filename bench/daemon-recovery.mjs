@@ -43,6 +43,8 @@ let daemon;
 try {
   await db.migrate(url);
   const pool = new pg.Pool({ connectionString: url, max: 8 });
+  // An idle client the server ends as it stops is reported, not fatal.
+  pool.on("error", (e) => console.error(`pool: ${e.message}`));
   const repo = new db.PgDelegationRepository(pool);
   const account = await repo.createAccount({ name: "bench", isOwner: true, isAdministrator: true });
   const parent = await repo.createRootSession(account.id, "scripted");
