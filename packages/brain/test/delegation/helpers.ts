@@ -371,3 +371,50 @@ export async function interruptedContinuation(
   await service.repo.startRun(run.id, run.generation, "dead-owner");
   return run;
 }
+
+/**
+ * A background call of `parent` whose child a dead owner had started (`fork`: the child is a private copy
+ * of the parent that owner never finished).
+ */
+export async function deadOwnersRun(
+  service: DelegationService,
+  caller: Caller,
+  task: string,
+  options: { fork?: boolean } = {},
+) {
+  const { run, child } = await service.repo.createDelegation({
+    parentSessionId: caller.parent.id,
+    principalAccountId: caller.account.id,
+    toolCallId: `t-${randomUUID()}`,
+    task,
+    mode: "background",
+    model: "scripted",
+    scope: JSON.stringify({ accountId: caller.account.id, target: { kind: "host", ref: null } }),
+    ...(options.fork && { fork: { fromSessionId: caller.parent.id } }),
+  });
+  await service.repo.startRun(run.id, run.generation, `dead-${randomUUID()}`);
+  return { run, child };
+}
+
+/** Waits until the run has succeeded and the service has nothing left running. */
+export async function finished(service: DelegationService, runId: string, accountId: string) {
+  await waitFor(async () => (await service.repo.getRun(runId, accountId)).status === "succeeded", "the run");
+  await service.whenIdle();
+}
+
+/** A repository over `pool` whose named methods go through `wrap`, which is given the real one. */
+export function repoWith(
+  pool: pg.Pool,
+  wrap: {
+    [K in keyof PgDelegationRepository]?: (real: PgDelegationRepository[K]) => PgDelegationRepository[K];
+  },
+): PgDelegationRepository {
+  const real = new PgDelegationRepository(pool);
+  return new Proxy(real, {
+    get(target, key, receiver) {
+      const value = Reflect.get(target, key, receiver) as unknown;
+      const through = wrap[key as keyof PgDelegationRepository] as ((f: unknown) => unknown) | undefined;
+      return through && typeof value === "function" ? through(value.bind(target)) : value;
+    },
+  });
+}

@@ -5,12 +5,25 @@ import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import {
   type DelegationEvent,
+  type DelegationService,
   followUpQueued,
   idleRootParents,
   settleInterruptedTails,
   takeOverDelegations,
 } from "../../src/index.js";
-import { gateTool, latch, makeService, messages, newParent, scriptTask, waitFor } from "./helpers.js";
+import {
+  type Caller,
+  deadOwnersRun,
+  finished,
+  gateTool,
+  latch,
+  makeService,
+  messages,
+  newParent,
+  scriptTask,
+  settledHelperResult,
+  waitFor,
+} from "./helpers.js";
 
 /**
  * The live takeover's edges over real PostgreSQL, beyond takeover.test.ts: what a paused or idle pass
@@ -18,8 +31,6 @@ import { gateTool, latch, makeService, messages, newParent, scriptTask, waitFor 
  * recovered, and a run this process already drives.
  */
 const db = useTestDatabase();
-
-type Service = ReturnType<typeof makeService>["service"];
 
 const nothing = {
   discardedForks: [],
@@ -32,31 +43,41 @@ const nothing = {
   failed: [],
 };
 
-/** A background call of `parent` whose child a dead owner had started. */
-async function deadOwnersRun(
-  service: Service,
-  caller: { parent: { id: string }; account: { id: string } },
-  task: string,
-) {
-  const { run, child } = await service.repo.createDelegation({
-    parentSessionId: caller.parent.id,
-    principalAccountId: caller.account.id,
-    toolCallId: `t-${randomUUID()}`,
-    task,
-    mode: "background",
-    model: "scripted",
-    scope: JSON.stringify({ accountId: caller.account.id, target: { kind: "host", ref: null } }),
-  });
-  await service.repo.startRun(run.id, run.generation, `dead-${randomUUID()}`);
-  return { run, child };
-}
-
 const lockedBy = async (id: string) =>
   (await db.pool.query("select locked_by from subagent_runs where id = $1", [id])).rows[0]?.locked_by;
 
-async function finished(service: Service, runId: string, accountId: string) {
-  await waitFor(async () => (await service.repo.getRun(runId, accountId)).status === "succeeded", "the run");
+/** A started service whose Gate tool stays shut until `gate` opens (or 15 s pass), and a root parent. */
+async function gatedService() {
+  const gates = new Map<string, Promise<void>>();
+  const gate = latch();
+  gates.set("k", gate.promise);
+  const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
+  await service.start();
+  const caller = await newParent(service);
+  return { service, repo, caller, gate };
+}
+
+/** A task whose turn waits at the gate, then answers `answer`. */
+const gatedTask = (answer: string) =>
+  scriptTask({ rounds: [[{ name: "Gate", arguments: { key: "k" } }]], answer });
+
+/** Until the child is in its turn, held at the gate. */
+async function inGatedTurn(service: DelegationService, childId: string, accountId: string) {
+  await waitFor(
+    async () =>
+      messages(await service.repo.readJournal(childId, accountId)).some((m) => m.role === "assistant"),
+    "the gated turn",
+  );
+}
+
+/** Waits until the parent has taken every result queued for it, then closes the service. */
+async function closeWhenDelivered(service: DelegationService, caller: Caller) {
+  await waitFor(
+    async () => (await service.repo.queuedResultIds(caller.parent.id, caller.account.id)).length === 0,
+    "the delivery",
+  );
   await service.whenIdle();
+  await service.close();
 }
 
 describe("a takeover pass with nothing to do", () => {
@@ -111,16 +132,11 @@ describe("what a takeover settles and serves", () => {
     expect(childMsgs.filter((m) => m.role === "toolResult" && m.toolCallId === "x-1")).toHaveLength(1);
     // the cut call was of unknown outcome: that continuation was charged
     expect((await repo.getRun(a.run.id, caller.account.id)).recoveryAttempts).toBe(1);
-    await waitFor(
-      async () => (await repo.queuedResultIds(caller.parent.id, caller.account.id)).length === 0,
-      "the delivery",
-    );
-    await service.whenIdle();
-    await service.close();
+    await closeWhenDelivered(service, caller);
   });
 
   it("serves no parent that is not a root, nor a root whose turn this process holds", async () => {
-    const { service, repo } = makeService(db.pool);
+    const { service } = makeService(db.pool);
     await service.start();
     const caller = await newParent(service);
     const { run, child } = await deadOwnersRun(service, caller, scriptTask({ answer: "mid" }));
@@ -136,12 +152,7 @@ describe("what a takeover settles and serves", () => {
     const held = await service.turns.exclusive(caller.parent.id, () => idleRootParents(service, both));
     expect(held).toEqual([]);
     await finished(service, run.id, caller.account.id);
-    await waitFor(
-      async () => (await repo.queuedResultIds(caller.parent.id, caller.account.id)).length === 0,
-      "the delivery",
-    );
-    await service.whenIdle();
-    await service.close();
+    await closeWhenDelivered(service, caller);
   });
 
   it("settles no tails when asked for none, and follows up only roots with results waiting", async () => {
@@ -235,24 +246,11 @@ describe("a takeover that cannot go on", () => {
   });
 
   it("a run this process drives already is not started a second time", async () => {
-    const gates = new Map<string, Promise<void>>();
-    const gate = latch();
-    gates.set("k", gate.promise);
-    const { service, repo } = makeService(db.pool, { tools: () => [gateTool("Gate", gates)] });
-    await service.start();
-    const caller = await newParent(service);
-    const { run, child } = await deadOwnersRun(
-      service,
-      caller,
-      scriptTask({ rounds: [[{ name: "Gate", arguments: { key: "k" } }]], answer: "once" }),
-    );
+    const { service, repo, caller, gate } = await gatedService();
+    const { run, child } = await deadOwnersRun(service, caller, gatedTask("once"));
     expect((await takeOverDelegations(service)).continued).toEqual([run.id]);
     // its child waits in the gate; meanwhile the row comes to name a dead owner again
-    await waitFor(
-      async () =>
-        messages(await repo.readJournal(child.id, caller.account.id)).some((m) => m.role === "assistant"),
-      "the gated turn",
-    );
+    await inGatedTurn(service, child.id, caller.account.id);
     await db.pool.query("update subagent_runs set locked_by = $2 where id = $1", [
       run.id,
       `dead-${randomUUID()}`,
@@ -266,11 +264,90 @@ describe("a takeover that cannot go on", () => {
       (m) => m.role === "assistant" && JSON.stringify(m).includes("once"),
     );
     expect(answers).toHaveLength(1);
+    await closeWhenDelivered(service, caller);
+  });
+});
+
+describe("what a takeover claims", () => {
+  it("claims no more runs a pass than its claim batch, the oldest first", async () => {
+    const { service } = makeService(db.pool);
+    await service.start();
+    const caller = await newParent(service);
+    const a = await deadOwnersRun(service, caller, scriptTask({ answer: "a" }));
+    const b = await deadOwnersRun(service, caller, scriptTask({ answer: "b" }));
+    const lease = await lockedBy(b.run.id);
+    expect((await takeOverDelegations(service, { claimBatch: 1 })).continued).toEqual([a.run.id]);
+    expect(await lockedBy(b.run.id)).toBe(lease);
+    expect((await takeOverDelegations(service, { claimBatch: 1 })).continued).toEqual([b.run.id]);
+    await finished(service, a.run.id, caller.account.id);
+    await finished(service, b.run.id, caller.account.id);
+    await closeWhenDelivered(service, caller);
+  });
+
+  it("a run whose unfinished fork copy a dying boot had discarded ends with its error result, not handed back", async () => {
+    const { service, repo } = makeService(db.pool);
+    await service.start();
+    const caller = await newParent(service);
+    const { run, child } = await deadOwnersRun(service, caller, scriptTask({ answer: "never" }), {
+      fork: true,
+    });
+    // that boot discarded the copy, then died before it claimed anything: the run has no child now
+    expect(await repo.discardPrivateSessions([child.id])).toEqual([child.id]);
+    const report = await takeOverDelegations(service);
+    expect(report).toMatchObject({ terminalized: [run.id], handedBack: [], discardedForks: [] });
+    expect(await repo.getRun(run.id, caller.account.id)).toMatchObject({
+      status: "failed",
+      childSessionId: null,
+    });
+    await closeWhenDelivered(service, caller);
+  });
+
+  it("follows up a root parent whose result was waiting already, before the run it took has ended", async () => {
+    const { service, repo, caller, gate } = await gatedService();
+    const scope = JSON.stringify({ accountId: caller.account.id, target: { kind: "host", ref: null } });
+    await settledHelperResult(
+      repo,
+      { id: caller.parent.id, scope },
+      caller.account.id,
+      "early",
+      "early news",
+    );
+    const { run } = await deadOwnersRun(service, caller, gatedTask("late news"));
+    expect((await takeOverDelegations(service)).roots).toEqual([caller.parent.id]);
+    // The child waits at the shut gate (it opens by itself after 15 s): only the pass's own follow-up
+    // delivers the waiting result before then.
     await waitFor(
       async () => (await repo.queuedResultIds(caller.parent.id, caller.account.id)).length === 0,
-      "the delivery",
+      "the waiting result's delivery",
+      10_000,
+    );
+    const msgs = messages(await repo.readJournal(caller.parent.id, caller.account.id));
+    expect(msgs.some((m) => m.role === "custom" && m.content.includes("early news"))).toBe(true);
+    gate.open();
+    await finished(service, run.id, caller.account.id);
+    await waitFor(
+      async () => (await repo.queuedResultIds(caller.parent.id, caller.account.id)).length === 0,
+      "the late delivery",
     );
     await service.whenIdle();
     await service.close();
+  });
+
+  it("a run whose execution here has ended is taken again when its lease names a dead owner", async () => {
+    const { service, caller, gate } = await gatedService();
+    const { run, child } = await deadOwnersRun(service, caller, gatedTask("twice"));
+    expect((await takeOverDelegations(service)).continued).toEqual([run.id]);
+    await inGatedTurn(service, child.id, caller.account.id);
+    // another process moved the call on meanwhile and died: this execution's settlement is fenced out
+    await db.pool.query(
+      "update subagent_runs set generation = generation + 1, locked_by = $2 where id = $1",
+      [run.id, `dead-${randomUUID()}`],
+    );
+    gate.open();
+    await service.whenIdle();
+    const again = await takeOverDelegations(service);
+    expect([...again.continued, ...again.settledWithoutTurn]).toEqual([run.id]);
+    await finished(service, run.id, caller.account.id);
+    await closeWhenDelivered(service, caller);
   });
 });

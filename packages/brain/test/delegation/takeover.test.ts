@@ -53,6 +53,9 @@ describe("live takeover", () => {
     expect(report.continued).toEqual([dead.id]);
     expect(report.roots).toEqual([parent.id]);
     expect(report.unknownToolCalls).toBe(1);
+    // the run nobody leased yet is left to the process about to start it: not claimed, not ended
+    expect(report.terminalized).toEqual([]);
+    expect((await repo.getRun(unleased.id, account.id)).status).toBe("queued");
     const attempts = async (id: string) =>
       (await db.pool.query("select recovery_attempts, locked_by from subagent_runs where id = $1", [id]))
         .rows[0];
