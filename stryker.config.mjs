@@ -84,16 +84,11 @@ const MODULES = {
   },
   // the scope a delegation captures from its parent
   "brain-capture": { pkg: "brain", mutate: ["packages/brain/src/scope/capture.ts"] },
-  // the runner pool: slot leases (pump, dispatch, settle), the startup episode (fork, retry, adopt, terminal
-  // failure, mismatch latch) and a runner's exit; its vitest config runs the pool's own suites only
-  "subagent-pool": {
-    pkg: "subagent",
-    mutate: [
-      "packages/subagent/src/pool.ts:356-420",
-      "packages/subagent/src/pool.ts:438-526",
-      "packages/subagent/src/pool.ts:537-563",
-    ],
-  },
+  // the runner pool, the whole file: admission and abort, slot leases (pump, dispatch, settle), the startup
+  // episode (fork, retry, adopt, terminal failure, mismatch latch), a runner's exit, reset, close, health,
+  // the sinks and the host-call handler; its vitest config runs the pool's own suites and the two that reach
+  // the host-call handler and the usage sink
+  "subagent-pool": { pkg: "subagent", mutate: ["packages/subagent/src/pool.ts"] },
   // the frames between the daemon and its runners
   "subagent-protocol": {
     pkg: "subagent",

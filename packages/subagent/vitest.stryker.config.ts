@@ -19,8 +19,10 @@ const base = crwVitest("subagent", import.meta.dirname, {
 });
 /**
  * The pool's run (MUTATION_MODULE=subagent-pool, inherited by Stryker's test runners) runs the pool's own
- * suites only. Every suite that makes a pool covers pump and dispatch, and a surviving mutant runs every test
- * that covers it, each forking real runners: with all of them the run was estimated at 1 h 30 min here.
+ * suites, and the two others that alone reach a part of it: the reverse host-call handler (hostRpc) and the
+ * provider-usage sink (providerUsage). Every suite that makes a pool covers pump and dispatch, and a
+ * surviving mutant runs every test that covers it, each forking real runners: with all of them the run was
+ * estimated at 1 h 30 min here.
  */
 const poolSuites = [
   "test/pool.test.ts",
@@ -28,6 +30,8 @@ const poolSuites = [
   "test/startupEpisode.test.ts",
   "test/sinks.test.ts",
   "test/containment.test.ts",
+  "test/hostRpc.test.ts",
+  "test/providerUsage.test.ts",
 ];
 const src = resolve(import.meta.dirname, "src");
 
