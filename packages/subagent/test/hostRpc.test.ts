@@ -368,6 +368,7 @@ describe("reverse host calls from a real runner", () => {
     expect((e as RemoteTurnError).remote).toMatchObject({
       name: "HostRpcRefusedError",
       code: "host_rpc_refused",
+      message: expect.stringContaining("no daemon handler for workflow.addNodes"),
     });
   });
 });
@@ -387,6 +388,7 @@ describe("delegation.resultDelivered", () => {
       { resultId: "res-2", toolCallId: "call-2", kind: "workflow" as const },
     ];
     const view: string[] = [];
+    const answers: string[] = [];
     const running = pool.runTurn(
       turn({
         sessionId: "parent-a",
@@ -403,12 +405,16 @@ describe("delegation.resultDelivered", () => {
     );
     await waitFor(() => pool.sessionState("parent-a") === "running");
     const tap = await pool.tap("parent-a", (e) => {
-      if (e.kind === "tool" && e.phase === "end") order.push("rpc answered");
+      if (e.kind === "tool" && e.phase === "end") {
+        order.push("rpc answered");
+        answers.push(e.result ?? "");
+      }
       if (e.kind === "text") view.push(e.text);
     });
     expect((await running).text).toBe("next provider request");
     expect(published).toEqual([{ parentSessionId: "parent-a", results }]);
     expect(order).toEqual(["published", "rpc answered"]);
+    expect(answers).toEqual(['{"published":true}']);
     await tap?.close();
   });
 

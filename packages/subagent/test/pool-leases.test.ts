@@ -238,10 +238,11 @@ describe("aborts and refusals at admission", () => {
     const queued = pool.runTurn(turn({ channelId: "late" })).catch((e: unknown) => e);
     await pool.close();
     expect(await queued).toBeInstanceOf(RunnerUnavailableError);
-    expect(await queued).toMatchObject({ reason: "closed" });
+    expect(await queued).toMatchObject({ reason: "closed", message: "runner pool closed" });
     await expect(pool.runTurn(turn())).rejects.toMatchObject({
       name: "RunnerUnavailableError",
       reason: "closed",
+      message: "runner pool closed",
     });
     await running;
   });

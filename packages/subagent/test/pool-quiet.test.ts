@@ -69,6 +69,25 @@ describe("a pool's optional listeners", () => {
     expect(exits).toEqual([]);
   });
 
+  it("with no event listener a failed measurement still leaves the runner's heartbeat in its health", async () => {
+    const { pool } = makePool({ onEvent: undefined, heartbeatIntervalMs: 50, procRoot: "/nonexistent-proc" });
+    await pool.runTurn(turn());
+    await waitFor(() => pool.health().runners[0]?.memoryComplete === false);
+  });
+
+  it("with no event listener a restart-required sink that fails is passed over", async () => {
+    const { pool } = makePool({ onEvent: undefined, buildId: "crw-runner-older-build" });
+    let tried = false;
+    pool.attachRestartRequiredSink(async () => {
+      tried = true;
+      throw new Error("alerts table unavailable");
+    });
+    await expect(pool.runTurn(turn())).rejects.toMatchObject({ category: "build_mismatch" });
+    await waitFor(() => tried);
+    // The failure is handled on a later tick: give it one before the test ends.
+    await new Promise((r) => setTimeout(r, 50));
+  });
+
   it("a reset while a fork boots cancels the episode; the cancellation is no failed start", async () => {
     const { pool, events } = makePool();
     const run = pool.runTurn(turn()).catch((e: unknown) => e);

@@ -64,7 +64,7 @@ function request(model: string): TurnRequest {
 
 describe("provider usage across the runner boundary", () => {
   it("each provider response of a runner's agent-loop turn reaches attachProviderUsageSink with its session and turn", async () => {
-    const { pool } = makePool({
+    const { pool, events } = makePool({
       agentOptions: () => ({
         baseUrls: { "openai-completions": baseUrl },
         apiKeyEnv: { "openai-completions": "CRW_USAGE_KEY" },
@@ -102,5 +102,13 @@ describe("provider usage across the runner boundary", () => {
     // The offline scripted provider is not a provider response: nothing is reported.
     expect(await dispatch.runTurn(request("scripted"), host)).toEqual({ stopReason: "stop" });
     expect(reports).toHaveLength(1);
+    // A sink that throws is reported by name; the turn is not failed by it.
+    pool.attachProviderUsageSink(() => {
+      throw new Error("usage table unavailable");
+    });
+    expect(await dispatch.runTurn(request("openai-completions:m"), host)).toEqual({ stopReason: "stop" });
+    expect(events.filter((e) => e.type === "sink_failed")).toEqual([
+      { type: "sink_failed", sink: "providerUsage", error: "usage table unavailable" },
+    ]);
   });
 });

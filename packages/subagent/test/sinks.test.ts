@@ -52,7 +52,7 @@ const echo: TurnTool = {
 
 describe("daemon sinks the pool feeds (the pool owns its hosts' callbacks)", () => {
   it("attachSteerSettledSink: steering a runner turn consumed reaches the sink, once per non-empty drain", async () => {
-    const { pool } = makePool();
+    const { pool, events } = makePool();
     const settled: { runnerId: string; sessionId: string; count: number }[] = [];
     pool.attachSteerSettledSink((s) => settled.push(s));
     const dispatch = new SubagentSessionDispatch({
@@ -74,6 +74,17 @@ describe("daemon sinks the pool feeds (the pool owns its hosts' callbacks)", () 
     // A turn whose drains come back empty settles nothing.
     expect(await dispatch.runTurn(request(task, [echo]), host([]))).toEqual({ stopReason: "stop" });
     expect(settled).toHaveLength(1);
+    // A sink that throws is reported by name; the turn is not failed by it.
+    pool.attachSteerSettledSink(() => {
+      throw new Error("steer table unavailable");
+    });
+    const steerAgain: TranscriptMessage[][] = [
+      [{ role: "custom", customType: "steer", content: "once more" }],
+    ];
+    expect(await dispatch.runTurn(request(task, [echo]), host(steerAgain))).toEqual({ stopReason: "stop" });
+    expect(events.filter((e) => e.type === "sink_failed")).toEqual([
+      { type: "sink_failed", sink: "steerSettled", error: "steer table unavailable" },
+    ]);
   });
 
   it("attachProcessChangedSink: a runner's start and exit reach the sink as typed facts (no pid)", async () => {

@@ -251,7 +251,10 @@ describe("build mismatch latch and restart-required alert", () => {
     const error = await pool.runTurn(turn()).catch((e: unknown) => e);
     expect(error).toMatchObject({ name: "RunnerStartupError", category: "build_mismatch" });
     const again = await pool.runTurn(turn()).catch((e: unknown) => e);
-    expect(again).toMatchObject({ category: "build_mismatch" });
+    expect(again).toMatchObject({
+      category: "build_mismatch",
+      message: "sub-agent runners need a daemon restart (build mismatch)",
+    });
     await waitFor(() => alerts.length === 1);
     await new Promise((r) => setTimeout(r, 50));
     expect(alerts).toHaveLength(1);
