@@ -75,6 +75,23 @@ describe("a pool's optional listeners", () => {
     await waitFor(() => pool.health().runners[0]?.memoryComplete === false);
   });
 
+  it("with no event listener a runner's refused frames are dropped and its turn runs", async () => {
+    const { pool } = makePool({ onEvent: undefined, env: { CRW_RUNNER_FAULT: "garbage-before-hello" } });
+    expect((await pool.runTurn(turn())).stopReason).toBe("end");
+  });
+
+  it("with no event listener a sink that throws is passed over, at a runner's start and at its exit", async () => {
+    const { pool } = makePool({ onEvent: undefined });
+    let calls = 0;
+    pool.attachProcessChangedSink(() => {
+      calls++;
+      throw new Error("process table unavailable");
+    });
+    expect((await pool.runTurn(turn())).stopReason).toBe("end");
+    await pool.close();
+    expect(calls).toBe(2);
+  });
+
   it("with no event listener a restart-required sink that fails is passed over", async () => {
     const { pool } = makePool({ onEvent: undefined, buildId: "crw-runner-older-build" });
     let tried = false;
