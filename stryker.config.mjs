@@ -54,24 +54,10 @@ const MODULES = {
   "db-runs": { pkg: "db", mutate: ["packages/db/src/delegation/runs.ts"] },
   // boot and takeover recovery: owner leases, claims, private fork copies, dangling tool calls
   "db-recovery": { pkg: "db", mutate: ["packages/db/src/delegation/recovery.ts"] },
-  // a child's result settled once, fenced by its generation, with its spill
-  // narrowed (the whole file, 334 mutants, ran at 30-60 s a mutant beside four other runs): the start's
-  // generation fence and a retried call, the first turn and the settling mark with its reply, the turn's
-  // inbox look and delivered ids, the settlement drain's loop and bound, a failure's error code
-  "brain-settlement": {
-    pkg: "brain",
-    mutate: [
-      "packages/brain/src/delegation/settlement.ts:149-170",
-      "packages/brain/src/delegation/settlement.ts:232-270",
-      "packages/brain/src/delegation/settlement.ts:307-343",
-      "packages/brain/src/delegation/settlement.ts:364-419",
-      "packages/brain/src/delegation/settlement.ts:588-589",
-    ],
-  },
-  // two of those ranges in runs of their own (each writes its report): the first turn with the settling
-  // mark and its reply (b), the settlement drain's loop with its look (d)
-  "brain-settlement-b": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:232-270"] },
-  "brain-settlement-d": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts:364-419"] },
+  // a child's result settled once, fenced by its generation, with its spill: the whole file (the start and
+  // its fence, the first turn and the settling mark, the child's turns, the settlement drain and its bound,
+  // a workflow summary's spill, a failure's error code)
+  "brain-settlement": { pkg: "brain", mutate: ["packages/brain/src/delegation/settlement.ts"] },
   // results carried into the parent's next turn
   // the whole file: the message a result becomes and deliverQueued
   "brain-delivery": { pkg: "brain", mutate: ["packages/brain/src/delegation/delivery.ts"] },

@@ -208,6 +208,24 @@ export async function queuedCall(
   return run;
 }
 
+/** A workflow's whole-workflow summary for `sessionId`'s call wf (or `toolCallId`), ended ok. */
+export function emitSummary(
+  service: DelegationService,
+  sessionId: string,
+  principalAccountId: string,
+  summary = "the workflow finished",
+  toolCallId = "wf",
+) {
+  return service.emitDelegationCompletion({
+    kind: "workflow_summary",
+    parentSessionId: sessionId,
+    principalAccountId,
+    toolCallId,
+    outcome: "ok",
+    summary,
+  });
+}
+
 /** A foreground delegation from `caller`'s parent session. */
 export function delegateForeground(
   service: DelegationService,

@@ -9,6 +9,7 @@ import {
 } from "../../src/index.js";
 import {
   answeredChild,
+  emitSummary,
   makeService,
   messages,
   newParent,
@@ -35,7 +36,7 @@ function refused(what: string) {
  */
 async function interruptedCall(setup: {
   pauseFirst?: boolean;
-  pauseAfter?: "startRun" | "markRunSettling";
+  pauseAfter?: "startRun" | "markRunSettling" | "markSettlingWithReply";
   afterChildTurn?: (pause: () => void) => TurnOutcome | undefined;
   withoutSnapshot?: boolean;
 }) {
@@ -130,6 +131,14 @@ describe("a call interrupted by the restart checkpoint is refused by the write i
     expect(run.settledAt).toBeNull();
   });
 
+  it("a checkpoint right after the settlement's look marked the call settling refuses the result's publication", async () => {
+    const { refusal, run, journal } = await interruptedCall({ pauseAfter: "markSettlingWithReply" });
+    expect(refusal).toMatchObject(refused("a result publication"));
+    expect(journal.map((m) => m.role)).toEqual(["user", "assistant"]);
+    expect(run.status).toBe("settling");
+    expect(run.settledAt).toBeNull();
+  });
+
   it("without the one-snapshot read, a checkpoint as the first turn ends refuses the settling mark", async () => {
     const { refusal, run } = await interruptedCall({
       withoutSnapshot: true,
@@ -140,6 +149,18 @@ describe("a call interrupted by the restart checkpoint is refused by the write i
     });
     expect(refusal).toMatchObject(refused("a call's settlement"));
     expect(run.settledAt).toBeNull();
+  });
+});
+
+describe("a workflow summary emitted once the restart checkpoint began", () => {
+  it("is refused as a completion: nothing enters the parent's inbox", async () => {
+    const { service, repo } = makeService(db.pool);
+    const { account, parent } = await newParent(service);
+    const pausing = service.pauseForRestart();
+    const refusal = await emitSummary(service, parent.id, account.id).catch((e: unknown) => e);
+    await pausing;
+    expect(refusal).toMatchObject(refused("a completion"));
+    expect(await repo.queuedResultIds(parent.id, account.id)).toEqual([]);
   });
 });
 
