@@ -137,6 +137,7 @@ export class RunnerCore {
           stop: (code, reason) => this.#stop(code, reason),
         });
         for (const raw of this.#waiting.splice(0)) this.#accept(raw);
+        this.#requests.warmSessionBackend();
       },
       (e: unknown) => {
         // Without it no frame but boot can be read: a runner that cannot serve exits, and its pending
@@ -177,7 +178,11 @@ export class RunnerCore {
       result: { ok: { buildId: this.buildId, policyRevision: frame.retryPolicy.revision } },
     });
     // After the reply is on its way, so the import does not delay ready; a first turn usually finds it done.
-    setImmediate(() => this.#loadRequests());
+    // Request handling loaded before boot (a frame that came first needed it) warms the session backend now.
+    setImmediate(() => {
+      this.#loadRequests();
+      this.#requests?.warmSessionBackend();
+    });
   }
 
   #refuseBoot(frame: BootFrame, name: string, code: string, message: string): void {

@@ -66,6 +66,27 @@ export class RunnerRequests {
     this.#hostRpc = new HostRpcClient({ send, cancel: send });
   }
 
+  /**
+   * Loads the session backend before the first session turn asks for it, once the runner is booted: a pool's
+   * runners are there to run session turns, and a burst of first turns (a boot recovery's) would otherwise
+   * wait for the agent loop's imports to compile while the daemon and the other runners want the same cores.
+   * A load that fails here fails the first session turn, as it would have failed there.
+   */
+  warmSessionBackend(): void {
+    const boot = this.deps.booted();
+    const load = this.deps.loadSessionBackend;
+    if (!boot || !load) return;
+    this.#sessionBackend(load, boot).catch(() => {});
+  }
+
+  #sessionBackend(load: SessionBackendLoader, boot: RunnerBoot): Promise<SessionTurnBackend> {
+    this.#backend ??= load(boot.agentOptions, {
+      providerUsage: (usage, at) =>
+        void this.#send({ type: "providerUsage", requestId: randomUUID(), turnId: at.turnId, usage }),
+    });
+    return this.#backend;
+  }
+
   /** What a heartbeat reports of the work in this runner. */
   load(): { turns: number; sessions: number; containment?: { revision: number; killTokens: string[] } } {
     const containment = this.#containment.snapshot();
@@ -257,11 +278,7 @@ export class RunnerRequests {
     });
     let text: string | undefined;
     try {
-      this.#backend ??= load(boot.agentOptions, {
-        providerUsage: (usage, at) =>
-          void this.#send({ type: "providerUsage", requestId: randomUUID(), turnId: at.turnId, usage }),
-      });
-      const backend = await this.#backend;
+      const backend = await this.#sessionBackend(load, boot);
       if (controller.signal.aborted) return reply({ ok: { stopReason: "aborted" } });
       const outcome = await runInDispatchedTurn(
         { turnId: turn.turnId, sessionId, signal: controller.signal },

@@ -5,6 +5,7 @@ import {
   RunnerCore,
   type RunnerPort,
   ScriptedTurnExecutor,
+  type SessionBackendLoader,
 } from "@crw/subagent";
 import { describe, expect, it } from "vitest";
 import { waitFor } from "./support/runners.js";
@@ -94,6 +95,44 @@ describe("RunnerCore", () => {
     );
     expect(replies.map((f) => f.requestId)).toEqual(["boot-1", "r1", "t1"]);
     expect(replies[2]).toMatchObject({ type: "turnReply", result: { ok: { text: "done: first" } } });
+  });
+
+  it("a booted runner loads its session backend before any session turn asks for it, never before boot", async () => {
+    const c = channel();
+    const loads: unknown[] = [];
+    // A backend that never finishes loading: the warm-up must not wait for it or fail on it.
+    const loader: SessionBackendLoader = (options) => {
+      loads.push(options);
+      return new Promise(() => {});
+    };
+    new RunnerCore(c.port, new ScriptedTurnExecutor(), "build-1", undefined, loader).start();
+    // A frame ahead of boot loads the request handling; the backend still waits for the boot's options.
+    c.deliver({ type: "release", requestId: "r0", sessionId: "s" });
+    await waitFor(() => c.out.some((f) => f.requestId === "r0"));
+    await new Promise((r) => setImmediate(r));
+    expect(loads).toEqual([]);
+    c.deliver({ ...boot(), agent: { scripts: { x: [{ text: "y" }] } } });
+    await waitFor(() => loads.length === 1);
+    expect(loads[0]).toEqual({ scripts: { x: [{ text: "y" }] } });
+    // Warmed from both places (after boot, after the request handling), it is one load.
+    await new Promise((r) => setTimeout(r, 20));
+    expect(loads).toHaveLength(1);
+  });
+
+  it("a runner that boots with nothing ahead warms its session backend right after its request handling", async () => {
+    const c = channel();
+    let loads = 0;
+    const loader: SessionBackendLoader = () => {
+      loads += 1;
+      return Promise.reject(new Error("agent loop unavailable"));
+    };
+    new RunnerCore(c.port, new ScriptedTurnExecutor(), "build-1", undefined, loader).start();
+    c.deliver(boot());
+    await waitFor(() => loads === 1);
+    // A failed warm-up is no crash of the runner: it goes on serving.
+    c.deliver({ type: "release", requestId: "r1", sessionId: "s" });
+    await waitFor(() => c.out.some((f) => f.requestId === "r1"));
+    expect(c.exits).toEqual([]);
   });
 
   it("an imported executor comes with the request handling: a turn and its abort queued behind boot run in order", async () => {
