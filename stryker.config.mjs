@@ -48,6 +48,18 @@ const MODULES = {
     pkg: "flow",
     mutate: ["packages/flow/src/engine/harvestTurn.ts:33-60"],
   },
+  // the rest of harvestTurn.ts in two runs that each fit a session: the judgement of a lost attempt (a
+  // thread the host lost or a turn that ended without an answer, the clock that waits before it, the
+  // attempt lost), then a failed turn's reading, the verdict on an answer (its schema, the repair turn) and
+  // the subagent's close
+  "harvestTurn-lost": {
+    pkg: "flow",
+    mutate: ["packages/flow/src/engine/harvestTurn.ts:61-134"],
+  },
+  "harvestTurn-verdict": {
+    pkg: "flow",
+    mutate: ["packages/flow/src/engine/harvestTurn.ts:135-280"],
+  },
   // exactly-once delivery of results into the parent's journal
   "db-delivery": { pkg: "db", mutate: ["packages/db/src/delegation/delivery.ts"] },
   // a call's run row: created once per tool call, started, settled once, fenced by its generation

@@ -264,7 +264,6 @@ async function evaluate(
   await publish(rc, call, fold, next, new Map());
 }
 
-/** The newest count another call's terminal row recorded for this subagent (undefined: none did). */
 /** The subagent is closed once the call has its terminal row: one close file for its newest subagent. */
 export async function closeAgent(rc: RunContext, call: string): Promise<void> {
   const fold = foldCall(rc.rowsOf(call));
