@@ -13,7 +13,7 @@ import {
   unusable,
 } from "@crw/flow";
 import { describe, expect, it } from "vitest";
-import { ensureBuilt, repoRoot } from "./helpers/cli.js";
+import { builtFlow, ensureBuilt } from "./helpers/cli.js";
 
 const base = {
   marker: "review.1/t1-a1",
@@ -196,7 +196,7 @@ describe("tmploc", () => {
         // root writes through any mode bits: here the directory is made read-only by a read-only mount of
         // it (bubblewrap), and the built check runs under that mount
         ensureBuilt();
-        const check = `import { unusable } from ${JSON.stringify(join(repoRoot, "packages/flow/dist/index.js"))};
+        const check = `import { unusable } from ${JSON.stringify(builtFlow)};
           process.stdout.write(String(unusable(${JSON.stringify(d)})));`;
         const out = execFileSync(
           "bwrap",

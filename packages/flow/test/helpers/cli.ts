@@ -1,11 +1,15 @@
 import { execFile, execFileSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, realpathSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { FakeAppServer } from "@crw/tools/codex";
 
 export const repoRoot = resolve(import.meta.dirname, "../../../..");
-export const crwBin = join(repoRoot, "apps/crw/bin/crw.mjs");
+// Through node_modules: a copy of the tree that holds packages/flow alone (a mutation run's sandbox) still
+// spawns the built CLI.
+export const crwBin = join(realpathSync(join(repoRoot, "node_modules/@crw/cli")), "bin/crw.mjs");
+/** The built @crw/flow a spawned process imports (the checkout's own, as for crwBin). */
+export const builtFlow = join(realpathSync(join(repoRoot, "node_modules/@crw/flow")), "dist/index.js");
 
 let checked = false;
 

@@ -3,7 +3,7 @@
 // `flock $TMPDIR/crw-flow-dist-build.lock` (see codexScenario.ts ensureBuilt): test files run in parallel
 // and two tsup builds of one package (each cleaning dist/) must never overlap.
 import { execFileSync } from "node:child_process";
-import { existsSync, readdirSync, statSync } from "node:fs";
+import { existsSync, readdirSync, realpathSync, statSync } from "node:fs";
 import { join, resolve } from "node:path";
 
 const repoRoot = resolve(import.meta.dirname, "../../../..");
@@ -15,9 +15,12 @@ const newest = (dir) => {
   }
   return latest;
 };
-for (const pkg of ["packages/flow", "apps/crw"]) {
-  const dist = join(repoRoot, pkg, "dist/index.js");
-  if (!existsSync(dist) || statSync(dist).mtimeMs < newest(join(repoRoot, pkg, "src"))) {
-    execFileSync("npx", ["tsup"], { cwd: join(repoRoot, pkg), stdio: "ignore" });
+// The packages as the spawned CLI finds them, through node_modules: in a copy of the tree that holds
+// packages/flow alone (a mutation run's sandbox) they are the checkout's own.
+for (const name of ["flow", "cli"]) {
+  const pkg = realpathSync(join(repoRoot, "node_modules/@crw", name));
+  const dist = join(pkg, "dist/index.js");
+  if (!existsSync(dist) || statSync(dist).mtimeMs < newest(join(pkg, "src"))) {
+    execFileSync("npx", ["tsup"], { cwd: pkg, stdio: "ignore" });
   }
 }
