@@ -1,12 +1,21 @@
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
-import { type ProgressEvent, RunProgressJob, type RunProgressSnapshot } from "../../src/index.js";
 import {
+  type DelegationEvent,
+  type ProgressEvent,
+  RunProgressJob,
+  type RunProgressSnapshot,
+  recoverDelegations,
+} from "../../src/index.js";
+import {
+  delegateBackground,
   delegateForeground,
   gateTool,
   latch,
   makeService,
   newParent,
+  repoWith,
+  resultIdsIn,
   scriptTask,
   waitFor,
 } from "./helpers.js";
@@ -19,6 +28,12 @@ const tool = (n: number): ProgressEvent => ({
   sessionId: "c1",
   toolName: `T${n}`,
   toolCallId: `${n}`,
+});
+
+/** A child's task: two turns that each pass a gate (two progress events), then the answer "done". */
+const TWO_GATES = scriptTask({
+  rounds: [[{ name: "Gate", arguments: { key: "a" } }], [{ name: "Gate", arguments: { key: "b" } }]],
+  answer: "done",
 });
 
 /** A publisher that records what it published and when, and can be held mid-write. */
@@ -48,6 +63,50 @@ async function oneBeingWritten() {
   job.sink(tool(1));
   await new Promise((r) => setImmediate(r));
   return { p, held, job };
+}
+
+/**
+ * A repository whose first settle fails (a lost connection) before it commits; it counts the settles and
+ * the progress writes. `events`: for the service's onEvent.
+ */
+function firstSettleFails() {
+  const counts = { settles: 0, writes: 0 };
+  const events: DelegationEvent[] = [];
+  const repo = repoWith(db.pool, {
+    settleRun: (real) => (result, options) => {
+      counts.settles++;
+      if (counts.settles === 1) return Promise.reject(new Error("connection terminated while settling"));
+      return real(result, options);
+    },
+    recordRunProgress:
+      (real) =>
+      (...args) => {
+        counts.writes++;
+        return real(...args);
+      },
+  });
+  return { repo, events, counts };
+}
+
+type Service = ReturnType<typeof makeService>["service"];
+
+/**
+ * A background call whose child passes two gates and answers "done", run until the service is idle: its
+ * one settle has failed (`failing`), and the call's execution reported that failure.
+ */
+async function twoGatesInBackground(service: Service, failing: ReturnType<typeof firstSettleFails>) {
+  const { account, parent } = await newParent(service);
+  const receipt = await delegateBackground(service, { parent, account }, "short", TWO_GATES);
+  if (receipt.kind !== "started") throw new Error("expected a started call");
+  await service.whenIdle();
+  expect(failing.counts.settles).toBe(1);
+  expect(failing.events).toContainEqual(
+    expect.objectContaining({
+      type: "delegation.background_failed",
+      error: "connection terminated while settling",
+    }),
+  );
+  return { account, parent, runId: receipt.runId };
 }
 
 describe("a call's progress, paced for the run row", () => {
@@ -153,15 +212,7 @@ describe("a call's progress, paced for the run row", () => {
       return record(...args);
     };
     const { account, parent } = await newParent(service);
-    const receipt = await delegateForeground(
-      service,
-      { parent, account },
-      "short",
-      scriptTask({
-        rounds: [[{ name: "Gate", arguments: { key: "a" } }], [{ name: "Gate", arguments: { key: "b" } }]],
-        answer: "done",
-      }),
-    );
+    const receipt = await delegateForeground(service, { parent, account }, "short", TWO_GATES);
     if (receipt.kind !== "result") throw new Error("expected a result");
     const settled = await repo.getRun(receipt.runId, account.id);
     expect(settled.status).toBe("succeeded");
@@ -172,6 +223,61 @@ describe("a call's progress, paced for the run row", () => {
       lastTool: "Gate",
     });
     expect(settled.progressSeq).toBeGreaterThan(0);
+    await service.close();
+  });
+
+  it("a short call whose settlement fails publishes the snapshot it took; boot recovery then settles it once, the row keeping that progress", async () => {
+    const failing = firstSettleFails();
+    const { service } = makeService(db.pool, {
+      repo: failing.repo,
+      tools: () => [gateTool("Gate", new Map())],
+      progressIntervalMs: 60_000,
+      onEvent: (e) => failing.events.push(e),
+    });
+    const { account, parent, runId } = await twoGatesInBackground(service, failing);
+    // the call stays open, and the snapshot its settlement took is in the row after all: the only write
+    const open = await service.repo.getRun(runId, account.id);
+    expect(open.status).toBe("settling");
+    expect(failing.counts.writes).toBe(1);
+    expect(JSON.parse(open.progress ?? "{}")).toMatchObject({ runId, toolCalls: 2, lastTool: "Gate" });
+    expect(await service.repo.queuedResultIds(parent.id, account.id)).toEqual([]);
+    await service.close();
+    // the next boot settles the call with the child's answer, once; its progress stays in the row
+    const next = makeService(db.pool);
+    await recoverDelegations(next.service);
+    const settled = await waitFor(async () => {
+      const row = await next.repo.getRun(runId, account.id);
+      return row.status === "succeeded" ? row : undefined;
+    }, "the recovered call's settlement");
+    await waitFor(
+      async () => (await next.repo.queuedResultIds(parent.id, account.id)).length === 0,
+      "the parent's delivery",
+    );
+    await next.service.whenIdle();
+    expect(JSON.parse(settled.progress ?? "{}")).toMatchObject({ toolCalls: 2, lastTool: "Gate" });
+    const results = await db.pool.query("select id, body from delegation_results where run_id = $1", [runId]);
+    expect(results.rows).toEqual([{ id: expect.any(String), body: "done" }]);
+    // the parent took that one result, once
+    expect(resultIdsIn(await next.repo.readJournal(parent.id, account.id))).toEqual([results.rows[0].id]);
+    await next.service.close();
+  });
+
+  it("with the host's own publication the settlement takes no snapshot: a failed settle publishes nothing more", async () => {
+    const failing = firstSettleFails();
+    const published: (RunProgressSnapshot | undefined)[] = [];
+    const { service } = makeService(db.pool, {
+      repo: failing.repo,
+      tools: () => [gateTool("Gate", new Map())],
+      publishProgress: async (snapshot) => {
+        published.push(snapshot);
+      },
+      onEvent: (e) => failing.events.push(e),
+    });
+    await twoGatesInBackground(service, failing);
+    // every snapshot was published as taken; nothing is handed to the host after the failed settle
+    expect(published.length).toBeGreaterThan(0);
+    for (const s of published) expect(s).toMatchObject({ seq: expect.any(Number) });
+    expect(published.at(-1)).toMatchObject({ toolCalls: 2, lastTool: "Gate" });
     await service.close();
   });
 
