@@ -4,7 +4,9 @@
 // posts one IPC message (until that message arrives), in the same run. The runner imports its turn-time
 // code after the boot reply, so fork-to-first-turn (ready, then one scripted turn sent at once) is measured
 // too: it shows what the first turn pays for that import. Built code: run `npx tsup` in packages/subagent
-// first. Prints one JSON object, then a one-line summary.
+// first. A daemon's first delegated session turn usually comes a while after its runners are ready: that turn,
+// sent a second after ready, is timed from its send to its outcome (runnerIdleFirstSessionTurn), the
+// delegation core's scripted child answering. Prints one JSON object, then a one-line summary.
 // Usage: node bench/subagent-fork.mjs [iterations]
 import { fork } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -13,6 +15,7 @@ import { join } from "node:path";
 
 const iterations = Number(process.argv[2] ?? 10);
 const sub = await import("../packages/subagent/dist/index.js");
+const brain = await import("../packages/brain/dist/index.js");
 const entry = sub.resolveRunnerEntry(new URL("../packages/subagent/dist/index.js", import.meta.url).href);
 const buildId = sub.buildIdentityOf(entry);
 const dir = mkdtempSync(join(tmpdir(), "crw-bench-fork-"));
@@ -49,9 +52,8 @@ async function bareIpc() {
   return ms;
 }
 let turns = 0;
-async function runnerReady(firstTurn = false) {
-  const t = performance.now();
-  const host = await sub.SubagentRunnerHost.start({
+function startRunner() {
+  return sub.SubagentRunnerHost.start({
     runnerId: "bench",
     entry,
     buildId,
@@ -63,6 +65,11 @@ async function runnerReady(firstTurn = false) {
     }),
     catalog: { revision: 1, public: [], accounts: {} },
   });
+}
+
+async function runnerReady(firstTurn = false) {
+  const t = performance.now();
+  const host = await startRunner();
   if (firstTurn) {
     const n = ++turns;
     await host.runTurn({ turnId: `t-${n}`, channelId: "bench", sessionId: `s-${n}`, prompt: "first" });
@@ -72,13 +79,58 @@ async function runnerReady(firstTurn = false) {
   return ms;
 }
 
-const results = { bareForkExit: [], bareForkIpc: [], runnerReady: [], runnerFirstTurn: [] };
+/** A session turn sent `idleMs` after the runner is ready: its time from send to outcome. */
+async function idleFirstSessionTurn(idleMs = 1000) {
+  const host = await startRunner();
+  await new Promise((r) => setTimeout(r, idleMs));
+  const n = ++turns;
+  const quiet = {
+    record: async () => {},
+    beforeToolCall: async () => {},
+    drainSteering: async () => [],
+    progress: () => {},
+  };
+  const request = {
+    sessionId: `s-${n}`,
+    principalAccountId: "acct-bench",
+    model: "scripted",
+    systemPrompt: "You are a worker.",
+    context: [{ role: "user", content: brain.scriptTask({ answer: "done" }) }],
+    tools: [],
+    scope: brain.parseDelegatedExecutionScope(
+      brain.captureDelegatedExecutionScope({ accountId: "acct-bench", target: { kind: "host", ref: null } }),
+    ),
+    readOnly: false,
+    workDir: null,
+    signal: new AbortController().signal,
+  };
+  const t = performance.now();
+  const outcome = await host.runSessionTurn(request, quiet, {
+    turnId: `st-${n}`,
+    channelId: "bench",
+    runner: "scripted",
+  });
+  const ms = performance.now() - t;
+  if (outcome.stopReason !== "stop")
+    throw new Error(`session turn ended ${outcome.stopReason}: ${outcome.errorMessage}`);
+  await host.shutdown();
+  return ms;
+}
+
+const results = {
+  bareForkExit: [],
+  bareForkIpc: [],
+  runnerReady: [],
+  runnerFirstTurn: [],
+  runnerIdleFirstSessionTurn: [],
+};
 for (let i = 0; i < iterations; i++) {
   // Interleaved so machine load affects all of them alike.
   results.bareForkExit.push(await bareExit());
   results.bareForkIpc.push(await bareIpc());
   results.runnerReady.push(await runnerReady());
   results.runnerFirstTurn.push(await runnerReady(true));
+  results.runnerIdleFirstSessionTurn.push(await idleFirstSessionTurn());
 }
 const out = {
   bench: "subagent-fork",
@@ -90,11 +142,12 @@ const out = {
   bareForkIpc: stats(results.bareForkIpc),
   runnerReady: stats(results.runnerReady),
   runnerFirstTurn: stats(results.runnerFirstTurn),
+  runnerIdleFirstSessionTurn: stats(results.runnerIdleFirstSessionTurn),
 };
 out.runnerOverP50Ms = round(out.runnerReady.p50Ms - out.bareForkIpc.p50Ms);
 out.runnerOverBareIpcP50 = round(out.runnerReady.p50Ms / out.bareForkIpc.p50Ms);
 rmSync(dir, { recursive: true, force: true });
 console.log(JSON.stringify(out, null, 2));
 console.log(
-  `load ${os.loadavg()[0].toFixed(1)}; runner fork-to-ready p50 ${out.runnerReady.p50Ms} ms vs bare fork+IPC ${out.bareForkIpc.p50Ms} ms (${out.runnerOverBareIpcP50}x; empty script to exit ${out.bareForkExit.p50Ms} ms; runner fork-to-first-turn ${out.runnerFirstTurn.p50Ms} ms), ${iterations} runs`,
+  `load ${os.loadavg()[0].toFixed(1)}; runner fork-to-ready p50 ${out.runnerReady.p50Ms} ms vs bare fork+IPC ${out.bareForkIpc.p50Ms} ms (${out.runnerOverBareIpcP50}x; empty script to exit ${out.bareForkExit.p50Ms} ms; runner fork-to-first-turn ${out.runnerFirstTurn.p50Ms} ms; a first session turn a second after ready ${out.runnerIdleFirstSessionTurn.p50Ms} ms), ${iterations} runs`,
 );
