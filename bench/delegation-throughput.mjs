@@ -68,6 +68,19 @@ for (let p = 0; p < parents; p++) {
   const parent = await service.createRootSession(account.id, "scripted");
   sessions.push({ account, parent });
 }
+/**
+ * A wait for deliveries that ends the bench with an error after two minutes: a delegation whose statement
+ * failed (its connection lost) is never delivered, and the bench would otherwise wait for ever.
+ */
+function boundedWait(what) {
+  const until = performance.now() + 120_000;
+  return () => {
+    if (performance.now() > until) {
+      console.error(`${what}: not all delivered within 120 s`);
+      process.exit(1);
+    }
+  };
+}
 // CRW_BENCH_WARMUP=N: N delegations per parent run and delivered before the measured burst (the figures
 // of a process that has run some already: statements prepared on its connections, code compiled)
 const warmup = Number(process.env.CRW_BENCH_WARMUP ?? 0);
@@ -85,7 +98,7 @@ if (warmup > 0) {
     Array.from({ length: warmup }, (_, i) => delegateFrom(s, `warm-${i}`)),
   );
   await Promise.all(runs);
-  for (;;) {
+  for (const bound = boundedWait("the warm-up's deliveries"); ; bound()) {
     await service.whenIdle();
     const { rows } = await admin.query("select count(*)::int as n from delegation_result_acks");
     if (rows[0].n >= parents * warmup) break;
@@ -118,7 +131,7 @@ for (const [n, delegate] of delegations.entries()) {
 }
 await Promise.all(made);
 const total = parents * perParent;
-for (;;) {
+for (const bound = boundedWait("the burst's deliveries"); ; bound()) {
   await service.whenIdle();
   const { rows } = await admin.query(
     "select count(*)::int as n from delegation_results r join delegation_result_acks a on a.result_id = r.id",
