@@ -1,8 +1,9 @@
-import { defineWorkflow } from "@crw/flow";
+import { defineWorkflow, listStepFiles } from "@crw/flow";
 import { afterEach, describe, expect, it } from "vitest";
 import {
   type InProcessRun,
   inProcessRun,
+  json,
   rowsOfType,
   countSchema as schema,
   until,
@@ -107,5 +108,81 @@ describe("the harvest's reads of a bound subagent", () => {
     if (bound) turns.push(bound);
     r.fake.answer(agent.threadId, '{"n":4}');
     expect(await done).toEqual({ state: "completed", result: { n: 4 } });
+  });
+});
+
+/** The same call, its failure caught: the workflow ends either way. */
+const caught = defineWorkflow({
+  name: "caught",
+  async run(ctx) {
+    try {
+      return await ctx.call({ role: "explorer", task: "count", schema });
+    } catch (e) {
+      return (e as Error).name;
+    }
+  },
+});
+
+const callEnded = (events: Array<{ type: string }>) => events.filter((e) => e.type === "call_ended");
+
+describe("what the harvest of an answer tells the workflow's watchers", () => {
+  it("a valid answer ends its call with a call_ended event of status completed", async () => {
+    run = await inProcessRun();
+    const { events } = await run.execute(one, () => json({ n: 4 }));
+    expect(callEnded(events)).toEqual([{ type: "call_ended", call: "explorer.1", status: "completed" }]);
+  });
+
+  it("an answer still invalid after its repair ends the call with a call_ended event of status null_model", async () => {
+    run = await inProcessRun();
+    const { events } = await run.execute(caught, () => ({
+      kind: "answer",
+      messages: [{ text: "no json here" }],
+    }));
+    expect(callEnded(events)).toEqual([{ type: "call_ended", call: "explorer.1", status: "null_model" }]);
+  });
+});
+
+describe("an invalid answer on a thread the host no longer holds", () => {
+  it.each(["systemError", "notLoaded"] as const)(
+    "on a thread reading %s the repair goes to a new subagent, and the old one is closed",
+    async (status) => {
+      run = await inProcessRun({ lostAfterMs: 60_000 });
+      const r = run;
+      const { done } = r.background(caught);
+      const s1 = await r.firstStep();
+      const a = r.spawn(s1, "explorer");
+      expect(await r.report(s1, a.threadId)).toBe("bound");
+      // the answer lands and, in the same tick, the host loses the thread: the harvest reads both
+      r.fake.answer(a.threadId, "no json here");
+      r.fake.setThreadStatus(a.threadId, status);
+      const repairOf = () => listStepFiles(r.paths.steps).steps.find((s) => s.k === 2);
+      await until("the repair's step", () => repairOf() !== undefined);
+      const repair = repairOf() as NonNullable<ReturnType<typeof repairOf>>;
+      expect(repair).toMatchObject({ action: "spawn", attempt: 2, agent_id: null });
+      const closes = listStepFiles(r.paths.steps).closes;
+      expect(closes.map((c) => ({ attempt: c.attempt, agent_id: c.agent_id }))).toEqual([
+        { attempt: 1, agent_id: a.threadId },
+      ]);
+      const b = r.spawn(repair, "explorer");
+      expect(await r.report(repair, b.threadId)).toBe("bound");
+      r.fake.answer(b.threadId, JSON.stringify({ n: 2 }));
+      expect(await done).toEqual({ state: "completed", result: { n: 2 } });
+    },
+  );
+});
+
+describe("what a held call's row says", () => {
+  it("a usage limit's hold names the host's code and its message", async () => {
+    run = await inProcessRun();
+    const { done } = run.background(one);
+    const s1 = await run.firstStep();
+    const a = run.spawn(s1, "explorer");
+    expect(await run.report(s1, a.threadId)).toBe("bound");
+    run.fake.failTurn(a.threadId, "usageLimitExceeded", { message: "try again at 5pm" });
+    expect(await done).toEqual({ state: "paused", reason: "usage_limit" });
+    expect(rowsOfType(run.rows(), "held")[0]).toMatchObject({
+      reason: "usage_limit",
+      detail: "usageLimitExceeded: try again at 5pm",
+    });
   });
 });

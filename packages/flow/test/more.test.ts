@@ -266,6 +266,7 @@ describe("more of the session call", () => {
       k: 1,
       turn_id: a.turnId,
       pauses: false,
+      reason: "the rollout has no token_count yet",
     });
     expect(of(run.rows(), "completed")[0]).toMatchObject({ tokens: {} });
   });
