@@ -1,5 +1,13 @@
-import { execFile } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { execFile, spawn } from "node:child_process";
+import {
+  existsSync,
+  mkdtempSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
@@ -79,6 +87,29 @@ describe("crw daemon start | status | stop with the embedded PostgreSQL", () => 
     expect(alive(pg)).toBe(false);
     const again = await crw("daemon", "stop", "--data-dir", dataDir);
     expect(again.stdout).toMatch(/no daemon runs/);
+  });
+
+  it("a pid file a killed machine left, its pid now another process's, is not adopted: the next start runs its own server and never signals that process", async () => {
+    // a restart hands out pids again: the dead server's lock file names one that a live process now has
+    // a process of the server's own user (root's server runs as the data directory's owner): PostgreSQL takes
+    // its live pid for the holder of the lock file
+    const { uid, gid } = statSync(realpathSync(join(dataDir, "postgres")));
+    const other = spawn("sleep", ["120"], { stdio: "ignore", uid, gid });
+    try {
+      const otherPid = other.pid as number;
+      writeFileSync(join(dataDir, "postgres", "postmaster.pid"), `${otherPid}\n${dataDir}\n0\n5432\n\n`);
+      const r = await crw("daemon", "start", "--data-dir", dataDir, "--port", "0", "--json");
+      expect(r.code, r.stderr).toBe(0);
+      expect(JSON.parse(r.stdout).database).toBe("embedded");
+      expect(postmasterPid()).not.toBe(otherPid);
+      const stopped = await crw("daemon", "stop", "--data-dir", dataDir);
+      expect(stopped.code, stopped.stderr).toBe(0);
+      expect(other.exitCode).toBeNull();
+      expect(other.signalCode).toBeNull();
+      expect(alive(otherPid)).toBe(true);
+    } finally {
+      other.kill("SIGKILL");
+    }
   });
 
   it("bad flags are input errors (exit 2) that point at the help", async () => {

@@ -74,7 +74,7 @@ export async function openDaemonDatabase(
     await ensureDaemonDatabase(adopted.port, password);
     port = adopted.port;
     socketDir = adopted.socketDir;
-    stop = () => stopPostmaster(adopted.pid);
+    stop = () => stopPostmaster(adopted.pid, dataDir);
   } else {
     const cluster = await startEmbeddedCluster({ dataDir, persistent: true, user: USER, password, fresh });
     if (cluster.setAside)

@@ -6,6 +6,7 @@ import { basename, dirname, join, resolve } from "node:path";
 import { binariesFor, checkRunnable, type ServerBinaries, shippedBinaries } from "./binaries.js";
 import { EmbeddedPostgresError, EXTERNAL_SERVER_HINT } from "./errors.js";
 import { dataDirState, placeDataDir, serverHome } from "./placement.js";
+import { clearStaleLock } from "./postmaster.js";
 import { run, type ServerUser } from "./run.js";
 import { serverUserFor } from "./serverUser.js";
 
@@ -249,6 +250,9 @@ export async function startEmbeddedCluster(options: EmbeddedClusterOptions): Pro
     () => false,
   );
   if (!made) await initialise(binaries, pgData, user, superuser, password);
+  // A server killed with its machine leaves its lock file, whose pid another process may have now:
+  // PostgreSQL would refuse to start on it.
+  else await clearStaleLock(pgData);
   const server = await startServer(binaries, pgData, port, user, options.postgresFlags ?? []);
   const url = (database = "postgres") =>
     `postgres://${encodeURIComponent(superuser)}:${encodeURIComponent(password)}@127.0.0.1:${port}/${database}`;
