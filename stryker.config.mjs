@@ -99,6 +99,22 @@ const MODULES = {
     // aborted; what a settlement releases) and cancel. Narrowed to fit 2 shared cores
     mutate: ["plugins/subagent/src/engine/run.ts:298-338", "plugins/subagent/src/engine/run.ts:698-738"],
   },
+  // the rest of run.ts in three runs that each fit a session: a node's execution (its fresh reservation,
+  // the child's creation and turn, a continuation after boot or an explicit resume, a failed node); its
+  // preparation (the protected scope of a boot continuation, the model and scope checks, the dependencies'
+  // read grants); the workflow's finish and delivery to its parent
+  "workflow-run-execute": {
+    pkg: "workflow",
+    mutate: ["plugins/subagent/src/engine/run.ts:360-495"],
+  },
+  "workflow-run-prepare": {
+    pkg: "workflow",
+    mutate: ["plugins/subagent/src/engine/run.ts:496-652"],
+  },
+  "workflow-run-delivery": {
+    pkg: "workflow",
+    mutate: ["plugins/subagent/src/engine/run.ts:740-842"],
+  },
   // a workflow engine's boot recovery
   "workflow-recovery": {
     pkg: "workflow",
