@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { closeSync, linkSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from "node:fs";
 import { join } from "node:path";
-import { pidAlive } from "../run/locks.js";
+import { ownStart, pidAlive } from "../run/locks.js";
 import { BoundError } from "./errors.js";
 
 /**
@@ -19,10 +19,12 @@ function sleepSync(ms: number): void {
   Atomics.wait(sleeper, 0, 0, ms);
 }
 
-function holderOf(path: string): { pid: number; nonce: string } | null {
+function holderOf(path: string): { pid: number; nonce: string; started?: number } | null {
   try {
-    const v = JSON.parse(readFileSync(path, "utf8")) as { pid?: unknown; nonce?: unknown };
-    return typeof v.pid === "number" ? { pid: v.pid, nonce: String(v.nonce ?? "") } : null;
+    const v = JSON.parse(readFileSync(path, "utf8")) as { pid?: unknown; nonce?: unknown; started?: unknown };
+    if (typeof v.pid !== "number") return null;
+    const nonce = String(v.nonce ?? "");
+    return typeof v.started === "number" ? { pid: v.pid, nonce, started: v.started } : { pid: v.pid, nonce };
   } catch {
     return null;
   }
@@ -32,7 +34,7 @@ function tryTake(path: string, nonce: string): boolean {
   const tmp = `${path}.${process.pid}.${nonce}`;
   const fd = openSync(tmp, "wx", 0o600);
   try {
-    writeSync(fd, JSON.stringify({ pid: process.pid, nonce }));
+    writeSync(fd, JSON.stringify({ pid: process.pid, nonce, started: ownStart() }));
   } finally {
     closeSync(fd);
   }
@@ -49,7 +51,7 @@ function tryTake(path: string, nonce: string): boolean {
 
 function breakIfDead(path: string): void {
   const holder = holderOf(path);
-  if (holder === null || pidAlive(holder.pid)) return;
+  if (holder === null || pidAlive(holder.pid, holder.started)) return;
   const aside = `${path}.stale.${randomBytes(4).toString("hex")}`;
   try {
     renameSync(path, aside);
@@ -57,7 +59,7 @@ function breakIfDead(path: string): void {
     return;
   }
   const moved = holderOf(aside);
-  if (moved && moved.nonce !== holder.nonce && pidAlive(moved.pid)) {
+  if (moved && moved.nonce !== holder.nonce && pidAlive(moved.pid, moved.started)) {
     // a live holder took the lock between the read and the rename: give it back
     try {
       linkSync(aside, path);

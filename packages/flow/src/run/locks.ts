@@ -6,41 +6,60 @@ import { removeIfExists } from "../util/fsx.js";
 /**
  * File locks of a run: start.lock (held by a start from before it binds until its process holds the run
  * lock), run.lock (held by the process that runs the run) and process.<token>.lock (each run process's
- * own, named by its started row). A lock file holds the holder's pid; a lock is held while the file
- * exists and its pid is alive. A file whose pid is dead is a lock let go: SIGKILL runs no cleanup, so
- * the truth is the pid, never a file's mere presence.
+ * own, named by its started row). A lock file holds the holder's pid and, where there is a procfs, when
+ * that process started; a lock is held while the file exists and that process is alive. A file whose
+ * process is gone is a lock let go: SIGKILL runs no cleanup, so the truth is the process, never a file's
+ * mere presence.
  */
 export interface LockInfo {
   pid: number;
   token?: string;
+  /** The holder's start (clock ticks since boot): with the pid it names one process, not whoever has the pid now. */
+  started?: number;
 }
 
 /**
- * Whether `pid` runs. A zombie (a process that exited and that its parent has not reaped yet: a run
- * process SIGKILLed under an init that reaps late) does not, though `kill(pid, 0)` still succeeds on it:
- * where there is a procfs its state says which.
+ * Whether `pid` runs, and when `started` is given, is still the process that started then: a pid is handed
+ * out again (after a restart, most likely), and a lock left by a killed machine must not be held by
+ * whichever process has its pid now. A zombie (a process that exited and that its parent has not reaped
+ * yet: a run process SIGKILLed under an init that reaps late) does not run, though `kill(pid, 0)` still
+ * succeeds on it: where there is a procfs its state says which.
  */
-export function pidAlive(pid: number): boolean {
+export function pidAlive(pid: number, started?: number): boolean {
   if (!Number.isInteger(pid) || pid <= 0) return false;
   try {
     process.kill(pid, 0);
   } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "EPERM";
+    // EPERM: another user's process has the pid; its procfs entry says whether it is the holder
+    if ((e as NodeJS.ErrnoException).code !== "EPERM") return false;
   }
-  return !exited(pid);
+  if (!procfs) return true;
+  const stat = procStat(pid);
+  // gone between the two looks, exited, or another process under the same pid
+  if (!stat || stat.state === "Z" || stat.state === "X") return false;
+  return started === undefined || stat.started === started;
 }
 
 const procfs = existsSync("/proc/self/stat");
 
-function exited(pid: number): boolean {
-  if (!procfs) return false;
+/** Fields 3 (state) and 22 (start, in clock ticks since boot) of `/proc/<pid>/stat`. */
+function procStat(pid: number | "self"): { state: string; started: number } | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const state = stat.slice(stat.lastIndexOf(")") + 1).trim()[0];
-    return state === "Z" || state === "X";
+    // the command name (field 2) may hold spaces and parentheses: the fixed fields follow the last ")"
+    const fields = stat
+      .slice(stat.lastIndexOf(")") + 1)
+      .trim()
+      .split(/\s+/);
+    return { state: fields[0] ?? "", started: Number(fields[22 - 3]) };
   } catch {
-    return true; // gone between the two looks
+    return undefined;
   }
+}
+
+/** This process's start for its lock files; undefined without a procfs. */
+export function ownStart(): number | undefined {
+  return procfs ? procStat("self")?.started : undefined;
 }
 
 export function readLock(path: string): LockInfo | null {
@@ -51,9 +70,13 @@ export function readLock(path: string): LockInfo | null {
     return null;
   }
   try {
-    const v = JSON.parse(text) as { pid?: unknown; token?: unknown };
+    const v = JSON.parse(text) as { pid?: unknown; token?: unknown; started?: unknown };
     if (typeof v.pid !== "number") return null;
-    return typeof v.token === "string" ? { pid: v.pid, token: v.token } : { pid: v.pid };
+    return {
+      pid: v.pid,
+      ...(typeof v.token === "string" ? { token: v.token } : {}),
+      ...(typeof v.started === "number" ? { started: v.started } : {}),
+    };
   } catch {
     return null;
   }
@@ -62,14 +85,16 @@ export function readLock(path: string): LockInfo | null {
 /** The lock's holder when one is alive, else null. */
 export function lockHolder(path: string): LockInfo | null {
   const info = readLock(path);
-  return info && pidAlive(info.pid) ? info : null;
+  return info && pidAlive(info.pid, info.started) ? info : null;
 }
 
 /**
  * Takes a lock for `pid` (this process by default). A file left by a dead pid is taken over. Answers
  * false when a live holder has it.
  */
-export function tryLock(path: string, info: LockInfo = { pid: process.pid }): boolean {
+export function tryLock(path: string, lock: LockInfo = { pid: process.pid }): boolean {
+  const started = lock.pid === process.pid ? ownStart() : undefined;
+  const info = started === undefined ? lock : { ...lock, started };
   for (let i = 0; i < 3; i++) {
     try {
       const fd = openSync(path, "wx");
@@ -82,7 +107,8 @@ export function tryLock(path: string, info: LockInfo = { pid: process.pid }): bo
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
       const holder = readLock(path);
-      if (holder && pidAlive(holder.pid)) return holder.pid === info.pid && holder.token === info.token;
+      if (holder && pidAlive(holder.pid, holder.started))
+        return holder.pid === info.pid && holder.token === info.token;
       removeIfExists(path);
     }
   }

@@ -3,6 +3,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
+import { TestProcesses } from "@crw/tools/processes";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   bindOrchestrator,
@@ -15,11 +16,15 @@ import { runPaths } from "../../src/run/paths.js";
 import { crwBin, ensureBuilt } from "../helpers/cli.js";
 
 let state: string;
+const procs = new TestProcesses();
 beforeAll(() => {
   ensureBuilt();
   state = mkdtempSync(join(tmpdir(), "crw-bound-crash-"));
 }, 120_000);
-afterAll(() => rmSync(state, { recursive: true, force: true }));
+afterAll(() => {
+  procs.killAll();
+  rmSync(state, { recursive: true, force: true });
+});
 
 describe("the flow-bound directory under crashes and concurrency (real processes)", () => {
   it("a holder SIGKILLed inside the lock leaves a lock let go: the next bind takes it over", async () => {
@@ -54,6 +59,27 @@ describe("the flow-bound directory under crashes and concurrency (real processes
     expect(readBinding(state, "owner-crash").line?.run_id).toBe("r1");
     expect(existsSync(join(boundDir(state), ".lock"))).toBe(false);
   }, 60_000);
+
+  it("a lock a killed machine left, its pid now another live process's, is let go at the next bind", async () => {
+    mkdirSync(boundDir(state), { recursive: true, mode: 0o700 });
+    const other = await procs.live();
+    const started = TestProcesses.stat(other)?.startTime as number;
+    writeFileSync(
+      join(boundDir(state), ".lock"),
+      JSON.stringify({ pid: other, nonce: "n", started: started - 100 }),
+    );
+    const outcome = bindOrchestrator({
+      state,
+      owner: "owner-reused-pid",
+      runId: "r-reused",
+      policyDigest: "d",
+      helperPairs: helperPairsFrom({}),
+      isLive: () => false,
+    });
+    expect(outcome).toMatchObject({ bound: true, wrote: true });
+    expect(existsSync(join(boundDir(state), ".lock"))).toBe(false);
+    expect(TestProcesses.stat(other)?.state).not.toBe("Z");
+  });
 
   it("parallel spawns of one owner: every hook process appends its whole ledger line", async () => {
     const owner = "owner-parallel";
