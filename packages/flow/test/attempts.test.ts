@@ -1,4 +1,4 @@
-import { readFileSync } from "node:fs";
+import { readFileSync, rmSync } from "node:fs";
 import {
   executeRun,
   FlowError,
@@ -6,6 +6,7 @@ import {
   listStepFiles,
   readJournalFile,
   spawnMessage,
+  writeCancelRequest,
 } from "@crw/flow";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import {
@@ -410,6 +411,25 @@ describe("after a lost attempt", () => {
       (x) => (x as { workspace: string }).workspace,
     );
     expect(new Set([prepared[0]?.allocation.workspace, ...workspaces])).toEqual(new Set([firstWorkspace]));
+  });
+});
+
+describe("a run cancelled after a lost attempt", () => {
+  it("the lost subagent's close is handed out once, with the next attempt's step: the cancel hands out no other", async () => {
+    const b = await boundRun({ lostAfterMs: 60_000 });
+    run = b.r;
+    const r = run;
+    // a turn failed without an error on an unloaded thread: lost at once
+    r.fake.state.turn(b.agent.threadId, b.agent.turnId).status = "failed";
+    r.fake.setThreadStatus(b.agent.threadId, "notLoaded");
+    await until("attempt 2's step", () => listStepFiles(r.paths.steps).steps.some((s) => s.attempt === 2));
+    const closes = listStepFiles(r.paths.steps).closes;
+    expect(closes.map((c) => c.agent_id)).toEqual([b.agent.threadId]);
+    // the owner takes the close as crw flow next does; the run is cancelled before attempt 2 is spawned
+    for (const c of closes) rmSync(c.path);
+    writeCancelRequest(r.paths, "wrong branch");
+    expect(await b.done).toEqual({ state: "cancelled", reason: "wrong branch" });
+    expect(listStepFiles(r.paths.steps)).toMatchObject({ steps: [], closes: [] });
   });
 });
 

@@ -142,6 +142,35 @@ describe("what the harvest of an answer tells the workflow's watchers", () => {
   });
 });
 
+describe("a subagent whose turns end with no answer message", () => {
+  /** The caught call, its subagent ending each turn without a message: the repair and its end. */
+  async function silentCall(r: InProcessRun) {
+    await r.execute(caught, () => ({ kind: "answer", messages: [] }));
+    const rows = r.rows();
+    const repair = rows.find((x) => x.type === "step_published" && x.k === 2);
+    return { repair, ended: rowsOfType(rows, "null_model")[0] };
+  }
+  const noAnswer = ["the turn ended with no final answer message"];
+
+  it("the repair names the missing answer and quotes an empty one", async () => {
+    run = await inProcessRun();
+    const { repair } = await silentCall(run);
+    expect(repair).toMatchObject({
+      action: "send_input",
+      previous_answer: "",
+      repair: { answer: "", errors: noAnswer },
+    });
+    expect(repair).toMatchObject({ input: expect.stringContaining("Your answer was: \n") });
+  });
+
+  it("a repair that ends with no answer either ends the call null_model with the errors and no raw text", async () => {
+    run = await inProcessRun();
+    const { ended } = await silentCall(run);
+    expect(ended).toMatchObject({ reason: "answer_invalid_after_repair", errors: noAnswer });
+    expect(ended).not.toHaveProperty("raw_text");
+  });
+});
+
 describe("an invalid answer on a thread the host no longer holds", () => {
   it.each(["systemError", "notLoaded"] as const)(
     "on a thread reading %s the repair goes to a new subagent, and the old one is closed",
@@ -172,17 +201,26 @@ describe("an invalid answer on a thread the host no longer holds", () => {
 });
 
 describe("what a held call's row says", () => {
-  it("a usage limit's hold names the host's code and its message", async () => {
+  /** The one call's subagent ends its turn failed with the host's error: the run's end and the held row. */
+  async function failedWith(codexErrorInfo: string | null, message: string) {
     run = await inProcessRun();
     const { done } = run.background(one);
     const s1 = await run.firstStep();
     const a = run.spawn(s1, "explorer");
     expect(await run.report(s1, a.threadId)).toBe("bound");
-    run.fake.failTurn(a.threadId, "usageLimitExceeded", { message: "try again at 5pm" });
-    expect(await done).toEqual({ state: "paused", reason: "usage_limit" });
-    expect(rowsOfType(run.rows(), "held")[0]).toMatchObject({
-      reason: "usage_limit",
-      detail: "usageLimitExceeded: try again at 5pm",
-    });
+    run.fake.failTurn(a.threadId, codexErrorInfo, { message });
+    return { outcome: await done, held: rowsOfType(run.rows(), "held")[0] };
+  }
+
+  it("a usage limit's hold names the host's code and its message", async () => {
+    const { outcome, held } = await failedWith("usageLimitExceeded", "try again at 5pm");
+    expect(outcome).toEqual({ state: "paused", reason: "usage_limit" });
+    expect(held).toMatchObject({ reason: "usage_limit", detail: "usageLimitExceeded: try again at 5pm" });
+  });
+
+  it("a host failure that names no error kind holds the call as failed, with the host's message", async () => {
+    const { outcome, held } = await failedWith(null, "the stream broke");
+    expect(outcome).toEqual({ state: "paused", reason: "held:explorer.1" });
+    expect(held).toMatchObject({ reason: "host_failure", detail: "failed: the stream broke" });
   });
 });

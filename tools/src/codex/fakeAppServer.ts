@@ -113,9 +113,10 @@ export class FakeAppServer {
     this.state.completeTurn(threadId, { messages: [{ text, phase }], usage });
   }
 
+  /** The turn ends with the host's error; a null `codexErrorInfo` is an error the host names no kind of. */
   failTurn(
     threadId: string,
-    codexErrorInfo: string,
+    codexErrorInfo: string | null,
     options: { turnId?: string; message?: string; ended?: "failed" | "interrupted" } = {},
   ): void {
     this.state.failTurn(threadId, { codexErrorInfo, ...options });

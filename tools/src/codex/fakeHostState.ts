@@ -233,7 +233,7 @@ export class FakeHostState {
     threadId: string,
     fail: {
       turnId?: string;
-      codexErrorInfo: string;
+      codexErrorInfo: string | null;
       message?: string;
       usage?: FakeUsage;
       /** How the turn ends: failed (the thread reads systemError) or interrupted (idle), with the error. */
@@ -243,7 +243,7 @@ export class FakeHostState {
     const entry = this.get(threadId);
     const turn = this.turn(threadId, fail.turnId);
     const error = {
-      message: fail.message ?? `turn failed: ${fail.codexErrorInfo}`,
+      message: fail.message ?? `turn failed: ${fail.codexErrorInfo ?? "unknown"}`,
       codexErrorInfo: fail.codexErrorInfo,
       additionalDetails: null,
       misalignment: null,
