@@ -245,7 +245,8 @@ async function evaluate(
         agent_id: thread.thread_id,
         repair: { answer, errors },
         previous_answer: answer,
-        tokens_seen: cumulative ? subtractTokens(cumulative, {}) : (step.tokens_seen ?? {}),
+        // a turn left unmeasured: the repair counts from what the thread counted before this call's turns
+        tokens_seen: cumulative ? subtractTokens(cumulative, {}) : (seen ?? {}),
         call_tokens: callTokens,
         conversation_turn: 2,
         close: [],
