@@ -58,7 +58,7 @@ const MODULES = {
   },
   "harvestTurn-verdict": {
     pkg: "flow",
-    mutate: ["packages/flow/src/engine/harvestTurn.ts:135-281"],
+    mutate: ["packages/flow/src/engine/harvestTurn.ts:135-284"],
   },
   // exactly-once delivery of results into the parent's journal
   "db-delivery": { pkg: "db", mutate: ["packages/db/src/delegation/delivery.ts"] },

@@ -11,6 +11,7 @@ import {
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import {
   defineWorkflow,
+  diedAfter,
   type InProcessRun,
   inProcessRun,
   rowsOfType,
@@ -430,6 +431,24 @@ describe("a run cancelled after a lost attempt", () => {
     writeCancelRequest(r.paths, "wrong branch");
     expect(await b.done).toEqual({ state: "cancelled", reason: "wrong branch" });
     expect(listStepFiles(r.paths.steps)).toMatchObject({ steps: [], closes: [] });
+  });
+
+  it("a run cancelled before the next attempt's step was published hands out the lost subagent's close", async () => {
+    run = await inProcessRun();
+    const r = run;
+    const a = diedAfter(r, "lost");
+    // the subagent's turn ended without an error on a thread the host still holds: it is still there
+    r.fake.state.turn(a.threadId, a.turnId).status = "failed";
+    writeCancelRequest(r.paths, "wrong branch");
+    expect(await r.background(one()).done).toEqual({ state: "cancelled", reason: "wrong branch" });
+    expect(rowsOfType(r.rows(), "held")).toEqual([
+      expect.objectContaining({ call: "explorer.1", reason: "cancelled" }),
+    ]);
+    const listed = listStepFiles(r.paths.steps);
+    expect(listed.steps).toEqual([]);
+    expect(listed.closes.map((c) => ({ attempt: c.attempt, agent_id: c.agent_id }))).toEqual([
+      { attempt: 1, agent_id: a.threadId },
+    ]);
   });
 });
 

@@ -1,12 +1,10 @@
-import { mkdirSync } from "node:fs";
-import { join } from "node:path";
-import { type JournalRow, spawnMessage } from "@crw/flow";
+import type { JournalRow } from "@crw/flow";
 import { afterEach, describe, expect, it } from "vitest";
 import {
   defineWorkflow,
+  diedAfter,
   type InProcessRun,
   inProcessRun,
-  journalInterruptAsked,
   rowsOfType,
   countSchema as schema,
   until,
@@ -23,34 +21,6 @@ const one = defineWorkflow({
   run: (ctx) => ctx.call({ role: "explorer", task: "count", schema }),
 });
 const call = "explorer.1";
-
-/**
- * The journal a process left when it died right after asking to interrupt attempt 1's turn (usage_limit):
- * the subagent's thread and turn are bound, the interrupt_requested row is durable, no interrupt was sent.
- */
-function diedAfterInterruptRow(r: InProcessRun): { threadId: string; turnId: string } {
-  const { paths } = r;
-  const workspace = join(paths.workspaces, call);
-  mkdirSync(workspace, { recursive: true });
-  const packet = join(paths.steps, call, "packet-t1-a1.md");
-  const marker = `${call}/t1-a1`;
-  const a = r.fake.spawnSubagent({
-    ownerThreadId: r.owner,
-    message: spawnMessage(marker, "explorer", workspace, packet),
-    agentRole: "explorer",
-  });
-  const input = { role: "explorer" as const, task: "count", schema, workspace: null };
-  journalInterruptAsked(paths.journal, r.spec.run_id, input, {
-    call,
-    marker,
-    workspace,
-    packet,
-    threadId: a.threadId,
-    turnId: a.turnId,
-    ownerThreadId: r.owner,
-  });
-  return a;
-}
 
 /** The owner takes attempt 2's step and its subagent answers: the run completes. */
 async function answerAttempt2(r: InProcessRun, n: number): Promise<void> {
@@ -70,7 +40,7 @@ describe("a resumed process finishes the interrupt the dead one asked for", () =
     // a long poll: the harvest waits for the host's notification that the turn ended, not for the clock
     run = await inProcessRun({ pollMs: 1_000, lostAfterMs: 60_000 });
     const r = run;
-    const a = diedAfterInterruptRow(r);
+    const a = diedAfter(r, "interrupt");
     r.fake.setInterruptDelay(300);
     const interrupts: string[] = [];
     r.fake.onRequest((method, params) => {
@@ -93,7 +63,7 @@ describe("a resumed process finishes the interrupt the dead one asked for", () =
   it("a turn that completed meanwhile is held, its answer never taken: the detail says how it ended", async () => {
     run = await inProcessRun();
     const r = run;
-    const a = diedAfterInterruptRow(r);
+    const a = diedAfter(r, "interrupt");
     r.fake.answer(a.threadId, '{"n":1}');
     const { done } = r.background(one);
     await answerAttempt2(r, 5);
@@ -106,7 +76,7 @@ describe("a resumed process finishes the interrupt the dead one asked for", () =
   it("a subagent the host does not know, with an interrupt asked for, loses its attempt after LostAfter", async () => {
     run = await inProcessRun({ lostAfterMs: 300 });
     const r = run;
-    const a = diedAfterInterruptRow(r);
+    const a = diedAfter(r, "interrupt");
     r.fake.state.threads.delete(a.threadId);
     const { done } = r.background(one);
     await until("the lost row", () => rowsOfType(r.rows(), "session_attempt_lost").length === 1);

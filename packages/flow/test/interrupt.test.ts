@@ -1,12 +1,10 @@
-import { mkdirSync } from "node:fs";
-import { join } from "node:path";
-import { type JournalRow, type StepFile, spawnMessage } from "@crw/flow";
+import type { JournalRow, StepFile } from "@crw/flow";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   defineWorkflow,
+  diedAfter,
   type InProcessRun,
   inProcessRun,
-  journalInterruptAsked,
   countSchema as schema,
   until,
 } from "./helpers/harness.js";
@@ -33,31 +31,11 @@ interface Outcome {
  */
 async function interruptedThenResumed(end: End): Promise<Outcome> {
   const run = await inProcessRun(end === "lost" ? { lostAfterMs: 300 } : {});
-  const { paths } = run;
-  const call = "explorer.1";
-  const workspace = join(paths.workspaces, call);
-  mkdirSync(workspace, { recursive: true });
-  const packet = join(paths.steps, call, "packet-t1-a1.md");
-  const marker = `${call}/t1-a1`;
   // the subagent took the step and its turn then ended (answered or failed), after the dead process asked to interrupt it
-  const a = run.fake.spawnSubagent({
-    ownerThreadId: run.owner,
-    message: spawnMessage(marker, "explorer", workspace, packet),
-    agentRole: "explorer",
-  });
+  const a = diedAfter(run, "interrupt");
   if (end === "answered") run.fake.answer(a.threadId, '{"n":1}');
   else if (end === "failed") run.fake.failTurn(a.threadId, "internalServerError");
   else run.fake.setThreadStatus(a.threadId, "notLoaded");
-  const input = { role: "explorer" as const, task: "count", schema, workspace: null };
-  journalInterruptAsked(paths.journal, run.spec.run_id, input, {
-    call,
-    marker,
-    workspace,
-    packet,
-    threadId: a.threadId,
-    turnId: a.turnId,
-    ownerThreadId: run.owner,
-  });
 
   runs.push(run);
   const { done } = run.background(one);

@@ -195,6 +195,26 @@ describe("the resume table: where a call stands after its last row", () => {
     });
   });
 
+  it("a hold after a loss, before the next step, keeps the lost subagent's close for the step after the hold", () => {
+    const f = fold([
+      prepared(),
+      stepRow(),
+      threadRow("sub-1"),
+      turnRow("turn-1"),
+      lost(1, "sub-1"),
+      held("usage_limit"),
+    ]);
+    expect(f.position).toMatchObject({
+      kind: "publish",
+      next: {
+        attempt: 2,
+        note: "The previous attempt (1) was stopped: usage_limit.",
+        close: [{ attempt: 1, agent_id: "sub-1" }],
+      },
+    });
+    expect(f.position).not.toHaveProperty("next.settle");
+  });
+
   it("after a loss the next step binds a new subagent, not the lost one", () => {
     const s2 = stepRow({ attempt: 2, marker: `${CALL}/t1-a2` });
     const f = fold([prepared(), stepRow(), threadRow("sub-1"), turnRow("turn-1"), lost(1, "sub-1"), s2]);

@@ -134,7 +134,9 @@ export function foldCall(rows: readonly JournalRow[]): CallFold {
       }
       case "held": {
         const attempt = Math.max(step?.attempt ?? 0, thread?.attempt ?? 0);
-        const close = thread ? [{ attempt: thread.attempt, agent_id: thread.thread_id }] : [];
+        // with no bound subagent, the closes of a step not yet published (a lost attempt's) are kept
+        const pending = fold.position?.kind === "publish" ? fold.position.next.close : [];
+        const close = thread ? [{ attempt: thread.attempt, agent_id: thread.thread_id }] : pending;
         fold.position = {
           kind: "publish",
           next: {

@@ -265,11 +265,14 @@ async function evaluate(
   await publish(rc, call, fold, next, new Map());
 }
 
-/** The subagent is closed once the call has its terminal row: one close file for its newest subagent. */
+/**
+ * The subagent is closed once the call has its terminal row, or a cancel stopped it: one close file for its
+ * newest subagent, unless a later attempt's step closed that one already (a lost or held attempt's).
+ */
 export async function closeAgent(rc: RunContext, call: string): Promise<void> {
   const fold = foldCall(rc.rowsOf(call));
   const last = fold.threads[fold.threads.length - 1];
-  if (last && !fold.lostAttempts.includes(last.attempt)) {
+  if (last && !fold.steps.some((s) => s.attempt > last.attempt)) {
     rc.bus.writeClose({
       run_id: rc.runId,
       call,

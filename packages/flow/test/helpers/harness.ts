@@ -20,6 +20,7 @@ import {
   runPaths,
   SPEC_FORMAT,
   type StepFile,
+  spawnMessage,
   type Workflow,
   writeReport,
   writeSpec,
@@ -287,36 +288,29 @@ export function appendStartedPrepared(
   ]);
 }
 
-/** Attempt 1 of an explorer call as a dead process left it: its subagent's thread and turn are bound. */
-export interface BoundAttempt {
-  readonly call: string;
-  readonly marker: string;
-  readonly workspace: string;
-  readonly packet: string;
-  readonly threadId: string;
-  readonly turnId: string;
-  readonly ownerThreadId: string;
-}
-
 /**
- * The journal of a process that died right after asking to interrupt attempt 1's bound turn (usage_limit):
- * started, prepared, the step published, its thread and turn bound, interrupt_requested durable, no
- * interrupt sent.
+ * Attempt 1 of the run's explorer call (task "count", `countSchema`) as a process that died left it: its
+ * subagent spawned on the fake host with the step's message, and the journal with the run started, the
+ * call prepared, the step published and its thread and turn bound, then the process's last row: `interrupt`,
+ * an interrupt asked for (usage_limit) and not sent; `lost`, the attempt judged lost (its turn failed
+ * without an error on an unloaded thread) before attempt 2's step was published.
  */
-export function journalInterruptAsked(
-  journal: string,
-  runId: string,
-  input: { role: "explorer"; task: string; schema: Record<string, unknown> | null; workspace: null },
-  a: BoundAttempt,
-): void {
-  const { call, marker, workspace, packet } = a;
-  const w = JournalWriter.create(journal, runId);
+export function diedAfter(r: InProcessRun, last: "interrupt" | "lost"): { threadId: string; turnId: string } {
+  const call = "explorer.1";
+  const marker = `${call}/t1-a1`;
+  const workspace = join(r.paths.workspaces, call);
+  mkdirSync(workspace, { recursive: true });
+  const packet = join(r.paths.steps, call, "packet-t1-a1.md");
+  const a = r.spawn({ message: spawnMessage(marker, "explorer", workspace, packet) }, "explorer");
+  const input = { role: "explorer" as const, task: "count", schema: countSchema, workspace: null };
+  const w = JournalWriter.create(r.paths.journal, r.spec.run_id);
   appendStartedPrepared(w, call, input, workspace);
+  const op = `${call}/t1`;
   w.append([
     {
       type: "step_published",
       call,
-      op: `${call}/t1`,
+      op,
       k: 1,
       marker,
       attempt: 1,
@@ -342,36 +336,33 @@ export function journalInterruptAsked(
       effort: null,
       cwd: workspace,
       host_cwd: null,
-      parent_thread_id: a.ownerThreadId,
+      parent_thread_id: r.owner,
       agent_role: "explorer",
       attempt: 1,
       via: "session",
       rollout_path: null,
       marker,
     },
-    {
-      type: "turn_started",
-      call,
-      op: `${call}/t1`,
-      k: 1,
-      turn_id: a.turnId,
-      attempt: 1,
-      marker,
-      conversation_turn: 1,
-    },
+    { type: "turn_started", call, op, k: 1, turn_id: a.turnId, attempt: 1, marker, conversation_turn: 1 },
   ]);
   w.append([
-    {
-      type: "interrupt_requested",
-      call,
-      op: `${call}/t1`,
-      reason: "usage_limit",
-      k: 1,
-      attempt: 1,
-      turn_id: a.turnId,
-    },
+    last === "interrupt"
+      ? { type: "interrupt_requested", call, op, reason: "usage_limit", k: 1, attempt: 1, turn_id: a.turnId }
+      : {
+          type: "session_attempt_lost",
+          call,
+          op,
+          attempt: 1,
+          agent_id: a.threadId,
+          k: 1,
+          turn_id: a.turnId,
+          reason: "turn failed without an error",
+          host_status: "notLoaded",
+          turn_status: "failed",
+        },
   ]);
   w.close();
+  return a;
 }
 
 export { defineWorkflow };
