@@ -150,7 +150,10 @@ nodes:
     const started = await engine.start(ctx, { definition: budget });
     expect((await engine.finished(started.workflowId)).status).toBe("failed");
     const before = await journal(started.workflowId);
-    expect(before.nodes.b).toMatchObject({ status: "failed", error: { code: "dispatch_budget_exhausted" } });
+    expect(before.nodes.b).toMatchObject({
+      status: "failed",
+      error: { code: "dispatch_budget_exhausted", message: "the workflow may dispatch at most 1 nodes" },
+    });
     expect(before.nodes.b?.childSessionId).toBeUndefined();
     await engine.resume({ ...ctx, toolCallId: "resume-call" }, started.workflowId);
     const outcome = await engine.finished(started.workflowId);

@@ -705,7 +705,11 @@ export class WorkflowRun {
         });
         break;
       case "failed":
-        this.#setStatus(id, "failed", { error: result.error });
+        // A turn's own message (a provider's error text) can be long: cut to what a journal holds, as a
+        // thrown error's is, so the kept journal stays readable for a resume.
+        this.#setStatus(id, "failed", {
+          error: { code: result.error.code, message: result.error.message.slice(0, 4000) },
+        });
         break;
       case "aborted":
         if (j.cancelRequested) this.#setStatus(id, "interrupted");
