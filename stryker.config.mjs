@@ -97,7 +97,7 @@ const MODULES = {
     pkg: "workflow",
     // dependents blocked or released (blockDependents, pump); a node's outcome settled (empty, failed,
     // aborted; what a settlement releases) and cancel. Narrowed to fit 2 shared cores
-    mutate: ["plugins/subagent/src/engine/run.ts:298-338", "plugins/subagent/src/engine/run.ts:698-738"],
+    mutate: ["plugins/subagent/src/engine/run.ts:298-338", "plugins/subagent/src/engine/run.ts:698-742"],
   },
   // the rest of run.ts in three runs that each fit a session: a node's execution (its fresh reservation,
   // the child's creation and turn, a continuation after boot or an explicit resume, a failed node); its
@@ -113,7 +113,7 @@ const MODULES = {
   },
   "workflow-run-delivery": {
     pkg: "workflow",
-    mutate: ["plugins/subagent/src/engine/run.ts:740-842"],
+    mutate: ["plugins/subagent/src/engine/run.ts:744-846"],
   },
   // a workflow engine's boot recovery
   "workflow-recovery": {
