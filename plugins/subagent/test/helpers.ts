@@ -8,6 +8,7 @@ import {
   type NodeDispatcher,
   type OriginAccessInput,
   PgWorkflowStore,
+  parseWorkflowDefinition,
   readOrchestrationJournal,
   scriptedNodeTurnRunner,
   type WorkflowCallContext,
@@ -120,6 +121,26 @@ export async function world(pool: pg.Pool, account: { toolAllow?: string[] | nul
       return { engine, events, dispatcher };
     },
   };
+}
+
+/** Two nodes, b after a: the smallest workflow with a dependency. */
+export const chainDefinition = parseWorkflowDefinition(`
+name: chain
+nodes:
+  - { id: a, task: "TASK a" }
+  - { id: b, task: "TASK b", dependsOn: [a] }
+`);
+
+/** A `wrap` for `World.engine`: the base dispatcher, each child's creation request shown to `seen` first. */
+export function seeingChildren(seen: (request: Parameters<NodeDispatcher["createChild"]>[0]) => void) {
+  return (base: NodeDispatcher): NodeDispatcher => ({
+    createChild: (r) => {
+      seen(r);
+      return base.createChild(r);
+    },
+    runNode: (r) => base.runNode(r),
+    continueNode: (r, host) => base.continueNode(r, host),
+  });
 }
 
 /** Starts `definition` in a first engine and closes it while `nodeId`'s turn runs: a boot finds it interrupted. */

@@ -218,7 +218,7 @@ describe("a fresh reservation", () => {
     expect(await snapshotChild(id, "a")).toBe(planned);
   });
 
-  it("of an isolated node remembers its worktree against the child once the child exists", async () => {
+  it("of an isolated node remembers its worktree against the child once the child exists, on a branch named by its planned child", async () => {
     const repo = scratchDir("crw-exec-repo-");
     const git = (...args: string[]) =>
       execFileSync("git", ["-c", "user.email=t@example.com", "-c", "user.name=t", ...args], { cwd: repo });
@@ -240,10 +240,11 @@ describe("a fresh reservation", () => {
     const child = await snapshotChild(started.workflowId, "a");
     expect(child).toMatch(/^[0-9a-f-]{36}$/);
     const { rows } = await db.pool.query(
-      "select node_id, session_id::text from isolated_worktrees where workflow_id = $1::uuid",
+      "select node_id, session_id::text, branch from isolated_worktrees where workflow_id = $1::uuid",
       [started.workflowId],
     );
-    expect(rows).toEqual([{ node_id: "a", session_id: child }]);
+    // The worktree was made before the child existed: its branch is named by the id the child was planned under.
+    expect(rows).toEqual([{ node_id: "a", session_id: child, branch: `crw/${child?.slice(0, 8)}` }]);
   });
 });
 
