@@ -495,6 +495,32 @@ describe("what a claimed workflow's row and journal decide", () => {
     expect(await childCount(w)).toBe(1);
   });
 
+  it("a boot refusal leaves a node that had succeeded as it was, and fails the unfinished ones with resume_refused", async () => {
+    const w = await world(db.pool);
+    const first = await w.engine(({ task, signal }) =>
+      taskLine(task) === "TASK a" ? "done a" : untilAborted(signal),
+    );
+    all.push(first.engine);
+    const ctx = w.ctx({ access: { tools: { allow: ["Bash", "Read"] } } });
+    const twoFree = parseWorkflowDefinition(
+      'name: two-free\nnodes:\n  - { id: a, task: "TASK a" }\n  - { id: b, task: "TASK b" }\n',
+    );
+    const started = await first.engine.start(ctx, { definition: twoFree });
+    const id = started.workflowId;
+    await until(async () => (await journal(id)).nodes.a?.status === "succeeded", "a succeeded");
+    await first.engine.close();
+    await db.pool.query("update accounts set tool_allow = array['Read'] where id = $1::uuid", [w.accountId]);
+    const second = await w.engine(() => "never");
+    all.push(second.engine);
+    expect((await mine(w, await second.engine.recoverInterrupted())).refused).toEqual([id]);
+    expect((await second.engine.finished(id)).status).toBe("failed");
+    const kept = await journal(id);
+    expect(kept.nodes.a?.status).toBe("succeeded");
+    expect(kept.nodes.a?.error).toBeUndefined();
+    expect(kept.nodes.b?.status).toBe("failed");
+    expect(kept.nodes.b?.error?.code).toBe("resume_refused");
+  });
+
   it("a node whose journaled scope exceeds current access refuses the boot naming that node, though the workflow's own fits", async () => {
     const w = await world(db.pool, { toolAllow: ["Read"] });
     const first = await w.engine(({ signal }) => untilAborted(signal));
