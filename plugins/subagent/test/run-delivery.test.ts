@@ -177,4 +177,25 @@ describe("a workflow's summary", () => {
     await new Promise((r) => setTimeout(r, 300));
     expect(await summaries(db.pool, w.parentSessionId)).toEqual([]);
   });
+
+  it("whose handoff finds the workflow moved on to a newer generation is not delivered, and the run says it is stale", async () => {
+    const w = await world(db.pool);
+    // a newer admission takes the workflow right after this run's terminal publication
+    const emitter: WorkflowEmitter = async (u, expected) => {
+      const result = await published(u, expected);
+      if (u.status === "completed")
+        await db.pool.query("update workflows set generation = generation + 1 where id = $1::uuid", [
+          u.workflowId,
+        ]);
+      return result;
+    };
+    const { engine, events } = await w.engine(() => "done", { emitter });
+    all.push(engine);
+    const started = await engine.start(w.ctx(), { definition: oneNode });
+    expect((await engine.finished(started.workflowId)).status).toBeNull();
+    expect(events.filter((e) => e.type === "stale")).toEqual([
+      { type: "stale", workflowId: started.workflowId, generation: 1 },
+    ]);
+    expect(await summaries(db.pool, w.parentSessionId)).toEqual([]);
+  });
 });
