@@ -97,7 +97,7 @@ const MODULES = {
     pkg: "workflow",
     // dependents blocked or released (blockDependents, pump); a node's outcome settled (empty, failed,
     // aborted; what a settlement releases) and cancel. Narrowed to fit 2 shared cores
-    mutate: ["plugins/subagent/src/engine/run.ts:298-338", "plugins/subagent/src/engine/run.ts:698-742"],
+    mutate: ["plugins/subagent/src/engine/run.ts:303-343", "plugins/subagent/src/engine/run.ts:703-743"],
   },
   // the rest of run.ts in three runs that each fit a session: a node's execution (its fresh reservation,
   // the child's creation and turn, a continuation after boot or an explicit resume, a failed node); its
@@ -105,15 +105,15 @@ const MODULES = {
   // read grants); the workflow's finish and delivery to its parent
   "workflow-run-execute": {
     pkg: "workflow",
-    mutate: ["plugins/subagent/src/engine/run.ts:360-495"],
+    mutate: ["plugins/subagent/src/engine/run.ts:365-500"],
   },
   "workflow-run-prepare": {
     pkg: "workflow",
-    mutate: ["plugins/subagent/src/engine/run.ts:496-652"],
+    mutate: ["plugins/subagent/src/engine/run.ts:501-657"],
   },
   "workflow-run-delivery": {
     pkg: "workflow",
-    mutate: ["plugins/subagent/src/engine/run.ts:744-846"],
+    mutate: ["plugins/subagent/src/engine/run.ts:745-847"],
   },
   // a workflow engine's boot recovery
   "workflow-recovery": {

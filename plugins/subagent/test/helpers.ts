@@ -9,10 +9,12 @@ import {
   type OriginAccessInput,
   PgWorkflowStore,
   parseWorkflowDefinition,
+  pgWorkflowEmitter,
   readOrchestrationJournal,
   scriptedNodeTurnRunner,
   type WorkflowCallContext,
   type WorkflowDefinition,
+  type WorkflowEmitter,
   WorkflowEngine,
   type WorkflowEngineOptions,
   type WorkflowEvent,
@@ -209,4 +211,9 @@ export async function childMessages(
     [childId],
   );
   return rows.map((r) => JSON.parse(r.body).message);
+}
+
+/** The host's own emitter over the native record: what a test's emitter hands an update on to. */
+export function nativeEmitter(pool: pg.Pool): WorkflowEmitter {
+  return (update, expected) => pgWorkflowEmitter(new PgWorkflowStore(pool))(update, expected);
 }

@@ -1,14 +1,16 @@
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { artifactContent } from "../src/engine/run.js";
+import { type NodeDispatcher, parseWorkflowDefinition, type WorkflowEmitter } from "../src/index.js";
 import {
-  type NodeDispatcher,
-  PgWorkflowStore,
-  parseWorkflowDefinition,
-  pgWorkflowEmitter,
-  type WorkflowEmitter,
-} from "../src/index.js";
-import { closeEnginesAfterEach, deferred, summaries, taskLine, until, world } from "./helpers.js";
+  closeEnginesAfterEach,
+  deferred,
+  nativeEmitter,
+  summaries,
+  taskLine,
+  until,
+  world,
+} from "./helpers.js";
 
 /**
  * A workflow's end: the summary its parent gets says how it ended, the run stops driving it once delivered,
@@ -16,9 +18,7 @@ import { closeEnginesAfterEach, deferred, summaries, taskLine, until, world } fr
  */
 const db = useTestDatabase();
 const all = closeEnginesAfterEach();
-/** The host's own emitter over the native record (what a test's emitter hands on to). */
-const published: WorkflowEmitter = (u, expected) =>
-  pgWorkflowEmitter(new PgWorkflowStore(db.pool))(u, expected);
+const published: WorkflowEmitter = (u, expected) => nativeEmitter(db.pool)(u, expected);
 const oneNode = parseWorkflowDefinition('name: one\nnodes:\n  - { id: a, task: "TASK a" }\n');
 
 describe("a node's artifact", () => {

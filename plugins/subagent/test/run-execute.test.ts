@@ -7,9 +7,7 @@ import { describe, expect, it } from "vitest";
 import {
   type NodeContinueRequest,
   type NodeDispatcher,
-  PgWorkflowStore,
   parseWorkflowDefinition,
-  pgWorkflowEmitter,
   type WorkflowEmitter,
   type WorkflowEngine,
 } from "../src/index.js";
@@ -17,6 +15,7 @@ import {
   closeEnginesAfterEach,
   deferred,
   interruptedMidTurn,
+  nativeEmitter,
   storeWholeJournal,
   taskLine,
   until,
@@ -42,9 +41,7 @@ const snapshotChild = async (workflowId: string, nodeId: string): Promise<string
   const nodes = (rows[0]?.snapshot?.nodes ?? []) as Array<{ id: string; childSessionId?: string }>;
   return nodes.find((n) => n.id === nodeId)?.childSessionId;
 };
-/** The host's own emitter over the native record (what a test's emitter hands on to). */
-const published: WorkflowEmitter = (u, expected) =>
-  pgWorkflowEmitter(new PgWorkflowStore(db.pool))(u, expected);
+const published: WorkflowEmitter = (u, expected) => nativeEmitter(db.pool)(u, expected);
 
 /** The base dispatcher, with every child it is asked to create recorded (node id and planned child id). */
 function recordingChildren(created: Array<{ nodeId: string; childSessionId?: string }>) {
@@ -352,6 +349,22 @@ describe("a node's error", () => {
     expect(stored?.code).toBe("node_turn_failed");
     expect(stored?.message).toHaveLength(4_000);
     expect(stored?.message).toMatch(/^(.*)y{100}/);
+  });
+
+  it("of a failed turn whose host names a long error code is stored with the code cut at 100 characters", async () => {
+    const w = await world(db.pool);
+    const { engine } = await w.engine(() => "unused", {
+      wrap: (base): NodeDispatcher => ({
+        createChild: (r) => base.createChild(r),
+        runNode: async () => ({ status: "failed", error: { code: "c".repeat(150), message: "refused" } }),
+        continueNode: (r, host) => base.continueNode(r, host),
+      }),
+    });
+    all.push(engine);
+    const started = await engine.start(w.ctx(), { definition: oneNode });
+    expect((await engine.finished(started.workflowId)).status).toBe("failed");
+    const stored = (await journal(started.workflowId)).nodes.a?.error;
+    expect(stored).toEqual({ code: "c".repeat(100), message: "refused" });
   });
 
   it("after its outcome was written, without a cancel, is still reported and stored", async () => {

@@ -5,7 +5,12 @@ import { type HostWorkflowNodeDispatch, runWithWorkflowNodeDispatch } from "@crw
 import { outputSchemaProblem } from "../definition/outputSchema.js";
 import type { WorkflowNode } from "../definition/schema.js";
 import { toError, WorkflowNodePreparationError, WorkflowStateError } from "../errors.js";
-import { type NodeState, type OrchestrationJournal, TERMINAL_NODE_STATUSES } from "../journal/schema.js";
+import {
+  journaledError,
+  type NodeState,
+  type OrchestrationJournal,
+  TERMINAL_NODE_STATUSES,
+} from "../journal/schema.js";
 import type { PgArtifactStore } from "../store/artifacts.js";
 import type { PgWorkflowStore, WorkflowStatus } from "../store/native.js";
 import { captureNodeScope } from "./access.js";
@@ -479,7 +484,7 @@ export class WorkflowRun {
       if (admissionRefused) throw error;
       const raw = (error as { code?: unknown }).code;
       const code = typeof raw === "string" ? raw : "node_error";
-      this.#setStatus(id, "failed", { error: { code, message: error.message.slice(0, 4000) } });
+      this.#setStatus(id, "failed", { error: journaledError(code, error.message) });
       await this.persist();
       await this.publish();
     }
@@ -705,11 +710,7 @@ export class WorkflowRun {
         });
         break;
       case "failed":
-        // A turn's own message (a provider's error text) can be long: cut to what a journal holds, as a
-        // thrown error's is, so the kept journal stays readable for a resume.
-        this.#setStatus(id, "failed", {
-          error: { code: result.error.code, message: result.error.message.slice(0, 4000) },
-        });
+        this.#setStatus(id, "failed", { error: journaledError(result.error.code, result.error.message) });
         break;
       case "aborted":
         if (j.cancelRequested) this.#setStatus(id, "interrupted");

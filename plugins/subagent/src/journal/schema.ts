@@ -35,7 +35,23 @@ export const TERMINAL_NODE_STATUSES: ReadonlySet<NodeStatus> = new Set([
 ]);
 
 const uuid = z.uuid();
-const errorShape = z.strictObject({ code: z.string().min(1).max(100), message: z.string().max(4000) });
+const ERROR_CODE_MAX = 100;
+const ERROR_MESSAGE_MAX = 4000;
+const errorShape = z.strictObject({
+  code: z.string().min(1).max(ERROR_CODE_MAX),
+  message: z.string().max(ERROR_MESSAGE_MAX),
+});
+
+/**
+ * A node's error as its journal holds it: a host's code or a provider's message can be longer than a row may
+ * be, and a journal that breaks its own schema can no longer be read for a resume.
+ */
+export function journaledError(code: string, message: string): { code: string; message: string } {
+  return {
+    code: code.slice(0, ERROR_CODE_MAX) || "node_error",
+    message: message.slice(0, ERROR_MESSAGE_MAX),
+  };
+}
 
 export const NodeStateSchema = z.strictObject({
   spec: WorkflowNodeSchema,
