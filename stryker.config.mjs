@@ -115,6 +115,16 @@ const MODULES = {
     pkg: "workflow",
     mutate: ["plugins/subagent/src/engine/run.ts:745-847"],
   },
+  // what is left of run.ts: the run's own state (its stop, foreground and background, the group-committed
+  // journal write, its snapshot and publication), a node's launch and the first half of its settlement
+  "workflow-run-state": {
+    pkg: "workflow",
+    mutate: [
+      "plugins/subagent/src/engine/run.ts:146-302",
+      "plugins/subagent/src/engine/run.ts:344-364",
+      "plugins/subagent/src/engine/run.ts:658-702",
+    ],
+  },
   // a workflow engine's boot recovery
   "workflow-recovery": {
     pkg: "workflow",

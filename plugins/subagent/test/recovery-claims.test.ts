@@ -356,6 +356,42 @@ describe("what a claimed workflow's row and journal decide", () => {
     });
   }
 
+  it("a Stop that arrives while boot hands over a failed workflow's summary answers with that outcome and changes nothing", async () => {
+    const w = await world(db.pool);
+    const first = await w.engine(async () => {
+      throw new Error("provider down");
+    });
+    all.push(first.engine);
+    first.engine.store.deliverSummary = () => new Promise(() => undefined);
+    const id = (await first.engine.start(w.ctx(), { definition: chain })).workflowId;
+    await until(async () => (await first.engine.store.getWorkflow(id))?.status === "failed", "terminal row");
+    await first.engine.close();
+
+    const second = await w.engine(() => "never");
+    all.push(second.engine);
+    // Boot's handover is held at the summary's write, so the Stop lands while it is under way.
+    const store = second.engine.store;
+    const deliver = store.deliverSummary.bind(store);
+    const handing = deferred();
+    const release = deferred();
+    store.deliverSummary = async (input) => {
+      handing.resolve();
+      await release.promise;
+      return deliver(input);
+    };
+    const pass = second.engine.recoverInterrupted();
+    await handing.promise;
+    const stopped = second.engine.cancel(id, w.accountId);
+    release.resolve();
+    expect((await mine(w, await pass)).resumed).toEqual([id]);
+    const outcome = await stopped;
+    expect(outcome.status).toBe("failed");
+    expect(outcome.resultId).not.toBeNull();
+    const delivered = await summaries(db.pool, w.parentSessionId);
+    expect(delivered.map((d) => [d.id, d.outcome])).toEqual([[outcome.resultId, "error"]]);
+    expect((await store.getWorkflow(id))?.status).toBe("failed");
+  });
+
   it("a boot whose publication finds the generation moved on after the claim is refused and drives nothing", async () => {
     const w = await world(db.pool);
     const started = await interrupted(w);
