@@ -7,7 +7,7 @@ import { createIsolatedWorktree } from "../workspace/create.js";
 import { type DiffStat, diffStat } from "../workspace/diff.js";
 import { type Landed, landBranch } from "../workspace/land.js";
 import { removeIsolatedWorktree } from "../workspace/remove.js";
-import { DelegationError } from "./errors.js";
+import { DelegationError, toError } from "./errors.js";
 
 /** How a child shares its parent's files: in place (the default), or in a git worktree of its own. */
 export type Isolation = "none" | "worktree";
@@ -76,10 +76,16 @@ export async function commitIsolatedWork(
   const row = await repo.isolatedWorktree(child.id, child.principalAccountId);
   if (!row) return "";
   const subject = task.split("\n")[0]?.slice(0, 60) ?? "";
-  const done = await commitLeftovers({
-    worktree: { path: row.path, branch: row.branch },
-    message: `crw: work of child ${child.id.slice(0, 8)}: ${subject}`,
-  });
+  let done: Awaited<ReturnType<typeof commitLeftovers>>;
+  try {
+    done = await commitLeftovers({
+      worktree: { path: row.path, branch: row.branch },
+      message: `crw: work of child ${child.id.slice(0, 8)}: ${subject}`,
+    });
+  } catch (e) {
+    // Landing takes only what is committed on the branch: the result says where the work waits and how on.
+    return `\n\n[crw] the work in the child's worktree could not be committed: ${toError(e).message}\n[crw] it stays uncommitted in ${row.path} (branch ${row.branch}): commit it there, then land it with 'crw session land ${child.id}'`;
+  }
   await repo.recordWorktreeCommit(child.id, child.principalAccountId, "committed", done.commit);
   const all = await diffStat(row.repoRoot, row.baseCommit, done.commit);
   const paths = all.files.map((f) => f.path);

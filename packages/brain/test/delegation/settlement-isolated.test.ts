@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { useTestDatabase } from "@crw/tools/pg";
 import { afterAll, describe, expect, it } from "vitest";
@@ -136,7 +136,7 @@ describe("the settlement of a child placed in an isolated worktree", () => {
     expect(sh(made.repo, "show", `${commit}:half.txt`)).toBe("half.txt from the child");
   });
 
-  it("a commit git refuses (the worktree's index held by another git) still settles, the result saying why", async () => {
+  it("a commit git refuses (the worktree's index held by another git) still settles, the result saying why, where the work waits and how to land it", async () => {
     const made = await parentInRepository();
     const base = sh(made.repo, "rev-parse", "main");
     const { text, isError } = await delegateFromParent(
@@ -158,6 +158,22 @@ describe("the settlement of a child placed in an isolated worktree", () => {
       .map((l) => l.slice("worktree ".length))
       .find((p) => p.startsWith(made.worktrees));
     expect(readFileSync(join(worktree ?? "", "kept.txt"), "utf8")).toBe("kept.txt from the child\n");
+    // The result says where the work waits and how to go on with it.
+    const { rows } = await db.pool.query("select id from sessions where parent_session_id = $1::uuid", [
+      made.parent.id,
+    ]);
+    expect(rows).toHaveLength(1);
+    expect(text.split("\n").at(-1)).toBe(
+      `[crw] it stays uncommitted in ${worktree} (branch ${branch}): commit it there, then land it with 'crw session land ${rows[0].id}'`,
+    );
+    // Followed as it says: the other git gone, the work committed there, then landed.
+    rmSync(sh(worktree ?? "", "rev-parse", "--path-format=absolute", "--git-path", "index.lock"));
+    sh(worktree ?? "", "add", "--all");
+    sh(worktree ?? "", "commit", "-q", "-m", "the child's work, by hand");
+    const { service } = makeService(db.pool, { worktreesDir: made.worktrees });
+    await service.land(rows[0].id, made.account.id);
+    await service.close();
+    expect(sh(made.repo, "show", "main:kept.txt")).toBe("kept.txt from the child");
   });
 });
 
