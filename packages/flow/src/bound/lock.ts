@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { closeSync, linkSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from "node:fs";
 import { join } from "node:path";
-import { ownStart, pidAlive } from "../run/locks.js";
+import { ownStart, pidAlive } from "../util/liveness.js";
 import { BoundError } from "./errors.js";
 
 /**

@@ -1,7 +1,5 @@
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { CRW_IDENTITY, GitWorkspaceError, git, gitRun } from "./exec.js";
+import { withPrivateIndex } from "./privateIndex.js";
 import { headOf } from "./worktree.js";
 
 /**
@@ -98,16 +96,12 @@ export async function recordExecutorHead(options: {
 }
 
 /** The worktree's pending tree: every file as it is, untracked ones too, written through a private index. */
-export async function pendingTree(worktree: string): Promise<string> {
-  const dir = mkdtempSync(join(tmpdir(), "crw-index-"));
-  const env = { GIT_INDEX_FILE: join(dir, "index") };
-  try {
+export function pendingTree(worktree: string): Promise<string> {
+  return withPrivateIndex(async (env) => {
     await git(worktree, ["read-tree", "HEAD"], { env });
     await git(worktree, ["add", "-A", "."], { env });
-    return await git(worktree, ["write-tree"], { env });
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+    return git(worktree, ["write-tree"], { env });
+  });
 }
 
 /** A commit object of `tree` on `parent` in crw's identity: written, referenced by nothing yet. */

@@ -1,9 +1,10 @@
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { readJournalFile } from "../../src/journal/journal.js";
 import type { JournalRow, RowOf } from "../../src/journal/rows.js";
 import { pidAlive } from "../../src/run/locks.js";
+import { ownStart } from "../../src/util/liveness.js";
 import { crwFlow, ensureBuilt, waitFor } from "../helpers/cli.js";
 import { tempRepo } from "./repo.js";
 
@@ -124,5 +125,56 @@ exec /usr/bin/git "$@"
       status: "failed",
       error: `HEAD of ${worktree} is no longer ${intent?.observed_head}`,
     });
+  }, 120_000);
+
+  it("a private index left in TMPDIR by a run process killed while it read the pending tree is removed by the process that resumes", async () => {
+    const r = setUp("killed-in-index");
+    const tmp = join(r.root, "tmp");
+    mkdirSync(tmp);
+    // A git in front of the real one that, the first time it stages into a private index, says so and hangs.
+    const bin = join(r.root, "bin");
+    mkdirSync(bin);
+    const hung = join(r.root, "hung");
+    writeFileSync(
+      join(bin, "git"),
+      `#!/bin/sh
+case " $* " in *" add -A . "*)
+  if [ -n "$GIT_INDEX_FILE" ] && [ ! -e "${hung}" ]; then
+    echo "$$ $GIT_INDEX_FILE" > "${hung}"; exec sleep 600
+  fi;;
+esac
+exec /usr/bin/git "$@"
+`,
+    );
+    chmodSync(join(bin, "git"), 0o755);
+    const env = { PATH: `${bin}:${process.env.PATH}`, TMPDIR: tmp };
+    const started = await r.start(env);
+    expect(started.code, started.stderr).toBe(0);
+    const pid = Number(started.json().pid);
+    await waitFor("crw's git to stage into its private index", () => existsSync(hung), 60_000);
+    const [git = "", index = ""] = readFileSync(hung, "utf8").trim().split(" ");
+    const held = dirname(index);
+    expect(dirname(held)).toBe(tmp);
+    expect(existsSync(held)).toBe(true);
+    process.kill(pid, "SIGKILL");
+    await waitFor("the run process to die", () => !pidAlive(pid), 10_000);
+    process.kill(Number(git), "SIGKILL");
+    // A name that says no process, and a live process's own, stay.
+    const foreign = join(tmp, "crw-index-abcdef");
+    const live = join(tmp, `crw-index-${process.pid}-${ownStart()}-xyz`);
+    mkdirSync(foreign);
+    mkdirSync(live);
+    expect(existsSync(held)).toBe(true);
+
+    const resumed = await crwFlow(["resume", "killed-in-index", "--state", r.state, "--json"], {
+      ...r.env,
+      ...env,
+    });
+    expect(resumed.code, resumed.stderr).toBe(0);
+    await waitFor("the resumed run to end", () => r.rows().some((x) => x.type === "run_ended"), 60_000);
+    expect(ofType(r.rows(), "completed").map((c) => c.call)).toEqual(["notes.1"]);
+    expect(existsSync(held)).toBe(false);
+    expect(existsSync(foreign)).toBe(true);
+    expect(existsSync(live)).toBe(true);
   }, 120_000);
 });
