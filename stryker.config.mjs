@@ -125,6 +125,12 @@ const MODULES = {
       "plugins/subagent/src/engine/run.ts:658-702",
     ],
   },
+  // a workflow's start (its journal built from the definition, the created receipt adopted, a lost race
+  // answered with the existing workflow) and WorkflowAddNodes (validated, journaled, published)
+  "workflow-start": {
+    pkg: "workflow",
+    mutate: ["plugins/subagent/src/engine/engine.ts:244-441"],
+  },
   // a workflow engine's boot recovery
   "workflow-recovery": {
     pkg: "workflow",
