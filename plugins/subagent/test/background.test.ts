@@ -1,7 +1,12 @@
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
-import { PgWorkflowStore, parseWorkflowDefinition, pgWorkflowEmitter } from "../src/index.js";
-import { closeEnginesAfterEach, deferred, taskLine, until, world } from "./helpers.js";
+import {
+  PgWorkflowStore,
+  parseWorkflowDefinition,
+  pgWorkflowEmitter,
+  type WorkflowEmitter,
+} from "../src/index.js";
+import { closeEnginesAfterEach, deferred, taskLine, until, untilAborted, world } from "./helpers.js";
 
 const db = useTestDatabase();
 const all = closeEnginesAfterEach();
@@ -88,5 +93,101 @@ describe("foreground waiter and Ctrl+B", () => {
       started.workflowId,
     ]);
     expect(rows[0].snapshot.background).toBeUndefined();
+  });
+
+  it("a run no foreground waiter waits on is not moved: Ctrl+B says so and publishes nothing", async () => {
+    const w = await world(db.pool);
+    const backgrounds: unknown[] = [];
+    const inner = pgWorkflowEmitter(new PgWorkflowStore(db.pool));
+    const { engine } = await w.engine(({ signal }) => untilAborted(signal), {
+      emitter: async (u, expected) => {
+        if (u.snapshot.background) backgrounds.push(u.snapshot);
+        return inner(u, expected);
+      },
+    });
+    all.push(engine);
+    const started = await engine.start(w.ctx(), { definition: def });
+    const run = engine.run(started.workflowId);
+    expect(await run?.moveToBackground()).toEqual({ ok: false, reason: "no foreground waiter is attached" });
+    expect(backgrounds).toEqual([]);
+  });
+
+  it("a second Ctrl+B while the first one's snapshot is being written answers at once and writes no second one", async () => {
+    const w = await world(db.pool);
+    const inner = pgWorkflowEmitter(new PgWorkflowStore(db.pool));
+    const writing = deferred();
+    const hold = deferred();
+    let backgrounds = 0;
+    const emitter: WorkflowEmitter = async (u, expected) => {
+      if (u.snapshot.background) {
+        backgrounds++;
+        writing.resolve();
+        await hold.promise;
+      }
+      return inner(u, expected);
+    };
+    const { engine } = await w.engine(({ signal }) => untilAborted(signal), { emitter });
+    all.push(engine);
+    const started = await engine.start(w.ctx(), { definition: def });
+    const run = engine.run(started.workflowId);
+    run?.attachForeground();
+    const first = run?.moveToBackground();
+    await writing.promise;
+    // A second write would queue behind the held one: this answer does not wait for it.
+    let answered: unknown;
+    void run?.moveToBackground().then((r) => {
+      answered = r;
+    });
+    await new Promise((r) => setTimeout(r, 100));
+    expect(answered).toEqual({ ok: true });
+    expect(backgrounds).toBe(1);
+    hold.resolve();
+    expect(await first).toEqual({ ok: true });
+  });
+
+  it("a run that is ending is not moved, whether it is finishing its cancel or was let go", async () => {
+    const w = await world(db.pool);
+    const hold = deferred();
+    const { engine } = await w.engine(async () => {
+      await hold.promise;
+      throw new Error("stopped");
+    });
+    all.push(engine);
+    const started = await engine.start(w.ctx(), { definition: def });
+    const run = engine.run(started.workflowId);
+    await until(() => run?.started.has("a") === true, "a running");
+    run?.attachForeground();
+    // The cancel waits for a's execution, which the dispatcher holds: the run is finishing, not stopped.
+    const cancelled = engine.cancel(started.workflowId, w.accountId);
+    expect(run?.stopped).toBe(false);
+    expect(await run?.moveToBackground()).toEqual({ ok: false, reason: "the workflow is ending" });
+    hold.resolve();
+    await cancelled;
+
+    const other = await engine.start(w.ctx(), { definition: def });
+    const letGo = engine.run(other.workflowId);
+    letGo?.attachForeground();
+    letGo?.abandon("closing");
+    expect(await letGo?.moveToBackground()).toEqual({ ok: false, reason: "the workflow is ending" });
+  });
+
+  it("a background snapshot refused as stale is diagnosed: the waiter stays and the run stops", async () => {
+    const w = await world(db.pool);
+    const inner = pgWorkflowEmitter(new PgWorkflowStore(db.pool));
+    const { engine, events } = await w.engine(({ signal }) => untilAborted(signal), {
+      emitter: async (u, expected) => (u.snapshot.background ? { status: "stale" } : inner(u, expected)),
+    });
+    all.push(engine);
+    const started = await engine.start(w.ctx(), { definition: def });
+    const run = engine.run(started.workflowId);
+    run?.attachForeground();
+    const reason = "the background snapshot was refused (stale)";
+    expect(await run?.moveToBackground()).toEqual({ ok: false, reason });
+    expect(events.find((e) => e.type === "background_failed")).toMatchObject({
+      workflowId: started.workflowId,
+      error: { message: reason },
+    });
+    expect(run?.waitedOn).toBe(true);
+    expect(run?.stopped).toBe(true);
   });
 });
