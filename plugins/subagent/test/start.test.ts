@@ -52,6 +52,48 @@ describe("a workflow's start", () => {
   });
 });
 
+describe("a started workflow's journal", () => {
+  it("bounds its dispatches at four times its nodes and a hundred more when the definition names no bound", async () => {
+    const w = await world(db.pool);
+    const { engine } = await w.engine(({ signal }) => untilAborted(signal));
+    all.push(engine);
+    const started = await engine.start(w.ctx(), { definition: chainDefinition });
+    expect(engine.run(started.workflowId)?.journal.definition.maxDispatches).toBe(2 * 4 + 100);
+  });
+
+  it("gives the default model to each node naming neither a model nor an agent type, the default agent type to each naming none, and pins the default type to the default model", async () => {
+    const w = await world(db.pool);
+    const { engine } = await w.engine(({ signal }) => untilAborted(signal));
+    all.push(engine);
+    const def = parseWorkflowDefinition(`
+name: defaults
+defaults: { model: m-default, agentType: worker }
+agentTypes:
+  reviewer: { model: m-review }
+nodes:
+  - { id: a, task: "TASK a" }
+  - { id: b, task: "TASK b", model: m-own }
+  - { id: c, task: "TASK c", agentType: reviewer }
+`);
+    const started = await engine.start(w.ctx(), { definition: def });
+    const j = engine.run(started.workflowId)?.journal;
+    const spec = (id: string) => {
+      const s = j?.nodes[id]?.spec;
+      return { model: s?.model, agentType: s?.agentType };
+    };
+    expect(spec("a")).toEqual({ model: "m-default", agentType: "worker" });
+    expect(spec("b")).toEqual({ model: "m-own", agentType: "worker" });
+    expect(spec("c")).toEqual({ model: undefined, agentType: "reviewer" });
+    expect(j?.typeModelPins).toEqual({ worker: "m-default", reviewer: "m-review" });
+    // a default agent type without a default model pins nothing
+    const typeOnly = parseWorkflowDefinition(
+      'name: type-only\ndefaults: { agentType: worker }\nnodes:\n  - { id: a, task: "TASK a" }\n',
+    );
+    const other = await engine.start(w.ctx(), { definition: typeOnly });
+    expect(Object.keys(engine.run(other.workflowId)?.journal.typeModelPins ?? { none: 1 })).toEqual([]);
+  });
+});
+
 describe("WorkflowAddNodes", () => {
   it("while the workflow is being cancelled is refused", async () => {
     const w = await world(db.pool);
