@@ -56,7 +56,7 @@ export {
   writeCancelRequest,
 } from "./run/cancelRequest.js";
 export { BUILTIN_AGENT_TYPES, type CodexSettings, readCodexSettings } from "./run/codexConfig.js";
-export { heldProcessLocks, lockHolder, pidAlive, tryLock, unlock } from "./run/locks.js";
+export { heldProcessLocks, lockHolder, tryLock, unlock } from "./run/locks.js";
 export { checkRunId, type RunPaths, runPaths, stateDirFrom } from "./run/paths.js";
 export {
   overlayForPacket,
@@ -83,3 +83,4 @@ export {
 } from "./steps/stepBus.js";
 export { canonicalJson, digestOf } from "./util/canonical.js";
 export { EXIT_INPUT, EXIT_OK, EXIT_REFUSED, FlowError } from "./util/errors.js";
+export { pidAlive } from "./util/liveness.js";

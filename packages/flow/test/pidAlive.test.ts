@@ -3,7 +3,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { TestProcesses } from "@crw/tools/processes";
 import { afterAll, describe, expect, it } from "vitest";
-import { lockHolder, pidAlive, readLock, tryLock, unlock } from "../src/run/locks.js";
+import { lockHolder, readLock, tryLock, unlock } from "../src/run/locks.js";
+import { pidAlive } from "../src/util/liveness.js";
 
 const procs = new TestProcesses();
 const dir = mkdtempSync(join(tmpdir(), "crw-locks-"));

@@ -7,13 +7,14 @@ import { bindRunOwner } from "../bound/run.js";
 import { readCodexSettings } from "../run/codexConfig.js";
 import { launchRunProcess } from "../run/launch.js";
 import { readLightRows } from "../run/lightJournal.js";
-import { lockHolder, pidAlive, tryLock, unlock } from "../run/locks.js";
+import { lockHolder, tryLock, unlock } from "../run/locks.js";
 import { checkRunId, runPaths, stateDirFrom } from "../run/paths.js";
 import { ROLE_NAMES, readRoleTable, rolePairs, spawnFormat } from "../run/roles.js";
 import { type LocalSpec, type RunSpec, SPEC_FORMAT, writeSpec } from "../run/spec.js";
 import { dirFrom } from "../run/tmploc.js";
 import { EXIT_OK, EXIT_REFUSED, FlowError } from "../util/errors.js";
 import { privateDir, sleep } from "../util/fsx.js";
+import { pidAlive } from "../util/liveness.js";
 import { intOption, parseCommand, print } from "./args.js";
 import { ownerHostReachable, sessionFacts } from "./sessionFacts.js";
 

@@ -12,6 +12,8 @@ import { ownStart, pidAlive } from "../util/liveness.js";
 const PREFIX = "crw-index-";
 const OWNED = /^crw-index-(\d+)-(\d+)-/;
 let swept = false;
+/** This process's own prefix: its pid and start do not change, so procfs is read once. */
+let own: string | undefined;
 
 export async function withPrivateIndex<T>(use: (env: { GIT_INDEX_FILE: string }) => Promise<T>): Promise<T> {
   const base = tmpdir();
@@ -19,7 +21,8 @@ export async function withPrivateIndex<T>(use: (env: { GIT_INDEX_FILE: string })
     swept = true;
     sweepDeadIndexes(base);
   }
-  const dir = mkdtempSync(join(base, `${PREFIX}${process.pid}-${ownStart() ?? 0}-`));
+  own ??= `${PREFIX}${process.pid}-${ownStart() ?? 0}-`;
+  const dir = mkdtempSync(join(base, own));
   try {
     return await use({ GIT_INDEX_FILE: join(dir, "index") });
   } finally {
@@ -28,7 +31,7 @@ export async function withPrivateIndex<T>(use: (env: { GIT_INDEX_FILE: string })
 }
 
 /** Removes the private index directories in `base` whose process is gone. */
-export function sweepDeadIndexes(base: string): void {
+function sweepDeadIndexes(base: string): void {
   let names: string[];
   try {
     names = readdirSync(base);

@@ -4,8 +4,6 @@ import { join } from "node:path";
 import { removeIfExists } from "../util/fsx.js";
 import { ownStart, pidAlive } from "../util/liveness.js";
 
-export { ownStart, pidAlive };
-
 /**
  * File locks of a run: start.lock (held by a start from before it binds until its process holds the run
  * lock), run.lock (held by the process that runs the run) and process.<token>.lock (each run process's

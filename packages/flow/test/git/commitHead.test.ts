@@ -3,8 +3,7 @@ import { dirname, join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { readJournalFile } from "../../src/journal/journal.js";
 import type { JournalRow, RowOf } from "../../src/journal/rows.js";
-import { pidAlive } from "../../src/run/locks.js";
-import { ownStart } from "../../src/util/liveness.js";
+import { ownStart, pidAlive } from "../../src/util/liveness.js";
 import { crwFlow, ensureBuilt, waitFor } from "../helpers/cli.js";
 import { tempRepo } from "./repo.js";
 

@@ -5,7 +5,8 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readJournalFile } from "../../src/journal/journal.js";
 import type { JournalRow } from "../../src/journal/rows.js";
-import { lockHolder, pidAlive, tryLock } from "../../src/run/locks.js";
+import { lockHolder, tryLock } from "../../src/run/locks.js";
+import { pidAlive } from "../../src/util/liveness.js";
 import { crwFlow, ensureBuilt, waitFor } from "../helpers/cli.js";
 
 /** A local run that asks one decision between two calls-free steps; no account, no host. */
