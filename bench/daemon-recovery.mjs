@@ -17,7 +17,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import pg from "pg";
-import { machineSpan, processTreeCpuMs } from "./lib/machine.mjs";
+import { cpuUnitMs, machineSpan, processTreeCpuMs } from "./lib/machine.mjs";
 import {
   commitFloor,
   reportServerStatements,
@@ -69,6 +69,8 @@ try {
   const seedMs = performance.now() - seedStart;
 
   const floor = await commitFloor(url);
+  // the machine's speed at the moment (a fixed piece of JavaScript), to read another day's figures against
+  const cpuUnit = cpuUnitMs();
   await resetServerStatements(pool);
   const statementsFile = join(work, "statements");
   const dataDir = join(work, "daemon");
@@ -176,10 +178,11 @@ try {
     daemonAndRunnersCpuMsPerRecoveredCall: crwCpuMs,
     serverCpuMsPerRecoveredCall: serverCpuMs,
     commitFloorMs: floor,
+    cpuUnitMs: cpuUnit,
   };
   process.stdout.write(`${JSON.stringify(result)}\n`);
   process.stdout.write(
-    `daemon recovery, ${n} interrupted delegations: first resumed turn ${firstTurnMs} ms after start (boot recovery ${recoveryMs} ms, starting at ${recoveryStartMs} ms); all settled at ${result.startToAllSettledMs} ms; ${result.statementsPerRecoveredCall} statements per call; CPU ms a call: daemon and runners ${crwCpuMs}, the server ${serverCpuMs}; commit floor p50 ${floor.p50} ms\n`,
+    `daemon recovery, ${n} interrupted delegations: first resumed turn ${firstTurnMs} ms after start (boot recovery ${recoveryMs} ms, starting at ${recoveryStartMs} ms); all settled at ${result.startToAllSettledMs} ms; ${result.statementsPerRecoveredCall} statements per call; CPU ms a call: daemon and runners ${crwCpuMs}, the server ${serverCpuMs}; commit floor p50 ${floor.p50} ms; the CPU unit ${cpuUnit} ms\n`,
   );
   await pool.end();
 } finally {

@@ -17,7 +17,7 @@
 // (CRW_BENCH_SERVER_STATEMENTS=1: the server's time by statement, to stderr; see lib/postgres.mjs)
 import pg from "pg";
 import { measuredDelegationService } from "./lib/delegation.mjs";
-import { machineSpan } from "./lib/machine.mjs";
+import { cpuUnitMs, machineSpan } from "./lib/machine.mjs";
 import {
   commitFloor,
   countStatements,
@@ -39,6 +39,8 @@ const pgServer = await startBenchPostgres("crw-bench-deleg-", db.migrate);
 const { work, url } = pgServer;
 // The floor, on the same server before the run: one durable commit.
 const floor = await commitFloor(url);
+// and the machine's speed at the moment (a fixed piece of JavaScript), to read the figures of another day against
+const cpuUnit = cpuUnitMs();
 
 // Count every statement sent through pg by this process.
 const counter = await countStatements();
@@ -170,7 +172,7 @@ const out = {
   rowsWrittenPerDelegation: Math.round((rowsUsed / total) * 10) / 10,
   duplicateDeliveries: dup.rows[0].n,
   // this process's own CPU (the delegation core and the pg client; the server's is not in it)
-  floor: { commitMs: floor },
+  floor: { commitMs: floor, cpuUnitMs: cpuUnit },
   clientCpuMsPerDelegation: Math.round(((cpu.user + cpu.system) / 1000 / total) * 100) / 100,
   // of it in the kernel (socket writes and reads to the server, file writes of the spill store)
   clientSystemCpuMsPerDelegation: Math.round((cpu.system / 1000 / total) * 100) / 100,
@@ -184,7 +186,7 @@ for (const k of ["p50", "p99"])
     out.settleToDeliveredMs[k] = Math.round(out.settleToDeliveredMs[k] * 10) / 10;
 console.log(JSON.stringify(out));
 console.log(
-  `${out.delegations} delegations: ${out.delegationsPerSecond}/s, settle->delivered p50 ${out.settleToDeliveredMs.p50} ms p99 ${out.settleToDeliveredMs.p99} ms, ${out.sqlStatementsPerDelegation} statements and ${out.rowsWrittenPerDelegation} rows written per delegation, ${out.duplicateDeliveries} duplicates; CPU ms a delegation: this process ${out.clientCpuMsPerDelegation}, the server ${out.serverCpuMsPerDelegation}; a commit p50 ${floor.p50} ms`,
+  `${out.delegations} delegations: ${out.delegationsPerSecond}/s, settle->delivered p50 ${out.settleToDeliveredMs.p50} ms p99 ${out.settleToDeliveredMs.p99} ms, ${out.sqlStatementsPerDelegation} statements and ${out.rowsWrittenPerDelegation} rows written per delegation, ${out.duplicateDeliveries} duplicates; CPU ms a delegation: this process ${out.clientCpuMsPerDelegation}, the server ${out.serverCpuMsPerDelegation}; a commit p50 ${floor.p50} ms, the CPU unit ${cpuUnit} ms`,
 );
 await admin.end();
 await service.close();

@@ -20,11 +20,14 @@ import {
   closeSync,
   existsSync,
   fdatasyncSync,
+  mkdirSync,
   mkdtempSync,
   openSync,
   readFileSync,
+  renameSync,
   rmSync,
   statSync,
+  writeFileSync,
   writeSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
@@ -33,6 +36,7 @@ import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads";
 import { loadFlowKits, watchedStepSource, writeSessionRun } from "./lib/flow-kits.mjs";
+import { cpuUnitMs } from "./lib/machine.mjs";
 
 const calls = Number(process.argv[2] ?? 500);
 const pollMs = Number(process.argv[3] ?? 20);
@@ -81,6 +85,35 @@ function machineFsyncMs() {
   }
   closeSync(fd);
   return out;
+}
+
+// What a new file costs where the run's state lives, in the same run: a directory made, then a small file
+// written under a temporary name and renamed into place in it, as the step bus writes each of its files. On
+// a file system whose cost per new file grows with the files deleted in the last minutes (ext4 without a
+// journal skips recently freed inodes one by one when it allocates one), the figure after the run shows
+// what the run's own churn left the later writes of the run to pay.
+let newFileRound = 0;
+function machineNewFileMs() {
+  const base = join(root, `new-files-${newFileRound++}`);
+  mkdirSync(base);
+  const dirMs = [];
+  const fileMs = [];
+  const text = "x".repeat(600);
+  for (let i = 0; i < 100; i++) {
+    const dir = join(base, `d${i}`);
+    const t0 = performance.now();
+    mkdirSync(dir);
+    const t1 = performance.now();
+    writeFileSync(join(dir, ".tmp"), text);
+    renameSync(join(dir, ".tmp"), join(dir, "f.json"));
+    fileMs.push(performance.now() - t1);
+    dirMs.push(t1 - t0);
+  }
+  return {
+    mkdir_p50: round(pct(dirMs, 50)),
+    file_p50: round(pct(fileMs, 50)),
+    file_p99: round(pct(fileMs, 99)),
+  };
 }
 
 // The owner's side: the fake host, its owner thread in a turn, the scripted owner taking steps.
@@ -180,6 +213,8 @@ async function ownerSideProcess(opts) {
 async function main() {
   await loadFlowKits();
   const fsyncMs = machineFsyncMs();
+  const newFileBefore = machineNewFileMs();
+  const cpuUnit = cpuUnitMs();
   const side = await startOwnerSide({ root, ownerSource: sourceKind });
   const { paths, spec } = writeSessionRun(flow, {
     root,
@@ -223,6 +258,7 @@ async function main() {
   const wallMs = performance.now() - t0;
   const cpu = process.cpuUsage(cpu0);
   const main1 = mainThreadCpuMs();
+  const newFileAfter = machineNewFileMs();
   await side.stop();
   await host.close();
   const journalBytes = statSync(paths.journal).size;
@@ -251,9 +287,13 @@ async function main() {
       rows_per_call: stats ? round(stats.rows / calls) : null,
     },
     machine_fsync_ms: { p50: round(pct(fsyncMs, 50)), p99: round(pct(fsyncMs, 99)) },
+    // a new directory and a new file (written, renamed) where the run's state lives, before and after the run
+    machine_new_file_ms: { before: newFileBefore, after: newFileAfter },
+    // a fixed piece of JavaScript: the machine's speed at the moment, to read another day's figures against
+    machine_cpu_unit_ms: cpuUnit,
   };
   process.stdout.write(`${JSON.stringify(result)}\n`);
   process.stdout.write(
-    `${calls} session calls: p50 ${result.per_call_ms.p50} ms, p99 ${result.per_call_ms.p99} ms per call (poll ${pollMs} ms, owner ${sourceKind} ${placement}), ${result.cpu_ms_per_call} ms CPU (main thread ${result.main_thread_cpu_ms_per_call}), ${result.journal.bytes_per_call} journal bytes and ${result.journal.fsyncs_per_call} fsyncs per call; machine fsync p50 ${result.machine_fsync_ms.p50} ms\n`,
+    `${calls} session calls: p50 ${result.per_call_ms.p50} ms, p99 ${result.per_call_ms.p99} ms per call (poll ${pollMs} ms, owner ${sourceKind} ${placement}), ${result.cpu_ms_per_call} ms CPU (main thread ${result.main_thread_cpu_ms_per_call}), ${result.journal.bytes_per_call} journal bytes and ${result.journal.fsyncs_per_call} fsyncs per call; machine fsync p50 ${result.machine_fsync_ms.p50} ms, a new file p50 ${newFileBefore.file_p50} ms before the run and ${newFileAfter.file_p50} ms after; the CPU unit ${cpuUnit} ms\n`,
   );
 }
