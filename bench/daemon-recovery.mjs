@@ -182,7 +182,7 @@ try {
   };
   process.stdout.write(`${JSON.stringify(result)}\n`);
   process.stdout.write(
-    `daemon recovery, ${n} interrupted delegations: first resumed turn ${firstTurnMs} ms after start (boot recovery ${recoveryMs} ms, starting at ${recoveryStartMs} ms); all settled at ${result.startToAllSettledMs} ms; ${result.statementsPerRecoveredCall} statements per call; CPU ms a call: daemon and runners ${crwCpuMs}, the server ${serverCpuMs}; commit floor p50 ${floor.p50} ms; the CPU unit ${cpuUnit} ms\n`,
+    `daemon recovery, ${n} interrupted delegations: first resumed turn ${firstTurnMs} ms after start (boot recovery ${recoveryMs} ms, starting at ${recoveryStartMs} ms); all settled at ${result.startToAllSettledMs} ms; ${result.statementsPerRecoveredCall} statements per call; CPU ms a call: daemon and runners ${crwCpuMs}, the server ${serverCpuMs}; commit floor p50 ${floor.p50} ms, a round trip p50 ${floor.roundTripP50} ms; the CPU unit ${cpuUnit} ms\n`,
   );
   await pool.end();
 } finally {

@@ -186,7 +186,7 @@ for (const k of ["p50", "p99"])
     out.settleToDeliveredMs[k] = Math.round(out.settleToDeliveredMs[k] * 10) / 10;
 console.log(JSON.stringify(out));
 console.log(
-  `${out.delegations} delegations: ${out.delegationsPerSecond}/s, settle->delivered p50 ${out.settleToDeliveredMs.p50} ms p99 ${out.settleToDeliveredMs.p99} ms, ${out.sqlStatementsPerDelegation} statements and ${out.rowsWrittenPerDelegation} rows written per delegation, ${out.duplicateDeliveries} duplicates; CPU ms a delegation: this process ${out.clientCpuMsPerDelegation}, the server ${out.serverCpuMsPerDelegation}; a commit p50 ${floor.p50} ms, the CPU unit ${cpuUnit} ms`,
+  `${out.delegations} delegations: ${out.delegationsPerSecond}/s, settle->delivered p50 ${out.settleToDeliveredMs.p50} ms p99 ${out.settleToDeliveredMs.p99} ms, ${out.sqlStatementsPerDelegation} statements and ${out.rowsWrittenPerDelegation} rows written per delegation, ${out.duplicateDeliveries} duplicates; CPU ms a delegation: this process ${out.clientCpuMsPerDelegation}, the server ${out.serverCpuMsPerDelegation}; a commit p50 ${floor.p50} ms, a round trip p50 ${floor.roundTripP50} ms, the CPU unit ${cpuUnit} ms`,
 );
 await admin.end();
 await service.close();
