@@ -15,6 +15,9 @@
 // (on a machine with few cores the thread hops cost more than they save); `process` a process of its own,
 // as the host and the owner are in a real run (the figures of this process are then the engine's alone).
 // Usage: node bench/flow-engine.mjs [calls] [poll-ms] [watch|files] [inline|worker|process] [in-flight]
+// A run removes its state at the end (thousands of files). Where a new file costs more after deletions
+// (ext4 without a journal: `machine_new_file_ms.before` tells), a run made right after another pays for the
+// other's removal: CRW_BENCH_KEEP=1 keeps the state, to be removed after the runs being compared.
 import { fork } from "node:child_process";
 import {
   closeSync,
