@@ -45,7 +45,7 @@ const cpuUnit = cpuUnitMs();
 // Count every statement sent through pg by this process.
 const counter = await countStatements();
 
-const { pool, service, latencies } = await measuredDelegationService({ db, brain, url, work });
+const { pool, service, latencies, metTurn } = await measuredDelegationService({ db, brain, url, work });
 
 const admin = new pg.Client({ connectionString: url });
 await admin.connect();
@@ -107,6 +107,7 @@ if (warmup > 0) {
     await new Promise((r) => setTimeout(r, 10));
   }
   latencies.length = 0;
+  metTurn.length = 0;
 }
 // CRW_BENCH_IDLE_MS=N: the process idles that long between the warm-up and the measured burst, as a daemon
 // does between bursts of work (what its pool keeps over the pause is what the burst finds)
@@ -153,8 +154,12 @@ const rowsUsed = (await rowsWritten()) - rowsBefore;
 const dup = await admin.query(
   "select count(*)::int as n from (select session_id, result_id from journal_entries where result_id is not null group by 1, 2 having count(*) > 1) d",
 );
-latencies.sort((a, b) => a - b);
-const pct = (q) => latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))] ?? null;
+const pctOf = (values, q) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const v = sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+  return v === undefined ? null : Math.round(v * 10) / 10;
+};
+const pct = (q) => pctOf(latencies, q);
 const out = {
   bench: "delegation-throughput",
   postgres: process.env.DATABASE_URL ? "external" : "embedded (durable defaults)",
@@ -168,6 +173,12 @@ const out = {
   elapsedMs: Math.round(elapsedMs),
   delegationsPerSecond: Math.round((total / elapsedMs) * 1000 * 10) / 10,
   settleToDeliveredMs: { p50: pct(0.5), p99: pct(0.99), samples: latencies.length },
+  // the results that settled while their parent's turn was running: they wait for that turn
+  settleToDeliveredMetParentTurnMs: {
+    p50: pctOf(metTurn, 0.5),
+    p99: pctOf(metTurn, 0.99),
+    samples: metTurn.length,
+  },
   sqlStatementsPerDelegation: Math.round((statementsUsed / total) * 10) / 10,
   rowsWrittenPerDelegation: Math.round((rowsUsed / total) * 10) / 10,
   duplicateDeliveries: dup.rows[0].n,
@@ -181,12 +192,9 @@ const out = {
   // PostgreSQL's processes alone (a neighbour's work on the machine is not in it)
   serverCpuMsPerDelegation: serverCpuMs,
 };
-for (const k of ["p50", "p99"])
-  if (out.settleToDeliveredMs[k] !== null)
-    out.settleToDeliveredMs[k] = Math.round(out.settleToDeliveredMs[k] * 10) / 10;
 console.log(JSON.stringify(out));
 console.log(
-  `${out.delegations} delegations: ${out.delegationsPerSecond}/s, settle->delivered p50 ${out.settleToDeliveredMs.p50} ms p99 ${out.settleToDeliveredMs.p99} ms, ${out.sqlStatementsPerDelegation} statements and ${out.rowsWrittenPerDelegation} rows written per delegation, ${out.duplicateDeliveries} duplicates; CPU ms a delegation: this process ${out.clientCpuMsPerDelegation}, the server ${out.serverCpuMsPerDelegation}; a commit p50 ${floor.p50} ms, a round trip p50 ${floor.roundTripP50} ms, the CPU unit ${cpuUnit} ms`,
+  `${out.delegations} delegations: ${out.delegationsPerSecond}/s, settle->delivered p50 ${out.settleToDeliveredMs.p50} ms p99 ${out.settleToDeliveredMs.p99} ms (${metTurn.length} met their parent in a turn: p50 ${out.settleToDeliveredMetParentTurnMs.p50} ms), ${out.sqlStatementsPerDelegation} statements and ${out.rowsWrittenPerDelegation} rows written per delegation, ${out.duplicateDeliveries} duplicates; CPU ms a delegation: this process ${out.clientCpuMsPerDelegation}, the server ${out.serverCpuMsPerDelegation}; a commit p50 ${floor.p50} ms, a round trip p50 ${floor.roundTripP50} ms, the CPU unit ${cpuUnit} ms`,
 );
 await admin.end();
 await service.close();
