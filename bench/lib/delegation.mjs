@@ -1,6 +1,6 @@
 // The delegation service as the daemon runs it (its pool, the scripted runner, a file spill store), with
 // the time from each result's settlement to its delivery into the parent recorded in `latencies` (ms), and
-// in `metTurn` too when the result settled while its parent held a turn.
+// apart: `metTurn` when the result settled while its parent held a turn, `idleParent` when it did not.
 import { join } from "node:path";
 
 export async function measuredDelegationService({ db, brain, url, work }) {
@@ -13,6 +13,7 @@ export async function measuredDelegationService({ db, brain, url, work }) {
   // the same latencies, of the results that found their parent holding a turn (a follow-up's delivery and
   // turn) when they settled: they wait for it to end
   const metTurn = [];
+  const idleParent = [];
   const service = new brain.DelegationService({
     repo: new db.PgDelegationRepository(pool),
     runner: brain.createScriptedTurnRunner(),
@@ -27,10 +28,10 @@ export async function measuredDelegationService({ db, brain, url, work }) {
         const s = settledAt.get(d.resultId);
         if (s === undefined) continue;
         latencies.push(now - s.at);
-        if (s.met) metTurn.push(now - s.at);
+        (s.met ? metTurn : idleParent).push(now - s.at);
       }
     },
   });
   await service.start();
-  return { pool, service, latencies, metTurn };
+  return { pool, service, latencies, metTurn, idleParent };
 }
