@@ -194,8 +194,8 @@ const out = {
   sqlStatementsPerDelegation: Math.round((statementsUsed / total) * 10) / 10,
   rowsWrittenPerDelegation: Math.round((rowsUsed / total) * 10) / 10,
   duplicateDeliveries: dup.rows[0].n,
-  // this process's own CPU (the delegation core and the pg client; the server's is not in it)
   floor: { commitMs: floor, cpuUnitMs: cpuUnit },
+  // this process's own CPU (the delegation core and the pg client; the server's is not in it)
   clientCpuMsPerDelegation: Math.round(((cpu.user + cpu.system) / 1000 / total) * 100) / 100,
   // of it in the kernel (socket writes and reads to the server, file writes of the spill store)
   clientSystemCpuMsPerDelegation: Math.round((cpu.system / 1000 / total) * 100) / 100,

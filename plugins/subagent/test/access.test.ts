@@ -3,8 +3,8 @@ import { captureDelegatedExecutionScope } from "@crw/brain";
 import { PgDelegationRepository } from "@crw/db";
 import { useTestDatabase } from "@crw/tools/pg";
 import { beforeAll, describe, expect, it } from "vitest";
-import { boundaryAgainst, currentDelegatedAccess, parseWorkflowDefinition } from "../src/index.js";
-import { closeEnginesAfterEach, until, untilAborted, world } from "./helpers.js";
+import { boundaryAgainst, currentDelegatedAccess } from "../src/index.js";
+import { closeEnginesAfterEach, oneNodeDefinition, until, untilAborted, world } from "./helpers.js";
 
 const db = useTestDatabase();
 const all = closeEnginesAfterEach();
@@ -146,7 +146,7 @@ describe("journaledBoundaryCheck's current access", () => {
     all.push(first.engine);
     const started = await first.engine.start(
       w.ctx({ parentSessionId: origin.id, access: { operator: false, tools: { allow: ["Read"] } } }),
-      { definition: parseWorkflowDefinition('name: one\nnodes:\n  - { id: a, task: "TASK a" }\n') },
+      { definition: oneNodeDefinition },
     );
     await until(() => first.engine.run(started.workflowId)?.started.has("a") === true, "a running");
     await first.engine.close();
@@ -173,7 +173,6 @@ describe("journaledBoundaryCheck's current access", () => {
       tools: { allow: ["Read", "Bash"] },
       permissionBoundary: "workspace-write" as const,
     };
-    const one = parseWorkflowDefinition('name: one\nnodes:\n  - { id: a, task: "TASK a" }\n');
     const narrowings = [
       { sql: "update accounts set is_owner = false where id = $1::uuid", reason: "operator" },
       {
@@ -186,7 +185,7 @@ describe("journaledBoundaryCheck's current access", () => {
     for (const narrowing of narrowings) {
       const first = await w.engine(({ signal }) => untilAborted(signal));
       all.push(first.engine);
-      const started = await first.engine.start(w.ctx({ access }), { definition: one });
+      const started = await first.engine.start(w.ctx({ access }), { definition: oneNodeDefinition });
       await until(() => first.engine.run(started.workflowId)?.started.has("a") === true, "a running");
       await first.engine.close();
       if (narrowing.sql) await db.pool.query(narrowing.sql, [w.accountId]);

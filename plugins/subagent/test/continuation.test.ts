@@ -17,6 +17,7 @@ import {
 import {
   deferred,
   interruptedMidTurn,
+  oneNodeDefinition,
   storeWholeJournal,
   taskLine,
   until,
@@ -476,11 +477,6 @@ describe("recovery hooks", () => {
     };
 
     // Boot recovery of a planned child with an empty transcript (its process let go before the prompt).
-    const one = parseWorkflowDefinition(`
-name: one
-nodes:
-  - { id: a, task: "TASK a" }
-`);
     const first = await w.engine(() => "never", {
       wrap: (b): NodeDispatcher => ({
         createChild: (r) => b.createChild(r),
@@ -489,7 +485,7 @@ nodes:
       }),
     });
     all.push(first.engine);
-    const bootStarted = await first.engine.start(w.ctx(), { definition: one });
+    const bootStarted = await first.engine.start(w.ctx(), { definition: oneNodeDefinition });
     await until(() => first.engine.run(bootStarted.workflowId)?.started.has("a") === true, "a running");
     await first.engine.close();
     bootHeld = await journal(bootStarted.workflowId);
@@ -539,7 +535,7 @@ nodes:
       },
     });
     all.push(engine);
-    const started = await engine.start(w.ctx(), { definition: one });
+    const started = await engine.start(w.ctx(), { definition: oneNodeDefinition });
     expect((await engine.finished(started.workflowId)).status).toBe("failed");
     failedJournal = await journal(started.workflowId);
     fail = false;
@@ -726,14 +722,9 @@ nodes:
 
   it("opening an engine over interrupted workflows starts no turn, timer or write by itself (S004-401)", async () => {
     const w = await world(db.pool);
-    const one = parseWorkflowDefinition(`
-name: one
-nodes:
-  - { id: a, task: "TASK a" }
-`);
     const first = await w.engine(({ signal }) => untilAborted(signal));
     all.push(first.engine);
-    const started = await first.engine.start(w.ctx(), { definition: one });
+    const started = await first.engine.start(w.ctx(), { definition: oneNodeDefinition });
     await until(() => first.engine.run(started.workflowId)?.started.has("a") === true, "a running");
     await first.engine.close();
     const snapshot = async () =>

@@ -125,6 +125,13 @@ export async function world(pool: pg.Pool, account: { toolAllow?: string[] | nul
   };
 }
 
+/** One node, a: the smallest workflow. */
+export const oneNodeDefinition = parseWorkflowDefinition(`
+name: one
+nodes:
+  - { id: a, task: "TASK a" }
+`);
+
 /** Two nodes, b after a: the smallest workflow with a dependency. */
 export const chainDefinition = parseWorkflowDefinition(`
 name: chain

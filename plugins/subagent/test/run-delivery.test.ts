@@ -6,6 +6,7 @@ import {
   closeEnginesAfterEach,
   deferred,
   nativeEmitter,
+  oneNodeDefinition,
   summaries,
   taskLine,
   until,
@@ -19,7 +20,6 @@ import {
 const db = useTestDatabase();
 const all = closeEnginesAfterEach();
 const published: WorkflowEmitter = (u, expected) => nativeEmitter(db.pool)(u, expected);
-const oneNode = parseWorkflowDefinition('name: one\nnodes:\n  - { id: a, task: "TASK a" }\n');
 
 describe("a node's artifact", () => {
   it("is the answer alone when the child referenced no tool output", () => {
@@ -150,7 +150,7 @@ describe("a workflow's summary", () => {
       u.status === "completed" ? { status: "stale" } : published(u, expected);
     const { engine, events } = await w.engine(() => "done", { emitter });
     all.push(engine);
-    const started = await engine.start(w.ctx(), { definition: oneNode });
+    const started = await engine.start(w.ctx(), { definition: oneNodeDefinition });
     expect((await engine.finished(started.workflowId)).status).toBeNull();
     expect(events.some((e) => e.type === "stale")).toBe(true);
     expect(await summaries(db.pool, w.parentSessionId)).toEqual([]);
@@ -169,7 +169,7 @@ describe("a workflow's summary", () => {
     };
     const { engine } = await w.engine(() => "done", { emitter });
     all.push(engine);
-    await engine.start(w.ctx(), { definition: oneNode });
+    await engine.start(w.ctx(), { definition: oneNodeDefinition });
     await publishing.promise;
     const closing = engine.close();
     hold.resolve();
@@ -191,7 +191,7 @@ describe("a workflow's summary", () => {
     };
     const { engine, events } = await w.engine(() => "done", { emitter });
     all.push(engine);
-    const started = await engine.start(w.ctx(), { definition: oneNode });
+    const started = await engine.start(w.ctx(), { definition: oneNodeDefinition });
     expect((await engine.finished(started.workflowId)).status).toBeNull();
     expect(events.filter((e) => e.type === "stale")).toEqual([
       { type: "stale", workflowId: started.workflowId, generation: 1 },

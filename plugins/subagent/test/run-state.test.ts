@@ -8,6 +8,7 @@ import { type NodeDispatcher, parseWorkflowDefinition } from "../src/index.js";
 import {
   closeEnginesAfterEach,
   deferred,
+  oneNodeDefinition,
   taskLine,
   until,
   untilAborted,
@@ -23,18 +24,12 @@ import {
 const db = useTestDatabase();
 const all = closeEnginesAfterEach();
 
-const oneNode = parseWorkflowDefinition(`
-name: one
-nodes:
-  - { id: a, task: "TASK a" }
-`);
-
 describe("a run let go of", () => {
   it("as stale says so once, however often it is let go of", async () => {
     const w = await world(db.pool);
     const { engine, events } = await w.engine(({ signal }) => untilAborted(signal));
     all.push(engine);
-    const started = await engine.start(w.ctx(), { definition: oneNode });
+    const started = await engine.start(w.ctx(), { definition: oneNodeDefinition });
     const run = engine.run(started.workflowId);
     run?.abandon("stale");
     run?.abandon("stale");
@@ -48,7 +43,7 @@ describe("a run let go of", () => {
     const w = await world(db.pool);
     const { engine, events } = await w.engine(({ signal }) => untilAborted(signal));
     all.push(engine);
-    const started = await engine.start(w.ctx(), { definition: oneNode });
+    const started = await engine.start(w.ctx(), { definition: oneNodeDefinition });
     const run = engine.run(started.workflowId);
     await until(() => run?.started.has("a") === true, "a running");
     run?.abandon("closing");
@@ -73,7 +68,7 @@ describe("a run let go of", () => {
       }),
     });
     all.push(engine);
-    const started = await engine.start(w.ctx(), { definition: oneNode });
+    const started = await engine.start(w.ctx(), { definition: oneNodeDefinition });
     const run = engine.run(started.workflowId);
     await until(() => run?.started.has("a") === true, "a running");
     const published = async () =>
@@ -96,7 +91,7 @@ describe("a run's journal writes", () => {
     const w = await world(db.pool);
     const { engine } = await w.engine(({ signal }) => untilAborted(signal));
     all.push(engine);
-    const started = await engine.start(w.ctx(), { definition: oneNode });
+    const started = await engine.start(w.ctx(), { definition: oneNodeDefinition });
     const run = engine.run(started.workflowId);
     await until(() => run?.started.has("a") === true, "a running");
     // From here, each journal write is counted, and the first is held until the test lets it go.
@@ -140,7 +135,7 @@ describe("a run's journal writes", () => {
       await fail.promise;
       throw new Error("connection lost");
     };
-    const started = await engine.start(w.ctx(), { definition: oneNode });
+    const started = await engine.start(w.ctx(), { definition: oneNodeDefinition });
     await reached.promise;
     engine.run(started.workflowId)?.abandon("closing");
     fail.resolve();
@@ -157,7 +152,7 @@ describe("a run's snapshot", () => {
       throw new Error("provider down");
     });
     all.push(engine);
-    const started = await engine.start(w.ctx(), { definition: oneNode });
+    const started = await engine.start(w.ctx(), { definition: oneNodeDefinition });
     expect((await engine.finished(started.workflowId)).status).toBe("failed");
     const { rows } = await db.pool.query("select snapshot from workflows where id = $1::uuid", [
       started.workflowId,

@@ -1,7 +1,15 @@
 import { useTestDatabase } from "@crw/tools/pg";
 import { describe, expect, it } from "vitest";
 import { parseWorkflowDefinition } from "../src/index.js";
-import { chainDefinition, closeEnginesAfterEach, taskLine, until, untilAborted, world } from "./helpers.js";
+import {
+  chainDefinition,
+  closeEnginesAfterEach,
+  oneNodeDefinition,
+  taskLine,
+  until,
+  untilAborted,
+  world,
+} from "./helpers.js";
 
 /**
  * A workflow's start and WorkflowAddNodes on a real database: a start refused before anything is created, a
@@ -99,8 +107,7 @@ describe("WorkflowAddNodes", () => {
     const w = await world(db.pool);
     const { engine } = await w.engine(({ signal }) => untilAborted(signal));
     all.push(engine);
-    const def = parseWorkflowDefinition('name: one\nnodes:\n  - { id: a, task: "TASK a" }\n');
-    const started = await engine.start(w.ctx(), { definition: def });
+    const started = await engine.start(w.ctx(), { definition: oneNodeDefinition });
     await until(() => engine.run(started.workflowId)?.started.has("a") === true, "a running");
     const cancelled = engine.cancel(started.workflowId, w.accountId);
     await expect(
